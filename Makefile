@@ -1,0 +1,31 @@
+# Every target creates or reuses .venv itself: on a fresh machine `make demo`
+# and `make test` are the only commands a new user needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	@$(BIN)/python experiments/demo.py
+
+test: $(STAMP)
+	@$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	@$(BIN)/ruff check .
+
+bench: $(STAMP)
+	@$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

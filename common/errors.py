@@ -1,0 +1,29 @@
+"""Errors a user can act on. Each message says what was wrong, where, and what
+to do (DESIGN.md section 7); command-line entry points print them without a
+traceback."""
+
+from __future__ import annotations
+
+
+class PrivadaptError(Exception):
+    """Base class of every expected, user-facing error."""
+
+
+class DataError(PrivadaptError, ValueError):
+    """A data file is missing, malformed, or violates its schema."""
+
+
+class ConfigError(PrivadaptError, ValueError):
+    """A configuration or policy file is missing or invalid."""
+
+
+class QueryRefusedError(PrivadaptError):
+    """A site refused a query: its policy forbids it."""
+
+
+class BudgetExceededError(QueryRefusedError):
+    """Answering would push a site's composed epsilon over its cap."""
+
+
+class ReplayError(QueryRefusedError):
+    """A query id was already answered for this job."""
