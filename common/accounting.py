@@ -1,0 +1,296 @@
+"""Privacy accounting over dp-accounting: compose any sequence of mechanisms.
+
+Two methods, each saying which it is in every number it produces:
+
+* ``PLD`` (privacy loss distributions, pessimistic discretisation): the tight
+  epsilon a report states and the one a site's cap is checked against, so a job
+  calibrated to exactly its site's cap can run to completion.
+* ``RDP`` (Renyi DP): cheap running totals; a looser but valid upper bound.
+
+Why PLDs are built per mechanism instead of through dp-accounting's
+``PLDAccountant``: that accountant fixes one neighbouring relation for every
+event, and its relations disagree on what a Gaussian's sensitivity means and
+refuse some events (Laplace under replace-one, randomized response under
+add/remove). Our mechanisms already declare the sensitivity of the released sum
+under their own adjacency, so each one is a plain "shift by sensitivity" pair
+(Gaussian, Laplace) or the tight pure-DP pair; an accountant only has to express
+every mechanism in its own adjacency first (:func:`express_in`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+from dp_accounting.pld import common as pld_common
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from dp_accounting.pld import privacy_loss_mechanism
+from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
+from scipy import optimize
+
+from privadapt.common.mechanisms import (
+    Adjacency,
+    GaussianBlock,
+    GaussianMechanism,
+    LaplaceMechanism,
+    Mechanism,
+    NoNoise,
+    PureDpEvent,
+    ZCdpEvent,
+)
+
+DEFAULT_RDP_ORDERS: tuple[float, ...] = tuple(
+    [1.0 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)) + [128.0, 256.0, 512.0, 1024.0]
+)
+DEFAULT_VALUE_DISCRETIZATION = 1e-4
+
+
+class AccountingMethod(StrEnum):
+    PLD = "pld"
+    RDP = "rdp"
+
+
+@dataclass(frozen=True)
+class EpsilonReport:
+    """An epsilon at a delta, and the method it came from."""
+
+    epsilon: float
+    delta: float
+    method: AccountingMethod
+
+    def __str__(self) -> str:
+        return f"epsilon={self.epsilon:.4g} at delta={self.delta:.3g} ({self.method.value.upper()})"
+
+
+def express_in(mechanism: Mechanism, adjacency: Adjacency) -> Mechanism:
+    """The same mechanism, accounted under ``adjacency``.
+
+    Replacing a record is removing it and adding another, so an add/remove
+    guarantee converts to replace-one by the triangle inequality (sensitivity
+    doubles) or by group privacy of size 2 (epsilon doubles, rho quadruples).
+    The converse does not hold in general and raises ``ValueError``: a site that
+    accounts under add/remove must compute the kernel's sensitivity itself.
+    """
+    adjacency = Adjacency(adjacency)
+    if mechanism.adjacency == adjacency:
+        return mechanism
+    if adjacency != Adjacency.REPLACE_ONE:
+        raise ValueError(
+            f"a {mechanism.adjacency} mechanism cannot be accounted under {adjacency}: "
+            "recompute its sensitivity under that adjacency instead"
+        )
+    if isinstance(mechanism, GaussianMechanism):
+        blocks = tuple(GaussianBlock(2 * b.sensitivity, b.sigma) for b in mechanism.blocks)
+        return GaussianMechanism(blocks, adjacency)
+    if isinstance(mechanism, LaplaceMechanism):
+        return LaplaceMechanism(2 * mechanism.sensitivity, mechanism.scale, adjacency)
+    if isinstance(mechanism, PureDpEvent):
+        return PureDpEvent(2 * mechanism.epsilon, adjacency)
+    if isinstance(mechanism, ZCdpEvent):
+        return ZCdpEvent(4 * mechanism.rho, adjacency)
+    return NoNoise(tuple(2 * s for s in mechanism.sensitivities), adjacency)
+
+
+def _is_free(mechanism: Mechanism) -> bool:
+    if isinstance(mechanism, GaussianMechanism):
+        return math.isinf(mechanism.noise_multiplier)
+    if isinstance(mechanism, LaplaceMechanism):
+        return mechanism.sensitivity == 0
+    if isinstance(mechanism, PureDpEvent):
+        return mechanism.epsilon == 0
+    if isinstance(mechanism, ZCdpEvent):
+        return mechanism.rho == 0
+    return mechanism.is_private
+
+
+def _is_non_private(mechanism: Mechanism) -> bool:
+    return isinstance(mechanism, NoNoise) and not mechanism.is_private
+
+
+def _pld(mechanism: Mechanism, count: int, interval: float) -> pld_lib.PrivacyLossDistribution:
+    if isinstance(mechanism, GaussianMechanism):
+        # count Gaussians of multiplier z compose to one of multiplier z/sqrt(count).
+        return pld_lib.from_gaussian_mechanism(
+            standard_deviation=mechanism.noise_multiplier / math.sqrt(count),
+            value_discretization_interval=interval,
+        )
+    if isinstance(mechanism, LaplaceMechanism):
+        single = pld_lib.from_laplace_mechanism(
+            parameter=mechanism.scale / mechanism.sensitivity,
+            value_discretization_interval=interval,
+        )
+        return single.self_compose(count)
+    if isinstance(mechanism, PureDpEvent):
+        params = pld_common.DifferentialPrivacyParameters(mechanism.epsilon, 0.0)
+        return pld_lib.from_privacy_parameters(params, interval).self_compose(count)
+    raise ValueError(
+        f"{type(mechanism).__name__} has no privacy loss distribution; use the RDP method"
+    )
+
+
+_ROOT_TOLERANCE = 1e-10
+
+
+def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
+    """Exact epsilon at ``delta`` of one Gaussian release with this noise
+    multiplier (Balle and Wang 2018, Thm. 8), rounded up by the root tolerance.
+
+    A composition of Gaussians is exactly one Gaussian, so a Gaussian-only
+    ledger needs no discretised PLD: this is the PLD's own closed form (the
+    discretised PLD is at most ~1e-6 above it), and costs a millisecond where
+    building the PLD of a long composition costs tens.
+    """
+    loss = privacy_loss_mechanism.GaussianPrivacyLoss(noise_multiplier, sensitivity=1.0)
+
+    def excess(epsilon: float) -> float:
+        return loss.get_delta_for_epsilon(epsilon) - delta
+
+    if excess(0.0) <= 0:
+        return 0.0
+    high = 1.0
+    while excess(high) > 0:
+        high *= 2.0
+        if high > 1e6:
+            return math.inf
+    root = optimize.brentq(excess, 0.0, high, xtol=_ROOT_TOLERANCE)
+    return float(root + 2 * _ROOT_TOLERANCE)
+
+
+def _laplace_rdp(scale_over_sensitivity: float, orders: np.ndarray) -> np.ndarray:
+    """Renyi divergence of Laplace(0, lam) and Laplace(1, lam) (Mironov 2017, Prop. 6)."""
+    inv = 1.0 / scale_over_sensitivity
+    a = orders
+    log_terms = np.logaddexp(
+        np.log(a / (2 * a - 1)) + (a - 1) * inv,
+        np.log((a - 1) / (2 * a - 1)) - a * inv,
+    )
+    return log_terms / (a - 1)
+
+
+def _rdp(mechanism: Mechanism, orders: np.ndarray) -> np.ndarray:
+    if isinstance(mechanism, GaussianMechanism):
+        return orders / (2 * mechanism.noise_multiplier**2)
+    if isinstance(mechanism, LaplaceMechanism):
+        return _laplace_rdp(mechanism.scale / mechanism.sensitivity, orders)
+    if isinstance(mechanism, PureDpEvent):
+        # epsilon-DP implies (epsilon^2/2)-zCDP (Bun and Steinke 2016, Prop. 1.4)
+        # and trivially (alpha, epsilon)-RDP.
+        eps = mechanism.epsilon
+        return np.minimum(eps, orders * eps**2 / 2)
+    if isinstance(mechanism, ZCdpEvent):
+        return orders * mechanism.rho
+    raise TypeError(f"unknown mechanism {mechanism!r}")
+
+
+class PrivacyAccountant:
+    """Composes mechanisms (all expressed in one adjacency) and reports epsilon.
+
+    Identical mechanisms are grouped and self-composed, so a ledger of T
+    releases of the same noise costs one PLD construction, not T convolutions.
+    """
+
+    def __init__(
+        self,
+        adjacency: Adjacency = Adjacency.REPLACE_ONE,
+        method: AccountingMethod | str = AccountingMethod.PLD,
+        value_discretization_interval: float = DEFAULT_VALUE_DISCRETIZATION,
+        rdp_orders: Iterable[float] = DEFAULT_RDP_ORDERS,
+    ) -> None:
+        self.adjacency = Adjacency(adjacency)
+        self.method = AccountingMethod(method)
+        self.value_discretization_interval = value_discretization_interval
+        self._orders = np.asarray(tuple(rdp_orders), dtype=float)
+        self._counts: Counter[Mechanism] = Counter()
+        self._non_private = False
+
+    def compose(self, mechanism: Mechanism, count: int = 1) -> PrivacyAccountant:
+        if count < 0 or int(count) != count:
+            raise ValueError(f"count must be a non-negative integer, got {count!r}")
+        mechanism = express_in(mechanism, self.adjacency)
+        if _is_non_private(mechanism):
+            self._non_private = self._non_private or count > 0
+        elif not _is_free(mechanism) and count > 0:
+            self._counts[mechanism] += int(count)
+        return self
+
+    def needs_rdp(self) -> bool:
+        """True when some composed mechanism has no PLD (zCDP events)."""
+        return any(isinstance(m, ZCdpEvent) for m in self._counts)
+
+    def get_epsilon(self, delta: float) -> float:
+        return self.report(delta).epsilon
+
+    def report(self, delta: float) -> EpsilonReport:
+        """Epsilon at ``delta``. A PLD accountant holding a zCDP event answers
+        by RDP and says so in the report's ``method``."""
+        if not 0 <= delta < 1:
+            raise ValueError(f"delta must be in [0, 1), got {delta!r}")
+        method = self.method
+        if method == AccountingMethod.PLD and self.needs_rdp():
+            method = AccountingMethod.RDP
+        if self._non_private:
+            return EpsilonReport(math.inf, delta, method)
+        if not self._counts:
+            return EpsilonReport(0.0, delta, method)
+        if delta == 0:
+            return EpsilonReport(self._pure_epsilon(), delta, method)
+        if method == AccountingMethod.RDP:
+            rdp = sum(count * _rdp(m, self._orders) for m, count in self._counts.items())
+            epsilon, _ = rdp_lib.compute_epsilon(self._orders, rdp, delta)
+            return EpsilonReport(float(epsilon), delta, method)
+        groups = self._pld_groups()
+        if len(groups) == 1 and isinstance(groups[0][0], GaussianMechanism):
+            epsilon = gaussian_epsilon(groups[0][0].noise_multiplier, delta)
+            return EpsilonReport(epsilon, delta, method)
+        interval = self.value_discretization_interval
+        composed = None
+        for mechanism, count in groups:
+            pld = _pld(mechanism, count, interval)
+            composed = pld if composed is None else composed.compose(pld)
+        return EpsilonReport(float(composed.get_epsilon_for_delta(delta)), delta, method)
+
+    def _pld_groups(self) -> list[tuple[Mechanism, int]]:
+        """Mechanisms to build PLDs for, with their counts. All Gaussian releases
+        fold into one Gaussian of multiplier (sum_i 1/z_i^2)^(-1/2): composing
+        Gaussians is exactly a Gaussian, so this is tighter and faster than
+        convolving their discretised PLDs."""
+        inverse_square = 0.0
+        groups: list[tuple[Mechanism, int]] = []
+        for mechanism, count in sorted(self._counts.items(), key=lambda kv: repr(kv[0])):
+            if isinstance(mechanism, GaussianMechanism):
+                inverse_square += count / mechanism.noise_multiplier**2
+            else:
+                groups.append((mechanism, count))
+        if inverse_square > 0:
+            folded = GaussianMechanism.single(1.0, inverse_square**-0.5, self.adjacency)
+            groups.insert(0, (folded, 1))
+        return groups
+
+    def _pure_epsilon(self) -> float:
+        """Epsilon at delta = 0: the sum of the pure epsilons (basic composition is
+        exact there), or inf if any composed mechanism is not pure. Not left to the
+        PLD, whose tail truncation and rounding leave ~1e-16 mass at infinite loss
+        and so report inf even for one Laplace release; RDP always reports inf."""
+        total = 0.0
+        for mechanism, count in self._counts.items():
+            if not isinstance(mechanism, LaplaceMechanism | PureDpEvent):
+                return math.inf
+            total += count * mechanism.epsilon
+        return total
+
+
+def epsilon_spent(
+    mechanisms: Iterable[Mechanism],
+    delta: float,
+    adjacency: Adjacency = Adjacency.REPLACE_ONE,
+    method: AccountingMethod | str = AccountingMethod.PLD,
+) -> EpsilonReport:
+    """The composed epsilon at ``delta`` of a sequence of releases."""
+    accountant = PrivacyAccountant(adjacency, method)
+    for mechanism in mechanisms:
+        accountant.compose(mechanism)
+    return accountant.report(delta)

@@ -1,0 +1,186 @@
+"""Noise calibration: the least noise that meets a target (epsilon, delta).
+
+:func:`calibrate_noise_multiplier` finds the smallest noise multiplier ``z``
+such that ``num_releases`` copies of ``make_mechanism(z)`` (by default one
+Gaussian of sensitivity 1 and sigma ``z``), composed after the releases already
+spent, stay within ``epsilon`` at ``delta``. It asks the project's own
+:class:`~privadapt.common.accounting.PrivacyAccountant` (the code every site
+ledger checks its cap with, same method and adjacency), never a separate
+formula, so a job calibrated to exactly a site's cap is not refused on its last
+release. The answer errs on the safe side: the returned ``z`` always meets the
+target, and ``z * (1 - relative_tolerance)`` does not.
+
+The search brackets ``z`` from a starting guess, widening the step by doubling
+its logarithm, then bisects. For Gaussian mechanisms the guess is the analytic
+Gaussian (Balle and Wang 2018): ``T`` Gaussians of multiplier ``z`` compose to
+one of multiplier ``z / sqrt(T)``, whose exact sigma for (epsilon, delta) is
+``dp_accounting.get_sigma_gaussian``; a pessimistic accountant, or releases
+already spent, can only ask for more noise, so the bracket is a few steps wide.
+
+:func:`calibrate_laplace_scale` is the closed form for pure epsilon-DP.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from dp_accounting import gaussian_mechanism as analytic_gaussian
+
+from privadapt.common.accounting import AccountingMethod, PrivacyAccountant
+from privadapt.common.mechanisms import Adjacency, GaussianMechanism, Mechanism, ZCdpEvent
+
+_MAX_BRACKET_STEPS = 200
+
+
+def calibrate_noise_multiplier(
+    epsilon: float,
+    delta: float,
+    num_releases: int,
+    make_mechanism: Callable[[float], Mechanism] | None = None,
+    *,
+    method: AccountingMethod | str = AccountingMethod.PLD,
+    adjacency: Adjacency = Adjacency.REPLACE_ONE,
+    already_spent: Sequence[Mechanism] = (),
+    relative_tolerance: float = 1e-3,
+) -> float:
+    """The smallest ``z`` (within ``relative_tolerance``, rounded up) such that
+    ``already_spent`` then ``num_releases`` x ``make_mechanism(z)`` compose to at
+    most ``epsilon`` at ``delta`` under :class:`PrivacyAccountant` (``method``,
+    ``adjacency``).
+
+    ``make_mechanism`` must give less privacy loss for larger ``z``; by default
+    it is ``GaussianMechanism.single(1.0, z, adjacency)``, so ``z`` is sigma
+    over the L2 sensitivity. Raises ``ValueError`` for a target that cannot be
+    met: ``epsilon`` not > 0, ``epsilon = inf`` (release with ``NoNoise``),
+    ``delta`` outside [0, 1) or 0 for a Gaussian, ``num_releases`` < 1, or
+    ``already_spent`` using up the whole target.
+    """
+    adjacency = Adjacency(adjacency)
+    method = AccountingMethod(method)
+    _check_target(epsilon, delta, num_releases, relative_tolerance)
+    if make_mechanism is None:
+        def make_mechanism(z: float) -> Mechanism:
+            return GaussianMechanism.single(1.0, z, adjacency)
+
+    already_spent = tuple(already_spent)
+    probe = make_mechanism(1.0)
+    if delta == 0 and isinstance(probe, GaussianMechanism | ZCdpEvent):
+        raise ValueError(
+            f"a {type(probe).__name__} is never private at delta = 0: "
+            "give a delta in (0, 1), or calibrate a Laplace mechanism"
+        )
+
+    def ledger() -> PrivacyAccountant:
+        accountant = PrivacyAccountant(adjacency, method)
+        for mechanism in already_spent:
+            accountant.compose(mechanism)
+        return accountant
+
+    if already_spent:
+        spent_epsilon = ledger().get_epsilon(delta)
+        if spent_epsilon >= epsilon:
+            raise ValueError(
+                f"nothing left to calibrate: the releases already spent cost "
+                f"epsilon={spent_epsilon:.6g} at delta={delta:.3g}, which reaches the "
+                f"target epsilon={epsilon:.6g}; raise the target or spend less first"
+            )
+
+    def meets(z: float) -> bool:
+        return ledger().compose(make_mechanism(z), num_releases).get_epsilon(delta) <= epsilon
+
+    guess = _initial_guess(probe, epsilon, delta, num_releases)
+    if guess is None:
+        low, high = _bracket(meets, 1.0, first_step=2.0)
+    else:
+        low, high = _bracket(meets, guess, first_step=1.0 + relative_tolerance)
+    while high - low > relative_tolerance * high:
+        middle = 0.5 * (low + high)
+        if meets(middle):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def calibrate_laplace_scale(epsilon: float, sensitivity: float, num_releases: int) -> float:
+    """Laplace scale ``b = num_releases * sensitivity / epsilon`` so that
+    ``num_releases`` releases of L1 ``sensitivity`` are ``epsilon``-DP in total.
+
+    This is basic composition, each release getting ``epsilon / num_releases``:
+    at delta = 0 it is exact (pure DP composes to the sum of the epsilons and no
+    better), and any tighter composition (advanced, PLD, RDP) buys its smaller
+    epsilon with a delta > 0, so the guarantee would no longer be pure. A caller
+    who accepts a delta > 0 gets less noise from :func:`calibrate_noise_multiplier`
+    with ``make_mechanism=lambda b: LaplaceMechanism(sensitivity, b)``.
+    """
+    if math.isinf(epsilon) and epsilon > 0:
+        raise ValueError("epsilon = inf needs no noise: release with NoNoise (non-private)")
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if not (math.isfinite(sensitivity) and sensitivity > 0):
+        raise ValueError(f"sensitivity must be a finite number > 0, got {sensitivity!r}")
+    _check_num_releases(num_releases)
+    return num_releases * sensitivity / epsilon
+
+
+def _check_target(epsilon: float, delta: float, num_releases: int, tolerance: float) -> None:
+    if math.isinf(epsilon) and epsilon > 0:
+        raise ValueError(
+            "epsilon = inf needs no noise: release with NoNoise (non-private) "
+            "instead of calibrating"
+        )
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if not 0 <= delta < 1:
+        raise ValueError(f"delta must be in [0, 1) (in (0, 1) for a Gaussian), got {delta!r}")
+    _check_num_releases(num_releases)
+    if not 0 < tolerance < 1:
+        raise ValueError(f"relative_tolerance must be in (0, 1), got {tolerance!r}")
+
+
+def _check_num_releases(num_releases: int) -> None:
+    if isinstance(num_releases, bool) or not isinstance(num_releases, int) or num_releases < 1:
+        raise ValueError(f"num_releases must be an integer >= 1, got {num_releases!r}")
+
+
+def _initial_guess(
+    probe: Mechanism, epsilon: float, delta: float, num_releases: int
+) -> float | None:
+    """For a Gaussian ``probe = make_mechanism(1)`` whose multiplier scales with
+    ``z``: the ``z`` at which the exact (analytic) Gaussian meets the target."""
+    if not isinstance(probe, GaussianMechanism) or math.isinf(probe.noise_multiplier):
+        return None
+    sigma = analytic_gaussian.get_sigma_gaussian(epsilon, delta)
+    return sigma * math.sqrt(num_releases) / probe.noise_multiplier
+
+
+def _bracket(
+    meets: Callable[[float], bool], guess: float, first_step: float
+) -> tuple[float, float]:
+    """``(low, high)`` with ``meets(high)`` and not ``meets(low)``, searched
+    outwards from ``guess`` by a factor that squares at each step (the log-step
+    doubles) up to 2. Downward steps stay at most 2 because a mechanism with
+    little noise has a wide privacy loss distribution, slow to build."""
+    step = first_step
+    if meets(guess):
+        high = guess
+        for _ in range(_MAX_BRACKET_STEPS):
+            low = high / step
+            if not meets(low):
+                return low, high
+            high, step = low, min(step * step, 2.0)
+        raise ValueError(
+            f"make_mechanism(z) meets the target even at z={high:.3g}: its privacy "
+            "loss does not grow as z shrinks, so there is no smallest noise multiplier"
+        )
+    low = guess
+    for _ in range(_MAX_BRACKET_STEPS):
+        high = low * step
+        if meets(high):
+            return low, high
+        low, step = high, min(step * step, 2.0)
+    raise ValueError(
+        f"make_mechanism(z) misses the target even at z={low:.3g}: its privacy loss "
+        "does not fall below the target as z grows"
+    )
