@@ -1,0 +1,17 @@
+"""Site-side kernels: the only code that reads private records.
+
+Importing this package registers every kernel; sites look them up by name.
+"""
+
+from privadapt.common.kernels import linear_gradient, record_count, second_moments
+from privadapt.common.kernels.base import Kernel, get_kernel, register, registered_kernels
+
+__all__ = [
+    "Kernel",
+    "get_kernel",
+    "linear_gradient",
+    "record_count",
+    "register",
+    "registered_kernels",
+    "second_moments",
+]
