@@ -1,0 +1,372 @@
+"""The site's privacy ledger: every release charged, in SQLite, before it leaves.
+
+DESIGN.md sections 2 and 7; STYLE.md section 1. One database file per site
+(WAL mode) with two tables:
+
+* ``meta``: site name, cap (epsilon, delta), adjacency, accounting method and
+  schema version, rewritten from the policy on every open so that
+  ``privadapt ledger show`` can read a ledger without the policy file;
+* ``charges``: one row per release: job, query id, the *mechanism* as JSON
+  (never an epsilon alone, so any accountant can replay the ledger) and the
+  running epsilon after it.
+
+A charge is one ``BEGIN IMMEDIATE`` transaction: it takes SQLite's write lock
+first, then reads every stored mechanism, composes them with the new one and
+either inserts the row and commits or rolls back and refuses. Two threads or two
+processes charging the same file therefore serialise on the database itself;
+neither can compose a stale ledger.
+
+Speed: composing the whole ledger on every charge stays cheap because exact
+figures are cached by the multiset of mechanisms
+(:mod:`privadapt.client.ledger_accounting`) and a Gaussian-only ledger is
+composed in closed form by the accountant itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from privadapt.client.ledger_accounting import (
+    Multiset,
+    exact_report,
+    mechanism_json,
+    parse_mechanism,
+)
+from privadapt.client.policy import SitePolicy
+from privadapt.common.accounting import AccountingMethod, EpsilonReport, express_in
+from privadapt.common.errors import (
+    BudgetExceededError,
+    ConfigError,
+    QueryRefusedError,
+    ReplayError,
+)
+from privadapt.common.mechanisms import Mechanism
+
+SCHEMA_VERSION = 1
+# A charge may land on the cap up to float rounding, never more.
+_CAP_SLACK = 1e-12
+# Waiting for another writer (thread or process) to commit its charge.
+_BUSY_TIMEOUT_S = 60.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS charges (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL,
+    query_id TEXT NOT NULL,
+    mechanism_json TEXT NOT NULL,
+    epsilon_after REAL NOT NULL,
+    method TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    UNIQUE (job_id, query_id)
+);
+"""
+_COLUMNS = "job_id, query_id, mechanism_json, epsilon_after, method, created_at"
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One committed release. ``epsilon_after`` is the site's running epsilon
+    (at its cap delta, by ``method``) including this release; it never
+    decreases and is never below what :meth:`PrivacyLedger.spent` reports for
+    the ledger as it stood right after this charge."""
+
+    job_id: str
+    query_id: str
+    mechanism: Mechanism
+    epsilon_after: float
+    method: AccountingMethod
+    timestamp: float
+
+
+class PrivacyLedger:
+    """A site's ledger database, charged under ``policy``'s cap.
+
+    Safe to share between threads (one SQLite connection per thread) and
+    between processes (SQLite's write lock)."""
+
+    def __init__(self, path: str | Path, policy: SitePolicy, *, read_only: bool = False) -> None:
+        self.path = Path(path)
+        self.policy = policy
+        self.read_only = read_only
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        if not read_only:
+            self._initialise()
+
+    @classmethod
+    def open_readonly(cls, path: str | Path) -> PrivacyLedger:
+        """Open an existing ledger for reading, with the cap recorded in it
+        (no policy file needed); ``ConfigError`` if it is not a ledger."""
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"ledger {path}: no such file; pass the site's ledger database")
+        return cls(path, _policy_from_meta(path, _read_meta(path)), read_only=True)
+
+    # -- connections -------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:
+            raise RuntimeError(f"ledger {self.path} is closed")
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            if self.read_only:
+                uri = self.path.resolve().as_uri() + "?mode=ro"
+                conn = sqlite3.connect(
+                    uri, uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None,
+                    check_same_thread=False,
+                )
+            else:
+                # check_same_thread=False only so close() can close every
+                # thread's connection; each is used by its own thread.
+                conn = sqlite3.connect(
+                    self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None,
+                    check_same_thread=False,
+                )
+                conn.execute("PRAGMA journal_mode=WAL")
+                # A charge must survive a power cut once the answer is sent.
+                conn.execute("PRAGMA synchronous=FULL")
+        except sqlite3.Error as err:
+            raise ConfigError(f"ledger {self.path}: not a usable ledger database: {err}") from None
+        return conn
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self._connection()
+        # IMMEDIATE takes the write lock before the first read, so no other
+        # thread or process can charge between our read and our insert.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()
+
+    def __enter__(self) -> PrivacyLedger:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- opening -------------------------------------------------------------
+
+    def _initialise(self) -> None:
+        try:
+            with self._transaction() as conn:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                self._check_existing(conn)
+                policy = self.policy
+                meta = {
+                    "site_name": policy.site_name,
+                    "epsilon_cap": repr(policy.epsilon_cap),
+                    "delta_cap": repr(policy.delta_cap),
+                    "adjacency": policy.adjacency.value,
+                    "accounting": policy.accounting.value,
+                    "schema_version": str(SCHEMA_VERSION),
+                }
+                conn.executemany(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", meta.items()
+                )
+        except sqlite3.DatabaseError as err:
+            self.close()
+            raise ConfigError(f"ledger {self.path}: not a usable ledger database: {err}") from None
+        except ConfigError:
+            self.close()
+            raise
+
+    def _check_existing(self, conn: sqlite3.Connection) -> None:
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        version = int(meta.get("schema_version", SCHEMA_VERSION))
+        if version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"ledger {self.path}: schema version {version} is newer than this privadapt "
+                f"understands ({SCHEMA_VERSION}); upgrade privadapt on this site"
+            )
+        owner = meta.get("site_name", self.policy.site_name)
+        if owner != self.policy.site_name:
+            raise ConfigError(
+                f"ledger {self.path} belongs to site {owner!r} but the policy is for site "
+                f"{self.policy.site_name!r}; point each site at its own ledger database"
+            )
+        for (text,) in conn.execute("SELECT DISTINCT mechanism_json FROM charges"):
+            try:
+                express_in(parse_mechanism(text), self.policy.adjacency)
+            except ValueError as err:
+                raise ConfigError(
+                    f"ledger {self.path}: a stored charge cannot be accounted under the "
+                    f"policy's adjacency {self.policy.adjacency.value!r} ({err}); keep the "
+                    "adjacency the ledger was charged in"
+                ) from None
+
+    # -- charging ------------------------------------------------------------
+
+    def charge(self, job_id: str, query_id: str, mechanism: Mechanism) -> Charge:
+        """Record one release, or refuse it. Returns only after the charge is
+        committed; raises ``ReplayError`` for a (job, query) already charged and
+        ``BudgetExceededError`` when the composed epsilon would pass the cap,
+        in which case nothing is stored."""
+        if self.read_only:
+            raise RuntimeError(f"ledger {self.path} was opened read-only; it cannot charge")
+        for name, value in (("job_id", job_id), ("query_id", query_id)):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+        text = mechanism_json(mechanism)
+        try:
+            express_in(mechanism, self.policy.adjacency)
+        except ValueError as err:
+            raise QueryRefusedError(f"site {self.policy.site_name!r}: {err}") from None
+        with self._transaction() as conn:
+            self._refuse_replay(conn, job_id, query_id)
+            before = _multiset(conn, None)
+            after = dict(before)
+            after[text] = after.get(text, 0) + 1
+            report = exact_report(after, self.policy)
+            if not self._within_cap(report.epsilon):
+                raise self._budget_error(job_id, query_id, mechanism, before, report)
+            epsilon, method = report.epsilon, report.method
+            last = conn.execute(
+                "SELECT epsilon_after, method FROM charges ORDER BY id DESC LIMIT 1"
+            ).fetchone()
+            if last is not None and last[0] > epsilon:
+                # A tighter figure must not lower the running total already reported.
+                epsilon, method = last[0], AccountingMethod(last[1])
+            now = time.time()
+            conn.execute(
+                f"INSERT INTO charges ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                (job_id, query_id, text, epsilon, method.value, now),
+            )
+        return Charge(job_id, query_id, mechanism, epsilon, method, now)
+
+    def _within_cap(self, epsilon: float) -> bool:
+        cap = self.policy.epsilon_cap
+        return epsilon <= cap + _CAP_SLACK * cap
+
+    def _refuse_replay(self, conn: sqlite3.Connection, job_id: str, query_id: str) -> None:
+        row = conn.execute(
+            "SELECT created_at FROM charges WHERE job_id = ? AND query_id = ?", (job_id, query_id)
+        ).fetchone()
+        if row is not None:
+            when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(row[0]))
+            raise ReplayError(
+                f"site {self.policy.site_name!r}: query {query_id!r} of job {job_id!r} was "
+                f"already charged (at {when}); a query is answered at most once, so the "
+                "coordinator must send a fresh query id"
+            )
+
+    def _budget_error(
+        self,
+        job_id: str,
+        query_id: str,
+        mechanism: Mechanism,
+        before: Multiset,
+        total: EpsilonReport,
+    ) -> BudgetExceededError:
+        policy = self.policy
+        spent = exact_report(before, policy)
+        own = exact_report({mechanism_json(mechanism): 1}, policy)
+        return BudgetExceededError(
+            f"site {policy.site_name!r} refuses query {query_id!r} of job {job_id!r}: its "
+            f"privacy cap is epsilon={policy.epsilon_cap:g} at delta={policy.delta_cap:g} "
+            f"({policy.adjacency.value}, {total.method.value.upper()}); it has spent "
+            f"epsilon={spent.epsilon:.6g}, this release alone costs epsilon={own.epsilon:.6g} "
+            f"and would bring the total to epsilon={total.epsilon:.6g}. Nothing was released "
+            "or charged; the job needs more noise or fewer releases at this site."
+        )
+
+    # -- reading -------------------------------------------------------------
+
+    def spent(self) -> EpsilonReport:
+        """The site's composed epsilon over every charge, at its cap delta."""
+        return exact_report(_multiset(self._connection(), None), self.policy)
+
+    def spent_by_job(self, job_id: str) -> EpsilonReport:
+        """The composed epsilon of one job's charges, at the site's cap delta."""
+        return exact_report(_multiset(self._connection(), job_id), self.policy)
+
+    def charges(self, job_id: str | None = None) -> list[Charge]:
+        """Every charge (of ``job_id`` if given), oldest first."""
+        sql = f"SELECT {_COLUMNS} FROM charges"
+        args: tuple[str, ...] = ()
+        if job_id is not None:
+            sql, args = sql + " WHERE job_id = ?", (job_id,)
+        rows = self._connection().execute(sql + " ORDER BY id", args).fetchall()
+        return [
+            Charge(job, query, parse_mechanism(text), epsilon, AccountingMethod(method), created)
+            for job, query, text, epsilon, method, created in rows
+        ]
+
+    def jobs(self) -> list[str]:
+        """Job ids with at least one charge, in order of their first charge."""
+        rows = self._connection().execute(
+            "SELECT job_id FROM charges GROUP BY job_id ORDER BY MIN(id)"
+        ).fetchall()
+        return [job for (job,) in rows]
+
+
+def _multiset(conn: sqlite3.Connection, job_id: str | None) -> Multiset:
+    sql = "SELECT mechanism_json, COUNT(*) FROM charges"
+    args: tuple[str, ...] = ()
+    if job_id is not None:
+        sql, args = sql + " WHERE job_id = ?", (job_id,)
+    return dict(conn.execute(sql + " GROUP BY mechanism_json", args).fetchall())
+
+
+def _read_meta(path: Path) -> dict[str, str]:
+    conn = None
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+        return dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.DatabaseError as err:
+        raise ConfigError(f"ledger {path}: not a privadapt ledger database ({err})") from None
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+def _policy_from_meta(path: Path, meta: Mapping[str, str]) -> SitePolicy:
+    """The cap a ledger was last opened with, as a policy that can only read."""
+    try:
+        return SitePolicy(
+            site_name=meta["site_name"],
+            epsilon_cap=float(meta["epsilon_cap"]),
+            delta_cap=float(meta["delta_cap"]),
+            adjacency=meta["adjacency"],
+            accounting=meta["accounting"],
+        )
+    except (KeyError, ValueError) as err:
+        raise ConfigError(
+            f"ledger {path}: its meta table is incomplete or invalid ({err})"
+        ) from None

@@ -1,0 +1,78 @@
+"""Epsilon of a ledger stored as a multiset of mechanisms, fast enough to run
+inside every charge.
+
+The ledger (:mod:`privadapt.client.ledger`) keeps mechanisms as canonical JSON
+and composes the whole ledger on each charge. Two things keep that cheap:
+
+* :func:`exact_report` (the policy's own accountant, exactly what
+  :func:`privadapt.common.accounting.epsilon_spent` returns) is cached,
+  process-wide, by the multiset, so repeated reads, and the sites of one
+  simulation holding the same ledger, build each PLD once;
+* the accountant composes Gaussian-only ledgers in closed form
+  (:func:`privadapt.common.accounting.gaussian_epsilon`), so the common case
+  builds no PLD at all.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+
+from privadapt.client.policy import SitePolicy
+from privadapt.common.accounting import (
+    EpsilonReport,
+    PrivacyAccountant,
+)
+from privadapt.common.mechanisms import (
+    Mechanism,
+    mechanism_from_dict,
+    mechanism_to_dict,
+)
+
+# Mechanism JSON (see mechanism_json) -> number of charges with it.
+Multiset = dict[str, int]
+
+_CACHE_SIZE = 256
+
+
+def mechanism_json(mechanism: Mechanism) -> str:
+    """The canonical stored form of a mechanism."""
+    return json.dumps(mechanism_to_dict(mechanism), sort_keys=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_mechanism(text: str) -> Mechanism:
+    """The mechanism a stored JSON text describes (parsed once per text)."""
+    return mechanism_from_dict(json.loads(text))
+
+
+_CACHE: OrderedDict[tuple[str, str, float, str], EpsilonReport] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def exact_report(multiset: Multiset, policy: SitePolicy) -> EpsilonReport:
+    """The policy's accountant over ``multiset``: what :func:`epsilon_spent`
+    returns for the same mechanisms. Cached by the multiset."""
+    canonical = json.dumps(sorted(multiset.items())).encode()
+    key = (
+        policy.adjacency.value,
+        policy.accounting.value,
+        policy.delta_cap,
+        hashlib.sha256(canonical).hexdigest(),
+    )
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+    accountant = PrivacyAccountant(policy.adjacency, policy.accounting)
+    for text, count in multiset.items():
+        accountant.compose(parse_mechanism(text), count)
+    report = accountant.report(policy.delta_cap)
+    with _CACHE_LOCK:
+        _CACHE[key] = report
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return report

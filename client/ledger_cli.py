@@ -1,0 +1,141 @@
+"""``privadapt ledger show``: print a site's privacy ledger for its operator.
+
+Reads the ledger database read-only, with the cap recorded in it (no policy
+file needed, and a running site daemon is not disturbed): one line per charge
+with the mechanism it was charged for and the running epsilon, then the
+composed epsilon per job and overall, naming the accounting method.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from privadapt.client.ledger import Charge, PrivacyLedger
+from privadapt.common.errors import ConfigError
+from privadapt.common.mechanisms import (
+    Adjacency,
+    GaussianMechanism,
+    LaplaceMechanism,
+    Mechanism,
+    NoNoise,
+    PureDpEvent,
+    ZCdpEvent,
+)
+
+_EXIT_ERROR = 2
+
+
+def describe_mechanism(mechanism: Mechanism, adjacency: Adjacency | None = None) -> str:
+    """A short summary such as ``gaussian z=3.21 (2 blocks)`` or ``laplace eps=0.5``;
+    the adjacency is named when it is not ``adjacency`` (the ledger's)."""
+    if isinstance(mechanism, GaussianMechanism):
+        blocks = len(mechanism.blocks)
+        text = f"gaussian z={mechanism.noise_multiplier:.3g} ({blocks} block{'s' * (blocks > 1)})"
+    elif isinstance(mechanism, LaplaceMechanism):
+        text = f"laplace eps={mechanism.epsilon:.3g}"
+    elif isinstance(mechanism, PureDpEvent):
+        text = f"pure-dp eps={mechanism.epsilon:.3g}"
+    elif isinstance(mechanism, ZCdpEvent):
+        text = f"zcdp rho={mechanism.rho:.3g}"
+    elif isinstance(mechanism, NoNoise):
+        text = "no noise (free)" if mechanism.is_private else "no noise (NOT PRIVATE)"
+    else:
+        text = type(mechanism).__name__
+    if adjacency is not None and mechanism.adjacency != adjacency:
+        text += f" [{mechanism.adjacency.value}]"
+    return text
+
+
+def _epsilon(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.4g}"
+
+
+def _when(timestamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(timestamp))
+
+
+def _charge_table(charges: list[Charge], adjacency: Adjacency) -> list[str]:
+    rows = [
+        (
+            _when(c.timestamp),
+            c.job_id,
+            c.query_id,
+            describe_mechanism(c.mechanism, adjacency),
+            f"{_epsilon(c.epsilon_after)} ({c.method.value.upper()})",
+        )
+        for c in charges
+    ]
+    header = ("time (UTC)", "job", "query", "mechanism", "epsilon after")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in [header, *rows]]
+
+
+def show_ledger(site_db: Path, job: str | None = None, out: TextIO = sys.stdout) -> int:
+    """Print the ledger at ``site_db`` (only ``job``'s charges if given) to ``out``.
+
+    Returns 0, or 2 after a one-line message on stderr when the file is missing,
+    is not a ledger, or holds no charge for ``job``."""
+    try:
+        ledger = PrivacyLedger.open_readonly(site_db)
+    except ConfigError as err:
+        print(f"privadapt ledger show: {err}", file=sys.stderr)
+        return _EXIT_ERROR
+    with ledger:
+        jobs = ledger.jobs()
+        if job is not None and job not in jobs:
+            known = ", ".join(jobs) if jobs else "none"
+            print(
+                f"privadapt ledger show: ledger {site_db} has no charges for job {job!r} "
+                f"(jobs charged: {known})",
+                file=sys.stderr,
+            )
+            return _EXIT_ERROR
+        _print_ledger(ledger, site_db, jobs if job is None else [job], job, out)
+    return 0
+
+
+def _print_ledger(
+    ledger: PrivacyLedger, site_db: Path, jobs: list[str], job: str | None, out: TextIO
+) -> None:
+    policy = ledger.policy
+    print(f"privacy ledger of site {policy.site_name!r} ({site_db})", file=out)
+    print(
+        f"cap: epsilon={_epsilon(policy.epsilon_cap)} at delta={policy.delta_cap:g}, "
+        f"{policy.adjacency.value} adjacency, accounted by {policy.accounting.value.upper()}",
+        file=out,
+    )
+    charges = ledger.charges(job)
+    print(file=out)
+    if not charges:
+        print("no charges yet", file=out)
+        return
+    for line in _charge_table(charges, policy.adjacency):
+        print(line, file=out)
+    print(file=out)
+    print(f"totals (composed epsilon at delta={policy.delta_cap:g}):", file=out)
+    counts = {name: 0 for name in jobs}
+    for charge in charges:
+        counts[charge.job_id] += 1
+    width = max(len(name) for name in [*jobs, "all jobs"])
+    for name in jobs:
+        report = ledger.spent_by_job(name)
+        print(
+            f"  job {name.ljust(width)}  {counts[name]:>5} charges  "
+            f"epsilon={_epsilon(report.epsilon)} ({report.method.value.upper()})",
+            file=out,
+        )
+    total = ledger.spent()
+    used = ""
+    if math.isfinite(policy.epsilon_cap) and policy.epsilon_cap > 0:
+        used = f", {100 * total.epsilon / policy.epsilon_cap:.0f}% of the cap"
+    everything = len(ledger.charges()) if job is not None else len(charges)
+    print(
+        f"  site {'all jobs'.ljust(width)} {everything:>5} charges  "
+        f"epsilon={_epsilon(total.epsilon)} ({total.method.value.upper()}){used}",
+        file=out,
+    )

@@ -1,0 +1,240 @@
+"""A site's privacy policy: what the site operator allows, checked by the site.
+
+DESIGN.md section 2: the site, not the coordinator, enforces privacy. The
+policy is the operator's statement of that enforcement: a cap on the composed
+privacy loss (``epsilon_cap`` at ``delta_cap``, in a stated adjacency and by a
+stated accounting method), the kernels the site will run, the least noise it
+accepts, how many colluding sites it assumes, and the largest data bounds a
+query may ask it to clip to.
+
+Operators write it as TOML::
+
+    [site]
+    name = "st-mary"
+    [privacy]
+    epsilon_cap = 5.0            # `inf` only for simulation/test sites
+    delta_cap = 1e-5
+    adjacency = "replace_one"    # or "add_remove_one"
+    accounting = "pld"           # or "rdp"
+    min_noise_multiplier = 0.5
+    collusion_tolerance = 0
+    min_participants = 2
+    allow_non_private = false    # true only together with epsilon_cap = inf
+    [queries]
+    allowed_kernels = ["linear_gradient", "second_moments", "record_count"]
+    max_clip_norm = 10.0
+    max_label_bound = 10.0
+
+Every problem is reported as a ``ConfigError`` naming the file, the key and
+what would be accepted, once, when the policy is loaded.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from privadapt.common.accounting import AccountingMethod
+from privadapt.common.errors import ConfigError
+from privadapt.common.kernels import registered_kernels
+from privadapt.common.mechanisms import Adjacency
+
+
+def _is_number(value: Any) -> bool:
+    # bool is an int subclass; `epsilon_cap = true` is a typo, not a number.
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class SitePolicy:
+    """What a site allows. Validated on construction (``ConfigError``)."""
+
+    site_name: str
+    epsilon_cap: float
+    delta_cap: float
+    allowed_kernels: frozenset[str] | None = None
+    min_noise_multiplier: float = 0.0
+    collusion_tolerance: int = 0
+    min_participants: int = 1
+    adjacency: Adjacency = Adjacency.REPLACE_ONE
+    accounting: AccountingMethod = AccountingMethod.PLD
+    max_clip_norm: float | None = None
+    max_label_bound: float | None = None
+    allow_non_private: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.site_name, str) or not self.site_name.strip():
+            raise ConfigError(f"site name must be a non-empty string, got {self.site_name!r}")
+        if self.site_name != self.site_name.strip():
+            raise ConfigError(f"site name {self.site_name!r} has leading or trailing spaces")
+        self._check_privacy()
+        self._check_queries()
+
+    def _fail(self, message: str) -> ConfigError:
+        return ConfigError(f"site policy {self.site_name!r}: {message}")
+
+    def _check_privacy(self) -> None:
+        cap = self.epsilon_cap
+        if not _is_number(cap) or math.isnan(cap) or cap < 0:
+            raise self._fail(
+                f"epsilon_cap must be a number >= 0 (inf only for a simulation site), got {cap!r}"
+            )
+        object.__setattr__(self, "epsilon_cap", float(cap))
+        delta = self.delta_cap
+        if not _is_number(delta) or not 0 <= delta < 1:
+            raise self._fail(f"delta_cap must be a number in [0, 1) such as 1e-5, got {delta!r}")
+        object.__setattr__(self, "delta_cap", float(delta))
+        for name, allowed, convert in (
+            ("adjacency", Adjacency, Adjacency),
+            ("accounting", AccountingMethod, AccountingMethod),
+        ):
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, convert(value))
+            except ValueError:
+                choices = ", ".join(repr(a.value) for a in allowed)
+                raise self._fail(f"{name} must be one of {choices}, got {value!r}") from None
+        z = self.min_noise_multiplier
+        if not _is_number(z) or not math.isfinite(z) or z < 0:
+            raise self._fail(f"min_noise_multiplier must be a finite number >= 0, got {z!r}")
+        object.__setattr__(self, "min_noise_multiplier", float(z))
+        t, k = self.collusion_tolerance, self.min_participants
+        if not _is_int(t) or t < 0:
+            raise self._fail(f"collusion_tolerance must be a whole number >= 0, got {t!r}")
+        if not _is_int(k) or k < 1:
+            raise self._fail(f"min_participants must be a whole number >= 1, got {k!r}")
+        if not isinstance(self.allow_non_private, bool):
+            raise self._fail(
+                f"allow_non_private must be true or false, got {self.allow_non_private!r}"
+            )
+        if self.allow_non_private and not math.isinf(self.epsilon_cap):
+            raise self._fail(
+                "allow_non_private = true releases exact sums, which only a simulation or "
+                "test site may do; it requires epsilon_cap = inf, but epsilon_cap is "
+                f"{self.epsilon_cap:g}"
+            )
+
+    def _check_queries(self) -> None:
+        kernels = self.allowed_kernels
+        if kernels is not None:
+            if isinstance(kernels, str) or not isinstance(kernels, Iterable):
+                raise self._fail(
+                    f"allowed_kernels must be a list of kernel names, got {kernels!r}"
+                )
+            kernels = frozenset(kernels)
+            known = set(registered_kernels())
+            for name in sorted(kernels, key=str):
+                if name not in known:
+                    raise self._fail(
+                        f"allowed_kernels names unknown kernel {name!r}{_suggest(name, known)}; "
+                        f"registered kernels: {sorted(known)}"
+                    )
+            object.__setattr__(self, "allowed_kernels", kernels)
+        for name in ("max_clip_norm", "max_label_bound"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not _is_number(value) or not math.isfinite(value) or value <= 0:
+                raise self._fail(f"{name} must be a finite number > 0 (or absent), got {value!r}")
+            object.__setattr__(self, name, float(value))
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> SitePolicy:
+        """Load a policy file; ``ConfigError`` names the file and the bad key."""
+        path = Path(path)
+        try:
+            with path.open("rb") as handle:
+                data = tomllib.load(handle)
+        except FileNotFoundError:
+            raise ConfigError(
+                f"policy file {path}: not found; pass the path of the site's policy TOML"
+            ) from None
+        except OSError as err:
+            raise ConfigError(f"policy file {path}: cannot be read: {err.strerror}") from None
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"policy file {path}: not valid TOML: {err}") from None
+        return cls.from_dict(data, source=f"policy file {path}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "site policy") -> SitePolicy:
+        """Build a policy from the TOML layout (sections ``site``, ``privacy``,
+        ``queries``); ``source`` prefixes every error message."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{source}: expected a table of sections, got {data!r}")
+        fields: dict[str, Any] = {}
+        for section, value in data.items():
+            if section not in _LAYOUT:
+                raise ConfigError(
+                    f"{source}: unknown section [{section}]{_suggest(section, _LAYOUT)}; "
+                    f"known sections: {', '.join(f'[{s}]' for s in _LAYOUT)}"
+                )
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{source}: [{section}] must be a table of keys")
+            fields.update(_read_section(section, value, source))
+        for section, keys in _LAYOUT.items():
+            for key, (field, _, _, required) in keys.items():
+                if required and field not in fields:
+                    raise ConfigError(f"{source}: missing required key [{section}] {key}")
+        try:
+            return cls(**fields)
+        except ConfigError as err:
+            raise ConfigError(f"{source}: {err}") from None
+
+
+def _suggest(name: object, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(name), list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _kernel_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+# TOML key -> (SitePolicy field, type check, expected-type text, required).
+_Spec = tuple[str, Callable[[Any], bool], str, bool]
+_NUMBER: tuple[Callable[[Any], bool], str] = (_is_number, "a number")
+_LAYOUT: dict[str, dict[str, _Spec]] = {
+    "site": {"name": ("site_name", lambda v: isinstance(v, str), "a string", True)},
+    "privacy": {
+        "epsilon_cap": ("epsilon_cap", *_NUMBER, True),
+        "delta_cap": ("delta_cap", *_NUMBER, True),
+        "adjacency": ("adjacency", lambda v: isinstance(v, str), "a string", False),
+        "accounting": ("accounting", lambda v: isinstance(v, str), "a string", False),
+        "min_noise_multiplier": ("min_noise_multiplier", *_NUMBER, False),
+        "collusion_tolerance": ("collusion_tolerance", _is_int, "a whole number", False),
+        "min_participants": ("min_participants", _is_int, "a whole number", False),
+        "allow_non_private": (
+            "allow_non_private", lambda v: isinstance(v, bool), "true or false", False
+        ),
+    },
+    "queries": {
+        "allowed_kernels": ("allowed_kernels", _kernel_list, "a list of kernel names", False),
+        "max_clip_norm": ("max_clip_norm", *_NUMBER, False),
+        "max_label_bound": ("max_label_bound", *_NUMBER, False),
+    },
+}
+
+
+def _read_section(section: str, table: Mapping[str, Any], source: str) -> dict[str, Any]:
+    keys = _LAYOUT[section]
+    fields: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in keys:
+            raise ConfigError(
+                f"{source}: unknown key [{section}] {key}{_suggest(key, keys)}; "
+                f"known keys in [{section}]: {', '.join(keys)}"
+            )
+        field, check, expected, _ = keys[key]
+        if not check(value):
+            raise ConfigError(f"{source}: [{section}] {key} must be {expected}, got {value!r}")
+        fields[field] = frozenset(value) if field == "allowed_kernels" else value
+    return fields

@@ -1,0 +1,167 @@
+"""SitePolicy: the operator's TOML file, read once, with errors naming file and key."""
+
+import math
+
+import pytest
+
+from privadapt.client.policy import SitePolicy
+from privadapt.common.accounting import AccountingMethod
+from privadapt.common.errors import ConfigError
+from privadapt.common.mechanisms import Adjacency
+
+GOOD_TOML = """
+[site]
+name = "st-mary"
+[privacy]
+epsilon_cap = 5.0
+delta_cap = 1e-5
+adjacency = "replace_one"
+accounting = "pld"
+min_noise_multiplier = 0.5
+collusion_tolerance = 0
+min_participants = 2
+allow_non_private = false
+[queries]
+allowed_kernels = ["linear_gradient", "second_moments", "record_count"]
+max_clip_norm = 10.0
+max_label_bound = 10.0
+"""
+
+MINIMAL = {"site": {"name": "st-mary"}, "privacy": {"epsilon_cap": 1.0, "delta_cap": 1e-6}}
+
+
+def write_policy(tmp_path, text):
+    path = tmp_path / "policy.toml"
+    path.write_text(text)
+    return path
+
+
+def with_key(section, key, value):
+    data = {name: dict(table) for name, table in MINIMAL.items()}
+    data.setdefault(section, {})[key] = value
+    return data
+
+
+def test_policy_file_sets_every_field(tmp_path):
+    policy = SitePolicy.from_toml(write_policy(tmp_path, GOOD_TOML))
+    assert policy == SitePolicy(
+        site_name="st-mary",
+        epsilon_cap=5.0,
+        delta_cap=1e-5,
+        allowed_kernels=frozenset({"linear_gradient", "second_moments", "record_count"}),
+        min_noise_multiplier=0.5,
+        collusion_tolerance=0,
+        min_participants=2,
+        adjacency=Adjacency.REPLACE_ONE,
+        accounting=AccountingMethod.PLD,
+        max_clip_norm=10.0,
+        max_label_bound=10.0,
+        allow_non_private=False,
+    )
+
+
+def test_omitted_keys_take_the_documented_defaults():
+    policy = SitePolicy.from_dict(MINIMAL)
+    assert policy.allowed_kernels is None and policy.min_noise_multiplier == 0.0
+    assert (policy.collusion_tolerance, policy.min_participants) == (0, 1)
+    assert policy.adjacency == Adjacency.REPLACE_ONE
+    assert policy.accounting == AccountingMethod.PLD
+    assert policy.max_clip_norm is None and policy.allow_non_private is False
+
+
+def test_infinite_cap_is_expressible_in_toml_for_simulation_sites(tmp_path):
+    text = GOOD_TOML.replace("epsilon_cap = 5.0", "epsilon_cap = inf").replace(
+        "allow_non_private = false", "allow_non_private = true"
+    )
+    policy = SitePolicy.from_toml(write_policy(tmp_path, text))
+    assert math.isinf(policy.epsilon_cap) and policy.allow_non_private
+
+
+def test_integer_cap_is_accepted_as_a_number():
+    assert SitePolicy.from_dict(with_key("privacy", "epsilon_cap", 3)).epsilon_cap == 3.0
+
+
+def test_missing_policy_file_names_the_file(tmp_path):
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match=f"policy file {missing}: not found"):
+        SitePolicy.from_toml(missing)
+
+
+def test_malformed_toml_names_the_file(tmp_path):
+    path = write_policy(tmp_path, "[site\nname = 1")
+    with pytest.raises(ConfigError, match=f"policy file {path}: not valid TOML"):
+        SitePolicy.from_toml(path)
+
+
+def test_unknown_key_names_file_section_key_and_suggests_the_right_one(tmp_path):
+    path = write_policy(tmp_path, GOOD_TOML.replace("epsilon_cap", "epsilon_cpa"))
+    with pytest.raises(ConfigError) as err:
+        SitePolicy.from_toml(path)
+    message = str(err.value)
+    assert str(path) in message and "unknown key [privacy] epsilon_cpa" in message
+    assert "did you mean 'epsilon_cap'" in message
+
+
+def test_unknown_section_is_refused():
+    with pytest.raises(ConfigError, match=r"unknown section \[privacy_settings\]"):
+        SitePolicy.from_dict({**MINIMAL, "privacy_settings": {}})
+
+
+def test_wrong_type_names_file_and_key(tmp_path):
+    path = write_policy(tmp_path, GOOD_TOML.replace("epsilon_cap = 5.0", 'epsilon_cap = "5"'))
+    with pytest.raises(ConfigError, match=r"\[privacy\] epsilon_cap must be a number, got '5'"):
+        SitePolicy.from_toml(path)
+
+
+def test_boolean_is_not_accepted_as_a_number():
+    with pytest.raises(ConfigError, match="delta_cap must be a number"):
+        SitePolicy.from_dict(with_key("privacy", "delta_cap", True))
+
+
+def test_missing_required_key_is_named():
+    with pytest.raises(ConfigError, match=r"missing required key \[privacy\] delta_cap"):
+        SitePolicy.from_dict({"site": {"name": "a"}, "privacy": {"epsilon_cap": 1.0}})
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "expected"),
+    [
+        ("privacy", "epsilon_cap", -1.0, "epsilon_cap must be a number >= 0"),
+        ("privacy", "epsilon_cap", float("nan"), "epsilon_cap must be a number >= 0"),
+        ("privacy", "delta_cap", 1.0, r"delta_cap must be a number in \[0, 1\)"),
+        ("privacy", "adjacency", "replace", "adjacency must be one of 'replace_one'"),
+        ("privacy", "accounting", "moments", "accounting must be one of 'pld', 'rdp'"),
+        ("privacy", "min_noise_multiplier", -0.1, "min_noise_multiplier must be a finite"),
+        ("privacy", "collusion_tolerance", -1, "collusion_tolerance must be a whole number"),
+        ("privacy", "min_participants", 0, "min_participants must be a whole number >= 1"),
+        ("privacy", "min_participants", 2.5, r"\[privacy\] min_participants must be a whole"),
+        ("queries", "max_clip_norm", 0.0, "max_clip_norm must be a finite number > 0"),
+        ("queries", "max_label_bound", float("inf"), "max_label_bound must be a finite"),
+        ("queries", "allowed_kernels", "record_count", "must be a list of kernel names"),
+        ("queries", "allowed_kernels", ["linear_gradiant"], "did you mean 'linear_gradient'"),
+    ],
+)
+def test_invalid_value_is_refused_with_an_actionable_message(section, key, value, expected):
+    with pytest.raises(ConfigError, match=expected):
+        SitePolicy.from_dict(with_key(section, key, value))
+
+
+def test_non_private_releases_require_an_infinite_cap():
+    with pytest.raises(ConfigError, match="requires epsilon_cap = inf"):
+        SitePolicy.from_dict(with_key("privacy", "allow_non_private", True))
+
+
+def test_messages_from_a_file_name_the_site_and_the_file(tmp_path):
+    path = write_policy(tmp_path, GOOD_TOML.replace("delta_cap = 1e-5", "delta_cap = 2.0"))
+    with pytest.raises(ConfigError, match=f"policy file {path}: site policy 'st-mary': delta_cap"):
+        SitePolicy.from_toml(path)
+
+
+def test_empty_site_name_is_refused():
+    with pytest.raises(ConfigError, match="site name must be a non-empty string"):
+        SitePolicy(site_name=" ", epsilon_cap=1.0, delta_cap=1e-5)
+
+
+def test_allowed_kernels_given_as_a_list_become_a_frozenset():
+    policy = SitePolicy("a", 1.0, 1e-5, allowed_kernels=["record_count"])
+    assert policy.allowed_kernels == frozenset({"record_count"})

@@ -1,0 +1,52 @@
+"""Shared fixtures: small synthetic sites with their own ledgers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.policy import SitePolicy
+from privadapt.client.site import Site
+from privadapt.common.data import Dataset
+from privadapt.common.noise import SeededUniformSource
+
+
+def synthetic_dataset(num_records: int, dim: int, seed: int) -> Dataset:
+    """Linearly separable-ish logistic data with ||x|| <= 1."""
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(num_records, dim))
+    features /= np.maximum(1.0, np.linalg.norm(features, axis=1))[:, None]
+    truth = np.linspace(-2.0, 2.0, dim)
+    labels = np.where(features @ truth + 0.3 * rng.normal(size=num_records) >= 0, 1.0, -1.0)
+    return Dataset(features, labels, tuple(f"x{i}" for i in range(dim)))
+
+
+SiteFactory = Callable[..., Site]
+
+
+@pytest.fixture
+def make_site(tmp_path) -> SiteFactory:
+    """Build a Site over synthetic data with a ledger in tmp_path."""
+
+    def factory(
+        name: str = "site-a",
+        num_records: int = 200,
+        dim: int = 5,
+        seed: int = 0,
+        noise_seed: int | None = 0,
+        **policy_fields,
+    ) -> Site:
+        policy_fields.setdefault("epsilon_cap", 10.0)
+        policy_fields.setdefault("delta_cap", 1e-5)
+        if math.isinf(policy_fields["epsilon_cap"]):
+            policy_fields.setdefault("allow_non_private", True)
+        policy = SitePolicy(site_name=name, **policy_fields)
+        ledger = PrivacyLedger(tmp_path / f"{name}.db", policy)
+        source = None if noise_seed is None else SeededUniformSource(noise_seed)
+        return Site(synthetic_dataset(num_records, dim, seed), policy, ledger, source)
+
+    return factory
