@@ -308,13 +308,15 @@ class PrivacyLedger:
 
     # -- reading -------------------------------------------------------------
 
-    def spent(self) -> EpsilonReport:
-        """The site's composed epsilon over every charge, at its cap delta."""
-        return exact_report(_multiset(self._connection(), None), self.policy)
+    def spent(self, delta: float | None = None) -> EpsilonReport:
+        """The site's composed epsilon over every charge, at ``delta`` (default:
+        the cap's, the figure the cap is checked against)."""
+        return exact_report(_multiset(self._connection(), None), self.policy, delta)
 
-    def spent_by_job(self, job_id: str) -> EpsilonReport:
-        """The composed epsilon of one job's charges, at the site's cap delta."""
-        return exact_report(_multiset(self._connection(), job_id), self.policy)
+    def spent_by_job(self, job_id: str, delta: float | None = None) -> EpsilonReport:
+        """The composed epsilon of one job's charges, at ``delta`` (default:
+        the cap's)."""
+        return exact_report(_multiset(self._connection(), job_id), self.policy, delta)
 
     def charges(self, job_id: str | None = None) -> list[Charge]:
         """Every charge (of ``job_id`` if given), oldest first."""

@@ -53,14 +53,18 @@ _CACHE: OrderedDict[tuple[str, str, float, str], EpsilonReport] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 
 
-def exact_report(multiset: Multiset, policy: SitePolicy) -> EpsilonReport:
-    """The policy's accountant over ``multiset``: what :func:`epsilon_spent`
-    returns for the same mechanisms. Cached by the multiset."""
+def exact_report(
+    multiset: Multiset, policy: SitePolicy, delta: float | None = None
+) -> EpsilonReport:
+    """The policy's accountant over ``multiset`` at ``delta`` (default: the
+    cap's): what :func:`epsilon_spent` returns for the same mechanisms. Cached
+    by the multiset."""
+    delta = policy.delta_cap if delta is None else delta
     canonical = json.dumps(sorted(multiset.items())).encode()
     key = (
         policy.adjacency.value,
         policy.accounting.value,
-        policy.delta_cap,
+        delta,
         hashlib.sha256(canonical).hexdigest(),
     )
     with _CACHE_LOCK:
@@ -70,7 +74,7 @@ def exact_report(multiset: Multiset, policy: SitePolicy) -> EpsilonReport:
     accountant = PrivacyAccountant(policy.adjacency, policy.accounting)
     for text, count in multiset.items():
         accountant.compose(parse_mechanism(text), count)
-    report = accountant.report(policy.delta_cap)
+    report = accountant.report(delta)
     with _CACHE_LOCK:
         _CACHE[key] = report
         while len(_CACHE) > _CACHE_SIZE:

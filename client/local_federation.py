@@ -69,5 +69,5 @@ class LocalFederation:
         )
         return AggregateAnswer(query.query_id, blocks, tuple(s.site_name for s in shares))
 
-    def privacy_spent(self) -> dict[str, SitePrivacy]:
-        return {site.name: site.privacy_spent(self._job_id) for site in self._sites}
+    def privacy_spent(self, delta: float | None = None) -> dict[str, SitePrivacy]:
+        return {site.name: site.privacy_spent(self._job_id, delta) for site in self._sites}

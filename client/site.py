@@ -96,11 +96,12 @@ class Site:
         )
         return SiteShare(self.name, query.query_id, shares)
 
-    def privacy_spent(self, job_id: str) -> SitePrivacy:
-        """This site's spend on ``job_id`` and in total, from its own ledger."""
+    def privacy_spent(self, job_id: str, delta: float | None = None) -> SitePrivacy:
+        """This site's spend on ``job_id`` (at ``delta``, default the cap's) and
+        in total (at the cap's delta), from its own ledger."""
         return SitePrivacy(
             site_name=self.name,
-            job=self.ledger.spent_by_job(job_id),
+            job=self.ledger.spent_by_job(job_id, delta),
             total=self.ledger.spent(),
             cap_epsilon=self.policy.epsilon_cap,
             mechanisms=tuple(c.mechanism for c in self.ledger.charges(job_id)),

@@ -108,6 +108,7 @@ class Federation(Protocol):
         """Ask every site for its privatised kernel sum; return the aggregate."""
         ...
 
-    def privacy_spent(self) -> dict[str, SitePrivacy]:
-        """Each site's spend for this job, as read from its own ledger."""
+    def privacy_spent(self, delta: float | None = None) -> dict[str, SitePrivacy]:
+        """Each site's spend for this job at ``delta`` (default: each site's
+        cap delta) and in total, as read from its own ledger."""
         ...

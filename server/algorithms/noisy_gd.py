@@ -132,5 +132,5 @@ def noisy_gd(
         average_weights=weight_sum / iterations,
         noise_multiplier=noise_multiplier,
         history=history,
-        privacy=federation.privacy_spent(),
+        privacy=federation.privacy_spent(None if math.isinf(epsilon) else delta),
     )

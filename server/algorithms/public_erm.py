@@ -32,16 +32,6 @@ def _objective(
     return value + ridge * float(weights @ weights), gradient + 2.0 * ridge * weights
 
 
-def _ridge_fit(
-    features: np.ndarray, labels: np.ndarray, loss: str, ridge: float, start: np.ndarray
-) -> np.ndarray:
-    result = optimize.minimize(
-        _objective, start, args=(features, labels, loss, ridge), jac=True, method="L-BFGS-B",
-        options={"maxiter": 2000, "gtol": 1e-10},
-    )
-    return result.x
-
-
 def fit_linear(
     features: np.ndarray,
     labels: np.ndarray,
@@ -51,23 +41,22 @@ def fit_linear(
     """argmin over ||w|| <= radius of the mean loss on public (features, labels)."""
     if loss not in ("logistic", "squared"):
         raise ValueError(f"loss must be 'logistic' or 'squared', got {loss!r}")
-    start = np.zeros(features.shape[1])
-    weights = _ridge_fit(features, labels, loss, 0.0, start)
-    if np.linalg.norm(weights) <= radius:
-        return weights
-    low, high = 0.0, 1.0
-    while np.linalg.norm(_ridge_fit(features, labels, loss, high, start)) > radius:
-        low, high = high, high * 4.0
-    for _ in range(40):
-        middle = 0.5 * (low + high)
-        weights = _ridge_fit(features, labels, loss, middle, start)
-        if np.linalg.norm(weights) > radius:
-            low = middle
-        else:
-            high = middle
-    weights = _ridge_fit(features, labels, loss, high, start)
-    norm = np.linalg.norm(weights)
-    return weights if norm <= radius else weights * (radius / norm)
+    if not radius > 0:
+        raise ValueError(f"radius must be > 0, got {radius!r}")
+    ball = {
+        "type": "ineq",
+        "fun": lambda w: radius**2 - w @ w,
+        "jac": lambda w: -2.0 * w,
+    }
+    result = optimize.minimize(
+        _objective, np.zeros(features.shape[1]), args=(features, labels, loss, 0.0), jac=True,
+        method="SLSQP", constraints=[ball], options={"maxiter": 2000, "ftol": 1e-12},
+    )
+    if not result.success:
+        raise RuntimeError(f"public fit did not converge: {result.message}")
+    norm = np.linalg.norm(result.x)
+    # SLSQP may sit a rounding error outside the constraint.
+    return result.x if norm <= radius else result.x * (radius / norm)
 
 
 def accuracy(weights: np.ndarray, features: np.ndarray, labels: np.ndarray) -> float:
