@@ -19,6 +19,7 @@ import math
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from privadapt.client.ledger import PrivacyLedger
@@ -65,6 +66,7 @@ def progress_printer(label: str):
 
 def run(workdir: Path) -> int:
     started = time.perf_counter()
+    run_id = uuid.uuid4().hex[:6]  # job ids are unique per run: ledgers refuse replays
     domains = load_adult_domains(num_sites=len(SITE_NAMES), seed=0)
     sizes = ", ".join(f"{n}={d.num_records}" for n, d in zip(SITE_NAMES, domains.target_sites,
                                                                 strict=True))
@@ -80,7 +82,8 @@ def run(workdir: Path) -> int:
                                                            test.labels)))
 
     dim = domains.source.dim
-    simulation = LocalFederation(make_sites(domains, workdir, private=False), job_id="target-only")
+    simulation_sites = make_sites(domains, workdir, private=False)
+    simulation = LocalFederation(simulation_sites, job_id=f"target-only-{run_id}")
     result = noisy_gd(simulation, dim=dim, loss="logistic", epsilon=math.inf, delta=DELTA,
                       progress=progress_printer("non-private"), progress_every=PROGRESS_EVERY,
                       **HYPERPARAMETERS)
@@ -89,7 +92,7 @@ def run(workdir: Path) -> int:
 
     private_sites = make_sites(domains, workdir, private=True)
     for epsilon in (1.0, 3.0):
-        federation = LocalFederation(private_sites, job_id=f"noisy-gd-eps{epsilon:g}")
+        federation = LocalFederation(private_sites, job_id=f"noisy-gd-eps{epsilon:g}-{run_id}")
         result = noisy_gd(federation, dim=dim, loss="logistic", epsilon=epsilon, delta=DELTA,
                           progress=progress_printer(f"epsilon={epsilon:g}"),
                           progress_every=PROGRESS_EVERY, **HYPERPARAMETERS)

@@ -1,0 +1,45 @@
+"""The console entry points exist and behave as documented."""
+
+import subprocess
+import sys
+
+import pytest
+
+from privadapt.client import daemon
+from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.policy import SitePolicy
+from privadapt.common.mechanisms import GaussianMechanism
+from privadapt.server import cli, coordinator
+
+
+def test_ledger_show_prints_charges_and_totals(tmp_path, capsys):
+    policy = SitePolicy("st-mary", 3.0, 1e-5)
+    with PrivacyLedger(tmp_path / "ledger.db", policy) as ledger:
+        ledger.charge("job-1", "q1", GaussianMechanism.single(2.0, 10.0))
+    assert cli.main(["ledger", "show", "--site-db", str(tmp_path / "ledger.db")]) == 0
+    out = capsys.readouterr().out
+    assert "st-mary" in out and "job-1" in out and "q1" in out
+
+
+def test_ledger_show_of_missing_file_exits_2_without_traceback(tmp_path, capsys):
+    assert cli.main(["ledger", "show", "--site-db", str(tmp_path / "absent.db")]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("entry", [daemon.main, coordinator.main])
+def test_daemons_say_they_are_not_available_yet_and_exit_cleanly(entry, capsys):
+    assert entry([]) == 0
+    assert "not available yet" in capsys.readouterr().err
+
+
+def test_privadapt_without_command_prints_help(capsys):
+    assert cli.main([]) == 0
+    assert "ledger" in capsys.readouterr().out
+
+
+def test_console_script_module_runs_in_a_fresh_process():
+    result = subprocess.run(
+        [sys.executable, "-m", "privadapt.server.cli", "--help"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode == 0 and "privadapt" in result.stdout
