@@ -75,11 +75,13 @@ def _charge_table(charges: list[Charge], adjacency: Adjacency) -> list[str]:
             for row in [header, *rows]]
 
 
-def show_ledger(site_db: Path, job: str | None = None, out: TextIO = sys.stdout) -> int:
-    """Print the ledger at ``site_db`` (only ``job``'s charges if given) to ``out``.
+def show_ledger(site_db: Path, job: str | None = None, out: TextIO | None = None) -> int:
+    """Print the ledger at ``site_db`` (only ``job``'s charges if given) to ``out``
+    (default: the current ``sys.stdout``, looked up at call time).
 
     Returns 0, or 2 after a one-line message on stderr when the file is missing,
     is not a ledger, or holds no charge for ``job``."""
+    out = sys.stdout if out is None else out
     try:
         ledger = PrivacyLedger.open_readonly(site_db)
     except ConfigError as err:
