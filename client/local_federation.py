@@ -1,8 +1,9 @@
 """A federation of in-process sites, for experiments, benchmarks and tests.
 
-Aggregation goes through the same fixed-point encode / sum modulo 2^64 /
-decode path as the networked federation (without the pairwise masks, which
-cancel there), so both round identically (DESIGN.md section 3).
+Sites return shares already encoded on the fixed-point grid; the federation
+sums them modulo 2^64 and decodes, as the networked federation does (without
+the pairwise masks, which cancel there), so both round identically (DESIGN.md
+section 3).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from privadapt.client.site import Site
+from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import AggregateAnswer, Query, SitePrivacy
 from privadapt.common.fixed_point import FixedPointCodec
-from privadapt.common.mechanisms import Mechanism
+from privadapt.common.mechanisms import Adjacency, Mechanism
 
 
 class LocalFederation:
@@ -45,6 +47,14 @@ class LocalFederation:
 
     @property
     def site_sizes(self) -> dict[str, int]:
+        """Public only under replace-one adjacency (DESIGN.md section 2); a site
+        accounting add/remove must be asked for a noisy ``record_count`` instead."""
+        private = [s.name for s in self._sites if s.policy.adjacency != Adjacency.REPLACE_ONE]
+        if private:
+            raise QueryRefusedError(
+                f"sites {private} account under add/remove adjacency, where their sizes are "
+                "private: query record_count with noise instead"
+            )
         return {site.name: site.num_records for site in self._sites}
 
     @property
@@ -61,10 +71,11 @@ class LocalFederation:
             params=params,
             mechanism=mechanism,
             collusion_tolerance=self.collusion_tolerance,
+            fractional_bits=self.codec.fractional_bits,
         )
         shares = [site.answer(query, self.num_sites) for site in self._sites]
         blocks = tuple(
-            self.codec.decode(self.codec.add(self.codec.encode(s.blocks[b]) for s in shares))
+            self.codec.decode(self.codec.add(s.blocks[b] for s in shares))
             for b in range(len(shares[0].blocks))
         )
         return AggregateAnswer(query.query_id, blocks, tuple(s.site_name for s in shares))

@@ -9,11 +9,21 @@ are exercised identically in experiments and in production (DESIGN.md 2, 4).
 What the site trusts from the coordinator: nothing about privacy. It computes
 the kernel's sensitivity itself, from the public parameters and its own policy's
 adjacency, and charges the noise it actually adds against that sensitivity.
+
+Floating point (Mironov 2012): the share leaves as integers on the fixed-point
+grid 2^-f. The kernel sum and the noise share are rounded onto the grid
+*separately*, so the release equals (rounded sum) + (noise rounded to the grid):
+a post-processing of the ideal mechanism on the rounded sum, whose sensitivity is
+the kernel's plus sqrt(size) 2^-f (each coordinate's rounding moves it by at most
+half a step); that is what the site charges. The noise sampler resolves the grid
+for every noise level the site accepts (``max_grid_safe_noise``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +35,7 @@ from privadapt.client.policy import SitePolicy
 from privadapt.common.data import Dataset, Schema, load_dataset
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query, SitePrivacy, SiteShare
+from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import Kernel, get_kernel
 from privadapt.common.mechanisms import (
     GaussianMechanism,
@@ -33,12 +44,35 @@ from privadapt.common.mechanisms import (
     NoNoise,
     declared_sensitivities,
 )
-from privadapt.common.noise import UniformSource, gaussian_share, laplace_share
+from privadapt.common.noise import (
+    RandomBits,
+    gaussian_share,
+    honest_share_count,
+    laplace_share,
+    max_grid_safe_noise,
+)
 
 logger = logging.getLogger(__name__)
 
 # Declared sensitivities may differ from the site's by float rounding only.
 _SENSITIVITY_SLACK = 1e-9
+# Noise samples reach about this many standard deviations (bounds the range check).
+_NOISE_REACH = 40.0
+_FRACTIONAL_BITS_RANGE = (16, 48)
+
+
+def _own_copy(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A private snapshot of the query's parameters: every later read (checks,
+    sensitivity, the kernel) sees the same values, whatever object was sent."""
+    copied: dict[str, Any] = {}
+    for key, value in dict(params).items():
+        if isinstance(value, np.ndarray | list | tuple):
+            copied[str(key)] = np.array(value, copy=True)
+        elif isinstance(value, bool | int | float | str | np.generic) or value is None:
+            copied[str(key)] = value.item() if isinstance(value, np.generic) else value
+        else:
+            raise ValueError(f"parameter {key!r} has unsupported type {type(value).__name__}")
+    return copied
 
 
 class Site:
@@ -49,7 +83,7 @@ class Site:
         data: Dataset,
         policy: SitePolicy,
         ledger: PrivacyLedger,
-        noise_source: UniformSource | None = None,
+        noise_source: RandomBits | None = None,
     ) -> None:
         self._data = data
         self.policy = policy
@@ -82,13 +116,25 @@ class Site:
 
     def answer(self, query: Query, num_participants: int) -> SiteShare:
         """This site's privatised share of ``query`` among ``num_participants``
-        sites; raises ``QueryRefusedError`` (or ``BudgetExceededError``) when
-        the policy forbids it, before anything is released."""
+        sites, encoded on the fixed-point grid; raises ``QueryRefusedError`` (or
+        ``BudgetExceededError``) when the policy forbids it, before anything is
+        released."""
+        try:
+            query = dataclasses.replace(query, params=_own_copy(query.params))
+            honest_share_count(num_participants, query.collusion_tolerance)
+        except ValueError as err:
+            raise self._refuse(query, str(err)) from None
         kernel = self._checked_kernel(query, num_participants)
-        charged = self._charged_mechanism(kernel, query)
+        codec = self._codec(query)
+        charged = self._charged_mechanism(kernel, query, codec)
+        self._check_range(kernel, query, num_participants, codec)
         state = self._job_states.setdefault(query.job_id, {})
         blocks = kernel.compute(self._data, query.params, state)
-        shares = self._add_noise_shares(blocks, query, num_participants)
+        noise = self._noise_shares(blocks, query, num_participants)
+        shares = tuple(
+            codec.encode(value) + codec.encode(share)  # uint64: wraps modulo 2^64
+            for value, share in zip(blocks, noise, strict=True)
+        )
         charge = self.ledger.charge(query.job_id, query.query_id, charged)
         logger.info(
             "site=%s job=%s query=%s kernel=%s epsilon_spent=%.4g",
@@ -120,7 +166,7 @@ class Site:
         try:
             kernel = get_kernel(query.kernel)
             kernel.validate_params(query.params, self.dim)
-        except (KeyError, ValueError) as err:
+        except (KeyError, ValueError, TypeError, OverflowError) as err:
             raise self._refuse(query, str(err)) from None
         if num_participants < policy.min_participants:
             raise self._refuse(
@@ -153,9 +199,17 @@ class Site:
             if limit is not None and value > limit:
                 raise self._refuse(query, f"{key}={value:g} exceeds the policy's limit {limit:g}")
 
-    def _charged_mechanism(self, kernel: Kernel, query: Query) -> Mechanism:
+    def _codec(self, query: Query) -> FixedPointCodec:
+        low, high = _FRACTIONAL_BITS_RANGE
+        bits = query.fractional_bits
+        if isinstance(bits, bool) or not isinstance(bits, int) or not low <= bits <= high:
+            raise self._refuse(query, f"fractional_bits must be an integer in [{low}, {high}]")
+        return FixedPointCodec(bits)
+
+    def _charged_mechanism(self, kernel: Kernel, query: Query, codec: FixedPointCodec) -> Mechanism:
         """The mechanism as this site accounts it: the noise the query asks
-        for, against the kernel's own sensitivity under the policy's adjacency."""
+        for, against the kernel's own sensitivity under the policy's adjacency,
+        plus what rounding onto the grid can add."""
         mechanism = query.mechanism
         if not isinstance(mechanism, GaussianMechanism | LaplaceMechanism | NoNoise):
             raise self._refuse(query, f"{type(mechanism).__name__} adds no noise a kernel can use")
@@ -175,11 +229,29 @@ class Site:
                     f"clipping guarantees only {true:g}",
                 )
         own = kernel.sensitivities(query.params, self.policy.adjacency, norm, self.dim)
-        charged = mechanism.with_sensitivities(own, self.policy.adjacency)
-        self._check_noise(query, charged)
+        rounded = tuple(
+            # A zero-sensitivity sum is identical on neighbours, and so is its rounding.
+            s + (math.prod(shape) if norm == "l1" else math.sqrt(math.prod(shape))) / codec.scale
+            if s > 0 else 0.0
+            for s, shape in zip(own, shapes, strict=True)
+        )
+        charged = mechanism.with_sensitivities(rounded, self.policy.adjacency)
+        self._check_noise(query, charged, codec)
         return charged
 
-    def _check_noise(self, query: Query, charged: Mechanism) -> None:
+    def _check_range(
+        self, kernel: Kernel, query: Query, num_participants: int, codec: FixedPointCodec
+    ) -> None:
+        """Refuse a query whose aggregate could wrap modulo 2^64: if every site
+        keeps its own share below 1/K of the range, the sum cannot wrap."""
+        noise_scale = max(_noise_scales(query.mechanism), default=0.0)
+        bound = kernel.max_abs_sum(query.params, self.num_records) + _NOISE_REACH * noise_scale
+        try:
+            codec.check_sum_bound(num_participants * bound, "the aggregate of this query")
+        except OverflowError as err:
+            raise self._refuse(query, str(err)) from None
+
+    def _check_noise(self, query: Query, charged: Mechanism, codec: FixedPointCodec) -> None:
         if isinstance(charged, NoNoise):
             if not charged.is_private and not self.policy.allow_non_private:
                 raise self._refuse(query, "a release without noise is not private; the policy "
@@ -195,20 +267,35 @@ class Site:
                 f"noise multiplier {multiplier:.4g} is below the policy's minimum "
                 f"{self.policy.min_noise_multiplier:g}",
             )
+        largest = max(_noise_scales(charged))
+        if largest > max_grid_safe_noise(codec.fractional_bits):
+            raise self._refuse(
+                query,
+                f"noise scale {largest:.4g} is too coarse for the fixed-point grid 2^-"
+                f"{codec.fractional_bits}: ask for fewer fractional bits",
+            )
 
-    def _add_noise_shares(
+    def _noise_shares(
         self, blocks: tuple[np.ndarray, ...], query: Query, num_participants: int
     ) -> tuple[np.ndarray, ...]:
         mechanism, t = query.mechanism, query.collusion_tolerance
         source, sites = self._noise_source, num_participants
         if isinstance(mechanism, GaussianMechanism):
             return tuple(
-                value + gaussian_share(b.sigma, sites, t, value.shape, source)
+                gaussian_share(b.sigma, sites, t, value.shape, source)
                 for value, b in zip(blocks, mechanism.blocks, strict=True)
             )
         if isinstance(mechanism, LaplaceMechanism):
             return tuple(
-                value + laplace_share(mechanism.scale, sites, t, value.shape, source)
-                for value in blocks
+                laplace_share(mechanism.scale, sites, t, value.shape, source) for value in blocks
             )
-        return tuple(np.array(value, dtype=np.float64) for value in blocks)
+        return tuple(np.zeros_like(value, dtype=np.float64) for value in blocks)
+
+
+def _noise_scales(mechanism: Mechanism) -> list[float]:
+    """The standard deviation (Gaussian) or scale (Laplace) of each block's noise."""
+    if isinstance(mechanism, GaussianMechanism):
+        return [b.sigma for b in mechanism.blocks]
+    if isinstance(mechanism, LaplaceMechanism):
+        return [mechanism.scale]
+    return []

@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from privadapt.common.accounting import EpsilonReport
+from privadapt.common.fixed_point import DEFAULT_FRACTIONAL_BITS
 from privadapt.common.mechanisms import Mechanism
 
 
@@ -26,7 +27,8 @@ class Query:
     """One private aggregate query as a site receives it.
 
     ``params`` are public (model weights, clip bounds); ``collusion_tolerance``
-    is the job's t, which sizes every site's noise share (sigma^2 / (K - t)).
+    is the job's t, which sizes every site's noise share (sigma^2 / (K - t));
+    ``fractional_bits`` fixes the aggregation grid 2^-f every share is rounded to.
     """
 
     job_id: str
@@ -35,11 +37,13 @@ class Query:
     params: Mapping[str, Any]
     mechanism: Mechanism
     collusion_tolerance: int = 0
+    fractional_bits: int = DEFAULT_FRACTIONAL_BITS
 
 
 @dataclass(frozen=True)
 class SiteShare:
-    """A site's answer: its clipped sums plus its noise share, one array per block."""
+    """A site's answer: its clipped sums plus its noise share, each rounded onto
+    the fixed-point grid and encoded modulo 2^64 (uint64), one array per block."""
 
     site_name: str
     query_id: str

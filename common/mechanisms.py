@@ -84,8 +84,9 @@ class GaussianMechanism:
 
     @property
     def noise_multiplier(self) -> float:
-        ratio_sq = sum((b.sensitivity / b.sigma) ** 2 for b in self.blocks)
-        return math.inf if ratio_sq == 0 else ratio_sq**-0.5
+        # hypot: no overflow for tiny sigmas (the multiplier is then just 0).
+        ratio = math.hypot(*(b.sensitivity / b.sigma for b in self.blocks))
+        return math.inf if ratio == 0 else 1.0 / ratio
 
     def with_sensitivities(
         self, sensitivities: tuple[float, ...], adjacency: Adjacency

@@ -1,9 +1,9 @@
 """Noise sampling for releases, and the distributed noise shares of each site.
 
-Every sample starts from uniform bits drawn from the operating system's
+Every sample starts from random bits drawn from the operating system's
 cryptographically secure generator (``os.urandom``), fresh for every call, and
-is turned into the target distribution by its inverse CDF. A test may inject a
-seeded :class:`SeededUniformSource`; production code never uses a fixed seed.
+is turned into the target distribution by its inverse CDF. A test may inject
+:class:`SeededRandomBits`; production code never uses a fixed seed.
 
 Distributed noise (DESIGN.md section 2): with K participants of whom up to t
 may collude with the coordinator, each site adds a share sized so that the
@@ -14,11 +14,17 @@ K - t honest shares alone carry the full noise:
   Gamma shapes add, K - t shares sum to Gamma(1, b) - Gamma(1, b) = Laplace(b)
   (the infinite divisibility of Laplace, as in Goryczka and Xiong 2015).
 
-Floating-point caveat (Mironov 2012): inverse-CDF samples on doubles leave gaps
-in the low bits. Releases are rounded onto the fixed-point grid of the
-aggregation codec (:mod:`privadapt.common.fixed_point`) before they leave a site,
-which removes the low-order bits that attack exploits for the grid sizes used;
-a discrete sampler is a later hardening step.
+Floating point (Mironov 2012): a sampler that maps a fixed grid of uniforms
+through an inverse CDF reaches only a sparse set of doubles, and an output off
+that set under a neighbouring dataset reveals which dataset it came from. Two
+defences, both needed: (1) every sample draws its magnitude from a uniform in
+(0, 1/2) with *relative* precision (63 random bits, so the tails are as finely
+resolved as the bulk) and its sign from a separate bit; (2) the site rounds its
+kernel sum and its noise share separately onto the fixed-point grid of the
+aggregation codec, which is coarser than the gaps of (1) for every sigma the
+site accepts (:func:`max_grid_safe_noise`). The release is then an exact
+post-processing of the ideal mechanism applied to the grid-rounded sum
+(:mod:`privadapt.client.site` charges the rounding in its sensitivity).
 """
 
 from __future__ import annotations
@@ -29,33 +35,52 @@ from typing import Protocol
 import numpy as np
 from scipy import special
 
-_TWO_POW_MINUS_53 = 2.0**-53
+_TWO_POW_MINUS_64 = 2.0**-64
+_SIGN_BIT = np.uint64(1 << 63)
+_MAGNITUDE_BITS = np.uint64((1 << 63) - 1)
 
 
-class UniformSource(Protocol):
-    """Something that yields i.i.d. uniform doubles in the open interval (0, 1)."""
+class RandomBits(Protocol):
+    """Something that yields i.i.d. uniformly random 64-bit words."""
 
-    def uniform(self, size: int) -> np.ndarray: ...
-
-
-class SecureUniformSource:
-    """Uniforms from the OS CSPRNG: 53 random bits per double, shifted by half
-    a grid step so 0 and 1 never occur (inverse CDFs stay finite)."""
-
-    def uniform(self, size: int) -> np.ndarray:
-        raw = np.frombuffer(os.urandom(8 * size), dtype=np.uint64)
-        return ((raw >> np.uint64(11)).astype(np.float64) + 0.5) * _TWO_POW_MINUS_53
+    def words(self, size: int) -> np.ndarray: ...
 
 
-class SeededUniformSource:
-    """Reproducible uniforms for tests and simulations that ask for a seed."""
+class SecureRandomBits:
+    """Random words from the operating system's CSPRNG, fresh on every call."""
+
+    def words(self, size: int) -> np.ndarray:
+        return np.frombuffer(os.urandom(8 * size), dtype=np.uint64)
+
+
+class SeededRandomBits:
+    """Reproducible words for tests and simulations that ask for a seed."""
 
     def __init__(self, seed: int) -> None:
         self._generator = np.random.default_rng(seed)
 
-    def uniform(self, size: int) -> np.ndarray:
-        raw = self._generator.integers(0, 2**53, size=size, dtype=np.uint64)
-        return (raw.astype(np.float64) + 0.5) * _TWO_POW_MINUS_53
+    def words(self, size: int) -> np.ndarray:
+        return self._generator.integers(0, 2**64, size=size, dtype=np.uint64, endpoint=False)
+
+
+def signed_half_uniforms(source: RandomBits, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` signs in {-1, +1} and uniforms u in (0, 1/2] with full floating
+    relative precision: u = (m + v) 2^-64 with m the low 63 bits of one word and
+    v in (0, 1) from 53 bits of a second, so even u ~ 2^-60 (a 6-sigma Gaussian
+    tail) is resolved to 2^-53 relative, and inverse CDFs at u leave no gaps wider
+    than the aggregation grid anywhere but at probabilities below 2^-100."""
+    words = source.words(2 * count)
+    first, second = words[:count], words[count:]
+    signs = np.where(first & _SIGN_BIT, -1.0, 1.0)
+    fraction = ((second >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
+    half = ((first & _MAGNITUDE_BITS).astype(np.float64) + fraction) * _TWO_POW_MINUS_64
+    return signs, np.minimum(half, 0.5)
+
+
+def uniforms(size: int, source: RandomBits | None = None) -> np.ndarray:
+    """Uniforms in the open interval (0, 1)."""
+    signs, half = signed_half_uniforms(source or SecureRandomBits(), size)
+    return np.where(signs > 0, half, 1.0 - half)
 
 
 def _size(shape: int | tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
@@ -64,47 +89,63 @@ def _size(shape: int | tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
 
 
 def gaussian_noise(
-    sigma: float, shape: int | tuple[int, ...], source: UniformSource | None = None
+    sigma: float, shape: int | tuple[int, ...], source: RandomBits | None = None
 ) -> np.ndarray:
     """N(0, sigma^2) samples of the given shape."""
     if not sigma >= 0:
         raise ValueError(f"sigma must be >= 0, got {sigma!r}")
     count, shape = _size(shape)
-    source = source or SecureUniformSource()
-    return (sigma * special.ndtri(source.uniform(count))).reshape(shape)
+    signs, half = signed_half_uniforms(source or SecureRandomBits(), count)
+    # ndtri(u) for u <= 1/2 is -|z|: the lower tail, where u is most precise.
+    return (-sigma * signs * special.ndtri(half)).reshape(shape)
 
 
 def laplace_noise(
-    scale: float, shape: int | tuple[int, ...], source: UniformSource | None = None
+    scale: float, shape: int | tuple[int, ...], source: RandomBits | None = None
 ) -> np.ndarray:
     """Laplace(0, scale) samples of the given shape."""
     if not scale >= 0:
         raise ValueError(f"scale must be >= 0, got {scale!r}")
     count, shape = _size(shape)
-    source = source or SecureUniformSource()
-    centred = source.uniform(count) - 0.5
-    # log1p keeps precision near the median, where naive log(1 - 2|u|) loses it.
-    return (-scale * np.sign(centred) * np.log1p(-2.0 * np.abs(centred))).reshape(shape)
+    signs, half = signed_half_uniforms(source or SecureRandomBits(), count)
+    # P(|X| > x) = exp(-x / scale): |X| = -scale log(2u) with u uniform on (0, 1/2].
+    return (-scale * signs * np.log(2.0 * half)).reshape(shape)
 
 
 def gamma_noise(
     shape_parameter: float,
     scale: float,
     shape: int | tuple[int, ...],
-    source: UniformSource | None = None,
+    source: RandomBits | None = None,
 ) -> np.ndarray:
     """Gamma(shape_parameter, scale) samples by inverting the regularised
     incomplete gamma function."""
     if not (shape_parameter > 0 and scale >= 0):
         raise ValueError(f"need shape > 0 and scale >= 0, got {shape_parameter!r}, {scale!r}")
     count, shape = _size(shape)
-    source = source or SecureUniformSource()
-    return (scale * special.gammaincinv(shape_parameter, source.uniform(count))).reshape(shape)
+    signs, half = signed_half_uniforms(source or SecureRandomBits(), count)
+    # Invert the lower tail for one half and the upper tail (via the complement)
+    # for the other, so both tails keep relative precision.
+    lower = special.gammaincinv(shape_parameter, half)
+    upper = special.gammainccinv(shape_parameter, half)
+    return (scale * np.where(signs > 0, lower, upper)).reshape(shape)
+
+
+def max_grid_safe_noise(fractional_bits: int) -> float:
+    """The largest noise standard deviation (or Laplace scale) whose samples
+    still resolve the fixed-point grid 2^-f: samples reach about 40 standard
+    deviations, where doubles are spaced 2^-52 times the magnitude, and that
+    spacing must stay below the grid."""
+    return 2.0 ** (52 - fractional_bits) / 40.0
 
 
 def honest_share_count(num_participants: int, collusion_tolerance: int) -> int:
     """K - t: how many shares must carry the whole noise. Raises when the
     tolerance leaves no honest participant."""
+    for name, value in (("participants", num_participants), ("collusion tolerance",
+                                                             collusion_tolerance)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise ValueError(f"the number of {name} must be an integer, got {value!r}")
     if num_participants < 1:
         raise ValueError(f"need at least one participant, got {num_participants}")
     if not 0 <= collusion_tolerance < num_participants:
@@ -120,7 +161,7 @@ def gaussian_share(
     num_participants: int,
     collusion_tolerance: int,
     shape: int | tuple[int, ...],
-    source: UniformSource | None = None,
+    source: RandomBits | None = None,
 ) -> np.ndarray:
     """One site's share of N(0, sigma^2) noise: variance sigma^2 / (K - t)."""
     honest = honest_share_count(num_participants, collusion_tolerance)
@@ -132,11 +173,11 @@ def laplace_share(
     num_participants: int,
     collusion_tolerance: int,
     shape: int | tuple[int, ...],
-    source: UniformSource | None = None,
+    source: RandomBits | None = None,
 ) -> np.ndarray:
     """One site's share of Laplace(scale) noise: a difference of two
     Gamma(1 / (K - t), scale) variables."""
     honest = honest_share_count(num_participants, collusion_tolerance)
-    source = source or SecureUniformSource()
+    source = source or SecureRandomBits()
     first = gamma_noise(1.0 / honest, scale, shape, source)
     return first - gamma_noise(1.0 / honest, scale, shape, source)

@@ -12,7 +12,7 @@ from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
 from privadapt.common.data import Dataset
-from privadapt.common.noise import SeededUniformSource
+from privadapt.common.noise import SeededRandomBits
 
 
 def synthetic_dataset(num_records: int, dim: int, seed: int) -> Dataset:
@@ -46,7 +46,7 @@ def make_site(tmp_path) -> SiteFactory:
             policy_fields.setdefault("allow_non_private", True)
         policy = SitePolicy(site_name=name, **policy_fields)
         ledger = PrivacyLedger(tmp_path / f"{name}.db", policy)
-        source = None if noise_seed is None else SeededUniformSource(noise_seed)
+        source = None if noise_seed is None else SeededRandomBits(noise_seed)
         return Site(synthetic_dataset(num_records, dim, seed), policy, ledger, source)
 
     return factory

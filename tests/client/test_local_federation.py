@@ -79,3 +79,12 @@ def test_duplicate_site_names_are_refused(make_site):
     site = make_site("same")
     with pytest.raises(ValueError, match="unique"):
         LocalFederation([site, site])
+
+
+def test_sizes_of_add_remove_sites_are_not_public(make_site):
+    from privadapt.common.errors import QueryRefusedError
+    from privadapt.common.mechanisms import Adjacency
+
+    federation = LocalFederation([make_site(adjacency=Adjacency.ADD_REMOVE_ONE)])
+    with pytest.raises(QueryRefusedError, match="record_count"):
+        _ = federation.site_sizes

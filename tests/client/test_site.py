@@ -5,6 +5,7 @@ import pytest
 
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError, ReplayError
 from privadapt.common.federation import Query
+from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import (
     Adjacency,
@@ -15,6 +16,11 @@ from privadapt.common.mechanisms import (
 )
 
 DIM = 5
+CODEC = FixedPointCodec()
+
+
+def decoded(share, block=0):
+    return CODEC.decode(share.blocks[block])
 
 
 def gradient_query(query_id="q1", mechanism=None, clip_norm=1.0, job="job-1", t=0, **params):
@@ -31,7 +37,7 @@ def test_answer_is_kernel_sum_plus_gaussian_share(make_site):
     site = make_site(noise_seed=None)
     query = gradient_query()
     share = site.answer(query, num_participants=1)
-    noise = share.blocks[0] - exact_sum(site, query)
+    noise = decoded(share) - exact_sum(site, query)
     assert 0 < np.linalg.norm(noise) < 10 * 10.0 * np.sqrt(DIM)
     assert share.site_name == "site-a" and share.query_id == "q1"
 
@@ -39,7 +45,8 @@ def test_answer_is_kernel_sum_plus_gaussian_share(make_site):
 def test_noise_free_answer_on_simulation_site_is_the_exact_sum(make_site):
     site = make_site(epsilon_cap=float("inf"))
     query = gradient_query(mechanism=NoNoise((2.0,)))
-    np.testing.assert_array_equal(site.answer(query, 1).blocks[0], exact_sum(site, query))
+    share = site.answer(query, 1)
+    np.testing.assert_array_equal(share.blocks[0], CODEC.encode(exact_sum(site, query)))
 
 
 def test_answer_is_charged_in_the_ledger_before_it_returns(make_site):
@@ -57,7 +64,7 @@ def test_non_private_release_is_refused_by_a_capped_site(make_site):
 def test_count_without_noise_is_free_under_replace_one(make_site):
     site = make_site()
     share = site.answer(Query("job-1", "q1", "record_count", {}, NoNoise((0.0,))), 1)
-    assert share.blocks[0][0] == 200
+    assert decoded(share)[0] == 200
     assert site.ledger.spent().epsilon == 0
 
 
@@ -138,3 +145,56 @@ def test_budget_exhaustion_names_site_and_cap(make_site):
             site.answer(gradient_query(f"q{i}", GaussianMechanism.single(2.0, 2.0)), 1)
     assert "1" in str(refused.value)
     assert site.ledger.spent().epsilon <= 1.0
+
+
+def test_share_leaves_on_the_fixed_point_grid(make_site):
+    share = make_site().answer(gradient_query(), 1)
+    assert share.blocks[0].dtype == np.uint64
+
+
+def test_charge_includes_the_grid_rounding(make_site):
+    site = make_site()
+    site.answer(gradient_query(mechanism=GaussianMechanism.single(2.0, 5.0)), 1)
+    (charge,) = site.ledger.charges()
+    assert charge.mechanism.blocks[0].sensitivity == 2.0 + np.sqrt(DIM) * 2.0**-32
+
+
+def test_query_whose_aggregate_could_wrap_is_refused(make_site):
+    site = make_site(max_clip_norm=None)
+    query = gradient_query(clip_norm=1e8, mechanism=GaussianMechanism.single(2e8, 1e-4))
+    with pytest.raises(QueryRefusedError, match="wraps"):
+        site.answer(query, 1)
+
+
+def test_noise_too_coarse_for_the_grid_is_refused(make_site):
+    query = gradient_query(mechanism=GaussianMechanism.single(2.0, 1e6))
+    with pytest.raises(QueryRefusedError, match="fewer fractional bits"):
+        make_site().answer(query, 1)
+
+
+@pytest.mark.parametrize("participants,tolerance", [(2.5, 0), (True, 0), (3, 1.5), (3, 3)])
+def test_participant_count_and_tolerance_must_be_sane_integers(make_site, participants,
+                                                                 tolerance):
+    with pytest.raises(QueryRefusedError):
+        make_site().answer(gradient_query(t=tolerance), participants)
+
+
+def test_params_are_snapshotted_before_any_check(make_site):
+    class Shifty(dict):
+        reads = 0
+
+        def __getitem__(self, key):
+            Shifty.reads += 1
+            value = super().__getitem__(key)
+            return 1e6 if key == "clip_norm" and Shifty.reads > 4 else value
+
+        def get(self, key, default=None):
+            return self[key] if key in self else default  # noqa: SIM401 (must go through __getitem__)
+
+    site = make_site(max_clip_norm=1.0)
+    params = Shifty(weights=np.full(DIM, 0.1), loss="logistic", clip_norm=1.0)
+    query = Query("job-1", "q1", "linear_gradient", params, GaussianMechanism.single(2.0, 5.0))
+    share = decoded(site.answer(query, 1))
+    honest = {"weights": np.full(DIM, 0.1), "loss": "logistic", "clip_norm": 1.0}
+    exact = get_kernel("linear_gradient").compute(site._data, honest, {})[0]
+    assert np.linalg.norm(share - exact) < 10 * 10.0 * np.sqrt(DIM)
