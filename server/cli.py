@@ -3,6 +3,9 @@
 Commands available now:
 
 * ``privadapt ledger show --site-db PATH [--job JOB]``: print a site's privacy ledger.
+* ``privadapt certs init --dir DIR``: create the federation CA.
+* ``privadapt certs issue --dir DIR --role ROLE --name NAME [--days N] [--host H ...]``:
+  issue a party's certificate and key from that CA.
 
 Expected errors (missing file, bad database) print one line and exit 2, no traceback.
 """
@@ -13,7 +16,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from privadapt.common.errors import PrivadaptError
+from privadapt.common import certs
+from privadapt.common.errors import ConfigError, PrivadaptError
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -27,7 +31,48 @@ def _build_parser() -> argparse.ArgumentParser:
     show = ledger_commands.add_parser("show", help="print every charge and the epsilon spent")
     show.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
     show.add_argument("--job", help="only this job's charges")
+    _add_certs_parser(commands)
     return parser
+
+
+def _add_certs_parser(commands: argparse._SubParsersAction) -> None:
+    group = commands.add_parser("certs", help="create the federation CA and issue certificates")
+    certs_commands = group.add_subparsers(dest="certs_command", metavar="SUBCOMMAND")
+    init = certs_commands.add_parser("init", help="create a federation CA (ca.key, ca.crt) in DIR")
+    init.add_argument("--dir", required=True, type=Path, help="directory for the CA files")
+    init.add_argument("--name", default="privadapt-ca", help="the CA's common name")
+    init.add_argument("--days", type=int, default=3650, help="validity in days (default 3650)")
+    issue = certs_commands.add_parser(
+        "issue", help="issue NAME.key and NAME.crt from the CA in DIR"
+    )
+    issue.add_argument("--dir", required=True, type=Path, help="directory holding the CA")
+    issue.add_argument("--role", required=True, choices=certs.ROLES)
+    issue.add_argument("--name", required=True, help="the party's id (certificate common name)")
+    issue.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    issue.add_argument(
+        "--host", action="append", dest="hosts", metavar="HOST",
+        help="coordinator only: a DNS name or IP address clients dial (repeatable; "
+        "default localhost and 127.0.0.1)",
+    )
+
+
+def _run_certs(args: argparse.Namespace) -> int:
+    if args.certs_command == "init":
+        ca = certs.init_ca(args.dir, name=args.name, valid_days=args.days)
+        paths = [ca.key, ca.cert]
+    else:
+        if args.hosts and args.role != "coordinator":
+            # Only the coordinator is dialled by host name; silently dropping
+            # --host would hide a mistake in the deployment.
+            raise ConfigError("--host applies only to --role coordinator (the gRPC server)")
+        hosts = args.hosts or ("localhost", "127.0.0.1")
+        issued = certs.issue_certificate(
+            args.dir, args.role, args.name, valid_days=args.days, hosts=hosts
+        )
+        paths = [issued.key, issued.cert]
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             from privadapt.client.ledger_cli import show_ledger
 
             return show_ledger(args.site_db, job=args.job)
+        if args.command == "certs" and args.certs_command is not None:
+            return _run_certs(args)
     except PrivadaptError as err:
         print(f"privadapt: {err}", file=sys.stderr)
         return 2
