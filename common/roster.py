@@ -1,0 +1,277 @@
+"""The signed roster of a secure-aggregation round: who takes part, with which key.
+
+Each site signs its fresh X25519 public key for the round with its certificate
+key; the coordinator collects the signed keys and publishes them; every site
+checks every entry against the federation CA before it masks anything
+(DESIGN.md section 2). K, the number of participants the noise shares are sized
+by, is the size of the *verified* roster, never a number the coordinator states,
+so a coordinator cannot shrink the set of participants unnoticed.
+
+What a signature covers (the "key context", :func:`key_context`): a domain tag,
+the federation id (SHA-256 of the CA certificate, DER), the job id, the round,
+the site name and the 32-byte public key, each length-prefixed so no two
+contexts share an encoding. A signed key therefore cannot be replayed into
+another federation, job, round or name.
+
+Certificates are checked directly against the one federation CA (no
+intermediates) with :mod:`privadapt.common.certcheck`: issued and signed by it
+(which must be a CA certificate, BasicConstraints ca=True), valid at the given
+time, common name equal to the claimed site name, and organizational unit (OU)
+``site`` -- the role marker ``privadapt certs issue --role`` writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa, x25519
+
+from privadapt.common.certcheck import (
+    CertificateError,
+    Role,
+    certificate_from_pem,
+    certificate_identity,
+    verify_issued_by,
+)
+from privadapt.common.errors import QueryRefusedError
+
+SITE_ROLE: Role = "site"
+PUBLIC_KEY_BYTES = 32
+_KEY_CONTEXT_TAG = b"privadapt/secagg/v1/round-key"
+
+SigningKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+"""Certificate keys a site may sign with (what ``cryptography`` loads from a PEM key)."""
+
+
+class RosterError(QueryRefusedError):
+    """A site refuses to mask for a round: its roster did not verify."""
+
+
+def canonical_bytes(*fields: str | int | bytes) -> bytes:
+    """Unambiguous encoding of a tuple of fields: each is tagged by type and
+    length-prefixed, so ("ab", "c") and ("a", "bc") never collide."""
+    out = bytearray()
+    for field in fields:
+        if isinstance(field, bytes):
+            tag, raw = b"b", field
+        elif isinstance(field, str):
+            tag, raw = b"s", field.encode("utf-8")
+        elif isinstance(field, int):
+            if not 0 <= field < 2**64:
+                raise ValueError(f"integer context fields must fit in 64 bits, got {field}")
+            tag, raw = b"i", struct.pack(">Q", field)
+        else:
+            raise TypeError(f"cannot encode context field of type {type(field).__name__}")
+        out += tag + struct.pack(">I", len(raw)) + raw
+    return bytes(out)
+
+
+def federation_id(ca_certificate_pem: bytes) -> bytes:
+    """The federation's id: SHA-256 of its CA certificate (DER).
+    :class:`~privadapt.common.certcheck.CertificateError` if the PEM is not a
+    certificate."""
+    return _federation_id(certificate_from_pem(ca_certificate_pem))
+
+
+def _federation_id(ca: x509.Certificate) -> bytes:
+    return hashlib.sha256(ca.public_bytes(serialization.Encoding.DER)).digest()
+
+
+def key_context(
+    federation: bytes, job_id: str, round: int, site_name: str, public_key: bytes
+) -> bytes:
+    """The exact bytes a site signs for its round key."""
+    return _KEY_CONTEXT_TAG + canonical_bytes(federation, job_id, round, site_name, public_key)
+
+
+@dataclass(frozen=True)
+class SignedKey:
+    """One roster entry: a site's X25519 public key for (job, round), signed
+    with the key of its certificate."""
+
+    site_name: str
+    job_id: str
+    round: int
+    public_key: bytes
+    signature: bytes
+    certificate_pem: bytes
+
+
+@dataclass(frozen=True)
+class Roster:
+    """A verified roster as one site sees it; ``members`` is sorted by name.
+
+    Made by :func:`verify_roster`; building one directly skips every check
+    (benchmarks do, to time masking alone)."""
+
+    federation: bytes
+    job_id: str
+    round: int
+    own_name: str
+    members: tuple[tuple[str, x25519.X25519PublicKey], ...]
+
+    @property
+    def size(self) -> int:
+        """K, the number of verified participants."""
+        return len(self.members)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.members)
+
+    def public_key(self, name: str) -> x25519.X25519PublicKey:
+        for member, key in self.members:
+            if member == name:
+                return key
+        raise KeyError(name)
+
+    def peers(self) -> tuple[tuple[str, x25519.X25519PublicKey], ...]:
+        """Every member but this site."""
+        return tuple(m for m in self.members if m[0] != self.own_name)
+
+
+def sign_round_key(
+    public_key: x25519.X25519PublicKey,
+    *,
+    site_name: str,
+    job_id: str,
+    round: int,
+    certificate_pem: bytes,
+    signing_key: SigningKey,
+    ca_certificate_pem: bytes,
+) -> SignedKey:
+    """This site's roster entry for (job, round)."""
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    message = key_context(federation_id(ca_certificate_pem), job_id, round, site_name, raw)
+    if isinstance(signing_key, ed25519.Ed25519PrivateKey):
+        signature = signing_key.sign(message)
+    elif isinstance(signing_key, ec.EllipticCurvePrivateKey):
+        signature = signing_key.sign(message, ec.ECDSA(hashes.SHA256()))
+    elif isinstance(signing_key, rsa.RSAPrivateKey):
+        signature = signing_key.sign(message, _rsa_padding(), hashes.SHA256())
+    else:
+        raise TypeError(
+            f"cannot sign with a {type(signing_key).__name__}: use an Ed25519, ECDSA or RSA "
+            "certificate key"
+        )
+    return SignedKey(site_name, job_id, round, raw, signature, certificate_pem)
+
+
+def _rsa_padding() -> padding.PSS:
+    # PSS with a fixed salt length, so signer and verifier agree without AUTO.
+    return padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=padding.PSS.DIGEST_LENGTH)
+
+
+def verify_roster(
+    entries: Sequence[SignedKey],
+    ca_certificate_pem: bytes,
+    job_id: str,
+    round: int,
+    min_participants: int,
+    own_name: str,
+    now: datetime | None = None,
+) -> Roster:
+    """Check every entry of a published roster and return the verified roster.
+
+    This site's own entry is checked like every other, so a misconfigured
+    certificate shows up here. Raises :class:`RosterError` naming the offending
+    site on the first entry that fails, on a duplicate name or key, when ``own_name`` is missing, or
+    when fewer than ``min_participants`` sites remain.
+    """
+    if min_participants < 1:
+        raise ValueError(f"min_participants must be >= 1, got {min_participants}")
+    now = datetime.now(UTC) if now is None else now
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware (UTC)")
+    where = f"roster of job {job_id!r} round {round}"
+    try:
+        ca = certificate_from_pem(ca_certificate_pem)
+    except CertificateError as err:
+        raise RosterError(f"{where}: the federation CA certificate is unreadable: {err}") from None
+    if not ca.not_valid_before_utc <= now <= ca.not_valid_after_utc:
+        raise RosterError(f"{where}: the federation CA certificate is not valid at {now:%Y-%m-%d}")
+    federation = _federation_id(ca)
+
+    members: dict[str, x25519.X25519PublicKey] = {}
+    seen_keys: dict[bytes, str] = {}
+    for entry in entries:
+        if entry.site_name in members:
+            raise RosterError(f"{where}: site {entry.site_name!r} appears twice; refusing")
+        if entry.public_key in seen_keys:
+            raise RosterError(
+                f"{where}: site {entry.site_name!r} presents the same key as "
+                f"{seen_keys[entry.public_key]!r}; refusing"
+            )
+        members[entry.site_name] = _verify_entry(entry, ca, federation, job_id, round, now, where)
+        seen_keys[entry.public_key] = entry.site_name
+
+    if own_name not in members:
+        raise RosterError(
+            f"{where}: this site ({own_name!r}) is not in the roster; refusing (the coordinator "
+            "left out its key: check the site's registration and retry the round)"
+        )
+    if len(members) < min_participants:
+        raise RosterError(
+            f"{where}: only {len(members)} verified sites ({', '.join(sorted(members))}) but "
+            f"site {own_name!r} requires at least {min_participants}; refusing (wait for more "
+            "sites, or lower the minimum in this site's policy)"
+        )
+    ordered = tuple(sorted(members.items()))
+    return Roster(federation, job_id, round, own_name, ordered)
+
+
+def _verify_entry(
+    entry: SignedKey,
+    ca: x509.Certificate,
+    federation: bytes,
+    job_id: str,
+    round: int,
+    now: datetime,
+    where: str,
+) -> x25519.X25519PublicKey:
+    def refuse(reason: str) -> RosterError:
+        return RosterError(f"{where}: site {entry.site_name!r} refused: {reason}")
+
+    if (entry.job_id, entry.round) != (job_id, round):
+        raise refuse(f"its key is for job {entry.job_id!r} round {entry.round}")
+    try:
+        cert = certificate_from_pem(entry.certificate_pem)
+        # Untrusted (not signed by the CA, or the CA is no CA), expired or not
+        # yet valid; each message names the certificate and says why.
+        verify_issued_by(cert, ca, now)
+        identity = certificate_identity(cert)  # exactly one CN, a known role in OU
+    except CertificateError as err:
+        raise refuse(str(err)) from None
+    if identity.name != entry.site_name:
+        raise refuse(f"certificate common name is {identity.name!r}, not the claimed site name")
+    if identity.role != SITE_ROLE:
+        raise refuse(f"certificate role (OU) is {identity.role!r}, not {SITE_ROLE!r}")
+    if len(entry.public_key) != PUBLIC_KEY_BYTES:
+        raise refuse(f"public key has {len(entry.public_key)} bytes, not {PUBLIC_KEY_BYTES}")
+
+    message = key_context(federation, job_id, round, entry.site_name, entry.public_key)
+    try:
+        _verify_signature(cert.public_key(), entry.signature, message)
+    except InvalidSignature:
+        raise refuse("bad signature over its round key") from None
+    except TypeError as exc:
+        raise refuse(str(exc)) from None
+    return x25519.X25519PublicKey.from_public_bytes(entry.public_key)
+
+
+def _verify_signature(key: object, signature: bytes, message: bytes) -> None:
+    if isinstance(key, ed25519.Ed25519PublicKey):
+        key.verify(signature, message)
+    elif isinstance(key, ec.EllipticCurvePublicKey):
+        key.verify(signature, message, ec.ECDSA(hashes.SHA256()))
+    elif isinstance(key, rsa.RSAPublicKey):
+        key.verify(signature, message, _rsa_padding(), hashes.SHA256())
+    else:
+        raise TypeError(f"unsupported certificate key type {type(key).__name__}")

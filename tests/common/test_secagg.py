@@ -1,0 +1,417 @@
+"""Secure aggregation: pairwise masks cancel, hide a share, and are only used
+under a roster whose every key is signed by a certificate of the federation CA.
+
+Certificates are made here with ``cryptography.x509``: a throwaway CA and
+site certificates with the role in the subject's OU, as ``privadapt certs``
+issues them.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa, x25519
+from cryptography.x509.oid import NameOID
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from privadapt.common.errors import QueryRefusedError, ReplayError
+from privadapt.common.fixed_point import FixedPointCodec
+from privadapt.common.roster import RosterError, sign_round_key
+from privadapt.common.secagg import (
+    RoundKeys,
+    SignedKey,
+    mask_share,
+    pairwise_mask,
+    unmask_sum,
+    verify_roster,
+)
+
+JOB = "job-1"
+ROUND = 3
+NOW = datetime(2030, 6, 1, tzinfo=UTC)
+SITE_NAMES = ("site-a", "site-b", "site-c", "site-d", "site-e", "site-f")
+
+
+def _name(common_name: str, role: str | None) -> x509.Name:
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if role is not None:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role))
+    return x509.Name(attributes)
+
+
+class Authority:
+    """A throwaway federation CA that issues certificates with a role in OU."""
+
+    def __init__(self, name: str = "privadapt test CA", is_ca: bool = True) -> None:
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        subject = _name(name, None)
+        self.certificate = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(subject)
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(NOW - timedelta(days=365))
+            .not_valid_after(NOW + timedelta(days=3650))
+            .add_extension(
+                x509.BasicConstraints(ca=is_ca, path_length=0 if is_ca else None), critical=True
+            )
+            .sign(self.key, hashes.SHA256())
+        )
+        self.pem = self.certificate.public_bytes(serialization.Encoding.PEM)
+
+    def issue(
+        self,
+        common_name: str,
+        role: str | None = "site",
+        key=None,
+        not_after: datetime = NOW + timedelta(days=90),
+        not_before: datetime = NOW - timedelta(days=30),
+    ):
+        """(certificate PEM, private key) for one party; ``role=None`` leaves out the OU."""
+        key = key or ec.generate_private_key(ec.SECP256R1())
+        certificate = (
+            x509.CertificateBuilder()
+            .subject_name(_name(common_name, role))
+            .issuer_name(self.certificate.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(not_before)
+            .not_valid_after(not_after)
+            .sign(self.key, hashes.SHA256())
+        )
+        return certificate.public_bytes(serialization.Encoding.PEM), key
+
+
+@functools.cache
+def federation() -> tuple[Authority, dict[str, tuple[bytes, object]]]:
+    """One CA and certificates for all of SITE_NAMES, made once per session."""
+    ca = Authority()
+    return ca, {name: ca.issue(name) for name in SITE_NAMES}
+
+
+def signed(keys: RoundKeys, name: str, job_id: str = JOB, round: int = ROUND) -> SignedKey:
+    ca, certificates = federation()
+    pem, signing_key = certificates[name]
+    return keys.sign(
+        site_name=name,
+        job_id=job_id,
+        round=round,
+        certificate_pem=pem,
+        signing_key=signing_key,
+        ca_certificate_pem=ca.pem,
+    )
+
+
+def fixed_keys(count: int, seed: int = 0) -> list[RoundKeys]:
+    """Deterministic round keys, so statistical tests give the same verdict every run."""
+    rng = np.random.default_rng(seed)
+    return [
+        RoundKeys(x25519.X25519PrivateKey.from_private_bytes(rng.bytes(32))) for _ in range(count)
+    ]
+
+
+def round_setup(count: int, job_id: str = JOB, round: int = ROUND, keys=None):
+    """(names, keys, each site's verified roster) for the first ``count`` sites."""
+    names = SITE_NAMES[:count]
+    keys = keys or [RoundKeys.generate() for _ in names]
+    entries = [signed(k, n, job_id, round) for k, n in zip(keys, names, strict=True)]
+    ca, _ = federation()
+    rosters = [verify_roster(entries, ca.pem, job_id, round, count, n, now=NOW) for n in names]
+    return names, keys, rosters
+
+
+def honest_entries(count: int = 3) -> list[SignedKey]:
+    return [signed(RoundKeys.generate(), name) for name in SITE_NAMES[:count]]
+
+
+def verify(entries, min_participants: int = 2, own_name: str = "site-a", ca_pem=None):
+    ca_pem = ca_pem or federation()[0].pem
+    return verify_roster(entries, ca_pem, JOB, ROUND, min_participants, own_name, now=NOW)
+
+
+# --- masks ---------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    count=st.integers(min_value=2, max_value=6),
+    length=st.integers(min_value=0, max_value=300),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+)
+def test_masks_cancel_exactly_in_the_sum_over_the_roster(count, length, seed):
+    names, keys, rosters = round_setup(count)
+    rng = np.random.default_rng(seed)
+    encodings = [rng.integers(0, 2**64, size=length, dtype=np.uint64) for _ in names]
+    masked = [
+        mask_share(e, k, r, JOB, ROUND, "q-1", 0)
+        for e, k, r in zip(encodings, keys, rosters, strict=True)
+    ]
+    np.testing.assert_array_equal(unmask_sum(masked), FixedPointCodec.add(encodings))
+
+
+def test_masked_share_looks_uniform_to_the_coordinator():
+    codec = FixedPointCodec()
+    _, keys, rosters = round_setup(3, keys=fixed_keys(3))
+    share = codec.encode(np.random.default_rng(1).normal(size=100_000))
+    masked = mask_share(share, keys[0], rosters[0], JOB, ROUND, "q-1", 0)
+    top_byte_counts = np.bincount((masked >> np.uint64(56)).astype(np.intp), minlength=256)
+    assert stats.chisquare(top_byte_counts).pvalue > 1e-3
+    assert stats.kstest(masked / 2.0**64, "uniform").pvalue > 1e-3
+
+
+def test_unmasked_encoding_fails_the_same_uniformity_test():
+    share = FixedPointCodec().encode(np.random.default_rng(1).normal(size=100_000))
+    top_byte_counts = np.bincount((share >> np.uint64(56)).astype(np.intp), minlength=256)
+    assert stats.chisquare(top_byte_counts).pvalue < 1e-3
+    assert stats.kstest(share / 2.0**64, "uniform").pvalue < 1e-3
+
+
+def test_both_ends_of_a_pair_derive_the_same_mask():
+    names, keys, rosters = round_setup(2)
+    at_a = pairwise_mask(keys[0], rosters[0], names[1], "q-1", 0, 1000)
+    at_b = pairwise_mask(keys[1], rosters[1], names[0], "q-1", 0, 1000)
+    np.testing.assert_array_equal(at_a, at_b)
+    assert np.count_nonzero(at_a) > 990
+
+
+@pytest.mark.parametrize(
+    ("query_id", "block", "round"), [("q-2", 0, ROUND), ("q-1", 1, ROUND), ("q-1", 0, ROUND + 1)]
+)
+def test_masks_differ_across_queries_blocks_and_rounds(query_id, block, round):
+    keys = fixed_keys(2)  # the same keys signed for two rounds, to isolate the HKDF binding
+    names, _, rosters = round_setup(2, keys=keys)
+    _, _, other_rosters = round_setup(2, round=round, keys=keys)
+    base = pairwise_mask(keys[0], rosters[0], names[1], "q-1", 0, 64)
+    other = pairwise_mask(keys[0], other_rosters[0], names[1], query_id, block, 64)
+    assert not np.any(base == other)
+
+
+def test_second_share_under_the_same_masks_is_refused():
+    _, keys, rosters = round_setup(2)
+    share = np.zeros(8, dtype=np.uint64)
+    mask_share(share, keys[0], rosters[0], JOB, ROUND, "q-1", 0)
+    with pytest.raises(ReplayError, match="already masked"):
+        mask_share(share + np.uint64(1), keys[0], rosters[0], JOB, ROUND, "q-1", 0)
+
+
+def test_mask_share_refuses_floats():
+    _, keys, rosters = round_setup(2)
+    with pytest.raises(ValueError, match="uint64"):
+        mask_share(np.zeros(4), keys[0], rosters[0], JOB, ROUND, "q-1", 0)
+
+
+def test_mask_share_refuses_keys_the_roster_does_not_hold():
+    _, _, rosters = round_setup(2)
+    with pytest.raises(RosterError, match="not this site's round key"):
+        mask_share(np.zeros(4, np.uint64), RoundKeys.generate(), rosters[0], JOB, ROUND, "q", 0)
+
+
+def test_floats_survive_encode_mask_sum_decode_to_codec_resolution():
+    codec = FixedPointCodec(fractional_bits=32)
+    names, keys, rosters = round_setup(4)
+    rng = np.random.default_rng(7)
+    values = [rng.normal(scale=100.0, size=(50, 20)) for _ in names]
+    masked = [
+        mask_share(codec.encode(v), k, r, JOB, ROUND, "q-7", 2)
+        for v, k, r in zip(values, keys, rosters, strict=True)
+    ]
+    decoded = codec.decode(unmask_sum(masked))
+    assert decoded.shape == (50, 20)
+    tolerance = len(names) * 0.5 / codec.scale  # one rounding per share
+    np.testing.assert_allclose(decoded, np.sum(values, axis=0), rtol=0, atol=tolerance)
+
+
+# --- roster --------------------------------------------------------------------------------
+
+
+def test_roster_of_honest_sites_verifies_with_k_from_the_entries():
+    roster = verify(honest_entries(3))
+    assert roster.size == 3
+    assert roster.names == SITE_NAMES[:3]
+    assert [name for name, _ in roster.peers()] == ["site-b", "site-c"]
+
+
+@pytest.mark.parametrize("key_type", ["ed25519", "rsa"])
+def test_roster_accepts_ed25519_and_rsa_certificate_keys(key_type):
+    ca, _ = federation()
+    key = (
+        ed25519.Ed25519PrivateKey.generate()
+        if key_type == "ed25519"
+        else (rsa.generate_private_key(public_exponent=65537, key_size=2048))
+    )
+    pem, key = ca.issue("site-x", key=key)
+    entry = RoundKeys.generate().sign(
+        site_name="site-x",
+        job_id=JOB,
+        round=ROUND,
+        certificate_pem=pem,
+        signing_key=key,
+        ca_certificate_pem=ca.pem,
+    )
+    assert verify([*honest_entries(1), entry]).size == 2
+
+
+def test_roster_error_is_a_query_refusal():
+    assert issubclass(RosterError, QueryRefusedError)
+
+
+def test_roster_refuses_certificate_from_an_unknown_ca():
+    # Same CA name, different key: only the CA's signature tells them apart.
+    pem, key = Authority().issue("site-b")
+    ca, _ = federation()
+    intruder = sign_round_key(
+        RoundKeys.generate().public_key,
+        site_name="site-b",
+        job_id=JOB,
+        round=ROUND,
+        certificate_pem=pem,
+        signing_key=key,
+        ca_certificate_pem=ca.pem,
+    )
+    with pytest.raises(RosterError, match=r"'site-b'.*not issued by the federation CA"):
+        verify([*honest_entries(1), intruder])
+
+
+def test_roster_refuses_an_expired_certificate():
+    ca, _ = federation()
+    pem, key = ca.issue("site-b", not_after=NOW - timedelta(days=1))
+    entry = sign_round_key(
+        RoundKeys.generate().public_key,
+        site_name="site-b",
+        job_id=JOB,
+        round=ROUND,
+        certificate_pem=pem,
+        signing_key=key,
+        ca_certificate_pem=ca.pem,
+    )
+    with pytest.raises(RosterError, match=r"'site-b'.*expired"):
+        verify([*honest_entries(1), entry])
+
+
+def test_roster_refuses_a_tampered_public_key():
+    entries = honest_entries(3)
+    entries[1] = replace(entries[1], public_key=RoundKeys.generate().public_bytes)
+    with pytest.raises(RosterError, match=r"'site-b'.*bad signature"):
+        verify(entries)
+
+
+@pytest.mark.parametrize("signed_for", [{"round": ROUND - 1}, {"job_id": "job-0"}])
+def test_roster_refuses_a_signature_over_another_round_or_job(signed_for):
+    entries = honest_entries(2)
+    stale = signed(RoundKeys.generate(), "site-c", **signed_for)
+    # Relabelled to pass for this round: the signature still covers the old context.
+    entries.append(replace(stale, job_id=JOB, round=ROUND))
+    with pytest.raises(RosterError, match=r"'site-c'.*bad signature"):
+        verify(entries)
+
+
+def test_roster_refuses_a_key_labelled_for_another_round():
+    entries = [*honest_entries(2), signed(RoundKeys.generate(), "site-c", round=ROUND - 1)]
+    with pytest.raises(RosterError, match=rf"'site-c'.*round {ROUND - 1}"):
+        verify(entries)
+
+
+def test_roster_refuses_a_duplicate_site_name():
+    entries = [*honest_entries(2), signed(RoundKeys.generate(), "site-b")]
+    with pytest.raises(RosterError, match="'site-b' appears twice"):
+        verify(entries)
+
+
+def test_roster_refuses_a_common_name_other_than_the_claimed_site():
+    ca, certificates = federation()
+    pem, key = certificates["site-c"]
+    impostor = sign_round_key(
+        RoundKeys.generate().public_key,
+        site_name="site-z",
+        job_id=JOB,
+        round=ROUND,
+        certificate_pem=pem,
+        signing_key=key,
+        ca_certificate_pem=ca.pem,
+    )
+    with pytest.raises(RosterError, match=r"'site-z'.*common name"):
+        verify([*honest_entries(2), impostor])
+
+
+def test_roster_refuses_a_coordinator_certificate():
+    ca, _ = federation()
+    pem, key = ca.issue("coordinator", role="coordinator")
+    entry = sign_round_key(
+        RoundKeys.generate().public_key,
+        site_name="coordinator",
+        job_id=JOB,
+        round=ROUND,
+        certificate_pem=pem,
+        signing_key=key,
+        ca_certificate_pem=ca.pem,
+    )
+    with pytest.raises(RosterError, match=r"'coordinator'.*role"):
+        verify([*honest_entries(2), entry])
+
+
+def test_roster_refuses_fewer_sites_than_the_policy_minimum():
+    with pytest.raises(RosterError, match=r"only 2 verified sites.*at least 3"):
+        verify(honest_entries(2), min_participants=3)
+
+
+def test_roster_refuses_a_roster_without_this_site():
+    with pytest.raises(RosterError, match=r"'site-d'.*not in the roster"):
+        verify(honest_entries(3), own_name="site-d")
+
+
+def entry_from(ca: Authority, common_name: str, **issue) -> SignedKey:
+    """A roster entry for ``common_name`` with a certificate ``ca`` issues (with
+    ``issue`` passed on), signed for this round in ``ca``'s federation."""
+    pem, key = ca.issue(common_name, **issue)
+    return sign_round_key(
+        RoundKeys.generate().public_key,
+        site_name=common_name,
+        job_id=JOB,
+        round=ROUND,
+        certificate_pem=pem,
+        signing_key=key,
+        ca_certificate_pem=ca.pem,
+    )
+
+
+def test_roster_refuses_a_certificate_not_yet_valid():
+    ca, _ = federation()
+    entry = entry_from(ca, "site-b", not_before=NOW + timedelta(days=1))
+    with pytest.raises(RosterError, match=r"'site-b'.*not valid before"):
+        verify([*honest_entries(1), entry])
+
+
+def test_roster_refuses_an_unreadable_certificate():
+    entry = replace(honest_entries(2)[1], certificate_pem=b"not a certificate")
+    with pytest.raises(RosterError, match=r"'site-b'.*not a PEM X\.509 certificate"):
+        verify([*honest_entries(1), entry])
+
+
+def test_roster_refuses_a_certificate_without_a_role():
+    ca, _ = federation()
+    entry = entry_from(ca, "site-b", role=None)
+    with pytest.raises(RosterError, match=r"'site-b'.*no privadapt role"):
+        verify([*honest_entries(1), entry])
+
+
+def test_roster_refuses_a_federation_certificate_that_is_not_a_ca():
+    # A leaf certificate passed as the federation CA: it signed the entries, but
+    # BasicConstraints says it may not vouch for anyone.
+    fake = Authority(is_ca=False)
+    entries = [entry_from(fake, name) for name in SITE_NAMES[:2]]
+    with pytest.raises(RosterError, match=r"'site-a'.*not a CA certificate"):
+        verify(entries, ca_pem=fake.pem)
+
+
+def test_roster_refuses_an_unreadable_federation_certificate():
+    with pytest.raises(RosterError, match="federation CA certificate is unreadable"):
+        verify(honest_entries(2), ca_pem=b"junk")
