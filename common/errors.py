@@ -27,3 +27,8 @@ class BudgetExceededError(QueryRefusedError):
 
 class ReplayError(QueryRefusedError):
     """A query id was already answered for this job."""
+
+
+class WireError(PrivadaptError, ValueError):
+    """A message from the network is malformed (wrong dtype or shape, NaN, a
+    missing or unknown field); the receiver rejects it and keeps running."""
