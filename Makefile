@@ -26,6 +26,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	@$(BIN)/python benchmarks/run.py
+	@$(BIN)/python benchmarks/secagg.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -14,14 +14,13 @@ machines.
 
 from __future__ import annotations
 
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from timing import median_seconds
 
 from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
@@ -29,15 +28,6 @@ from privadapt.common.calibration import calibrate_noise_multiplier
 from privadapt.common.data import Dataset
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import GaussianMechanism
-
-
-def median_seconds(action: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def gradient_throughput(num_records: int = 1_000_000, dim: int = 100) -> tuple[str, float, str]:

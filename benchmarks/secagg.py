@@ -16,12 +16,11 @@ machines.
 from __future__ import annotations
 
 import os
-import statistics
-import time
 from collections.abc import Callable
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from timing import median_seconds
 
 from privadapt.common.roster import Roster
 from privadapt.common.secagg import RoundKeys, mask_share
@@ -31,15 +30,10 @@ ROSTER_SIZES = (3, 10)
 TARGET_SECONDS = 0.5
 
 
-def median_seconds(action: Callable[[], object], mask_bytes: int) -> float:
+def mask_seconds(action: Callable[[], object], mask_bytes: int) -> float:
+    """Median seconds, with repeats sized so each row takes about TARGET_SECONDS."""
     repeats = max(5, min(200, int(TARGET_SECONDS * 1e9 / max(mask_bytes, 1))))
-    action()  # warm up caches and lazy imports
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return median_seconds(action, repeats, warm_up=True)
 
 
 def masking(n: int, k: int) -> Callable[[], object]:
@@ -74,8 +68,8 @@ def main() -> None:
     for n in SIZES:
         for k in ROSTER_SIZES:
             mask_bytes = (k - 1) * 8 * n
-            masked = mask_bytes / median_seconds(masking(n, k), mask_bytes) / 1e6
-            raw = mask_bytes / median_seconds(raw_cipher(n, k), mask_bytes) / 1e6
+            masked = mask_bytes / mask_seconds(masking(n, k), mask_bytes) / 1e6
+            raw = mask_bytes / mask_seconds(raw_cipher(n, k), mask_bytes) / 1e6
             print(f"{n:>11,} {k:>3} {masked:>16,.0f} {raw:>18,.0f} {raw / masked:>10.2f}")
 
 
