@@ -1,9 +1,10 @@
 """A federation of in-process sites, for experiments, benchmarks and tests.
 
-Sites return shares already encoded on the fixed-point grid; the federation
+Each query goes through the wire encoding and back before the sites see it,
+and sites return shares already encoded on the fixed-point grid; the federation
 sums them modulo 2^64 and decodes, as the networked federation does (without
-the pairwise masks, which cancel there), so both round identically (DESIGN.md
-section 3).
+the pairwise masks, which cancel there), so both see the same parameters and
+round identically (DESIGN.md section 3).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import AggregateAnswer, Query, SitePrivacy
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.mechanisms import Adjacency, Mechanism
+from privadapt.common.wire import query_from_proto, query_to_proto
 
 
 class LocalFederation:
@@ -73,6 +75,9 @@ class LocalFederation:
             collusion_tolerance=self.collusion_tolerance,
             fractional_bits=self.codec.fractional_bits,
         )
+        # Through the wire encoding and back, so a query that could not cross the
+        # network (an unsupported parameter type, a non-finite value) fails here too.
+        query, _ = query_from_proto(query_to_proto(query, round=0))
         shares = [site.answer(query, self.num_sites) for site in self._sites]
         blocks = tuple(
             self.codec.decode(self.codec.add(s.blocks[b] for s in shares))

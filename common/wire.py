@@ -284,6 +284,7 @@ def query_to_proto(query: Query, round: int) -> pb.Query:
         kernel=query.kernel,
         mechanism=mechanism_to_proto(query.mechanism),
         collusion_tolerance=query.collusion_tolerance,
+        fractional_bits=query.fractional_bits,
     )
     params_to_proto(query.params, msg.params, f"query {query.query_id!r} params")
     return msg
@@ -305,5 +306,6 @@ def query_from_proto(msg: pb.Query) -> tuple[Query, int]:
         params=params_from_proto(msg.params, f"{where} params"),
         mechanism=mechanism_from_proto(msg.mechanism, f"{where} mechanism"),
         collusion_tolerance=msg.collusion_tolerance,
+        fractional_bits=msg.fractional_bits,
     )
     return query, msg.round

@@ -80,7 +80,7 @@ class Mechanism(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., adjacency: _Optional[str] = ..., blocks: _Optional[_Iterable[_Union[GaussianBlock, _Mapping]]] = ..., sensitivity: _Optional[float] = ..., scale: _Optional[float] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., sensitivities: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Query(_message.Message):
-    __slots__ = ("job_id", "round", "query_id", "kernel", "params", "mechanism", "collusion_tolerance")
+    __slots__ = ("job_id", "round", "query_id", "kernel", "params", "mechanism", "collusion_tolerance", "fractional_bits")
     class ParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +95,7 @@ class Query(_message.Message):
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     COLLUSION_TOLERANCE_FIELD_NUMBER: _ClassVar[int]
+    FRACTIONAL_BITS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     query_id: str
@@ -102,7 +103,8 @@ class Query(_message.Message):
     params: _containers.MessageMap[str, ParamValue]
     mechanism: Mechanism
     collusion_tolerance: int
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., kernel: _Optional[str] = ..., params: _Optional[_Mapping[str, ParamValue]] = ..., mechanism: _Optional[_Union[Mechanism, _Mapping]] = ..., collusion_tolerance: _Optional[int] = ...) -> None: ...
+    fractional_bits: int
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., kernel: _Optional[str] = ..., params: _Optional[_Mapping[str, ParamValue]] = ..., mechanism: _Optional[_Union[Mechanism, _Mapping]] = ..., collusion_tolerance: _Optional[int] = ..., fractional_bits: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("site_name", "software_version", "num_records", "num_features", "kernels", "policy_version")

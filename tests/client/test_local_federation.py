@@ -88,3 +88,12 @@ def test_sizes_of_add_remove_sites_are_not_public(make_site):
     federation = LocalFederation([make_site(adjacency=Adjacency.ADD_REMOVE_ONE)])
     with pytest.raises(QueryRefusedError, match="record_count"):
         _ = federation.site_sizes
+
+
+def test_parameters_that_cannot_cross_the_wire_fail_in_process_too(make_site):
+    from privadapt.common.wire import WireError
+
+    federation = LocalFederation([make_site(epsilon_cap=float("inf"))])
+    params = {**PARAMS, "weights": list(PARAMS["weights"])}  # a list, not an array
+    with pytest.raises(WireError):
+        federation.query("linear_gradient", params, NoNoise((2.0,)))

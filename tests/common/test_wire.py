@@ -405,3 +405,9 @@ def test_params_from_proto_reads_a_map_field() -> None:
     spec.hyperparameters["steps"].int_value = 10
     spec.hyperparameters["radius"].double_value = 2.0
     assert params_from_proto(spec.hyperparameters) == {"radius": 2.0, "steps": 10}
+
+
+def test_query_carries_its_fixed_point_grid() -> None:
+    query = Query("job", "q1", "record_count", {}, NoNoise((0.0,)), fractional_bits=20)
+    decoded, _ = query_from_proto(query_to_proto(query, 3))
+    assert decoded.fractional_bits == 20
