@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import NoReturn
 
 import grpc
-from cryptography import x509
 
 from privadapt.common.certs import (
     CertificateError,
     Identity,
     Role,
+    certificate_from_pem,
     certificate_identity,
     load_certificate,
     load_private_key,
@@ -70,8 +70,8 @@ def peer_identity(context: grpc.ServicerContext) -> Identity:
                f"no verified client certificate on this connection{detail}; "
                "connect over mutual TLS with a certificate from the federation CA")
     try:
-        return certificate_identity(x509.load_pem_x509_certificate(pems[0]))
-    except (ValueError, CertificateError) as err:
+        return certificate_identity(certificate_from_pem(pems[0]))
+    except CertificateError as err:
         _abort(context, grpc.StatusCode.UNAUTHENTICATED, f"unusable client certificate: {err}")
 
 
