@@ -45,6 +45,7 @@ from privadapt.common.mechanisms import (
     declared_sensitivities,
 )
 from privadapt.common.noise import (
+    NOISE_REACH,
     RandomBits,
     gaussian_share,
     honest_share_count,
@@ -56,8 +57,6 @@ logger = logging.getLogger(__name__)
 
 # Declared sensitivities may differ from the site's by float rounding only.
 _SENSITIVITY_SLACK = 1e-9
-# Noise samples reach about this many standard deviations (bounds the range check).
-_NOISE_REACH = 40.0
 _FRACTIONAL_BITS_RANGE = (16, 48)
 
 
@@ -245,7 +244,7 @@ class Site:
         """Refuse a query whose aggregate could wrap modulo 2^64: if every site
         keeps its own share below 1/K of the range, the sum cannot wrap."""
         noise_scale = max(_noise_scales(query.mechanism), default=0.0)
-        bound = kernel.max_abs_sum(query.params, self.num_records) + _NOISE_REACH * noise_scale
+        bound = kernel.max_abs_sum(query.params, self.num_records) + NOISE_REACH * noise_scale
         try:
             codec.check_sum_bound(num_participants * bound, "the aggregate of this query")
         except OverflowError as err:

@@ -131,12 +131,17 @@ def gamma_noise(
     return (scale * np.where(signs > 0, lower, upper)).reshape(shape)
 
 
+# The smallest half-uniform is about 2^-118, so samples stay below ~13 standard
+# deviations (Gaussian) and ~82 scales (Laplace, Gamma tails): 100 bounds both.
+NOISE_REACH = 100.0
+
+
 def max_grid_safe_noise(fractional_bits: int) -> float:
     """The largest noise standard deviation (or Laplace scale) whose samples
-    still resolve the fixed-point grid 2^-f: samples reach about 40 standard
-    deviations, where doubles are spaced 2^-52 times the magnitude, and that
-    spacing must stay below the grid."""
-    return 2.0 ** (52 - fractional_bits) / 40.0
+    still resolve the fixed-point grid 2^-f: samples reach NOISE_REACH scales,
+    where doubles are spaced 2^-52 times the magnitude, and that spacing must
+    stay below the grid."""
+    return 2.0 ** (52 - fractional_bits) / NOISE_REACH
 
 
 def honest_share_count(num_participants: int, collusion_tolerance: int) -> int:

@@ -12,6 +12,7 @@ from scipy import special, stats
 
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.noise import (
+    NOISE_REACH,
     SeededRandomBits,
     gamma_noise,
     gaussian_noise,
@@ -196,3 +197,14 @@ def test_reachability_check_catches_the_fixed_grid_sampler():
     outputs = old_grid_release(0.0, 2000.0, 50_000, seed=32)
     assert reachable_under(0.0, outputs, 2000.0, old_sampler_candidates).all()  # sanity
     assert not reachable_under(2.0, outputs, 2000.0, old_sampler_candidates).all()
+
+
+def test_samples_stay_within_the_declared_reach():
+    class Extremes:
+        def words(self, size):
+            return np.array([0, 2**63] * size, dtype=np.uint64)[:size]
+
+    # The most extreme words the sampler can see give its largest magnitudes.
+    for sample in (gaussian_noise(1.0, 4, Extremes()), laplace_noise(1.0, 4, Extremes()),
+                   gamma_noise(0.1, 1.0, 4, Extremes())):
+        assert np.max(np.abs(sample)) < NOISE_REACH
