@@ -261,7 +261,8 @@ class PrivacyLedger:
                 "SELECT epsilon_after, method FROM charges ORDER BY id DESC LIMIT 1"
             ).fetchone()
             if last is not None and last[0] > epsilon:
-                # A tighter figure must not lower the running total already reported.
+                # Reopened under a policy with another cap delta, the figure can be
+                # lower than one already recorded; the running total never goes down.
                 epsilon, method = last[0], AccountingMethod(last[1])
             now = time.time()
             conn.execute(

@@ -179,12 +179,6 @@ class Site:
                 f"the job tolerates t={query.collusion_tolerance} colluding sites but the "
                 f"policy requires t >= {policy.collusion_tolerance}",
             )
-        if not 0 <= query.collusion_tolerance < num_participants:
-            raise self._refuse(
-                query,
-                f"collusion tolerance t={query.collusion_tolerance} leaves no honest site "
-                f"among {num_participants}",
-            )
         self._check_bounds(query, kernel.clip_bounds(query.params))
         return kernel
 

@@ -76,20 +76,6 @@ class SitePrivacy:
     cap_epsilon: float
     mechanisms: tuple[Mechanism, ...] = field(default=())
 
-    def to_dict(self) -> dict[str, Any]:
-        from privadapt.common.mechanisms import mechanism_to_dict
-
-        return {
-            "site": self.site_name,
-            "job_epsilon": self.job.epsilon,
-            "total_epsilon": self.total.epsilon,
-            "delta": self.job.delta,
-            "method": self.job.method.value,
-            "cap_epsilon": self.cap_epsilon,
-            "releases": len(self.mechanisms),
-            "mechanisms": [mechanism_to_dict(m) for m in self.mechanisms],
-        }
-
 
 @runtime_checkable
 class Federation(Protocol):

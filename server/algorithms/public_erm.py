@@ -18,7 +18,7 @@ from scipy import optimize, special
 
 
 def _objective(
-    weights: np.ndarray, features: np.ndarray, labels: np.ndarray, loss: str, ridge: float
+    weights: np.ndarray, features: np.ndarray, labels: np.ndarray, loss: str
 ) -> tuple[float, np.ndarray]:
     margins = features @ weights
     n = len(labels)
@@ -29,7 +29,7 @@ def _objective(
     else:
         value = float(np.mean(np.logaddexp(0.0, -labels * margins)))
         gradient = features.T @ (-labels * special.expit(-labels * margins)) / n
-    return value + ridge * float(weights @ weights), gradient + 2.0 * ridge * weights
+    return value, gradient
 
 
 def fit_linear(
@@ -49,7 +49,7 @@ def fit_linear(
         "jac": lambda w: -2.0 * w,
     }
     result = optimize.minimize(
-        _objective, np.zeros(features.shape[1]), args=(features, labels, loss, 0.0), jac=True,
+        _objective, np.zeros(features.shape[1]), args=(features, labels, loss), jac=True,
         method="SLSQP", constraints=[ball], options={"maxiter": 2000, "ftol": 1e-12},
     )
     if not result.success:

@@ -198,3 +198,17 @@ def test_params_are_snapshotted_before_any_check(make_site):
     honest = {"weights": np.full(DIM, 0.1), "loss": "logistic", "clip_norm": 1.0}
     exact = get_kernel("linear_gradient").compute(site._data, honest, {})[0]
     assert np.linalg.norm(share - exact) < 10 * 10.0 * np.sqrt(DIM)
+
+
+def test_site_opens_from_a_data_file_and_a_ledger_path(tmp_path):
+    from privadapt.client.policy import SitePolicy
+    from privadapt.client.site import Site
+
+    rng = np.random.default_rng(4)
+    np.savez(tmp_path / "records.npz", features=rng.normal(size=(20, DIM)),
+             labels=np.sign(rng.normal(size=20)))
+    site = Site.open(tmp_path / "records.npz", SitePolicy("st-mary", 2.0, 1e-5),
+                     tmp_path / "ledger.db")
+    assert (site.name, site.num_records, site.dim) == ("st-mary", 20, DIM)
+    site.answer(gradient_query(), 1)
+    assert len(site.ledger.charges("job-1")) == 1
