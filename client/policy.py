@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import difflib
 import math
-import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from privadapt.common.accounting import AccountingMethod
+from privadapt.common.config import read_toml
 from privadapt.common.errors import ConfigError
 from privadapt.common.kernels import registered_kernels
 from privadapt.common.mechanisms import Adjacency
@@ -150,18 +150,7 @@ class SitePolicy:
     @classmethod
     def from_toml(cls, path: str | Path) -> SitePolicy:
         """Load a policy file; ``ConfigError`` names the file and the bad key."""
-        path = Path(path)
-        try:
-            with path.open("rb") as handle:
-                data = tomllib.load(handle)
-        except FileNotFoundError:
-            raise ConfigError(
-                f"policy file {path}: not found; pass the path of the site's policy TOML"
-            ) from None
-        except OSError as err:
-            raise ConfigError(f"policy file {path}: cannot be read: {err.strerror}") from None
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"policy file {path}: not valid TOML: {err}") from None
+        data = read_toml(path, "policy", "pass the path of the site's policy TOML")
         return cls.from_dict(data, source=f"policy file {path}")
 
     @classmethod

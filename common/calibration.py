@@ -114,17 +114,14 @@ def calibrate_laplace_scale(epsilon: float, sensitivity: float, num_releases: in
     who accepts a delta > 0 gets less noise from :func:`calibrate_noise_multiplier`
     with ``make_mechanism=lambda b: LaplaceMechanism(sensitivity, b)``.
     """
-    if math.isinf(epsilon) and epsilon > 0:
-        raise ValueError("epsilon = inf needs no noise: release with NoNoise (non-private)")
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    _check_epsilon(epsilon)
     if not (math.isfinite(sensitivity) and sensitivity > 0):
         raise ValueError(f"sensitivity must be a finite number > 0, got {sensitivity!r}")
     _check_num_releases(num_releases)
     return num_releases * sensitivity / epsilon
 
 
-def _check_target(epsilon: float, delta: float, num_releases: int, tolerance: float) -> None:
+def _check_epsilon(epsilon: float) -> None:
     if math.isinf(epsilon) and epsilon > 0:
         raise ValueError(
             "epsilon = inf needs no noise: release with NoNoise (non-private) "
@@ -132,6 +129,10 @@ def _check_target(epsilon: float, delta: float, num_releases: int, tolerance: fl
         )
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+
+
+def _check_target(epsilon: float, delta: float, num_releases: int, tolerance: float) -> None:
+    _check_epsilon(epsilon)
     if not 0 <= delta < 1:
         raise ValueError(f"delta must be in [0, 1) (in (0, 1) for a Gaussian), got {delta!r}")
     _check_num_releases(num_releases)

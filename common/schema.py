@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import math
 import numbers
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from privadapt.common.config import read_toml
 from privadapt.common.errors import ConfigError
 
 INTERCEPT_NAME = "intercept"
@@ -138,13 +138,7 @@ class Schema:
     @classmethod
     def from_toml(cls, path: str | Path) -> Schema:
         """A schema from a TOML file (keys as the fields of this class)."""
-        try:
-            with open(path, "rb") as handle:
-                document = tomllib.load(handle)
-        except FileNotFoundError:
-            raise ConfigError(f"schema file not found: {path}") from None
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read the schema as TOML: {exc}") from None
+        document = read_toml(path, "schema", "pass the path of the data file's schema TOML")
         return cls.from_dict(document, source=str(path))
 
     def to_toml(self) -> str:

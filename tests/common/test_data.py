@@ -124,14 +124,14 @@ def test_schema_to_toml_round_trips_any_category_names_and_divisor(categories, d
 
 
 def test_schema_file_that_does_not_exist_is_a_config_error(tmp_path):
-    with raises(ConfigError, "schema file not found"):
+    with raises(ConfigError, f"schema file {tmp_path / 'nope.toml'}: not found"):
         Schema.from_toml(tmp_path / "nope.toml")
 
 
 def test_schema_file_that_is_not_toml_names_the_file(tmp_path):
     path = tmp_path / "schema.toml"
     path.write_text("label = \n")
-    with raises(ConfigError, f"{path}: cannot read the schema as TOML"):
+    with raises(ConfigError, f"schema file {path}: not valid TOML"):
         Schema.from_toml(path)
 
 
