@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -58,7 +59,7 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS rounds (job_id TEXT NOT NULL REFERENCES jobs (job_id),
         round INTEGER NOT NULL, step INTEGER NOT NULL, query_id TEXT NOT NULL,
         participants TEXT NOT NULL, started REAL NOT NULL, finished REAL NOT NULL,
-        aborted INTEGER NOT NULL, abort_reason TEXT NOT NULL, epsilon_so_far REAL NOT NULL,
+        aborted INTEGER NOT NULL, abort_reason TEXT NOT NULL, epsilon_so_far REAL,
         PRIMARY KEY (job_id, round))""",
     """CREATE TABLE IF NOT EXISTS answers (job_id TEXT NOT NULL REFERENCES jobs (job_id),
         step INTEGER NOT NULL, round INTEGER NOT NULL, query_id TEXT NOT NULL,
@@ -81,6 +82,8 @@ _SCHEMA = (
         BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: rows cannot be deleted'); END""",
 )
 _JSON_TUPLE_FIELDS = frozenset({"kernels", "participants"})
+# SQLite stores NaN as NULL; an aborted round may not know its epsilon.
+_NAN_FIELDS = frozenset({"epsilon_so_far"})
 _CHECKPOINT, _RESULT, _RESULT_STEP = "checkpoint", "result", -1
 
 
@@ -343,13 +346,14 @@ class CoordinatorStore:
 
     def _insert_round(self, conn: sqlite3.Connection, rec: RoundRecord) -> None:
         self._require_job(conn, rec.job_id)
-        try:
-            _insert(conn, "rounds", rec)
-        except sqlite3.IntegrityError:
+        if conn.execute(
+            "SELECT 1 FROM rounds WHERE job_id = ? AND round = ?", (rec.job_id, rec.round)
+        ).fetchone():
             raise ValueError(
                 f"round {rec.round} of job {rec.job_id!r} is already recorded; every round "
                 "attempt needs a new round number"
-            ) from None
+            )
+        _insert(conn, "rounds", rec)
 
     def rounds(self, job_id: str) -> list[RoundRecord]:
         """Every round attempt of ``job_id``, in round order."""
@@ -496,12 +500,15 @@ def _to_sql(name: str, value: object) -> object:
     if name in _JSON_TUPLE_FIELDS:
         return json.dumps(list(value))  # type: ignore[call-overload]
     # sqlite3 cannot bind numpy scalars (a seed or round from numpy code).
-    return value.item() if isinstance(value, np.generic) else value
+    value = value.item() if isinstance(value, np.generic) else value
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def _from_sql(name: str, value: Any) -> Any:
     if name in _JSON_TUPLE_FIELDS:
         return tuple(json.loads(value))
+    if name in _NAN_FIELDS and value is None:
+        return math.nan
     return bool(value) if name == "aborted" else value
 
 

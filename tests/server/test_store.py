@@ -3,10 +3,12 @@ method returns, arrays come back bit for bit, and the audit log only grows."""
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import tempfile
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +186,14 @@ def test_round_round_trip_and_last_round(store: CoordinatorStore) -> None:
     store.record_round(a_round(rnd=2))
     assert store.rounds("job-1") == [aborted, a_round(rnd=2)]
     assert store.last_round("job-1") == 2
+
+
+def test_aborted_round_with_unknown_epsilon_round_trips(store: CoordinatorStore) -> None:
+    store.create_job("job-1", "noisy_gd", "{}", seed=0)
+    store.record_round(replace(a_round(aborted=True, reason="timeout"), epsilon_so_far=math.nan))
+    (stored,) = store.rounds("job-1")
+    assert stored.aborted and stored.abort_reason == "timeout"
+    assert math.isnan(stored.epsilon_so_far)
 
 
 def test_duplicate_round_is_refused(store: CoordinatorStore) -> None:
