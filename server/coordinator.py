@@ -1,14 +1,158 @@
 """``privadapt-coordinator``: the coordinator daemon.
 
-The networked coordinator (gRPC over mutual TLS, job store, resumable jobs) is
-the next step of the roadmap; until it lands this entry point explains that
-and exits.
+    privadapt-coordinator --config coordinator.toml [--insecure]
+
+Serves the sites' ``FederationService``, the ``OperatorService`` and the
+standard gRPC health service on one port, over mutual TLS; keeps its state in
+one SQLite database; resumes every unfinished job at start. SIGTERM or SIGINT
+stops it cleanly: jobs stay ``running`` in the store and resume at the next
+start. Configuration::
+
+    [coordinator]
+    name = "coordinator"          # optional; default: the certificate's common name
+    listen = "0.0.0.0:50051"      # port 0: a free port, printed on stdout once serving
+    database = "coordinator.db"   # sites, jobs, rounds, answers, checkpoints, audit log
+    round_timeout_s = 30          # a round's deadline (keys and shares)
+    site_wait_timeout_s = 120     # how long a job waits for enough sites
+    min_sites = 1                 # default min_participants of a job
+    [tls]
+    cert = "coordinator.crt"
+    key = "coordinator.key"
+    ca = "ca.crt"
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from privadapt.common import tls
+from privadapt.common.certcheck import certificate_identity
+from privadapt.common.certs import load_certificate
+from privadapt.common.config import Layout, read_sections, read_toml
+from privadapt.common.errors import ConfigError, PrivadaptError
+from privadapt.common.proto import federation_pb2_grpc as rpc
+from privadapt.common.wire import channel_options
+from privadapt.server.federation_service import FederationServicer
+from privadapt.server.jobs import JobManager
+from privadapt.server.network_federation import PrivacyReports
+from privadapt.server.operator_service import OperatorServicer
+from privadapt.server.rounds import RoundHub
+from privadapt.server.site_registry import SiteRegistry
+from privadapt.server.store import CoordinatorStore
+
+logger = logging.getLogger("privadapt.coordinator")
+
+SERVICE_NAMES = ("privadapt.v1.FederationService", "privadapt.v1.OperatorService")
+# Every connected site holds one handler thread for its Connect stream.
+MAX_WORKERS = 128
+_SERVER_OPTIONS = [
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+_LAYOUT: Layout = {
+    "coordinator": {
+        "name": (str, False), "listen": (str, True), "database": (str, True),
+        "round_timeout_s": ((int, float), False), "site_wait_timeout_s": ((int, float), False),
+        "min_sites": (int, False),
+    },
+    "tls": {"cert": (str, True), "key": (str, True), "ca": (str, True)},
+}
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    listen: str
+    database: Path
+    cert: Path
+    key: Path
+    ca: Path
+    name: str = ""
+    round_timeout_s: float = 30.0
+    site_wait_timeout_s: float = 120.0
+    min_sites: int = 1
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> CoordinatorConfig:
+        path = Path(path)
+        source = f"coordinator configuration {path}"
+        data = read_toml(path, "coordinator configuration",
+                         "pass --config PATH (see deploy/coordinator.toml)")
+        values = read_sections(data, _LAYOUT, source)
+        for key in ("round_timeout_s", "site_wait_timeout_s", "min_sites"):
+            if key in values and not values[key] > 0:
+                raise ConfigError(f"{source}: [coordinator] {key} must be > 0")
+        for key in ("database", "cert", "key", "ca"):
+            values[key] = path.parent / values[key]
+        return cls(**values)
+
+
+class Coordinator:
+    """The running coordinator: store, site registry, rounds, jobs, gRPC server."""
+
+    def __init__(self, config: CoordinatorConfig, insecure: bool = False) -> None:
+        self.config = config
+        name = config.name or certificate_identity(load_certificate(config.cert)).name
+        self.store = CoordinatorStore(config.database)
+        self.registry = SiteRegistry()
+        self.hub = RoundHub(self.registry)
+        reports = PrivacyReports(self.registry)
+        self.jobs = JobManager(
+            self.store, self.registry, self.hub, reports,
+            round_timeout=config.round_timeout_s,
+            site_wait_timeout=config.site_wait_timeout_s, min_sites=config.min_sites,
+        )
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_WORKERS),
+                                  options=channel_options() + _SERVER_OPTIONS)
+        rpc.add_FederationServiceServicer_to_server(
+            FederationServicer(self.registry, self.hub, reports, self.store, name, insecure),
+            self.server)
+        rpc.add_OperatorServiceServicer_to_server(
+            OperatorServicer(self.jobs, self.store, self.registry, insecure), self.server)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        if insecure:
+            self.port = self.server.add_insecure_port(config.listen)
+        else:
+            credentials = tls.server_credentials(config.cert, config.key, config.ca)
+            self.port = self.server.add_secure_port(config.listen, credentials)
+        if not self.port:
+            raise ConfigError(f"cannot listen on {config.listen}: address in use or invalid")
+        self._stopped = threading.Event()
+
+    def start(self) -> None:
+        self.server.start()
+        for service in (*SERVICE_NAMES, ""):
+            self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        resumed = self.jobs.resume_unfinished()
+        logger.info("listening on port %d; resumed %d unfinished job(s)%s", self.port,
+                    len(resumed), f": {', '.join(resumed)}" if resumed else "")
+
+    def stop(self, grace: float = 2.0) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self.health.enter_graceful_shutdown()
+        self.jobs.stop()
+        self.registry.close_all()
+        self.server.stop(grace).wait()
+        self.store.close()
+        logger.info("stopped")
+
+    def wait(self) -> None:
+        self._stopped.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,13 +161,31 @@ def main(argv: list[str] | None = None) -> int:
         description="Coordinator daemon: holds the public source data and the model, "
         "runs algorithms through the sites' private aggregate queries.",
     )
-    parser.add_argument("--config", help="coordinator configuration file (TOML)")
-    parser.parse_args(argv)
-    print(
-        "privadapt-coordinator: the networked coordinator is not available yet. Algorithms "
-        "run in-process today against privadapt.client.LocalFederation; see README.md.",
-        file=sys.stderr,
-    )
+    parser.add_argument("--config", required=True, type=Path,
+                        help="coordinator configuration (TOML)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="plaintext gRPC, for local debugging only (prints a warning)")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.insecure:
+        print(tls.insecure_warning(), file=sys.stderr)
+    try:
+        coordinator = Coordinator(CoordinatorConfig.from_toml(args.config), args.insecure)
+    except PrivadaptError as err:
+        print(f"privadapt-coordinator: {err}", file=sys.stderr)
+        return 2
+    coordinator.start()
+    # One line on stdout once serving, which scripts (privadapt simulate) wait
+    # for by reading the pipe: with listen port 0 it is how they learn the port.
+    print(f"privadapt-coordinator: serving on port {coordinator.port}", flush=True)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
+    coordinator.stop()
     return 0
 
 

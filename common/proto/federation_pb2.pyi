@@ -107,20 +107,22 @@ class Query(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., kernel: _Optional[str] = ..., params: _Optional[_Mapping[str, ParamValue]] = ..., mechanism: _Optional[_Union[Mechanism, _Mapping]] = ..., collusion_tolerance: _Optional[int] = ..., fractional_bits: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("site_name", "software_version", "num_records", "num_features", "kernels", "policy_version")
+    __slots__ = ("site_name", "software_version", "num_records", "num_features", "kernels", "policy_version", "adjacency")
     SITE_NAME_FIELD_NUMBER: _ClassVar[int]
     SOFTWARE_VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_RECORDS_FIELD_NUMBER: _ClassVar[int]
     NUM_FEATURES_FIELD_NUMBER: _ClassVar[int]
     KERNELS_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ADJACENCY_FIELD_NUMBER: _ClassVar[int]
     site_name: str
     software_version: str
     num_records: int
     num_features: int
     kernels: _containers.RepeatedScalarFieldContainer[str]
     policy_version: str
-    def __init__(self, site_name: _Optional[str] = ..., software_version: _Optional[str] = ..., num_records: _Optional[int] = ..., num_features: _Optional[int] = ..., kernels: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ...) -> None: ...
+    adjacency: str
+    def __init__(self, site_name: _Optional[str] = ..., software_version: _Optional[str] = ..., num_records: _Optional[int] = ..., num_features: _Optional[int] = ..., kernels: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ..., adjacency: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("session_id", "heartbeat_interval", "max_message_bytes", "coordinator_name")
@@ -281,7 +283,7 @@ class WorkItem(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., job_start: _Optional[_Union[JobStart, _Mapping]] = ..., round_announcement: _Optional[_Union[RoundAnnouncement, _Mapping]] = ..., roster: _Optional[_Union[Roster, _Mapping]] = ..., round_abort: _Optional[_Union[RoundAbort, _Mapping]] = ..., job_end: _Optional[_Union[JobEnd, _Mapping]] = ..., privacy_report_request: _Optional[_Union[PrivacyReportRequest, _Mapping]] = ...) -> None: ...
 
 class MaskedShare(_message.Message):
-    __slots__ = ("job_id", "round", "query_id", "site_name", "blocks", "fractional_bits", "roster_sites")
+    __slots__ = ("job_id", "round", "query_id", "site_name", "blocks", "fractional_bits", "roster_sites", "job_epsilon")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -289,6 +291,7 @@ class MaskedShare(_message.Message):
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     FRACTIONAL_BITS_FIELD_NUMBER: _ClassVar[int]
     ROSTER_SITES_FIELD_NUMBER: _ClassVar[int]
+    JOB_EPSILON_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     query_id: str
@@ -296,7 +299,8 @@ class MaskedShare(_message.Message):
     blocks: _containers.RepeatedCompositeFieldContainer[Tensor]
     fractional_bits: int
     roster_sites: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., blocks: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., fractional_bits: _Optional[int] = ..., roster_sites: _Optional[_Iterable[str]] = ...) -> None: ...
+    job_epsilon: float
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., blocks: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., fractional_bits: _Optional[int] = ..., roster_sites: _Optional[_Iterable[str]] = ..., job_epsilon: _Optional[float] = ...) -> None: ...
 
 class Refusal(_message.Message):
     __slots__ = ("job_id", "round", "query_id", "site_name", "reason", "message")
@@ -339,7 +343,7 @@ class Ack(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ...) -> None: ...
 
 class SitePrivacyReport(_message.Message):
-    __slots__ = ("job_id", "site_name", "job_epsilon", "total_epsilon", "delta", "method", "cap_epsilon", "mechanisms")
+    __slots__ = ("job_id", "site_name", "job_epsilon", "total_epsilon", "delta", "method", "cap_epsilon", "mechanisms", "total_delta", "total_method")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SITE_NAME_FIELD_NUMBER: _ClassVar[int]
     JOB_EPSILON_FIELD_NUMBER: _ClassVar[int]
@@ -348,6 +352,8 @@ class SitePrivacyReport(_message.Message):
     METHOD_FIELD_NUMBER: _ClassVar[int]
     CAP_EPSILON_FIELD_NUMBER: _ClassVar[int]
     MECHANISMS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_DELTA_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_METHOD_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     site_name: str
     job_epsilon: float
@@ -356,7 +362,9 @@ class SitePrivacyReport(_message.Message):
     method: str
     cap_epsilon: float
     mechanisms: _containers.RepeatedCompositeFieldContainer[Mechanism]
-    def __init__(self, job_id: _Optional[str] = ..., site_name: _Optional[str] = ..., job_epsilon: _Optional[float] = ..., total_epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., method: _Optional[str] = ..., cap_epsilon: _Optional[float] = ..., mechanisms: _Optional[_Iterable[_Union[Mechanism, _Mapping]]] = ...) -> None: ...
+    total_delta: float
+    total_method: str
+    def __init__(self, job_id: _Optional[str] = ..., site_name: _Optional[str] = ..., job_epsilon: _Optional[float] = ..., total_epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., method: _Optional[str] = ..., cap_epsilon: _Optional[float] = ..., mechanisms: _Optional[_Iterable[_Union[Mechanism, _Mapping]]] = ..., total_delta: _Optional[float] = ..., total_method: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
     __slots__ = ("algorithm", "hyperparameters", "epsilon", "delta", "sites", "collusion_tolerance", "min_participants", "calibration")

@@ -377,6 +377,11 @@ class OperatorServiceStub:
                 request_serializer=privadapt_dot_v1_dot_federation__pb2.StatusRequest.SerializeToString,
                 response_deserializer=privadapt_dot_v1_dot_federation__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.Watch = channel.unary_stream(
+                '/privadapt.v1.OperatorService/Watch',
+                request_serializer=privadapt_dot_v1_dot_federation__pb2.StatusRequest.SerializeToString,
+                response_deserializer=privadapt_dot_v1_dot_federation__pb2.JobStatus.FromString,
+                _registered_method=True)
         self.Cancel = channel.unary_unary(
                 '/privadapt.v1.OperatorService/Cancel',
                 request_serializer=privadapt_dot_v1_dot_federation__pb2.CancelRequest.SerializeToString,
@@ -405,6 +410,14 @@ class OperatorServiceServicer:
 
     def Status(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Watch(self, request, context):
+        """The status of one job, pushed again after each of its rounds and at every
+        change of state; ends once the job has finished (no polling by the client).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -439,6 +452,11 @@ def add_OperatorServiceServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=privadapt_dot_v1_dot_federation__pb2.StatusRequest.FromString,
                     response_serializer=privadapt_dot_v1_dot_federation__pb2.StatusResponse.SerializeToString,
+            ),
+            'Watch': grpc.unary_stream_rpc_method_handler(
+                    servicer.Watch,
+                    request_deserializer=privadapt_dot_v1_dot_federation__pb2.StatusRequest.FromString,
+                    response_serializer=privadapt_dot_v1_dot_federation__pb2.JobStatus.SerializeToString,
             ),
             'Cancel': grpc.unary_unary_rpc_method_handler(
                     servicer.Cancel,
@@ -510,6 +528,33 @@ class OperatorService:
             '/privadapt.v1.OperatorService/Status',
             privadapt_dot_v1_dot_federation__pb2.StatusRequest.SerializeToString,
             privadapt_dot_v1_dot_federation__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Watch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/privadapt.v1.OperatorService/Watch',
+            privadapt_dot_v1_dot_federation__pb2.StatusRequest.SerializeToString,
+            privadapt_dot_v1_dot_federation__pb2.JobStatus.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,125 @@
+"""The coordinator's ``FederationService``: the gRPC handlers the site daemons call.
+
+Identity: every call is over mutual TLS and the caller is the common name of
+its certificate (``tls.require_role``: site certificates only). A message that
+names a site (``site_name``) must name the caller, or the call fails with
+PERMISSION_DENIED: a site cannot register, publish a key or submit a share for
+another site. Bad, stale or replayed messages get the status codes of the
+proto's header comment and change nothing; the handlers never raise anything
+else, so the coordinator keeps serving.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+
+from privadapt.common import tls
+from privadapt.common.certcheck import Identity
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.proto import federation_pb2_grpc as rpc
+from privadapt.common.wire import MAX_MESSAGE_BYTES
+from privadapt.server.network_federation import PrivacyReports
+from privadapt.server.rounds import DeliveryError, RoundHub
+from privadapt.server.site_registry import SiteRegistry
+from privadapt.server.store import CoordinatorStore
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL_S = 10
+
+
+class FederationServicer(rpc.FederationServiceServicer):
+    """Site-facing handlers; state lives in the registry, hub and store."""
+
+    def __init__(
+        self,
+        registry: SiteRegistry,
+        hub: RoundHub,
+        reports: PrivacyReports,
+        store: CoordinatorStore,
+        coordinator_name: str,
+        insecure: bool = False,
+    ) -> None:
+        self._registry = registry
+        self._hub = hub
+        self._reports = reports
+        self._store = store
+        self._name = coordinator_name
+        self._insecure = insecure
+
+    def _caller(self, context: grpc.ServicerContext, claimed: str) -> Identity:
+        if self._insecure:  # --insecure: nobody is authenticated (warned at start)
+            return Identity(claimed, "site")
+        identity = tls.require_role(context, ["site"])
+        if claimed != identity.name:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          f"certificate {identity.name!r} may not act for site {claimed!r}")
+        return identity
+
+    def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext):
+        identity = self._caller(context, request.site_name)
+        session = self._registry.register(identity.name, request)
+        self._store.upsert_site(
+            identity.name, num_records=request.num_records, num_features=request.num_features,
+            kernels=list(request.kernels), policy_version=request.policy_version,
+            certificate_expiry=None,
+        )
+        self._store.audit("site_registered", site_name=identity.name,
+                          detail=f"records={request.num_records} features={request.num_features}")
+        return pb.RegisterResponse(
+            session_id=session.session_id,
+            heartbeat_interval=Duration(seconds=HEARTBEAT_INTERVAL_S),
+            max_message_bytes=MAX_MESSAGE_BYTES,
+            coordinator_name=self._name,
+        )
+
+    def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext):
+        identity = self._caller(context, request.site_name)
+        known = self._registry.touch(identity.name, request.session_id)
+        if known:
+            self._store.touch_site(identity.name)
+        return pb.HeartbeatResponse(next_interval=Duration(seconds=HEARTBEAT_INTERVAL_S),
+                                    session_known=known)
+
+    def Connect(self, request: pb.ConnectRequest,
+                context: grpc.ServicerContext) -> Iterator[pb.WorkItem]:
+        identity = self._caller(context, request.site_name)
+        try:
+            session = self._registry.attach(identity.name, request.session_id, request.jobs)
+        except KeyError:
+            context.abort(grpc.StatusCode.NOT_FOUND,
+                          f"session {request.session_id!r} of site {identity.name!r} is unknown "
+                          "(the coordinator restarted?): register again")
+        context.add_callback(lambda: self._registry.detach(session))
+        yield from session.stream()
+
+    def _deliver(self, deliver, message, context: grpc.ServicerContext) -> pb.Ack:
+        self._caller(context, message.site_name)
+        try:
+            deliver(message)
+        except DeliveryError as err:
+            logger.warning("site=%s job=%s round=%d: %s: %s", message.site_name, message.job_id,
+                           message.round, err.code, err)
+            context.abort(getattr(grpc.StatusCode, err.code), str(err))
+        return pb.Ack(job_id=message.job_id, round=message.round, query_id=message.query_id)
+
+    def PublishKey(self, request: pb.KeyAnnouncement, context: grpc.ServicerContext):
+        return self._deliver(self._hub.deliver_key, request, context)
+
+    def SubmitShare(self, request: pb.MaskedShare, context: grpc.ServicerContext):
+        return self._deliver(self._hub.deliver_share, request, context)
+
+    def Refuse(self, request: pb.Refusal, context: grpc.ServicerContext):
+        ack = self._deliver(self._hub.deliver_refusal, request, context)
+        self._store.audit("site_refused", job_id=request.job_id, site_name=request.site_name,
+                          detail=f"{pb.Refusal.Reason.Name(request.reason)}: {request.message}")
+        return ack
+
+    def ReportPrivacy(self, request: pb.SitePrivacyReport, context: grpc.ServicerContext):
+        self._caller(context, request.site_name)
+        self._reports.deliver(request)
+        return pb.Ack(job_id=request.job_id)

@@ -1,0 +1,113 @@
+"""Job specifications: what ``privadapt launch job.toml`` sends.
+
+::
+
+    [job]
+    id = "adult-noisy-gd"            # optional; the coordinator picks one if absent
+    algorithm = "noisy_gd"
+    epsilon = 1.0                    # inf only with simulation sites (allow_non_private)
+    delta = 1e-6
+    sites = ["site-a", "site-b"]     # optional; default: every registered site
+    collusion_tolerance = 0          # t: sites that may collude with the coordinator
+    min_participants = 2             # a round needs at least this many sites
+    calibration = "accountant"       # or "paper"
+    seed = 7                         # optional; the coordinator's own randomness
+    [hyperparameters]
+    loss = "logistic"
+    iterations = 100
+    learning_rate = 16.0
+    radius = 20.0
+    clip_norm = 1.0
+
+The spec travels as ``privadapt.v1.JobSpec`` and is stored as its JSON form,
+so a resumed job runs with exactly the spec it was launched with.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+
+from privadapt.common.config import Layout, read_sections, read_toml
+from privadapt.common.errors import ConfigError, WireError
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.wire import params_from_proto, params_to_proto
+
+_JOB_LAYOUT: Layout = {
+    "job": {
+        "id": (str, False), "algorithm": (str, True), "epsilon": ((int, float), True),
+        "delta": ((int, float), True), "sites": (list, False),
+        "collusion_tolerance": (int, False), "min_participants": (int, False),
+        "calibration": (str, False), "seed": (int, False),
+    },
+}
+CALIBRATIONS = ("accountant", "paper")
+
+
+def job_spec_from_toml(path: str | Path) -> tuple[pb.JobSpec, str, int | None]:
+    """The spec in a job file, its optional id and optional seed."""
+    path = Path(path)
+    data = read_toml(path, "job", "pass the path of a job TOML (see deploy/job.toml)")
+    source = f"job file {path}"
+    hyperparameters = data.pop("hyperparameters", {})
+    if not isinstance(hyperparameters, dict):
+        raise ConfigError(f"{source}: [hyperparameters] must be a table")
+    values = read_sections(data, _JOB_LAYOUT, source)
+    sites = values.get("sites", [])
+    if not all(isinstance(s, str) and s for s in sites):
+        raise ConfigError(f"{source}: [job] sites must be a list of site names")
+    spec = pb.JobSpec(
+        algorithm=values["algorithm"], epsilon=float(values["epsilon"]),
+        delta=float(values["delta"]), sites=sites,
+        collusion_tolerance=_non_negative(values.get("collusion_tolerance", 0),
+                                          "collusion_tolerance", source),
+        min_participants=_non_negative(values.get("min_participants", 0),
+                                       "min_participants", source),
+        calibration=values.get("calibration", "accountant"),
+    )
+    try:
+        params_to_proto(hyperparameters, spec.hyperparameters, f"{source} [hyperparameters]")
+    except WireError as err:
+        raise ConfigError(str(err)) from None
+    validate_spec(spec, source)
+    return spec, values.get("id", ""), values.get("seed")
+
+
+def _non_negative(value: int, key: str, source: str) -> int:
+    if value < 0:
+        raise ConfigError(f"{source}: [job] {key} must be >= 0, got {value}")
+    return value
+
+
+def validate_spec(spec: pb.JobSpec, source: str = "job") -> None:
+    """Refuse a spec no algorithm could run, before anything is stored."""
+    if not spec.algorithm:
+        raise ConfigError(f"{source}: algorithm is empty")
+    if math.isnan(spec.epsilon) or spec.epsilon <= 0:
+        raise ConfigError(f"{source}: epsilon must be > 0 (inf for a non-private simulation), "
+                          f"got {spec.epsilon}")
+    if not 0 < spec.delta < 1:
+        raise ConfigError(f"{source}: delta must be in (0, 1), got {spec.delta}")
+    if spec.calibration and spec.calibration not in CALIBRATIONS:
+        raise ConfigError(f"{source}: calibration must be one of {', '.join(CALIBRATIONS)}, "
+                          f"got {spec.calibration!r}")
+    if len(set(spec.sites)) != len(spec.sites):
+        raise ConfigError(f"{source}: sites lists a site twice: {list(spec.sites)}")
+    if spec.sites and spec.min_participants > len(spec.sites):
+        raise ConfigError(f"{source}: min_participants={spec.min_participants} exceeds the "
+                          f"{len(spec.sites)} sites listed")
+
+
+def hyperparameters(spec: pb.JobSpec) -> dict[str, Any]:
+    return params_from_proto(spec.hyperparameters, "hyperparameters")
+
+
+def spec_to_json(spec: pb.JobSpec) -> str:
+    return json_format.MessageToJson(spec, indent=None, sort_keys=True)
+
+
+def spec_from_json(text: str) -> pb.JobSpec:
+    return json_format.Parse(text, pb.JobSpec())

@@ -1,0 +1,278 @@
+"""Jobs at the coordinator: launch, run, cancel, resume.
+
+Each running job has one thread that runs its algorithm against a
+:class:`~privadapt.server.network_federation.NetworkFederation`. The job's
+state lives in the store: ``pending`` when launched, ``running`` while its
+thread runs, then ``succeeded`` (model and privacy report stored), ``failed``
+(with the reason: a site's refusal names the site and its cap) or
+``cancelled``. A coordinator that stops, cleanly or not, leaves its jobs
+``running``; the next start resumes each of them by replay (see
+network_federation), so no finished round is lost and no site answers a query
+twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import secrets
+import threading
+import traceback
+import uuid
+
+from privadapt.common.errors import ConfigError, PrivadaptError
+from privadapt.common.federation import SitePrivacy
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.server.job_algorithms import ALGORITHMS, JobContext, validate_hyperparameters
+from privadapt.server.job_spec import hyperparameters, spec_from_json, spec_to_json, validate_spec
+from privadapt.server.network_federation import (
+    JobCancelledError,
+    NetworkFederation,
+    NetworkJob,
+    PrivacyReports,
+)
+from privadapt.server.rounds import RoundHub
+from privadapt.server.site_registry import SiteRegistry
+from privadapt.server.store import CoordinatorStore, JobRecord, RoundRecord
+
+logger = logging.getLogger(__name__)
+
+
+class JobManager:
+    """Starts a thread per job and keeps the store's job states true."""
+
+    def __init__(
+        self,
+        store: CoordinatorStore,
+        registry: SiteRegistry,
+        hub: RoundHub,
+        reports: PrivacyReports,
+        *,
+        round_timeout: float,
+        site_wait_timeout: float,
+        min_sites: int,
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._hub = hub
+        self._reports = reports
+        self._round_timeout = round_timeout
+        self._site_wait_timeout = site_wait_timeout
+        self._min_sites = min_sites
+        self._lock = threading.Lock()
+        self._threads: dict[str, threading.Thread] = {}
+        self._cancel: dict[str, threading.Event] = {}
+        self._stopping = threading.Event()
+        # Watchers (OperatorService.Watch) wait on this for a job's next change.
+        self._changed = threading.Condition()
+        self._versions: dict[str, int] = {}
+
+    def launch(self, spec: pb.JobSpec, job_id: str = "", seed: int | None = None) -> str:
+        validate_spec(spec)
+        validate_hyperparameters(spec.algorithm, hyperparameters(spec))
+        if not spec.sites:
+            registered = sorted(site.name for site in self._store.sites())
+            if not registered:
+                raise ConfigError("no site has registered yet; start the site daemons first")
+            spec.sites.extend(registered)
+        # Sites named explicitly may still be starting: the job waits for them
+        # (site_wait_timeout) and then fails naming the ones that never came.
+        if not spec.min_participants:
+            spec.min_participants = min(max(self._min_sites, 1), len(spec.sites))
+        job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
+        seed = secrets.randbits(63) if seed is None else seed
+        record = self._store.create_job(job_id, spec.algorithm, spec_to_json(spec), seed)
+        detail = f"{spec.algorithm} epsilon={spec.epsilon:g} sites={list(spec.sites)}"
+        self._store.audit("job_launched", job_id=job_id, detail=detail)
+        self._start(record)
+        return job_id
+
+    def resume_unfinished(self) -> list[str]:
+        """Start a thread for every job a previous run left pending or running."""
+        resumed = []
+        for record in self._store.unfinished_jobs():
+            self._store.audit("job_resumed", job_id=record.job_id,
+                              detail=f"from round {self._store.last_round(record.job_id)}")
+            self._start(record)
+            resumed.append(record.job_id)
+        return resumed
+
+    def cancel(self, job_id: str, reason: str) -> str:
+        record = self._store.job(job_id)
+        if record is None:
+            raise KeyError(job_id)
+        with self._lock:
+            event = self._cancel.get(job_id)
+        if event is None:
+            if record.state not in ("succeeded", "failed", "cancelled"):
+                self._set_state(job_id, "cancelled", reason or "cancelled")
+            return self._store.job(job_id).state
+        event.set()
+        self._hub.cancel(job_id, reason or "cancelled by the operator")
+        self._registry.wake()
+        with self._lock:
+            thread = self._threads.get(job_id)
+        if thread is not None:
+            thread.join(timeout=self._round_timeout)
+        return self._store.job(job_id).state
+
+    def stop(self) -> None:
+        """The coordinator is shutting down: leave running jobs 'running' so
+        the next start resumes them."""
+        self._stopping.set()
+        with self._lock:
+            jobs = list(self._threads)
+        for job_id in jobs:
+            self._hub.cancel(job_id, "the coordinator is shutting down")
+        self._registry.wake()
+
+    def wait(self, job_id: str, timeout: float | None = None) -> None:
+        with self._lock:
+            thread = self._threads.get(job_id)
+        if thread is not None:
+            thread.join(timeout)
+
+    def wait_for_change(self, job_id: str, seen: int, stop: threading.Event) -> int:
+        """Block until ``job_id`` changes after version ``seen`` (a round ended,
+        its state changed) or ``stop`` is set; return the new version."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._versions.get(job_id, 0) != seen
+                                   or stop.is_set())
+            return self._versions.get(job_id, 0)
+
+    def wake_watchers(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def _mark_changed(self, job_id: str) -> None:
+        with self._changed:
+            self._versions[job_id] = self._versions.get(job_id, 0) + 1
+            self._changed.notify_all()
+
+    def _set_state(self, job_id: str, state: str, message: str = "") -> None:
+        self._store.set_job_state(job_id, state, message)
+        self._mark_changed(job_id)
+
+    def _start(self, record: JobRecord) -> None:
+        thread = threading.Thread(target=self._run, args=(record,), name=f"job-{record.job_id}",
+                                  daemon=True)
+        with self._lock:
+            self._cancel[record.job_id] = threading.Event()
+            self._threads[record.job_id] = thread
+        thread.start()
+
+    def _run(self, record: JobRecord) -> None:
+        job_id = record.job_id
+        spec = spec_from_json(record.spec_json)
+        cancelled = self._cancel[job_id]
+        state, message = "failed", ""
+        try:
+            self._set_state(job_id, "running")
+            federation = NetworkFederation(
+                NetworkJob(job_id, tuple(spec.sites), spec.collusion_tolerance,
+                           spec.min_participants, self._round_timeout, self._site_wait_timeout),
+                self._registry, self._hub, self._store, self._reports,
+                cancelled=cancelled, on_round=self._on_round,
+            )
+            federation.wait_for_sites()
+            self._broadcast(spec, job_start=pb.JobStart(
+                job_id=job_id, algorithm=spec.algorithm,
+                collusion_tolerance=spec.collusion_tolerance,
+                min_participants=spec.min_participants, participants=spec.sites))
+            context = JobContext(
+                federation, spec, hyperparameters(spec), self._dimension(spec), record.seed,
+                lambda step, model: self._store.save_checkpoint(job_id, step, model),
+            )
+            model = ALGORITHMS[spec.algorithm].run(context)
+            privacy = federation.privacy_spent(None if math.isinf(spec.epsilon) else spec.delta)
+            self._store.save_result(job_id, model, privacy_report_json(
+                job_id, spec, privacy, self._store.rounds(job_id)))
+            state, message = "succeeded", ""
+        except JobCancelledError as err:
+            state, message = "cancelled", str(err)
+        except PrivadaptError as err:
+            state, message = "failed", str(err)
+        except Exception as err:  # a bug: fail the job loudly, keep the coordinator up
+            logger.error("job=%s crashed:\n%s", job_id, traceback.format_exc())
+            state, message = "failed", f"internal error: {type(err).__name__}: {err}"
+        finally:
+            self._hub.close_job(job_id)
+            with self._lock:
+                self._threads.pop(job_id, None)
+                self._cancel.pop(job_id, None)
+        if self._stopping.is_set() and state != "succeeded":
+            logger.info("job=%s interrupted by shutdown; it resumes at the next start", job_id)
+            return
+        if cancelled.is_set() and state == "failed":
+            state = "cancelled"
+        self._set_state(job_id, state, message)
+        self._store.audit(f"job_{state}", job_id=job_id, detail=message)
+        self._broadcast(spec, job_end=pb.JobEnd(job_id=job_id, state=_STATES[state],
+                                                message=message))
+        log = logger.info if state == "succeeded" else logger.warning
+        log("job=%s %s%s", job_id, state, f": {message}" if message else "")
+
+    def _broadcast(self, spec: pb.JobSpec, **item: object) -> None:
+        for name in spec.sites:
+            session = self._registry.session(name)
+            if session is not None:
+                session.send(**item)
+
+    def _dimension(self, spec: pb.JobSpec) -> int:
+        dims = {s.num_features for s in self._store.sites() if s.name in spec.sites}
+        if len(dims) != 1:
+            raise ConfigError(f"the job's sites declare different feature dimensions "
+                              f"{sorted(dims)}; they must share one schema")
+        return dims.pop()
+
+    def _on_round(self, record: RoundRecord) -> None:
+        self._mark_changed(record.job_id)
+        if record.aborted:
+            logger.warning("job=%s round=%d step=%d aborted: %s", record.job_id, record.round,
+                           record.step, record.abort_reason)
+        else:
+            logger.info("job=%s round=%d step=%d sites=%d %.1f ms epsilon=%.4g", record.job_id,
+                        record.round, record.step, len(record.participants),
+                        1e3 * (record.finished - record.started), record.epsilon_so_far)
+
+
+_STATES = {
+    "pending": pb.JOB_STATE_PENDING, "running": pb.JOB_STATE_RUNNING,
+    "succeeded": pb.JOB_STATE_SUCCEEDED, "failed": pb.JOB_STATE_FAILED,
+    "cancelled": pb.JOB_STATE_CANCELLED,
+}
+
+
+def job_state_to_proto(state: str) -> int:
+    return _STATES[state]
+
+
+def privacy_report_json(
+    job_id: str, spec: pb.JobSpec, privacy: dict[str, SitePrivacy], rounds: list[RoundRecord]
+) -> str:
+    """The report ``privadapt result`` writes: each site's spend as its own
+    ledger states it, and every aborted round (already charged by the sites
+    that answered it, and included in their figures)."""
+    aborted = [{"round": r.round, "step": r.step, "reason": r.abort_reason}
+               for r in rounds if r.aborted]
+    report = {
+        "job_id": job_id,
+        "algorithm": spec.algorithm,
+        "target": {"epsilon": spec.epsilon, "delta": spec.delta},
+        "sites": {
+            name: {
+                "job_epsilon": p.job.epsilon, "delta": p.job.delta, "method": p.job.method.value,
+                "total_epsilon": p.total.epsilon, "total_delta": p.total.delta,
+                "cap_epsilon": p.cap_epsilon, "releases": len(p.mechanisms),
+            }
+            for name, p in sorted(privacy.items())
+        },
+        "sites_not_reporting": sorted(set(spec.sites) - set(privacy)),
+        "rounds": len(rounds),
+        "aborted_rounds": aborted,
+        "note": ("every aborted round was charged by the ledgers of the sites that answered "
+                 "it before the abort; the epsilons above include those charges"
+                 if aborted else "no round was aborted"),
+    }
+    return json.dumps(report, indent=2, allow_nan=True)

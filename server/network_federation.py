@@ -1,0 +1,312 @@
+"""The networked ``Federation``: an algorithm's queries become secure-aggregation
+rounds with the site daemons (DESIGN.md sections 3, 6 and 7).
+
+An algorithm is written against :class:`privadapt.common.federation.Federation`
+and cannot tell this class from ``LocalFederation``: ``query`` returns the
+decoded sum of the sites' noised, fixed-point shares.
+
+Resuming after a coordinator restart is replay, not checkpoint restore. Every
+aggregated answer is stored under its algorithm *step* (the n-th query of the
+job) with a fingerprint of (kernel, params, mechanism). A resumed job runs its
+algorithm again from the start; a step whose answer is stored is answered from
+the store without contacting any site, so the algorithm retraces exactly the
+same states (coordinator randomness is seeded per job) and carries on with new
+rounds where it stopped. A stored answer whose fingerprint differs from the
+re-asked query means the algorithm did not replay deterministically: the job
+fails loudly rather than mix two runs.
+
+Query ids are ``s<step>-r<round>``: a retried step gets a new round and so a
+new id, which every ledger requires (a query id is answered at most once), and
+round numbers only grow, also across restarts (above every round the store or
+any connected site has seen).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from privadapt.common.accounting import AccountingMethod, EpsilonReport
+from privadapt.common.errors import BudgetExceededError, PrivadaptError, QueryRefusedError
+from privadapt.common.federation import AggregateAnswer, Query, SitePrivacy
+from privadapt.common.fixed_point import FixedPointCodec
+from privadapt.common.kernels import get_kernel
+from privadapt.common.mechanisms import Adjacency, Mechanism
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.wire import mechanism_from_proto, query_to_proto
+from privadapt.server.rounds import RoundFailedError, RoundHub
+from privadapt.server.site_registry import SiteRegistry
+from privadapt.server.store import CoordinatorStore, RoundRecord, StoredAnswer
+
+logger = logging.getLogger(__name__)
+
+# Aborted attempts of one step before the job gives up (each one was charged).
+MAX_ATTEMPTS_PER_STEP = 5
+
+
+class JobCancelledError(PrivadaptError):
+    """The operator cancelled the job."""
+
+
+class JobFailedError(PrivadaptError):
+    """The job cannot go on (too few sites, a refusal, a divergent replay)."""
+
+
+@dataclass(frozen=True)
+class NetworkJob:
+    """What a job's federation needs to know about the job."""
+
+    job_id: str
+    sites: tuple[str, ...]
+    collusion_tolerance: int = 0
+    min_participants: int = 1
+    round_timeout: float = 30.0
+    site_wait_timeout: float = 60.0
+
+
+RoundListener = Callable[[RoundRecord], None]
+
+
+class NetworkFederation:
+    """A job's sites across the network; see the module docstring."""
+
+    def __init__(
+        self,
+        job: NetworkJob,
+        registry: SiteRegistry,
+        hub: RoundHub,
+        store: CoordinatorStore,
+        privacy_reports: PrivacyReports,
+        *,
+        codec: FixedPointCodec | None = None,
+        cancelled: threading.Event | None = None,
+        on_round: RoundListener | None = None,
+    ) -> None:
+        if job.min_participants < 1 or job.min_participants > len(job.sites):
+            raise ValueError(
+                f"min_participants must be in [1, {len(job.sites)}], got {job.min_participants}"
+            )
+        self._job = job
+        self._registry = registry
+        self._hub = hub
+        self._store = store
+        self._reports = privacy_reports
+        self.codec = codec or FixedPointCodec()
+        self._cancelled = cancelled or threading.Event()
+        self._on_round = on_round
+        self._steps = itertools.count(1)
+        self._last_round = store.last_round(job.job_id)
+        hub.open_job(job.job_id, self._last_round)
+
+    # -- Federation protocol --------------------------------------------------
+
+    @property
+    def job_id(self) -> str:
+        return self._job.job_id
+
+    @property
+    def num_sites(self) -> int:
+        return len(self._job.sites)
+
+    @property
+    def site_sizes(self) -> dict[str, int]:
+        """n_k as each site declared at registration; refused for a site that
+        accounts under add/remove adjacency, where n_k is private."""
+        sizes: dict[str, int] = {}
+        known = {s.name: s.registration for s in self._registry.sessions()}
+        for name in self._job.sites:
+            registration = known.get(name)
+            if registration is None:
+                raise JobFailedError(f"site {name!r} has never registered with this coordinator")
+            if registration.adjacency == Adjacency.ADD_REMOVE_ONE.value:
+                raise QueryRefusedError(
+                    f"site {name!r} accounts under add/remove adjacency, where its size is "
+                    "private: query record_count with noise instead"
+                )
+            sizes[name] = int(registration.num_records)
+        return sizes
+
+    def query(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+    ) -> AggregateAnswer:
+        step = next(self._steps)
+        fingerprint = self._fingerprint(kernel, params, mechanism)
+        stored = self._store.answer(self.job_id, step)
+        if stored is not None:
+            if stored.fingerprint != fingerprint:
+                raise JobFailedError(
+                    f"job {self.job_id!r}: step {step} asks a different query than the one "
+                    "answered before the restart; the algorithm did not replay "
+                    "deterministically, so the job cannot resume"
+                )
+            return AggregateAnswer(stored.query_id, stored.blocks, stored.participants)
+        for _attempt in range(MAX_ATTEMPTS_PER_STEP):
+            answer = self._attempt(step, fingerprint, kernel, params, mechanism)
+            if answer is not None:
+                return answer
+        raise JobFailedError(
+            f"job {self.job_id!r}: step {step} was aborted {MAX_ATTEMPTS_PER_STEP} times; "
+            "see `privadapt status` for why each round failed"
+        )
+
+    def privacy_spent(self, delta: float | None = None) -> dict[str, SitePrivacy]:
+        """Each site's spend as its own ledger reports it (asked over the stream)."""
+        return self._reports.collect(self.job_id, self._job.sites, delta,
+                                     self._job.round_timeout)
+
+    def wait_for_sites(self) -> None:
+        """At the job's start: wait for every one of its sites (they may still
+        be starting), at most site_wait_timeout; then go on if at least
+        min_participants are connected, else JobFailedError naming the absent."""
+        wanted = set(self._job.sites)
+        self._registry.wait_until(
+            lambda: self._cancelled.is_set() or wanted <= self._registry.connected_names(),
+            self._job.site_wait_timeout,
+        )
+        self._wait_for_participants()
+
+    # -- rounds ---------------------------------------------------------------
+
+    def _attempt(
+        self, step: int, fingerprint: str, kernel: str, params: Mapping[str, Any],
+        mechanism: Mechanism,
+    ) -> AggregateAnswer | None:
+        participants = self._wait_for_participants()
+        round = self._next_round(participants)
+        query = Query(
+            job_id=self.job_id, query_id=f"s{step:06d}-r{round:06d}", kernel=kernel,
+            params=params, mechanism=mechanism,
+            collusion_tolerance=self._job.collusion_tolerance,
+            fractional_bits=self.codec.fractional_bits,
+        )
+        started = time.time()
+        try:
+            result = self._hub.run_round(query, round, participants, self._job.round_timeout,
+                                         self._expected_shapes(kernel, params))
+        except RoundFailedError as failure:
+            record = RoundRecord(self.job_id, round, step, query.query_id, tuple(participants),
+                                 started, time.time(), True, failure.reason, math.nan)
+            self._store.record_round(record)
+            self._store.audit("round_aborted", job_id=self.job_id, detail=failure.reason)
+            self._notify(record)
+            self._raise_for_refusals(failure)
+            return None
+        record = RoundRecord(self.job_id, round, step, query.query_id, result.participants,
+                             started, time.time(), False, "", result.job_epsilon)
+        answer = StoredAnswer(self.job_id, step, round, query.query_id, fingerprint,
+                              result.blocks, result.participants)
+        self._store.save_answer(answer, record)
+        self._notify(record)
+        return AggregateAnswer(query.query_id, result.blocks, result.participants)
+
+    def _raise_for_refusals(self, failure: RoundFailedError) -> None:
+        """A refusal ends the job, except a replay refusal (a site saw this round
+        number before a restart): the next attempt simply takes a higher round."""
+        for refusal in failure.refusals:
+            if refusal.reason == pb.Refusal.BUDGET_EXHAUSTED:
+                raise BudgetExceededError(refusal.message)
+        for refusal in failure.refusals:
+            if refusal.reason != pb.Refusal.REPLAY:
+                raise QueryRefusedError(refusal.message)
+
+    def _wait_for_participants(self, timeout: float | None = None) -> list[str]:
+        wanted = set(self._job.sites)
+
+        def ready() -> bool:
+            return (self._cancelled.is_set()
+                    or len(wanted & self._registry.connected_names()) >= self._job.min_participants)
+
+        timeout = self._job.site_wait_timeout if timeout is None else timeout
+        if not self._registry.wait_until(ready, timeout):
+            connected = sorted(wanted & self._registry.connected_names())
+            absent = sorted(wanted - set(connected))
+            raise JobFailedError(
+                f"job {self.job_id!r}: only {len(connected)} of its sites are connected "
+                f"({', '.join(connected) or 'none'}), fewer than min_participants="
+                f"{self._job.min_participants}, after waiting {self._job.site_wait_timeout:g} s; "
+                f"not connected: {', '.join(absent)} (check those site daemons and their logs)"
+            )
+        if self._cancelled.is_set():
+            raise JobCancelledError(f"job {self.job_id!r} was cancelled")
+        return sorted(wanted & self._registry.connected_names())
+
+    def _next_round(self, participants: Sequence[str]) -> int:
+        seen = [self._last_round]
+        for session in self._registry.sessions():
+            if session.name in participants:
+                seen.append(session.closed_rounds.get(self.job_id, 0))
+        self._last_round = max(seen) + 1
+        return self._last_round
+
+    def _expected_shapes(self, kernel: str, params: Mapping[str, Any]) -> list[tuple[int, ...]]:
+        dims = {s.registration.num_features for s in self._registry.sessions()
+                if s.name in self._job.sites}
+        if len(dims) != 1:
+            raise JobFailedError(f"job {self.job_id!r}: its sites declare different feature "
+                                 f"dimensions {sorted(dims)}")
+        released = getattr(get_kernel(kernel), "released_shapes", None)
+        shapes_of = released or get_kernel(kernel).output_shapes
+        return [tuple(s) for s in shapes_of(params, dims.pop())]
+
+    def _fingerprint(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism) -> str:
+        probe = Query(self.job_id, "fingerprint", kernel, params, mechanism,
+                      self._job.collusion_tolerance, self.codec.fractional_bits)
+        encoded = query_to_proto(probe, round=0).SerializeToString(deterministic=True)
+        return hashlib.sha256(encoded).hexdigest()
+
+    def _notify(self, record: RoundRecord) -> None:
+        if self._on_round is not None:
+            self._on_round(record)
+
+
+class PrivacyReports:
+    """Asks sites for their ledgers' view of a job and waits for the replies."""
+
+    def __init__(self, registry: SiteRegistry) -> None:
+        self._registry = registry
+        self._changed = threading.Condition()
+        self._reports: dict[tuple[str, str], pb.SitePrivacyReport] = {}
+
+    def deliver(self, report: pb.SitePrivacyReport) -> None:
+        with self._changed:
+            self._reports[(report.job_id, report.site_name)] = report
+            self._changed.notify_all()
+
+    def collect(
+        self, job_id: str, sites: Sequence[str], delta: float | None, timeout: float
+    ) -> dict[str, SitePrivacy]:
+        with self._changed:
+            for name in sites:
+                self._reports.pop((job_id, name), None)
+        asked = []
+        request = pb.PrivacyReportRequest(job_id=job_id, delta=delta or 0.0)
+        for name in sites:
+            session = self._registry.session(name)
+            if session is not None and session.send(privacy_report_request=request):
+                asked.append(name)
+        with self._changed:
+            self._changed.wait_for(
+                lambda: all((job_id, n) in self._reports for n in asked), timeout
+            )
+            replies = {n: self._reports.pop((job_id, n)) for n in asked
+                       if (job_id, n) in self._reports}
+        return {name: site_privacy_from_report(report) for name, report in replies.items()}
+
+
+def site_privacy_from_report(report: pb.SitePrivacyReport) -> SitePrivacy:
+    """The domain object of a site's privacy report (wire validation included)."""
+    return SitePrivacy(
+        site_name=report.site_name,
+        job=EpsilonReport(report.job_epsilon, report.delta, AccountingMethod(report.method)),
+        total=EpsilonReport(report.total_epsilon, report.total_delta,
+                            AccountingMethod(report.total_method or report.method)),
+        cap_epsilon=report.cap_epsilon,
+        mechanisms=tuple(mechanism_from_proto(m) for m in report.mechanisms),
+    )

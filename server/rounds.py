@@ -1,0 +1,343 @@
+"""One round of secure aggregation, as the coordinator runs it.
+
+A round (proto ``privadapt.v1``, header comment) is one key-agreement epoch of
+one job carrying exactly one query:
+
+1. ``RoundAnnouncement`` (the query) pushed to every participant's stream;
+2. every participant publishes its signed X25519 key (``PublishKey``);
+3. the coordinator pushes the ``Roster`` of all signed keys; each site checks
+   every signature against the CA, takes K from the roster, answers the query
+   through its own ``Site`` (policy, ledger, noise share) and masks its share;
+4. every participant submits its masked share (``SubmitShare``); the masks
+   cancel in the sum modulo 2^64, which decodes to sum of kernel sums + noise.
+
+The coordinator never sees an unmasked share. If a participant refuses, leaves
+(its stream breaks), or misses the deadline, the round is aborted: every
+participant is told (``RoundAbort``), the shares already received are dropped,
+and :class:`RoundFailedError` says who was missing and who refused -- the caller
+retries with the remaining sites, fresh keys and a fresh query id (every ledger
+has already charged the aborted attempt).
+
+Threads: the round runs in its job's thread and waits on one condition
+variable; gRPC handler threads deliver keys, shares and refusals into it and
+notify. Nothing polls.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from privadapt.common.errors import WireError
+from privadapt.common.federation import Query
+from privadapt.common.fixed_point import FixedPointCodec
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.secagg import unmask_sum
+from privadapt.common.wire import query_to_proto, tensor_from_proto
+from privadapt.server.site_registry import SiteRegistry
+
+logger = logging.getLogger(__name__)
+
+
+class DeliveryError(Exception):
+    """A site's message cannot be taken; ``code`` is the gRPC status name
+    (proto header: NOT_FOUND, FAILED_PRECONDITION, ALREADY_EXISTS,
+    INVALID_ARGUMENT, PERMISSION_DENIED)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class RoundFailedError(Exception):
+    """A round ended without an answer."""
+
+    reason: str
+    missing: tuple[str, ...] = ()
+    refusals: tuple[pb.Refusal, ...] = ()
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+@dataclass
+class RoundResult:
+    blocks: tuple[np.ndarray, ...]
+    participants: tuple[str, ...]
+    job_epsilon: float  # largest job spend reported by the participants' ledgers
+
+
+@dataclass
+class _ActiveRound:
+    query: Query
+    round: int
+    participants: tuple[str, ...]
+    condition: threading.Condition
+    keys: dict[str, pb.KeyAnnouncement] = field(default_factory=dict)
+    shares: dict[str, pb.MaskedShare] = field(default_factory=dict)
+    share_blocks: dict[str, tuple[np.ndarray, ...]] = field(default_factory=dict)
+    refusals: dict[str, pb.Refusal] = field(default_factory=dict)
+    gone: set[str] = field(default_factory=set)
+    roster_sites: tuple[str, ...] = ()
+    cancelled: str = ""
+
+    def failed(self) -> bool:
+        return bool(self.refusals or self.gone or self.cancelled)
+
+
+class RoundHub:
+    """Runs rounds and routes the sites' replies to the round they belong to."""
+
+    def __init__(self, registry: SiteRegistry) -> None:
+        self._registry = registry
+        self._lock = threading.Lock()
+        self._active: dict[tuple[str, int], _ActiveRound] = {}
+        self._jobs: set[str] = set()
+        self._closed: dict[str, int] = {}
+        registry.add_disconnect_listener(self.site_left)
+
+    # -- the job thread's side ------------------------------------------------
+
+    def open_job(self, job_id: str, last_round: int) -> None:
+        """Accept messages for ``job_id``; rounds up to ``last_round`` are closed."""
+        with self._lock:
+            self._jobs.add(job_id)
+            self._closed[job_id] = max(self._closed.get(job_id, 0), last_round)
+
+    def close_job(self, job_id: str) -> None:
+        with self._lock:
+            self._jobs.discard(job_id)
+
+    def run_round(
+        self,
+        query: Query,
+        round: int,
+        participants: Sequence[str],
+        timeout: float,
+        expected_shapes: Sequence[tuple[int, ...]] | None = None,
+    ) -> RoundResult:
+        """Run one round; return the decoded aggregate or raise :class:`RoundFailedError`."""
+        names = tuple(sorted(participants))
+        active = _ActiveRound(query, round, names, threading.Condition())
+        key = (query.job_id, round)
+        with self._lock:
+            if round <= self._closed.get(query.job_id, 0):
+                raise ValueError(f"job {query.job_id!r}: round {round} is already closed")
+            self._active[key] = active
+        deadline = time.monotonic() + timeout
+        try:
+            self._announce(active, deadline_s=time.time() + timeout)
+            self._wait(active, lambda: len(active.keys) == len(names), deadline, "keys")
+            self._send_roster(active)
+            self._wait(active, lambda: len(active.shares) == len(names), deadline, "shares")
+            return self._aggregate(active, expected_shapes)
+        except RoundFailedError as failure:
+            self._abort(active, failure)
+            raise
+        finally:
+            with self._lock:
+                self._active.pop(key, None)
+                self._closed[query.job_id] = max(self._closed.get(query.job_id, 0), round)
+
+    def cancel(self, job_id: str, reason: str) -> None:
+        """Abort any round of ``job_id`` now (the job was cancelled)."""
+        with self._lock:
+            rounds = [r for (job, _), r in self._active.items() if job == job_id]
+        for active in rounds:
+            with active.condition:
+                active.cancelled = reason
+                active.condition.notify_all()
+
+    def _announce(self, active: _ActiveRound, deadline_s: float) -> None:
+        query = active.query
+        deadline = Timestamp()
+        deadline.FromNanoseconds(int(deadline_s * 1e9))
+        announcement = pb.RoundAnnouncement(
+            job_id=query.job_id,
+            round=active.round,
+            query_id=query.query_id,
+            query=query_to_proto(query, active.round),
+            deadline=deadline,
+            fractional_bits=query.fractional_bits,
+        )
+        for name in active.participants:
+            self._send(active, name, round_announcement=announcement)
+
+    def _send(self, active: _ActiveRound, name: str, **item: object) -> None:
+        session = self._registry.session(name)
+        if session is None or not session.send(**item):
+            with active.condition:
+                active.gone.add(name)
+                active.condition.notify_all()
+
+    def _wait(self, active: _ActiveRound, done, deadline: float, what: str) -> None:
+        with active.condition:
+            finished = active.condition.wait_for(
+                lambda: done() or active.failed(), max(0.0, deadline - time.monotonic())
+            )
+            if active.cancelled:
+                raise RoundFailedError(f"cancelled: {active.cancelled}")
+            if active.refusals:
+                refusals = tuple(active.refusals.values())
+                raise RoundFailedError(
+                    "; ".join(r.message or f"site {r.site_name!r} refused" for r in refusals),
+                    refusals=refusals,
+                )
+            if active.gone:
+                missing = tuple(sorted(active.gone))
+                raise RoundFailedError(f"site(s) {', '.join(missing)} left during the round",
+                                  missing=missing)
+            if not finished:
+                received = active.keys if what == "keys" else active.shares
+                missing = tuple(n for n in active.participants if n not in received)
+                raise RoundFailedError(
+                    f"deadline passed waiting for {what} from {', '.join(missing)}",
+                    missing=missing,
+                )
+
+    def _send_roster(self, active: _ActiveRound) -> None:
+        query = active.query
+        roster = pb.Roster(job_id=query.job_id, round=active.round, query_id=query.query_id)
+        with active.condition:
+            roster.keys.extend(active.keys[name] for name in active.participants)
+            active.roster_sites = active.participants
+        for name in active.participants:
+            self._send(active, name, roster=roster)
+
+    def _aggregate(
+        self, active: _ActiveRound, expected_shapes: Sequence[tuple[int, ...]] | None
+    ) -> RoundResult:
+        with active.condition:
+            per_site = [active.share_blocks[name] for name in active.participants]
+            epsilon = max(active.shares[name].job_epsilon for name in active.participants)
+        counts = {len(blocks) for blocks in per_site}
+        if len(counts) != 1:
+            raise RoundFailedError(f"sites sent different numbers of blocks: {sorted(counts)}")
+        codec = FixedPointCodec(active.query.fractional_bits)
+        blocks = []
+        for index in range(counts.pop()):
+            shapes = {blocks_[index].shape for blocks_ in per_site}
+            if len(shapes) != 1:
+                raise RoundFailedError(
+                    f"block {index}: sites sent different shapes {sorted(shapes)}")
+            blocks.append(codec.decode(unmask_sum(b[index] for b in per_site)))
+        if expected_shapes is not None and [b.shape for b in blocks] != list(expected_shapes):
+            raise RoundFailedError(
+                f"the aggregate has shapes {[b.shape for b in blocks]}, the kernel "
+                f"{list(expected_shapes)}"
+            )
+        return RoundResult(tuple(blocks), active.participants, epsilon)
+
+    def _abort(self, active: _ActiveRound, failure: RoundFailedError) -> None:
+        query = active.query
+        abort = pb.RoundAbort(
+            job_id=query.job_id, round=active.round, query_id=query.query_id,
+            reason=failure.reason, missing_sites=failure.missing,
+        )
+        for name in active.participants:
+            session = self._registry.session(name)
+            if session is not None:
+                session.send(round_abort=abort)
+        logger.warning("job=%s round=%d query=%s aborted: %s", query.job_id, active.round,
+                       query.query_id, failure.reason)
+
+    # -- the gRPC handlers' side ----------------------------------------------
+
+    def site_left(self, name: str) -> None:
+        with self._lock:
+            rounds = [r for r in self._active.values() if name in r.participants]
+        for active in rounds:
+            with active.condition:
+                active.gone.add(name)
+                active.condition.notify_all()
+
+    def _find(self, job_id: str, round: int, query_id: str, site_name: str) -> _ActiveRound:
+        with self._lock:
+            if job_id not in self._jobs:
+                raise DeliveryError("NOT_FOUND", f"unknown or finished job {job_id!r}")
+            active = self._active.get((job_id, round))
+            closed = self._closed.get(job_id, 0)
+        if active is None:
+            if round <= closed:
+                raise DeliveryError(
+                    "FAILED_PRECONDITION",
+                    f"job {job_id!r} round {round} is closed (stale or replayed message)",
+                )
+            raise DeliveryError("NOT_FOUND", f"job {job_id!r} has no round {round} open")
+        if active.query.query_id != query_id:
+            raise DeliveryError(
+                "FAILED_PRECONDITION",
+                f"job {job_id!r} round {round} carries query {active.query.query_id!r}, "
+                f"not {query_id!r}",
+            )
+        if site_name not in active.participants:
+            raise DeliveryError(
+                "PERMISSION_DENIED",
+                f"site {site_name!r} is not a participant of job {job_id!r} round {round}",
+            )
+        return active
+
+    def deliver_key(self, message: pb.KeyAnnouncement) -> None:
+        active = self._find(message.job_id, message.round, message.query_id, message.site_name)
+        if len(message.public_key) != 32 or not message.signature or not message.certificate_pem:
+            raise DeliveryError(
+                "INVALID_ARGUMENT",
+                "a key announcement needs a 32-byte public key, a signature and a certificate",
+            )
+        with active.condition:
+            if message.site_name in active.keys:
+                raise DeliveryError("ALREADY_EXISTS", f"site {message.site_name!r} already "
+                                    f"published its key for round {message.round}")
+            if active.roster_sites:
+                raise DeliveryError("FAILED_PRECONDITION", "the roster is already published")
+            active.keys[message.site_name] = message
+            active.condition.notify_all()
+
+    def deliver_share(self, message: pb.MaskedShare) -> None:
+        active = self._find(message.job_id, message.round, message.query_id, message.site_name)
+        if message.fractional_bits != active.query.fractional_bits:
+            raise DeliveryError(
+                "INVALID_ARGUMENT",
+                f"share encoded with {message.fractional_bits} fractional bits, the query "
+                f"asked for {active.query.fractional_bits}",
+            )
+        if not message.blocks:
+            raise DeliveryError("INVALID_ARGUMENT", "a share needs at least one block")
+        try:
+            blocks = tuple(
+                tensor_from_proto(t, expected_dtype=np.uint64, field=f"share block {i}")
+                for i, t in enumerate(message.blocks)
+            )
+        except WireError as err:
+            raise DeliveryError("INVALID_ARGUMENT", str(err)) from None
+        if math.isnan(message.job_epsilon) or message.job_epsilon < 0:
+            raise DeliveryError("INVALID_ARGUMENT", "job_epsilon must be a number >= 0")
+        with active.condition:
+            if not active.roster_sites:
+                raise DeliveryError("FAILED_PRECONDITION", "no roster was published yet")
+            if tuple(message.roster_sites) != active.roster_sites:
+                raise DeliveryError(
+                    "INVALID_ARGUMENT",
+                    f"share masked for roster {list(message.roster_sites)}, the round's roster "
+                    f"is {list(active.roster_sites)}: the masks could not cancel",
+                )
+            if message.site_name in active.shares:
+                raise DeliveryError("ALREADY_EXISTS", f"site {message.site_name!r} already "
+                                    f"submitted its share for round {message.round}")
+            active.shares[message.site_name] = message
+            active.share_blocks[message.site_name] = blocks
+            active.condition.notify_all()
+
+    def deliver_refusal(self, message: pb.Refusal) -> None:
+        active = self._find(message.job_id, message.round, message.query_id, message.site_name)
+        with active.condition:
+            active.refusals[message.site_name] = message
+            active.condition.notify_all()

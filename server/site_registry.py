@@ -1,0 +1,159 @@
+"""The coordinator's view of its sites: who is registered, who is connected,
+and the outbound queue of each site's Connect stream.
+
+Sites dial out (they sit behind firewalls), so the coordinator reaches a site
+only through the server stream the site opened (proto ``FederationService.Connect``).
+Each registration gets a :class:`SiteSession` whose ``outbox`` feeds that stream;
+pushing work is putting a message in a queue, and the stream's handler thread
+blocks on the queue -- no polling, no sleeps. A session closed by either side
+gets a ``None`` sentinel that ends its stream.
+
+Listeners (the round engine) are told when a site disconnects, so a round
+waiting on that site is aborted at once rather than at its deadline.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from privadapt.common.proto import federation_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+DisconnectListener = Callable[[str], None]
+
+
+@dataclass
+class SiteSession:
+    """One registration of a site: what it declared and its work queue."""
+
+    name: str
+    session_id: str
+    registration: pb.RegisterRequest
+    outbox: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    connected: bool = False
+    closed: bool = False
+    last_seen: float = field(default_factory=time.time)
+    # Highest round the site says it has closed, per job (from ConnectRequest):
+    # a resumed job starts above it, so no site ever sees a round number twice.
+    closed_rounds: dict[str, int] = field(default_factory=dict)
+    _sequence: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+    def send(self, **item: object) -> bool:
+        """Queue one work item (``job_start=...``, ``roster=...``); False if
+        the session is no longer connected."""
+        if self.closed or not self.connected:
+            return False
+        self.outbox.put(pb.WorkItem(sequence=next(self._sequence), **item))
+        return True
+
+    def stream(self) -> Iterator[pb.WorkItem]:
+        """The items of the Connect stream, until the session closes."""
+        while True:
+            item = self.outbox.get()
+            if item is None:
+                return
+            yield item
+
+    def close(self) -> None:
+        self.closed = True
+        self.connected = False
+        self.outbox.put(None)
+
+
+class SiteRegistry:
+    """Registered sites by name; thread-safe, shared by every gRPC handler."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._sessions: dict[str, SiteSession] = {}
+        self._listeners: list[DisconnectListener] = []
+
+    def add_disconnect_listener(self, listener: DisconnectListener) -> None:
+        self._listeners.append(listener)
+
+    def register(self, name: str, request: pb.RegisterRequest) -> SiteSession:
+        """A new session for ``name``; an older one (a restarted site) is closed."""
+        session = SiteSession(name, secrets.token_hex(16), request)
+        with self._changed:
+            old = self._sessions.get(name)
+            self._sessions[name] = session
+            self._changed.notify_all()
+        if old is not None:
+            self._close(old)
+        return session
+
+    def attach(self, name: str, session_id: str, jobs: Iterable[pb.JobProgress]) -> SiteSession:
+        """Mark the session connected (its Connect stream is open). ``KeyError``
+        if ``session_id`` is not the current session of ``name``."""
+        with self._changed:
+            session = self._sessions.get(name)
+            if session is None or session.session_id != session_id or session.closed:
+                raise KeyError(session_id)
+            session.closed_rounds = {j.job_id: j.last_closed_round for j in jobs}
+            session.connected = True
+            session.last_seen = time.time()
+            self._changed.notify_all()
+        logger.info("site=%s connected", name)
+        return session
+
+    def detach(self, session: SiteSession) -> None:
+        """The session's stream ended (the site went away or the server stops)."""
+        with self._changed:
+            was_connected = session.connected
+            session.connected = False
+            self._changed.notify_all()
+        if was_connected:
+            self._close(session)
+
+    def _close(self, session: SiteSession) -> None:
+        session.close()
+        logger.info("site=%s disconnected", session.name)
+        for listener in self._listeners:
+            listener(session.name)
+
+    def touch(self, name: str, session_id: str) -> bool:
+        """Heartbeat: True if ``session_id`` is the live session of ``name``."""
+        with self._changed:
+            session = self._sessions.get(name)
+            if session is None or session.session_id != session_id or session.closed:
+                return False
+            session.last_seen = time.time()
+            return True
+
+    def session(self, name: str) -> SiteSession | None:
+        """The connected session of ``name``, if any."""
+        with self._changed:
+            session = self._sessions.get(name)
+            return session if session is not None and session.connected else None
+
+    def sessions(self) -> list[SiteSession]:
+        with self._changed:
+            return list(self._sessions.values())
+
+    def connected_names(self) -> set[str]:
+        with self._changed:
+            return {name for name, s in self._sessions.items() if s.connected}
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Block until ``predicate()`` holds (re-checked whenever a site
+        registers, connects or leaves, or :meth:`wake` is called) or
+        ``timeout`` seconds pass."""
+        with self._changed:
+            return self._changed.wait_for(predicate, timeout)
+
+    def wake(self) -> None:
+        """Re-check every waiter's predicate (a job was cancelled)."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def close_all(self) -> None:
+        for session in self.sessions():
+            session.close()
