@@ -3,11 +3,17 @@
 Importing this package registers every kernel; sites look them up by name.
 """
 
-from privadapt.common.kernels import linear_gradient, record_count, second_moments
+from privadapt.common.kernels import (
+    exact_discrepancy,
+    linear_gradient,
+    record_count,
+    second_moments,
+)
 from privadapt.common.kernels.base import Kernel, get_kernel, register, registered_kernels
 
 __all__ = [
     "Kernel",
+    "exact_discrepancy",
     "get_kernel",
     "linear_gradient",
     "record_count",
