@@ -49,7 +49,11 @@ REGISTER_TIMEOUT_S = 10.0
 BACKOFF_INITIAL_S, BACKOFF_CAP_S = 0.2, 30.0
 # Keepalive pings notice a coordinator that vanished without closing the TCP
 # connection (a power cut) within about 30 s.
-KEEPALIVE_OPTIONS = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeout_ms", 10_000)]
+KEEPALIVE_OPTIONS = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeout_ms", 10_000),
+                     # gRPC's own reconnect backoff starts at 1 s; a coordinator
+                     # that is starting up is found within 0.1 s instead.
+                     ("grpc.initial_reconnect_backoff_ms", 100),
+                     ("grpc.min_reconnect_backoff_ms", 100)]
 
 
 class Backoff:
@@ -134,7 +138,10 @@ class SiteDaemon:
     def _session(self, backoff: Backoff) -> None:
         with self._channel() as channel:
             stub = rpc.FederationServiceStub(channel)
-            registered = stub.Register(self._registration(), timeout=REGISTER_TIMEOUT_S)
+            # wait_for_ready: a coordinator still starting is waited for (gRPC
+            # connects the moment its port opens) instead of failing at once.
+            registered = stub.Register(self._registration(), timeout=REGISTER_TIMEOUT_S,
+                                       wait_for_ready=True)
             backoff.reset()
             jobs = [pb.JobProgress(job_id=job, last_closed_round=last)
                     for job, last in self.progress.unfinished().items()]

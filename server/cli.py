@@ -1,11 +1,14 @@
 """``privadapt``: operator and researcher commands.
 
-Commands available now:
-
 * ``privadapt ledger show --site-db PATH [--job JOB]``: print a site's privacy ledger.
 * ``privadapt certs init --dir DIR``: create the federation CA.
 * ``privadapt certs issue --dir DIR --role ROLE --name NAME [--days N] [--host H ...]``:
   issue a party's certificate and key from that CA.
+* ``privadapt launch JOB.toml [--follow]``, ``status [JOB] [--follow]``,
+  ``result JOB --out DIR``, ``cancel JOB``, ``sites``: the operator API
+  (server/operator_cli.py).
+* ``privadapt simulate [--sites N] [--workdir DIR] [--job JOB.toml ...]``: a coordinator
+  and N sites as processes on this machine (server/simulate.py).
 
 Expected errors (missing file, bad database) print one line and exit 2, no traceback.
 """
@@ -18,6 +21,9 @@ from pathlib import Path
 
 from privadapt.common import certs
 from privadapt.common.errors import ConfigError, PrivadaptError
+from privadapt.server.operator_cli import add_operator_commands, run_operator_command
+
+OPERATOR_COMMANDS = ("launch", "status", "result", "cancel", "sites")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -32,6 +38,15 @@ def _build_parser() -> argparse.ArgumentParser:
     show.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
     show.add_argument("--job", help="only this job's charges")
     _add_certs_parser(commands)
+    add_operator_commands(commands)
+    simulate = commands.add_parser(
+        "simulate", help="run a coordinator and N site daemons on this machine, over mutual "
+        "TLS, on the bundled UCI Adult split")
+    simulate.add_argument("--sites", type=int, default=3, help="number of sites (default 3)")
+    simulate.add_argument("--workdir", type=Path, help="where everything goes (default: new "
+                          "temporary directory)")
+    simulate.add_argument("--job", type=Path, action="append", default=[], dest="jobs",
+                          help="a job TOML to run (repeatable; default: the demo jobs)")
     return parser
 
 
@@ -86,6 +101,12 @@ def main(argv: list[str] | None = None) -> int:
             return show_ledger(args.site_db, job=args.job)
         if args.command == "certs" and args.certs_command is not None:
             return _run_certs(args)
+        if args.command in OPERATOR_COMMANDS:
+            return run_operator_command(args)
+        if args.command == "simulate":
+            from privadapt.server.simulate import simulate
+
+            return simulate(args.sites, args.workdir, args.jobs)
     except PrivadaptError as err:
         print(f"privadapt: {err}", file=sys.stderr)
         return 2

@@ -47,8 +47,8 @@ _JOB_LAYOUT: Layout = {
 CALIBRATIONS = ("accountant", "paper")
 
 
-def job_spec_from_toml(path: str | Path) -> tuple[pb.JobSpec, str, int | None]:
-    """The spec in a job file, its optional id and optional seed."""
+def job_spec_from_toml(path: str | Path) -> tuple[pb.JobSpec, str]:
+    """The spec in a job file and its optional id."""
     path = Path(path)
     data = read_toml(path, "job", "pass the path of a job TOML (see deploy/job.toml)")
     source = f"job file {path}"
@@ -68,12 +68,14 @@ def job_spec_from_toml(path: str | Path) -> tuple[pb.JobSpec, str, int | None]:
                                        "min_participants", source),
         calibration=values.get("calibration", "accountant"),
     )
+    if "seed" in values:
+        spec.seed = _non_negative(values["seed"], "seed", source)
     try:
         params_to_proto(hyperparameters, spec.hyperparameters, f"{source} [hyperparameters]")
     except WireError as err:
         raise ConfigError(str(err)) from None
     validate_spec(spec, source)
-    return spec, values.get("id", ""), values.get("seed")
+    return spec, values.get("id", "")
 
 
 def _non_negative(value: int, key: str, source: str) -> int:

@@ -68,7 +68,7 @@ class JobManager:
         self._changed = threading.Condition()
         self._versions: dict[str, int] = {}
 
-    def launch(self, spec: pb.JobSpec, job_id: str = "", seed: int | None = None) -> str:
+    def launch(self, spec: pb.JobSpec, job_id: str = "") -> str:
         validate_spec(spec)
         validate_hyperparameters(spec.algorithm, hyperparameters(spec))
         if not spec.sites:
@@ -81,7 +81,9 @@ class JobManager:
         if not spec.min_participants:
             spec.min_participants = min(max(self._min_sites, 1), len(spec.sites))
         job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
-        seed = secrets.randbits(63) if seed is None else seed
+        if not spec.HasField("seed"):
+            spec.seed = secrets.randbits(63)
+        seed = spec.seed
         record = self._store.create_job(job_id, spec.algorithm, spec_to_json(spec), seed)
         detail = f"{spec.algorithm} epsilon={spec.epsilon:g} sites={list(spec.sites)}"
         self._store.audit("job_launched", job_id=job_id, detail=detail)

@@ -367,7 +367,7 @@ class SitePrivacyReport(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., site_name: _Optional[str] = ..., job_epsilon: _Optional[float] = ..., total_epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., method: _Optional[str] = ..., cap_epsilon: _Optional[float] = ..., mechanisms: _Optional[_Iterable[_Union[Mechanism, _Mapping]]] = ..., total_delta: _Optional[float] = ..., total_method: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("algorithm", "hyperparameters", "epsilon", "delta", "sites", "collusion_tolerance", "min_participants", "calibration")
+    __slots__ = ("algorithm", "hyperparameters", "epsilon", "delta", "sites", "collusion_tolerance", "min_participants", "calibration", "seed")
     class HyperparametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -383,6 +383,7 @@ class JobSpec(_message.Message):
     COLLUSION_TOLERANCE_FIELD_NUMBER: _ClassVar[int]
     MIN_PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
     algorithm: str
     hyperparameters: _containers.MessageMap[str, ParamValue]
     epsilon: float
@@ -391,7 +392,8 @@ class JobSpec(_message.Message):
     collusion_tolerance: int
     min_participants: int
     calibration: str
-    def __init__(self, algorithm: _Optional[str] = ..., hyperparameters: _Optional[_Mapping[str, ParamValue]] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., sites: _Optional[_Iterable[str]] = ..., collusion_tolerance: _Optional[int] = ..., min_participants: _Optional[int] = ..., calibration: _Optional[str] = ...) -> None: ...
+    seed: int
+    def __init__(self, algorithm: _Optional[str] = ..., hyperparameters: _Optional[_Mapping[str, ParamValue]] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., sites: _Optional[_Iterable[str]] = ..., collusion_tolerance: _Optional[int] = ..., min_participants: _Optional[int] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class LaunchRequest(_message.Message):
     __slots__ = ("spec", "job_id")

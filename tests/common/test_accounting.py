@@ -414,3 +414,27 @@ def test_gaussian_mechanism_needs_a_block():
 def test_with_sensitivities_refuses_wrong_block_count():
     with pytest.raises(ValueError, match="2 Gaussian blocks"):
         GaussianMechanism((GaussianBlock(1.0, 1.0),) * 2).with_sensitivities((1.0,), REPLACE)
+
+
+@pytest.mark.parametrize("epsilon", [0.05, 0.5, 1.0, 3.0, 10.0])
+@pytest.mark.parametrize("delta", [1e-10, 1e-6, 1e-3])
+def test_gaussian_sigma_matches_dp_accounting_analytic_gaussian(epsilon, delta):
+    from dp_accounting import gaussian_mechanism
+
+    from privadapt.common.accounting import gaussian_sigma
+
+    expected = gaussian_mechanism.get_sigma_gaussian(epsilon, delta)
+    assert gaussian_sigma(epsilon, delta) == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("noise_multiplier", [0.3, 1.0, 4.0, 40.0])
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 1.0, 8.0])
+def test_gaussian_delta_matches_dp_accounting_privacy_loss(noise_multiplier, epsilon):
+    from dp_accounting.pld import privacy_loss_mechanism
+
+    from privadapt.common.accounting import gaussian_delta
+
+    loss = privacy_loss_mechanism.GaussianPrivacyLoss(noise_multiplier, sensitivity=1.0)
+    expected = loss.get_delta_for_epsilon(epsilon)
+    actual = gaussian_delta(noise_multiplier, epsilon)
+    assert actual == pytest.approx(expected, rel=1e-9, abs=1e-300)

@@ -1,0 +1,192 @@
+"""Operator commands: ``privadapt launch | status | result | cancel | sites``.
+
+They talk to the coordinator's ``OperatorService`` over mutual TLS with an
+operator certificate, named in an operator configuration file::
+
+    [operator]
+    coordinator = "127.0.0.1:50051"
+    [tls]
+    cert = "alice.crt"
+    key = "alice.key"
+    ca = "ca.crt"
+
+found at ``--config PATH``, else ``$PRIVADAPT_OPERATOR_CONFIG``, else
+``./operator.toml``. A refused call prints the coordinator's message on one
+line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+from privadapt.common import tls
+from privadapt.common.config import Layout, read_sections, read_toml
+from privadapt.common.errors import ConfigError
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.proto import federation_pb2_grpc as rpc
+from privadapt.common.wire import channel_options, params_from_proto
+from privadapt.server.job_spec import job_spec_from_toml
+
+CALL_TIMEOUT_S = 30.0
+_LAYOUT: Layout = {
+    "operator": {"coordinator": (str, True)},
+    "tls": {"cert": (str, True), "key": (str, True), "ca": (str, True)},
+}
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    coordinator: str
+    cert: Path
+    key: Path
+    ca: Path
+
+    @classmethod
+    def locate(cls, given: Path | None) -> OperatorConfig:
+        path = given or Path(os.environ.get("PRIVADAPT_OPERATOR_CONFIG", "operator.toml"))
+        data = read_toml(path, "operator configuration",
+                         "pass --config PATH or set PRIVADAPT_OPERATOR_CONFIG")
+        values = read_sections(data, _LAYOUT, f"operator configuration {path}")
+        return cls(values["coordinator"],
+                   *(path.parent / values[k] for k in ("cert", "key", "ca")))
+
+    def stub(self) -> rpc.OperatorServiceStub:
+        credentials = tls.channel_credentials(self.cert, self.key, self.ca)
+        channel = grpc.secure_channel(self.coordinator, credentials, options=channel_options())
+        return rpc.OperatorServiceStub(channel)
+
+
+def add_operator_commands(commands: argparse._SubParsersAction) -> None:
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, help=help_text)
+        parser.add_argument("--config", type=Path, help="operator configuration (TOML)")
+        return parser
+
+    launch = command("launch", "launch a job described by a job TOML")
+    launch.add_argument("job_file", type=Path)
+    launch.add_argument("--follow", action="store_true", help="print progress until it ends")
+    status = command("status", "a job's state and per-round progress (or every job)")
+    status.add_argument("job_id", nargs="?", default="")
+    status.add_argument("--follow", action="store_true", help="print progress until it ends")
+    result = command("result", "write a finished job's model and privacy report")
+    result.add_argument("job_id")
+    result.add_argument("--out", type=Path, required=True, help="directory to write into")
+    cancel = command("cancel", "cancel a running job")
+    cancel.add_argument("job_id")
+    cancel.add_argument("--reason", default="cancelled by the operator")
+    command("sites", "list the sites the coordinator knows")
+
+
+def run_operator_command(args: argparse.Namespace) -> int:
+    stub = OperatorConfig.locate(args.config).stub()
+    try:
+        return _COMMANDS[args.command](stub, args)
+    except grpc.RpcError as err:
+        raise ConfigError(f"coordinator: {err.code().name}: {err.details()}") from None
+
+
+def _launch(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
+    spec, job_id = job_spec_from_toml(args.job_file)
+    job_id = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id), timeout=CALL_TIMEOUT_S).job_id
+    print(f"launched {job_id}")
+    return _follow(stub, job_id) if args.follow else 0
+
+
+def _status(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
+    if args.follow and args.job_id:
+        return _follow(stub, args.job_id)
+    response = stub.Status(pb.StatusRequest(job_id=args.job_id), timeout=CALL_TIMEOUT_S)
+    for job in response.jobs:
+        print(job_line(job))
+        if args.job_id:
+            for line in round_lines(job.rounds):
+                print(line)
+    return 0
+
+
+def _follow(stub: rpc.OperatorServiceStub, job_id: str) -> int:
+    job = None
+    printed = 0
+    for job in watch(stub, job_id):
+        lines = round_lines(job.rounds)
+        for line in lines[printed:]:
+            print(line, flush=True)
+        printed = len(lines)
+    if job is not None:
+        print(job_line(job))
+    return 0 if job is not None and job.state == pb.JOB_STATE_SUCCEEDED else 1
+
+
+def watch(stub: rpc.OperatorServiceStub, job_id: str) -> Iterator[pb.JobStatus]:
+    """The job's status after every round until it ends (a server stream)."""
+    yield from stub.Watch(pb.StatusRequest(job_id=job_id))
+
+
+def job_line(job: pb.JobStatus) -> str:
+    state = pb.JobState.Name(job.state).removeprefix("JOB_STATE_").lower()
+    done = sum(1 for r in job.rounds if not r.aborted)
+    aborted = len(job.rounds) - done
+    text = f"{job.job_id}  {job.algorithm}  {state}  rounds={done}"
+    if aborted:
+        text += f" (+{aborted} aborted)"
+    return text + (f"  {job.message}" if job.message else "")
+
+
+def round_lines(rounds) -> list[str]:
+    lines = []
+    for r in rounds:
+        ms = r.duration.ToTimedelta() / dt.timedelta(milliseconds=1)
+        if r.aborted:
+            lines.append(f"  round {r.round:>5}  ABORTED  {r.abort_reason}")
+        else:
+            lines.append(f"  round {r.round:>5}  sites={len(r.participants)}  {ms:8.1f} ms  "
+                         f"epsilon so far {r.epsilon_so_far:.4g}")
+    return lines
+
+
+def _result(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
+    response = stub.Result(pb.ResultRequest(job_id=args.job_id), timeout=CALL_TIMEOUT_S)
+    if not response.privacy_report_json:
+        state = pb.JobState.Name(response.state).removeprefix("JOB_STATE_").lower()
+        raise ConfigError(f"job {args.job_id!r} has no result (state: {state})")
+    args.out.mkdir(parents=True, exist_ok=True)
+    model = params_from_proto(response.model, "model")
+    np.savez(args.out / "model.npz", **model)
+    (args.out / "privacy_report.json").write_text(response.privacy_report_json + "\n")
+    print(f"wrote {args.out / 'model.npz'} and {args.out / 'privacy_report.json'}")
+    for name, site in json.loads(response.privacy_report_json)["sites"].items():
+        print(f"  {name}: epsilon {site['job_epsilon']:.4g} at delta {site['delta']:g} "
+              f"(cap {site['cap_epsilon']:g}; all jobs {site['total_epsilon']:.4g})")
+    return 0
+
+
+def _cancel(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
+    response = stub.Cancel(pb.CancelRequest(job_id=args.job_id, reason=args.reason),
+                           timeout=CALL_TIMEOUT_S + 5)
+    print(f"{args.job_id}: {pb.JobState.Name(response.state).removeprefix('JOB_STATE_').lower()}")
+    return 0
+
+
+def _sites(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
+    response = stub.ListSites(pb.ListSitesRequest(), timeout=CALL_TIMEOUT_S)
+    for site in response.sites:
+        seen = site.last_seen.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        print(f"{site.site_name:<20} {'connected' if site.connected else 'away':<10} "
+              f"records={site.num_records:<8} last seen {seen}")
+    if not response.sites:
+        print("no site has registered yet")
+    return 0
+
+
+_COMMANDS = {"launch": _launch, "status": _status, "result": _result, "cancel": _cancel,
+             "sites": _sites}
