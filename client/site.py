@@ -17,10 +17,17 @@ a post-processing of the ideal mechanism on the rounded sum, whose sensitivity i
 the kernel's plus sqrt(size) 2^-f (each coordinate's rounding moves it by at most
 half a step); that is what the site charges. The noise sampler resolves the grid
 for every noise level the site accepts (``max_grid_safe_noise``).
+
+Local blocks (``KernelWithLocalBlocks``, e.g. the per-record weights of
+PCnvxAdap): the site noises them itself at the full sigma, lets the kernel
+update the job's state with them, and releases only the other blocks; the
+ledger charges the whole multi-block mechanism. The state update runs on a
+copy that replaces the job's state only after the charge has committed.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import math
@@ -37,6 +44,7 @@ from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query, SitePrivacy, SiteShare
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import Kernel, get_kernel
+from privadapt.common.kernels.local_blocks import KernelWithLocalBlocks
 from privadapt.common.mechanisms import (
     GaussianMechanism,
     LaplaceMechanism,
@@ -47,6 +55,7 @@ from privadapt.common.mechanisms import (
 from privadapt.common.noise import (
     NOISE_REACH,
     RandomBits,
+    gaussian_noise,
     gaussian_share,
     honest_share_count,
     laplace_share,
@@ -127,7 +136,12 @@ class Site:
         codec = self._codec(query)
         charged = self._charged_mechanism(kernel, query, codec)
         self._check_range(kernel, query, num_participants, codec)
-        state = self._job_states.setdefault(query.job_id, {})
+        if isinstance(kernel, KernelWithLocalBlocks):
+            # A working copy: the job's state changes only once the charge commits.
+            state = copy.deepcopy(self._job_states.get(query.job_id, {}))
+            self._update_local_state(kernel, query, state)
+        else:
+            state = self._job_states.setdefault(query.job_id, {})
         blocks = kernel.compute(self._data, query.params, state)
         noise = self._noise_shares(blocks, query, num_participants)
         shares = tuple(
@@ -135,6 +149,8 @@ class Site:
             for value, share in zip(blocks, noise, strict=True)
         )
         charge = self.ledger.charge(query.job_id, query.query_id, charged)
+        if isinstance(kernel, KernelWithLocalBlocks):
+            self._job_states[query.job_id] = state
         logger.info(
             "site=%s job=%s query=%s kernel=%s epsilon_spent=%.4g",
             self.name, query.job_id, query.query_id, query.kernel, charge.epsilon_after,
@@ -209,11 +225,19 @@ class Site:
         norm = "l1" if isinstance(mechanism, LaplaceMechanism) else "l2"
         declared = declared_sensitivities(mechanism)
         shapes = kernel.output_shapes(query.params, self.dim)
-        if len(declared) != len(shapes):
+        local = isinstance(kernel, KernelWithLocalBlocks)
+        if local and isinstance(mechanism, LaplaceMechanism):
+            raise self._refuse(query, "a kernel with local blocks takes Gaussian noise only")
+        num_local = len(kernel.local_l2_sensitivities(query.params, mechanism.adjacency)) \
+            if local else 0
+        if len(declared) != len(shapes) + num_local:
             raise self._refuse(
-                query, f"the mechanism has {len(declared)} blocks, the kernel {len(shapes)}"
+                query, f"the mechanism has {len(declared)} blocks, the kernel "
+                f"{len(shapes) + num_local}"
             )
         actual = kernel.sensitivities(query.params, mechanism.adjacency, norm, self.dim)
+        if local:
+            actual += kernel.local_l2_sensitivities(query.params, mechanism.adjacency)
         for block, (said, true) in enumerate(zip(declared, actual, strict=True)):
             if true > said * (1 + _SENSITIVITY_SLACK):
                 raise self._refuse(
@@ -228,6 +252,9 @@ class Site:
             if s > 0 else 0.0
             for s, shape in zip(own, shapes, strict=True)
         )
+        if local:
+            # Local blocks are never rounded onto the grid: their own sensitivity.
+            rounded += kernel.local_l2_sensitivities(query.params, self.policy.adjacency)
         charged = mechanism.with_sensitivities(rounded, self.policy.adjacency)
         self._check_noise(query, charged, codec)
         return charged
@@ -268,15 +295,39 @@ class Site:
                 f"{codec.fractional_bits}: ask for fewer fractional bits",
             )
 
+    def _update_local_state(
+        self, kernel: KernelWithLocalBlocks, query: Query, state: dict[str, Any]
+    ) -> None:
+        """Noise the kernel's local blocks at the full sigma (nobody else adds
+        noise to them) and let the kernel update ``state`` with them."""
+        try:
+            local = kernel.compute_local(self._data, query.params, state)
+        except ValueError as err:  # e.g. a step out of order
+            raise self._refuse(query, str(err)) from None
+        shapes = kernel.local_block_shapes(query.params, self.num_records)
+        if tuple(value.shape for value in local) != tuple(shapes):
+            raise self._refuse(query, f"the kernel's local blocks are not of shapes {shapes}")
+        mechanism = query.mechanism
+        if isinstance(mechanism, GaussianMechanism):
+            local_blocks = mechanism.blocks[len(mechanism.blocks) - len(local):]
+            noised = tuple(
+                value + gaussian_noise(b.sigma, value.shape, self._noise_source)
+                for value, b in zip(local, local_blocks, strict=True)
+            )
+        else:
+            noised = local  # NoNoise: a simulation site allowed it in _check_noise
+        kernel.apply_local(self._data, query.params, state, noised)
+
     def _noise_shares(
         self, blocks: tuple[np.ndarray, ...], query: Query, num_participants: int
     ) -> tuple[np.ndarray, ...]:
         mechanism, t = query.mechanism, query.collusion_tolerance
         source, sites = self._noise_source, num_participants
         if isinstance(mechanism, GaussianMechanism):
+            # The released blocks come first; local blocks (if any) follow them.
             return tuple(
                 gaussian_share(b.sigma, sites, t, value.shape, source)
-                for value, b in zip(blocks, mechanism.blocks, strict=True)
+                for value, b in zip(blocks, mechanism.blocks[: len(blocks)], strict=True)
             )
         if isinstance(mechanism, LaplaceMechanism):
             return tuple(

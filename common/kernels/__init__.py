@@ -7,6 +7,7 @@ from privadapt.common.kernels import (
     exact_discrepancy,
     linear_gradient,
     record_count,
+    reweighted_gradient,
     second_moments,
 )
 from privadapt.common.kernels.base import Kernel, get_kernel, register, registered_kernels
@@ -19,5 +20,6 @@ __all__ = [
     "record_count",
     "register",
     "registered_kernels",
+    "reweighted_gradient",
     "second_moments",
 ]
