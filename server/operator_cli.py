@@ -21,7 +21,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path

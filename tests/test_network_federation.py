@@ -64,7 +64,7 @@ def _weights(stub, job_id: str) -> np.ndarray:
 
 
 def test_noise_off_network_result_equals_local_federation(federation, tmp_path):
-    coordinator, stub, _, datasets, start_sites = federation
+    _, stub, _, datasets, start_sites = federation
     start_sites(epsilon_cap=math.inf)
     job_id = stub.Launch(pb.LaunchRequest(spec=_spec(math.inf), job_id="exact"),
                          timeout=10).job_id
@@ -83,7 +83,7 @@ def test_noise_off_network_result_equals_local_federation(federation, tmp_path):
 
 
 def test_private_job_reports_each_sites_ledger(federation):
-    coordinator, stub, _, _, start_sites = federation
+    _, stub, _, _, start_sites = federation
     start_sites()
     job_id = stub.Launch(pb.LaunchRequest(spec=_spec(1.0)), timeout=10).job_id
     status = watch_until_done(stub, job_id)
