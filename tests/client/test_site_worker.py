@@ -1,0 +1,198 @@
+"""The site side of a round (client/site_worker.py) without gRPC: three real
+sites with certificates from a test CA, the test playing the coordinator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from privadapt.client.round_progress import RoundProgress
+from privadapt.client.site_worker import SiteIdentity, SiteWorker
+from privadapt.common import certs
+from privadapt.common.federation import Query
+from privadapt.common.fixed_point import FixedPointCodec
+from privadapt.common.kernels import get_kernel
+from privadapt.common.mechanisms import Adjacency, GaussianMechanism, NoNoise
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.wire import query_to_proto, tensor_from_proto
+
+NAMES = ("site-a", "site-b", "site-c")
+JOB = "job-w"
+DIM = 3
+
+
+class Calls:
+    """Records what a site sends to the coordinator."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, object]] = []
+
+    def _record(self, kind: str, request: object) -> pb.Ack:
+        self.sent.append((kind, request))
+        return pb.Ack()
+
+    def PublishKey(self, request, timeout):
+        return self._record("key", request)
+
+    def SubmitShare(self, request, timeout):
+        return self._record("share", request)
+
+    def Refuse(self, request, timeout):
+        return self._record("refusal", request)
+
+    def ReportPrivacy(self, request, timeout):
+        return self._record("report", request)
+
+    def only(self, kind: str):
+        found = [r for k, r in self.sent if k == kind]
+        assert len(found) == 1, self.sent
+        return found[0]
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("pki")
+    certs.init_ca(directory)
+    for name in NAMES:
+        certs.issue_certificate(directory, "site", name)
+    certs.init_ca(directory / "other")
+    certs.issue_certificate(directory / "other", "site", "site-c")
+    return directory
+
+
+def make_worker(make_site, pki: Path, tmp_path: Path, name: str, **policy) -> SiteWorker:
+    site = make_site(name=name, num_records=40, dim=DIM, seed=NAMES.index(name), **policy)
+    identity = SiteIdentity(name, (pki / f"{name}.crt").read_bytes(),
+                            certs.load_private_key(pki / f"{name}.key"),
+                            (pki / "ca.crt").read_bytes())
+    return SiteWorker(site, identity, RoundProgress(tmp_path / f"{name}.progress.db"))
+
+
+def announcement(round: int, mechanism=None, params=None) -> pb.WorkItem:
+    mechanism = mechanism or GaussianMechanism.single(2.0, 4.0, Adjacency.REPLACE_ONE)
+    params = params or {"weights": np.zeros(DIM), "loss": "logistic", "clip_norm": 1.0}
+    query = Query(JOB, f"s1-r{round}", "linear_gradient", params, mechanism)
+    return pb.WorkItem(round_announcement=pb.RoundAnnouncement(
+        job_id=JOB, round=round, query_id=query.query_id, query=query_to_proto(query, round),
+        fractional_bits=query.fractional_bits))
+
+
+def roster_of(keys: list[pb.KeyAnnouncement], round: int = 1) -> pb.WorkItem:
+    return pb.WorkItem(roster=pb.Roster(job_id=JOB, round=round, query_id=f"s1-r{round}",
+                                        keys=keys))
+
+
+def test_masked_shares_of_three_sites_sum_to_their_plain_shares(make_site, pki, tmp_path):
+    workers = [make_worker(make_site, pki, tmp_path, n, epsilon_cap=float("inf"))
+               for n in NAMES]
+    calls = [Calls() for _ in NAMES]
+    exact = NoNoise((2.0,), Adjacency.REPLACE_ONE)
+    for worker, call in zip(workers, calls, strict=True):
+        worker.handle(announcement(1, exact), call)
+    keys = [call.only("key") for call in calls]
+    for worker, call in zip(workers, calls, strict=True):
+        worker.handle(roster_of(keys), call)
+    masked = [tensor_from_proto(call.only("share").blocks[0]) for call in calls]
+    codec = FixedPointCodec()
+    total = codec.decode(codec.add(masked))
+    params = {"weights": np.zeros(DIM), "loss": "logistic", "clip_norm": 1.0}
+    plain = sum(codec.decode(codec.encode(get_kernel("linear_gradient").compute(
+        w.site._data, params, {})[0])) for w in workers)
+    np.testing.assert_allclose(total, plain, rtol=0, atol=1e-9)
+    # What the coordinator sees of one site looks nothing like its share.
+    assert not np.allclose(codec.decode(masked[0]), plain / 3, atol=1.0)
+
+
+def test_bad_signature_in_roster_is_refused_and_nothing_is_released(make_site, pki, tmp_path):
+    workers = [make_worker(make_site, pki, tmp_path, n) for n in NAMES]
+    calls = [Calls() for _ in NAMES]
+    for worker, call in zip(workers, calls, strict=True):
+        worker.handle(announcement(1), call)
+    keys = [call.only("key") for call in calls]
+    keys[2].signature = bytes(len(keys[2].signature))
+    workers[0].handle(roster_of(keys), calls[0])
+    refusal = calls[0].only("refusal")
+    assert refusal.reason == pb.Refusal.ROSTER_INVALID
+    assert "site-c" in refusal.message and "signature" in refusal.message
+    assert workers[0].site.ledger.charges() == []
+
+
+def test_roster_with_a_certificate_from_another_ca_is_refused(make_site, pki, tmp_path):
+    workers = [make_worker(make_site, pki, tmp_path, n) for n in NAMES]
+    calls = [Calls() for _ in NAMES]
+    for worker, call in zip(workers, calls, strict=True):
+        worker.handle(announcement(1), call)
+    keys = [call.only("key") for call in calls]
+    keys[2].certificate_pem = (pki / "other" / "site-c.crt").read_bytes()
+    workers[0].handle(roster_of(keys), calls[0])
+    assert calls[0].only("refusal").reason == pb.Refusal.ROSTER_INVALID
+
+
+def test_roster_smaller_than_the_policy_minimum_is_refused(make_site, pki, tmp_path):
+    worker = make_worker(make_site, pki, tmp_path, "site-a", min_participants=3)
+    peer = make_worker(make_site, pki, tmp_path, "site-b")
+    calls, peer_calls = Calls(), Calls()
+    worker.handle(announcement(1), calls)
+    peer.handle(announcement(1), peer_calls)
+    worker.handle(roster_of([calls.only("key"), peer_calls.only("key")]), calls)
+    refusal = calls.only("refusal")
+    assert refusal.reason == pb.Refusal.ROSTER_INVALID
+    assert "at least 3" in refusal.message
+    assert worker.site.ledger.charges() == []
+
+
+def test_stale_announcement_is_refused_as_replay(make_site, pki, tmp_path):
+    worker = make_worker(make_site, pki, tmp_path, "site-a")
+    calls = Calls()
+    worker.handle(announcement(5), calls)
+    worker.handle(announcement(5), calls)  # at-least-once delivery: ignored
+    worker.handle(announcement(4), calls)
+    assert len([k for k, _ in calls.sent if k == "key"]) == 1
+    assert calls.only("refusal").reason == pb.Refusal.REPLAY
+
+
+def test_budget_exhausted_refusal_names_site_and_cap(make_site, pki, tmp_path):
+    worker = make_worker(make_site, pki, tmp_path, "site-a", epsilon_cap=0.1)
+    calls = Calls()
+    worker.handle(announcement(1, GaussianMechanism.single(2.0, 1.0, Adjacency.REPLACE_ONE)),
+                  calls)
+    worker.handle(roster_of([calls.only("key")]), calls)
+    refusal = calls.only("refusal")
+    assert refusal.reason == pb.Refusal.BUDGET_EXHAUSTED
+    assert "site-a" in refusal.message and "0.1" in refusal.message
+
+
+def test_malformed_query_is_refused_and_the_worker_goes_on(make_site, pki, tmp_path):
+    worker = make_worker(make_site, pki, tmp_path, "site-a")
+    calls = Calls()
+    bad = announcement(1)
+    bad.round_announcement.query.params["clip_norm"].double_value = float("nan")
+    worker.handle(bad, calls)
+    assert calls.only("refusal").reason == pb.Refusal.POLICY
+    worker.handle(announcement(2), calls)
+    assert calls.only("key").round == 2
+
+
+def test_privacy_report_comes_from_the_sites_own_ledger(make_site, pki, tmp_path):
+    worker = make_worker(make_site, pki, tmp_path, "site-a")
+    calls = Calls()
+    worker.handle(announcement(1), calls)
+    worker.handle(roster_of([calls.only("key")]), calls)
+    calls.only("share")
+    request = pb.WorkItem(privacy_report_request=pb.PrivacyReportRequest(job_id=JOB,
+                                                                         delta=1e-6))
+    worker.handle(request, calls)
+    report = calls.only("report")
+    expected = worker.site.ledger.spent_by_job(JOB, 1e-6)
+    assert report.job_epsilon == pytest.approx(expected.epsilon)
+    assert report.total_delta == worker.site.policy.delta_cap
+    assert len(report.mechanisms) == 1
+
+
+def test_worker_refuses_a_certificate_for_another_site(make_site, pki, tmp_path):
+    site = make_site(name="site-a", dim=DIM)
+    identity = SiteIdentity("site-b", b"", certs.load_private_key(pki / "site-b.key"), b"")
+    with pytest.raises(ValueError, match="certificate is for 'site-b'"):
+        SiteWorker(site, identity, RoundProgress(tmp_path / "p.db"))
