@@ -201,3 +201,32 @@ def objective_value(
 ) -> float:
     """F(w, u) or J(w, u) alone."""
     return objective_and_gradient(w, u, sample, hyper, objective, loss)[0]
+
+
+def reference_descent(
+    sample: AdaptationSample,
+    hyper: ReweightingHyperparameters,
+    *,
+    objective: Objective,
+    loss: Loss,
+    radius: float,
+    step_sizes: tuple[float, float, float],
+    iterations: int,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Non-private projected gradient descent on F (finite mu: F_mu) or J with
+    all records in one place, from w_0 = 0 and u_0 = the bounds: the iterates
+    (w_t, u_t), t = 1..T, that CnvxAdap / NCnvxAdap compute across sites.
+    ``step_sizes`` = (eta_w, eta_{u^Pub}, eta_{u^Priv})."""
+    m = sample.num_public
+    lower = weight_lower_bounds(m, sample.num_private, hyper.alpha)
+    etas = np.concatenate([np.full(m, step_sizes[1]), np.full(sample.num_private, step_sizes[2])])
+    w, u = np.zeros(sample.public_features.shape[1]), lower.copy()
+    iterates = []
+    for _ in range(iterations):
+        _, grad_w, grad_u = objective_and_gradient(w, u, sample, hyper, objective, loss)
+        w = w - step_sizes[0] * grad_w
+        norm = float(np.linalg.norm(w))
+        w = w if norm <= radius else w * (radius / norm)
+        u = np.maximum(u - etas * grad_u, lower)
+        iterates.append((w, u))
+    return iterates
