@@ -165,3 +165,19 @@ def test_range_is_minus_max_of_negation_and_max():
 def test_malformed_problems_are_refused(matrix, linear, radius, message):
     with pytest.raises(ValueError, match=message):
         maximize_quadratic_on_ball(matrix, linear, 0.0, radius)
+
+
+@pytest.mark.parametrize("split", [0.0, 1e-13])
+@pytest.mark.parametrize("stray", [0.0, 1e-14, 1e-9])
+def test_hard_case_at_adult_dimension_with_a_tripled_top_eigenvalue(split, stray):
+    # d = 104 as for Adult's moments; ties split by rounding-sized amounts, and
+    # b with no, a negligible, or a tiny component along the top eigenspace.
+    rng = np.random.default_rng(0)
+    dim = 104
+    basis, _ = np.linalg.qr(rng.normal(size=(dim, dim)))
+    eigenvalues = rng.normal(size=dim)
+    eigenvalues[:3] = eigenvalues.max() + 0.5 + np.array([0.0, split, -split])
+    matrix = basis @ np.diag(eigenvalues) @ basis.T
+    linear = basis[:, 3:] @ rng.normal(size=dim - 3) * 1e-2 + stray * basis[:, 0]
+    solution = maximize_quadratic_on_ball(matrix, linear, 0.0, 1.0)
+    assert_optimality_certificate(matrix, linear, 1.0, solution)
