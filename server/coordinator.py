@@ -108,7 +108,7 @@ class Coordinator:
         self.store = CoordinatorStore(config.database)
         self.registry = SiteRegistry()
         self.hub = RoundHub(self.registry)
-        reports = PrivacyReports(self.registry)
+        self.reports = reports = PrivacyReports(self.registry)
         self.jobs = JobManager(
             self.store, self.registry, self.hub, reports,
             round_timeout=config.round_timeout_s,

@@ -148,3 +148,20 @@ def stop_process(process: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def start_site_processes(configs: Sequence[Path], logs: Path) -> list[subprocess.Popen]:
+    return [start_process(["privadapt.client.daemon", "--config", str(c)],
+                          logs / f"{c.parent.name}.log") for c in configs]
+
+
+def direct_federation(coordinator: Coordinator, job_id: str, sites: Sequence[str],
+                      **job_fields):
+    """A NetworkFederation on an in-process coordinator, for tests that drive
+    queries themselves (the job is registered in the store first)."""
+    from privadapt.server.network_federation import NetworkFederation, NetworkJob
+
+    coordinator.store.create_job(job_id, "test", "{}", 0)
+    job = NetworkJob(job_id, tuple(sites), **job_fields)
+    return NetworkFederation(job, coordinator.registry, coordinator.hub, coordinator.store,
+                             coordinator.reports)

@@ -27,9 +27,10 @@ def test_ledger_show_of_missing_file_exits_2_without_traceback(tmp_path, capsys)
 
 
 @pytest.mark.parametrize("entry", [daemon.main, coordinator.main])
-def test_daemons_say_they_are_not_available_yet_and_exit_cleanly(entry, capsys):
-    assert entry([]) == 0
-    assert "not available yet" in capsys.readouterr().err
+def test_daemon_with_a_missing_config_file_exits_2_naming_it(entry, tmp_path, capsys):
+    assert entry(["--config", str(tmp_path / "absent.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "absent.toml" in err and "not found" in err and "Traceback" not in err
 
 
 def test_privadapt_without_command_prints_help(capsys):
