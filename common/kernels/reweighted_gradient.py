@@ -40,6 +40,14 @@ u_{t+1} = max(u_t - eta (g_t + z_t), n/(1-alpha)), with g_t the full gradient
 of the u-terms (the noised loss part plus the penalty terms of
 :func:`penalty_gradient`, which need only u_i and the public S_t, Z_t).
 
+``weight_noise = false`` drops the local block: the site updates u with the
+exact loss part. The releases stay (epsilon, delta)-DP: given everything
+released so far, u_i for every record but the changed one is the same on
+neighbouring datasets, and each released block's sensitivity holds for any
+value of that one record's u_j >= n/(1-alpha) (the tests check exactly this),
+so adaptive composition applies with u as hidden state. Alg. 1 needs the
+u-noise because it publishes u; here u never leaves the site.
+
 Retries: the networked federation may re-send a step under a new query id
 after a site dropped out. The state keeps u_t, the weights before the step
 last applied, and restarts from it when that step arrives again, so an update
@@ -70,6 +78,7 @@ OBJECTIVES = ("convex", "smooth")
 LOSSES = ("squared", "logistic")
 _STATE_KEY = "reweighted_gradient"
 _PENDING_GRADIENT = "pending_weight_gradient"
+_PENDING_LOSSES = "pending_scaled_losses"
 
 
 def loss_values(loss: str, margins: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -151,6 +160,14 @@ def _integer_param(params: Mapping[str, Any], key: str, minimum: int) -> int:
     return int(value)
 
 
+def _weight_noise(params: Mapping[str, Any]) -> bool:
+    """Whether the u-gradient is a noised local block (Alg. 1 line 10; the default)."""
+    value = params.get("weight_noise", True)
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"parameter 'weight_noise' must be a bool, got {value!r}")
+    return bool(value)
+
+
 def _alpha(params: Mapping[str, Any]) -> float:
     alpha = _finite_param(params, "alpha")
     if not 0.0 <= alpha < 1.0:
@@ -171,7 +188,8 @@ class ReweightedGradient(KernelWithLocalBlocks):
     ``loss`` in {"squared", "logistic"}, ``alpha``, ``total_private_records`` n,
     ``feature_norm`` r, ``label_bound`` Y, ``radius`` Lambda, ``k1``, ``k2``,
     ``kinf`` (>= 0), ``mu`` (> 0), ``inverse_square_sum`` S_t (> 0),
-    ``log_partition`` log Z_t, ``step_size`` eta of the u update.
+    ``log_partition`` log Z_t, ``step_size`` eta of the u update, and
+    optionally ``weight_noise`` (default true).
     """
 
     name = "reweighted_gradient"
@@ -191,6 +209,7 @@ class ReweightedGradient(KernelWithLocalBlocks):
         for key in ("k1", "k2", "kinf"):
             _nonnegative_param(params, key)
         _finite_param(params, "log_partition")
+        _weight_noise(params)
 
     def output_shapes(self, params: Mapping[str, Any], dim: int) -> tuple[tuple[int, ...], ...]:
         return ((dim,), (1,), (1,))
@@ -215,14 +234,14 @@ class ReweightedGradient(KernelWithLocalBlocks):
     def local_block_shapes(
         self, params: Mapping[str, Any], num_records: int
     ) -> tuple[tuple[int, ...], ...]:
-        return ((num_records,),)
+        return ((num_records,),) if _weight_noise(params) else ()
 
     def local_l2_sensitivities(
         self, params: Mapping[str, Any], adjacency: Adjacency
     ) -> tuple[float, ...]:
         # One record moves only its own coordinate, which lies in [0, B].
         loss_bound, _ = self._bounds(params)
-        return (loss_bound,)
+        return (loss_bound,) if _weight_noise(params) else ()
 
     def clip_bounds(self, params: Mapping[str, Any]) -> dict[str, float]:
         return {
@@ -242,7 +261,10 @@ class ReweightedGradient(KernelWithLocalBlocks):
         u_now = np.maximum(own["u_before"], _lower_bound(params))
         gradient_sum, scaled_losses = self._per_record_terms(data, params, u_now)
         own[_PENDING_GRADIENT] = gradient_sum
-        return (scaled_losses,)
+        if _weight_noise(params):
+            return (scaled_losses,)
+        own[_PENDING_LOSSES] = scaled_losses  # applied without noise (module docstring)
+        return ()
 
     def apply_local(
         self,
@@ -254,7 +276,7 @@ class ReweightedGradient(KernelWithLocalBlocks):
         own = state[_STATE_KEY]
         lower = _lower_bound(params)
         u_now = np.maximum(own["u_before"], lower)
-        (noised_losses,) = noised_blocks
+        (noised_losses,) = noised_blocks if noised_blocks else (own.pop(_PENDING_LOSSES),)
         penalty = penalty_gradient(
             u_now,
             objective=params["objective"],

@@ -78,13 +78,15 @@ def paper_step_sizes(
     dim: int,
     iterations: int,
     noise_multiplier: float,
+    weight_noise: bool = True,
 ) -> StepSizes:
-    """Alg. 1 line 4 (rebuilt, module docstring) for the noise multiplier z of lines 2-3."""
+    """Alg. 1 line 4 (rebuilt, module docstring) for the noise multiplier z of lines 2-3
+    (sigma_2 = 0 when the sites update u without noise)."""
     loss_bound, gradient_bound = bounds.loss_and_gradient_bounds("squared")
     alpha, n, m, t = hyper.alpha, num_private, num_public, iterations
     z = 0.0 if math.isinf(noise_multiplier) else noise_multiplier
     sigma_1 = z * 2.0 * (1.0 - alpha) * gradient_bound / n
-    sigma_2 = z * (1.0 - alpha) ** 2 * loss_bound / n**2
+    sigma_2 = z * (1.0 - alpha) ** 2 * loss_bound / n**2 if weight_noise else 0.0
     bound_sum = loss_bound + hyper.k1 + hyper.k2 + hyper.kinf
     return StepSizes(
         weights=bounds.radius / math.sqrt(t * (gradient_bound**2 + dim * sigma_1**2)),
@@ -108,6 +110,7 @@ def pcnvx_adap(
     step_scale: float = 1.0,
     calibration: Calibration = "accountant",
     aggregate_noise_ratio: float = 3.0,
+    weight_noise: bool = True,
     initial_weights: np.ndarray | None = None,
     progress: Callable[[IterationRecord], None] | None = None,
     progress_every: int = 10,
@@ -123,11 +126,11 @@ def pcnvx_adap(
     public_labels = np.asarray(public_labels, dtype=float)
     m, n = len(public_labels), sum(federation.site_sizes.values())
     noise = plan_noise(epsilon, delta, iterations, bounds, "squared", calibration,
-                       aggregate_noise_ratio)
+                       aggregate_noise_ratio, weight_noise)
     steps = choose_step_sizes(
         step_sizes,
         paper=lambda: paper_step_sizes(hyper, bounds, m, n, public_features.shape[1],
-                                       iterations, noise.noise_multiplier),
+                                       iterations, noise.noise_multiplier, weight_noise),
         curvature=lambda: curvature_step_sizes("convex", "squared", hyper, bounds, m, n,
                                                step_scale),
     )
@@ -135,7 +138,8 @@ def pcnvx_adap(
         federation, public_features, public_labels, objective="convex", loss="squared",
         hyper=hyper, bounds=bounds, iterations=iterations, noise=noise, step_sizes=steps,
         output_iteration=None, report_delta=None if math.isinf(epsilon) else delta,
-        initial_weights=initial_weights, progress=progress, progress_every=progress_every,
+        weight_noise=weight_noise, initial_weights=initial_weights, progress=progress,
+        progress_every=progress_every,
     )
 
 

@@ -90,6 +90,7 @@ def pncnvx_adap(
     step_scale: float = 1.0,
     calibration: Calibration = "accountant",
     aggregate_noise_ratio: float = 3.0,
+    weight_noise: bool = True,
     initial_weights: np.ndarray | None = None,
     progress: Callable[[IterationRecord], None] | None = None,
     progress_every: int = 10,
@@ -104,7 +105,7 @@ def pncnvx_adap(
     public_labels = np.asarray(public_labels, dtype=float)
     m, n = len(public_labels), sum(federation.site_sizes.values())
     noise = plan_noise(epsilon, delta, iterations, bounds, loss, calibration,
-                       aggregate_noise_ratio)
+                       aggregate_noise_ratio, weight_noise)
     steps = choose_step_sizes(
         step_sizes,
         paper=lambda: StepSizes(*[1.0 / smoothness_bound(loss, hyper, bounds, m, n)] * 3),
@@ -116,7 +117,8 @@ def pncnvx_adap(
         federation, public_features, public_labels, objective="smooth", loss=loss,
         hyper=hyper, bounds=bounds, iterations=iterations, noise=noise, step_sizes=steps,
         output_iteration=output_iteration, report_delta=None if math.isinf(epsilon) else delta,
-        initial_weights=initial_weights, progress=progress, progress_every=progress_every,
+        weight_noise=weight_noise, initial_weights=initial_weights, progress=progress,
+        progress_every=progress_every,
     )
 
 

@@ -128,11 +128,12 @@ class AdaptationResult:
     privacy: dict[str, SitePrivacy] = field(default_factory=dict)
 
 
-def block_sensitivities(bounds: DataBounds, loss: Loss) -> tuple[float, float, float, float]:
-    """L2 sensitivities (replace one) of the four blocks as the kernel scales them:
-    w-gradient 2G, S 1, Z 1, local u-gradient B."""
+def block_sensitivities(bounds: DataBounds, loss: Loss, weight_noise: bool) -> tuple[float, ...]:
+    """L2 sensitivities (replace one) of the blocks as the kernel scales them:
+    w-gradient 2G, S 1, Z 1, and (with ``weight_noise``) the local u-gradient B."""
     loss_bound, gradient_bound = bounds.loss_and_gradient_bounds(loss)
-    return (2.0 * gradient_bound, 1.0, 1.0, loss_bound)
+    released = (2.0 * gradient_bound, 1.0, 1.0)
+    return (*released, loss_bound) if weight_noise else released
 
 
 def paper_noise_multiplier(epsilon: float, delta: float, iterations: int) -> float:
@@ -148,17 +149,18 @@ def plan_noise(
     loss: Loss,
     calibration: Calibration,
     aggregate_noise_ratio: float,
+    weight_noise: bool = True,
 ) -> NoisePlan:
     """One multi-block Gaussian per iteration. ``accountant``: the least z with
     T releases meeting (epsilon, delta) (PLD, replace one); ``paper``: z of
     lines 2-3 (the S and Z blocks are ours, so the ledger then reports more
     than epsilon: see ``cnvx_adap``)."""
-    sensitivities = block_sensitivities(bounds, loss)
+    sensitivities = block_sensitivities(bounds, loss, weight_noise)
     if math.isinf(epsilon):
         return NoisePlan(NoNoise(sensitivities, Adjacency.REPLACE_ONE), math.inf)
     if not aggregate_noise_ratio > 0:
         raise ValueError(f"aggregate_noise_ratio must be > 0, got {aggregate_noise_ratio!r}")
-    ratios = (1.0, aggregate_noise_ratio, aggregate_noise_ratio, 1.0)
+    ratios = (1.0, aggregate_noise_ratio, aggregate_noise_ratio, 1.0)[: len(sensitivities)]
 
     def make(z: float) -> GaussianMechanism:
         blocks = tuple(
@@ -189,13 +191,16 @@ def run_reweighted_descent(
     step_sizes: StepSizes,
     output_iteration: int | None,
     report_delta: float | None,
+    weight_noise: bool = True,
     initial_weights: np.ndarray | None = None,
     progress: Callable[[IterationRecord], None] | None = None,
     progress_every: int = 10,
 ) -> AdaptationResult:
     """T iterations of the federated loop (module docstring). ``output_iteration``
     t* in 1..T selects the returned iterate (Alg. 2); ``None`` returns the
-    average of w_1..w_T (Alg. 1 line 13). ``report_delta``: the delta at which
+    average of w_1..w_T (Alg. 1 line 13). ``weight_noise = False`` lets the
+    sites update u without the noise of line 10 (u never leaves them; see the
+    kernel's docstring). ``report_delta``: the delta at which
     each site's spend is reported (``None``: each site's cap delta)."""
     m = len(public_labels)
     n = sum(federation.site_sizes.values())
@@ -221,7 +226,7 @@ def run_reweighted_descent(
             "feature_norm": bounds.feature_norm, "label_bound": bounds.label_bound,
             "radius": bounds.radius, "k1": hyper.k1, "k2": hyper.k2, "kinf": hyper.kinf,
             "mu": mu, "inverse_square_sum": inverse_square_sum, "log_partition": log_z,
-            "step_size": step_sizes.private_weights,
+            "step_size": step_sizes.private_weights, "weight_noise": weight_noise,
         }
         answer = federation.query(KERNEL, params, noise.mechanism)
         gradient_sum, square_sum, partition = answer.blocks

@@ -203,3 +203,16 @@ def test_steps_out_of_order_are_refused(steps):
 def test_malformed_parameters_are_refused(key, value):
     with pytest.raises(ValueError, match=key):
         KERNEL.validate_params(params(**{key: value}), DIM)
+
+
+def test_without_weight_noise_there_is_no_local_block_and_the_update_is_exact():
+    data = dataset(FEATURES, LABELS)
+    assert KERNEL.local_block_shapes(params(weight_noise=False), NUM) == ()
+    assert KERNEL.local_l2_sensitivities(params(weight_noise=False), Adjacency.REPLACE_ONE) == ()
+    noisy_state, quiet_state = {}, {}
+    run(data, params(), noisy_state, noise=np.zeros(NUM))
+    assert KERNEL.compute_local(data, params(weight_noise=False), quiet_state) == ()
+    KERNEL.apply_local(data, params(weight_noise=False), quiet_state, ())
+    KERNEL.compute(data, params(weight_noise=False), quiet_state)
+    np.testing.assert_array_equal(quiet_state["reweighted_gradient"]["u"],
+                                  noisy_state["reweighted_gradient"]["u"])

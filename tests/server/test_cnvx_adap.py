@@ -218,3 +218,17 @@ def test_bad_arguments_are_refused_before_any_query(tmp_path, options, message):
     with pytest.raises(ValueError, match=message):
         cnvx_adap(fed, SAMPLE.public_features, SAMPLE.public_labels, bounds=BOUNDS, **arguments)
     assert all(not p.mechanisms for p in fed.privacy_spent().values())
+
+
+def test_without_weight_noise_the_release_has_three_blocks_and_meets_epsilon(tmp_path):
+    hyper = ReweightingHyperparameters(alpha=0.5, k1=0.02, k2=0.05)
+    result = pcnvx_adap(federation(tmp_path, epsilon_cap=3.0), SAMPLE.public_features,
+                        SAMPLE.public_labels, hyper=hyper, bounds=DataBounds(2.0, 2.0, 2.0),
+                        epsilon=2.0, delta=1e-5, iterations=10, weight_noise=False)
+    for spent in result.privacy.values():
+        assert spent.job.epsilon == pytest.approx(2.0, rel=2e-3) and spent.job.epsilon <= 2.0
+        assert all(len(mechanism.blocks) == 3 for mechanism in spent.mechanisms)
+    # Noise off, with or without the (absent) weight noise: the same iterates.
+    quiet = run(federation(tmp_path, tag="quiet"), hyper, iterations=20, weight_noise=False)
+    loud = run(federation(tmp_path, tag="loud"), hyper, iterations=20)
+    np.testing.assert_array_equal(quiet.weights, loud.weights)
