@@ -33,6 +33,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	@$(BIN)/python benchmarks/run.py
 	@$(BIN)/python benchmarks/secagg.py
+	@$(BIN)/python benchmarks/network_round.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -41,7 +41,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize
 
 # In the rescaled problem (radius 1, entries of A and b at most 1): the size
 # below which an eigenvalue gap or an eigen-component of b counts as zero, about
@@ -178,4 +177,8 @@ def _secular_root(eigenvalues: np.ndarray, beta: np.ndarray, low: float) -> floa
     if residual(high) < 0:  # rounding at the bracket's end: widen a hair
         high += 4 * np.finfo(float).eps * max(abs(high), 1.0)
     tolerance = np.finfo(float).eps * max(abs(high), 1.0)
+    # Imported here: every site imports this module (kernels), and scipy.optimize
+    # costs each process ~23 MiB that only the single-holder kernel needs.
+    from scipy import optimize
+
     return float(optimize.brentq(residual, low, high, xtol=tolerance, maxiter=500))
