@@ -1,0 +1,102 @@
+"""``privadapt launch | status | result | cancel | sites`` against a running
+coordinator with three site daemons (threads, real mutual-TLS gRPC)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.server import cli
+from tests.conftest import synthetic_dataset
+from tests.network_harness import (
+    ThreadSites,
+    in_process_coordinator,
+    make_pki,
+    operator_stub,
+    write_coordinator_config,
+    write_site,
+)
+
+SITES = ("site-a", "site-b", "site-c")
+
+
+@pytest.fixture
+def running(tmp_path):
+    pki = make_pki(tmp_path / "pki", SITES)
+    sites = ThreadSites()
+    with in_process_coordinator(write_coordinator_config(tmp_path, pki)) as coordinator:
+        for k, name in enumerate(SITES):
+            sites.start(write_site(tmp_path, pki, name, synthetic_dataset(50, 4, seed=k),
+                                   coordinator.port, epsilon_cap=50.0))
+        operator = tmp_path / "operator.toml"
+        operator.write_text(
+            f'[operator]\ncoordinator = "127.0.0.1:{coordinator.port}"\n[tls]\n'
+            f'cert = "pki/operator.crt"\nkey = "pki/operator.key"\nca = "pki/ca.crt"\n')
+        try:
+            yield coordinator, operator, pki
+        finally:
+            sites.stop()
+
+
+def _job_file(tmp_path, job_id: str, iterations: int) -> str:
+    path = tmp_path / f"{job_id}.toml"
+    path.write_text(
+        f'[job]\nid = "{job_id}"\nalgorithm = "noisy_gd"\nepsilon = 1.0\ndelta = 1e-6\n'
+        f'sites = ["site-a", "site-b", "site-c"]\nseed = 3\n[hyperparameters]\n'
+        f'loss = "logistic"\niterations = {iterations}\nlearning_rate = 1.0\nradius = 5.0\n'
+        "clip_norm = 1.0\n")
+    return str(path)
+
+
+def test_launch_follow_status_result_and_sites(running, tmp_path, capsys):
+    _, operator, _ = running
+    config = ["--config", str(operator)]
+    assert cli.main(["launch", _job_file(tmp_path, "cli-job", 5), "--follow", *config]) == 0
+    out = capsys.readouterr().out
+    assert "launched cli-job" in out and "succeeded" in out
+    assert out.count("epsilon so far") == 5
+    assert cli.main(["status", "cli-job", *config]) == 0
+    status = capsys.readouterr().out
+    assert "cli-job  noisy_gd  succeeded  rounds=5" in status and "sites=3" in status
+    assert cli.main(["result", "cli-job", "--out", str(tmp_path / "out"), *config]) == 0
+    assert "site-a: epsilon" in capsys.readouterr().out
+    model = np.load(tmp_path / "out" / "model.npz")
+    assert model["weights"].shape == (4,)
+    report = json.loads((tmp_path / "out" / "privacy_report.json").read_text())
+    assert sorted(report["sites"]) == list(SITES) and report["aborted_rounds"] == []
+    assert cli.main(["sites", *config]) == 0
+    assert capsys.readouterr().out.count("connected") == 3
+
+
+def test_cancel_stops_a_running_job(running, tmp_path, capsys):
+    coordinator, operator, pki = running
+    config = ["--config", str(operator)]
+    assert cli.main(["launch", _job_file(tmp_path, "long-job", 5000), *config]) == 0
+    stub = operator_stub(pki, coordinator.port)
+    started = threading.Event()
+    for status in stub.Watch(pb.StatusRequest(job_id="long-job"), timeout=30):
+        if len(status.rounds) >= 3:
+            started.set()
+            break
+    assert started.is_set()
+    assert cli.main(["cancel", "long-job", *config]) == 0
+    assert "long-job: cancelled" in capsys.readouterr().out
+    assert cli.main(["result", "long-job", "--out", str(tmp_path / "o"), *config]) == 2
+    assert "no result (state: cancelled)" in capsys.readouterr().err
+
+
+def test_operator_errors_are_one_line_without_traceback(running, tmp_path, capsys):
+    _, operator, _ = running
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[job]\nalgorithm = "no-such"\nepsilon = 1.0\ndelta = 1e-6\n')
+    assert cli.main(["launch", str(bad), "--config", str(operator)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown algorithm 'no-such'" in err and "Traceback" not in err
+    assert cli.main(["status", "absent-job", "--config", str(operator)]) == 2
+    assert "NOT_FOUND" in capsys.readouterr().err
+    assert cli.main(["sites", "--config", str(tmp_path / "none.toml")]) == 2
+    assert "none.toml" in capsys.readouterr().err
