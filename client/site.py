@@ -256,7 +256,7 @@ class Site:
             # Local blocks are never rounded onto the grid: their own sensitivity.
             rounded += kernel.local_l2_sensitivities(query.params, self.policy.adjacency)
         charged = mechanism.with_sensitivities(rounded, self.policy.adjacency)
-        self._check_noise(query, charged, codec)
+        self._check_noise(query, charged, codec, released_blocks=len(shapes))
         return charged
 
     def _check_range(
@@ -264,14 +264,18 @@ class Site:
     ) -> None:
         """Refuse a query whose aggregate could wrap modulo 2^64: if every site
         keeps its own share below 1/K of the range, the sum cannot wrap."""
-        noise_scale = max(_noise_scales(query.mechanism), default=0.0)
+        # Local blocks (which follow the released ones) never enter the aggregate.
+        released = len(kernel.output_shapes(query.params, self.dim))
+        noise_scale = max(_noise_scales(query.mechanism)[:released], default=0.0)
         bound = kernel.max_abs_sum(query.params, self.num_records) + NOISE_REACH * noise_scale
         try:
             codec.check_sum_bound(num_participants * bound, "the aggregate of this query")
         except OverflowError as err:
             raise self._refuse(query, str(err)) from None
 
-    def _check_noise(self, query: Query, charged: Mechanism, codec: FixedPointCodec) -> None:
+    def _check_noise(
+        self, query: Query, charged: Mechanism, codec: FixedPointCodec, released_blocks: int
+    ) -> None:
         if isinstance(charged, NoNoise):
             if not charged.is_private and not self.policy.allow_non_private:
                 raise self._refuse(query, "a release without noise is not private; the policy "
@@ -287,7 +291,8 @@ class Site:
                 f"noise multiplier {multiplier:.4g} is below the policy's minimum "
                 f"{self.policy.min_noise_multiplier:g}",
             )
-        largest = max(_noise_scales(charged))
+        # Only released blocks are rounded onto the grid; local noise stays a float.
+        largest = max(_noise_scales(charged)[:released_blocks], default=0.0)
         if largest > max_grid_safe_noise(codec.fractional_bits):
             raise self._refuse(
                 query,

@@ -30,7 +30,7 @@ LOCAL_SENSITIVITY = 3.0
 @register
 class LocalNoiseProbe(KernelWithLocalBlocks):
     """Test kernel: its local block is all zeros, so what the site applies is pure
-    noise; it releases the mean square of the last applied block and how many
+    noise; it releases the root mean square of the last applied block and how many
     updates it has applied (neither depends on the data: sensitivity 0)."""
 
     name = "test_local_noise_probe"
@@ -59,11 +59,11 @@ class LocalNoiseProbe(KernelWithLocalBlocks):
     def apply_local(self, data, params, state, noised_blocks) -> None:
         own = state.setdefault(self.name, {"applied": 0})
         own["applied"] += 1
-        own["mean_square"] = float(np.mean(noised_blocks[0] ** 2))
+        own["rms"] = float(np.sqrt(np.mean(noised_blocks[0] ** 2)))
 
     def compute(self, data, params, state):
         own = state[self.name]
-        return (np.array([own["mean_square"], own["applied"]]),)
+        return (np.array([own["rms"], own["applied"]]),)
 
 
 def probe_query(query_id="q1", local_sigma=2.0, job="job-1", t=0):
@@ -79,8 +79,8 @@ def released(share) -> np.ndarray:
 @pytest.mark.parametrize("participants", [1, 4])
 def test_local_blocks_are_noised_at_the_full_sigma_not_a_share(make_site, participants):
     site = make_site(num_records=2000, noise_seed=3)
-    mean_square, _ = released(site.answer(probe_query(local_sigma=2.0), participants))
-    assert mean_square == pytest.approx(4.0, rel=0.1)  # sigma^2, whatever K is
+    rms, _ = released(site.answer(probe_query(local_sigma=2.0), participants))
+    assert rms == pytest.approx(2.0, rel=0.05)  # sigma, whatever K is (a share: sigma/2)
 
 
 def test_only_the_released_blocks_leave_the_site(make_site):
@@ -161,3 +161,9 @@ def test_a_step_out_of_order_is_refused(make_site):
         site.answer(reweighted_query("q2", 2), 1)
     with pytest.raises(QueryRefusedError, match="no weights"):
         site.answer(reweighted_query("q1", 3, job="job-2"), 1)
+
+
+def test_local_noise_coarser_than_the_grid_is_accepted_because_it_is_never_gridded(make_site):
+    # 1e5 would be refused on a released block at 32 fractional bits (2^20 / 100).
+    rms, _ = released(make_site().answer(probe_query(local_sigma=1e5), 1))
+    assert rms == pytest.approx(1e5, rel=0.3)
