@@ -15,6 +15,8 @@ start. Configuration::
     round_timeout_s = 30          # a round's deadline (keys and shares)
     site_wait_timeout_s = 120     # how long a job waits for enough sites
     min_sites = 1                 # default min_participants of a job
+    public_source = "source.csv"  # optional: the public source sample (.csv needs a schema)
+    public_source_schema = "source.schema.toml"
     [tls]
     cert = "coordinator.crt"
     key = "coordinator.key"
@@ -39,8 +41,10 @@ from privadapt.common import tls
 from privadapt.common.certcheck import certificate_identity
 from privadapt.common.certs import load_certificate
 from privadapt.common.config import Layout, read_sections, read_toml
+from privadapt.common.data import load_dataset
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.proto import federation_pb2_grpc as rpc
+from privadapt.common.schema import Schema
 from privadapt.common.wire import channel_options
 from privadapt.server.federation_service import FederationServicer
 from privadapt.server.jobs import JobManager
@@ -66,7 +70,8 @@ _LAYOUT: Layout = {
     "coordinator": {
         "name": (str, False), "listen": (str, True), "database": (str, True),
         "round_timeout_s": ((int, float), False), "site_wait_timeout_s": ((int, float), False),
-        "min_sites": (int, False),
+        "min_sites": (int, False), "public_source": (str, False),
+        "public_source_schema": (str, False),
     },
     "tls": {"cert": (str, True), "key": (str, True), "ca": (str, True)},
 }
@@ -83,6 +88,8 @@ class CoordinatorConfig:
     round_timeout_s: float = 30.0
     site_wait_timeout_s: float = 120.0
     min_sites: int = 1
+    public_source: Path | None = None
+    public_source_schema: Path | None = None
 
     @classmethod
     def from_toml(cls, path: str | Path) -> CoordinatorConfig:
@@ -94,8 +101,9 @@ class CoordinatorConfig:
         for key in ("round_timeout_s", "site_wait_timeout_s", "min_sites"):
             if key in values and not values[key] > 0:
                 raise ConfigError(f"{source}: [coordinator] {key} must be > 0")
-        for key in ("database", "cert", "key", "ca"):
-            values[key] = path.parent / values[key]
+        for key in ("database", "cert", "key", "ca", "public_source", "public_source_schema"):
+            if key in values:
+                values[key] = path.parent / values[key]
         return cls(**values)
 
 
@@ -105,6 +113,12 @@ class Coordinator:
     def __init__(self, config: CoordinatorConfig, insecure: bool = False) -> None:
         self.config = config
         name = config.name or certificate_identity(load_certificate(config.cert)).name
+        # Loaded (and validated) at start, so a bad file stops the coordinator
+        # before it accepts a job, with the loader's message naming row and column.
+        schema = (Schema.from_toml(config.public_source_schema)
+                  if config.public_source_schema else None)
+        public_source = (load_dataset(config.public_source, schema)
+                         if config.public_source else None)
         self.store = CoordinatorStore(config.database)
         self.registry = SiteRegistry()
         self.hub = RoundHub(self.registry)
@@ -113,6 +127,7 @@ class Coordinator:
             self.store, self.registry, self.hub, reports,
             round_timeout=config.round_timeout_s,
             site_wait_timeout=config.site_wait_timeout_s, min_sites=config.min_sites,
+            public_source=public_source,
         )
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_WORKERS),
                                   options=channel_options() + _SERVER_OPTIONS)

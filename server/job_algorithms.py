@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from privadapt.common.data import Dataset
 from privadapt.common.errors import ConfigError
 from privadapt.common.federation import Federation
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server.algorithms.noisy_gd import IterationRecord, noisy_gd
+from privadapt.server.algorithms.noisy_gd import noisy_gd
 
 Model = dict[str, np.ndarray]
 Checkpoint = Callable[[int, Model], None]
@@ -33,6 +34,7 @@ class JobContext:
     dim: int
     seed: int
     checkpoint: Checkpoint
+    public_source: Dataset | None = None  # the coordinator's public sample, if configured
 
 
 @dataclass(frozen=True)
@@ -44,16 +46,18 @@ class Algorithm:
 
 def _run_noisy_gd(job: JobContext) -> Model:
     h = job.hyperparameters
+    every = int(h.get("checkpoint_every", 10))
 
-    def checkpoint(record: IterationRecord) -> None:
-        job.checkpoint(record.iteration, {"weights_norm": np.asarray(record.weights_norm)})
+    def checkpoint(iteration: int, weights: np.ndarray) -> None:
+        if iteration % every == 0:
+            job.checkpoint(iteration, {"weights": weights})
 
     result = noisy_gd(
         job.federation, dim=job.dim, loss=h["loss"], epsilon=job.spec.epsilon,
         delta=job.spec.delta, iterations=int(h["iterations"]),
         learning_rate=float(h["learning_rate"]), radius=float(h["radius"]),
         clip_norm=float(h["clip_norm"]), calibration=job.spec.calibration or "accountant",
-        progress=checkpoint, progress_every=int(h.get("checkpoint_every", 10)),
+        checkpoint=checkpoint,
     )
     model = {"weights": result.weights, "average_weights": result.average_weights}
     if math.isfinite(result.noise_multiplier):  # infinite without noise (epsilon = inf)

@@ -21,6 +21,7 @@ import threading
 import traceback
 import uuid
 
+from privadapt.common.data import Dataset
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.federation import SitePrivacy
 from privadapt.common.proto import federation_pb2 as pb
@@ -52,6 +53,7 @@ class JobManager:
         round_timeout: float,
         site_wait_timeout: float,
         min_sites: int,
+        public_source: Dataset | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -60,6 +62,7 @@ class JobManager:
         self._round_timeout = round_timeout
         self._site_wait_timeout = site_wait_timeout
         self._min_sites = min_sites
+        self._public_source = public_source
         self._lock = threading.Lock()
         self._threads: dict[str, threading.Thread] = {}
         self._cancel: dict[str, threading.Event] = {}
@@ -185,6 +188,7 @@ class JobManager:
             context = JobContext(
                 federation, spec, hyperparameters(spec), self._dimension(spec), record.seed,
                 lambda step, model: self._store.save_checkpoint(job_id, step, model),
+                self._public_source,
             )
             model = ALGORITHMS[spec.algorithm].run(context)
             privacy = federation.privacy_spent(None if math.isinf(spec.epsilon) else spec.delta)

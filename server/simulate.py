@@ -130,10 +130,13 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def write_coordinator_files(workdir: Path, pki: Path, port: int) -> Path:
+def write_coordinator_files(workdir: Path, pki: Path, port: int, source) -> Path:
+    np.savez(workdir / "data" / "public-source.npz", features=source.features,
+             labels=source.labels)
     config = workdir / "coordinator.toml"
     config.write_text(
         f'[coordinator]\nlisten = "127.0.0.1:{port}"\ndatabase = "coordinator.db"\n'
+        'public_source = "data/public-source.npz"\n'
         "round_timeout_s = 30\nsite_wait_timeout_s = 60\nmin_sites = 2\n"
         f'[tls]\ncert = "{pki / "coordinator.crt"}"\nkey = "{pki / "coordinator.key"}"\n'
         f'ca = "{pki / "ca.crt"}"\n'
@@ -204,7 +207,8 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path]) ->
         # Everything starts at once: each site's first Register waits for the
         # coordinator's port to open (gRPC wait_for_ready), not a fixed sleep.
         port = free_port()
-        coordinator = start_coordinator(processes, write_coordinator_files(workdir, pki, port),
+        coordinator = start_coordinator(processes, write_coordinator_files(workdir, pki, port,
+                                                                domains.source),
                                         logs)
         for name, csv in zip(names, csvs, strict=True):
             config = write_site_files(workdir, pki, name, csv, port, min(2, num_sites))

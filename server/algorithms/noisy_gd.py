@@ -101,9 +101,11 @@ def noisy_gd(
     calibration: Calibration = "accountant",
     progress: Callable[[IterationRecord], None] | None = None,
     progress_every: int = 10,
+    checkpoint: Callable[[int, np.ndarray], None] | None = None,
 ) -> NoisyGDResult:
     """Fit a linear model on the federation's private records by noisy
-    projected gradient descent; see the module docstring."""
+    projected gradient descent; see the module docstring. ``checkpoint`` is
+    called with (iteration, weights) after every iteration."""
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
     for name, value in (("learning_rate", learning_rate), ("radius", radius),
@@ -124,6 +126,8 @@ def noisy_gd(
         record = IterationRecord(iteration, float(np.linalg.norm(gradient)),
                                  float(np.linalg.norm(weights)))
         history.append(record)
+        if checkpoint is not None:
+            checkpoint(iteration, weights)
         if progress is not None and (iteration % progress_every == 0 or iteration == iterations):
             progress(record)
     noise_multiplier = getattr(mechanism, "noise_multiplier", math.inf)
