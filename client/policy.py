@@ -24,6 +24,8 @@ Operators write it as TOML::
     allowed_kernels = ["linear_gradient", "second_moments", "record_count"]
     max_clip_norm = 10.0
     max_label_bound = 10.0
+    [federation]
+    peers = ["st-john", "st-luke"]   # optional: the only sites this site masks with
 
 Every problem is reported as a ``ConfigError`` naming the file, the key and
 what would be accepted, once, when the policy is loaded.
@@ -70,6 +72,7 @@ class SitePolicy:
     max_clip_norm: float | None = None
     max_label_bound: float | None = None
     allow_non_private: bool = False
+    peers: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.site_name, str) or not self.site_name.strip():
@@ -78,6 +81,16 @@ class SitePolicy:
             raise ConfigError(f"site name {self.site_name!r} has leading or trailing spaces")
         self._check_privacy()
         self._check_queries()
+        if self.peers is not None:
+            peers = self.peers
+            if isinstance(peers, str) or not all(isinstance(p, str) and p for p in peers):
+                raise self._fail(f"peers must be a list of site names, got {peers!r}")
+            object.__setattr__(self, "peers", frozenset(peers))
+
+    def allowed_roster_names(self) -> frozenset[str] | None:
+        """Who may be in a roster this site masks with: its peers and itself,
+        or anyone with a site certificate from the CA if no peers are listed."""
+        return None if self.peers is None else self.peers | {self.site_name}
 
     def _fail(self, message: str) -> ConfigError:
         return ConfigError(f"site policy {self.site_name!r}: {message}")
@@ -184,7 +197,7 @@ def _suggest(name: object, known: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _kernel_list(value: Any) -> bool:
+def _string_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
@@ -206,10 +219,11 @@ _LAYOUT: dict[str, dict[str, _Spec]] = {
         ),
     },
     "queries": {
-        "allowed_kernels": ("allowed_kernels", _kernel_list, "a list of kernel names", False),
+        "allowed_kernels": ("allowed_kernels", _string_list, "a list of kernel names", False),
         "max_clip_norm": ("max_clip_norm", *_NUMBER, False),
         "max_label_bound": ("max_label_bound", *_NUMBER, False),
     },
+    "federation": {"peers": ("peers", _string_list, "a list of site names", False)},
 }
 
 
@@ -225,5 +239,5 @@ def _read_section(section: str, table: Mapping[str, Any], source: str) -> dict[s
         field, check, expected, _ = keys[key]
         if not check(value):
             raise ConfigError(f"{source}: [{section}] {key} must be {expected}, got {value!r}")
-        fields[field] = frozenset(value) if field == "allowed_kernels" else value
+        fields[field] = frozenset(value) if field in ("allowed_kernels", "peers") else value
     return fields

@@ -173,8 +173,13 @@ class SiteWorker:
                              k.certificate_pem) for k in message.keys]
         try:
             roster = verify_roster(entries, self.identity.ca_certificate_pem, job_id, round,
-                                   self.site.policy.min_participants, self.identity.name)
+                                   self.site.policy.min_participants, self.identity.name,
+                                   allowed_names=self.site.policy.allowed_roster_names())
             share = self.site.answer(opened.query, roster.size)
+            masked = [
+                mask_share(block, opened.keys, roster, job_id, round, query_id, index)
+                for index, block in enumerate(share.blocks)
+            ]
         except RosterError as err:
             self._refuse(calls, job_id, round, query_id, pb.Refusal.ROSTER_INVALID, str(err))
             return
@@ -187,10 +192,6 @@ class SiteWorker:
         except QueryRefusedError as err:
             self._refuse(calls, job_id, round, query_id, pb.Refusal.POLICY, str(err))
             return
-        masked = [
-            mask_share(block, opened.keys, roster, job_id, round, query_id, index)
-            for index, block in enumerate(share.blocks)
-        ]
         calls.SubmitShare(pb.MaskedShare(
             job_id=job_id, round=round, query_id=query_id, site_name=self.site.name,
             blocks=[tensor_to_proto(b, f"share block {i}") for i, b in enumerate(masked)],

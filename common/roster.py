@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -177,13 +177,17 @@ def verify_roster(
     min_participants: int,
     own_name: str,
     now: datetime | None = None,
+    allowed_names: Collection[str] | None = None,
 ) -> Roster:
     """Check every entry of a published roster and return the verified roster.
 
     This site's own entry is checked like every other, so a misconfigured
     certificate shows up here. Raises :class:`RosterError` naming the offending
     site on the first entry that fails, on a duplicate name or key, when ``own_name`` is missing, or
-    when fewer than ``min_participants`` sites remain.
+    when fewer than ``min_participants`` sites remain. With ``allowed_names``
+    (the site policy's peer list), any other member is refused too: a
+    certificate from the CA alone does not make a peer, so whoever holds the CA
+    key cannot fill a roster with sites of its own making.
     """
     if min_participants < 1:
         raise ValueError(f"min_participants must be >= 1, got {min_participants}")
@@ -204,6 +208,12 @@ def verify_roster(
     for entry in entries:
         if entry.site_name in members:
             raise RosterError(f"{where}: site {entry.site_name!r} appears twice; refusing")
+        if allowed_names is not None and entry.site_name not in allowed_names:
+            raise RosterError(
+                f"{where}: site {entry.site_name!r} is not among this site's peers "
+                f"({', '.join(sorted(allowed_names))}); refusing (add it to [federation] "
+                "peers in the policy if it is a genuine member)"
+            )
         if entry.public_key in seen_keys:
             raise RosterError(
                 f"{where}: site {entry.site_name!r} presents the same key as "
@@ -263,7 +273,14 @@ def _verify_entry(
         raise refuse("bad signature over its round key") from None
     except TypeError as exc:
         raise refuse(str(exc)) from None
-    return x25519.X25519PublicKey.from_public_bytes(entry.public_key)
+    key = x25519.X25519PublicKey.from_public_bytes(entry.public_key)
+    try:
+        # A low-order point gives every peer an all-zero shared secret: caught
+        # here, before any site answers (and charges) the round's query.
+        x25519.X25519PrivateKey.generate().exchange(key)
+    except ValueError:
+        raise refuse("its X25519 key is a low-order point with no shared secret") from None
+    return key
 
 
 def _verify_signature(key: object, signature: bytes, message: bytes) -> None:

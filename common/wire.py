@@ -151,7 +151,10 @@ def tensor_from_proto(
             raise WireError(f"{field}: expected shape ({shown}), got {shape}")
     # astype copies: frombuffer's view is read-only and tied to the message.
     arr = np.frombuffer(msg.data, dtype=dtype).astype(dtype.newbyteorder("="))
-    arr = arr.reshape(shape)
+    try:
+        arr = arr.reshape(shape)
+    except ValueError as err:  # e.g. (2^62, 2^62, 0): no bytes, but too many dimensions
+        raise WireError(f"{field}: shape {shape} is not usable: {err}") from None
     if arr.dtype.kind == "f":
         _check_finite(arr, field)
     return arr

@@ -15,6 +15,7 @@ start. Configuration::
     round_timeout_s = 30          # a round's deadline (keys and shares)
     site_wait_timeout_s = 120     # how long a job waits for enough sites
     min_sites = 1                 # default min_participants of a job
+    max_sites = 200               # connected sites served at once (one thread each)
     public_source = "source.csv"  # optional: the public source sample (.csv needs a schema)
     public_source_schema = "source.schema.toml"
     [tls]
@@ -57,8 +58,8 @@ from privadapt.server.store import CoordinatorStore
 logger = logging.getLogger("privadapt.coordinator")
 
 SERVICE_NAMES = ("privadapt.v1.FederationService", "privadapt.v1.OperatorService")
-# Every connected site holds one handler thread for its Connect stream.
-MAX_WORKERS = 128
+# Threads for unary calls (keys, shares, operator calls) beside the streams.
+_SPARE_WORKERS = 32
 _SERVER_OPTIONS = [
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_timeout_ms", 10_000),
@@ -71,7 +72,7 @@ _LAYOUT: Layout = {
         "name": (str, False), "listen": (str, True), "database": (str, True),
         "round_timeout_s": ((int, float), False), "site_wait_timeout_s": ((int, float), False),
         "min_sites": (int, False), "public_source": (str, False),
-        "public_source_schema": (str, False),
+        "public_source_schema": (str, False), "max_sites": (int, False),
     },
     "tls": {"cert": (str, True), "key": (str, True), "ca": (str, True)},
 }
@@ -90,6 +91,7 @@ class CoordinatorConfig:
     min_sites: int = 1
     public_source: Path | None = None
     public_source_schema: Path | None = None
+    max_sites: int = 200
 
     @classmethod
     def from_toml(cls, path: str | Path) -> CoordinatorConfig:
@@ -98,7 +100,7 @@ class CoordinatorConfig:
         data = read_toml(path, "coordinator configuration",
                          "pass --config PATH (see deploy/coordinator.toml)")
         values = read_sections(data, _LAYOUT, source)
-        for key in ("round_timeout_s", "site_wait_timeout_s", "min_sites"):
+        for key in ("round_timeout_s", "site_wait_timeout_s", "min_sites", "max_sites"):
             if key in values and not values[key] > 0:
                 raise ConfigError(f"{source}: [coordinator] {key} must be > 0")
         for key in ("database", "cert", "key", "ca", "public_source", "public_source_schema"):
@@ -121,7 +123,7 @@ class Coordinator:
                          if config.public_source else None)
         self.store = CoordinatorStore(config.database)
         self.registry = SiteRegistry()
-        self.hub = RoundHub(self.registry)
+        self.hub = RoundHub(self.registry, Path(config.ca).read_bytes())
         self.reports = reports = PrivacyReports(self.registry)
         self.jobs = JobManager(
             self.store, self.registry, self.hub, reports,
@@ -129,8 +131,13 @@ class Coordinator:
             site_wait_timeout=config.site_wait_timeout_s, min_sites=config.min_sites,
             public_source=public_source,
         )
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_WORKERS),
-                                  options=channel_options() + _SERVER_OPTIONS)
+        # Each connected site holds one thread (its Connect stream; one per
+        # site, see SiteRegistry.attach); above the limit gRPC refuses calls
+        # with RESOURCE_EXHAUSTED instead of queueing them forever.
+        workers = config.max_sites + _SPARE_WORKERS
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
+                                  options=channel_options() + _SERVER_OPTIONS,
+                                  maximum_concurrent_rpcs=workers)
         rpc.add_FederationServiceServicer_to_server(
             FederationServicer(self.registry, self.hub, reports, self.store, name, insecure),
             self.server)

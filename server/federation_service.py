@@ -30,6 +30,7 @@ from privadapt.server.store import CoordinatorStore
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 10
+MAX_SITE_TEXT = 4000  # characters of a site's refusal message kept
 
 
 class FederationServicer(rpc.FederationServiceServicer):
@@ -94,6 +95,8 @@ class FederationServicer(rpc.FederationServiceServicer):
             context.abort(grpc.StatusCode.NOT_FOUND,
                           f"session {request.session_id!r} of site {identity.name!r} is unknown "
                           "(the coordinator restarted?): register again")
+        except ValueError as err:
+            context.abort(grpc.StatusCode.ALREADY_EXISTS, str(err))
         context.add_callback(lambda: self._registry.detach(session))
         yield from session.stream()
 
@@ -114,6 +117,11 @@ class FederationServicer(rpc.FederationServiceServicer):
         return self._deliver(self._hub.deliver_share, request, context)
 
     def Refuse(self, request: pb.Refusal, context: grpc.ServicerContext):
+        if request.reason not in pb.Refusal.Reason.values():
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"unknown refusal reason {request.reason}")
+        # Site-supplied text goes to logs and the audit table: bounded.
+        request.message = request.message[:MAX_SITE_TEXT]
         ack = self._deliver(self._hub.deliver_refusal, request, context)
         self._store.audit("site_refused", job_id=request.job_id, site_name=request.site_name,
                           detail=f"{pb.Refusal.Reason.Name(request.reason)}: {request.message}")
@@ -121,5 +129,8 @@ class FederationServicer(rpc.FederationServiceServicer):
 
     def ReportPrivacy(self, request: pb.SitePrivacyReport, context: grpc.ServicerContext):
         self._caller(context, request.site_name)
-        self._reports.deliver(request)
+        try:
+            self._reports.deliver(request)
+        except DeliveryError as err:
+            context.abort(getattr(grpc.StatusCode, err.code), str(err))
         return pb.Ack(job_id=request.job_id)

@@ -41,7 +41,7 @@ from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, Mechanism
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire import mechanism_from_proto, query_to_proto
-from privadapt.server.rounds import RoundFailedError, RoundHub
+from privadapt.server.rounds import DeliveryError, RoundFailedError, RoundHub
 from privadapt.server.site_registry import SiteRegistry
 from privadapt.server.store import CoordinatorStore, RoundRecord, StoredAnswer
 
@@ -102,6 +102,11 @@ class NetworkFederation:
         self._cancelled = cancelled or threading.Event()
         self._on_round = on_round
         self._steps = itertools.count(1)
+        # Sessions that missed a round's deadline (or sent a share that was
+        # refused): left out of the job's next rounds so the honest sites are
+        # not charged for one aborted attempt after another. A site that
+        # reconnects has a new session and takes part again.
+        self._excluded_sessions: set[str] = set()
         self._last_round = store.last_round(job.job_id)
         hub.open_job(job.job_id, self._last_round)
 
@@ -197,6 +202,7 @@ class NetworkFederation:
             self._store.audit("round_aborted", job_id=self.job_id, detail=failure.reason)
             self._notify(record)
             self._raise_for_refusals(failure)
+            self._exclude(failure.missing)
             return None
         record = RoundRecord(self.job_id, round, step, query.query_id, result.participants,
                              started, time.time(), False, "", result.job_epsilon)
@@ -216,26 +222,42 @@ class NetworkFederation:
             if refusal.reason != pb.Refusal.REPLAY:
                 raise QueryRefusedError(refusal.message)
 
-    def _wait_for_participants(self, timeout: float | None = None) -> list[str]:
+    def _exclude(self, names: Sequence[str]) -> None:
+        for name in names:
+            session = self._registry.session(name)
+            if session is not None:  # still connected, yet it did not answer
+                self._excluded_sessions.add(session.session_id)
+                logger.warning("job=%s: site %s is left out of the next rounds until it "
+                               "reconnects", self.job_id, name)
+
+    def _eligible(self) -> set[str]:
+        """The job's sites that are connected and not left out."""
+        eligible = set()
+        for name in self._job.sites:
+            session = self._registry.session(name)
+            if session is not None and session.session_id not in self._excluded_sessions:
+                eligible.add(name)
+        return eligible
+
+    def _wait_for_participants(self) -> list[str]:
         wanted = set(self._job.sites)
 
         def ready() -> bool:
-            return (self._cancelled.is_set()
-                    or len(wanted & self._registry.connected_names()) >= self._job.min_participants)
+            return self._cancelled.is_set() or len(self._eligible()) >= self._job.min_participants
 
-        timeout = self._job.site_wait_timeout if timeout is None else timeout
-        if not self._registry.wait_until(ready, timeout):
-            connected = sorted(wanted & self._registry.connected_names())
+        if not self._registry.wait_until(ready, self._job.site_wait_timeout):
+            connected = sorted(self._eligible())
             absent = sorted(wanted - set(connected))
             raise JobFailedError(
                 f"job {self.job_id!r}: only {len(connected)} of its sites are connected "
                 f"({', '.join(connected) or 'none'}), fewer than min_participants="
                 f"{self._job.min_participants}, after waiting {self._job.site_wait_timeout:g} s; "
-                f"not connected: {', '.join(absent)} (check those site daemons and their logs)"
+                f"not taking part: {', '.join(absent)} (not connected, or left out after missing "
+                "a round's deadline: check those site daemons and their logs)"
             )
         if self._cancelled.is_set():
             raise JobCancelledError(f"job {self.job_id!r} was cancelled")
-        return sorted(wanted & self._registry.connected_names())
+        return sorted(self._eligible())
 
     def _next_round(self, participants: Sequence[str]) -> int:
         seen = [self._last_round]
@@ -273,10 +295,22 @@ class PrivacyReports:
         self._registry = registry
         self._changed = threading.Condition()
         self._reports: dict[tuple[str, str], pb.SitePrivacyReport] = {}
+        self._outstanding: set[tuple[str, str]] = set()
 
     def deliver(self, report: pb.SitePrivacyReport) -> None:
+        """Take a site's reply; DeliveryError for a report nobody asked for (it
+        would only grow memory) or one that cannot be read."""
+        key = (report.job_id, report.site_name)
+        try:
+            site_privacy_from_report(report)
+        except (ValueError, PrivadaptError) as err:
+            raise DeliveryError("INVALID_ARGUMENT", f"unreadable privacy report: {err}") from None
         with self._changed:
-            self._reports[(report.job_id, report.site_name)] = report
+            if key not in self._outstanding:
+                raise DeliveryError("FAILED_PRECONDITION", f"no privacy report of job "
+                                    f"{report.job_id!r} was asked of site {report.site_name!r}")
+            self._outstanding.discard(key)
+            self._reports[key] = report
             self._changed.notify_all()
 
     def collect(
@@ -287,6 +321,8 @@ class PrivacyReports:
                 self._reports.pop((job_id, name), None)
         asked = []
         request = pb.PrivacyReportRequest(job_id=job_id, delta=delta or 0.0)
+        with self._changed:
+            self._outstanding.update((job_id, name) for name in sites)
         for name in sites:
             session = self._registry.session(name)
             if session is not None and session.send(privacy_report_request=request):
@@ -297,6 +333,7 @@ class PrivacyReports:
             )
             replies = {n: self._reports.pop((job_id, n)) for n in asked
                        if (job_id, n) in self._reports}
+            self._outstanding.difference_update((job_id, name) for name in sites)
         return {name: site_privacy_from_report(report) for name, report in replies.items()}
 
 

@@ -39,6 +39,7 @@ from privadapt.common.errors import WireError
 from privadapt.common.federation import Query
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.roster import RosterError, SignedKey, verify_roster
 from privadapt.common.secagg import unmask_sum
 from privadapt.common.wire import query_to_proto, tensor_from_proto
 from privadapt.server.site_registry import SiteRegistry
@@ -88,6 +89,7 @@ class _ActiveRound:
     gone: set[str] = field(default_factory=set)
     roster_sites: tuple[str, ...] = ()
     cancelled: str = ""
+    expected_shapes: tuple[tuple[int, ...], ...] | None = None
 
     def failed(self) -> bool:
         return bool(self.refusals or self.gone or self.cancelled)
@@ -96,8 +98,9 @@ class _ActiveRound:
 class RoundHub:
     """Runs rounds and routes the sites' replies to the round they belong to."""
 
-    def __init__(self, registry: SiteRegistry) -> None:
+    def __init__(self, registry: SiteRegistry, ca_certificate_pem: bytes | None = None) -> None:
         self._registry = registry
+        self._ca_pem = ca_certificate_pem
         self._lock = threading.Lock()
         self._active: dict[tuple[str, int], _ActiveRound] = {}
         self._jobs: set[str] = set()
@@ -124,9 +127,12 @@ class RoundHub:
         timeout: float,
         expected_shapes: Sequence[tuple[int, ...]] | None = None,
     ) -> RoundResult:
-        """Run one round; return the decoded aggregate or raise :class:`RoundFailedError`."""
+        """Run one round; return the decoded aggregate or raise :class:`RoundFailedError`.
+        A share whose blocks do not have ``expected_shapes`` is refused on arrival."""
         names = tuple(sorted(participants))
         active = _ActiveRound(query, round, names, threading.Condition())
+        active.expected_shapes = None if expected_shapes is None else tuple(
+            tuple(shape) for shape in expected_shapes)
         key = (query.job_id, round)
         with self._lock:
             if round <= self._closed.get(query.job_id, 0):
@@ -183,6 +189,10 @@ class RoundHub:
             finished = active.condition.wait_for(
                 lambda: done() or active.failed(), max(0.0, deadline - time.monotonic())
             )
+            if done() and not active.cancelled and (what == "shares" or not active.gone):
+                # Everything is in: a site leaving or refusing now changes nothing
+                # (after the shares), so the round is not thrown away.
+                return
             if active.cancelled:
                 raise RoundFailedError(f"cancelled: {active.cancelled}")
             if active.refusals:
@@ -292,6 +302,16 @@ class RoundHub:
                 "INVALID_ARGUMENT",
                 "a key announcement needs a 32-byte public key, a signature and a certificate",
             )
+        if self._ca_pem is not None:
+            # The sites check every entry themselves; checking here too keeps one
+            # bad entry from making every honest site refuse the roster.
+            entry = SignedKey(message.site_name, message.job_id, message.round,
+                              message.public_key, message.signature, message.certificate_pem)
+            try:
+                verify_roster([entry], self._ca_pem, message.job_id, message.round, 1,
+                              message.site_name)
+            except RosterError as err:
+                raise DeliveryError("INVALID_ARGUMENT", str(err)) from None
         with active.condition:
             if message.site_name in active.keys:
                 raise DeliveryError("ALREADY_EXISTS", f"site {message.site_name!r} already "
@@ -318,6 +338,10 @@ class RoundHub:
             )
         except WireError as err:
             raise DeliveryError("INVALID_ARGUMENT", str(err)) from None
+        shapes = tuple(block.shape for block in blocks)
+        if active.expected_shapes is not None and shapes != active.expected_shapes:
+            raise DeliveryError("INVALID_ARGUMENT", f"share blocks have shapes {list(shapes)}, "
+                                f"the kernel releases {list(active.expected_shapes)}")
         if math.isnan(message.job_epsilon) or message.job_epsilon < 0:
             raise DeliveryError("INVALID_ARGUMENT", "job_epsilon must be a number >= 0")
         with active.condition:
@@ -337,6 +361,8 @@ class RoundHub:
             active.condition.notify_all()
 
     def deliver_refusal(self, message: pb.Refusal) -> None:
+        if message.reason not in pb.Refusal.Reason.values():
+            raise DeliveryError("INVALID_ARGUMENT", f"unknown refusal reason {message.reason}")
         active = self._find(message.job_id, message.round, message.query_id, message.site_name)
         with active.condition:
             active.refusals[message.site_name] = message

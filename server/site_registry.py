@@ -97,6 +97,11 @@ class SiteRegistry:
             session = self._sessions.get(name)
             if session is None or session.session_id != session_id or session.closed:
                 raise KeyError(session_id)
+            if session.connected:
+                # One stream per session: each holds a server thread, so a site
+                # opening many could starve everyone else.
+                raise ValueError(f"session {session_id!r} of site {name!r} already has its "
+                                 "Connect stream open")
             session.closed_rounds = {j.job_id: j.last_closed_round for j in jobs}
             session.connected = True
             session.last_seen = time.time()

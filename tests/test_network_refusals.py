@@ -195,3 +195,53 @@ def test_one_sites_masked_share_looks_uniform_to_the_coordinator(coordinator, si
     report = federation.privacy_spent(1e-6)
     assert sorted(report) == list(SITES)
     assert json.dumps({k: v.job.epsilon for k, v in report.items()})
+
+
+def test_second_stream_on_one_session_is_refused(pki, coordinator):
+    stub = _site_stub(pki, coordinator.port, "site-a")
+    session = _register(stub)
+    first = stub.Connect(pb.ConnectRequest(site_name="site-a", session_id=session.session_id))
+    coordinator.registry.wait_until(lambda: "site-a" in coordinator.registry.connected_names(),
+                                    TIMEOUT)
+    second = stub.Connect(pb.ConnectRequest(site_name="site-a", session_id=session.session_id),
+                          timeout=TIMEOUT)
+    assert _code(lambda: next(iter(second))) == grpc.StatusCode.ALREADY_EXISTS
+    first.cancel()
+
+
+def test_unsolicited_privacy_report_is_refused(pki, coordinator):
+    stub = _site_stub(pki, coordinator.port, "site-a")
+    report = pb.SitePrivacyReport(job_id="j", site_name="site-a", method="pld",
+                                  total_method="pld")
+    assert _code(lambda: stub.ReportPrivacy(report, timeout=TIMEOUT)) == \
+        grpc.StatusCode.FAILED_PRECONDITION
+    report.method = "bogus"
+    assert _code(lambda: stub.ReportPrivacy(report, timeout=TIMEOUT)) == \
+        grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_connected_site_that_stops_answering_is_left_out_not_retried(tmp_path, pki):
+    config = write_coordinator_config(tmp_path, pki, round_timeout_s=1, site_wait_timeout_s=5)
+    started = ThreadSites()
+    with in_process_coordinator(config) as running:
+        try:
+            for k, name in enumerate(SITES):
+                started.start(write_site(tmp_path, pki, name, synthetic_dataset(60, DIM, seed=k),
+                                         running.port))
+            # site-c stays connected but never submits a share.
+            silent = started.daemons[2].worker
+            silent._on_roster = lambda message, calls: None
+            federation = direct_federation(running, "slow", SITES, min_participants=2,
+                                           round_timeout=1.0)
+            federation.wait_for_sites()
+            mechanism = GaussianMechanism.single(2.0, 10.0, Adjacency.REPLACE_ONE)
+            params = {"weights": np.zeros(DIM), "loss": "logistic", "clip_norm": 1.0}
+            answers = [federation.query("linear_gradient", params, mechanism) for _ in range(4)]
+            rounds = running.store.rounds("slow")
+            # The honest sites paid for exactly one aborted attempt.
+            charges = len(started.daemons[0].site.ledger.charges("slow"))
+        finally:
+            started.stop()
+    assert [a.participants for a in answers] == [("site-a", "site-b")] * 4
+    assert [r.aborted for r in rounds] == [True, False, False, False, False]
+    assert charges == 5

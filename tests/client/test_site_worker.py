@@ -196,3 +196,41 @@ def test_worker_refuses_a_certificate_for_another_site(make_site, pki, tmp_path)
     identity = SiteIdentity("site-b", b"", certs.load_private_key(pki / "site-b.key"), b"")
     with pytest.raises(ValueError, match="certificate is for 'site-b'"):
         SiteWorker(site, identity, RoundProgress(tmp_path / "p.db"))
+
+
+def test_low_order_key_in_roster_is_refused_before_any_charge(make_site, pki, tmp_path):
+    from cryptography.hazmat.primitives.asymmetric import x25519
+
+    from privadapt.common.roster import sign_round_key
+
+    workers = [make_worker(make_site, pki, tmp_path, n) for n in NAMES[:2]]
+    calls = [Calls(), Calls()]
+    for worker, call in zip(workers, calls, strict=True):
+        worker.handle(announcement(1), call)
+    keys = [call.only("key") for call in calls]
+    # site-c, a genuine member, signs a low-order point as its round key.
+    zero = sign_round_key(
+        x25519.X25519PublicKey.from_public_bytes(bytes(32)), site_name="site-c", job_id=JOB,
+        round=1, certificate_pem=(pki / "site-c.crt").read_bytes(),
+        signing_key=certs.load_private_key(pki / "site-c.key"),
+        ca_certificate_pem=(pki / "ca.crt").read_bytes())
+    keys.append(pb.KeyAnnouncement(job_id=JOB, round=1, query_id="s1-r1", site_name="site-c",
+                                   public_key=zero.public_key, signature=zero.signature,
+                                   certificate_pem=zero.certificate_pem))
+    workers[0].handle(roster_of(keys), calls[0])
+    refusal = calls[0].only("refusal")
+    assert refusal.reason == pb.Refusal.ROSTER_INVALID and "low-order" in refusal.message
+    assert workers[0].site.ledger.charges() == []
+
+
+def test_roster_member_outside_the_policy_peers_is_refused(make_site, pki, tmp_path):
+    workers = [make_worker(make_site, pki, tmp_path, "site-a", peers=frozenset({"site-b"}))]
+    workers += [make_worker(make_site, pki, tmp_path, n) for n in ("site-b", "site-c")]
+    calls = [Calls() for _ in NAMES]
+    for worker, call in zip(workers, calls, strict=True):
+        worker.handle(announcement(1), call)
+    workers[0].handle(roster_of([call.only("key") for call in calls]), calls[0])
+    refusal = calls[0].only("refusal")
+    assert refusal.reason == pb.Refusal.ROSTER_INVALID
+    assert "'site-c' is not among this site's peers" in refusal.message
+    assert workers[0].site.ledger.charges() == []

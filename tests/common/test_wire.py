@@ -411,3 +411,12 @@ def test_query_carries_its_fixed_point_grid() -> None:
     query = Query("job", "q1", "record_count", {}, NoNoise((0.0,)), fractional_bits=20)
     decoded, _ = query_from_proto(query_to_proto(query, 3))
     assert decoded.fractional_bits == 20
+
+
+def test_tensor_with_an_unusable_shape_is_a_wire_error():
+    from privadapt.common.errors import WireError
+    from privadapt.common.proto import federation_pb2 as pb_
+    from privadapt.common.wire import tensor_from_proto as decode
+
+    with pytest.raises(WireError, match="not usable"):
+        decode(pb_.Tensor(dtype="float64", shape=[2**62, 2**62, 0], data=b""))

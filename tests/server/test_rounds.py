@@ -198,3 +198,47 @@ def test_site_not_connected_at_announcement_fails_the_round_at_once():
     thread = h.start(timeout=30)
     thread.join(5)
     assert h.error.missing == ("site-b",)
+
+
+def test_coordinator_refuses_a_key_whose_signature_does_not_verify(tmp_path):
+    from privadapt.common import certs
+
+    certs.init_ca(tmp_path)
+    h = Harness()
+    h.hub._ca_pem = (tmp_path / "ca.crt").read_bytes()
+    thread = h.start(timeout=0.5)
+    h.next_item("site-a")
+    with pytest.raises(DeliveryError) as refused:
+        h.publish_key("site-a")
+    assert refused.value.code == "INVALID_ARGUMENT"
+    thread.join(5)
+
+
+def test_share_of_the_wrong_shape_is_refused_on_arrival():
+    h = Harness()
+    thread = threading.Thread(target=lambda: setattr(h, "result", h.hub.run_round(
+        h.query(1), 1, SITES, 5.0, expected_shapes=[(2,)])))
+    thread.start()
+    h.through_roster()
+    with pytest.raises(DeliveryError, match="the kernel releases"):
+        h.hub.deliver_share(h.share("site-a", [1.0, 2.0, 3.0]))
+    for name in SITES:
+        h.hub.deliver_share(h.share(name, [1.0, 2.0]))
+    thread.join(5)
+    np.testing.assert_allclose(h.result.blocks[0], [3.0, 6.0])
+
+
+def test_refusal_after_every_share_is_in_does_not_abort_the_round():
+    h = Harness()
+    thread = h.start()
+    h.through_roster()
+    with h.hub._lock:
+        active = h.hub._active[(JOB, 1)]
+    with active.condition:  # hold the round while everything arrives at once
+        for name in SITES:
+            active.shares[name] = h.share(name, [1.0])
+            active.share_blocks[name] = (CODEC.encode(np.array([1.0])),)
+        active.refusals["site-a"] = pb.Refusal(site_name="site-a")
+        active.condition.notify_all()
+    thread.join(5)
+    assert h.error is None and h.result.blocks[0][0] == 3.0
