@@ -67,6 +67,12 @@ CREATE TABLE IF NOT EXISTS charges (
     created_at REAL NOT NULL,
     UNIQUE (job_id, query_id)
 );
+CREATE TABLE IF NOT EXISTS job_state (
+    job_id TEXT PRIMARY KEY,
+    query_id TEXT NOT NULL,
+    state BLOB NOT NULL,
+    updated_at REAL NOT NULL
+);
 """
 _COLUMNS = "job_id, query_id, mechanism_json, epsilon_after, method, created_at"
 
@@ -233,11 +239,16 @@ class PrivacyLedger:
 
     # -- charging ------------------------------------------------------------
 
-    def charge(self, job_id: str, query_id: str, mechanism: Mechanism) -> Charge:
+    def charge(
+        self, job_id: str, query_id: str, mechanism: Mechanism, state: bytes | None = None
+    ) -> Charge:
         """Record one release, or refuse it. Returns only after the charge is
         committed; raises ``ReplayError`` for a (job, query) already charged and
         ``BudgetExceededError`` when the composed epsilon would pass the cap,
-        in which case nothing is stored."""
+        in which case nothing is stored. ``state`` (the job's site-side state
+        after this release, client/job_state.py) is stored in the same
+        transaction, so a site that restarts has exactly the state its ledger
+        paid for."""
         if self.read_only:
             raise RuntimeError(f"ledger {self.path} was opened read-only; it cannot charge")
         for name, value in (("job_id", job_id), ("query_id", query_id)):
@@ -269,6 +280,14 @@ class PrivacyLedger:
                 f"INSERT INTO charges ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
                 (job_id, query_id, text, epsilon, method.value, now),
             )
+            if state is not None:
+                conn.execute(
+                    "INSERT INTO job_state (job_id, query_id, state, updated_at) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (job_id) DO UPDATE SET "
+                    "query_id = excluded.query_id, state = excluded.state, "
+                    "updated_at = excluded.updated_at",
+                    (job_id, query_id, state, now),
+                )
         return Charge(job_id, query_id, mechanism, epsilon, method, now)
 
     def _within_cap(self, epsilon: float) -> bool:
@@ -330,6 +349,15 @@ class PrivacyLedger:
             Charge(job, query, parse_mechanism(text), epsilon, AccountingMethod(method), created)
             for job, query, text, epsilon, method, created in rows
         ]
+
+    def job_state(self, job_id: str) -> bytes | None:
+        """The state last stored with a charge of ``job_id``, if any."""
+        try:
+            row = self._connection().execute(
+                "SELECT state FROM job_state WHERE job_id = ?", (job_id,)).fetchone()
+        except sqlite3.OperationalError:  # a read-only ledger from before the table
+            return None
+        return None if row is None else bytes(row[0])
 
     def jobs(self) -> list[str]:
         """Job ids with at least one charge, in order of their first charge."""

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from privadapt.client.job_state import decode_state, encode_state
 from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.common.data import Dataset, Schema, load_dataset
@@ -136,9 +137,10 @@ class Site:
         codec = self._codec(query)
         charged = self._charged_mechanism(kernel, query, codec)
         self._check_range(kernel, query, num_participants, codec)
-        if isinstance(kernel, KernelWithLocalBlocks):
+        local = isinstance(kernel, KernelWithLocalBlocks)
+        if local:
             # A working copy: the job's state changes only once the charge commits.
-            state = copy.deepcopy(self._job_states.get(query.job_id, {}))
+            state = copy.deepcopy(self._job_state(query.job_id))
             self._update_local_state(kernel, query, state)
         else:
             state = self._job_states.setdefault(query.job_id, {})
@@ -148,14 +150,23 @@ class Site:
             codec.encode(value) + codec.encode(share)  # uint64: wraps modulo 2^64
             for value, share in zip(blocks, noise, strict=True)
         )
-        charge = self.ledger.charge(query.job_id, query.query_id, charged)
-        if isinstance(kernel, KernelWithLocalBlocks):
+        # The new state is committed with the charge, in one transaction.
+        charge = self.ledger.charge(query.job_id, query.query_id, charged,
+                                    state=encode_state(state) if local else None)
+        if local:
             self._job_states[query.job_id] = state
         logger.info(
             "site=%s job=%s query=%s kernel=%s epsilon_spent=%.4g",
             self.name, query.job_id, query.query_id, query.kernel, charge.epsilon_after,
         )
         return SiteShare(self.name, query.query_id, shares)
+
+    def _job_state(self, job_id: str) -> dict[str, Any]:
+        """The job's state, read back from the site database after a restart."""
+        if job_id not in self._job_states:
+            stored = self.ledger.job_state(job_id)
+            self._job_states[job_id] = decode_state(stored) if stored is not None else {}
+        return self._job_states[job_id]
 
     def privacy_spent(self, job_id: str, delta: float | None = None) -> SitePrivacy:
         """This site's spend on ``job_id`` (at ``delta``, default the cap's) and

@@ -167,3 +167,35 @@ def test_local_noise_coarser_than_the_grid_is_accepted_because_it_is_never_gridd
     # 1e5 would be refused on a released block at 32 fractional bits (2^20 / 100).
     rms, _ = released(make_site().answer(probe_query(local_sigma=1e5), 1))
     assert rms == pytest.approx(1e5, rel=0.3)
+
+
+def test_a_restarted_site_resumes_the_job_state_its_ledger_paid_for(make_site, tmp_path):
+    from privadapt.client.ledger import PrivacyLedger
+    from privadapt.client.site import Site
+
+    restarted = make_site("restarted", epsilon_cap=math.inf)
+    steady = make_site("steady", epsilon_cap=math.inf)
+    for step in range(2):
+        restarted.answer(reweighted_query(f"q{step}", step), 2)
+        steady.answer(reweighted_query(f"q{step}", step), 2)
+    restarted.ledger.close()
+    # A new process: same data, policy and database, nothing in memory.
+    reopened = Site(restarted._data, restarted.policy,
+                    PrivacyLedger(tmp_path / "restarted.db", restarted.policy))
+    after_restart = reopened.answer(reweighted_query("q2", 2), 2)
+    uninterrupted = steady.answer(reweighted_query("q2", 2), 2)
+    for a, b in zip(after_restart.blocks, uninterrupted.blocks, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_job_state_round_trips_without_pickle():
+    from privadapt.client.job_state import decode_state, encode_state
+
+    state = {"kernel": {"u": np.arange(5.0), "step": 3, "pending": {"g": np.ones((2, 2))}},
+             "flag": True}
+    back = decode_state(encode_state(state))
+    np.testing.assert_array_equal(back["kernel"]["u"], state["kernel"]["u"])
+    assert back["kernel"]["step"] == 3 and back["flag"] is True
+    np.testing.assert_array_equal(back["kernel"]["pending"]["g"], np.ones((2, 2)))
+    with pytest.raises(ValueError, match="cannot be stored"):
+        encode_state({"bad": object()})
