@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 import numpy as np
 
 from privadapt.common import certs
@@ -189,6 +190,9 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path]) ->
     launched_at = time.perf_counter()
     workdir = workdir or Path(tempfile.mkdtemp(prefix="privadapt-simulate-"))
     workdir = workdir.resolve()
+    if workdir.exists() and any(workdir.iterdir()):
+        raise ConfigError(f"--workdir {workdir} is not empty: simulate creates a new CA, "
+                          "certificates and ledgers there; pass a new or empty directory")
     logs = workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     names = [f"site-{k}" for k in range(1, num_sites + 1)]
@@ -219,7 +223,7 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path]) ->
               "mutual TLS, secure aggregation")
         stub = OperatorConfig.locate(write_operator_files(workdir, pki, port)).stub()
         jobs = list(job_files) or write_demo_jobs(workdir, names)
-        results = [run_job(stub, path, started_at) for path in jobs]
+        results = [run_job(stub, path, started_at, names) for path in jobs]
         memory = processes.peak_memory_mib()
     finally:
         processes.stop()
@@ -242,9 +246,16 @@ class JobOutcome:
     round_ms: list[float]
 
 
-def run_job(stub, path: Path, launched_at: float) -> JobOutcome:
+def run_job(stub, path: Path, launched_at: float, site_names: Sequence[str]) -> JobOutcome:
     spec, job_id = job_spec_from_toml(path)
-    job_id = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id), timeout=30).job_id
+    if not spec.sites:
+        # The simulated sites may not have registered yet; naming them makes
+        # the job wait for them instead of finding none.
+        spec.sites.extend(site_names)
+    try:
+        job_id = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id), timeout=30).job_id
+    except grpc.RpcError as err:
+        raise ConfigError(f"{path}: the coordinator refused the job: {err.details()}") from None
     print(f"\nlaunched {job_id}: {spec.algorithm}, epsilon={spec.epsilon:g}, "
           f"delta={spec.delta:g}")
     first_round_s, status, shown = float("nan"), None, 0

@@ -1,0 +1,49 @@
+"""``make demo`` is ``privadapt simulate --sites 3``: a coordinator and site
+daemons as processes over mutual TLS. Run here with 2 sites and a short job."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _simulate(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "privadapt.server.cli", "simulate", *args],
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_simulate_runs_a_networked_job_and_reports_each_sites_ledger(tmp_path):
+    job = tmp_path / "job.toml"
+    job.write_text('[job]\nid = "short"\nalgorithm = "noisy_gd"\nepsilon = 1.0\n'
+                   'delta = 1e-6\n[hyperparameters]\nloss = "logistic"\niterations = 20\n'
+                   "learning_rate = 16.0\nradius = 20.0\nclip_norm = 1.0\n")
+    workdir = tmp_path / "run"
+    result = _simulate("--sites", "2", "--workdir", str(workdir), "--job", str(job))
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "short  noisy_gd  succeeded  rounds=20" in out
+    accuracies = [float(a) for a in re.findall(r"\s(0\.\d{4})\n", out)]
+    assert len(accuracies) == 2 and all(0.85 < a < 1.0 for a in accuracies)
+    spent = re.findall(r"short site-\d: epsilon (\d\.\d{3}) at delta 1e-06", out)
+    assert len(spent) == 2 and all(0.99 <= float(e) <= 1.0 for e in spent)
+    assert (workdir / "site-1" / "site-1.db").exists()
+    assert "first round done" in out and "Peak memory" in out
+    # Every process it started is gone.
+    from pathlib import Path
+
+    leftovers = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(workdir).encode() in cmdline.read_bytes():
+                leftovers.append(cmdline.parent.name)
+        except OSError:
+            continue
+    assert leftovers == []
+    again = _simulate("--sites", "2", "--workdir", str(workdir), "--job", str(job))
+    assert again.returncode == 2 and "is not empty" in again.stderr
+    assert "Traceback" not in again.stderr
