@@ -41,7 +41,8 @@ def make_pki(directory: Path, sites: Sequence[str], operator: str = "operator") 
 
 def write_coordinator_config(workdir: Path, pki: Path, round_timeout_s: float = 10.0,
                              site_wait_timeout_s: float = 20.0, min_sites: int = 1,
-                             listen: str = "127.0.0.1:0") -> Path:
+                             listen: str = "127.0.0.1:0", public_source: Path | None = None
+                             ) -> Path:
     path = workdir / "coordinator.toml"
     path.write_text(
         "[coordinator]\n"
@@ -50,7 +51,8 @@ def write_coordinator_config(workdir: Path, pki: Path, round_timeout_s: float = 
         f"round_timeout_s = {round_timeout_s}\n"
         f"site_wait_timeout_s = {site_wait_timeout_s}\n"
         f"min_sites = {min_sites}\n"
-        "[tls]\n"
+        + (f'public_source = "{public_source}"\n' if public_source else "")
+        + "[tls]\n"
         f'cert = "{pki / "coordinator.crt"}"\nkey = "{pki / "coordinator.key"}"\n'
         f'ca = "{pki / "ca.crt"}"\n'
     )

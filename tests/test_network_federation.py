@@ -97,3 +97,46 @@ def test_private_job_reports_each_sites_ledger(federation):
         assert 0.99 <= site["job_epsilon"] <= 1.0
         assert site["releases"] == HYPER["iterations"]
     assert status.rounds[-1].epsilon_so_far > 0
+
+
+def test_pncnvx_adap_noise_off_networked_equals_in_process(tmp_path):
+    from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
+    from privadapt.server.algorithms.ncnvx_adap import pncnvx_adap
+    from privadapt.server.algorithms.reweighted_descent import DataBounds
+
+    pki = make_pki(tmp_path / "pki", SITES)
+    public = synthetic_dataset(120, DIM, seed=99)
+    np.savez(tmp_path / "public.npz", features=public.features, labels=public.labels)
+    datasets = [synthetic_dataset(40 + 5 * k, DIM, seed=k) for k in range(len(SITES))]
+    hyper = {"alpha": 0.5, "iterations": 8, "feature_norm": 1.0, "label_bound": 1.0,
+             "radius": 5.0, "l1": 0.01, "l2": 0.01, "linf": 0.01, "mu": 100.0,
+             "discrepancy": 0.05, "step_scale": 100.0}
+    spec = pb.JobSpec(algorithm="pncnvx_adap", epsilon=math.inf, delta=1e-6, sites=SITES,
+                      seed=5)
+    params_to_proto(hyper, spec.hyperparameters)
+    sites = ThreadSites()
+    config = write_coordinator_config(tmp_path, pki, public_source=tmp_path / "public.npz")
+    with in_process_coordinator(config) as coordinator:
+        try:
+            for name, data in zip(SITES, datasets, strict=True):
+                sites.start(write_site(tmp_path, pki, name, data, coordinator.port,
+                                       epsilon_cap=math.inf))
+            stub = operator_stub(pki, coordinator.port)
+            job_id = stub.Launch(pb.LaunchRequest(spec=spec), timeout=10).job_id
+            status = watch_until_done(stub, job_id)
+            assert status.state == pb.JOB_STATE_SUCCEEDED, status.message
+            networked = _weights(stub, job_id)
+        finally:
+            sites.stop()
+    local_sites = []
+    for name, data in zip(SITES, datasets, strict=True):
+        policy = SitePolicy(name, math.inf, 1e-5, allow_non_private=True)
+        local_sites.append(Site(data, policy, PrivacyLedger(tmp_path / f"l-{name}.db", policy)))
+    local = pncnvx_adap(
+        LocalFederation(local_sites), public.features, public.labels,
+        hyper=ReweightingHyperparameters(alpha=0.5, k1=0.01, k2=0.01, kinf=0.01, mu=100.0,
+                                         discrepancy=0.05),
+        bounds=DataBounds(feature_norm=1.0, label_bound=1.0, radius=5.0), epsilon=math.inf,
+        delta=1e-6, iterations=8, seed=5, step_scale=100.0)
+    np.testing.assert_allclose(networked, local.weights, rtol=0, atol=1e-9)
+    assert np.linalg.norm(networked) > 1e-3  # the model moved
