@@ -34,6 +34,7 @@ bench: $(STAMP)
 	@$(BIN)/python benchmarks/run.py
 	@$(BIN)/python benchmarks/secagg.py
 	@$(BIN)/python benchmarks/network_round.py
+	@$(BIN)/python benchmarks/pcnvx_adap.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

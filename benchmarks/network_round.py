@@ -22,6 +22,12 @@ run: compare ratios, not absolute milliseconds across machines.
 from __future__ import annotations
 
 import os
+
+# Before numpy loads: the coordinator here and the site processes share the
+# cores, and multi-threaded BLAS oversubscribes them (server/simulate.py).
+os.environ.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+                   "MKL_NUM_THREADS": "1"})
+
 import signal
 import subprocess
 import sys

@@ -55,6 +55,11 @@ DEMO_JOBS = (
 )
 _LABELS = {"noisy_gd": "noisy GD, target only", "pncnvx_adap": "PNCnvxAdap, source + target"}
 STOP_TIMEOUT_S = 15.0
+# N + 1 processes share this machine's cores: with OpenBLAS's default of one
+# (busy-waiting) thread per core each, they oversubscribe it and a round of
+# PCnvxAdap at n = 35,000 took 83 ms instead of 23 (benchmarks/pcnvx_adap.py).
+SINGLE_THREADED_BLAS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+                        "MKL_NUM_THREADS": "1"}
 
 
 @dataclass
@@ -68,7 +73,7 @@ class Processes:
         with open(log, "ab") as handle:
             process = subprocess.Popen(
                 [sys.executable, "-m", *args], stdout=stdout or handle, stderr=handle,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **SINGLE_THREADED_BLAS},
             )
         self.started.append((name, process))
         return process

@@ -26,6 +26,7 @@ from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.wire import channel_options
 from privadapt.server.coordinator import Coordinator, CoordinatorConfig
+from privadapt.server.simulate import SINGLE_THREADED_BLAS
 
 PROCESS_TIMEOUT_S = 60.0
 
@@ -130,7 +131,8 @@ def in_process_coordinator(config_path: Path) -> Iterator[Coordinator]:
 def start_process(args: Sequence[str], log: Path) -> subprocess.Popen:
     handle = open(log, "ab")  # noqa: SIM115 -- closed with the process
     return subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.PIPE,
-                            stderr=handle, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            stderr=handle,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", **SINGLE_THREADED_BLAS})
 
 
 def start_coordinator_process(config: Path, log: Path) -> tuple[subprocess.Popen, int]:

@@ -1,0 +1,149 @@
+"""Seconds per iteration of PCnvxAdap (seed 000, Alg. 1), in-process and networked.
+
+Synthetic data at the paper's Gas sizes (m = 7,300 public records, d = 133) with
+n = 600 and n = 35,000 private records split over 3 sites. In-process: the
+sites are ``Site`` objects behind ``LocalFederation``. Networked: the same
+algorithm over ``NetworkFederation`` with the coordinator in this process and
+3 ``privadapt-site`` processes on 127.0.0.1 (mutual TLS, secure aggregation).
+Each iteration is one query (w-gradient, two aggregates of the sites' u, and
+the sites' local u-update). The ratio networked / in-process is the figure to
+compare; absolute seconds depend on the machine.
+
+Run: ``.venv/bin/python benchmarks/pcnvx_adap.py`` (under a minute).
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before numpy loads: the coordinator here and the site processes share the
+# cores, and multi-threaded BLAS oversubscribes them (server/simulate.py).
+os.environ.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+                   "MKL_NUM_THREADS": "1"})
+
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.local_federation import LocalFederation
+from privadapt.client.policy import SitePolicy
+from privadapt.client.site import Site
+from privadapt.common import certs
+from privadapt.common.data import Dataset
+from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
+from privadapt.server.algorithms.cnvx_adap import pcnvx_adap
+from privadapt.server.algorithms.reweighted_descent import DataBounds
+from privadapt.server.coordinator import Coordinator, CoordinatorConfig
+from privadapt.server.network_federation import NetworkFederation, NetworkJob
+from privadapt.server.simulate import free_port
+
+NUM_PUBLIC, DIM, NUM_SITES = 7_300, 133, 3
+PRIVATE_SIZES = (600, 35_000)
+ITERATIONS = 20
+HYPER = ReweightingHyperparameters(alpha=0.5, k1=0.01, k2=0.01, kinf=0.01, mu=100.0,
+                                   discrepancy=0.05)
+BOUNDS = DataBounds(feature_norm=1.0, label_bound=1.0, radius=5.0)
+
+
+def _sample(num_records: int, shift: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    features = rng.normal(shift, 1.0, size=(num_records, DIM))
+    features /= np.maximum(1.0, np.linalg.norm(features, axis=1))[:, None]
+    labels = np.clip(features @ np.linspace(-1, 1, DIM) + 0.1 * rng.normal(size=num_records),
+                     -1, 1)
+    return features, labels
+
+
+def _site_data(num_private: int) -> list[Dataset]:
+    features, labels = _sample(num_private, 0.05, seed=1)
+    names = tuple(f"x{i}" for i in range(DIM))
+    return [Dataset(features[part], labels[part], names)
+            for part in np.array_split(np.arange(num_private), NUM_SITES)]
+
+
+def _run(federation, public) -> float:
+    started = time.perf_counter()
+    pcnvx_adap(federation, *public, hyper=HYPER, bounds=BOUNDS, epsilon=5.0, delta=1e-5,
+               iterations=ITERATIONS)
+    return (time.perf_counter() - started) / ITERATIONS
+
+
+def in_process(workdir: Path, public, num_private: int) -> float:
+    sites = []
+    for k, data in enumerate(_site_data(num_private)):
+        policy = SitePolicy(f"site-{k}", 100.0, 1e-5)
+        sites.append(Site(data, policy, PrivacyLedger(workdir / f"local-{k}.db", policy)))
+    return _run(LocalFederation(sites), public)
+
+
+def networked(workdir: Path, pki: Path, public, num_private: int) -> float:
+    port = free_port()
+    config = workdir / "coordinator.toml"
+    config.write_text(
+        f'[coordinator]\nlisten = "127.0.0.1:{port}"\ndatabase = "coordinator.db"\n'
+        f'[tls]\ncert = "{pki / "coordinator.crt"}"\nkey = "{pki / "coordinator.key"}"\n'
+        f'ca = "{pki / "ca.crt"}"\n')
+    coordinator = Coordinator(CoordinatorConfig.from_toml(config))
+    coordinator.start()
+    names = [f"site-{k}" for k in range(NUM_SITES)]
+    processes = []
+    try:
+        for name, data in zip(names, _site_data(num_private), strict=True):
+            site = workdir / name
+            site.mkdir()
+            np.savez(site / "data.npz", features=data.features, labels=data.labels)
+            (site / "policy.toml").write_text(
+                f'[site]\nname = "{name}"\n[privacy]\nepsilon_cap = 100.0\ndelta_cap = 1e-5\n')
+            (site / "site.toml").write_text(
+                f'[site]\ncoordinator = "127.0.0.1:{port}"\ndata = "data.npz"\n'
+                f'policy = "policy.toml"\ndatabase = "site.db"\n[tls]\n'
+                f'cert = "{pki / (name + ".crt")}"\nkey = "{pki / (name + ".key")}"\n'
+                f'ca = "{pki / "ca.crt"}"\n')
+            with open(site / "log", "wb") as log:
+                processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "privadapt.client.daemon", "--config",
+                     str(site / "site.toml"), "--log-level", "WARNING"], stderr=log))
+        coordinator.store.create_job("bench", "pcnvx_adap", "{}", 0)
+        federation = NetworkFederation(NetworkJob("bench", tuple(names), round_timeout=120),
+                                       coordinator.registry, coordinator.hub,
+                                       coordinator.store, coordinator.reports)
+        federation.wait_for_sites()
+        return _run(federation, public)
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            process.wait(timeout=30)
+        coordinator.stop(grace=0.5)
+
+
+def main() -> int:
+    print(__doc__.split("\n\n")[0])
+    public = _sample(NUM_PUBLIC, 0.0, seed=0)
+    print(f"\n{'m':>6} {'n':>7} {'d':>4} | {'in-process s/iter':>17} | "
+          f"{'networked s/iter':>16} | {'ratio':>6}")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        pki = root / "pki"
+        certs.init_ca(pki)
+        certs.issue_certificate(pki, "coordinator", "coordinator")
+        for k in range(NUM_SITES):
+            certs.issue_certificate(pki, "site", f"site-{k}")
+        for num_private in PRIVATE_SIZES:
+            case = root / f"n{num_private}"
+            case.mkdir()
+            local = in_process(case, public, num_private)
+            network = networked(case, pki, public, num_private)
+            print(f"{NUM_PUBLIC:>6} {num_private:>7} {DIM:>4} | {local:>17.4f} | "
+                  f"{network:>16.4f} | {network / local:>6.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
