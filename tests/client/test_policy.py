@@ -165,3 +165,12 @@ def test_empty_site_name_is_refused():
 def test_allowed_kernels_given_as_a_list_become_a_frozenset():
     policy = SitePolicy("a", 1.0, 1e-5, allowed_kernels=["record_count"])
     assert policy.allowed_kernels == frozenset({"record_count"})
+
+
+def test_peers_bound_the_roster_to_named_sites_and_the_site_itself(tmp_path):
+    path = write_policy(tmp_path, GOOD_TOML + '[federation]\npeers = ["st-john", "st-luke"]\n')
+    policy = SitePolicy.from_toml(path)
+    assert policy.allowed_roster_names() == {"st-mary", "st-john", "st-luke"}
+    assert SitePolicy("st-mary", 1.0, 1e-5).allowed_roster_names() is None
+    with pytest.raises(ConfigError, match="peers must be a list of site names"):
+        SitePolicy.from_toml(write_policy(tmp_path, GOOD_TOML + '[federation]\npeers = "st-john"\n'))
