@@ -173,4 +173,5 @@ def test_peers_bound_the_roster_to_named_sites_and_the_site_itself(tmp_path):
     assert policy.allowed_roster_names() == {"st-mary", "st-john", "st-luke"}
     assert SitePolicy("st-mary", 1.0, 1e-5).allowed_roster_names() is None
     with pytest.raises(ConfigError, match="peers must be a list of site names"):
-        SitePolicy.from_toml(write_policy(tmp_path, GOOD_TOML + '[federation]\npeers = "st-john"\n'))
+        text = GOOD_TOML + '[federation]\npeers = "st-john"\n'
+        SitePolicy.from_toml(write_policy(tmp_path, text))
