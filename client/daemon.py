@@ -36,6 +36,7 @@ from privadapt.client.site_worker import SiteIdentity, SiteWorker
 from privadapt.common import tls
 from privadapt.common.certcheck import certificate_identity
 from privadapt.common.certs import load_certificate, load_private_key
+from privadapt.common.daemon_cli import daemon_arguments
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
@@ -197,16 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Site daemon: answers a coordinator's private aggregate queries "
         "from local data under the site's own privacy policy and ledger.",
     )
-    parser.add_argument("--config", required=True, type=Path, help="site configuration (TOML)")
-    parser.add_argument("--insecure", action="store_true",
-                        help="plaintext gRPC, for local debugging only (prints a warning)")
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.insecure:
-        print(tls.insecure_warning(), file=sys.stderr)
+    args = daemon_arguments(parser, "site configuration (TOML)", argv)
     try:
         daemon = SiteDaemon(SiteConfig.from_toml(args.config), insecure=args.insecure)
     except PrivadaptError as err:

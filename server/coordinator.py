@@ -42,6 +42,7 @@ from privadapt.common import tls
 from privadapt.common.certcheck import certificate_identity
 from privadapt.common.certs import load_certificate
 from privadapt.common.config import Layout, read_sections, read_toml
+from privadapt.common.daemon_cli import daemon_arguments
 from privadapt.common.data import load_dataset
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.proto import federation_pb2_grpc as rpc
@@ -183,17 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Coordinator daemon: holds the public source data and the model, "
         "runs algorithms through the sites' private aggregate queries.",
     )
-    parser.add_argument("--config", required=True, type=Path,
-                        help="coordinator configuration (TOML)")
-    parser.add_argument("--insecure", action="store_true",
-                        help="plaintext gRPC, for local debugging only (prints a warning)")
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.insecure:
-        print(tls.insecure_warning(), file=sys.stderr)
+    args = daemon_arguments(parser, "coordinator configuration (TOML)", argv)
     try:
         coordinator = Coordinator(CoordinatorConfig.from_toml(args.config), args.insecure)
     except PrivadaptError as err:

@@ -51,7 +51,7 @@ from privadapt.server.algorithms.adaptation_objectives import (
     ReweightingHyperparameters,
     weighted_loss_gradient,
 )
-from privadapt.server.algorithms.noisy_gd import project_to_ball
+from privadapt.server.algorithms.noisy_gd import IterationRecord, project_to_ball
 
 Calibration = Literal["accountant", "paper"]
 KERNEL = "reweighted_gradient"
@@ -100,13 +100,6 @@ class NoisePlan:
 
     mechanism: Mechanism
     noise_multiplier: float
-
-
-@dataclass(frozen=True)
-class IterationRecord:
-    iteration: int
-    gradient_norm: float
-    weights_norm: float
 
 
 @dataclass

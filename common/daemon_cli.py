@@ -1,0 +1,28 @@
+"""What both daemons' command lines share: ``--config``, ``--insecure`` and
+``--log-level``, and starting their one-line-per-event log on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from privadapt.common.tls import insecure_warning
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def daemon_arguments(parser: argparse.ArgumentParser, config_help: str,
+                     argv: list[str] | None) -> argparse.Namespace:
+    """Parse a daemon's arguments, start logging, and warn about --insecure."""
+    parser.add_argument("--config", required=True, type=Path, help=config_help)
+    parser.add_argument("--insecure", action="store_true",
+                        help="plaintext gRPC, for local debugging only (prints a warning)")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr, format=LOG_FORMAT)
+    if args.insecure:
+        print(insecure_warning(), file=sys.stderr)
+    return args
