@@ -16,6 +16,7 @@ Expected errors (missing file, bad database) print one line and exit 2, no trace
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -110,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     except PrivadaptError as err:
         print(f"privadapt: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # `privadapt ledger show ... | head`: the reader left; not an error.
+        # Point stdout at /dev/null so the interpreter's final flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     parser.print_help()
     return 0 if args.command is None else 2
 
