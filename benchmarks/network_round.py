@@ -21,32 +21,23 @@ run: compare ratios, not absolute milliseconds across machines.
 
 from __future__ import annotations
 
-import os
-
-# Before numpy loads: the coordinator here and the site processes share the
-# cores, and multi-threaded BLAS oversubscribes them (server/simulate.py).
-os.environ.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-                   "MKL_NUM_THREADS": "1"})
-
-import signal
-import subprocess
+# isort: off
+import federation_processes  # noqa: F401 -- single-threaded BLAS, before numpy loads
+# isort: on
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from federation_processes import make_pki, networked_federation, peak_mib
 
 from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common import certs
 from privadapt.common.data import Dataset
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
-from privadapt.server.coordinator import Coordinator, CoordinatorConfig
-from privadapt.server.network_federation import NetworkFederation, NetworkJob
-from privadapt.server.simulate import free_port
 
 SITE_COUNTS = (1, 3, 10)
 SIZES = (1_000, 100_000)
@@ -66,20 +57,6 @@ def _params(dim: int) -> dict:
     return {"weights": np.zeros(dim), "loss": "logistic", "clip_norm": 1.0}
 
 
-def _write_site(directory: Path, pki: Path, name: str, data: Dataset, port: int) -> Path:
-    site = directory / name
-    site.mkdir(parents=True)
-    np.savez(site / "data.npz", features=data.features, labels=data.labels)
-    (site / "policy.toml").write_text(
-        f'[site]\nname = "{name}"\n[privacy]\nepsilon_cap = 1e6\ndelta_cap = 1e-5\n')
-    config = site / "site.toml"
-    config.write_text(
-        f'[site]\ncoordinator = "127.0.0.1:{port}"\ndata = "data.npz"\npolicy = "policy.toml"\n'
-        f'database = "site.db"\n[tls]\ncert = "{pki / (name + ".crt")}"\n'
-        f'key = "{pki / (name + ".key")}"\nca = "{pki / "ca.crt"}"\n')
-    return config
-
-
 def _percentiles(times: list[float]) -> tuple[float, float]:
     return 1e3 * float(np.median(times)), 1e3 * float(np.percentile(times, 90))
 
@@ -97,40 +74,13 @@ def _time_rounds(federation, dim: int) -> list[float]:
 
 
 def networked(workdir: Path, pki: Path, num_sites: int, dim: int) -> dict:
-    names = [f"site-{k}" for k in range(num_sites)]
-    port = free_port()
-    config = workdir / "coordinator.toml"
-    config.write_text(
-        f'[coordinator]\nlisten = "127.0.0.1:{port}"\ndatabase = "coordinator.db"\n'
-        f'[tls]\ncert = "{pki / "coordinator.crt"}"\nkey = "{pki / "coordinator.key"}"\n'
-        f'ca = "{pki / "ca.crt"}"\n')
-    coordinator = Coordinator(CoordinatorConfig.from_toml(config))
-    coordinator.start()
-    processes = []
-    try:
-        started = time.perf_counter()
-        for k, name in enumerate(names):
-            site_config = _write_site(workdir, pki, name, _dataset(dim, k), port)
-            with open(workdir / f"{name}.log", "wb") as log:
-                processes.append(subprocess.Popen(
-                    [sys.executable, "-m", "privadapt.client.daemon", "--config",
-                     str(site_config), "--log-level", "WARNING"], stderr=log,
-                    env={**os.environ, "PYTHONUNBUFFERED": "1"}))
-        coordinator.store.create_job("bench", "benchmark", "{}", 0)
-        federation = NetworkFederation(NetworkJob("bench", tuple(names), round_timeout=60),
-                                       coordinator.registry, coordinator.hub,
-                                       coordinator.store, coordinator.reports)
-        federation.wait_for_sites()
+    started = time.perf_counter()
+    datasets = [_dataset(dim, k) for k in range(num_sites)]
+    with networked_federation(workdir, pki, datasets) as (federation, processes):
         federation.query("linear_gradient", _params(dim), MECHANISM)
         first_round = time.perf_counter() - started
         times = _time_rounds(federation, dim)
-        memory = sum(_peak_mib(p.pid) for p in processes)
-    finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            process.wait(timeout=30)
-        coordinator.stop(grace=0.5)
+        memory = sum(peak_mib(p.pid) for p in processes)
     return {"times": times, "first_round": first_round, "memory": memory}
 
 
@@ -143,13 +93,6 @@ def in_process(workdir: Path, num_sites: int, dim: int) -> list[float]:
     return _time_rounds(LocalFederation(sites), dim)
 
 
-def _peak_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def main() -> int:
     print(__doc__.split("\n\n")[0])
     print(f"\n{'sites':>5} {'floats':>8} | {'network median':>14} {'p90':>8} | "
@@ -157,11 +100,7 @@ def main() -> int:
           f"{'site memory':>11}")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        pki = root / "pki"
-        certs.init_ca(pki)
-        certs.issue_certificate(pki, "coordinator", "coordinator")
-        for k in range(max(SITE_COUNTS)):
-            certs.issue_certificate(pki, "site", f"site-{k}")
+        pki = make_pki(root / "pki", max(SITE_COUNTS))
         for num_sites in SITE_COUNTS:
             for dim in SIZES:
                 case = root / f"k{num_sites}-d{dim}"

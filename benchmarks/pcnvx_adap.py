@@ -14,34 +14,25 @@ Run: ``.venv/bin/python benchmarks/pcnvx_adap.py`` (under a minute).
 
 from __future__ import annotations
 
-import os
-
-# Before numpy loads: the coordinator here and the site processes share the
-# cores, and multi-threaded BLAS oversubscribes them (server/simulate.py).
-os.environ.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-                   "MKL_NUM_THREADS": "1"})
-
-import signal
-import subprocess
+# isort: off
+import federation_processes  # noqa: F401 -- single-threaded BLAS, before numpy loads
+# isort: on
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from federation_processes import make_pki, networked_federation
 
 from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common import certs
 from privadapt.common.data import Dataset
 from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
 from privadapt.server.algorithms.cnvx_adap import pcnvx_adap
 from privadapt.server.algorithms.reweighted_descent import DataBounds
-from privadapt.server.coordinator import Coordinator, CoordinatorConfig
-from privadapt.server.network_federation import NetworkFederation, NetworkJob
-from privadapt.server.simulate import free_port
 
 NUM_PUBLIC, DIM, NUM_SITES = 7_300, 133, 3
 PRIVATE_SIZES = (600, 35_000)
@@ -83,44 +74,9 @@ def in_process(workdir: Path, public, num_private: int) -> float:
 
 
 def networked(workdir: Path, pki: Path, public, num_private: int) -> float:
-    port = free_port()
-    config = workdir / "coordinator.toml"
-    config.write_text(
-        f'[coordinator]\nlisten = "127.0.0.1:{port}"\ndatabase = "coordinator.db"\n'
-        f'[tls]\ncert = "{pki / "coordinator.crt"}"\nkey = "{pki / "coordinator.key"}"\n'
-        f'ca = "{pki / "ca.crt"}"\n')
-    coordinator = Coordinator(CoordinatorConfig.from_toml(config))
-    coordinator.start()
-    names = [f"site-{k}" for k in range(NUM_SITES)]
-    processes = []
-    try:
-        for name, data in zip(names, _site_data(num_private), strict=True):
-            site = workdir / name
-            site.mkdir()
-            np.savez(site / "data.npz", features=data.features, labels=data.labels)
-            (site / "policy.toml").write_text(
-                f'[site]\nname = "{name}"\n[privacy]\nepsilon_cap = 100.0\ndelta_cap = 1e-5\n')
-            (site / "site.toml").write_text(
-                f'[site]\ncoordinator = "127.0.0.1:{port}"\ndata = "data.npz"\n'
-                f'policy = "policy.toml"\ndatabase = "site.db"\n[tls]\n'
-                f'cert = "{pki / (name + ".crt")}"\nkey = "{pki / (name + ".key")}"\n'
-                f'ca = "{pki / "ca.crt"}"\n')
-            with open(site / "log", "wb") as log:
-                processes.append(subprocess.Popen(
-                    [sys.executable, "-m", "privadapt.client.daemon", "--config",
-                     str(site / "site.toml"), "--log-level", "WARNING"], stderr=log))
-        coordinator.store.create_job("bench", "pcnvx_adap", "{}", 0)
-        federation = NetworkFederation(NetworkJob("bench", tuple(names), round_timeout=120),
-                                       coordinator.registry, coordinator.hub,
-                                       coordinator.store, coordinator.reports)
-        federation.wait_for_sites()
+    with networked_federation(workdir, pki, _site_data(num_private), epsilon_cap=100.0) \
+            as (federation, _):
         return _run(federation, public)
-    finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            process.wait(timeout=30)
-        coordinator.stop(grace=0.5)
 
 
 def main() -> int:
@@ -130,11 +86,7 @@ def main() -> int:
           f"{'networked s/iter':>16} | {'ratio':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        pki = root / "pki"
-        certs.init_ca(pki)
-        certs.issue_certificate(pki, "coordinator", "coordinator")
-        for k in range(NUM_SITES):
-            certs.issue_certificate(pki, "site", f"site-{k}")
+        pki = make_pki(root / "pki", NUM_SITES)
         for num_private in PRIVATE_SIZES:
             case = root / f"n{num_private}"
             case.mkdir()
