@@ -103,6 +103,16 @@ def validate_spec(spec: pb.JobSpec, source: str = "job") -> None:
                           f"{len(spec.sites)} sites listed")
 
 
+def job_state_to_proto(state: str) -> int:
+    """The wire value of a stored job state ("running" -> JOB_STATE_RUNNING)."""
+    return pb.JobState.Value(f"JOB_STATE_{state.upper()}")
+
+
+def job_state_name(value: int) -> str:
+    """The stored name of a wire job state (JOB_STATE_RUNNING -> "running")."""
+    return pb.JobState.Name(value).removeprefix("JOB_STATE_").lower()
+
+
 def hyperparameters(spec: pb.JobSpec) -> dict[str, Any]:
     return params_from_proto(spec.hyperparameters, "hyperparameters")
 

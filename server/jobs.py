@@ -26,7 +26,13 @@ from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.federation import SitePrivacy
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.job_algorithms import ALGORITHMS, JobContext, validate_hyperparameters
-from privadapt.server.job_spec import hyperparameters, spec_from_json, spec_to_json, validate_spec
+from privadapt.server.job_spec import (
+    hyperparameters,
+    job_state_to_proto,
+    spec_from_json,
+    spec_to_json,
+    validate_spec,
+)
 from privadapt.server.network_federation import (
     JobCancelledError,
     NetworkFederation,
@@ -186,7 +192,7 @@ class JobManager:
                 collusion_tolerance=spec.collusion_tolerance,
                 min_participants=spec.min_participants, participants=spec.sites))
             context = JobContext(
-                federation, spec, hyperparameters(spec), self._dimension(spec), record.seed,
+                federation, spec, hyperparameters(spec), federation.dimension(), record.seed,
                 lambda step, model: self._store.save_checkpoint(job_id, step, model),
                 self._public_source,
             )
@@ -214,7 +220,7 @@ class JobManager:
             state = "cancelled"
         self._set_state(job_id, state, message)
         self._store.audit(f"job_{state}", job_id=job_id, detail=message)
-        self._broadcast(spec, job_end=pb.JobEnd(job_id=job_id, state=_STATES[state],
+        self._broadcast(spec, job_end=pb.JobEnd(job_id=job_id, state=job_state_to_proto(state),
                                                 message=message))
         log = logger.info if state == "succeeded" else logger.warning
         log("job=%s %s%s", job_id, state, f": {message}" if message else "")
@@ -225,13 +231,6 @@ class JobManager:
             if session is not None:
                 session.send(**item)
 
-    def _dimension(self, spec: pb.JobSpec) -> int:
-        dims = {s.num_features for s in self._store.sites() if s.name in spec.sites}
-        if len(dims) != 1:
-            raise ConfigError(f"the job's sites declare different feature dimensions "
-                              f"{sorted(dims)}; they must share one schema")
-        return dims.pop()
-
     def _on_round(self, record: RoundRecord) -> None:
         self._mark_changed(record.job_id)
         if record.aborted:
@@ -241,17 +240,6 @@ class JobManager:
             logger.info("job=%s round=%d step=%d sites=%d %.1f ms epsilon=%.4g", record.job_id,
                         record.round, record.step, len(record.participants),
                         1e3 * (record.finished - record.started), record.epsilon_so_far)
-
-
-_STATES = {
-    "pending": pb.JOB_STATE_PENDING, "running": pb.JOB_STATE_RUNNING,
-    "succeeded": pb.JOB_STATE_SUCCEEDED, "failed": pb.JOB_STATE_FAILED,
-    "cancelled": pb.JOB_STATE_CANCELLED,
-}
-
-
-def job_state_to_proto(state: str) -> int:
-    return _STATES[state]
 
 
 def privacy_report_json(

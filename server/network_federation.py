@@ -267,15 +267,20 @@ class NetworkFederation:
         self._last_round = max(seen) + 1
         return self._last_round
 
-    def _expected_shapes(self, kernel: str, params: Mapping[str, Any]) -> list[tuple[int, ...]]:
+    def dimension(self) -> int:
+        """The record dimension d the job's sites declared at registration
+        (JobFailedError if they disagree: they must share one schema)."""
         dims = {s.registration.num_features for s in self._registry.sessions()
                 if s.name in self._job.sites}
         if len(dims) != 1:
             raise JobFailedError(f"job {self.job_id!r}: its sites declare different feature "
-                                 f"dimensions {sorted(dims)}")
-        released = getattr(get_kernel(kernel), "released_shapes", None)
-        shapes_of = released or get_kernel(kernel).output_shapes
-        return [tuple(s) for s in shapes_of(params, dims.pop())]
+                                 f"dimensions {sorted(dims)}; they must share one schema")
+        return dims.pop()
+
+    def _expected_shapes(self, kernel: str, params: Mapping[str, Any]) -> list[tuple[int, ...]]:
+        """What every share must hold: the kernel's released blocks (local
+        blocks, if any, never leave the site)."""
+        return [tuple(s) for s in get_kernel(kernel).output_shapes(params, self.dimension())]
 
     def _fingerprint(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism) -> str:
         probe = Query(self.job_id, "fingerprint", kernel, params, mechanism,

@@ -34,7 +34,7 @@ from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.wire import channel_options, params_from_proto
-from privadapt.server.job_spec import job_spec_from_toml
+from privadapt.server.job_spec import job_spec_from_toml, job_state_name
 
 CALL_TIMEOUT_S = 30.0
 _LAYOUT: Layout = {
@@ -132,7 +132,7 @@ def watch(stub: rpc.OperatorServiceStub, job_id: str) -> Iterator[pb.JobStatus]:
 
 
 def job_line(job: pb.JobStatus) -> str:
-    state = pb.JobState.Name(job.state).removeprefix("JOB_STATE_").lower()
+    state = job_state_name(job.state)
     done = sum(1 for r in job.rounds if not r.aborted)
     aborted = len(job.rounds) - done
     text = f"{job.job_id}  {job.algorithm}  {state}  rounds={done}"
@@ -156,7 +156,7 @@ def round_lines(rounds) -> list[str]:
 def _result(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     response = stub.Result(pb.ResultRequest(job_id=args.job_id), timeout=CALL_TIMEOUT_S)
     if not response.privacy_report_json:
-        state = pb.JobState.Name(response.state).removeprefix("JOB_STATE_").lower()
+        state = job_state_name(response.state)
         raise ConfigError(f"job {args.job_id!r} has no result (state: {state})")
     args.out.mkdir(parents=True, exist_ok=True)
     model = params_from_proto(response.model, "model")
@@ -172,7 +172,7 @@ def _result(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
 def _cancel(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     response = stub.Cancel(pb.CancelRequest(job_id=args.job_id, reason=args.reason),
                            timeout=CALL_TIMEOUT_S + 5)
-    print(f"{args.job_id}: {pb.JobState.Name(response.state).removeprefix('JOB_STATE_').lower()}")
+    print(f"{args.job_id}: {job_state_name(response.state)}")
     return 0
 
 

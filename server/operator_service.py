@@ -21,7 +21,8 @@ from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.wire import params_to_proto
-from privadapt.server.jobs import JobManager, job_state_to_proto
+from privadapt.server.job_spec import job_state_to_proto
+from privadapt.server.jobs import JobManager
 from privadapt.server.site_registry import SiteRegistry
 from privadapt.server.store import FINISHED_STATES, CoordinatorStore, JobRecord
 
