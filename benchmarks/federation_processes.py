@@ -4,15 +4,16 @@ site a ``privadapt-site`` process on 127.0.0.1 over mutual TLS, and a
 
 Import this module before numpy: it makes every process run single-threaded
 BLAS, since the coordinator and the sites share the machine's cores and
-OpenBLAS's busy-waiting threads would oversubscribe them (server/simulate.py).
+OpenBLAS's busy-waiting threads would oversubscribe them (common/blas_threads.py).
 """
 
 from __future__ import annotations
 
 import os
 
-os.environ.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-                   "MKL_NUM_THREADS": "1"})
+from privadapt.common.blas_threads import SINGLE_THREADED_BLAS
+
+os.environ.update(SINGLE_THREADED_BLAS)
 
 import contextlib
 import signal
@@ -23,19 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
-from privadapt.common import certs
 from privadapt.common.data import Dataset
 from privadapt.server.coordinator import Coordinator, CoordinatorConfig
 from privadapt.server.network_federation import NetworkFederation, NetworkJob
-from privadapt.server.simulate import free_port
+from privadapt.server.simulate import free_port, write_pki
 
 
 def make_pki(directory: Path, num_sites: int) -> Path:
-    certs.init_ca(directory)
-    certs.issue_certificate(directory, "coordinator", "coordinator")
-    for k in range(num_sites):
-        certs.issue_certificate(directory, "site", f"site-{k}")
-    return directory
+    return write_pki(directory, [f"site-{k}" for k in range(num_sites)])
 
 
 def peak_mib(pid: int) -> float:

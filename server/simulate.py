@@ -33,6 +33,7 @@ import grpc
 import numpy as np
 
 from privadapt.common import certs
+from privadapt.common.blas_threads import SINGLE_THREADED_BLAS
 from privadapt.common.datasets.adult import load_adult_domains, site_schema_path, write_site_csvs
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
@@ -55,11 +56,6 @@ DEMO_JOBS = (
 )
 _LABELS = {"noisy_gd": "noisy GD, target only", "pncnvx_adap": "PNCnvxAdap, source + target"}
 STOP_TIMEOUT_S = 15.0
-# N + 1 processes share this machine's cores: with OpenBLAS's default of one
-# (busy-waiting) thread per core each, they oversubscribe it and a round of
-# PCnvxAdap at n = 35,000 took 83 ms instead of 23 (benchmarks/pcnvx_adap.py).
-SINGLE_THREADED_BLAS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-                        "MKL_NUM_THREADS": "1"}
 
 
 @dataclass
@@ -102,8 +98,9 @@ class Processes:
                 process.wait()
 
 
-def write_pki(workdir: Path, site_names: Sequence[str]) -> Path:
-    pki = workdir / "pki"
+def write_pki(pki: Path, site_names: Sequence[str]) -> Path:
+    """A new federation CA in ``pki`` and certificates for one coordinator, one
+    operator and each site, all named by their role or site name."""
     certs.init_ca(pki)
     certs.issue_certificate(pki, "coordinator", "coordinator")
     certs.issue_certificate(pki, "operator", "operator")
@@ -210,7 +207,7 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path]) ->
     logs = workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     names = [f"site-{k}" for k in range(1, num_sites + 1)]
-    pki = write_pki(workdir, names)
+    pki = write_pki(workdir / "pki", names)
     domains = load_adult_domains(num_sites=num_sites, seed=0)
     csvs = write_site_csvs(domains, workdir / "data")
     print(f"UCI Adult: public source (men) {domains.source.num_records} records; private "

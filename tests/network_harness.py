@@ -20,24 +20,16 @@ import numpy as np
 
 from privadapt.client.daemon import SiteDaemon
 from privadapt.client.site_config import SiteConfig
-from privadapt.common import certs, tls
+from privadapt.common import tls
+from privadapt.common.blas_threads import SINGLE_THREADED_BLAS
 from privadapt.common.data import Dataset
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.wire import channel_options
 from privadapt.server.coordinator import Coordinator, CoordinatorConfig
-from privadapt.server.simulate import SINGLE_THREADED_BLAS
+from privadapt.server.simulate import write_pki as make_pki  # noqa: F401 -- for the tests
 
 PROCESS_TIMEOUT_S = 60.0
-
-
-def make_pki(directory: Path, sites: Sequence[str], operator: str = "operator") -> Path:
-    certs.init_ca(directory)
-    certs.issue_certificate(directory, "coordinator", "coordinator")
-    certs.issue_certificate(directory, "operator", operator)
-    for name in sites:
-        certs.issue_certificate(directory, "site", name)
-    return directory
 
 
 def write_coordinator_config(workdir: Path, pki: Path, round_timeout_s: float = 10.0,

@@ -1,0 +1,11 @@
+"""Environment that keeps BLAS single-threaded in processes that share a machine.
+
+A coordinator and N simulated sites on one machine each load OpenBLAS with one
+busy-waiting thread per core; together they oversubscribe the cores, and a
+networked PCnvxAdap iteration at n = 35,000 took 83 ms instead of 23
+(benchmarks/pcnvx_adap.py). This module imports nothing, so a script can set
+the variables before numpy loads.
+"""
+
+SINGLE_THREADED_BLAS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+                        "MKL_NUM_THREADS": "1"}
