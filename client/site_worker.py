@@ -32,9 +32,15 @@ from privadapt.client.site import Site
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError, ReplayError, WireError
 from privadapt.common.federation import Query
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.roster import RosterError, SignedKey, SigningKey, verify_roster
+from privadapt.common.roster import RosterError, SigningKey, verify_roster
 from privadapt.common.secagg import RoundKeys, mask_share
-from privadapt.common.wire import mechanism_to_proto, query_from_proto, tensor_to_proto
+from privadapt.common.wire import (
+    mechanism_to_proto,
+    query_from_proto,
+    signed_key_from_proto,
+    signed_key_to_proto,
+    tensor_to_proto,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -155,11 +161,7 @@ class SiteWorker:
             ca_certificate_pem=self.identity.ca_certificate_pem,
         )
         self._open[(job_id, round)] = _OpenRound(query, round, keys)
-        calls.PublishKey(pb.KeyAnnouncement(
-            job_id=job_id, round=round, query_id=query_id, site_name=signed.site_name,
-            public_key=signed.public_key, signature=signed.signature,
-            certificate_pem=signed.certificate_pem,
-        ), timeout=CALL_TIMEOUT_S)
+        calls.PublishKey(signed_key_to_proto(signed, query_id), timeout=CALL_TIMEOUT_S)
 
     def _on_roster(self, message: pb.Roster, calls: CoordinatorCalls) -> None:
         job_id, round, query_id = message.job_id, message.round, message.query_id
@@ -169,8 +171,7 @@ class SiteWorker:
             logger.warning("site=%s job=%s round=%d: roster for a round this site has no "
                            "keys for; ignored", self.site.name, job_id, round)
             return
-        entries = [SignedKey(k.site_name, k.job_id, k.round, k.public_key, k.signature,
-                             k.certificate_pem) for k in message.keys]
+        entries = [signed_key_from_proto(k) for k in message.keys]
         try:
             roster = verify_roster(entries, self.identity.ca_certificate_pem, job_id, round,
                                    self.site.policy.min_participants, self.identity.name,

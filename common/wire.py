@@ -35,6 +35,7 @@ from privadapt.common.errors import WireError
 from privadapt.common.federation import Query
 from privadapt.common.mechanisms import Mechanism, mechanism_from_dict, mechanism_to_dict
 from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.roster import SignedKey
 
 __all__ = [
     "ALLOWED_DTYPES",
@@ -271,6 +272,24 @@ def mechanism_from_proto(msg: pb.Mechanism, field: str = "mechanism") -> Mechani
             f"expected {mechanism_to_dict(mechanism)}"
         )
     return mechanism
+
+
+# --------------------------------------------------------------------------- round keys
+
+
+def signed_key_to_proto(key: SignedKey, query_id: str) -> pb.KeyAnnouncement:
+    """A site's signed round key as published for the round carrying ``query_id``."""
+    return pb.KeyAnnouncement(
+        job_id=key.job_id, round=key.round, query_id=query_id, site_name=key.site_name,
+        public_key=key.public_key, signature=key.signature,
+        certificate_pem=key.certificate_pem,
+    )
+
+
+def signed_key_from_proto(msg: pb.KeyAnnouncement) -> SignedKey:
+    """A roster entry as received; verification is ``roster.verify_roster``'s job."""
+    return SignedKey(msg.site_name, msg.job_id, msg.round, msg.public_key, msg.signature,
+                     msg.certificate_pem)
 
 
 # --------------------------------------------------------------------------- queries

@@ -39,9 +39,9 @@ from privadapt.common.errors import WireError
 from privadapt.common.federation import Query
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.roster import RosterError, SignedKey, verify_roster
+from privadapt.common.roster import PUBLIC_KEY_BYTES, RosterError, verify_roster
 from privadapt.common.secagg import unmask_sum
-from privadapt.common.wire import query_to_proto, tensor_from_proto
+from privadapt.common.wire import query_to_proto, signed_key_from_proto, tensor_from_proto
 from privadapt.server.site_registry import SiteRegistry
 
 logger = logging.getLogger(__name__)
@@ -292,16 +292,16 @@ class RoundHub:
 
     def deliver_key(self, message: pb.KeyAnnouncement) -> None:
         active = self._find(message.job_id, message.round, message.query_id, message.site_name)
-        if len(message.public_key) != 32 or not message.signature or not message.certificate_pem:
+        if (len(message.public_key) != PUBLIC_KEY_BYTES or not message.signature
+                or not message.certificate_pem):
             raise DeliveryError(
-                "INVALID_ARGUMENT",
-                "a key announcement needs a 32-byte public key, a signature and a certificate",
+                "INVALID_ARGUMENT", f"a key announcement needs a {PUBLIC_KEY_BYTES}-byte public "
+                "key, a signature and a certificate",
             )
         if self._ca_pem is not None:
             # The sites check every entry themselves; checking here too keeps one
             # bad entry from making every honest site refuse the roster.
-            entry = SignedKey(message.site_name, message.job_id, message.round,
-                              message.public_key, message.signature, message.certificate_pem)
+            entry = signed_key_from_proto(message)
             try:
                 verify_roster([entry], self._ca_pem, message.job_id, message.round, 1,
                               message.site_name)
