@@ -35,10 +35,10 @@ from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.roster import RosterError, SigningKey, verify_roster
 from privadapt.common.secagg import RoundKeys, mask_share
 from privadapt.common.wire import (
-    mechanism_to_proto,
     query_from_proto,
     signed_key_from_proto,
     signed_key_to_proto,
+    site_privacy_to_proto,
     tensor_to_proto,
 )
 
@@ -212,11 +212,5 @@ class SiteWorker:
                             calls: CoordinatorCalls) -> None:
         delta = message.delta if 0 < message.delta < 1 else None
         privacy = self.site.privacy_spent(message.job_id, delta)
-        calls.ReportPrivacy(pb.SitePrivacyReport(
-            job_id=message.job_id, site_name=self.site.name,
-            job_epsilon=privacy.job.epsilon, total_epsilon=privacy.total.epsilon,
-            delta=privacy.job.delta, method=privacy.job.method.value,
-            cap_epsilon=privacy.cap_epsilon,
-            mechanisms=[mechanism_to_proto(m) for m in privacy.mechanisms],
-            total_delta=privacy.total.delta, total_method=privacy.total.method.value,
-        ), timeout=CALL_TIMEOUT_S)
+        calls.ReportPrivacy(site_privacy_to_proto(privacy, message.job_id),
+                            timeout=CALL_TIMEOUT_S)

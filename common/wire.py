@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from privadapt.common.accounting import AccountingMethod, EpsilonReport
 from privadapt.common.errors import WireError
-from privadapt.common.federation import Query
+from privadapt.common.federation import Query, SitePrivacy
 from privadapt.common.mechanisms import Mechanism, mechanism_from_dict, mechanism_to_dict
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.roster import SignedKey
@@ -290,6 +291,34 @@ def signed_key_from_proto(msg: pb.KeyAnnouncement) -> SignedKey:
     """A roster entry as received; verification is ``roster.verify_roster``'s job."""
     return SignedKey(msg.site_name, msg.job_id, msg.round, msg.public_key, msg.signature,
                      msg.certificate_pem)
+
+
+# --------------------------------------------------------------------------- privacy reports
+
+
+def site_privacy_to_proto(privacy: SitePrivacy, job_id: str) -> pb.SitePrivacyReport:
+    """A site's own ledger figures for ``job_id``, as it reports them."""
+    return pb.SitePrivacyReport(
+        job_id=job_id, site_name=privacy.site_name,
+        job_epsilon=privacy.job.epsilon, delta=privacy.job.delta,
+        method=privacy.job.method.value,
+        total_epsilon=privacy.total.epsilon, total_delta=privacy.total.delta,
+        total_method=privacy.total.method.value, cap_epsilon=privacy.cap_epsilon,
+        mechanisms=[mechanism_to_proto(m) for m in privacy.mechanisms],
+    )
+
+
+def site_privacy_from_proto(msg: pb.SitePrivacyReport) -> SitePrivacy:
+    """The domain object of a site's report; ``ValueError`` (or WireError) for
+    an unknown accounting method or a malformed mechanism."""
+    return SitePrivacy(
+        site_name=msg.site_name,
+        job=EpsilonReport(msg.job_epsilon, msg.delta, AccountingMethod(msg.method)),
+        total=EpsilonReport(msg.total_epsilon, msg.total_delta,
+                            AccountingMethod(msg.total_method or msg.method)),
+        cap_epsilon=msg.cap_epsilon,
+        mechanisms=tuple(mechanism_from_proto(m) for m in msg.mechanisms),
+    )
 
 
 # --------------------------------------------------------------------------- queries

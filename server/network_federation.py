@@ -33,14 +33,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from privadapt.common.accounting import AccountingMethod, EpsilonReport
 from privadapt.common.errors import BudgetExceededError, PrivadaptError, QueryRefusedError
 from privadapt.common.federation import AggregateAnswer, Query, SitePrivacy
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, Mechanism
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import mechanism_from_proto, query_to_proto
+from privadapt.common.wire import query_to_proto, site_privacy_from_proto
 from privadapt.server.rounds import DeliveryError, RoundFailedError, RoundHub
 from privadapt.server.site_registry import SiteRegistry
 from privadapt.server.store import CoordinatorStore, RoundRecord, StoredAnswer
@@ -307,7 +306,7 @@ class PrivacyReports:
         would only grow memory) or one that cannot be read."""
         key = (report.job_id, report.site_name)
         try:
-            site_privacy_from_report(report)
+            site_privacy_from_proto(report)
         except (ValueError, PrivadaptError) as err:
             raise DeliveryError("INVALID_ARGUMENT", f"unreadable privacy report: {err}") from None
         with self._changed:
@@ -339,16 +338,4 @@ class PrivacyReports:
             replies = {n: self._reports.pop((job_id, n)) for n in asked
                        if (job_id, n) in self._reports}
             self._outstanding.difference_update((job_id, name) for name in sites)
-        return {name: site_privacy_from_report(report) for name, report in replies.items()}
-
-
-def site_privacy_from_report(report: pb.SitePrivacyReport) -> SitePrivacy:
-    """The domain object of a site's privacy report (wire validation included)."""
-    return SitePrivacy(
-        site_name=report.site_name,
-        job=EpsilonReport(report.job_epsilon, report.delta, AccountingMethod(report.method)),
-        total=EpsilonReport(report.total_epsilon, report.total_delta,
-                            AccountingMethod(report.total_method or report.method)),
-        cap_epsilon=report.cap_epsilon,
-        mechanisms=tuple(mechanism_from_proto(m) for m in report.mechanisms),
-    )
+        return {name: site_privacy_from_proto(report) for name, report in replies.items()}
