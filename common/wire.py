@@ -30,6 +30,7 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 import numpy as np
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from privadapt.common.accounting import AccountingMethod, EpsilonReport
 from privadapt.common.errors import WireError
@@ -273,6 +274,16 @@ def mechanism_from_proto(msg: pb.Mechanism, field: str = "mechanism") -> Mechani
             f"expected {mechanism_to_dict(mechanism)}"
         )
     return mechanism
+
+
+# --------------------------------------------------------------------------- times
+
+
+def timestamp_to_proto(seconds: float) -> Timestamp:
+    """A ``time.time()`` value as a protobuf Timestamp."""
+    stamp = Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
 
 
 # --------------------------------------------------------------------------- round keys

@@ -14,23 +14,16 @@ import threading
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from privadapt.common import tls
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
-from privadapt.common.wire import params_to_proto
+from privadapt.common.wire import params_to_proto, timestamp_to_proto
 from privadapt.server.job_spec import job_state_to_proto
 from privadapt.server.jobs import JobManager
 from privadapt.server.site_registry import SiteRegistry
 from privadapt.server.store import FINISHED_STATES, CoordinatorStore, JobRecord
-
-
-def _timestamp(seconds: float) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromNanoseconds(int(seconds * 1e9))
-    return stamp
 
 
 class OperatorServicer(rpc.OperatorServiceServicer):
@@ -63,7 +56,7 @@ class OperatorServicer(rpc.OperatorServiceServicer):
         status = pb.JobStatus(
             job_id=record.job_id, algorithm=record.algorithm,
             state=job_state_to_proto(record.state), message=record.message,
-            created=_timestamp(record.created), updated=_timestamp(record.updated),
+            created=timestamp_to_proto(record.created), updated=timestamp_to_proto(record.updated),
         )
         for r in self._store.rounds(record.job_id):
             duration = Duration()
@@ -127,7 +120,7 @@ class OperatorServicer(rpc.OperatorServiceServicer):
         for site in self._store.sites():
             response.sites.add(
                 site_name=site.name, connected=site.name in connected,
-                last_seen=_timestamp(site.last_seen), num_records=site.num_records,
+                last_seen=timestamp_to_proto(site.last_seen), num_records=site.num_records,
                 kernels=site.kernels,
             )
         return response

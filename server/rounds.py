@@ -33,7 +33,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from privadapt.common.errors import WireError
 from privadapt.common.federation import Query
@@ -41,7 +40,12 @@ from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.roster import PUBLIC_KEY_BYTES, RosterError, verify_roster
 from privadapt.common.secagg import unmask_sum
-from privadapt.common.wire import query_to_proto, signed_key_from_proto, tensor_from_proto
+from privadapt.common.wire import (
+    query_to_proto,
+    signed_key_from_proto,
+    tensor_from_proto,
+    timestamp_to_proto,
+)
 from privadapt.server.site_registry import SiteRegistry
 
 logger = logging.getLogger(__name__)
@@ -164,14 +168,12 @@ class RoundHub:
 
     def _announce(self, active: _ActiveRound, deadline_s: float) -> None:
         query = active.query
-        deadline = Timestamp()
-        deadline.FromNanoseconds(int(deadline_s * 1e9))
         announcement = pb.RoundAnnouncement(
             job_id=query.job_id,
             round=active.round,
             query_id=query.query_id,
             query=query_to_proto(query, active.round),
-            deadline=deadline,
+            deadline=timestamp_to_proto(deadline_s),
             fractional_bits=query.fractional_bits,
         )
         for name in active.participants:
