@@ -127,6 +127,18 @@ def row_norms(rows: np.ndarray) -> np.ndarray:
     return norms
 
 
+def clip_coefficients(coefficients: np.ndarray, rows: np.ndarray, bound: float) -> np.ndarray:
+    """a_i with ||a_i x_i|| <= ``bound``: each per-record gradient c_i x_i of a
+    linear model scaled down to the bound. A record whose gradient cannot be
+    computed in floating point (overflow) contributes zero, which keeps the bound."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = np.abs(coefficients) * row_norms(rows)
+        factors = np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
+        clipped = coefficients * factors
+    clipped[~(np.isfinite(clipped) & np.isfinite(norms))] = 0.0
+    return clipped
+
+
 def clip_rows_to_norm(rows: np.ndarray, bound: float) -> np.ndarray:
     """Each row scaled to L2 norm at most ``bound`` (rows too large for their
     norm to be computed in floating point are scaled to zero)."""

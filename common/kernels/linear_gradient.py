@@ -20,9 +20,9 @@ from privadapt.common.data import Dataset
 from privadapt.common.kernels.base import (
     CHUNK_RECORDS,
     Kernel,
+    clip_coefficients,
     positive_param,
     register,
-    row_norms,
 )
 from privadapt.common.mechanisms import Adjacency
 
@@ -93,13 +93,7 @@ class LinearGradient(Kernel):
     def _clipped_coefficients(
         features: np.ndarray, labels: np.ndarray, weights: np.ndarray, loss: str, clip_norm: float
     ) -> np.ndarray:
-        """a_i with a_i x_i = clip_C(c_i x_i); a record whose gradient cannot be
-        computed in floating point (overflow) contributes zero, which keeps the
-        per-record bound C."""
+        """a_i with a_i x_i = clip_C(c_i x_i) (:func:`base.clip_coefficients`)."""
         with np.errstate(over="ignore", invalid="ignore"):
             coefficients = loss_derivative(loss, features @ weights, labels)
-            gradient_norms = np.abs(coefficients) * row_norms(features)
-            factors = np.minimum(1.0, clip_norm / np.maximum(gradient_norms, np.finfo(float).tiny))
-            clipped = coefficients * factors
-        clipped[~(np.isfinite(clipped) & np.isfinite(gradient_norms))] = 0.0
-        return clipped
+        return clip_coefficients(coefficients, features, clip_norm)

@@ -65,10 +65,10 @@ import numpy as np
 from privadapt.common.data import Dataset
 from privadapt.common.kernels.base import (
     CHUNK_RECORDS,
+    clip_coefficients,
     clip_rows_to_norm,
     positive_param,
     register,
-    row_norms,
 )
 from privadapt.common.kernels.linear_gradient import loss_derivative, weights_param
 from privadapt.common.kernels.local_blocks import KernelWithLocalBlocks
@@ -349,11 +349,8 @@ class ReweightedGradient(KernelWithLocalBlocks):
                 margins = features @ weights
                 losses = np.minimum(loss_values(loss, margins, labels), loss_bound)
                 coefficients = loss_derivative(loss, margins, labels)
-                norms = np.abs(coefficients) * row_norms(features)
-                factors = np.minimum(1.0, gradient_bound / np.maximum(norms, np.finfo(float).tiny))
-                clipped = coefficients * factors
-            # A record whose loss or gradient overflows contributes zero: keeps the bounds.
-            clipped[~(np.isfinite(clipped) & np.isfinite(norms))] = 0.0
+            clipped = clip_coefficients(coefficients, features, gradient_bound)
+            # A record whose loss overflows contributes zero: keeps the loss bound.
             losses[~np.isfinite(losses)] = 0.0
             gradient_sum += features.T @ (clipped * ratio)
             scaled_losses[chunk] = losses * ratio * ratio
