@@ -42,6 +42,7 @@ import numpy as np
 
 from privadapt.common.data import Dataset
 from privadapt.common.kernels.base import Kernel, get_kernel, positive_param, register
+from privadapt.common.kernels.reweighted_gradient import loss_bounds
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.trust_region import quadratic_range_on_ball
 
@@ -91,8 +92,9 @@ class ExactDiscrepancy(Kernel):
 
     def loss_bound(self, params: Mapping[str, Any]) -> float:
         """B = (Lambda r + Y)^2, the largest squared loss of a clipped record."""
-        reach = positive_param(params, "radius") * positive_param(params, "feature_norm")
-        return (reach + positive_param(params, "label_bound")) ** 2
+        return loss_bounds("squared", positive_param(params, "feature_norm"),
+                           positive_param(params, "label_bound"),
+                           positive_param(params, "radius"))[0]
 
     def _public_range(self, params: Mapping[str, Any]) -> tuple[float, float]:
         return squared_loss_range(params["public_moments"], positive_param(params, "radius"))

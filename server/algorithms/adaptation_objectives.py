@@ -44,6 +44,7 @@ from scipy import special
 
 from privadapt.common.kernels.linear_gradient import loss_derivative
 from privadapt.common.kernels.reweighted_gradient import loss_values, penalty_gradient
+from privadapt.server.algorithms.noisy_gd import project_to_ball
 
 Objective = Literal["convex", "smooth"]
 Loss = Literal["squared", "logistic"]
@@ -224,9 +225,7 @@ def reference_descent(
     iterates = []
     for _ in range(iterations):
         _, grad_w, grad_u = objective_and_gradient(w, u, sample, hyper, objective, loss)
-        w = w - step_sizes[0] * grad_w
-        norm = float(np.linalg.norm(w))
-        w = w if norm <= radius else w * (radius / norm)
+        w = project_to_ball(w - step_sizes[0] * grad_w, radius)
         u = np.maximum(u - etas * grad_u, lower)
         iterates.append((w, u))
     return iterates

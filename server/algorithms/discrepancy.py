@@ -50,6 +50,7 @@ from privadapt.common.data import Dataset
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels import get_kernel
 from privadapt.common.kernels.exact_discrepancy import squared_loss_discrepancy
+from privadapt.common.kernels.reweighted_gradient import loss_bounds
 from privadapt.common.mechanisms import (
     Adjacency,
     GaussianBlock,
@@ -88,7 +89,7 @@ class DiscrepancyEstimate:
 
 def loss_bound(radius: float, feature_norm: float, label_bound: float) -> float:
     """B = (Lambda r + Y)^2: the largest squared loss of a clipped record."""
-    return (radius * feature_norm + label_bound) ** 2
+    return loss_bounds("squared", feature_norm, label_bound, radius)[0]
 
 
 def public_second_moments(
