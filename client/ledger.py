@@ -28,7 +28,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -48,6 +48,7 @@ from privadapt.common.errors import (
     ReplayError,
 )
 from privadapt.common.mechanisms import Mechanism
+from privadapt.common.transactions import transaction
 
 SCHEMA_VERSION = 1
 # A charge may land on the cap up to float rounding, never more.
@@ -153,19 +154,10 @@ class PrivacyLedger:
             raise ConfigError(f"ledger {self.path}: not a usable ledger database: {err}") from None
         return conn
 
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        conn = self._connection()
-        # IMMEDIATE takes the write lock before the first read, so no other
-        # thread or process can charge between our read and our insert.
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+    def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        # IMMEDIATE: no other thread or process can charge between our read of
+        # the ledger and our insert.
+        return transaction(self._connection())
 
     def close(self) -> None:
         with self._lock:

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from privadapt.common.errors import ConfigError
+from privadapt.common.transactions import transaction
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS round_progress (
@@ -51,26 +52,18 @@ class RoundProgress:
     def enter_round(self, job_id: str, round: int) -> bool:
         """Record ``round`` as seen; False (and nothing changes) if it is not
         above the last round of ``job_id``."""
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = self._conn.execute(
-                    "SELECT last_round FROM round_progress WHERE job_id = ?", (job_id,)
-                ).fetchone()
-                if row is not None and round <= row[0]:
-                    self._conn.execute("ROLLBACK")
-                    return False
-                self._conn.execute(
-                    "INSERT INTO round_progress (job_id, last_round) VALUES (?, ?) "
-                    "ON CONFLICT (job_id) DO UPDATE SET last_round = excluded.last_round",
-                    (job_id, round),
-                )
-                self._conn.execute("COMMIT")
-                return True
-            except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                raise
+        with self._lock, transaction(self._conn) as conn:
+            row = conn.execute(
+                "SELECT last_round FROM round_progress WHERE job_id = ?", (job_id,)
+            ).fetchone()
+            if row is not None and round <= row[0]:
+                return False
+            conn.execute(
+                "INSERT INTO round_progress (job_id, last_round) VALUES (?, ?) "
+                "ON CONFLICT (job_id) DO UPDATE SET last_round = excluded.last_round",
+                (job_id, round),
+            )
+            return True
 
     def finish(self, job_id: str) -> None:
         with self._lock:

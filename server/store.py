@@ -28,7 +28,7 @@ import math
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from privadapt.common.errors import ConfigError
+from privadapt.common.transactions import transaction
 
 SCHEMA_VERSION = 1
 # Written into ``meta`` so that a site ledger or any other SQLite file is refused.
@@ -227,20 +228,12 @@ class CoordinatorStore:
             self._local.conn = conn
         return conn
 
-    @contextlib.contextmanager
-    def _transaction(self, write: bool = True) -> Iterator[sqlite3.Connection]:
-        """A write transaction (IMMEDIATE: the write lock is taken before any
-        read, so check-then-write cannot race), or a read snapshot so that a
-        record and its arrays are read from the same state."""
-        conn = self._connection()
-        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-        try:
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+    def _transaction(
+        self, write: bool = True
+    ) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A write transaction, or a read snapshot so that a record and its
+        arrays are read from the same state (common/transactions.py)."""
+        return transaction(self._connection(), write)
 
     def close(self) -> None:
         with self._lock:
