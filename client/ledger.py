@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,7 +47,7 @@ from privadapt.common.errors import (
     ReplayError,
 )
 from privadapt.common.mechanisms import Mechanism
-from privadapt.common.transactions import transaction
+from privadapt.common.transactions import ThreadConnections, transaction
 
 SCHEMA_VERSION = 1
 # A charge may land on the cap up to float rounding, never more.
@@ -103,10 +102,7 @@ class PrivacyLedger:
         self.path = Path(path)
         self.policy = policy
         self.read_only = read_only
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-        self._closed = False
+        self._connections = ThreadConnections(self._connect, f"ledger {self.path}")
         if not read_only:
             self._initialise()
 
@@ -122,15 +118,7 @@ class PrivacyLedger:
     # -- connections -------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
-        if self._closed:
-            raise RuntimeError(f"ledger {self.path} is closed")
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-            with self._lock:
-                self._connections.append(conn)
-        return conn
+        return self._connections.get()
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -160,11 +148,7 @@ class PrivacyLedger:
         return transaction(self._connection())
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            connections, self._connections = self._connections, []
-        for conn in connections:
-            conn.close()
+        self._connections.close()
 
     def __enter__(self) -> PrivacyLedger:
         return self

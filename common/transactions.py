@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
@@ -25,3 +26,35 @@ def transaction(conn: sqlite3.Connection, write: bool = True) -> Iterator[sqlite
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+class ThreadConnections:
+    """One SQLite connection per thread, made by ``connect`` on first use, all
+    closed together by :meth:`close` (gRPC handlers run on a thread pool, and
+    a sqlite3 connection belongs to the thread that uses it)."""
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection], what: str) -> None:
+        self._connect = connect
+        self._what = what
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all: list[sqlite3.Connection] = []
+        self._closed = False
+
+    def get(self) -> sqlite3.Connection:
+        if self._closed:
+            raise RuntimeError(f"{self._what} is closed")
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            with self._lock:
+                self._all.append(conn)
+            self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            connections, self._all = self._all, []
+        for conn in connections:
+            conn.close()

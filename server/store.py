@@ -26,7 +26,6 @@ import io
 import json
 import math
 import sqlite3
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -36,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from privadapt.common.errors import ConfigError
-from privadapt.common.transactions import transaction
+from privadapt.common.transactions import ThreadConnections, transaction
 
 SCHEMA_VERSION = 1
 # Written into ``meta`` so that a site ledger or any other SQLite file is refused.
@@ -159,10 +158,7 @@ class CoordinatorStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-        self._closed = False
+        self._connections = ThreadConnections(self._connect, f"coordinator store {self.path}")
         try:
             with self._transaction() as conn:
                 self._check_existing(conn)
@@ -203,29 +199,25 @@ class CoordinatorStore:
     # -- connections ---------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
-        if self._closed:
-            raise RuntimeError(f"coordinator store {self.path} is closed")
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            try:
-                # check_same_thread=False only so close() can close every
-                # thread's connection; each is used by its own thread.
-                conn = sqlite3.connect(
-                    self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None,
-                    check_same_thread=False,
-                )
-            except sqlite3.Error as err:
-                raise ConfigError(
-                    f"coordinator store {self.path}: cannot open ({err}); check that the "
-                    "directory exists and is writable"
-                ) from None
-            with self._lock:
-                self._connections.append(conn)
-            conn.execute("PRAGMA journal_mode=WAL")
-            # A finished round must survive a power cut, not only a crash.
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            self._local.conn = conn
+        return self._connections.get()
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            # check_same_thread=False only so close() can close every
+            # thread's connection; each is used by its own thread.
+            conn = sqlite3.connect(
+                self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as err:
+            raise ConfigError(
+                f"coordinator store {self.path}: cannot open ({err}); check that the "
+                "directory exists and is writable"
+            ) from None
+        conn.execute("PRAGMA journal_mode=WAL")
+        # A finished round must survive a power cut, not only a crash.
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
         return conn
 
     def _transaction(
@@ -236,11 +228,7 @@ class CoordinatorStore:
         return transaction(self._connection(), write)
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            connections, self._connections = self._connections, []
-        for conn in connections:
-            conn.close()
+        self._connections.close()
 
     def __enter__(self) -> CoordinatorStore:
         return self
