@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from federation_processes import make_pki, networked_federation, peak_mib
+from federation_processes import networked_federation
 
 from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
@@ -73,14 +73,14 @@ def _time_rounds(federation, dim: int) -> list[float]:
     return times
 
 
-def networked(workdir: Path, pki: Path, num_sites: int, dim: int) -> dict:
+def networked(workdir: Path, num_sites: int, dim: int) -> dict:
     started = time.perf_counter()
     datasets = [_dataset(dim, k) for k in range(num_sites)]
-    with networked_federation(workdir, pki, datasets) as (federation, processes):
+    with networked_federation(workdir, datasets) as (federation, pool):
         federation.query("linear_gradient", _params(dim), MECHANISM)
         first_round = time.perf_counter() - started
         times = _time_rounds(federation, dim)
-        memory = sum(peak_mib(p.pid) for p in processes)
+        memory = sum(pool.peak_memory_mib().values())
     return {"times": times, "first_round": first_round, "memory": memory}
 
 
@@ -100,12 +100,11 @@ def main() -> int:
           f"{'site memory':>11}")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        pki = make_pki(root / "pki", max(SITE_COUNTS))
         for num_sites in SITE_COUNTS:
             for dim in SIZES:
                 case = root / f"k{num_sites}-d{dim}"
                 case.mkdir()
-                net = networked(case, pki, num_sites, dim)
+                net = networked(case, num_sites, dim)
                 local = in_process(case, num_sites, dim)
                 net_median, net_p90 = _percentiles(net["times"])
                 local_median, local_p90 = _percentiles(local)

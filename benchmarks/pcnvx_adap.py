@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from federation_processes import make_pki, networked_federation
+from federation_processes import networked_federation
 
 from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
@@ -73,8 +73,8 @@ def in_process(workdir: Path, public, num_private: int) -> float:
     return _run(LocalFederation(sites), public)
 
 
-def networked(workdir: Path, pki: Path, public, num_private: int) -> float:
-    with networked_federation(workdir, pki, _site_data(num_private), epsilon_cap=100.0) \
+def networked(workdir: Path, public, num_private: int) -> float:
+    with networked_federation(workdir, _site_data(num_private), epsilon_cap=100.0) \
             as (federation, _):
         return _run(federation, public)
 
@@ -86,12 +86,11 @@ def main() -> int:
           f"{'networked s/iter':>16} | {'ratio':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        pki = make_pki(root / "pki", NUM_SITES)
         for num_private in PRIVATE_SIZES:
             case = root / f"n{num_private}"
             case.mkdir()
             local = in_process(case, public, num_private)
-            network = networked(case, pki, public, num_private)
+            network = networked(case, public, num_private)
             print(f"{NUM_PUBLIC:>6} {num_private:>7} {DIM:>4} | {local:>17.4f} | "
                   f"{network:>16.4f} | {network / local:>6.2f}", flush=True)
     return 0
