@@ -10,7 +10,9 @@ The site side of a secure-aggregation round (server/rounds.py has the other):
   verified roster (``roster.verify_roster``; never from a number the
   coordinator states); answer the query through :class:`~privadapt.client.site.Site`
   with that K -- policy checks, kernel, noise share sized by K and t, ledger
-  charge committed -- then mask each block and submit;
+  charge committed -- then mask each block, add the masked integrity check
+  (``secagg.mask_integrity_check``, which tells the coordinator whether the
+  masks cancelled) and submit;
 * ``RoundAbort``: forget the round's keys (the ledger keeps its charge);
 * ``PrivacyReportRequest``: report this job's spend from the site's own ledger.
 
@@ -33,7 +35,7 @@ from privadapt.common.errors import BudgetExceededError, QueryRefusedError, Repl
 from privadapt.common.federation import Query
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.roster import RosterError, SigningKey, verify_roster
-from privadapt.common.secagg import RoundKeys, mask_share
+from privadapt.common.secagg import RoundKeys, mask_integrity_check, mask_share
 from privadapt.common.wire import (
     query_from_proto,
     signed_key_from_proto,
@@ -181,6 +183,7 @@ class SiteWorker:
                 mask_share(block, opened.keys, roster, job_id, round, query_id, index)
                 for index, block in enumerate(share.blocks)
             ]
+            masked.append(mask_integrity_check(opened.keys, roster, job_id, round, query_id))
         except RosterError as err:
             self._refuse(calls, job_id, round, query_id, pb.Refusal.ROSTER_INVALID, str(err))
             return

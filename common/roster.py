@@ -22,6 +22,7 @@ time, common name equal to the claimed site name, and organizational unit (OU)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from collections.abc import Collection, Sequence
@@ -45,6 +46,7 @@ from privadapt.common.errors import QueryRefusedError
 SITE_ROLE: Role = "site"
 PUBLIC_KEY_BYTES = 32
 _KEY_CONTEXT_TAG = b"privadapt/secagg/v1/round-key"
+_ROSTER_DIGEST_TAG = b"privadapt/secagg/v1/roster"
 
 SigningKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 """Certificate keys a site may sign with (what ``cryptography`` loads from a PEM key)."""
@@ -125,6 +127,20 @@ class Roster:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.members)
+
+    @functools.cached_property
+    def digest(self) -> bytes:
+        """SHA-256 of the whole roster as this site verified it: federation, job,
+        round and every member's name and public key, in name order.
+
+        Pairwise masks are derived under it, so two sites shown different
+        rosters (a member more or less, or another key for one) derive
+        different masks, which then do not cancel in the sum."""
+        fields: list[str | int | bytes] = [self.federation, self.job_id, self.round]
+        for name, key in sorted(self.members, key=lambda member: member[0]):
+            fields += [name, key.public_bytes(serialization.Encoding.Raw,
+                                              serialization.PublicFormat.Raw)]
+        return hashlib.sha256(_ROSTER_DIGEST_TAG + canonical_bytes(*fields)).digest()
 
     def public_key(self, name: str) -> x25519.X25519PublicKey:
         for member, key in self.members:

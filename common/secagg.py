@@ -13,11 +13,18 @@ Protocol, per round (DESIGN.md section 6):
 3. for each release, a site encodes its noised share as fixed-point integers
    mod 2^64 and masks it (:func:`mask_share`): for every peer j, the shared
    secret X25519(own, j) is expanded with HKDF-SHA256 into a ChaCha20 key bound
-   to (federation, job, round, query, block, the two names), whose keystream,
+   to (federation, job, round, the digest of the whole verified roster
+   (:attr:`Roster.digest`), query, block, the two names), whose keystream,
    read as little-endian uint64, is the pair's mask. The site with the smaller
    name adds it, the other subtracts it, so the masks cancel in the sum over
    the roster and the coordinator's :func:`unmask_sum` is the exact sum of the
-   encodings.
+   encodings;
+4. with its blocks, every site sends one more masked value, the integrity
+   check (:func:`mask_integrity_check`): the integer 1 under masks of its own.
+   Its sum is K exactly when every pair's masks cancelled; otherwise it is off
+   by a pseudo-random 64-bit difference of two keystreams, so
+   :func:`verify_integrity_check` tells a sum from garbage (a false pass has
+   probability 2^-64) before anything is decoded.
 
 What it defends against: an honest-but-curious coordinator (and any
 eavesdropper) sees each site's share only masked by keystreams it cannot
@@ -34,17 +41,23 @@ What it does not defend against:
 * a malicious coordinator beyond the signed roster: it cannot forge keys,
   and a dropped key shows in K, but it may show different sites different
   (each validly signed) rosters. Each site then still sizes its noise by the K of
-  the roster it verified, so its own release stays private; the sum is just
-  wrong. A re-sent query is refused (one share per (query, block) in
-  :class:`RoundKeys`, and the ledger's replay check), since two shares under
-  the same masks would reveal their difference;
+  the roster it verified, so its own release stays private; and since the
+  masks are derived under the roster's digest, two sites shown different
+  rosters share no mask, so their shares stay masked in any sum (the integrity
+  check then fails and the round is aborted; without the digest, rosters
+  chosen so that every pair still agreed on its pair would have summed
+  cleanly over subsets the sites never agreed to). A re-sent query is refused
+  (one share per (query, block) in :class:`RoundKeys`, and the ledger's replay
+  check), since two shares under the same masks would reveal their difference;
+* a site that lies about its integrity check: the check detects masks that do
+  not cancel, not a dishonest site (which could send garbage blocks anyway);
 * a site lying about its own input (no range proofs): clipping at the site is
   trusted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes, serialization
@@ -52,7 +65,7 @@ from cryptography.hazmat.primitives.asymmetric import x25519
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from privadapt.common.errors import ReplayError
+from privadapt.common.errors import PrivadaptError, ReplayError
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.roster import (
     Roster,
@@ -65,12 +78,16 @@ from privadapt.common.roster import (
 )
 
 __all__ = [
+    "INTEGRITY_CHECK_SHAPE",
+    "MaskMismatchError",
     "RosterError",
     "RoundKeys",
     "SignedKey",
+    "mask_integrity_check",
     "mask_share",
     "pairwise_mask",
     "unmask_sum",
+    "verify_integrity_check",
     "verify_roster",
 ]
 
@@ -86,6 +103,15 @@ _MAX_MASK_LENGTH = 2**35
 # cache; allocating a fresh multi-megabyte output per peer halves throughput.
 _CHUNK = 1 << 14
 _ZEROS = bytes(8 * _CHUNK)
+# The integrity check is masked under its own HKDF info: a str in the block
+# field, which canonical_bytes tags apart from every (int) block index.
+_CHECK_BLOCK = "integrity-check"
+INTEGRITY_CHECK_SHAPE = (1,)
+"""Shape of the masked integrity check a site sends after its blocks."""
+
+
+class MaskMismatchError(PrivadaptError):
+    """The masked shares' masks did not cancel: their sum is garbage."""
 
 
 class RoundKeys:
@@ -100,7 +126,7 @@ class RoundKeys:
         self._private_key = private_key
         self.public_key = private_key.public_key()
         self._shared: dict[bytes, bytes] = {}
-        self._masked: set[tuple[str, int, str, int]] = set()
+        self._masked: set[tuple[str, int, str, int | str]] = set()
 
     @classmethod
     def generate(cls) -> RoundKeys:
@@ -139,7 +165,7 @@ class RoundKeys:
             self._shared[raw] = self._private_key.exchange(peer)
         return self._shared[raw]
 
-    def _claim(self, job_id: str, round: int, query_id: str, block: int) -> None:
+    def _claim(self, job_id: str, round: int, query_id: str, block: int | str) -> None:
         """Record that a share is being masked for this context, once only."""
         context = (job_id, round, query_id, block)
         if context in self._masked:
@@ -155,10 +181,13 @@ def _raw(key: x25519.X25519PublicKey) -> bytes:
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
-def _mask_context(roster: Roster, query_id: str, block: int) -> bytes:
+def _mask_context(roster: Roster, query_id: str, block: int | str) -> bytes:
     """The HKDF info shared by every pair of one (query, block); the pair's two
-    names, in sorted order, are appended per peer (the encoding concatenates)."""
-    return canonical_bytes(roster.federation, roster.job_id, roster.round, query_id, block)
+    names, in sorted order, are appended per peer (the encoding concatenates).
+    The roster's digest is in it so that only sites that verified the same
+    roster derive the same masks."""
+    return canonical_bytes(roster.federation, roster.job_id, roster.round, roster.digest,
+                           query_id, block)
 
 
 def _pair_cipher(
@@ -229,6 +258,29 @@ def mask_share(
         )
     if encoded.size > _MAX_MASK_LENGTH:
         raise ValueError(f"a block holds at most 2^35 values, got {encoded.size}")
+    return _masked(encoded, own, roster, job_id, round, query_id, block)
+
+
+def mask_integrity_check(
+    own: RoundKeys, roster: Roster, job_id: str, round: int, query_id: str
+) -> np.ndarray:
+    """This site's masked integrity check for one query (uint64, shape
+    :data:`INTEGRITY_CHECK_SHAPE`): the integer 1, masked like a block but
+    under masks of its own. Sent after the query's blocks; see
+    :func:`verify_integrity_check`."""
+    one = np.ones(INTEGRITY_CHECK_SHAPE, dtype=np.uint64)
+    return _masked(one, own, roster, job_id, round, query_id, _CHECK_BLOCK)
+
+
+def _masked(
+    encoded: np.ndarray,
+    own: RoundKeys,
+    roster: Roster,
+    job_id: str,
+    round: int,
+    query_id: str,
+    block: int | str,
+) -> np.ndarray:
     if (job_id, round) != (roster.job_id, roster.round):
         raise RosterError(
             f"masking job {job_id!r} round {round} with the roster of job {roster.job_id!r} "
@@ -263,3 +315,20 @@ def unmask_sum(masked_shares: Iterable[np.ndarray]) -> np.ndarray:
                 f"{share.dtype} of shape {share.shape}"
             )
     return FixedPointCodec.add(shares)
+
+
+def verify_integrity_check(masked_checks: Sequence[np.ndarray]) -> None:
+    """The coordinator's side of the integrity check: the masked checks of
+    every roster member (from :func:`mask_integrity_check`) must sum to their
+    number. :class:`MaskMismatchError` otherwise: some pair of sites derived
+    different masks (different rosters, keys or contexts), so the sum of the
+    blocks is garbage and must not be decoded."""
+    total = unmask_sum(masked_checks)
+    if total.shape != INTEGRITY_CHECK_SHAPE or int(total[0]) != len(masked_checks):
+        raise MaskMismatchError(
+            f"the masks of {len(masked_checks)} shares did not cancel (integrity check "
+            "failed): the sites masked under different rosters or keys, so the sum is "
+            "garbage and was discarded; the round is aborted (if it recurs, compare the "
+            "sites' privadapt versions and look for a coordinator showing sites different "
+            "rosters)"
+        )

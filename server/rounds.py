@@ -8,8 +8,12 @@ one job carrying exactly one query:
 3. the coordinator pushes the ``Roster`` of all signed keys; each site checks
    every signature against the CA, takes K from the roster, answers the query
    through its own ``Site`` (policy, ledger, noise share) and masks its share;
-4. every participant submits its masked share (``SubmitShare``); the masks
-   cancel in the sum modulo 2^64, which decodes to sum of kernel sums + noise.
+4. every participant submits its masked share (``SubmitShare``): the query's
+   blocks, then the masked integrity check (``secagg.mask_integrity_check``);
+   the masks cancel in the sum modulo 2^64, which decodes to sum of kernel
+   sums + noise. The checks must sum to K (``secagg.verify_integrity_check``),
+   else the masks did not cancel and the round is aborted instead of
+   returning garbage.
 
 The coordinator never sees an unmasked share. If a participant refuses, leaves
 (its stream breaks), or misses the deadline, the round is aborted: every
@@ -39,7 +43,12 @@ from privadapt.common.federation import Query
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.roster import PUBLIC_KEY_BYTES, RosterError, verify_roster
-from privadapt.common.secagg import unmask_sum
+from privadapt.common.secagg import (
+    INTEGRITY_CHECK_SHAPE,
+    MaskMismatchError,
+    unmask_sum,
+    verify_integrity_check,
+)
 from privadapt.common.wire import (
     query_to_proto,
     signed_key_from_proto,
@@ -226,10 +235,16 @@ class RoundHub:
 
     def _aggregate(self, active: _ActiveRound) -> RoundResult:
         # Expected shapes, when known, were checked as each share arrived; what
-        # is left to check is that the sites agree with one another.
+        # is left to check is that the sites agree with one another, and that
+        # their masks cancelled (the last block of each share is its check).
         with active.condition:
-            per_site = [active.share_blocks[name] for name in active.participants]
+            shares = [active.share_blocks[name] for name in active.participants]
             epsilon = max(active.shares[name].job_epsilon for name in active.participants)
+        try:
+            verify_integrity_check([blocks[-1] for blocks in shares])
+        except MaskMismatchError as err:
+            raise RoundFailedError(str(err)) from None
+        per_site = [blocks[:-1] for blocks in shares]
         counts = {len(blocks) for blocks in per_site}
         if len(counts) != 1:
             raise RoundFailedError(f"sites sent different numbers of blocks: {sorted(counts)}")
@@ -326,8 +341,9 @@ class RoundHub:
                 f"share encoded with {message.fractional_bits} fractional bits, the query "
                 f"asked for {active.query.fractional_bits}",
             )
-        if not message.blocks:
-            raise DeliveryError("INVALID_ARGUMENT", "a share needs at least one block")
+        if len(message.blocks) < 2:
+            raise DeliveryError("INVALID_ARGUMENT", "a share needs at least one block and "
+                                "its integrity check")
         try:
             blocks = tuple(
                 tensor_from_proto(t, expected_dtype=np.uint64, field=f"share block {i}")
@@ -335,7 +351,11 @@ class RoundHub:
             )
         except WireError as err:
             raise DeliveryError("INVALID_ARGUMENT", str(err)) from None
-        shapes = tuple(block.shape for block in blocks)
+        if blocks[-1].shape != INTEGRITY_CHECK_SHAPE:
+            raise DeliveryError("INVALID_ARGUMENT", f"a share's last block is its integrity "
+                                f"check, of shape {INTEGRITY_CHECK_SHAPE}, not "
+                                f"{blocks[-1].shape}")
+        shapes = tuple(block.shape for block in blocks[:-1])
         if active.expected_shapes is not None and shapes != active.expected_shapes:
             raise DeliveryError("INVALID_ARGUMENT", f"share blocks have shapes {list(shapes)}, "
                                 f"the kernel releases {list(active.expected_shapes)}")

@@ -26,11 +26,14 @@ from privadapt.common.errors import QueryRefusedError, ReplayError
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.roster import RosterError, sign_round_key
 from privadapt.common.secagg import (
+    MaskMismatchError,
     RoundKeys,
     SignedKey,
+    mask_integrity_check,
     mask_share,
     pairwise_mask,
     unmask_sum,
+    verify_integrity_check,
     verify_roster,
 )
 
@@ -193,6 +196,69 @@ def test_masks_differ_across_queries_blocks_and_rounds(query_id, block, round):
     base = pairwise_mask(keys[0], rosters[0], names[1], "q-1", 0, 64)
     other = pairwise_mask(keys[0], other_rosters[0], names[1], query_id, block, 64)
     assert not np.any(base == other)
+
+
+def test_a_pair_shown_rosters_differing_in_one_member_derives_different_masks():
+    names = SITE_NAMES[:3]
+    keys = fixed_keys(3)
+    entries = [signed(k, n) for k, n in zip(keys, names, strict=True)]
+    ca, _ = federation()
+    full = verify_roster(entries, ca.pem, JOB, ROUND, 2, "site-a", now=NOW)
+    without_c = verify_roster(entries[:2], ca.pem, JOB, ROUND, 2, "site-b", now=NOW)
+    at_a = pairwise_mask(keys[0], full, "site-b", "q-1", 0, 64)
+    at_b = pairwise_mask(keys[1], without_c, "site-a", "q-1", 0, 64)
+    assert not np.any(at_a == at_b)
+
+
+def _split_view_shares():
+    """A coordinator shows site-a the roster {a, b}, site-b {a, b, c} and site-c
+    {b, c}: every pair that masks at all sees its partner, so without the
+    roster digest in the masks the three shares would sum cleanly although no
+    two sites agreed on who takes part. (encodings, masked shares, masked checks)."""
+    names = SITE_NAMES[:3]
+    keys = fixed_keys(3)
+    entries = dict(zip(names, (signed(k, n) for k, n in zip(keys, names, strict=True)),
+                       strict=True))
+    ca, _ = federation()
+    views = {"site-a": ("site-a", "site-b"), "site-b": names, "site-c": ("site-b", "site-c")}
+    rng = np.random.default_rng(5)
+    encodings, masked, checks = [], [], []
+    for key, name in zip(keys, names, strict=True):
+        roster = verify_roster([entries[n] for n in views[name]], ca.pem, JOB, ROUND, 2, name,
+                               now=NOW)
+        encoded = rng.integers(0, 2**64, size=16, dtype=np.uint64)
+        encodings.append(encoded)
+        masked.append(mask_share(encoded, key, roster, JOB, ROUND, "q-1", 0))
+        checks.append(mask_integrity_check(key, roster, JOB, ROUND, "q-1"))
+    return encodings, masked, checks
+
+
+def test_sites_shown_rosters_differing_in_one_member_produce_masks_that_do_not_cancel():
+    encodings, masked, _ = _split_view_shares()
+    assert not np.any(unmask_sum(masked) == FixedPointCodec.add(encodings))
+
+
+def test_integrity_check_refuses_the_sum_of_shares_masked_under_different_rosters():
+    _, _, checks = _split_view_shares()
+    with pytest.raises(MaskMismatchError, match="did not cancel"):
+        verify_integrity_check(checks)
+
+
+@pytest.mark.parametrize("count", [1, 2, 5])
+def test_integrity_check_passes_when_every_site_verified_the_same_roster(count):
+    _, keys, rosters = round_setup(count)
+    checks = [mask_integrity_check(k, r, JOB, ROUND, "q-1")
+              for k, r in zip(keys, rosters, strict=True)]
+    verify_integrity_check(checks)
+    if count > 1:  # one site alone has no peer to mask with
+        assert all(check[0] != 1 for check in checks)
+
+
+def test_integrity_check_is_masked_apart_from_every_block():
+    _, keys, rosters = round_setup(2, keys=fixed_keys(2))
+    check = mask_integrity_check(keys[0], rosters[0], JOB, ROUND, "q-1")
+    block = mask_share(np.ones(1, np.uint64), keys[0], rosters[0], JOB, ROUND, "q-1", 0)
+    assert check[0] != block[0]
 
 
 def test_second_share_under_the_same_masks_is_refused():

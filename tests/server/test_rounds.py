@@ -59,10 +59,14 @@ class Harness:
             job_id=JOB, round=round, query_id=f"s1-r{round}", site_name=name,
             public_key=bytes([len(name)]) * 32, signature=b"sig", certificate_pem=b"pem"))
 
-    def share(self, name: str, values, round: int = 1, roster=SITES) -> pb.MaskedShare:
+    def share(self, name: str, values, round: int = 1, roster=SITES,
+              check: int = 1) -> pb.MaskedShare:
+        """An unmasked share (the engine needs no keys) with its integrity
+        check, which is 1 when the masks cancel."""
         encoded = CODEC.encode(np.asarray(values, dtype=float))
+        blocks = [tensor_to_proto(encoded), tensor_to_proto(np.array([check], np.uint64))]
         return pb.MaskedShare(job_id=JOB, round=round, query_id=f"s1-r{round}",
-                              site_name=name, blocks=[tensor_to_proto(encoded)],
+                              site_name=name, blocks=blocks,
                               fractional_bits=CODEC.fractional_bits, roster_sites=roster,
                               job_epsilon=0.5)
 
@@ -136,6 +140,8 @@ def test_refusal_aborts_with_the_sites_message():
     (lambda s: s.__setattr__("site_name", "site-z"), "PERMISSION_DENIED"),
     (lambda s: s.__setattr__("query_id", "s9-r1"), "FAILED_PRECONDITION"),
     (lambda s: s.__setattr__("job_id", "unknown-job"), "NOT_FOUND"),
+    (lambda s: s.blocks.pop(), "INVALID_ARGUMENT"),
+    (lambda s: s.blocks[-1].CopyFrom(tensor_to_proto(np.ones(2, np.uint64))), "INVALID_ARGUMENT"),
 ])
 def test_bad_share_is_refused_and_the_round_still_completes(mangle, code):
     h = Harness()
@@ -237,8 +243,24 @@ def test_refusal_after_every_share_is_in_does_not_abort_the_round():
     with active.condition:  # hold the round while everything arrives at once
         for name in SITES:
             active.shares[name] = h.share(name, [1.0])
-            active.share_blocks[name] = (CODEC.encode(np.array([1.0])),)
+            active.share_blocks[name] = (CODEC.encode(np.array([1.0])), np.ones(1, np.uint64))
         active.refusals["site-a"] = pb.Refusal(site_name="site-a")
         active.condition.notify_all()
     thread.join(5)
     assert h.error is None and h.result.blocks[0][0] == 3.0
+
+
+def test_round_whose_masks_do_not_cancel_is_aborted_instead_of_decoded():
+    h = Harness()
+    thread = h.start()
+    h.through_roster()
+    # What a site masking under another roster leaves in the check: a
+    # pseudo-random difference of two keystreams instead of 0.
+    checks = {"site-a": 1, "site-b": 1, "site-c": 0x9E3779B97F4A7C15}
+    for name, check in checks.items():
+        h.hub.deliver_share(h.share(name, [1.0, 2.0], check=check))
+    thread.join(5)
+    assert h.result is None
+    assert "did not cancel" in str(h.error)
+    for name in SITES:
+        assert h.next_item(name).WhichOneof("item") == "round_abort"
