@@ -13,6 +13,10 @@ operator certificate, named in an operator configuration file::
 found at ``--config PATH``, else ``$PRIVADAPT_OPERATOR_CONFIG``, else
 ``./operator.toml``. A refused call prints the coordinator's message on one
 line and exits 2.
+
+``--insecure`` reaches a coordinator started with ``--insecure`` (plaintext
+gRPC, for local experiments), spelled and warned about as the daemons do
+(common/daemon_cli.py); the ``[tls]`` section may then be left out.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,31 +42,45 @@ from privadapt.common.wire import channel_options, params_from_proto
 from privadapt.server.job_spec import job_spec_from_toml, job_state_name
 
 CALL_TIMEOUT_S = 30.0
+_TLS_KEYS = ("cert", "key", "ca")
 _LAYOUT: Layout = {
     "operator": {"coordinator": (str, True)},
-    "tls": {"cert": (str, True), "key": (str, True), "ca": (str, True)},
+    "tls": {key: (str, True) for key in _TLS_KEYS},
 }
+# Plaintext needs no certificate: [tls] may be absent (it is ignored if present).
+_INSECURE_LAYOUT: Layout = {**_LAYOUT, "tls": {key: (str, False) for key in _TLS_KEYS}}
 
 
 @dataclass(frozen=True)
 class OperatorConfig:
+    """Where the coordinator is and the operator's TLS files (None only with
+    ``insecure``: a plaintext channel)."""
+
     coordinator: str
-    cert: Path
-    key: Path
-    ca: Path
+    cert: Path | None
+    key: Path | None
+    ca: Path | None
+    insecure: bool = False
 
     @classmethod
-    def locate(cls, given: Path | None) -> OperatorConfig:
+    def locate(cls, given: Path | None, insecure: bool = False) -> OperatorConfig:
         path = given or Path(os.environ.get("PRIVADAPT_OPERATOR_CONFIG", "operator.toml"))
         data = read_toml(path, "operator configuration",
                          "pass --config PATH or set PRIVADAPT_OPERATOR_CONFIG")
-        values = read_sections(data, _LAYOUT, f"operator configuration {path}")
-        return cls(values["coordinator"],
-                   *(path.parent / values[k] for k in ("cert", "key", "ca")))
+        layout = _INSECURE_LAYOUT if insecure else _LAYOUT
+        values = read_sections(data, layout, f"operator configuration {path}")
+        if insecure:
+            return cls(values["coordinator"], None, None, None, insecure=True)
+        return cls(values["coordinator"], *(path.parent / values[k] for k in _TLS_KEYS))
 
     def stub(self) -> rpc.OperatorServiceStub:
-        credentials = tls.channel_credentials(self.cert, self.key, self.ca)
-        channel = grpc.secure_channel(self.coordinator, credentials, options=channel_options())
+        if self.insecure:
+            channel = grpc.insecure_channel(self.coordinator, options=channel_options())
+        else:
+            assert self.cert is not None and self.key is not None and self.ca is not None
+            credentials = tls.channel_credentials(self.cert, self.key, self.ca)
+            channel = grpc.secure_channel(self.coordinator, credentials,
+                                          options=channel_options())
         return rpc.OperatorServiceStub(channel)
 
 
@@ -69,6 +88,10 @@ def add_operator_commands(commands: argparse._SubParsersAction) -> None:
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         parser = commands.add_parser(name, help=help_text)
         parser.add_argument("--config", type=Path, help="operator configuration (TOML)")
+        # Spelled and worded as the daemons' flag (common/daemon_cli.py).
+        parser.add_argument("--insecure", action="store_true",
+                            help="plaintext gRPC to a coordinator started with --insecure, for "
+                            "local debugging only (prints a warning)")
         return parser
 
     launch = command("launch", "launch a job described by a job TOML")
@@ -87,7 +110,9 @@ def add_operator_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def run_operator_command(args: argparse.Namespace) -> int:
-    stub = OperatorConfig.locate(args.config).stub()
+    if args.insecure:
+        print(tls.insecure_warning(), file=sys.stderr)
+    stub = OperatorConfig.locate(args.config, args.insecure).stub()
     try:
         return _COMMANDS[args.command](stub, args)
     except grpc.RpcError as err:

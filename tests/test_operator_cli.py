@@ -9,8 +9,11 @@ import threading
 import numpy as np
 import pytest
 
+from privadapt.client.daemon import SiteDaemon
+from privadapt.client.site_config import SiteConfig
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server import cli
+from privadapt.server.coordinator import Coordinator, CoordinatorConfig
 from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
@@ -100,3 +103,40 @@ def test_operator_errors_are_one_line_without_traceback(running, tmp_path, capsy
     assert "NOT_FOUND" in capsys.readouterr().err
     assert cli.main(["sites", "--config", str(tmp_path / "none.toml")]) == 2
     assert "none.toml" in capsys.readouterr().err
+
+
+def test_insecure_flag_reaches_a_coordinator_started_with_insecure(tmp_path, capsys):
+    pki = make_pki(tmp_path / "pki", SITES)
+    config = CoordinatorConfig.from_toml(write_coordinator_config(tmp_path, pki))
+    coordinator = Coordinator(config, insecure=True)
+    coordinator.start()
+    daemons = [SiteDaemon(SiteConfig.from_toml(write_site(
+        tmp_path, pki, name, synthetic_dataset(50, 4, seed=k), coordinator.port,
+        epsilon_cap=50.0)), insecure=True) for k, name in enumerate(SITES)]
+    threads = [threading.Thread(target=daemon.run, daemon=True) for daemon in daemons]
+    for thread in threads:
+        thread.start()
+    try:
+        operator = tmp_path / "operator.toml"  # no [tls]: plaintext needs no certificate
+        operator.write_text(f'[operator]\ncoordinator = "127.0.0.1:{coordinator.port}"\n')
+        config_args = ["--config", str(operator), "--insecure"]
+        job = _job_file(tmp_path, "plain-job", 2)
+        assert cli.main(["launch", job, "--follow", *config_args]) == 0
+        captured = capsys.readouterr()
+        assert "launched plain-job" in captured.out and "succeeded" in captured.out
+        assert "WARNING: --insecure" in captured.err
+        assert cli.main(["status", "plain-job", *config_args]) == 0
+        assert "plain-job  noisy_gd  succeeded  rounds=2" in capsys.readouterr().out
+        assert cli.main(["result", "plain-job", "--out", str(tmp_path / "out"), *config_args]) == 0
+        assert "site-a: epsilon" in capsys.readouterr().out
+        assert cli.main(["sites", *config_args]) == 0
+        assert capsys.readouterr().out.count("connected") == 3
+        # Without the flag the same file names no certificate to present.
+        assert cli.main(["sites", "--config", str(operator)]) == 2
+        assert "missing required key [tls] cert" in capsys.readouterr().err
+    finally:
+        for daemon in daemons:
+            daemon.stop()
+        for thread in threads:
+            thread.join(timeout=10)
+        coordinator.stop(grace=0.5)
