@@ -10,7 +10,12 @@ any ``weights`` sent:
 
 * squared loss: per-record loss <= B = (Lambda r + Y)^2, gradient norm
   <= G = 2 r (Lambda r + Y) (Section 4);
-* logistic loss log(1 + exp(-y w.x)): B = log(1 + exp(Lambda r Y)), G = r Y.
+* logistic loss log(1 + exp(-y w.x)): B = log(1 + exp(Lambda r Y)), G = r Y;
+* softmax cross-entropy of W in R^{d x C} (``num_classes`` C, labels class
+  indices 0..C-1, ``weights`` W flattened row-major, ||W||_F <= Lambda):
+  B = log(1 + (C-1) exp(sqrt(2) Lambda r)), G = sqrt(2) r, derived in
+  :mod:`privadapt.common.kernels.softmax_loss`. The site refuses the query if
+  any of its labels is not such an index (it does not trust its data).
   (Losses are also clipped to [0, B] and gradients to norm G, in case the
   coordinator sends ||w|| > Lambda.)
 
@@ -72,10 +77,17 @@ from privadapt.common.kernels.base import (
 )
 from privadapt.common.kernels.linear_gradient import loss_derivative, weights_param
 from privadapt.common.kernels.local_blocks import KernelWithLocalBlocks
+from privadapt.common.kernels.softmax_loss import (
+    SOFTMAX_CROSS_ENTROPY,
+    class_indices,
+    num_classes_param,
+    softmax_cross_entropy_bounds,
+    softmax_record_terms,
+)
 from privadapt.common.mechanisms import Adjacency
 
 OBJECTIVES = ("convex", "smooth")
-LOSSES = ("squared", "logistic")
+LOSSES = ("squared", "logistic", SOFTMAX_CROSS_ENTROPY)
 _STATE_KEY = "reweighted_gradient"
 _PENDING_GRADIENT = "pending_weight_gradient"
 _PENDING_LOSSES = "pending_scaled_losses"
@@ -89,10 +101,13 @@ def loss_values(loss: str, margins: np.ndarray, labels: np.ndarray) -> np.ndarra
 
 
 def loss_bounds(
-    loss: str, feature_norm: float, label_bound: float, radius: float
+    loss: str, feature_norm: float, label_bound: float, radius: float, num_classes: int = 2
 ) -> tuple[float, float]:
     """(B, G): bounds on the loss and on its gradient norm in w over
-    ||x|| <= r, |y| <= Y, ||w|| <= Lambda (seed 000, Section 4 for the squared loss)."""
+    ||x|| <= r, |y| <= Y, ||w|| <= Lambda (seed 000, Section 4 for the squared loss);
+    ``num_classes`` is read by the softmax cross-entropy only."""
+    if loss == SOFTMAX_CROSS_ENTROPY:
+        return softmax_cross_entropy_bounds(feature_norm, radius, num_classes)
     if loss == "squared":
         reach = radius * feature_norm + label_bound
         return reach**2, 2.0 * feature_norm * reach
@@ -184,8 +199,10 @@ def _lower_bound(params: Mapping[str, Any]) -> float:
 class ReweightedGradient(KernelWithLocalBlocks):
     """The private part of grad F (or grad J) with per-record weights kept at the site.
 
-    params: ``weights`` (d,), ``step`` t, ``objective`` in {"convex", "smooth"},
-    ``loss`` in {"squared", "logistic"}, ``alpha``, ``total_private_records`` n,
+    params: ``weights`` (d,) (softmax cross-entropy: (d C,), W flattened
+    row-major), ``step`` t, ``objective`` in {"convex", "smooth"}, ``loss`` in
+    {"squared", "logistic", "softmax_cross_entropy"} (the last with
+    ``num_classes`` C >= 2), ``alpha``, ``total_private_records`` n,
     ``feature_norm`` r, ``label_bound`` Y, ``radius`` Lambda, ``k1``, ``k2``,
     ``kinf`` (>= 0), ``mu`` (> 0), ``inverse_square_sum`` S_t (> 0),
     ``log_partition`` log Z_t, ``step_size`` eta of the u update, and
@@ -195,13 +212,13 @@ class ReweightedGradient(KernelWithLocalBlocks):
     name = "reweighted_gradient"
 
     def validate_params(self, params: Mapping[str, Any], dim: int) -> None:
-        weights_param(params, dim)
-        _integer_param(params, "step", 0)
         for key, allowed in (("objective", OBJECTIVES), ("loss", LOSSES)):
             if params.get(key) not in allowed:
                 raise ValueError(
                     f"parameter {key!r} must be one of {allowed}, got {params.get(key)!r}"
                 )
+        weights_param(params, _model_size(params, dim))
+        _integer_param(params, "step", 0)
         _lower_bound(params)
         for key in ("feature_norm", "label_bound", "radius", "mu", "inverse_square_sum",
                     "step_size"):
@@ -212,14 +229,16 @@ class ReweightedGradient(KernelWithLocalBlocks):
         _weight_noise(params)
 
     def output_shapes(self, params: Mapping[str, Any], dim: int) -> tuple[tuple[int, ...], ...]:
-        return ((dim,), (1,), (1,))
+        return ((_model_size(params, dim),), (1,), (1,))
 
     def _bounds(self, params: Mapping[str, Any]) -> tuple[float, float]:
+        loss = params["loss"]
         return loss_bounds(
-            params["loss"],
+            loss,
             positive_param(params, "feature_norm"),
             positive_param(params, "label_bound"),
             positive_param(params, "radius"),
+            num_classes_param(params) if loss == SOFTMAX_CROSS_ENTROPY else 2,
         )
 
     def l2_sensitivities(
@@ -256,6 +275,9 @@ class ReweightedGradient(KernelWithLocalBlocks):
     def compute_local(
         self, data: Dataset, params: Mapping[str, Any], state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray, ...]:
+        if params["loss"] == SOFTMAX_CROSS_ENTROPY:
+            # Refuse (ValueError) before touching the state: labels come from the data.
+            class_indices(data.labels, num_classes_param(params))
         own = self._begin_step(state, _integer_param(params, "step", 0), data.num_records,
                                _lower_bound(params))
         u_now = np.maximum(own["u_before"], _lower_bound(params))
@@ -332,6 +354,13 @@ class ReweightedGradient(KernelWithLocalBlocks):
         self, data: Dataset, params: Mapping[str, Any], u_now: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """(sum_i clip_G(grad l_i) lower/u_i, [min(l_i, B) (lower/u_i)^2]_i)."""
+        if params["loss"] == SOFTMAX_CROSS_ENTROPY:
+            num_classes = num_classes_param(params)
+            weights = weights_param(params, data.dim * num_classes)
+            return softmax_record_terms(
+                data.features, class_indices(data.labels, num_classes),
+                weights.reshape(data.dim, num_classes), _lower_bound(params) / u_now,
+                positive_param(params, "feature_norm"), *self._bounds(params))
         weights = weights_param(params, data.dim)
         feature_norm = positive_param(params, "feature_norm")
         label_bound = positive_param(params, "label_bound")
@@ -355,3 +384,10 @@ class ReweightedGradient(KernelWithLocalBlocks):
             gradient_sum += features.T @ (clipped * ratio)
             scaled_losses[chunk] = losses * ratio * ratio
         return gradient_sum, scaled_losses
+
+
+def _model_size(params: Mapping[str, Any], dim: int) -> int:
+    """Entries of the model: d, or d C for the softmax cross-entropy."""
+    if params.get("loss") == SOFTMAX_CROSS_ENTROPY:
+        return dim * num_classes_param(params)
+    return dim

@@ -31,6 +31,13 @@ the mu-softmax kinf (1/mu) log sum_i exp(mu/u_i) of Section 5, which is what
 the federated CnvxAdap optimises (see ``cnvx_adap``). J always uses the
 softmax. These functions are the non-private reference (tests, scipy
 comparisons) and the coordinator's computations on its public records.
+
+Losses l: squared and logistic (labels in {-1, +1}) of a linear model w in R^d,
+and the softmax cross-entropy of a multi-class linear model W in R^{d x C}
+(labels class indices 0..C-1; ``w`` is W, either (d, C) or flattened row-major
+to (d C,), and its gradient comes back in the shape given). The paper names
+the softmax cross-entropy for Alg. 2 but gives no formulas or constants; they
+are in :mod:`privadapt.common.kernels.softmax_loss`.
 """
 
 from __future__ import annotations
@@ -44,10 +51,15 @@ from scipy import special
 
 from privadapt.common.kernels.linear_gradient import loss_derivative
 from privadapt.common.kernels.reweighted_gradient import loss_values, penalty_gradient
+from privadapt.common.kernels.softmax_loss import (
+    SOFTMAX_CROSS_ENTROPY,
+    class_indices,
+    softmax_cross_entropy_terms,
+)
 from privadapt.server.algorithms.noisy_gd import project_to_ball
 
 Objective = Literal["convex", "smooth"]
-Loss = Literal["squared", "logistic"]
+Loss = Literal["squared", "logistic", "softmax_cross_entropy"]
 
 
 @dataclass(frozen=True)
@@ -117,11 +129,30 @@ def weighted_loss_gradient(
     offset: float = 0.0,
 ) -> tuple[float, np.ndarray, np.ndarray]:
     """Value, w-gradient and u-gradient of sum_i (l(w; x_i, y_i) + offset) / u_i."""
+    if loss == SOFTMAX_CROSS_ENTROPY:
+        return _weighted_softmax_gradient(w, u, features, labels, offset)
     margins = features @ w
     losses = loss_values(loss, margins, labels) + offset
     value = float(np.sum(losses / u))
     gradient_w = features.T @ (loss_derivative(loss, margins, labels) / u)
     return value, gradient_w, -losses / u**2
+
+
+def _weighted_softmax_gradient(
+    w: np.ndarray, u: np.ndarray, features: np.ndarray, labels: np.ndarray, offset: float
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """:func:`weighted_loss_gradient` for the softmax cross-entropy: W = ``w``
+    as (d, C) (or flattened), grad_W = sum_i x_i (p_i - e_{y_i})^T / u_i."""
+    dim = features.shape[1]
+    if w.size % dim or w.size < 2 * dim:
+        raise ValueError(f"softmax cross-entropy weights must hold d x C entries with d = {dim}"
+                         f" and C >= 2, got shape {w.shape}")
+    weights = w.reshape(dim, -1)
+    losses, residuals = softmax_cross_entropy_terms(
+        features @ weights, class_indices(labels, weights.shape[1]))
+    losses = losses + offset
+    gradient_w = features.T @ (residuals / u[:, None])
+    return float(np.sum(losses / u)), gradient_w.reshape(w.shape), -losses / u**2
 
 
 def _max_term(u: np.ndarray, mu: float) -> tuple[float, np.ndarray]:
@@ -213,15 +244,19 @@ def reference_descent(
     radius: float,
     step_sizes: tuple[float, float, float],
     iterations: int,
+    num_classes: int = 2,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Non-private projected gradient descent on F (finite mu: F_mu) or J with
     all records in one place, from w_0 = 0 and u_0 = the bounds: the iterates
     (w_t, u_t), t = 1..T, that CnvxAdap / NCnvxAdap compute across sites.
-    ``step_sizes`` = (eta_w, eta_{u^Pub}, eta_{u^Priv})."""
+    ``step_sizes`` = (eta_w, eta_{u^Pub}, eta_{u^Priv}); the softmax
+    cross-entropy's w is W of ``num_classes`` columns, flattened row-major."""
     m = sample.num_public
     lower = weight_lower_bounds(m, sample.num_private, hyper.alpha)
     etas = np.concatenate([np.full(m, step_sizes[1]), np.full(sample.num_private, step_sizes[2])])
-    w, u = np.zeros(sample.public_features.shape[1]), lower.copy()
+    dim = sample.public_features.shape[1]
+    w = np.zeros(dim * num_classes if loss == SOFTMAX_CROSS_ENTROPY else dim)
+    u = lower.copy()
     iterates = []
     for _ in range(iterations):
         _, grad_w, grad_u = objective_and_gradient(w, u, sample, hyper, objective, loss)

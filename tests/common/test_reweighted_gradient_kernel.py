@@ -216,3 +216,105 @@ def test_without_weight_noise_there_is_no_local_block_and_the_update_is_exact():
     KERNEL.compute(data, params(weight_noise=False), quiet_state)
     np.testing.assert_array_equal(quiet_state["reweighted_gradient"]["u"],
                                   noisy_state["reweighted_gradient"]["u"])
+
+
+# Softmax cross-entropy (multi-class linear model W in R^{d x C}, labels 0..C-1).
+
+CLASSES = 3
+CLASS_LABELS = RNG.integers(0, CLASSES, size=NUM).astype(float)
+
+
+def softmax_params(step=0, **changes):
+    weights = np.array([[0.4, -0.3, 0.1], [0.2, 0.5, -0.6], [-0.3, 0.1, 0.2]]).reshape(-1)
+    return params("smooth", "softmax_cross_entropy", step,
+                  **{"weights": weights, "num_classes": CLASSES, **changes})
+
+
+def test_softmax_blocks_match_the_reference_gradients_of_j_without_active_clipping():
+    p = softmax_params(feature_norm=100.0, radius=100.0)
+    u = lower(p) * np.linspace(1.0, 3.0, NUM)
+    (gradient, _, _), local = run(dataset(FEATURES, CLASS_LABELS), p, state_at(u))
+    sample = AdaptationSample(np.zeros((1, DIM)), np.zeros(1), FEATURES, CLASS_LABELS)
+    hyper = ReweightingHyperparameters(alpha=p["alpha"], mu=p["mu"])
+    _, grad_w, grad_u = objective_and_gradient(
+        p["weights"], np.concatenate([[1e150], u]), sample, hyper, "smooth",
+        "softmax_cross_entropy")
+    np.testing.assert_allclose(gradient / lower(p), grad_w, rtol=1e-12)
+    np.testing.assert_allclose(-local / lower(p) ** 2, grad_u[1:], rtol=1e-12)
+
+
+def test_softmax_sensitivities_are_2g_and_b_from_the_clip_bounds():
+    # G = sqrt(2) r, B = log(1 + (C-1) exp(sqrt(2) Lambda r)) (softmax_loss docstring).
+    p = softmax_params()
+    r, radius = p["feature_norm"], p["radius"]
+    assert KERNEL.output_shapes(p, DIM) == ((DIM * CLASSES,), (1,), (1,))
+    gradient, squares, partition = KERNEL.l2_sensitivities(p, Adjacency.REPLACE_ONE)
+    assert gradient == pytest.approx(2 * math.sqrt(2) * r)
+    assert (squares, partition) == (1.0, 1.0)
+    (loss,) = KERNEL.local_l2_sensitivities(p, Adjacency.REPLACE_ONE)
+    assert loss == pytest.approx(math.log(1 + (CLASSES - 1) * math.exp(math.sqrt(2) * radius * r)))
+    assert loss <= math.log(CLASSES) + 2 * radius * r  # the cruder bound of the issue
+
+
+class_record = st.tuples(st.lists(coordinate, min_size=DIM, max_size=DIM),
+                         st.integers(0, CLASSES - 1))
+adversarial_weights = st.one_of(
+    st.just(None),  # the query's own W, inside the ball
+    st.lists(st.floats(min_value=-1e300, max_value=1e300, allow_nan=False),
+             min_size=DIM * CLASSES, max_size=DIM * CLASSES),  # far outside it
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(position=st.integers(0, NUM - 1), replacement=class_record, old_factor=weight_factor,
+       new_factor=weight_factor, weights=adversarial_weights)
+def test_softmax_replacing_one_record_moves_every_block_at_most_its_sensitivity(
+    position, replacement, old_factor, new_factor, weights
+):
+    p = softmax_params() if weights is None else softmax_params(weights=np.array(weights))
+    u = lower(p) * np.linspace(1.0, 5.0, NUM)
+    features, labels = FEATURES.copy(), CLASS_LABELS.copy()
+    u_old, u_new = u.copy(), u.copy()
+    u_old[position] = lower(p) * (1 + old_factor)
+    u_new[position] = lower(p) * (1 + new_factor)
+    before = blocks_with(features, labels, u_old, p)
+    features[position], labels[position] = replacement
+    after = blocks_with(features, labels, u_new, p)
+    bounds = KERNEL.l2_sensitivities(p, Adjacency.REPLACE_ONE) + \
+        KERNEL.local_l2_sensitivities(p, Adjacency.REPLACE_ONE)
+    changes = [a - b for a, b in zip(after[0], before[0], strict=True)] + [after[1] - before[1]]
+    for change, bound in zip(changes, bounds, strict=True):
+        assert np.all(np.isfinite(change))
+        assert np.linalg.norm(change) <= bound * (1 + 1e-9) + 1e-9
+
+
+@settings(max_examples=40, deadline=None)
+@given(extra=class_record, factor=weight_factor)
+def test_softmax_adding_one_record_moves_released_blocks_at_most_g(extra, factor):
+    p = softmax_params()
+    u = lower(p) * np.linspace(1.0, 5.0, NUM)
+    before, _ = blocks_with(FEATURES, CLASS_LABELS, u, p)
+    after, _ = blocks_with(np.vstack([FEATURES, extra[0]]), np.append(CLASS_LABELS, extra[1]),
+                           np.append(u, lower(p) * (1 + factor)), p)
+    for a, b, bound in zip(after, before, KERNEL.l2_sensitivities(p, Adjacency.ADD_REMOVE_ONE),
+                           strict=True):
+        assert np.linalg.norm(a - b) <= bound * (1 + 1e-9) + 1e-9
+
+
+@pytest.mark.parametrize("bad_label", [3.0, -1.0, 0.5, 1e300])
+def test_softmax_kernel_refuses_labels_that_are_not_class_indices(bad_label):
+    labels = CLASS_LABELS.copy()
+    labels[4] = bad_label
+    state: dict = {}
+    with pytest.raises(ValueError, match=r"class indices 0\.\.2"):
+        KERNEL.compute_local(dataset(FEATURES, labels), softmax_params(), state)
+    assert state == {}  # refused before the job's weights were touched
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("num_classes", 1), ("num_classes", 2.5), ("num_classes", None), ("num_classes", True),
+    ("weights", np.zeros(DIM)),
+])
+def test_softmax_malformed_parameters_are_refused(key, value):
+    with pytest.raises(ValueError, match=key):
+        KERNEL.validate_params(softmax_params(**{key: value}), DIM)

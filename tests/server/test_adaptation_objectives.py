@@ -101,3 +101,65 @@ def test_hyperparameters_are_validated(field, value):
     arguments = {"alpha": 0.5, field: value}
     with pytest.raises(ValueError, match=field):
         ReweightingHyperparameters(**arguments)
+
+
+# J (7) with the softmax cross-entropy of a multi-class linear model W (d x C).
+
+CLASSES = 3
+CLASS_SAMPLE = AdaptationSample(SAMPLE.public_features, RNG.integers(0, CLASSES, size=M),
+                                SAMPLE.private_features, RNG.integers(0, CLASSES, size=N))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_softmax_cross_entropy_gradient_of_j_matches_finite_differences(seed):
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=DIM * CLASSES)
+    _, u = point(seed)
+    h = hyper(30.0)
+
+    def j(w_, u_):
+        return objective_value(w_, u_, CLASS_SAMPLE, h, "smooth", "softmax_cross_entropy")
+
+    _, grad_w, grad_u = objective_and_gradient(w, u, CLASS_SAMPLE, h, "smooth",
+                                               "softmax_cross_entropy")
+    step = 1e-6
+    fd_w = np.array([(j(w + step * e, u) - j(w - step * e, u)) / (2 * step)
+                     for e in np.eye(DIM * CLASSES)])
+    fd_u = np.array([(j(w, u + step * LOWER[i] * e) - j(w, u - step * LOWER[i] * e))
+                     / (2 * step * LOWER[i]) for i, e in enumerate(np.eye(M + N))])
+    np.testing.assert_allclose(grad_w, fd_w, rtol=1e-6, atol=1e-9 * np.max(np.abs(grad_w)))
+    np.testing.assert_allclose(grad_u, fd_u, rtol=1e-5, atol=1e-7 * np.max(np.abs(grad_u)))
+
+
+def test_softmax_cross_entropy_takes_w_as_a_matrix_or_flattened_row_major():
+    rng = np.random.default_rng(7)
+    matrix = rng.normal(size=(DIM, CLASSES))
+    _, u = point(7)
+    flat = objective_and_gradient(matrix.reshape(-1), u, CLASS_SAMPLE, hyper(), "smooth",
+                                  "softmax_cross_entropy")
+    shaped = objective_and_gradient(matrix, u, CLASS_SAMPLE, hyper(), "smooth",
+                                    "softmax_cross_entropy")
+    assert shaped[1].shape == (DIM, CLASSES)
+    assert shaped[0] == pytest.approx(flat[0], rel=1e-14)
+    np.testing.assert_allclose(shaped[1].reshape(-1), flat[1], rtol=1e-14)
+
+
+def test_softmax_cross_entropy_with_two_classes_is_the_logistic_loss_of_the_difference():
+    # l(W; x, y) = log(1 + exp(-s (W_1 - W_0).x)) with s = +1 for y = 1, -1 for y = 0.
+    rng = np.random.default_rng(8)
+    matrix = rng.normal(size=(DIM, 2))
+    _, u = point(8)
+    classes = AdaptationSample(SAMPLE.public_features, (SAMPLE.public_labels + 1) / 2,
+                               SAMPLE.private_features, (SAMPLE.private_labels + 1) / 2)
+    softmax = objective_value(matrix, u, classes, hyper(), "smooth", "softmax_cross_entropy")
+    logistic = objective_value(matrix[:, 1] - matrix[:, 0], u, SAMPLE, hyper(), "smooth",
+                               "logistic")
+    assert softmax == pytest.approx(logistic, rel=1e-12)
+
+
+def test_softmax_cross_entropy_refuses_labels_that_are_not_class_indices():
+    w, u = np.zeros(DIM * CLASSES), point(9)[1]
+    bad = AdaptationSample(SAMPLE.public_features, np.full(M, 0.5), SAMPLE.private_features,
+                           np.zeros(N))
+    with pytest.raises(ValueError, match="class indices"):
+        objective_value(w, u, bad, hyper(), "smooth", "softmax_cross_entropy")
