@@ -15,10 +15,32 @@ add/remove). Our mechanisms already declare the sensitivity of the released sum
 under their own adjacency, so each one is a plain "shift by sensitivity" pair
 (Gaussian, Laplace) or the tight pure-DP pair; an accountant only has to express
 every mechanism in its own adjacency first (:func:`express_in`).
+
+Poisson-sampled Gaussians (``GaussianMechanism.sampling_rate`` q < 1) are the
+exception to "plain shift pairs": their PLD is dp-accounting's own
+``from_gaussian_mechanism(sigma, sampling_prob=q)`` under ``ADD_OR_REMOVE_ONE``
+(the remove pair q N(1, z^2) + (1 - q) N(0, z^2) vs N(0, z^2) and its add
+mirror, both kept; what ``PLDAccountant`` builds for ``PoissonSampledDpEvent``),
+and their RDP is dp-accounting's sampled-Gaussian RDP (Mironov, Talwar and
+Zhang 2019). They never enter the closed-form Gaussian fold: a mixture of
+Gaussians is not a Gaussian.
+
+Adjacency of sampled releases. dp-accounting 0.6 accounts
+``PoissonSampledDpEvent`` under ``ADD_OR_REMOVE_ONE`` (and ``REPLACE_SPECIAL``)
+in both accountants; its RDP accountant refuses ``REPLACE_ONE``, and its PLD one
+builds a one-dimensional replace pair (a record's contribution moving from -s
+to +s) whose norm bound s is a *per-record* bound, not the sum's replace-one
+sensitivity our mechanisms declare (google/differential-privacy issue 378 is
+this very confusion). Nor can a sampled add/remove guarantee be converted by
+doubling the sensitivity: the shift of a sampled record is not a shift of the
+whole output. So a sampled mechanism exists only under add/remove
+(:class:`GaussianMechanism` enforces it), :func:`express_in` refuses to move it
+to replace-one, and a site whose cap is stated under replace-one refuses it.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Iterable
@@ -74,6 +96,12 @@ def express_in(mechanism: Mechanism, adjacency: Adjacency) -> Mechanism:
     adjacency = Adjacency(adjacency)
     if mechanism.adjacency == adjacency:
         return mechanism
+    if isinstance(mechanism, GaussianMechanism) and mechanism.is_sampled:
+        raise ValueError(
+            f"a Poisson-sampled Gaussian (sampling rate {mechanism.sampling_rate:g}) is "
+            f"accounted under add/remove adjacency only and cannot be accounted under "
+            f"{adjacency}: amplification by sampling has no sound replace-one form here"
+        )
     if adjacency != Adjacency.REPLACE_ONE:
         raise ValueError(
             f"a {mechanism.adjacency} mechanism cannot be accounted under {adjacency}: "
@@ -114,6 +142,10 @@ def _pld(mechanism: Mechanism, count: int, interval: float):  # -> PrivacyLossDi
     from dp_accounting.pld import common as pld_common
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
+    if isinstance(mechanism, GaussianMechanism) and mechanism.is_sampled:
+        single = _sampled_gaussian_pld(mechanism.noise_multiplier, mechanism.sampling_rate,
+                                       interval)
+        return single.self_compose(count)
     if isinstance(mechanism, GaussianMechanism):
         # count Gaussians of multiplier z compose to one of multiplier z/sqrt(count).
         return pld_lib.from_gaussian_mechanism(
@@ -132,6 +164,36 @@ def _pld(mechanism: Mechanism, count: int, interval: float):  # -> PrivacyLossDi
     raise ValueError(
         f"{type(mechanism).__name__} has no privacy loss distribution; use the RDP method"
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _sampled_gaussian_pld(noise_multiplier: float, sampling_rate: float, interval: float):
+    """One Poisson-sampled Gaussian release's PLD under add/remove, exactly as
+    dp-accounting's ``PLDAccountant`` builds it for ``PoissonSampledDpEvent``.
+    Cached: a ledger recomposes the same release at every charge, and building
+    it (a quarter second) costs more than self-composing it."""
+    from dp_accounting import NeighboringRelation
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    return pld_lib.from_gaussian_mechanism(
+        standard_deviation=noise_multiplier,
+        value_discretization_interval=interval,
+        sampling_prob=sampling_rate,
+        neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+    )
+
+
+def _sampled_gaussian_rdp(
+    noise_multiplier: float, sampling_rate: float, orders: np.ndarray
+) -> np.ndarray:
+    """RDP of one Poisson-sampled Gaussian at ``orders`` (Mironov, Talwar and
+    Zhang 2019), through dp-accounting's public ``RdpAccountant``."""
+    from dp_accounting import GaussianDpEvent, NeighboringRelation, PoissonSampledDpEvent
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
+
+    accountant = rdp_lib.RdpAccountant(list(orders), NeighboringRelation.ADD_OR_REMOVE_ONE)
+    accountant.compose(PoissonSampledDpEvent(sampling_rate, GaussianDpEvent(noise_multiplier)))
+    return accountant.rdp
 
 
 _ROOT_TOLERANCE = 1e-10
@@ -213,6 +275,8 @@ def _laplace_rdp(scale_over_sensitivity: float, orders: np.ndarray) -> np.ndarra
 
 
 def _rdp(mechanism: Mechanism, orders: np.ndarray) -> np.ndarray:
+    if isinstance(mechanism, GaussianMechanism) and mechanism.is_sampled:
+        return _sampled_gaussian_rdp(mechanism.noise_multiplier, mechanism.sampling_rate, orders)
     if isinstance(mechanism, GaussianMechanism):
         return orders / (2 * mechanism.noise_multiplier**2)
     if isinstance(mechanism, LaplaceMechanism):
@@ -286,7 +350,8 @@ class PrivacyAccountant:
             epsilon, _ = rdp_lib.compute_epsilon(self._orders, rdp, delta)
             return EpsilonReport(float(epsilon), delta, method)
         groups = self._pld_groups()
-        if len(groups) == 1 and isinstance(groups[0][0], GaussianMechanism):
+        only = groups[0][0]
+        if len(groups) == 1 and isinstance(only, GaussianMechanism) and not only.is_sampled:
             epsilon = gaussian_epsilon(groups[0][0].noise_multiplier, delta)
             return EpsilonReport(epsilon, delta, method)
         interval = self.value_discretization_interval
@@ -297,14 +362,15 @@ class PrivacyAccountant:
         return EpsilonReport(float(composed.get_epsilon_for_delta(delta)), delta, method)
 
     def _pld_groups(self) -> list[tuple[Mechanism, int]]:
-        """Mechanisms to build PLDs for, with their counts. All Gaussian releases
-        fold into one Gaussian of multiplier (sum_i 1/z_i^2)^(-1/2): composing
-        Gaussians is exactly a Gaussian, so this is tighter and faster than
-        convolving their discretised PLDs."""
+        """Mechanisms to build PLDs for, with their counts. All unsampled
+        Gaussian releases fold into one Gaussian of multiplier
+        (sum_i 1/z_i^2)^(-1/2): composing Gaussians is exactly a Gaussian, so
+        this is tighter and faster than convolving their discretised PLDs.
+        Sampled Gaussians (mixtures, not Gaussians) keep their own groups."""
         inverse_square = 0.0
         groups: list[tuple[Mechanism, int]] = []
         for mechanism, count in sorted(self._counts.items(), key=lambda kv: repr(kv[0])):
-            if isinstance(mechanism, GaussianMechanism):
+            if isinstance(mechanism, GaussianMechanism) and not mechanism.is_sampled:
                 inverse_square += count / mechanism.noise_multiplier**2
             else:
                 groups.append((mechanism, count))

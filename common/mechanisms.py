@@ -11,6 +11,19 @@ replaced (``REPLACE_ONE``) or added/removed (``ADD_REMOVE_ONE``).
 
 Mechanisms serialise to plain JSON-compatible dicts (``to_dict``/``mechanism_from_dict``)
 so a ledger can store them and any accountant can replay them later.
+
+Poisson subsampling (dp-accounting's ``PoissonSampledDpEvent``) is a field of
+the Gaussian mechanism, ``sampling_rate`` q: the site includes each of its
+records independently with probability q, secretly, and releases the noised
+sum over that sample. It stays one mechanism with one code path at the site;
+only the accountant reads q. Amplification by Poisson sampling is stated under
+add/remove adjacency (Abadi et al. 2016; Mironov, Talwar and Zhang 2019, "Renyi
+differential privacy of the sampled Gaussian mechanism"), so a sampled
+mechanism must be ``ADD_REMOVE_ONE`` (see :mod:`privadapt.common.accounting`).
+A sampled Gaussian serialises under its own kind, ``poisson_sampled_gaussian``,
+so that a reader that does not know sampling (an older site, a wire format
+without the rate) refuses it instead of silently reading an unsampled release;
+an unsampled one keeps kind ``gaussian`` and the exact dict it always had.
 """
 
 from __future__ import annotations
@@ -59,16 +72,36 @@ class GaussianMechanism:
     the release is a single Gaussian mechanism with effective noise multiplier
     ``(sum_b (sensitivity_b / sigma_b)^2)^(-1/2)`` (the privacy loss depends on
     the L2 norm of the sensitivity vector measured in units of each block's sigma).
+
+    With ``sampling_rate`` q < 1 the sum runs over a Poisson sample of the
+    site's records drawn by the site (each record in with probability q,
+    independently per release), the release dp-accounting describes as
+    ``PoissonSampledDpEvent(q, GaussianDpEvent(noise_multiplier))``; the
+    sensitivities stay those of one record's clipped contribution.
     """
 
     blocks: tuple[GaussianBlock, ...]
     adjacency: Adjacency = Adjacency.REPLACE_ONE
+    sampling_rate: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.blocks:
             raise ValueError("GaussianMechanism needs at least one block")
         object.__setattr__(self, "blocks", tuple(self.blocks))
         object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
+        _check_positive("GaussianMechanism.sampling_rate", self.sampling_rate)
+        if self.sampling_rate > 1:
+            raise ValueError(
+                f"GaussianMechanism.sampling_rate is a probability in (0, 1], "
+                f"got {self.sampling_rate!r}"
+            )
+        object.__setattr__(self, "sampling_rate", float(self.sampling_rate))
+        if self.is_sampled and self.adjacency != Adjacency.ADD_REMOVE_ONE:
+            raise ValueError(
+                "a Poisson-sampled Gaussian release is accounted under add/remove "
+                f"adjacency only, got {self.adjacency}: declare its add/remove "
+                "sensitivities (one record's clipped contribution)"
+            )
 
     @classmethod
     def single(
@@ -76,11 +109,18 @@ class GaussianMechanism:
         sensitivity: float,
         noise_multiplier: float,
         adjacency: Adjacency = Adjacency.REPLACE_ONE,
+        sampling_rate: float = 1.0,
     ) -> GaussianMechanism:
         """One block whose sigma is ``noise_multiplier * sensitivity``."""
         _check_positive("noise_multiplier", noise_multiplier)
         _check_positive("sensitivity", sensitivity)
-        return cls((GaussianBlock(sensitivity, noise_multiplier * sensitivity),), adjacency)
+        block = GaussianBlock(sensitivity, noise_multiplier * sensitivity)
+        return cls((block,), adjacency, sampling_rate)
+
+    @property
+    def is_sampled(self) -> bool:
+        """True when the release runs on a Poisson sample (q < 1)."""
+        return self.sampling_rate < 1.0
 
     @property
     def noise_multiplier(self) -> float:
@@ -91,8 +131,8 @@ class GaussianMechanism:
     def with_sensitivities(
         self, sensitivities: tuple[float, ...], adjacency: Adjacency
     ) -> GaussianMechanism:
-        """The same noise, accounted with other sensitivities (the site's own,
-        under the adjacency its cap is stated in)."""
+        """The same noise and sampling, accounted with other sensitivities (the
+        site's own, under the adjacency its cap is stated in)."""
         if len(sensitivities) != len(self.blocks):
             raise ValueError(
                 f"{len(sensitivities)} sensitivities for {len(self.blocks)} Gaussian blocks"
@@ -100,7 +140,7 @@ class GaussianMechanism:
         blocks = tuple(
             GaussianBlock(s, b.sigma) for s, b in zip(sensitivities, self.blocks, strict=True)
         )
-        return GaussianMechanism(blocks, adjacency)
+        return GaussianMechanism(blocks, adjacency, self.sampling_rate)
 
 
 @dataclass(frozen=True)
@@ -187,6 +227,7 @@ _KINDS: dict[str, type] = {
     "no_noise": NoNoise,
 }
 _KIND_OF = {cls: kind for kind, cls in _KINDS.items()}
+_SAMPLED_GAUSSIAN = "poisson_sampled_gaussian"
 
 
 def declared_sensitivities(mechanism: Mechanism) -> tuple[float, ...]:
@@ -205,9 +246,13 @@ def mechanism_to_dict(mechanism: Mechanism) -> dict[str, Any]:
     kind = _KIND_OF.get(type(mechanism))
     if kind is None:
         raise TypeError(f"not a privadapt mechanism: {mechanism!r}")
+    if isinstance(mechanism, GaussianMechanism) and mechanism.is_sampled:
+        kind = _SAMPLED_GAUSSIAN
     out: dict[str, Any] = {"kind": kind, "adjacency": str(mechanism.adjacency)}
     if isinstance(mechanism, GaussianMechanism):
         out["blocks"] = [[b.sensitivity, b.sigma] for b in mechanism.blocks]
+        if mechanism.is_sampled:
+            out["sampling_rate"] = mechanism.sampling_rate
     elif isinstance(mechanism, LaplaceMechanism):
         out.update(sensitivity=mechanism.sensitivity, scale=mechanism.scale)
     elif isinstance(mechanism, PureDpEvent):
@@ -225,9 +270,14 @@ def mechanism_from_dict(data: dict[str, Any]) -> Mechanism:
     try:
         kind = data["kind"]
         adjacency = Adjacency(data["adjacency"])
-        if kind == "gaussian":
+        if kind in ("gaussian", _SAMPLED_GAUSSIAN):
             blocks = tuple(GaussianBlock(float(s), float(g)) for s, g in data["blocks"])
-            return GaussianMechanism(blocks, adjacency)
+            if kind == "gaussian":
+                return GaussianMechanism(blocks, adjacency)
+            sampling_rate = float(data["sampling_rate"])
+            if not sampling_rate < 1:
+                raise ValueError(f"a {kind} needs sampling_rate < 1, got {sampling_rate!r}")
+            return GaussianMechanism(blocks, adjacency, sampling_rate)
         if kind == "laplace":
             return LaplaceMechanism(float(data["sensitivity"]), float(data["scale"]), adjacency)
         if kind == "pure_dp":
@@ -238,4 +288,5 @@ def mechanism_from_dict(data: dict[str, Any]) -> Mechanism:
             return NoNoise(tuple(float(s) for s in data["sensitivities"]), adjacency)
     except (KeyError, TypeError) as err:
         raise ValueError(f"malformed mechanism description {data!r}: {err}") from err
-    raise ValueError(f"unknown mechanism kind {data.get('kind')!r}; known: {sorted(_KINDS)}")
+    known = sorted([*_KINDS, _SAMPLED_GAUSSIAN])
+    raise ValueError(f"unknown mechanism kind {data.get('kind')!r}; known: {known}")
