@@ -23,6 +23,18 @@ PCnvxAdap): the site noises them itself at the full sigma, lets the kernel
 update the job's state with them, and releases only the other blocks; the
 ledger charges the whole multi-block mechanism. The state update runs on a
 copy that replaces the job's state only after the charge has committed.
+
+Poisson sampling (a ``GaussianMechanism`` with ``sampling_rate`` q < 1): the
+site itself includes each of its records independently with probability q,
+from the same random source as its noise (the OS CSPRNG in production), afresh
+for every query, and runs the kernel on the sampled records only; the sample
+never leaves the site, which is what amplification by subsampling assumes
+(Abadi et al. 2016). Sensitivity still comes from clipping: one record's
+add/remove contribution. The site refuses a sampled query when its cap is
+stated under replace-one adjacency (the accountant has no sound replace-one
+form of the amplification, see :mod:`privadapt.common.accounting`) and for
+kernels with local blocks, whose per-record state assumes every record.
+Known limit: the kernel's running time grows with the sample's size.
 """
 
 from __future__ import annotations
@@ -47,6 +59,7 @@ from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import Kernel, get_kernel
 from privadapt.common.kernels.local_blocks import KernelWithLocalBlocks
 from privadapt.common.mechanisms import (
+    Adjacency,
     GaussianMechanism,
     LaplaceMechanism,
     Mechanism,
@@ -61,6 +74,7 @@ from privadapt.common.noise import (
     honest_share_count,
     laplace_share,
     max_grid_safe_noise,
+    uniforms,
 )
 
 logger = logging.getLogger(__name__)
@@ -144,7 +158,7 @@ class Site:
             self._update_local_state(kernel, query, state)
         else:
             state = self._job_states.setdefault(query.job_id, {})
-        blocks = kernel.compute(self._data, query.params, state)
+        blocks = kernel.compute(self._records_for(query), query.params, state)
         noise = self._noise_shares(blocks, query, num_participants)
         shares = tuple(
             codec.encode(value) + codec.encode(share)  # uint64: wraps modulo 2^64
@@ -160,6 +174,33 @@ class Site:
             self.name, query.job_id, query.query_id, query.kernel, charge.epsilon_after,
         )
         return SiteShare(self.name, query.query_id, shares)
+
+    def _records_for(self, query: Query) -> Dataset:
+        """All records, or this query's own Poisson sample of them: record i is
+        in when its fresh uniform u_i < q (P = q exactly, up to 2^-53)."""
+        mechanism = query.mechanism
+        if not (isinstance(mechanism, GaussianMechanism) and mechanism.is_sampled):
+            return self._data
+        chosen = uniforms(self.num_records, self._noise_source) < mechanism.sampling_rate
+        data = self._data
+        return Dataset(data.features[chosen], data.labels[chosen], data.feature_names)
+
+    def _check_sampling(self, kernel: Kernel, query: Query) -> None:
+        """Refuse a Poisson-sampled query this site cannot account soundly."""
+        mechanism = query.mechanism
+        if not (isinstance(mechanism, GaussianMechanism) and mechanism.is_sampled):
+            return
+        if self.policy.adjacency != Adjacency.ADD_REMOVE_ONE:
+            raise self._refuse(
+                query,
+                f"a Poisson-sampled release (sampling rate {mechanism.sampling_rate:g}) is "
+                "accounted under add/remove adjacency only, but this site's cap is stated "
+                f"under {self.policy.adjacency}; ask the site operator for an add_remove_one "
+                "policy, or query without sampling",
+            )
+        if isinstance(kernel, KernelWithLocalBlocks):
+            raise self._refuse(query, "a kernel with local blocks runs on every record; "
+                               "it cannot be Poisson-sampled")
 
     def _job_state(self, job_id: str) -> dict[str, Any]:
         """The job's state, read back from the site database after a restart."""
@@ -233,6 +274,7 @@ class Site:
         mechanism = query.mechanism
         if not isinstance(mechanism, GaussianMechanism | LaplaceMechanism | NoNoise):
             raise self._refuse(query, f"{type(mechanism).__name__} adds no noise a kernel can use")
+        self._check_sampling(kernel, query)
         norm = "l1" if isinstance(mechanism, LaplaceMechanism) else "l2"
         declared = declared_sensitivities(mechanism)
         shapes = kernel.output_shapes(query.params, self.dim)
