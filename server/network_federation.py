@@ -19,6 +19,11 @@ Query ids are ``s<step>-r<round>``: a retried step gets a new round and so a
 new id, which every ledger requires (a query id is answered at most once), and
 round numbers only grow, also across restarts (above every round the store or
 any connected site has seen).
+
+Every round is in the store before it is announced (``started``), because
+sites charge it as soon as they answer; a round still ``started`` when its job
+resumes was cut short by a crash and is recorded as interrupted, so the job's
+status and privacy report list it with the other charged attempts.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 # Aborted attempts of one step before the job gives up (each one was charged).
 MAX_ATTEMPTS_PER_STEP = 5
+INTERRUPTED_REASON = ("interrupted: the coordinator stopped during this round; sites that "
+                      "answered it before then were charged for it")
 
 
 class JobCancelledError(PrivadaptError):
@@ -107,6 +114,14 @@ class NetworkFederation:
         # reconnects has a new session and takes part again.
         self._excluded_sessions: set[str] = set()
         self._replaying = True
+        # No round of this job runs now (one federation per job run), so any
+        # round still "started" is one a crashed coordinator never finished.
+        for record in store.interrupt_rounds(job.job_id, INTERRUPTED_REASON):
+            logger.warning("job=%s round=%d step=%d was in flight when the coordinator "
+                           "stopped; recorded as interrupted", job.job_id, record.round,
+                           record.step)
+            store.audit("round_interrupted", job_id=job.job_id,
+                        detail=f"round {record.round} step {record.step}")
         self._last_round = store.last_round(job.job_id)
         hub.open_job(job.job_id, self._last_round)
 
@@ -194,19 +209,23 @@ class NetworkFederation:
             collusion_tolerance=self._job.collusion_tolerance,
             fractional_bits=self.codec.fractional_bits,
         )
+        expected_shapes = self._expected_shapes(kernel, params)
         started = time.time()
+        self._store.start_round(RoundRecord.starting(self.job_id, round, step, query.query_id,
+                                                     participants, started))
         try:
             result = self._hub.run_round(query, round, participants, self._job.round_timeout,
-                                         self._expected_shapes(kernel, params))
+                                         expected_shapes)
         except RoundFailedError as failure:
-            record = RoundRecord(self.job_id, round, step, query.query_id, tuple(participants),
-                                 started, time.time(), True, failure.reason, math.nan)
-            self._store.record_round(record)
-            self._store.audit("round_aborted", job_id=self.job_id, detail=failure.reason)
-            self._notify(record)
+            self._abort_round(round, step, query.query_id, participants, started,
+                              failure.reason)
             self._raise_for_refusals(failure)
             self._exclude(failure.missing)
             return None
+        except Exception as error:  # a bug or a closed round: the job fails, the row ends
+            self._abort_round(round, step, query.query_id, participants, started,
+                              f"coordinator error: {type(error).__name__}: {error}")
+            raise
         record = RoundRecord(self.job_id, round, step, query.query_id, result.participants,
                              started, time.time(), False, "", result.job_epsilon)
         answer = StoredAnswer(self.job_id, step, round, query.query_id, fingerprint,
@@ -214,6 +233,14 @@ class NetworkFederation:
         self._store.save_answer(answer, record)
         self._notify(record)
         return AggregateAnswer(query.query_id, result.blocks, result.participants)
+
+    def _abort_round(self, round: int, step: int, query_id: str, participants: Sequence[str],
+                     started: float, reason: str) -> None:
+        record = RoundRecord(self.job_id, round, step, query_id, tuple(participants), started,
+                             time.time(), True, reason, math.nan)
+        self._store.record_round(record)
+        self._store.audit("round_aborted", job_id=self.job_id, detail=reason)
+        self._notify(record)
 
     def _raise_for_refusals(self, failure: RoundFailedError) -> None:
         """A refusal ends the job, except a replay refusal (a site saw this round

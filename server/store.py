@@ -6,6 +6,13 @@ the privacy report can say what the sites were charged for), the aggregated
 answer of every finished algorithm step, model checkpoints, final results and
 an append-only audit log.
 
+A round's row is written *before* the round is announced (state ``started``)
+and completed when it ends (``answered`` or ``aborted``): the sites' ledgers
+charge a round as soon as they answer it, so a coordinator that crashes
+mid-round must still find the round on disk. When the job resumes, rounds
+still ``started`` are marked ``interrupted`` (an abort) and so appear in the
+job's status and privacy report like every other charged attempt.
+
 Durability: every write is one ``BEGIN IMMEDIATE`` transaction committed (with
 ``synchronous=FULL``) before the method returns, so a crash loses nothing a
 caller was told is stored. An answer and the round record that produced it are
@@ -28,7 +35,7 @@ import math
 import sqlite3
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +44,7 @@ import numpy as np
 from privadapt.common.errors import ConfigError
 from privadapt.common.transactions import ThreadConnections, transaction
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: rounds.state (v1 stores are upgraded in place on open)
 # Written into ``meta`` so that a site ledger or any other SQLite file is refused.
 _STORE_KIND = "privadapt-coordinator"
 # How long a writer waits for another thread or process to commit.
@@ -45,6 +52,10 @@ _BUSY_TIMEOUT_S = 60.0
 
 JOB_STATES = ("pending", "running", "succeeded", "failed", "cancelled")
 FINISHED_STATES = ("succeeded", "failed", "cancelled")
+# A round attempt: written "started" before it is announced, then "answered"
+# or "aborted" when it ends; "interrupted" if the coordinator stopped in between.
+ROUND_STATES = ("started", "answered", "aborted", "interrupted")
+_ABORTED_ROUND_STATES = frozenset({"aborted", "interrupted"})
 
 # A list, not a script split on ";": the trigger bodies contain semicolons.
 # Columns carry the record fields' names; tuples of names are stored as JSON.
@@ -60,7 +71,7 @@ _SCHEMA = (
         round INTEGER NOT NULL, step INTEGER NOT NULL, query_id TEXT NOT NULL,
         participants TEXT NOT NULL, started REAL NOT NULL, finished REAL NOT NULL,
         aborted INTEGER NOT NULL, abort_reason TEXT NOT NULL, epsilon_so_far REAL,
-        PRIMARY KEY (job_id, round))""",
+        state TEXT NOT NULL, PRIMARY KEY (job_id, round))""",
     """CREATE TABLE IF NOT EXISTS answers (job_id TEXT NOT NULL REFERENCES jobs (job_id),
         step INTEGER NOT NULL, round INTEGER NOT NULL, query_id TEXT NOT NULL,
         fingerprint TEXT NOT NULL, participants TEXT NOT NULL, PRIMARY KEY (job_id, step))""",
@@ -80,6 +91,11 @@ _SCHEMA = (
         BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: rows cannot be updated'); END""",
     """CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
         BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: rows cannot be deleted'); END""",
+)
+# Schema version 1 -> 2: rounds gained their state; a v1 row is a finished round.
+_UPGRADE_TO_2 = (
+    "ALTER TABLE rounds ADD COLUMN state TEXT NOT NULL DEFAULT 'answered'",
+    "UPDATE rounds SET state = 'aborted' WHERE aborted = 1",
 )
 _JSON_TUPLE_FIELDS = frozenset({"kernels", "participants"})
 # SQLite stores NaN as NULL; an aborted round may not know its epsilon.
@@ -115,7 +131,8 @@ class JobRecord:
 class RoundRecord:
     """One round attempt; ``round`` numbers every attempt of a job, ``step``
     the algorithm step it served (an aborted attempt is retried under a new
-    round number with the same step)."""
+    round number with the same step). ``state`` is one of ROUND_STATES; left
+    empty it follows ``aborted`` ("aborted" or "answered")."""
 
     job_id: str
     round: int
@@ -127,6 +144,24 @@ class RoundRecord:
     aborted: bool
     abort_reason: str
     epsilon_so_far: float
+    state: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.state:
+            object.__setattr__(self, "state", "aborted" if self.aborted else "answered")
+        if self.state not in ROUND_STATES:
+            raise ValueError(f"round state must be one of {', '.join(ROUND_STATES)}, "
+                             f"got {self.state!r}")
+        if bool(self.aborted) != (self.state in _ABORTED_ROUND_STATES):
+            raise ValueError(f"a round in state {self.state!r} cannot have aborted="
+                             f"{self.aborted}")
+
+    @classmethod
+    def starting(cls, job_id: str, round: int, step: int, query_id: str,
+                 participants: Sequence[str], started: float) -> RoundRecord:
+        """The row of a round about to be announced (its end not yet known)."""
+        return cls(job_id, round, step, query_id, tuple(participants), started, started,
+                   False, "", math.nan, "started")
 
 
 @dataclass(frozen=True)
@@ -161,9 +196,14 @@ class CoordinatorStore:
         self._connections = ThreadConnections(self._connect, f"coordinator store {self.path}")
         try:
             with self._transaction() as conn:
-                self._check_existing(conn)
+                version = self._check_existing(conn)
                 for statement in _SCHEMA:
                     conn.execute(statement)
+                if version == 1:
+                    for statement in _UPGRADE_TO_2:
+                        conn.execute(statement)
+                    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                                 (str(SCHEMA_VERSION),))
                 conn.executemany(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
                     (("kind", _STORE_KIND), ("schema_version", str(SCHEMA_VERSION))),
@@ -178,10 +218,11 @@ class CoordinatorStore:
             self.close()
             raise
 
-    def _check_existing(self, conn: sqlite3.Connection) -> None:
+    def _check_existing(self, conn: sqlite3.Connection) -> int | None:
+        """The schema version of an existing store (None for a new file)."""
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         if not tables:
-            return  # a new (or empty) file: ours to initialise
+            return None  # a new (or empty) file: ours to initialise
         meta = dict(conn.execute("SELECT key, value FROM meta")) if "meta" in tables else {}
         if meta.get("kind") != _STORE_KIND:
             raise ConfigError(
@@ -195,6 +236,7 @@ class CoordinatorStore:
                 f"coordinator store {self.path}: schema version {version} is newer than this "
                 f"privadapt understands ({SCHEMA_VERSION}); upgrade privadapt on the coordinator"
             )
+        return version
 
     # -- connections ---------------------------------------------------------
 
@@ -320,13 +362,42 @@ class CoordinatorStore:
 
     # -- rounds --------------------------------------------------------------
 
-    def record_round(self, rec: RoundRecord) -> None:
-        """Store one round attempt; ``ValueError`` if (job, round) is already stored."""
+    def start_round(self, rec: RoundRecord) -> None:
+        """Record a round about to be announced (``RoundRecord.starting``);
+        ``ValueError`` if (job, round) is already stored."""
+        if rec.state != "started":
+            raise ValueError(f"start_round takes a round in state 'started', got {rec.state!r}")
         with self._transaction() as conn:
-            self._insert_round(conn, rec)
+            self._require_job(conn, rec.job_id)
+            self._refuse_taken(conn, rec)
+            _insert(conn, "rounds", rec)
 
-    def _insert_round(self, conn: sqlite3.Connection, rec: RoundRecord) -> None:
+    def record_round(self, rec: RoundRecord) -> None:
+        """Store how a round attempt ended: completes its ``started`` row, or
+        stores it anew; ``ValueError`` if (job, round) already ended."""
+        with self._transaction() as conn:
+            self._end_round(conn, rec)
+
+    def _end_round(self, conn: sqlite3.Connection, rec: RoundRecord) -> None:
         self._require_job(conn, rec.job_id)
+        if rec.state in ("started", "interrupted"):
+            raise ValueError(f"round {rec.round} of job {rec.job_id!r}: a round ends "
+                             f"answered or aborted, not {rec.state!r}")
+        started = conn.execute(
+            "SELECT step, query_id FROM rounds WHERE job_id = ? AND round = ? AND state = ?",
+            (rec.job_id, rec.round, "started"),
+        ).fetchone()
+        if started is None:
+            self._refuse_taken(conn, rec)
+        elif tuple(started) != (rec.step, rec.query_id):
+            raise ValueError(
+                f"round {rec.round} of job {rec.job_id!r} was started for step {started[0]} "
+                f"query {started[1]!r}, not step {rec.step} query {rec.query_id!r}"
+            )
+        _insert(conn, "rounds", rec, replace=started is not None)
+
+    @staticmethod
+    def _refuse_taken(conn: sqlite3.Connection, rec: RoundRecord) -> None:
         if conn.execute(
             "SELECT 1 FROM rounds WHERE job_id = ? AND round = ?", (rec.job_id, rec.round)
         ).fetchone():
@@ -334,17 +405,38 @@ class CoordinatorStore:
                 f"round {rec.round} of job {rec.job_id!r} is already recorded; every round "
                 "attempt needs a new round number"
             )
-        _insert(conn, "rounds", rec)
 
-    def rounds(self, job_id: str) -> list[RoundRecord]:
-        """Every round attempt of ``job_id``, in round order."""
-        rows = _select(self._connection(), RoundRecord, "rounds",
-                       "WHERE job_id = ? ORDER BY round", (job_id,))
+    def interrupt_rounds(self, job_id: str, reason: str,
+                         now: float | None = None) -> list[RoundRecord]:
+        """Mark every round of ``job_id`` still ``started`` as ``interrupted``
+        (aborted, with ``reason``) and return them. Only for a job that runs no
+        round now: a resumed job, before its first round."""
+        now = time.time() if now is None else now
+        with self._transaction() as conn:
+            rows = _select(conn, RoundRecord, "rounds",
+                           "WHERE job_id = ? AND state = 'started' ORDER BY round", (job_id,))
+            interrupted = [
+                replace(RoundRecord(**row), state="interrupted", aborted=True,
+                        abort_reason=reason, finished=max(row["started"], now))
+                for row in rows
+            ]
+            for rec in interrupted:
+                _insert(conn, "rounds", rec, replace=True)
+        return interrupted
+
+    def rounds(self, job_id: str, include_started: bool = False) -> list[RoundRecord]:
+        """Every round attempt of ``job_id`` that ended (answered, aborted or
+        interrupted), in round order; with ``include_started``, also those in
+        flight (or left ``started`` by a crash and not yet reconciled)."""
+        where = "WHERE job_id = ?" + ("" if include_started else " AND state != 'started'")
+        rows = _select(self._connection(), RoundRecord, "rounds", where + " ORDER BY round",
+                       (job_id,))
         return [RoundRecord(**row) for row in rows]
 
     def last_round(self, job_id: str) -> int:
-        """The highest round number recorded for ``job_id`` (aborted attempts
-        included, so the next attempt can take the next number); 0 if none."""
+        """The highest round number recorded for ``job_id`` (aborted, interrupted
+        and started attempts included, so the next attempt can take the next
+        number); 0 if none."""
         row = self._connection().execute(
             "SELECT MAX(round) FROM rounds WHERE job_id = ?", (job_id,)
         ).fetchone()
@@ -377,7 +469,7 @@ class CoordinatorStore:
                     f"step {answer.step} of job {answer.job_id!r} already has a stored answer; "
                     "a step is answered once"
                 )
-            self._insert_round(conn, round_record)
+            self._end_round(conn, round_record)
             _insert(conn, "answers", answer, skip=("blocks",))
             _write_arrays(conn, "answer", answer.job_id, answer.step, blocks)
 

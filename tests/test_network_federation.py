@@ -13,12 +13,16 @@ from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
+from privadapt.common.mechanisms import Adjacency, GaussianMechanism
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire import param_from_proto, params_to_proto
 from privadapt.server.algorithms.noisy_gd import noisy_gd
+from privadapt.server.jobs import privacy_report_json
+from privadapt.server.network_federation import NetworkFederation, NetworkJob
 from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
+    direct_federation,
     in_process_coordinator,
     make_pki,
     operator_stub,
@@ -140,3 +144,44 @@ def test_pncnvx_adap_noise_off_networked_equals_in_process(tmp_path):
         delta=1e-6, iterations=8, seed=5, step_scale=100.0)
     np.testing.assert_allclose(networked, local.weights, rtol=0, atol=1e-9)
     assert np.linalg.norm(networked) > 1e-3  # the model moved
+
+
+class _CoordinatorDied(BaseException):
+    """Stands for a kill: no handler of the coordinator's runs after it."""
+
+
+def test_round_in_flight_when_the_coordinator_dies_is_reported_as_interrupted(federation):
+    coordinator, _, _, _, start_sites = federation
+    start_sites()
+    first = direct_federation(coordinator, "crashy", SITES)
+    first.wait_for_sites()
+    # Replace-one: a clipped gradient sum moves by up to 2 * clip_norm.
+    mechanism = GaussianMechanism.single(2.0, 5.0, Adjacency.REPLACE_ONE)
+    params = {"weights": np.zeros(DIM), "loss": "logistic", "clip_norm": 1.0}
+    first.query("linear_gradient", params, mechanism)
+    run_round = coordinator.hub.run_round
+
+    def answered_then_killed(*args, **kwargs):
+        run_round(*args, **kwargs)  # every site answers, so every ledger charges it
+        raise _CoordinatorDied
+
+    coordinator.hub.run_round = answered_then_killed
+    with pytest.raises(_CoordinatorDied):
+        first.query("linear_gradient", params, mechanism)
+    coordinator.hub.run_round = run_round
+    assert [r.round for r in coordinator.store.rounds("crashy")] == [1]  # 2 is in flight
+
+    resumed = NetworkFederation(NetworkJob("crashy", SITES), coordinator.registry,
+                                coordinator.hub, coordinator.store, coordinator.reports)
+    rounds = coordinator.store.rounds("crashy")
+    assert [(r.round, r.state) for r in rounds] == [(1, "answered"), (2, "interrupted")]
+    resumed.query("linear_gradient", params, mechanism)  # step 1, from the store
+    resumed.query("linear_gradient", params, mechanism)  # step 2 again, in a new round
+    rounds = coordinator.store.rounds("crashy")
+    assert [(r.round, r.step, r.state) for r in rounds] == [
+        (1, 1, "answered"), (2, 2, "interrupted"), (3, 2, "answered")]
+    report = json.loads(privacy_report_json("crashy", _spec(1.0), {}, rounds))
+    assert [a["round"] for a in report["aborted_rounds"]] == [2]
+    assert "interrupted" in report["aborted_rounds"][0]["reason"]
+    for name in SITES:  # what the sites' ledgers say they were charged for
+        assert resumed.privacy_spent()[name].job.epsilon > 0

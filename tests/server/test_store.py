@@ -96,6 +96,34 @@ def test_store_refuses_a_newer_schema(db: Path) -> None:
         CoordinatorStore(db)
 
 
+def test_version_1_store_is_upgraded_with_its_rounds_ended(db: Path) -> None:
+    with sqlite3.connect(db) as conn:  # the v1 tables a job's rounds need, as v1 wrote them
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.executemany("INSERT INTO meta VALUES (?, ?)",
+                         [("kind", "privadapt-coordinator"), ("schema_version", "1")])
+        conn.execute("""CREATE TABLE jobs (job_id TEXT PRIMARY KEY, algorithm TEXT NOT NULL,
+            spec_json TEXT NOT NULL, seed INTEGER NOT NULL, state TEXT NOT NULL,
+            message TEXT NOT NULL, created REAL NOT NULL, updated REAL NOT NULL)""")
+        conn.execute("""CREATE TABLE rounds (job_id TEXT NOT NULL REFERENCES jobs (job_id),
+            round INTEGER NOT NULL, step INTEGER NOT NULL, query_id TEXT NOT NULL,
+            participants TEXT NOT NULL, started REAL NOT NULL, finished REAL NOT NULL,
+            aborted INTEGER NOT NULL, abort_reason TEXT NOT NULL, epsilon_so_far REAL,
+            PRIMARY KEY (job_id, round))""")
+        conn.execute("INSERT INTO jobs VALUES ('job-1', 'noisy_gd', '{}', 0, 'running', '', "
+                     "1.0, 1.0)")
+        conn.execute("INSERT INTO rounds VALUES ('job-1', 1, 1, 'q-1', '[\"st-mary\", "
+                     "\"st-paul\"]', 10.0, 12.5, 1, 'dropout', 0.25)")
+        conn.execute("INSERT INTO rounds VALUES ('job-1', 2, 1, 'q-1', '[\"st-mary\", "
+                     "\"st-paul\"]', 10.0, 12.5, 0, '', 0.5)")
+    with CoordinatorStore(db) as upgraded:
+        assert [r.state for r in upgraded.rounds("job-1")] == ["aborted", "answered"]
+        upgraded.start_round(RoundRecord.starting("job-1", 3, 2, "q-2", ("st-mary",), 20.0))
+        assert upgraded.last_round("job-1") == 3
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
+                            ).fetchone() == ("2",)
+
+
 def test_store_in_a_missing_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot open"):
         CoordinatorStore(tmp_path / "no-such-dir" / "coordinator.db")
@@ -201,6 +229,67 @@ def test_duplicate_round_is_refused(store: CoordinatorStore) -> None:
     store.record_round(a_round())
     with pytest.raises(ValueError, match="round 1 of job 'job-1' is already recorded"):
         store.record_round(a_round())
+
+
+def a_started_round(rnd: int = 1, step: int = 1) -> RoundRecord:
+    return RoundRecord.starting("job-1", rnd, step, f"q-{step}", ("st-mary", "st-paul"), 10.0)
+
+
+def test_round_is_stored_before_it_is_announced_and_completed_when_it_ends(
+    store: CoordinatorStore,
+) -> None:
+    store.create_job("job-1", "noisy_gd", "{}", seed=0)
+    store.start_round(a_started_round())
+    assert store.last_round("job-1") == 1
+    assert store.rounds("job-1") == []  # not listed as ended while in flight
+    (in_flight,) = store.rounds("job-1", include_started=True)
+    assert in_flight.state == "started" and not in_flight.aborted
+    store.record_round(a_round(aborted=True, reason="site 'st-paul' dropped"))
+    assert store.rounds("job-1") == [a_round(aborted=True, reason="site 'st-paul' dropped")]
+    with pytest.raises(ValueError, match="already recorded"):
+        store.record_round(a_round())
+
+
+def test_answer_completes_its_started_round(store: CoordinatorStore) -> None:
+    store.create_job("job-1", "noisy_gd", "{}", seed=0)
+    store.start_round(a_started_round())
+    store.save_answer(an_answer((np.ones(2),)), a_round())
+    assert store.rounds("job-1", include_started=True) == [a_round()]
+    assert store.rounds("job-1")[0].state == "answered"
+
+
+def test_started_round_cannot_end_as_another_step(store: CoordinatorStore) -> None:
+    store.create_job("job-1", "noisy_gd", "{}", seed=0)
+    store.start_round(a_started_round(step=1))
+    with pytest.raises(ValueError, match="was started for step 1"):
+        store.record_round(a_round(step=2))
+    with pytest.raises(ValueError, match="already recorded"):
+        store.start_round(a_started_round())
+
+
+def test_rounds_left_started_by_a_crash_are_reconciled_as_interrupted(
+    store: CoordinatorStore, db: Path,
+) -> None:
+    store.create_job("job-1", "noisy_gd", "{}", seed=0)
+    store.start_round(a_started_round(rnd=1))
+    store.save_answer(an_answer((np.ones(2),)), a_round(rnd=1))
+    store.start_round(a_started_round(rnd=2, step=2))
+    # The coordinator dies here; the next one opens the same file.
+    with CoordinatorStore(db) as resumed:
+        (interrupted,) = resumed.interrupt_rounds("job-1", "interrupted: crash", now=99.0)
+        assert (interrupted.round, interrupted.step, interrupted.state) == (2, 2, "interrupted")
+        assert interrupted.aborted and interrupted.abort_reason == "interrupted: crash"
+        assert interrupted.finished == 99.0
+        assert resumed.rounds("job-1") == [a_round(rnd=1), interrupted]
+        assert resumed.interrupt_rounds("job-1", "again") == []
+        assert resumed.last_round("job-1") == 2
+
+
+@pytest.mark.parametrize(("aborted", "state"), [(True, "answered"), (False, "interrupted"),
+                                                (False, "lost")])
+def test_round_state_must_agree_with_aborted(aborted: bool, state: str) -> None:
+    with pytest.raises(ValueError, match="round"):
+        replace(a_round(), aborted=aborted, state=state)
 
 
 def test_round_of_unknown_job_is_refused(store: CoordinatorStore) -> None:
