@@ -4,8 +4,9 @@ Paper: ../shared/seeds/000_c994082081daf396.txt, Section 5 and Appendix D.
 The same federated loop as PCnvxAdap (``reweighted_descent``; noise of Alg. 1
 lines 2-3, which Alg. 2 keeps) on the smooth objective J of problem (7)
 (``adaptation_objectives``): any G-Lipschitz, beta-smooth loss (here the
-logistic loss of a linear model, labels in {-1, +1}, or the squared loss), the
-l1 term 1 - sum_i 1/u_i exactly, and the max term through the mu-softmax.
+logistic loss of a linear model, labels in {-1, +1}, the squared loss, or the
+softmax cross-entropy of a multi-class linear model), the l1 term
+1 - sum_i 1/u_i exactly, and the max term through the mu-softmax.
 It returns (w_t*, u_t*) with t* drawn uniformly from 1..T (line 13), drawn by
 the coordinator from ``seed`` (not privacy noise: any generator will do), or,
 with ``return_average``, the average iterate.
@@ -19,8 +20,18 @@ one step 1/beta leaves u nearly frozen at its start (the reference weights
 p^0). The default ``"curvature"`` uses block steps (``curvature_step_sizes``),
 our tuning.
 
-Not built: the softmax cross-entropy (multi-class) loss; the kernel handles
-binary logistic and squared losses of a linear model.
+Softmax cross-entropy (``loss="softmax_cross_entropy"``; Section 1 names it,
+no constants are given, and Section 5's B = G Lambda fails for it): W in
+R^{d x C} with C = ``bounds.num_classes``, ||W||_F <= Lambda = ``bounds.radius``,
+labels the class indices 0..C-1 (public ones checked here, private ones by
+each site, which refuses the query otherwise); ``bounds.label_bound`` is
+unused. Its constants, derived in ``privadapt.common.kernels.softmax_loss``:
+G = sqrt(2) r, beta_w = r^2/2, B = log(1 + (C-1) exp(sqrt(2) Lambda r)) <=
+log C + sqrt(2) Lambda r; they set the w-block sensitivity 2G, the local
+u-block sensitivity B and the steps, as the logistic loss's do.
+``result.weights`` is then W of shape (d, C); predict argmax_c (x W)_c. A warm
+start: ``public_erm.fit_linear(..., loss="softmax_cross_entropy",
+num_classes=C)`` as ``initial_weights``.
 """
 
 from __future__ import annotations
@@ -47,7 +58,7 @@ from privadapt.server.algorithms.reweighted_descent import (
     run_reweighted_descent,
 )
 
-SmoothLoss = Literal["logistic", "squared"]
+SmoothLoss = Literal["logistic", "squared", "softmax_cross_entropy"]
 StepSizeChoice = Literal["curvature", "paper"] | StepSizes
 
 

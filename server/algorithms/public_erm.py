@@ -7,6 +7,10 @@ constrained minimiser of a convex loss over the ball is either the
 unconstrained minimiser or, by the KKT conditions, the ridge solution
 w(lambda) = argmin L(w) + lambda ||w||^2 with ||w(lambda)|| = Lambda, found by
 bisection on lambda.
+
+Multi-class: the softmax cross-entropy of W in R^{d x C} over the Frobenius
+ball ||W||_F <= Lambda (the class of the multi-class PNCnvxAdap), labels the
+class indices 0..C-1; also the warm start that algorithm can take.
 """
 
 from __future__ import annotations
@@ -16,12 +20,25 @@ from typing import Literal
 import numpy as np
 from scipy import optimize, special
 
+from privadapt.common.kernels.softmax_loss import (
+    SOFTMAX_CROSS_ENTROPY,
+    class_indices,
+    softmax_cross_entropy_terms,
+)
+
+LinearLoss = Literal["logistic", "squared", "softmax_cross_entropy"]
+
 
 def _objective(
     weights: np.ndarray, features: np.ndarray, labels: np.ndarray, loss: str
 ) -> tuple[float, np.ndarray]:
-    margins = features @ weights
     n = len(labels)
+    if loss == SOFTMAX_CROSS_ENTROPY:
+        # labels: class indices; weights: W flattened row-major.
+        matrix = weights.reshape(features.shape[1], -1)
+        losses, residuals = softmax_cross_entropy_terms(features @ matrix, labels)
+        return float(np.mean(losses)), (features.T @ residuals / n).reshape(-1)
+    margins = features @ weights
     if loss == "squared":
         residual = margins - labels
         value = float(residual @ residual) / n
@@ -35,21 +52,37 @@ def _objective(
 def fit_linear(
     features: np.ndarray,
     labels: np.ndarray,
-    loss: Literal["logistic", "squared"],
+    loss: LinearLoss,
     radius: float,
+    num_classes: int | None = None,
 ) -> np.ndarray:
-    """argmin over ||w|| <= radius of the mean loss on public (features, labels)."""
-    if loss not in ("logistic", "squared"):
-        raise ValueError(f"loss must be 'logistic' or 'squared', got {loss!r}")
+    """argmin over ||w|| <= radius of the mean loss on public (features, labels):
+    w of shape (d,), or for the softmax cross-entropy (``num_classes`` C, labels
+    0..C-1) W of shape (d, C) with ||W||_F <= radius."""
+    if loss not in ("logistic", "squared", SOFTMAX_CROSS_ENTROPY):
+        raise ValueError(f"loss must be 'logistic', 'squared' or {SOFTMAX_CROSS_ENTROPY!r}, "
+                         f"got {loss!r}")
     if not radius > 0:
         raise ValueError(f"radius must be > 0, got {radius!r}")
+    if loss == SOFTMAX_CROSS_ENTROPY:
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+        classes = class_indices(labels, num_classes)
+        fitted = _fit_in_ball(features, classes, loss, radius, features.shape[1] * num_classes)
+        return fitted.reshape(features.shape[1], num_classes)
+    return _fit_in_ball(features, labels, loss, radius, features.shape[1])
+
+
+def _fit_in_ball(
+    features: np.ndarray, labels: np.ndarray, loss: str, radius: float, size: int
+) -> np.ndarray:
     ball = {
         "type": "ineq",
         "fun": lambda w: radius**2 - w @ w,
         "jac": lambda w: -2.0 * w,
     }
     result = optimize.minimize(
-        _objective, np.zeros(features.shape[1]), args=(features, labels, loss), jac=True,
+        _objective, np.zeros(size), args=(features, labels, loss), jac=True,
         method="SLSQP", constraints=[ball], options={"maxiter": 2000, "ftol": 1e-12},
     )
     if not result.success:
@@ -60,6 +93,9 @@ def fit_linear(
 
 
 def accuracy(weights: np.ndarray, features: np.ndarray, labels: np.ndarray) -> float:
-    """Share of records whose label (+1/-1) has the sign of w.x (ties count as +1)."""
+    """Share of records whose label (+1/-1) has the sign of w.x (ties count as +1);
+    for W of shape (d, C), whose class index is argmax_c (x W)_c."""
+    if np.ndim(weights) == 2:
+        return float(np.mean(np.argmax(features @ weights, axis=1) == labels))
     predictions = np.where(features @ weights >= 0, 1.0, -1.0)
     return float(np.mean(predictions == labels))

@@ -23,6 +23,10 @@ every site's ledger.
 The released S and Z are post-processed with public bounds (each site term
 lies in (0, 1] after scaling, and Z's in (exp(-mu (1-alpha)/n), 1]) so noise
 can never make S or Z non-positive.
+
+With the softmax cross-entropy the model is W in R^{d x C} (``DataBounds.num_classes``
+C), carried flattened row-major through the loop and the queries, projected on
+the Frobenius ball ||W||_F <= Lambda, and returned as (d, C).
 """
 
 from __future__ import annotations
@@ -38,6 +42,11 @@ from scipy import special
 from privadapt.common.calibration import calibrate_noise_multiplier
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.reweighted_gradient import loss_bounds, penalty_gradient
+from privadapt.common.kernels.softmax_loss import (
+    SOFTMAX_CROSS_ENTROPY,
+    class_indices,
+    softmax_cross_entropy_smoothness,
+)
 from privadapt.common.mechanisms import (
     Adjacency,
     GaussianBlock,
@@ -60,21 +69,33 @@ KERNEL = "reweighted_gradient"
 @dataclass(frozen=True)
 class DataBounds:
     """||x|| <= r (``feature_norm``), |y| <= Y (``label_bound``), ||w|| <= Lambda
-    (``radius``): job parameters, enforced by clipping at the sites."""
+    (``radius``): job parameters, enforced by clipping at the sites; and the
+    number of classes C of the softmax cross-entropy (labels 0..C-1, refused
+    otherwise by the sites; unused by the binary losses)."""
 
     feature_norm: float
     label_bound: float
     radius: float
+    num_classes: int = 2
 
     def __post_init__(self) -> None:
         for name in ("feature_norm", "label_bound", "radius"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+        classes = self.num_classes
+        if isinstance(classes, bool) or not isinstance(classes, int | np.integer) or classes < 2:
+            raise ValueError(f"num_classes must be an integer >= 2, got {classes!r}")
 
     def loss_and_gradient_bounds(self, loss: Loss) -> tuple[float, float]:
-        """(B, G) of seed 000, Section 4 (squared) or their logistic analogue."""
-        return loss_bounds(loss, self.feature_norm, self.label_bound, self.radius)
+        """(B, G) of seed 000, Section 4 (squared), their logistic analogue, or
+        the softmax cross-entropy's (``privadapt.common.kernels.softmax_loss``)."""
+        return loss_bounds(loss, self.feature_norm, self.label_bound, self.radius,
+                           int(self.num_classes))
+
+    def model_size(self, loss: Loss, dim: int) -> int:
+        """Entries of the model: d, or d C for the softmax cross-entropy."""
+        return dim * int(self.num_classes) if loss == SOFTMAX_CROSS_ENTROPY else dim
 
 
 @dataclass(frozen=True)
@@ -107,8 +128,10 @@ class AdaptationResult:
     """The fitted linear model and what it cost each site.
 
     ``weights`` is the algorithm's output (the average iterate for Alg. 1, a
-    uniformly random iterate for Alg. 2); ``public_weights`` the matching
-    u^Pub. The private u's stay at the sites."""
+    uniformly random iterate for Alg. 2): w of shape (d,), or W of shape (d, C)
+    for the softmax cross-entropy (as are ``average_weights`` and
+    ``last_weights``); ``public_weights`` the matching u^Pub. The private u's
+    stay at the sites."""
 
     weights: np.ndarray
     public_weights: np.ndarray
@@ -199,11 +222,14 @@ def run_reweighted_descent(
     n = sum(federation.site_sizes.values())
     if m < 1 or n < 1:
         raise ValueError(f"need public and private records, got m={m}, n={n}")
-    dim = public_features.shape[1]
+    dim = bounds.model_size(loss, public_features.shape[1])
+    softmax = loss == SOFTMAX_CROSS_ENTROPY
+    if softmax:
+        class_indices(public_labels, bounds.num_classes)  # the public labels too
     mu = hyper.mu if math.isfinite(hyper.mu) else 1.0  # unused when kinf = 0
     public_lower, private_lower = m / hyper.alpha, n / (1.0 - hyper.alpha)
     weights = project_to_ball(np.zeros(dim) if initial_weights is None
-                              else np.asarray(initial_weights, float), bounds.radius)
+                              else _initial_weights(initial_weights, dim), bounds.radius)
     u_public = np.full(m, public_lower)
     private_square_sum = n / private_lower**2  # every private u_i starts at its bound
     private_log_z = math.log(n) + mu / private_lower
@@ -221,6 +247,8 @@ def run_reweighted_descent(
             "mu": mu, "inverse_square_sum": inverse_square_sum, "log_partition": log_z,
             "step_size": step_sizes.private_weights, "weight_noise": weight_noise,
         }
+        if softmax:
+            params["num_classes"] = int(bounds.num_classes)
         answer = federation.query(KERNEL, params, noise.mechanism)
         gradient_sum, square_sum, partition = answer.blocks
         _, grad_w, grad_u_loss = weighted_loss_gradient(
@@ -247,17 +275,30 @@ def run_reweighted_descent(
             progress(record)
     average = weight_sum / iterations
     output = (average, u_public_sum / iterations) if output_iteration is None else chosen
+    shape = (public_features.shape[1], bounds.num_classes) if softmax else (dim,)
     return AdaptationResult(
-        weights=output[0], public_weights=output[1], average_weights=average,
-        last_weights=weights, output_iteration=output_iteration, noise_plan=noise,
+        weights=output[0].reshape(shape), public_weights=output[1],
+        average_weights=average.reshape(shape), last_weights=weights.reshape(shape),
+        output_iteration=output_iteration, noise_plan=noise,
         step_sizes=step_sizes, history=history,
         privacy=federation.privacy_spent(report_delta),
     )
 
 
+def _initial_weights(initial_weights: np.ndarray, size: int) -> np.ndarray:
+    """A warm start w_0 (for the softmax cross-entropy W as (d, C) or flattened)."""
+    weights = np.asarray(initial_weights, float)
+    if weights.size != size:
+        raise ValueError(f"initial_weights must hold {size} entries, got shape {weights.shape}")
+    return weights.reshape(size)
+
+
 def loss_smoothness(loss: Loss, bounds: DataBounds) -> float:
     """beta_w: smoothness in w of sum_i l_i / u_i, using sum_i 1/u_i <= 1 under the
-    constraints: 2 r^2 (squared loss), r^2 Y^2 / 4 (logistic)."""
+    constraints: 2 r^2 (squared loss), r^2 Y^2 / 4 (logistic), r^2 / 2 (softmax
+    cross-entropy; derived in ``privadapt.common.kernels.softmax_loss``)."""
+    if loss == SOFTMAX_CROSS_ENTROPY:
+        return softmax_cross_entropy_smoothness(bounds.feature_norm)
     r, y = bounds.feature_norm, bounds.label_bound
     return 2.0 * r * r if loss == "squared" else r * r * y * y / 4.0
 

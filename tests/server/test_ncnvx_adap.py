@@ -129,3 +129,19 @@ def test_j_needs_a_finite_mu(tmp_path):
     with pytest.raises(ValueError, match="mu"):
         ncnvx_adap(federation(tmp_path), SAMPLE.public_features, SAMPLE.public_labels,
                    hyper=ReweightingHyperparameters(alpha=0.5), bounds=BOUNDS, iterations=3)
+
+
+def test_softmax_cross_entropy_enters_beta_through_its_own_g_b_and_r_squared_over_two():
+    # Lemma 3's beta with the softmax constants in place of the logistic ones:
+    # beta_w = r^2/2, G = sqrt(2) r, B = log(1 + (C-1) exp(sqrt(2) Lambda r)).
+    classes = DataBounds(feature_norm=2.0, label_bound=1.0, radius=5.0, num_classes=4)
+    softmax = smoothness_bound("softmax_cross_entropy", HYPER, classes, M, N)
+    logistic = smoothness_bound("logistic", HYPER, classes, M, N)
+    r, y, alpha = 2.0, 1.0, HYPER.alpha
+    lowest = min(M / alpha, N / (1 - alpha))
+    b_softmax = math.log(1 + 3 * math.exp(math.sqrt(2) * 5.0 * r))
+    b_logistic = math.log1p(math.exp(5.0 * r * y))
+    expected = (r * r / 2 - r * r * y * y / 4
+                + (math.sqrt(2) * r - r * y) * (alpha**2 / M**1.5 + (1 - alpha) ** 2 / N**1.5)
+                + 2 * (b_softmax - b_logistic) / lowest**3)
+    assert softmax - logistic == pytest.approx(expected, rel=1e-9)
