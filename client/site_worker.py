@@ -151,9 +151,12 @@ class SiteWorker:
                          "the announced query's job, round or id differ from the round's")
             return
         if not self.progress.enter_round(job_id, round):
+            last_round = self.progress.last_round(job_id)
+            # last_round lets a coordinator that lost count (its database) go
+            # straight above it rather than one refused round at a time.
             self._refuse(calls, job_id, round, query_id, pb.Refusal.REPLAY,
                          f"site {self.site.name!r}: round {round} of job {job_id!r} is not "
-                         f"above round {self.progress.last_round(job_id)} already seen")
+                         f"above round {last_round} already seen", last_round=last_round)
             return
         keys = RoundKeys.generate()
         signed = keys.sign(
@@ -204,11 +207,12 @@ class SiteWorker:
         ), timeout=CALL_TIMEOUT_S)
 
     def _refuse(self, calls: CoordinatorCalls, job_id: str, round: int, query_id: str,
-                reason: int, message: str) -> None:
+                reason: int, message: str, last_round: int = 0) -> None:
         logger.warning("site=%s job=%s round=%d refused (%s): %s", self.site.name, job_id, round,
                        pb.Refusal.Reason.Name(reason), message)
         calls.Refuse(pb.Refusal(job_id=job_id, round=round, query_id=query_id,
-                                site_name=self.site.name, reason=reason, message=message),
+                                site_name=self.site.name, reason=reason, message=message,
+                                last_round=last_round),
                      timeout=CALL_TIMEOUT_S)
 
     def _on_privacy_request(self, message: pb.PrivacyReportRequest,

@@ -220,6 +220,7 @@ class NetworkFederation:
             self._abort_round(round, step, query.query_id, participants, started,
                               failure.reason)
             self._raise_for_refusals(failure)
+            self._skip_replayed_rounds(failure)
             self._exclude(failure.missing)
             return None
         except Exception as error:  # a bug or a closed round: the job fails, the row ends
@@ -251,6 +252,16 @@ class NetworkFederation:
         for refusal in failure.refusals:
             if refusal.reason != pb.Refusal.REPLAY:
                 raise QueryRefusedError(refusal.message)
+
+    def _skip_replayed_rounds(self, failure: RoundFailedError) -> None:
+        """A site that refused a round as a replay says the last round it saw
+        (a job id reused after the coordinator's database was lost): the next
+        attempt goes above it at once, not one refused round at a time."""
+        replayed = [r.last_round for r in failure.refusals if r.reason == pb.Refusal.REPLAY]
+        if replayed and max(replayed) > self._last_round:
+            logger.warning("job=%s: sites have seen rounds up to %d; continuing above it",
+                           self.job_id, max(replayed))
+            self._last_round = max(replayed)
 
     def _exclude(self, names: Sequence[str]) -> None:
         for name in names:

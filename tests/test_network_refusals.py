@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from privadapt.client.round_progress import RoundProgress
 from privadapt.common import certs, tls
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
@@ -245,3 +246,26 @@ def test_a_connected_site_that_stops_answering_is_left_out_not_retried(tmp_path,
     assert [a.participants for a in answers] == [("site-a", "site-b")] * 4
     assert [r.aborted for r in rounds] == [True, False, False, False, False]
     assert charges == 5
+
+
+def test_job_id_reused_after_a_lost_database_goes_above_the_sites_last_round(
+        tmp_path, coordinator, sites):
+    # The sites took part in a job "reused" up to round 12 and saw it end (so
+    # they do not report it when they connect); the coordinator that ran it
+    # lost its database, so this one counts from 1.
+    for name in SITES:
+        (tmp_path / name).mkdir()
+        progress = RoundProgress(tmp_path / name / "site.db")
+        progress.enter_round("reused", 12)
+        progress.finish("reused")
+        progress.close()
+    sites()
+    federation = direct_federation(coordinator, "reused", SITES)
+    federation.wait_for_sites()
+    mechanism = GaussianMechanism.single(2.0, 10.0, Adjacency.REPLACE_ONE)
+    params = {"weights": np.zeros(DIM), "loss": "logistic", "clip_norm": 1.0}
+    answer = federation.query("linear_gradient", params, mechanism)
+    assert answer.participants == SITES
+    rounds = coordinator.store.rounds("reused")
+    assert [(r.round, r.aborted) for r in rounds] == [(1, True), (13, False)]
+    assert "not above round 12" in rounds[0].abort_reason

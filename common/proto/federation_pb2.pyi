@@ -303,7 +303,7 @@ class MaskedShare(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., blocks: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., fractional_bits: _Optional[int] = ..., roster_sites: _Optional[_Iterable[str]] = ..., job_epsilon: _Optional[float] = ...) -> None: ...
 
 class Refusal(_message.Message):
-    __slots__ = ("job_id", "round", "query_id", "site_name", "reason", "message")
+    __slots__ = ("job_id", "round", "query_id", "site_name", "reason", "message", "last_round")
     class Reason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         REASON_UNSPECIFIED: _ClassVar[Refusal.Reason]
@@ -324,13 +324,15 @@ class Refusal(_message.Message):
     SITE_NAME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LAST_ROUND_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     query_id: str
     site_name: str
     reason: Refusal.Reason
     message: str
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., reason: _Optional[_Union[Refusal.Reason, str]] = ..., message: _Optional[str] = ...) -> None: ...
+    last_round: int
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., reason: _Optional[_Union[Refusal.Reason, str]] = ..., message: _Optional[str] = ..., last_round: _Optional[int] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("job_id", "round", "query_id")
