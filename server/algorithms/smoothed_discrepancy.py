@@ -29,7 +29,8 @@ Mohri (2014) (the DM baseline of seed 000, ``experiments/baselines/dm.py``).
   oracle over Delta_m is the vertex e_j, j = argmin_i grad_i (line 10), and
   q_{k+1} = (1 - eta_k) q_k + eta_k e_j (line 11). The Frank-Wolfe gap
   <grad(q_k), q_k - e_j> bounds F~^lambda(q_k) - min F~^lambda (convexity) and
-  is the stopping criterion.
+  is the stopping criterion. Optional away steps (Lacoste-Julien and Jaggi,
+  2015; not in the paper) for the non-private baseline.
 
 OCR / reconstruction.
 * The approximation bound (3) prints lambda_max <= F <= lambda_max +
@@ -196,8 +197,8 @@ def line_search_step(objective: SmoothedDiscrepancy, weights: np.ndarray,
     M is affine in q, so along the segment M = M(q) - eta sum_i d_i x_i x_i^T and
     phi(eta) is convex; its derivative <G(eta), dM> + lambda <q + eta d, d> is
     increasing, and its root is found by Brent's method. The Frank-Wolfe
-    direction is d = e_j - q (max_step 1); the pairwise one d = e_j - e_a
-    (max_step q_a).
+    direction is d = e_j - q (max_step 1); the away direction d = q - e_a
+    (max_step q_a / (1 - q_a)).
     """
     start = objective.matrix(weights)
     change = -second_moment(objective.source_features, direction)
@@ -237,7 +238,7 @@ def frank_wolfe(
     tolerance: float = 1e-6,
     initial_weights: np.ndarray | None = None,
     step_rule: StepRule = "line_search",
-    pairwise: bool = False,
+    away_steps: bool = False,
     select_vertex: VertexSelector = exact_vertex,
 ) -> FrankWolfeResult:
     """Minimise ``objective`` over the simplex by Frank-Wolfe (Alg. 2 without noise).
@@ -249,12 +250,13 @@ def frank_wolfe(
     ``select_vertex`` maps a gradient to the vertex index to move towards
     (the hook for a noisy oracle).
 
-    ``pairwise`` (line search only; not in the paper): move mass from the
-    away vertex a = argmax_{i : q_i > 0} grad_i to the Frank-Wolfe vertex,
-    d = e_j - e_a, step at most q_a (Lacoste-Julien and Jaggi, 2015). Plain
-    Frank-Wolfe cannot empty a coordinate and zig-zags towards a minimiser on
-    a face of the simplex at rate O(1/k); the pairwise steps reach it far
-    sooner, which the non-private DM baseline wants.
+    ``away_steps`` (line search only; not in the paper): away-step
+    Frank-Wolfe (Lacoste-Julien and Jaggi, 2015). When it gains more, step
+    away from the worst vertex in the support, a = argmax_{i : q_i > 0}
+    grad_i (d = q - e_a), instead of towards e_j. Plain Frank-Wolfe can only
+    shrink a coordinate geometrically and zig-zags towards a minimiser on a
+    face of the simplex at rate O(1/k); away steps empty coordinates and
+    reach such a minimiser far sooner, which the non-private DM baseline wants.
     """
     if iterations < 0:
         raise ValueError(f"iterations must be >= 0, got {iterations!r}")
@@ -262,8 +264,8 @@ def frank_wolfe(
         raise ValueError(f"tolerance must be >= 0, got {tolerance!r}")
     if step_rule not in ("line_search", "open_loop"):
         raise ValueError(f"step_rule must be 'line_search' or 'open_loop', got {step_rule!r}")
-    if pairwise and step_rule != "line_search":
-        raise ValueError("pairwise steps need step_rule='line_search'")
+    if away_steps and step_rule != "line_search":
+        raise ValueError("away_steps needs step_rule='line_search'")
     weights = _checked_initial(initial_weights, objective.num_source)
     values: list[float] = []
     gaps: list[float] = []
@@ -275,8 +277,8 @@ def frank_wolfe(
         if iteration == iterations or gap <= tolerance:
             break
         vertex = select_vertex(gradient)
-        if pairwise:
-            weights = _pairwise_step(objective, weights, gradient, vertex)
+        if away_steps:
+            weights = _away_or_toward_step(objective, weights, gradient, vertex)
             continue
         step = (line_search_step(objective, weights, _toward(vertex, weights))
                 if step_rule == "line_search" else open_loop_step(iteration))
@@ -294,20 +296,25 @@ def _toward(vertex: int, weights: np.ndarray) -> np.ndarray:
     return direction
 
 
-def _pairwise_step(objective: SmoothedDiscrepancy, weights: np.ndarray,
-                   gradient: np.ndarray, vertex: int) -> np.ndarray:
+def _away_or_toward_step(objective: SmoothedDiscrepancy, weights: np.ndarray,
+                         gradient: np.ndarray, vertex: int) -> np.ndarray:
+    """One step of away-step Frank-Wolfe (Lacoste-Julien and Jaggi, 2015, Alg. 1)."""
     support = np.flatnonzero(weights > 0)
     away = int(support[np.argmax(gradient[support])])
-    if away == vertex:
-        return weights
-    direction = np.zeros_like(weights)
-    direction[vertex], direction[away] = 1.0, -1.0
-    max_step = float(weights[away])
+    toward_gain = float(gradient @ weights - gradient[vertex])
+    away_gain = float(gradient[away] - gradient @ weights)
+    if toward_gain >= away_gain or weights[away] >= 1.0:
+        direction, max_step, dropped = _toward(vertex, weights), 1.0, None
+    else:
+        # Away from e_a: d = q - e_a, feasible up to q_a / (1 - q_a), where q_a hits 0.
+        direction = weights.copy()
+        direction[away] -= 1.0
+        max_step, dropped = float(weights[away] / (1.0 - weights[away])), away
     step = line_search_step(objective, weights, direction, max_step=max_step)
     weights = weights + step * direction
-    if step >= max_step:
-        weights[away] = 0.0  # a "drop" step empties the coordinate exactly
-    return weights
+    if dropped is not None and step >= max_step:
+        weights[dropped] = 0.0  # a "drop" step empties the coordinate exactly
+    return np.maximum(weights, 0.0)
 
 
 def _checked_initial(initial_weights: np.ndarray | None, num_source: int) -> np.ndarray:

@@ -131,7 +131,7 @@ def test_frank_wolfe_reaches_zero_discrepancy_when_the_target_is_a_reweighted_so
 def test_frank_wolfe_gap_shrinks_and_bounds_the_suboptimality():
     source, target_moment = shifted_problem(seed=9, m=15)
     objective = SmoothedDiscrepancy(source, target_moment, mu=5.0, regularization=0.01)
-    minimum = frank_wolfe(objective, iterations=1000, tolerance=1e-10, pairwise=True).value
+    minimum = frank_wolfe(objective, iterations=1000, tolerance=1e-10, away_steps=True).value
     result = frank_wolfe(objective, iterations=300, tolerance=0.0)
     assert min(result.gaps) < 1e-2 * result.gaps[0]
     assert np.all(np.diff(result.values) <= 1e-12)  # line search never goes up
@@ -151,11 +151,11 @@ def slsqp_minimum(objective):
     return reference.fun
 
 
-def test_pairwise_frank_wolfe_matches_an_slsqp_reference_minimum():
+def test_away_step_frank_wolfe_matches_an_slsqp_reference_minimum():
     source, target_moment = shifted_problem(seed=10, m=8)
     objective = SmoothedDiscrepancy(source, target_moment, mu=10.0, regularization=0.05)
     reference = slsqp_minimum(objective)
-    result = frank_wolfe(objective, iterations=1000, tolerance=1e-10, pairwise=True)
+    result = frank_wolfe(objective, iterations=1000, tolerance=1e-10, away_steps=True)
     assert result.converged
     assert result.value == pytest.approx(reference, abs=1e-8)
     # The minimiser is not uniform and has empty coordinates: the test would
@@ -176,7 +176,7 @@ def test_open_loop_steps_also_reach_the_minimum():
     # The schedule the noisy variant (Alg. 2) needs: no line search on private data.
     source, target_moment = shifted_problem(seed=11, m=15)
     objective = SmoothedDiscrepancy(source, target_moment, mu=5.0, regularization=0.01)
-    best = frank_wolfe(objective, iterations=1000, tolerance=1e-10, pairwise=True).value
+    best = frank_wolfe(objective, iterations=1000, tolerance=1e-10, away_steps=True).value
     open_loop = frank_wolfe(objective, iterations=300, tolerance=0.0, step_rule="open_loop")
     assert open_loop.iterations == 300
     assert open_loop.values[0] - best > 0.1
@@ -213,11 +213,11 @@ def test_objective_rejects_a_target_moment_of_the_wrong_size():
         SmoothedDiscrepancy(source, np.eye(4), mu=1.0)
 
 
-def test_pairwise_steps_need_the_line_search():
+def test_away_steps_need_the_line_search():
     source, target_moment = shifted_problem(m=4)
     objective = SmoothedDiscrepancy(source, target_moment, mu=1.0)
-    with pytest.raises(ValueError, match="pairwise"):
-        frank_wolfe(objective, pairwise=True, step_rule="open_loop")
+    with pytest.raises(ValueError, match="away_steps"):
+        frank_wolfe(objective, away_steps=True, step_rule="open_loop")
 
 
 def test_frank_wolfe_rejects_initial_weights_off_the_simplex():
