@@ -27,6 +27,11 @@ Operators write it as TOML::
     [federation]
     peers = ["st-john", "st-luke"]   # optional: the only sites this site masks with
 
+Poisson-sampled releases (noisy minibatch SGD) need no key of their own: their
+amplification is accounted under add/remove adjacency only, so a site answers
+them only under ``adjacency = "add_remove_one"`` and the default
+(``replace_one``) refuses them (:mod:`privadapt.client.site`).
+
 Every problem is reported as a ``ConfigError`` naming the file, the key and
 what would be accepted, once, when the policy is loaded.
 """

@@ -128,7 +128,8 @@ def test_private_run_is_accurate_on_a_small_logistic_problem(make_site):
     features, labels = pooled(site_list)
     optimum = fit_linear(features, labels, "logistic", SETTINGS["radius"])
     assert accuracy(optimum, features, labels) > 0.9
-    assert accuracy(result.average_weights, features, labels) > 0.85
+    # Measured: 0.945-0.949 over three noise seeds, the optimum's 0.948.
+    assert accuracy(result.average_weights, features, labels) > 0.9
 
 
 def test_replace_one_sites_refuse_sampled_steps(make_site):
