@@ -12,7 +12,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --upgrade pip
-	@$(BIN)/python -m pip install --quiet -e '.[test]'
+	@$(BIN)/python -m pip install --quiet -e '.[test,experiments]'
 	@touch $(STAMP)
 
 # A coordinator and 3 site daemons as processes on 127.0.0.1, mutual TLS and

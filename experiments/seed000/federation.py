@@ -1,15 +1,23 @@
-"""In-process sites for the seed 000 experiments: a private target sample split
-over sites, each with its own policy and SQLite ledger (as experiments/demo.py).
+"""Sites for the seed 000 experiments: a private target sample split over
+sites, each with its own policy and SQLite ledger.
+
+In-process by default (``LocalFederation``, as experiments/demo.py); with
+``networked=True`` every site is a real ``privadapt-site`` daemon on 127.0.0.1
+behind mutual TLS and secure aggregation (server/process_federation.py), and the
+algorithms run unchanged against a ``NetworkFederation``.
 
 Simulation sites (``private=False``) have an infinite cap and
 ``allow_non_private``: they answer the noise-free CnvxAdap / NCnvxAdap and the
 non-private target-only fits. Private sites charge their ledgers; their noise
-comes from the sites (``noise_seed`` seeds it for reproducible runs)."""
+comes from the sites (``noise_seed`` seeds it for reproducible in-process runs;
+site daemons always draw from the operating system's CSPRNG)."""
 
 from __future__ import annotations
 
 import math
+import re
 import uuid
+from argparse import ArgumentParser
 from pathlib import Path
 
 import numpy as np
@@ -19,33 +27,71 @@ from privadapt.client.local_federation import LocalFederation
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
 from privadapt.common.data import Dataset
+from privadapt.common.federation import Federation
 from privadapt.common.noise import SeededRandomBits
+from privadapt.server.process_federation import SitePolicyTerms, SiteProcesses
 
 SITE_DELTA_CAP = 0.05
 
 
-def make_federation(
-    features: np.ndarray,
-    labels: np.ndarray,
-    workdir: Path,
-    *,
-    private: bool,
-    epsilon_cap: float = 100.0,
-    num_sites: int = 2,
-    noise_seed: int | None = None,
-    tag: str = "run",
-) -> LocalFederation:
-    """Split (features, labels) into ``num_sites`` consecutive sites."""
-    run = f"{tag}-{uuid.uuid4().hex[:8]}"
-    names = tuple(f"x{i}" for i in range(features.shape[1]))
-    sites = []
-    for k, rows in enumerate(np.array_split(np.arange(len(labels)), num_sites)):
-        name = f"site-{k}"
-        if private:
-            policy = SitePolicy(name, epsilon_cap, SITE_DELTA_CAP)
-        else:
-            policy = SitePolicy(name, math.inf, SITE_DELTA_CAP, allow_non_private=True)
-        source = None if noise_seed is None else SeededRandomBits(noise_seed * 100 + k)
-        ledger = PrivacyLedger(workdir / f"{run}-{name}.db", policy)
-        sites.append(Site(Dataset(features[rows], labels[rows], names), policy, ledger, source))
-    return LocalFederation(sites, job_id=run)
+def add_networked_flag(parser: ArgumentParser) -> None:
+    parser.add_argument("--networked", action="store_true",
+                        help="run every federation as site daemons over mutual TLS "
+                             "(slower; a smaller configuration is advised)")
+
+
+class Federations:
+    """Makes one experiment's federations; ``close`` stops any site daemons."""
+
+    def __init__(self, workdir: Path, *, networked: bool = False) -> None:
+        self.workdir = Path(workdir)
+        self.networked = networked
+        self._processes = SiteProcesses(self.workdir / "network") if networked else None
+
+    def __enter__(self) -> Federations:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def description(self) -> str:
+        return ("site daemons on 127.0.0.1 (mutual TLS, secure aggregation)" if self.networked
+                else "in-process sites")
+
+    def close(self) -> None:
+        if self._processes is not None:
+            self._processes.close()
+
+    def make(
+        self,
+        features: np.ndarray,
+        labels: np.ndarray,
+        *,
+        private: bool,
+        epsilon_cap: float = 100.0,
+        num_sites: int = 2,
+        noise_seed: int | None = None,
+        tag: str = "run",
+    ) -> Federation:
+        """Split (features, labels) into ``num_sites`` consecutive sites."""
+        names = tuple(f"x{i}" for i in range(features.shape[1]))
+        parts = [Dataset(features[rows], labels[rows], names)
+                 for rows in np.array_split(np.arange(len(labels)), num_sites)]
+        tag = re.sub(r"[^A-Za-z0-9]+", "-", tag).strip("-").lower() or "run"
+        if self._processes is not None:
+            terms = (SitePolicyTerms(epsilon_cap, SITE_DELTA_CAP) if private else
+                     SitePolicyTerms(math.inf, SITE_DELTA_CAP, allow_non_private=True))
+            return self._processes.federation(parts, terms, tag=tag)
+        run = f"{tag}-{uuid.uuid4().hex[:8]}"
+        sites = []
+        for k, data in enumerate(parts):
+            name = f"site-{k}"
+            if private:
+                policy = SitePolicy(name, epsilon_cap, SITE_DELTA_CAP)
+            else:
+                policy = SitePolicy(name, math.inf, SITE_DELTA_CAP, allow_non_private=True)
+            source = None if noise_seed is None else SeededRandomBits(noise_seed * 100 + k)
+            ledger = PrivacyLedger(self.workdir / f"{run}-{name}.db", policy)
+            sites.append(Site(data, policy, ledger, source))
+        return LocalFederation(sites, job_id=run)

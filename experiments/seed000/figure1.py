@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.seed000.federation import make_federation
+from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from experiments.seed000.synthetic import make_shifted_regression
 from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
@@ -55,10 +55,10 @@ def ledger_epsilon(result) -> float:
     return max(spent.job.epsilon for spent in result.privacy.values())
 
 
-def run_cell(method, epsilon, train, source, test, workdir, iterations, weight_noise, seed):
+def run_cell(method, epsilon, train, source, test, federations, iterations, weight_noise, seed):
     """One (method, epsilon, sample) run: (test MSE, ledger epsilon)."""
     private = math.isfinite(epsilon)
-    federation = make_federation(*train, workdir, private=private, noise_seed=seed,
+    federation = federations.make(*train, private=private, noise_seed=seed,
                                  tag=method)
     if method == "noisy GD (target only)":
         result = noisy_gd(federation, dim=train[0].shape[1], loss="squared", epsilon=epsilon,
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="PCnvxAdap without the paper's u-noise (cnvx_adap.py docstring)")
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     parser.add_argument("--out", type=Path, default=Path("experiments/seed000/results"))
+    add_networked_flag(parser)
     args = parser.parse_args(argv)
     runs, sizes, iterations = (1, [200, 800], 20) if args.quick else (
         args.runs, args.sizes, args.iterations)
@@ -98,20 +99,23 @@ def main(argv: list[str] | None = None) -> int:
     lines = [("CnvxAdap", math.inf)] + [("PCnvxAdap", e) for e in EPSILONS] + [
         ("noisy GD (target only)", e) for e in EPSILONS]
     rows = []
-    for n in sizes:
-        for method, epsilon in lines:
-            errors, spent = [], []
-            for run in range(runs):
-                rng = np.random.default_rng(10_000 * run + n)
-                rows_drawn = rng.integers(0, len(pool[1]), size=n)
-                train = (pool[0][rows_drawn], pool[1][rows_drawn])
-                error, eps_spent = run_cell(method, epsilon, train, source, test, workdir,
-                                            iterations, weight_noise, seed=run + 1)
-                errors.append(error)
-                spent.append(eps_spent)
-            mean, std = mean_std(errors)
-            rows.append([n, method, epsilon, mean, std, max(spent), runs])
-        print(f"  n={n} done ({time.perf_counter() - started:.0f} s)", flush=True)
+    with Federations(workdir, networked=args.networked) as federations:
+        print(f"sites: {federations.description}", flush=True)
+        for n in sizes:
+            for method, epsilon in lines:
+                errors, spent = [], []
+                for run in range(runs):
+                    rng = np.random.default_rng(10_000 * run + n)
+                    rows_drawn = rng.integers(0, len(pool[1]), size=n)
+                    train = (pool[0][rows_drawn], pool[1][rows_drawn])
+                    error, eps_spent = run_cell(method, epsilon, train, source, test,
+                                                federations, iterations, weight_noise,
+                                                seed=run + 1)
+                    errors.append(error)
+                    spent.append(eps_spent)
+                mean, std = mean_std(errors)
+                rows.append([n, method, epsilon, mean, std, max(spent), runs])
+            print(f"  n={n} done ({time.perf_counter() - started:.0f} s)", flush=True)
     header = ["n", "method", "epsilon", "test_mse_mean", "test_mse_std", "ledger_epsilon",
               "runs"]
     print("\nFigure 1 (target test MSE; mean +- std over runs)")

@@ -1,18 +1,20 @@
 """Seed 000, Table 1 style: relative test MSE (target-only = 1.0) of CnvxAdap,
-KMM, source-only and pooled least squares, on the synthetic covariate-shift
-regression of ``synthetic.py`` (with its stated concept shift).
+KMM, DM, source-only and pooled least squares, on the synthetic covariate-shift
+regression of ``synthetic.py`` (with its stated concept shift, known answer) and on
+scikit-learn's diabetes data split by sex (``diabetes.py``).
 
 Per split the target pool is re-split into train / validation (random, seeded);
-the test set and the source sample stay fixed. Hyperparameters of every method
-(ridge, KMM's B, CnvxAdap's alpha and k2) are chosen on the target validation
-split: a **non-private** selection, as in the paper's Table 1. CnvxAdap runs
-through in-process simulation sites (noise off), warm-started at the source-only
-fit (public data). The paper's regression sets (Wind, Airline, Gas, News) are not
-shipped and the scikit-learn diabetes data is not available (scikit-learn is not
-a dependency), so only the synthetic set is reported.
+for the synthetic set the test set and the source sample stay fixed, for
+diabetes (207 target patients) train / validation / test are all re-drawn.
+Hyperparameters of every method (ridge, KMM's B, DM's mu, CnvxAdap's alpha and
+k2) are chosen on the target validation split: a **non-private** selection, as
+in the paper's Table 1. CnvxAdap runs through simulation sites (noise off:
+in-process, or site daemons with ``--networked``), warm-started at the
+source-only fit (public data). The paper's regression sets (Wind, Airline, Gas,
+News) are not available offline.
 
 Run from the repository root:
-    .venv/bin/python -m experiments.seed000.table1 [--splits 10] [--quick]
+    .venv/bin/python -m experiments.seed000.table1 [--splits 10] [--quick] [--networked]
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ import itertools
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from experiments.baselines.kmm import KernelMeanMatching, weighted_least_squares
-from experiments.seed000.federation import make_federation
+from experiments.seed000.diabetes import load_diabetes_domains
+from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
-from experiments.seed000.synthetic import make_shifted_regression
+from experiments.seed000.synthetic import ShiftedRegression, make_shifted_regression
 from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
 from privadapt.server.algorithms.cnvx_adap import cnvx_adap
 from privadapt.server.algorithms.reweighted_descent import DataBounds
@@ -68,10 +72,10 @@ def kmm_fit(source, train, validation):
     return best_on_validation(candidates, validation)
 
 
-def cnvx_fit(source, train, validation, workdir, iterations, warm_start):
+def cnvx_fit(source, train, validation, federations, iterations, warm_start):
     candidates = []
     for alpha, k2 in itertools.product(ALPHAS, K2S):
-        federation = make_federation(*train, workdir, private=False, tag="cnvx")
+        federation = federations.make(*train, private=False, tag="cnvx")
         result = cnvx_adap(federation, *source, hyper=ReweightingHyperparameters(alpha, k2=k2),
                            bounds=BOUNDS, iterations=iterations, step_scale=3.0,
                            initial_weights=warm_start)
@@ -79,14 +83,27 @@ def cnvx_fit(source, train, validation, workdir, iterations, warm_start):
     return best_on_validation(candidates, validation)
 
 
-def one_split(data, split, sizes, workdir, iterations):
-    n_train, n_val, n_test = sizes
-    pool = len(data.target_labels) - n_test
+@dataclass(frozen=True)
+class RegressionSet:
+    """One Table 1 row group: a source sample, a target pool, and how to split it."""
+
+    name: str
+    data: ShiftedRegression
+    sizes: tuple[int, int, int]  # target train, validation, test
+    fixed_test: bool  # the last ``test`` records of the pool, or re-drawn per split
+
+
+def one_split(regression, split, federations, iterations):
+    data, (n_train, n_val, n_test) = regression.data, regression.sizes
     rng = np.random.default_rng(1000 + split)
-    order = rng.permutation(pool)
+    if regression.fixed_test:
+        pool = len(data.target_labels) - n_test
+        order = np.r_[rng.permutation(pool)[:n_train + n_val], np.arange(pool, pool + n_test)]
+    else:
+        order = rng.permutation(len(data.target_labels))
     pick = lambda rows: (data.target_features[rows], data.target_labels[rows])  # noqa: E731
     train, validation = pick(order[:n_train]), pick(order[n_train:n_train + n_val])
-    test = pick(np.arange(pool, pool + n_test))
+    test = pick(order[n_train + n_val:n_train + n_val + n_test])
     source = (data.source_features, data.source_labels)
     fits = {
         "target-only": least_squares(*train, validation),
@@ -95,9 +112,18 @@ def one_split(data, split, sizes, workdir, iterations):
                                 validation),
         "KMM": kmm_fit(source, train, validation),
     }
-    fits["CnvxAdap"] = cnvx_fit(source, train, validation, workdir, iterations,
+    fits["CnvxAdap"] = cnvx_fit(source, train, validation, federations, iterations,
                                 fits["source-only"])
     return {method: mse(w, *test) for method, w in fits.items()}
+
+
+def regression_sets(quick: bool) -> list[RegressionSet]:
+    num_source, synthetic_sizes = (200, (25, 25, 300)) if quick else (1000, (25, 25, 2000))
+    synthetic = make_shifted_regression(num_source=num_source,
+                                        num_target=2 * sum(synthetic_sizes), seed=0)
+    return [RegressionSet("synthetic", synthetic, synthetic_sizes, fixed_test=True),
+            RegressionSet("diabetes", load_diabetes_domains(), (60, 40, 107),
+                          fixed_test=False)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,45 +131,57 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--splits", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     parser.add_argument("--out", type=Path, default=Path("experiments/seed000/results"))
+    add_networked_flag(parser)
     args = parser.parse_args(argv)
     splits = 2 if args.quick else args.splits
-    num_source, sizes, iterations = (200, (25, 25, 300), 60) if args.quick else (
-        1000, (25, 25, 2000), 300)
+    iterations = 60 if args.quick else 300
     started = time.perf_counter()
-    data = make_shifted_regression(num_source=num_source, num_target=2 * sum(sizes), seed=0)
-    print(f"Synthetic covariate-shift regression (concept shift 0.5, see synthetic.py): "
-          f"source m={num_source}, target train n={sizes[0]}, validation {sizes[1]}, "
-          f"test {sizes[2]}, d={data.source_features.shape[1]}; {splits} random splits; "
-          f"CnvxAdap {iterations} iterations")
+    sets = regression_sets(args.quick)
+    for regression in sets:
+        n_train, n_val, n_test = regression.sizes
+        print(f"{regression.name}: source m={len(regression.data.source_labels)}, target "
+              f"train n={n_train}, validation {n_val}, test {n_test}, "
+              f"d={regression.data.source_features.shape[1]}")
+    print(f"{splits} random splits; CnvxAdap {iterations} iterations")
     print("Model selection on the target validation split: non-private.")
-    workdir = Path(tempfile.mkdtemp(prefix="privadapt-table1-"))
-    per_method = {method: [] for method in METHODS}
-    absolute = {method: [] for method in METHODS}
-    for split in range(splits):
-        errors = one_split(data, split, sizes, workdir, iterations)
-        for method in METHODS:
-            per_method[method].append(errors[method] / errors["target-only"])
-            absolute[method].append(errors[method])
-        print(f"  split {split + 1}/{splits}: " + ", ".join(
-            f"{m} {errors[m]:.5f}" for m in METHODS), flush=True)
     rows = []
-    for method in METHODS:
-        rel_mean, rel_std = mean_std(per_method[method])
-        abs_mean, _ = mean_std(absolute[method])
-        rows.append(["synthetic", method, rel_mean, rel_std, abs_mean, splits])
+    workdir = Path(tempfile.mkdtemp(prefix="privadapt-table1-"))
+    with Federations(workdir, networked=args.networked) as federations:
+        print(f"sites: {federations.description}", flush=True)
+        for regression in sets:
+            relative = {method: [] for method in METHODS}
+            absolute = {method: [] for method in METHODS}
+            for split in range(splits):
+                errors = one_split(regression, split, federations, iterations)
+                for method in METHODS:
+                    relative[method].append(errors[method] / errors["target-only"])
+                    absolute[method].append(errors[method])
+                print(f"  {regression.name} split {split + 1}/{splits}: " + ", ".join(
+                    f"{m} {errors[m]:.5f}" for m in METHODS), flush=True)
+            for method in METHODS:
+                rel_mean, rel_std = mean_std(relative[method])
+                abs_mean, _ = mean_std(absolute[method])
+                rows.append([regression.name, method, rel_mean, rel_std, abs_mean, splits])
     header = ["dataset", "method", "relative_mse_mean", "relative_mse_std", "test_mse_mean",
               "splits"]
     print("\nTable 1 (relative MSE, target-only = 1.0; mean +- std over splits)")
     print_table(["dataset", "method", "relative MSE", "std", "test MSE"],
                 [r[:5] for r in rows])
-    print("DM: not implemented (needs seed 003's smoothed-discrepancy Frank-Wolfe)")
-    print("diabetes (scikit-learn): skipped, scikit-learn is not a dependency; "
-          "Wind/Airline/Gas/News: not available offline")
     args.out.mkdir(parents=True, exist_ok=True)
     write_csv(args.out / "table1.csv", header, rows)
-    maybe_png(args.out / "table1.png", lambda plt: (
-        plt.bar([r[1] for r in rows], [r[2] for r in rows], yerr=[r[3] for r in rows]),
-        plt.axhline(1.0, linestyle="--"), plt.ylabel("relative MSE")))
+
+    def draw(plt):
+        width = 0.8 / len(sets)
+        for k, regression in enumerate(sets):
+            mine = [r for r in rows if r[0] == regression.name]
+            plt.bar(np.arange(len(mine)) + k * width, [r[2] for r in mine], width,
+                    yerr=[r[3] for r in mine], label=regression.name)
+        plt.xticks(np.arange(len(METHODS)) + width / 2, METHODS, fontsize=7)
+        plt.axhline(1.0, linestyle="--", color="grey")
+        plt.ylabel("relative MSE (target-only = 1)")
+        plt.legend()
+
+    maybe_png(args.out / "table1.png", draw)
     print(f"Done in {time.perf_counter() - started:.1f} s.")
     return 0
 

@@ -19,7 +19,7 @@ iterate t*; PNCnvxAdap's noise comes from the sites, its epsilon is read back
 from their ledgers.
 
 Run from the repository root:
-    .venv/bin/python -m experiments.seed000.table4 [--splits 10] [--quick]
+    .venv/bin/python -m experiments.seed000.table4 [--splits 10] [--quick] [--networked]
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from experiments.baselines.kmm import KernelMeanMatching, weighted_logistic
-from experiments.seed000.federation import make_federation
-from experiments.seed000.reporting import mean_std, print_table, write_csv
+from experiments.seed000.federation import Federations, add_networked_flag
+from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from privadapt.common.datasets.adult import load_adult_domains
 from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
 from privadapt.server.algorithms.ncnvx_adap import pncnvx_adap
@@ -65,9 +65,9 @@ def kmm_fit(source, train, validation, rng):
     return max(candidates, key=lambda w: accuracy(w, *validation))
 
 
-def adapt(source, train, workdir, alpha, epsilon, iterations, warm, seed):
+def adapt(source, train, federations, alpha, epsilon, iterations, warm, seed):
     private = np.isfinite(epsilon)
-    federation = make_federation(*train, workdir, private=private, num_sites=3,
+    federation = federations.make(*train, private=private, num_sites=3,
                                  noise_seed=seed, tag=f"ncnvx-{epsilon:g}")
     result = pncnvx_adap(federation, *source, hyper=hyper(alpha), bounds=BOUNDS,
                          epsilon=epsilon, delta=DELTA if private else 0.0,
@@ -77,7 +77,7 @@ def adapt(source, train, workdir, alpha, epsilon, iterations, warm, seed):
     return result.weights, spent
 
 
-def one_split(domains, split, sizes, workdir, iterations):
+def one_split(domains, split, sizes, federations, iterations):
     n_train, n_val = sizes
     rng = np.random.default_rng(2000 + split)
     pool = domains.target_sites[0]
@@ -92,12 +92,12 @@ def one_split(domains, split, sizes, workdir, iterations):
                "train target (non-private)": (
                    accuracy(fit_linear(*train, "logistic", RADIUS), *test), np.nan),
                "KMM": (accuracy(kmm_fit(source, train, validation, rng), *test), np.nan)}
-    fits = {alpha: adapt(source, train, workdir, alpha, np.inf, iterations, warm, split + 1)[0]
+    fits = {alpha: adapt(source, train, federations, alpha, np.inf, iterations, warm, split + 1)[0]
             for alpha in ALPHAS}
     alpha = max(ALPHAS, key=lambda a: accuracy(fits[a], *validation))
     results["NCnvxAdap"] = (accuracy(fits[alpha], *test), np.nan)
     for epsilon in EPSILONS:
-        weights, spent = adapt(source, train, workdir, alpha, epsilon, iterations, warm,
+        weights, spent = adapt(source, train, federations, alpha, epsilon, iterations, warm,
                                split + 1)
         results[f"PNCnvxAdap eps={epsilon:g}"] = (accuracy(weights, *test), spent)
     return results, alpha
@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-size", type=int, default=2000)
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     parser.add_argument("--out", type=Path, default=Path("experiments/seed000/results"))
+    add_networked_flag(parser)
     args = parser.parse_args(argv)
     splits, sizes, iterations = (1, (300, 300), 10) if args.quick else (
         args.splits, (args.train_size, 1000), 100)
@@ -122,12 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     print("Model selection on the target validation sample: non-private.")
     workdir = Path(tempfile.mkdtemp(prefix="privadapt-table4-"))
     collected: dict[str, list[tuple[float, float]]] = {}
-    for split in range(splits):
-        results, alpha = one_split(domains, split, sizes, workdir, iterations)
-        for method, value in results.items():
-            collected.setdefault(method, []).append(value)
-        print(f"  split {split + 1}/{splits} (alpha={alpha}): " + ", ".join(
-            f"{m} {a:.4f}" for m, (a, _) in results.items()), flush=True)
+    with Federations(workdir, networked=args.networked) as federations:
+        print(f"sites: {federations.description}", flush=True)
+        for split in range(splits):
+            results, alpha = one_split(domains, split, sizes, federations, iterations)
+            for method, value in results.items():
+                collected.setdefault(method, []).append(value)
+            print(f"  split {split + 1}/{splits} (alpha={alpha}): " + ", ".join(
+                f"{m} {a:.4f}" for m, (a, _) in results.items()), flush=True)
     rows = []
     for method, values in collected.items():
         mean, std = mean_std([a for a, _ in values])
@@ -140,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(args.out / "table4.csv", ["dataset", "method", "accuracy_mean_percent",
                                         "accuracy_std_percent", "ledger_epsilon", "splits"],
               rows)
+    maybe_png(args.out / "table4.png", lambda plt: (
+        plt.bar([r[1] for r in rows], [r[2] for r in rows], yerr=[r[3] for r in rows]),
+        plt.xticks(rotation=30, ha="right", fontsize=7),
+        plt.ylim(min(r[2] for r in rows) - 5, 100), plt.ylabel("target test accuracy %")))
     print(f"Done in {time.perf_counter() - started:.1f} s.")
     return 0
 
