@@ -234,7 +234,7 @@ def params_from_proto(source: Mapping[str, pb.ParamValue], field: str = "params"
 
 # --------------------------------------------------------------------------- mechanisms
 
-_MECHANISM_SCALARS = ("sensitivity", "scale", "epsilon", "rho")
+_MECHANISM_SCALARS = ("sensitivity", "scale", "epsilon", "rho", "sampling_rate")
 
 
 def mechanism_to_proto(mechanism: Mechanism) -> pb.Mechanism:
@@ -255,7 +255,7 @@ def mechanism_from_proto(msg: pb.Mechanism, field: str = "mechanism") -> Mechani
     """Decode and validate a mechanism; a field that does not belong to its
     kind, a missing one, or an invalid value raises :class:`WireError`."""
     data: dict[str, Any] = {"kind": msg.kind, "adjacency": msg.adjacency}
-    if msg.kind == "gaussian":
+    if msg.kind in ("gaussian", "poisson_sampled_gaussian"):
         data["blocks"] = [(b.sensitivity, b.sigma) for b in msg.blocks]
     if msg.kind == "no_noise":
         data["sensitivities"] = list(msg.sensitivities)

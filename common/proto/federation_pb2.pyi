@@ -60,7 +60,7 @@ class GaussianBlock(_message.Message):
     def __init__(self, sensitivity: _Optional[float] = ..., sigma: _Optional[float] = ...) -> None: ...
 
 class Mechanism(_message.Message):
-    __slots__ = ("kind", "adjacency", "blocks", "sensitivity", "scale", "epsilon", "rho", "sensitivities")
+    __slots__ = ("kind", "adjacency", "blocks", "sensitivity", "scale", "epsilon", "rho", "sensitivities", "sampling_rate")
     KIND_FIELD_NUMBER: _ClassVar[int]
     ADJACENCY_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +69,7 @@ class Mechanism(_message.Message):
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     RHO_FIELD_NUMBER: _ClassVar[int]
     SENSITIVITIES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_RATE_FIELD_NUMBER: _ClassVar[int]
     kind: str
     adjacency: str
     blocks: _containers.RepeatedCompositeFieldContainer[GaussianBlock]
@@ -77,7 +78,8 @@ class Mechanism(_message.Message):
     epsilon: float
     rho: float
     sensitivities: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, kind: _Optional[str] = ..., adjacency: _Optional[str] = ..., blocks: _Optional[_Iterable[_Union[GaussianBlock, _Mapping]]] = ..., sensitivity: _Optional[float] = ..., scale: _Optional[float] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., sensitivities: _Optional[_Iterable[float]] = ...) -> None: ...
+    sampling_rate: float
+    def __init__(self, kind: _Optional[str] = ..., adjacency: _Optional[str] = ..., blocks: _Optional[_Iterable[_Union[GaussianBlock, _Mapping]]] = ..., sensitivity: _Optional[float] = ..., scale: _Optional[float] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., sensitivities: _Optional[_Iterable[float]] = ..., sampling_rate: _Optional[float] = ...) -> None: ...
 
 class Query(_message.Message):
     __slots__ = ("job_id", "round", "query_id", "kernel", "params", "mechanism", "collusion_tolerance", "fractional_bits")

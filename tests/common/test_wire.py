@@ -42,6 +42,7 @@ from privadapt.common.wire import (
 MECHANISMS = [
     GaussianMechanism((GaussianBlock(1.0, 2.5), GaussianBlock(0.0, 1e-3))),
     GaussianMechanism.single(0.5, 1.7, Adjacency.ADD_REMOVE_ONE),
+    GaussianMechanism.single(0.5, 1.7, Adjacency.ADD_REMOVE_ONE, sampling_rate=0.01),
     LaplaceMechanism(2.0, 0.25),
     LaplaceMechanism(0.0, 1.0, Adjacency.ADD_REMOVE_ONE),
     PureDpEvent(0.3),
@@ -208,7 +209,8 @@ def test_mechanism_round_trips(mechanism: object) -> None:
 
 def test_mechanism_kinds_cover_every_kind() -> None:
     kinds = {mechanism_to_proto(m).kind for m in MECHANISMS}
-    assert kinds == {"gaussian", "laplace", "pure_dp", "zcdp", "no_noise"}
+    assert kinds == {"gaussian", "poisson_sampled_gaussian", "laplace", "pure_dp", "zcdp",
+                     "no_noise"}
 
 
 @pytest.mark.parametrize(

@@ -160,9 +160,7 @@ def test_bad_arguments_are_refused_before_any_query(make_site, name, value):
     assert all(not spent.mechanisms for spent in federation.privacy_spent().values())
 
 
-@pytest.mark.xfail(strict=True, reason="common/wire.py and the proto Mechanism do not carry "
-                   "sampling_rate yet; the wire refuses sampled mechanisms (WireError)")
-def test_local_federation_runs_sampled_sgd_once_the_wire_carries_the_rate(make_site):
+def test_local_federation_runs_sampled_sgd_through_the_wire_format(make_site):
     result = noisy_sgd(LocalFederation(sites(make_site, epsilon_cap=3.0)), epsilon=3.0,
                        delta=DELTA, iterations=5, expected_batch_size=90, num_records=900,
                        **SETTINGS)
