@@ -8,9 +8,10 @@ algorithms run unchanged against a ``NetworkFederation``.
 
 Simulation sites (``private=False``) have an infinite cap and
 ``allow_non_private``: they answer the noise-free CnvxAdap / NCnvxAdap and the
-non-private target-only fits. Private sites charge their ledgers; their noise
-comes from the sites (``noise_seed`` seeds it for reproducible in-process runs;
-site daemons always draw from the operating system's CSPRNG)."""
+non-private target-only fits. Sites are replace-one by default; noisy minibatch
+SGD's Poisson-sampled releases need add/remove-one sites. Private sites charge
+their ledgers; their noise comes from the sites (``noise_seed`` seeds it for
+reproducible in-process runs; site daemons always draw from the operating system's CSPRNG)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
 from privadapt.common.data import Dataset
 from privadapt.common.federation import Federation
+from privadapt.common.mechanisms import Adjacency
 from privadapt.common.noise import SeededRandomBits
 from privadapt.server.process_federation import SitePolicyTerms, SiteProcesses
 
@@ -73,6 +75,7 @@ class Federations:
         num_sites: int = 2,
         noise_seed: int | None = None,
         tag: str = "run",
+        adjacency: Adjacency = Adjacency.REPLACE_ONE,
     ) -> Federation:
         """Split (features, labels) into ``num_sites`` consecutive sites."""
         names = tuple(f"x{i}" for i in range(features.shape[1]))
@@ -80,17 +83,19 @@ class Federations:
                  for rows in np.array_split(np.arange(len(labels)), num_sites)]
         tag = re.sub(r"[^A-Za-z0-9]+", "-", tag).strip("-").lower() or "run"
         if self._processes is not None:
-            terms = (SitePolicyTerms(epsilon_cap, SITE_DELTA_CAP) if private else
-                     SitePolicyTerms(math.inf, SITE_DELTA_CAP, allow_non_private=True))
+            terms = (SitePolicyTerms(epsilon_cap, SITE_DELTA_CAP, adjacency) if private else
+                     SitePolicyTerms(math.inf, SITE_DELTA_CAP, adjacency,
+                                     allow_non_private=True))
             return self._processes.federation(parts, terms, tag=tag)
         run = f"{tag}-{uuid.uuid4().hex[:8]}"
         sites = []
         for k, data in enumerate(parts):
             name = f"site-{k}"
             if private:
-                policy = SitePolicy(name, epsilon_cap, SITE_DELTA_CAP)
+                policy = SitePolicy(name, epsilon_cap, SITE_DELTA_CAP, adjacency=adjacency)
             else:
-                policy = SitePolicy(name, math.inf, SITE_DELTA_CAP, allow_non_private=True)
+                policy = SitePolicy(name, math.inf, SITE_DELTA_CAP, adjacency=adjacency,
+                                    allow_non_private=True)
             source = None if noise_seed is None else SeededRandomBits(noise_seed * 100 + k)
             ledger = PrivacyLedger(self.workdir / f"{run}-{name}.db", policy)
             sites.append(Site(data, policy, ledger, source))

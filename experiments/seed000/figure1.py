@@ -1,7 +1,9 @@
 """Seed 000, Figure 1 style: PCnvxAdap test MSE against the target sample size n
 for epsilon in {0.5, 1, 5, 10, 15}, delta = 0.01, with the noise-free CnvxAdap
-line and the DP target-only noisy projected GD line (Figure 2's comparator,
-run at the same epsilons).
+line, the DP target-only noisy projected GD line (Figure 2's comparator) and the
+DP target-only noisy minibatch SGD line of the paper's Figure 1 (Bassily et al.
+2019; Poisson batches of n/10 drawn by the sites, add/remove adjacency), all at
+the same epsilons.
 
 Data: the synthetic covariate-shift regression of ``synthetic.py`` (the paper
 uses Gas, which is not shipped). The private target training sample of size n
@@ -34,9 +36,11 @@ import numpy as np
 from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from experiments.seed000.synthetic import make_shifted_regression
+from privadapt.common.mechanisms import Adjacency
 from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
 from privadapt.server.algorithms.cnvx_adap import pcnvx_adap
 from privadapt.server.algorithms.noisy_gd import noisy_gd
+from privadapt.server.algorithms.noisy_sgd import noisy_sgd
 from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.algorithms.reweighted_descent import DataBounds
 
@@ -45,6 +49,10 @@ DELTA = 0.01
 BOUNDS = DataBounds(feature_norm=1.0, label_bound=1.0, radius=5.0)
 HYPER = ReweightingHyperparameters(alpha=0.3)
 NOISY_GD = {"learning_rate": 1.0, "radius": 5.0, "clip_norm": 2.0}
+# Noisy minibatch SGD (Bassily et al. 2019): expected batch n/10 by Poisson
+# sampling at the sites, add/remove adjacency (what sampled accounting supports),
+# 5% of epsilon on a noisy count of n; same step, ball and clip as noisy GD.
+SGD_BATCH_FRACTION = 0.1
 
 
 def mse(weights, test):
@@ -58,9 +66,16 @@ def ledger_epsilon(result) -> float:
 def run_cell(method, epsilon, train, source, test, federations, iterations, weight_noise, seed):
     """One (method, epsilon, sample) run: (test MSE, ledger epsilon)."""
     private = math.isfinite(epsilon)
-    federation = federations.make(*train, private=private, noise_seed=seed,
-                                 tag=method)
-    if method == "noisy GD (target only)":
+    sgd = method == "noisy SGD (target only)"
+    federation = federations.make(*train, private=private, noise_seed=seed, tag=method,
+                                  adjacency=Adjacency.ADD_REMOVE_ONE if sgd
+                                  else Adjacency.REPLACE_ONE)
+    if sgd:
+        batch = max(1, round(SGD_BATCH_FRACTION * len(train[1])))
+        result = noisy_sgd(federation, dim=train[0].shape[1], loss="squared", epsilon=epsilon,
+                           delta=DELTA, iterations=iterations, expected_batch_size=batch,
+                           **NOISY_GD)
+    elif method == "noisy GD (target only)":
         result = noisy_gd(federation, dim=train[0].shape[1], loss="squared", epsilon=epsilon,
                           delta=DELTA, iterations=iterations, **NOISY_GD)
     else:
@@ -68,7 +83,8 @@ def run_cell(method, epsilon, train, source, test, federations, iterations, weig
         result = pcnvx_adap(federation, *source, hyper=HYPER, bounds=BOUNDS, epsilon=epsilon,
                             delta=DELTA if private else 0.0, iterations=iterations,
                             step_scale=3.0, weight_noise=weight_noise, initial_weights=warm)
-    return mse(result.weights, test), ledger_epsilon(result) if private else math.inf
+    weights = result.average_weights if sgd else result.weights  # SGD: the average iterate
+    return mse(weights, test), ledger_epsilon(result) if private else math.inf
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,8 +112,9 @@ def main(argv: list[str] | None = None) -> int:
           f"PCnvxAdap weight_noise={weight_noise}; MSE of the true regressor "
           f"{mse(data.target_weights, test):.5f}")
     workdir = Path(tempfile.mkdtemp(prefix="privadapt-figure1-"))
-    lines = [("CnvxAdap", math.inf)] + [("PCnvxAdap", e) for e in EPSILONS] + [
-        ("noisy GD (target only)", e) for e in EPSILONS]
+    lines = [("CnvxAdap", math.inf)] + [
+        (method, e) for method in ("PCnvxAdap", "noisy GD (target only)",
+                                   "noisy SGD (target only)") for e in EPSILONS]
     rows = []
     with Federations(workdir, networked=args.networked) as federations:
         print(f"sites: {federations.description}", flush=True)
@@ -127,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     def draw(plt):
         for method, epsilon in lines:
             points = [(r[0], r[3]) for r in rows if r[1] == method and r[2] == epsilon]
-            style = "--" if method == "CnvxAdap" else ("-." if "noisy" in method else "-")
+            style = "--" if method == "CnvxAdap" else (
+                "-." if "GD" in method else (":" if "SGD" in method else "-"))
             plt.plot(*zip(*points, strict=True), style, label=f"{method} eps={epsilon:g}")
         plt.xlabel("target sample n")
         plt.ylabel("test MSE")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.baselines.dm import DiscrepancyMinimization
 from experiments.baselines.kmm import KernelMeanMatching, weighted_least_squares
 from experiments.seed000.diabetes import load_diabetes_domains
 from experiments.seed000.federation import Federations, add_networked_flag
@@ -43,7 +44,8 @@ KMM_BOUNDS = (2.0, 10.0, 100.0)
 ALPHAS = (0.1, 0.3, 0.5, 0.7)
 K2S = (0.0, 0.1)
 BOUNDS = DataBounds(feature_norm=1.0, label_bound=1.0, radius=5.0)
-METHODS = ("target-only", "source-only", "pooled", "KMM", "CnvxAdap")
+METHODS = ("target-only", "source-only", "pooled", "KMM", "DM", "CnvxAdap")
+DM_RADII = (1.0, 5.0)
 
 
 def mse(weights: np.ndarray, features: np.ndarray, labels: np.ndarray) -> float:
@@ -70,6 +72,15 @@ def kmm_fit(source, train, validation):
         candidates.append(least_squares(np.vstack([xs, xt]), np.r_[ys, yt], validation,
                                         np.r_[beta, np.ones(len(yt))]))
     return best_on_validation(candidates, validation)
+
+
+def dm_fit(source, train, validation):
+    """DM (Cortes & Mohri 2014, experiments/baselines/dm.py): source weights by
+    smoothed-discrepancy Frank-Wolfe against the target training features, then
+    weighted least squares on the ball; Lambda chosen on validation."""
+    return best_on_validation(
+        [DiscrepancyMinimization(radius=radius, iterations=300).fit(*source, train[0]).coef_
+         for radius in DM_RADII], validation)
 
 
 def cnvx_fit(source, train, validation, federations, iterations, warm_start):
@@ -111,6 +122,7 @@ def one_split(regression, split, federations, iterations):
         "pooled": least_squares(np.vstack([source[0], train[0]]), np.r_[source[1], train[1]],
                                 validation),
         "KMM": kmm_fit(source, train, validation),
+        "DM": dm_fit(source, train, validation),
     }
     fits["CnvxAdap"] = cnvx_fit(source, train, validation, federations, iterations,
                                 fits["source-only"])

@@ -31,7 +31,7 @@ def finite(rows, column):
 @pytest.mark.slow
 def test_table1_writes_relative_mse_for_every_method(tmp_path):
     out, rows = run_script("table1", tmp_path)
-    methods = ["target-only", "source-only", "pooled", "KMM", "CnvxAdap"]
+    methods = ["target-only", "source-only", "pooled", "KMM", "DM", "CnvxAdap"]
     for dataset in ("synthetic", "diabetes"):
         mine = [r for r in rows if r["dataset"] == dataset]
         assert [r["method"] for r in mine] == methods
@@ -51,6 +51,7 @@ def test_figure1_writes_every_epsilon_and_size_with_the_ledger_epsilon(tmp_path)
         for epsilon in (0.5, 1.0, 5.0, 10.0, 15.0):
             assert ("PCnvxAdap", epsilon) in cells
             assert ("noisy GD (target only)", epsilon) in cells
+            assert ("noisy SGD (target only)", epsilon) in cells
     assert finite(rows, "test_mse_mean")
     for row in rows:
         if math.isfinite(float(row["epsilon"])):
