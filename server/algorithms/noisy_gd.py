@@ -86,6 +86,44 @@ def gradient_mechanism(
     return GaussianMechanism.single(sensitivity, multiplier, Adjacency.REPLACE_ONE)
 
 
+def projected_gradient_descent(
+    federation: Federation,
+    mechanism: Mechanism,
+    *,
+    dim: int,
+    loss: str,
+    clip_norm: float,
+    gradient_scale: float,
+    iterations: int,
+    learning_rate: float,
+    radius: float,
+    initial_weights: np.ndarray | None,
+    progress: Callable[[IterationRecord], None] | None,
+    progress_every: int,
+    checkpoint: Callable[[int, np.ndarray], None] | None,
+) -> tuple[np.ndarray, np.ndarray, list[IterationRecord]]:
+    """T steps w <- Proj(w - eta * released_sum / gradient_scale), one
+    ``linear_gradient`` query each: the loop noisy GD (scale n) and noisy
+    minibatch SGD (scale q n) share. Returns (last, average, history)."""
+    weights = np.zeros(dim) if initial_weights is None else np.asarray(initial_weights, float)
+    weights = project_to_ball(weights, radius)
+    weight_sum = np.zeros(dim)
+    history: list[IterationRecord] = []
+    for iteration in range(1, iterations + 1):
+        params = {"weights": weights, "loss": loss, "clip_norm": clip_norm}
+        gradient = federation.query("linear_gradient", params, mechanism).value / gradient_scale
+        weights = project_to_ball(weights - learning_rate * gradient, radius)
+        weight_sum += weights
+        record = IterationRecord(iteration, float(np.linalg.norm(gradient)),
+                                 float(np.linalg.norm(weights)))
+        history.append(record)
+        if checkpoint is not None:
+            checkpoint(iteration, weights)
+        if progress is not None and (iteration % progress_every == 0 or iteration == iterations):
+            progress(record)
+    return weights, weight_sum / iterations, history
+
+
 def noisy_gd(
     federation: Federation,
     *,
@@ -114,26 +152,15 @@ def noisy_gd(
             raise ValueError(f"{name} must be > 0, got {value!r}")
     num_records = sum(federation.site_sizes.values())
     mechanism = gradient_mechanism(epsilon, delta, iterations, clip_norm, calibration)
-    weights = np.zeros(dim) if initial_weights is None else np.asarray(initial_weights, float)
-    weights = project_to_ball(weights, radius)
-    weight_sum = np.zeros(dim)
-    history: list[IterationRecord] = []
-    for iteration in range(1, iterations + 1):
-        params = {"weights": weights, "loss": loss, "clip_norm": clip_norm}
-        gradient = federation.query("linear_gradient", params, mechanism).value / num_records
-        weights = project_to_ball(weights - learning_rate * gradient, radius)
-        weight_sum += weights
-        record = IterationRecord(iteration, float(np.linalg.norm(gradient)),
-                                 float(np.linalg.norm(weights)))
-        history.append(record)
-        if checkpoint is not None:
-            checkpoint(iteration, weights)
-        if progress is not None and (iteration % progress_every == 0 or iteration == iterations):
-            progress(record)
+    weights, average_weights, history = projected_gradient_descent(
+        federation, mechanism, dim=dim, loss=loss, clip_norm=clip_norm,
+        gradient_scale=num_records, iterations=iterations, learning_rate=learning_rate,
+        radius=radius, initial_weights=initial_weights, progress=progress,
+        progress_every=progress_every, checkpoint=checkpoint)
     noise_multiplier = getattr(mechanism, "noise_multiplier", math.inf)
     return NoisyGDResult(
         weights=weights,
-        average_weights=weight_sum / iterations,
+        average_weights=average_weights,
         noise_multiplier=noise_multiplier,
         history=history,
         privacy=federation.privacy_spent(None if math.isinf(epsilon) else delta),

@@ -51,7 +51,7 @@ import numpy as np
 from privadapt.common.calibration import calibrate_noise_multiplier
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, Mechanism, NoNoise
-from privadapt.server.algorithms.noisy_gd import IterationRecord, project_to_ball
+from privadapt.server.algorithms.noisy_gd import IterationRecord, projected_gradient_descent
 
 ADD_REMOVE = Adjacency.ADD_REMOVE_ONE
 # The count's sensitivity: one record added or removed moves it by 1.
@@ -109,25 +109,14 @@ def noisy_sgd(
     sampling_rate = min(1.0, expected_batch_size / num_records) if private else 1.0
     mechanism = _step_mechanism(epsilon, delta, iterations, clip_norm, sampling_rate, spent)
     batch_scale = sampling_rate * num_records
-    weights = np.zeros(dim) if initial_weights is None else np.asarray(initial_weights, float)
-    weights = project_to_ball(weights, radius)
-    weight_sum = np.zeros(dim)
-    history: list[IterationRecord] = []
-    for iteration in range(1, iterations + 1):
-        params = {"weights": weights, "loss": loss, "clip_norm": clip_norm}
-        gradient = federation.query("linear_gradient", params, mechanism).value / batch_scale
-        weights = project_to_ball(weights - learning_rate * gradient, radius)
-        weight_sum += weights
-        record = IterationRecord(iteration, float(np.linalg.norm(gradient)),
-                                 float(np.linalg.norm(weights)))
-        history.append(record)
-        if checkpoint is not None:
-            checkpoint(iteration, weights)
-        if progress is not None and (iteration % progress_every == 0 or iteration == iterations):
-            progress(record)
+    weights, average_weights, history = projected_gradient_descent(
+        federation, mechanism, dim=dim, loss=loss, clip_norm=clip_norm,
+        gradient_scale=batch_scale, iterations=iterations, learning_rate=learning_rate,
+        radius=radius, initial_weights=initial_weights, progress=progress,
+        progress_every=progress_every, checkpoint=checkpoint)
     return NoisySGDResult(
         weights=weights,
-        average_weights=weight_sum / iterations,
+        average_weights=average_weights,
         noise_multiplier=getattr(mechanism, "noise_multiplier", math.inf),
         sampling_rate=sampling_rate,
         num_records=float(num_records),
