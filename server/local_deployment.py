@@ -63,8 +63,9 @@ def free_port() -> int:
 class LocalDeployment:
     """The configuration files of a federation under ``workdir``, with the
     certificates of the CA in ``pki`` (made by :func:`write_pki`; by default
-    ``workdir/pki``). Paths inside ``workdir`` are written relative to the
-    file that names them; the certificates by absolute path."""
+    ``workdir/pki``). A path inside the directory of the file that names it
+    is written relative to that directory (which the loaders resolve it
+    against), any other path as an absolute one."""
 
     def __init__(self, workdir: Path, pki: Path | None = None) -> None:
         self.workdir = Path(workdir).resolve()
