@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from privadapt.common.accounting import AccountingMethod
-from privadapt.common.config import read_toml
+from privadapt.common.config import read_toml, render_toml
 from privadapt.common.errors import ConfigError
 from privadapt.common.kernels import registered_kernels
 from privadapt.common.mechanisms import Adjacency
@@ -195,6 +195,12 @@ class SitePolicy:
             return cls(**fields)
         except ConfigError as err:
             raise ConfigError(f"{source}: {err}") from None
+
+    def to_toml(self) -> str:
+        """This policy as TOML that :meth:`from_toml` reads back equal: every
+        field in its section, those left None (no limit) left out."""
+        return render_toml({section: {key: getattr(self, spec[0]) for key, spec in keys.items()}
+                            for section, keys in _LAYOUT.items()})
 
 
 def _suggest(name: object, known: Iterable[str]) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from privadapt.common.config import Layout, read_sections, read_toml
+from privadapt.common.config import Layout, read_sections, read_toml, render_layout
 from privadapt.common.errors import ConfigError
 
 _LAYOUT: Layout = {
@@ -60,4 +60,10 @@ class SiteConfig:
                               f"got {coordinator!r}")
         paths = {k: (base / v) for k, v in values.items()}
         return cls(coordinator=coordinator, **paths)
+
+    def to_toml(self, relative_to: Path | None = None) -> str:
+        """This configuration as TOML that :meth:`from_toml` reads back equal
+        from a file in ``relative_to``; paths inside that directory are
+        written relative to it (so the site directory can be moved)."""
+        return render_layout(_LAYOUT, self, relative_to)
 

@@ -1,12 +1,18 @@
-"""Reading configuration files (policies, schemas, daemon and job configs).
+"""Reading and writing configuration files (policies, schemas, daemon and job configs).
 
 One reader so every TOML file a user points privadapt at fails the same way:
-a ``ConfigError`` naming what the file is, its path and what went wrong.
+a ``ConfigError`` naming what the file is, its path and what went wrong. One
+writer (:func:`render_toml`) so every configuration object renders itself
+(``to_toml``) as text its own loader reads back equal: tools that set up a
+deployment write objects, not hand-made TOML.
 """
 
 from __future__ import annotations
 
+import json
 import tomllib
+from collections.abc import Mapping
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +68,58 @@ def read_sections(data: dict[str, Any], layout: Layout, source: str) -> dict[str
             if required and key not in values:
                 raise ConfigError(f"{source}: missing required key [{section}] {key}")
     return values
+
+
+def toml_value(value: Any) -> str:
+    """``value`` as a TOML value: a string, a whole number, a float (``inf``
+    and ``nan`` included), a boolean, or an array of these (a set is written
+    sorted); an enum as its value, a path as its text."""
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, Path):
+        value = str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)  # 'inf', 'nan', '1e-05': all TOML floats
+    if isinstance(value, str):
+        # A JSON string is a TOML basic string, except that TOML wants DEL escaped.
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, set | frozenset):
+        value = sorted(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} ({type(value).__name__}) as a TOML value")
+
+
+def render_toml(sections: Mapping[str, Mapping[str, Any]],
+                relative_to: Path | None = None) -> str:
+    """``[section] key = value`` text; keys whose value is None or "" are left
+    out (the loader's default applies), and so are sections left empty.
+
+    A path inside ``relative_to`` (the directory the file will be written in,
+    which the loaders resolve relative paths against) is written relative to
+    it, so the directory can be moved as a whole; other paths as they are
+    (give absolute ones)."""
+    blocks = []
+    for section, table in sections.items():
+        lines = [f"{key} = {toml_value(_relative(value, relative_to))}"
+                 for key, value in table.items() if value is not None and value != ""]
+        if lines:
+            blocks.append("\n".join([f"[{section}]", *lines]))
+    return "\n\n".join(blocks) + "\n"
+
+
+def render_layout(layout: Layout, record: object, relative_to: Path | None = None) -> str:
+    """:func:`render_toml` of a configuration whose attributes carry the key
+    names of ``layout`` (the one :func:`read_sections` reads it with)."""
+    return render_toml({section: {key: getattr(record, key) for key in keys}
+                        for section, keys in layout.items()}, relative_to)
+
+
+def _relative(value: Any, base: Path | None) -> Any:
+    if isinstance(value, Path) and base is not None and value.is_relative_to(base):
+        return value.relative_to(base)
+    return value

@@ -11,7 +11,6 @@ record never depends on the other records.
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 from collections.abc import Mapping, Sequence
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from privadapt.common.config import read_toml
+from privadapt.common.config import read_toml, toml_value
 from privadapt.common.errors import ConfigError
 
 INTERCEPT_NAME = "intercept"
@@ -143,16 +142,17 @@ class Schema:
 
     def to_toml(self) -> str:
         """This schema as TOML that :meth:`from_toml` reads back equal."""
-        lines = [f"label = {_toml(self.label)}", f"numeric = {_toml(self.numeric)}",
-                 f"intercept = {_toml(self.intercept)}"]
+        lines = [f"label = {toml_value(self.label)}", f"numeric = {toml_value(self.numeric)}",
+                 f"intercept = {toml_value(self.intercept)}"]
         if self.log1p_columns:
-            lines.append(f"log1p_columns = {_toml(self.log1p_columns)}")
+            lines.append(f"log1p_columns = {toml_value(self.log1p_columns)}")
         if self.row_norm_divisor is not None:
-            lines.append(f"row_norm_divisor = {_toml(self.row_norm_divisor)}")
+            lines.append(f"row_norm_divisor = {toml_value(self.row_norm_divisor)}")
         for name in ("categorical", "label_map", "numeric_scale"):
             table = getattr(self, name)
             if table is not None:
-                lines += ["", f"[{name}]"] + [f"{_toml(k)} = {_toml(v)}" for k, v in table.items()]
+                lines += ["", f"[{name}]"] + [f"{toml_value(k)} = {toml_value(v)}"
+                                              for k, v in table.items()]
         return "\n".join(lines) + "\n"
 
 
@@ -195,13 +195,3 @@ def _table(value: Any, key: str, parse: Any) -> dict[str, Any]:
         raise ConfigError(f"key '{key}': expected a table keyed by names, got {value!r}")
     return {k: parse(v, f"{key}.{k}") for k, v in value.items()}
 
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float | int):
-        return repr(float(value))
-    if isinstance(value, str):
-        # A JSON string is a TOML basic string, except that TOML wants DEL escaped.
-        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
-    return "[" + ", ".join(_toml(v) for v in value) + "]"

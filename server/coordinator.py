@@ -41,7 +41,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from privadapt.common import tls
 from privadapt.common.certcheck import certificate_identity
 from privadapt.common.certs import load_certificate
-from privadapt.common.config import Layout, read_sections, read_toml
+from privadapt.common.config import Layout, read_sections, read_toml, render_layout
 from privadapt.common.daemon_cli import daemon_arguments
 from privadapt.common.data import load_dataset
 from privadapt.common.errors import ConfigError, PrivadaptError
@@ -108,6 +108,12 @@ class CoordinatorConfig:
             if key in values:
                 values[key] = path.parent / values[key]
         return cls(**values)
+
+    def to_toml(self, relative_to: Path | None = None) -> str:
+        """This configuration as TOML that :meth:`from_toml` reads back equal
+        from a file in ``relative_to``; paths inside that directory are
+        written relative to it."""
+        return render_layout(_LAYOUT, self, relative_to)
 
 
 class Coordinator:

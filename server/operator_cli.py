@@ -34,7 +34,7 @@ import grpc
 import numpy as np
 
 from privadapt.common import tls
-from privadapt.common.config import Layout, read_sections, read_toml
+from privadapt.common.config import Layout, read_sections, read_toml, render_layout
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
@@ -72,6 +72,12 @@ class OperatorConfig:
         if insecure:
             return cls(values["coordinator"], None, None, None, insecure=True)
         return cls(values["coordinator"], *(path.parent / values[k] for k in _TLS_KEYS))
+
+    def to_toml(self, relative_to: Path | None = None) -> str:
+        """This configuration as TOML that :meth:`locate` (with the same
+        ``insecure``) reads back equal from a file in ``relative_to``; an
+        insecure one has no ``[tls]``."""
+        return render_layout(_LAYOUT, self, relative_to)
 
     def stub(self) -> rpc.OperatorServiceStub:
         if self.insecure:

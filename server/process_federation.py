@@ -16,19 +16,17 @@ in-process sites they take no seed, so networked runs are not bit-reproducible.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from privadapt.common import certs
+from privadapt.client.policy import SitePolicy
 from privadapt.common.data import Dataset
 from privadapt.common.mechanisms import Adjacency
 from privadapt.server.coordinator import Coordinator, CoordinatorConfig
+from privadapt.server.local_deployment import LOCALHOST, LocalDeployment, free_port, write_pki
+from privadapt.server.local_processes import Processes, start_site
 from privadapt.server.network_federation import NetworkFederation, NetworkJob
-from privadapt.server.simulate import Processes, free_port
 
 SITE_STOP_GRACE_S = 0.5
 
@@ -43,16 +41,12 @@ class SitePolicyTerms:
     allow_non_private: bool = False
     min_participants: int = 1
 
-    def toml(self, name: str) -> str:
-        if self.allow_non_private and not math.isinf(self.epsilon_cap):
-            raise ValueError("allow_non_private needs epsilon_cap = inf (a simulation site)")
-        cap = "inf" if math.isinf(self.epsilon_cap) else repr(float(self.epsilon_cap))
-        return (
-            f'[site]\nname = "{name}"\n[privacy]\nepsilon_cap = {cap}\n'
-            f"delta_cap = {self.delta_cap!r}\nadjacency = \"{self.adjacency.value}\"\n"
-            f"min_participants = {self.min_participants}\n"
-            f"allow_non_private = {'true' if self.allow_non_private else 'false'}\n"
-        )
+    def policy(self, name: str) -> SitePolicy:
+        """The policy of the site ``name`` (``ConfigError`` for terms no site
+        may have, such as allow_non_private with a finite cap)."""
+        return SitePolicy(name, self.epsilon_cap, self.delta_cap, adjacency=self.adjacency,
+                          min_participants=self.min_participants,
+                          allow_non_private=self.allow_non_private)
 
 
 class SiteProcesses:
@@ -60,21 +54,13 @@ class SiteProcesses:
     site daemons; ``close`` (or the ``with`` block's end) stops everything."""
 
     def __init__(self, workdir: Path, *, round_timeout: float = 120.0) -> None:
-        self._workdir = Path(workdir).resolve()
-        self._pki = self._workdir / "pki"
+        workdir = Path(workdir).resolve()
+        self._deployment = LocalDeployment(workdir, write_pki(workdir / "pki"))
         self._round_timeout = round_timeout
         self._runs = itertools.count()
         self._sites = Processes()
-        certs.init_ca(self._pki)
-        certs.issue_certificate(self._pki, "coordinator", "coordinator")
-        self._port = free_port()
-        config = self._workdir / "coordinator.toml"
-        config.write_text(
-            f'[coordinator]\nlisten = "127.0.0.1:{self._port}"\n'
-            'database = "coordinator.db"\n'
-            f'[tls]\ncert = "{self._pki / "coordinator.crt"}"\n'
-            f'key = "{self._pki / "coordinator.key"}"\nca = "{self._pki / "ca.crt"}"\n'
-        )
+        self._address = f"{LOCALHOST}:{free_port()}"
+        config = self._deployment.write_coordinator(self._address)
         self._coordinator = Coordinator(CoordinatorConfig.from_toml(config))
         self._coordinator.start()
 
@@ -89,14 +75,13 @@ class SiteProcesses:
     ) -> NetworkFederation:
         """Start one site daemon per dataset (after stopping the previous set),
         wait until every one is connected, and return the job's federation."""
-        self._stop_sites()
+        self._sites.stop()
         run = next(self._runs)
         names = [f"{tag}{run}-site-{k}" for k in range(len(datasets))]
         for name, data in zip(names, datasets, strict=True):
-            config = self._write_site(name, data, policy)
-            self._sites.start(name, ["privadapt.client.daemon", "--config", str(config),
-                                     "--log-level", "WARNING"],
-                              self._workdir / f"{name}.log")
+            config = self._deployment.write_site(policy.policy(name), data, self._address)
+            self._sites.add(name, start_site(config, self._deployment.workdir / f"{name}.log",
+                                             "--log-level", "WARNING"))
         job_id = f"{tag}{run}-job"
         self._coordinator.store.create_job(job_id, tag, "{}", 0)
         federation = NetworkFederation(
@@ -113,24 +98,5 @@ class SiteProcesses:
         return self._sites.peak_memory_mib()
 
     def close(self) -> None:
-        self._stop_sites()
-        self._coordinator.stop(grace=SITE_STOP_GRACE_S)
-
-    def _stop_sites(self) -> None:
         self._sites.stop()
-        self._sites = Processes()
-
-    def _write_site(self, name: str, data: Dataset, policy: SitePolicyTerms) -> Path:
-        certs.issue_certificate(self._pki, "site", name)
-        site = self._workdir / name
-        site.mkdir(parents=True)
-        np.savez(site / "data.npz", features=data.features, labels=data.labels)
-        (site / "policy.toml").write_text(policy.toml(name))
-        config = site / "site.toml"
-        config.write_text(
-            f'[site]\ncoordinator = "127.0.0.1:{self._port}"\ndata = "data.npz"\n'
-            'policy = "policy.toml"\ndatabase = "site.db"\n'
-            f'[tls]\ncert = "{self._pki / (name + ".crt")}"\n'
-            f'key = "{self._pki / (name + ".key")}"\nca = "{self._pki / "ca.crt"}"\n'
-        )
-        return config
+        self._coordinator.stop(grace=SITE_STOP_GRACE_S)

@@ -19,27 +19,30 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import numpy as np
 
-from privadapt.common import certs
-from privadapt.common.blas_threads import SINGLE_THREADED_BLAS
+from privadapt.client.policy import SitePolicy
+from privadapt.client.site_config import SiteConfig
 from privadapt.common.datasets.adult import load_adult_domains, site_schema_path, write_site_csvs
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire import params_from_proto
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
 from privadapt.server.job_spec import job_spec_from_toml
+from privadapt.server.local_deployment import LOCALHOST, LocalDeployment, free_port, write_pki
+from privadapt.server.local_processes import (
+    Processes,
+    await_coordinator,
+    start_coordinator,
+    start_site,
+)
 from privadapt.server.operator_cli import OperatorConfig, job_line, watch
 
 SITE_CAP_EPSILON, SITE_CAP_DELTA = 10.0, 1e-5
@@ -55,114 +58,17 @@ DEMO_JOBS = (
      "discrepancy = 0.05\nstep_scale = 100.0\n"),
 )
 _LABELS = {"noisy_gd": "noisy GD, target only", "pncnvx_adap": "PNCnvxAdap, source + target"}
-STOP_TIMEOUT_S = 15.0
+DEMO_KERNELS = frozenset({"linear_gradient", "reweighted_gradient", "second_moments",
+                          "record_count"})
+COORDINATOR_SETTINGS = {"round_timeout_s": 30.0, "site_wait_timeout_s": 60.0, "min_sites": 2}
 
 
-@dataclass
-class Processes:
-    """Every process the simulation started, stopped together."""
-
-    started: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
-
-    def start(self, name: str, args: Sequence[str], log: Path,
-              stdout: int | None = None) -> subprocess.Popen:
-        with open(log, "ab") as handle:
-            process = subprocess.Popen(
-                [sys.executable, "-m", *args], stdout=stdout or handle, stderr=handle,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **SINGLE_THREADED_BLAS},
-            )
-        self.started.append((name, process))
-        return process
-
-    def peak_memory_mib(self) -> dict[str, float]:
-        """Peak resident memory (VmHWM) of each live process, in MiB (Linux)."""
-        peaks = {}
-        for name, process in self.started:
-            status = Path(f"/proc/{process.pid}/status")
-            if process.poll() is None and status.exists():
-                for line in status.read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        peaks[name] = int(line.split()[1]) / 1024
-        return peaks
-
-    def stop(self) -> None:
-        for _, process in reversed(self.started):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for _, process in self.started:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def write_pki(pki: Path, site_names: Sequence[str]) -> Path:
-    """A new federation CA in ``pki`` and certificates for one coordinator, one
-    operator and each site, all named by their role or site name."""
-    certs.init_ca(pki)
-    certs.issue_certificate(pki, "coordinator", "coordinator")
-    certs.issue_certificate(pki, "operator", "operator")
-    for name in site_names:
-        certs.issue_certificate(pki, "site", name)
-    return pki
-
-
-def write_site_files(workdir: Path, pki: Path, name: str, data_csv: Path, port: int,
-                     min_participants: int) -> Path:
-    site_dir = workdir / name
-    site_dir.mkdir(exist_ok=True)
-    (site_dir / "policy.toml").write_text(
-        f'[site]\nname = "{name}"\n'
-        f"[privacy]\nepsilon_cap = {SITE_CAP_EPSILON}\ndelta_cap = {SITE_CAP_DELTA}\n"
-        f"min_noise_multiplier = 0.5\nmin_participants = {min_participants}\n"
-        '[queries]\nallowed_kernels = ["linear_gradient", "reweighted_gradient", '
-        '"second_moments", "record_count"]\n'
-        "max_clip_norm = 10.0\nmax_label_bound = 10.0\n"
-    )
-    config = site_dir / "site.toml"
-    config.write_text(
-        f'[site]\ncoordinator = "127.0.0.1:{port}"\ndata = "{data_csv}"\n'
-        f'schema = "{site_schema_path(data_csv)}"\npolicy = "policy.toml"\n'
-        f'database = "{name}.db"\n'
-        f'[tls]\ncert = "{pki / (name + ".crt")}"\nkey = "{pki / (name + ".key")}"\n'
-        f'ca = "{pki / "ca.crt"}"\n'
-    )
-    return config
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 now, so the sites can be configured and
-    started together with the coordinator (a race with another program taking
-    it in between is possible, and makes the coordinator fail to start, loudly)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def write_coordinator_files(workdir: Path, pki: Path, port: int, source) -> Path:
-    np.savez(workdir / "data" / "public-source.npz", features=source.features,
-             labels=source.labels)
-    config = workdir / "coordinator.toml"
-    config.write_text(
-        f'[coordinator]\nlisten = "127.0.0.1:{port}"\ndatabase = "coordinator.db"\n'
-        'public_source = "data/public-source.npz"\n'
-        "round_timeout_s = 30\nsite_wait_timeout_s = 60\nmin_sites = 2\n"
-        f'[tls]\ncert = "{pki / "coordinator.crt"}"\nkey = "{pki / "coordinator.key"}"\n'
-        f'ca = "{pki / "ca.crt"}"\n'
-    )
-    return config
-
-
-def write_operator_files(workdir: Path, pki: Path, port: int) -> Path:
-    config = workdir / "operator.toml"
-    config.write_text(
-        f'[operator]\ncoordinator = "127.0.0.1:{port}"\n'
-        f'[tls]\ncert = "{pki / "operator.crt"}"\nkey = "{pki / "operator.key"}"\n'
-        f'ca = "{pki / "ca.crt"}"\n'
-    )
-    return config
+def site_policy(name: str, num_sites: int) -> SitePolicy:
+    """What each simulated site allows: a hospital-like cap, the kernels the
+    demo jobs use, and rounds of at least two sites when there are two."""
+    return SitePolicy(name, SITE_CAP_EPSILON, SITE_CAP_DELTA, allowed_kernels=DEMO_KERNELS,
+                      min_noise_multiplier=0.5, min_participants=min(2, num_sites),
+                      max_clip_norm=10.0, max_label_bound=10.0)
 
 
 def write_demo_jobs(workdir: Path, site_names: Sequence[str]) -> list[Path]:
@@ -182,19 +88,6 @@ def write_demo_jobs(workdir: Path, site_names: Sequence[str]) -> list[Path]:
     return jobs
 
 
-def start_coordinator(processes: Processes, config: Path, logs: Path) -> subprocess.Popen:
-    return processes.start("coordinator", ["privadapt.server.coordinator", "--config",
-                                              str(config)], logs / "coordinator.log",
-                              stdout=subprocess.PIPE)
-
-
-def await_coordinator(process: subprocess.Popen, logs: Path) -> None:
-    line = process.stdout.readline().decode()  # blocks until serving (or exit)
-    if "serving on port" not in line:
-        tail = (logs / "coordinator.log").read_text()[-2000:]
-        raise ConfigError(f"the coordinator did not start; its log ends:\n{tail}")
-
-
 def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path]) -> int:
     if num_sites < 1:
         raise ConfigError(f"--sites must be >= 1, got {num_sites}")
@@ -207,7 +100,7 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path]) ->
     logs = workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     names = [f"site-{k}" for k in range(1, num_sites + 1)]
-    pki = write_pki(workdir / "pki", names)
+    deployment = LocalDeployment(workdir, write_pki(workdir / "pki"))
     domains = load_adult_domains(num_sites=num_sites, seed=0)
     csvs = write_site_csvs(domains, workdir / "data")
     print(f"UCI Adult: public source (men) {domains.source.num_records} records; private "
@@ -221,18 +114,20 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path]) ->
     try:
         # Everything starts at once: each site's first Register waits for the
         # coordinator's port to open (gRPC wait_for_ready), not a fixed sleep.
-        port = free_port()
-        coordinator = start_coordinator(processes, write_coordinator_files(workdir, pki, port,
-                                                                domains.source),
-                                        logs)
+        address = f"{LOCALHOST}:{free_port()}"
+        coordinator_log = logs / "coordinator.log"
+        coordinator = processes.add("coordinator", start_coordinator(
+            deployment.write_coordinator(address, public_source=domains.source,
+                                         **COORDINATOR_SETTINGS), coordinator_log))
+        site_configs = []
         for name, csv in zip(names, csvs, strict=True):
-            config = write_site_files(workdir, pki, name, csv, port, min(2, num_sites))
-            processes.start(name, ["privadapt.client.daemon", "--config", str(config)],
-                            logs / f"{name}.log")
-        await_coordinator(coordinator, logs)
-        print(f"started the coordinator (127.0.0.1:{port}) and {num_sites} site daemons, "
+            site_configs.append(deployment.write_site(site_policy(name, num_sites), csv, address,
+                                                      schema=site_schema_path(csv)))
+            processes.add(name, start_site(site_configs[-1], logs / f"{name}.log"))
+        await_coordinator(coordinator, coordinator_log)
+        print(f"started the coordinator ({address}) and {num_sites} site daemons, "
               "mutual TLS, secure aggregation")
-        stub = OperatorConfig.locate(write_operator_files(workdir, pki, port)).stub()
+        stub = OperatorConfig.locate(deployment.write_operator(address)).stub()
         jobs = list(job_files) or write_demo_jobs(workdir, names)
         results = [run_job(stub, path, started_at, names) for path in jobs]
         memory = processes.peak_memory_mib()
@@ -240,7 +135,7 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path]) ->
         processes.stop()
     report(domains, results, memory)
     print(f"Inspect a site's ledger: privadapt ledger show --site-db "
-          f"{workdir / names[0] / (names[0] + '.db')}")
+          f"{SiteConfig.from_toml(site_configs[0]).database}")
     print(f"Done in {time.perf_counter() - launched_at:.1f} s.")
     return 0 if all(r.state == pb.JOB_STATE_SUCCEEDED for r in results) else 1
 

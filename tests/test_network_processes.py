@@ -22,7 +22,7 @@ from privadapt.common.mechanisms import Adjacency, GaussianMechanism
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire import param_from_proto, params_to_proto
 from privadapt.server.algorithms.noisy_gd import noisy_gd
-from privadapt.server.simulate import free_port
+from privadapt.server.local_deployment import free_port
 from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     direct_federation,

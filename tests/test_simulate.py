@@ -31,7 +31,7 @@ def test_simulate_runs_a_networked_job_and_reports_each_sites_ledger(tmp_path):
     assert len(accuracies) == 2 and all(0.85 < a < 1.0 for a in accuracies)
     spent = re.findall(r"short site-\d: epsilon (\d\.\d{3}) at delta 1e-06", out)
     assert len(spent) == 2 and all(0.99 <= float(e) <= 1.0 for e in spent)
-    assert (workdir / "site-1" / "site-1.db").exists()
+    assert (workdir / "site-1" / "site.db").exists()
     assert "first round done" in out and "Peak memory" in out
     # Every process it started is gone.
     from pathlib import Path

@@ -1,6 +1,7 @@
 """SitePolicy: the operator's TOML file, read once, with errors naming file and key."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -175,3 +176,27 @@ def test_peers_bound_the_roster_to_named_sites_and_the_site_itself(tmp_path):
     with pytest.raises(ConfigError, match="peers must be a list of site names"):
         text = GOOD_TOML + '[federation]\npeers = "st-john"\n'
         SitePolicy.from_toml(write_policy(tmp_path, text))
+
+
+def _reads_back(policy: SitePolicy, tmp_path) -> SitePolicy:
+    return SitePolicy.from_toml(write_policy(tmp_path, policy.to_toml()))
+
+
+def test_to_toml_reads_back_equal_with_every_field_set(tmp_path):
+    policy = SitePolicy.from_toml(write_policy(
+        tmp_path, GOOD_TOML + '[federation]\npeers = ["st-john", "st-luke"]\n'))
+    policy = replace(policy, adjacency=Adjacency.ADD_REMOVE_ONE,
+                     accounting=AccountingMethod.RDP, collusion_tolerance=1)
+    assert _reads_back(policy, tmp_path) == policy
+
+
+def test_to_toml_reads_back_equal_with_optional_fields_absent(tmp_path):
+    policy = SitePolicy.from_dict(MINIMAL)
+    text = policy.to_toml()
+    assert "allowed_kernels" not in text and "[federation]" not in text
+    assert _reads_back(policy, tmp_path) == policy
+
+
+def test_to_toml_of_a_simulation_site_keeps_its_infinite_cap(tmp_path):
+    policy = SitePolicy("sim", math.inf, 1e-5, allow_non_private=True, peers=[])
+    assert _reads_back(policy, tmp_path) == policy
