@@ -97,7 +97,7 @@ class Mechanism:
             return self
         if self.is_sampled:
             raise ValueError(
-                f"a Poisson-sampled {type(self).__name__} (sampling rate "
+                f"a Poisson-sampled {self.kind} release (sampling rate "
                 f"{self.sampling_rate:g}) is accounted under add/remove adjacency only and "
                 f"cannot be accounted under {adjacency}: amplification by sampling has no "
                 "sound replace-one form here"

@@ -298,6 +298,9 @@ mechanisms = st.one_of(
             tuple
         ),
         adjacencies,
+        local_blocks=st.lists(st.builds(GaussianBlock, non_negative, positive), max_size=2).map(
+            tuple
+        ),
     ),
     st.builds(LaplaceMechanism, non_negative, positive, adjacencies),
     st.builds(PureDpEvent, non_negative, adjacencies),
