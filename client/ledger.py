@@ -39,7 +39,7 @@ from privadapt.client.ledger_accounting import (
     parse_mechanism,
 )
 from privadapt.client.policy import SitePolicy
-from privadapt.common.accounting import AccountingMethod, EpsilonReport, express_in
+from privadapt.common.accounting import AccountingMethod, EpsilonReport
 from privadapt.common.errors import (
     BudgetExceededError,
     ConfigError,
@@ -205,7 +205,7 @@ class PrivacyLedger:
             )
         for (text,) in conn.execute("SELECT DISTINCT mechanism_json FROM charges"):
             try:
-                express_in(parse_mechanism(text), self.policy.adjacency)
+                parse_mechanism(text).in_adjacency(self.policy.adjacency)
             except ValueError as err:
                 raise ConfigError(
                     f"ledger {self.path}: a stored charge cannot be accounted under the "
@@ -232,7 +232,7 @@ class PrivacyLedger:
                 raise ValueError(f"{name} must be a non-empty string, got {value!r}")
         text = mechanism_json(mechanism)
         try:
-            express_in(mechanism, self.policy.adjacency)
+            mechanism.in_adjacency(self.policy.adjacency)
         except ValueError as err:
             raise QueryRefusedError(f"site {self.policy.site_name!r}: {err}") from None
         with self._transaction() as conn:

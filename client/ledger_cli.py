@@ -16,15 +16,7 @@ from typing import TextIO
 
 from privadapt.client.ledger import Charge, PrivacyLedger
 from privadapt.common.errors import ConfigError
-from privadapt.common.mechanisms import (
-    Adjacency,
-    GaussianMechanism,
-    LaplaceMechanism,
-    Mechanism,
-    NoNoise,
-    PureDpEvent,
-    ZCdpEvent,
-)
+from privadapt.common.mechanisms import Adjacency, Mechanism
 
 _EXIT_ERROR = 2
 
@@ -32,19 +24,7 @@ _EXIT_ERROR = 2
 def describe_mechanism(mechanism: Mechanism, adjacency: Adjacency | None = None) -> str:
     """A short summary such as ``gaussian z=3.21 (2 blocks)`` or ``laplace eps=0.5``;
     the adjacency is named when it is not ``adjacency`` (the ledger's)."""
-    if isinstance(mechanism, GaussianMechanism):
-        blocks = len(mechanism.blocks)
-        text = f"gaussian z={mechanism.noise_multiplier:.3g} ({blocks} block{'s' * (blocks > 1)})"
-    elif isinstance(mechanism, LaplaceMechanism):
-        text = f"laplace eps={mechanism.epsilon:.3g}"
-    elif isinstance(mechanism, PureDpEvent):
-        text = f"pure-dp eps={mechanism.epsilon:.3g}"
-    elif isinstance(mechanism, ZCdpEvent):
-        text = f"zcdp rho={mechanism.rho:.3g}"
-    elif isinstance(mechanism, NoNoise):
-        text = "no noise (free)" if mechanism.is_private else "no noise (NOT PRIVATE)"
-    else:
-        text = type(mechanism).__name__
+    text = mechanism.summary
     if adjacency is not None and mechanism.adjacency != adjacency:
         text += f" [{mechanism.adjacency.value}]"
     return text

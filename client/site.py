@@ -58,21 +58,11 @@ from privadapt.common.federation import Query, SitePrivacy, SiteShare
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import Kernel, get_kernel
 from privadapt.common.kernels.local_blocks import KernelWithLocalBlocks
-from privadapt.common.mechanisms import (
-    Adjacency,
-    GaussianMechanism,
-    LaplaceMechanism,
-    Mechanism,
-    NoNoise,
-    declared_sensitivities,
-)
+from privadapt.common.mechanisms import Adjacency, KernelMechanism
 from privadapt.common.noise import (
     NOISE_REACH,
     RandomBits,
-    gaussian_noise,
-    gaussian_share,
     honest_share_count,
-    laplace_share,
     max_grid_safe_noise,
     uniforms,
 )
@@ -179,7 +169,7 @@ class Site:
         """All records, or this query's own Poisson sample of them: record i is
         in when its fresh uniform u_i < q (P = q exactly, up to 2^-53)."""
         mechanism = query.mechanism
-        if not (isinstance(mechanism, GaussianMechanism) and mechanism.is_sampled):
+        if not mechanism.is_sampled:
             return self._data
         chosen = uniforms(self.num_records, self._noise_source) < mechanism.sampling_rate
         data = self._data
@@ -188,7 +178,7 @@ class Site:
     def _check_sampling(self, kernel: Kernel, query: Query) -> None:
         """Refuse a Poisson-sampled query this site cannot account soundly."""
         mechanism = query.mechanism
-        if not (isinstance(mechanism, GaussianMechanism) and mechanism.is_sampled):
+        if not mechanism.is_sampled:
             return
         if self.policy.adjacency != Adjacency.ADD_REMOVE_ONE:
             raise self._refuse(
@@ -267,19 +257,21 @@ class Site:
             raise self._refuse(query, f"fractional_bits must be an integer in [{low}, {high}]")
         return FixedPointCodec(bits)
 
-    def _charged_mechanism(self, kernel: Kernel, query: Query, codec: FixedPointCodec) -> Mechanism:
+    def _charged_mechanism(
+        self, kernel: Kernel, query: Query, codec: FixedPointCodec
+    ) -> KernelMechanism:
         """The mechanism as this site accounts it: the noise the query asks
         for, against the kernel's own sensitivity under the policy's adjacency,
         plus what rounding onto the grid can add."""
         mechanism = query.mechanism
-        if not isinstance(mechanism, GaussianMechanism | LaplaceMechanism | NoNoise):
+        if not mechanism.releases_kernel_sums:
             raise self._refuse(query, f"{type(mechanism).__name__} adds no noise a kernel can use")
         self._check_sampling(kernel, query)
-        norm = "l1" if isinstance(mechanism, LaplaceMechanism) else "l2"
-        declared = declared_sensitivities(mechanism)
+        norm = mechanism.noise_norm
+        declared = mechanism.sensitivities
         shapes = kernel.output_shapes(query.params, self.dim)
         local = isinstance(kernel, KernelWithLocalBlocks)
-        if local and isinstance(mechanism, LaplaceMechanism):
+        if local and not mechanism.supports_local_blocks:
             raise self._refuse(query, "a kernel with local blocks takes Gaussian noise only")
         num_local = len(kernel.local_l2_sensitivities(query.params, mechanism.adjacency)) \
             if local else 0
@@ -319,7 +311,7 @@ class Site:
         keeps its own share below 1/K of the range, the sum cannot wrap."""
         # Local blocks (which follow the released ones) never enter the aggregate.
         released = len(kernel.output_shapes(query.params, self.dim))
-        noise_scale = max(_noise_scales(query.mechanism)[:released], default=0.0)
+        noise_scale = max(query.mechanism.noise_scales[:released], default=0.0)
         bound = kernel.max_abs_sum(query.params, self.num_records) + NOISE_REACH * noise_scale
         try:
             codec.check_sum_bound(num_participants * bound, "the aggregate of this query")
@@ -327,17 +319,14 @@ class Site:
             raise self._refuse(query, str(err)) from None
 
     def _check_noise(
-        self, query: Query, charged: Mechanism, codec: FixedPointCodec, released_blocks: int
+        self, query: Query, charged: KernelMechanism, codec: FixedPointCodec, released_blocks: int
     ) -> None:
-        if isinstance(charged, NoNoise):
-            if not charged.is_private and not self.policy.allow_non_private:
+        if charged.is_non_private:
+            if not self.policy.allow_non_private:
                 raise self._refuse(query, "a release without noise is not private; the policy "
                                    "allows it only on simulation sites (allow_non_private)")
             return
-        if isinstance(charged, GaussianMechanism):
-            multiplier = charged.noise_multiplier
-        else:
-            multiplier = np.inf if charged.sensitivity == 0 else charged.scale / charged.sensitivity
+        multiplier = charged.noise_multiplier
         if multiplier < self.policy.min_noise_multiplier:
             raise self._refuse(
                 query,
@@ -345,7 +334,7 @@ class Site:
                 f"{self.policy.min_noise_multiplier:g}",
             )
         # Only released blocks are rounded onto the grid; local noise stays a float.
-        largest = max(_noise_scales(charged)[:released_blocks], default=0.0)
+        largest = max(charged.noise_scales[:released_blocks], default=0.0)
         if largest > max_grid_safe_noise(codec.fractional_bits):
             raise self._refuse(
                 query,
@@ -365,39 +354,15 @@ class Site:
         shapes = kernel.local_block_shapes(query.params, self.num_records)
         if tuple(value.shape for value in local) != tuple(shapes):
             raise self._refuse(query, f"the kernel's local blocks are not of shapes {shapes}")
-        mechanism = query.mechanism
-        if isinstance(mechanism, GaussianMechanism):
-            local_blocks = mechanism.blocks[len(mechanism.blocks) - len(local):]
-            noised = tuple(
-                value + gaussian_noise(b.sigma, value.shape, self._noise_source)
-                for value, b in zip(local, local_blocks, strict=True)
-            )
-        else:
-            noised = local  # NoNoise: a simulation site allowed it in _check_noise
+        noise = query.mechanism.local_noise(shapes, self._noise_source)
+        noised = tuple(value + n for value, n in zip(local, noise, strict=True))
         kernel.apply_local(self._data, query.params, state, noised)
 
     def _noise_shares(
         self, blocks: tuple[np.ndarray, ...], query: Query, num_participants: int
     ) -> tuple[np.ndarray, ...]:
-        mechanism, t = query.mechanism, query.collusion_tolerance
-        source, sites = self._noise_source, num_participants
-        if isinstance(mechanism, GaussianMechanism):
-            # The released blocks come first; local blocks (if any) follow them.
-            return tuple(
-                gaussian_share(b.sigma, sites, t, value.shape, source)
-                for value, b in zip(blocks, mechanism.blocks[: len(blocks)], strict=True)
-            )
-        if isinstance(mechanism, LaplaceMechanism):
-            return tuple(
-                laplace_share(mechanism.scale, sites, t, value.shape, source) for value in blocks
-            )
-        return tuple(np.zeros_like(value, dtype=np.float64) for value in blocks)
-
-
-def _noise_scales(mechanism: Mechanism) -> list[float]:
-    """The standard deviation (Gaussian) or scale (Laplace) of each block's noise."""
-    if isinstance(mechanism, GaussianMechanism):
-        return [b.sigma for b in mechanism.blocks]
-    if isinstance(mechanism, LaplaceMechanism):
-        return [mechanism.scale]
-    return []
+        # The released blocks come first; local blocks (if any) follow them.
+        return query.mechanism.noise_shares(
+            tuple(value.shape for value in blocks), num_participants,
+            query.collusion_tolerance, self._noise_source,
+        )

@@ -14,7 +14,12 @@ refuse some events (Laplace under replace-one, randomized response under
 add/remove). Our mechanisms already declare the sensitivity of the released sum
 under their own adjacency, so each one is a plain "shift by sensitivity" pair
 (Gaussian, Laplace) or the tight pure-DP pair; an accountant only has to express
-every mechanism in its own adjacency first (:func:`express_in`).
+every mechanism in its own adjacency first (``Mechanism.in_adjacency``).
+
+The accountant reads only what a mechanism says about itself (its kind, whether
+it is free or not private, its pure epsilon, whether it composes as one
+Gaussian) and holds the only two dispatches on kind: a mechanism's PLD and its
+RDP. A new mechanism kind adds one entry to each.
 
 Poisson-sampled Gaussians (``GaussianMechanism.sampling_rate`` q < 1) are the
 exception to "plain shift pairs": their PLD is dp-accounting's own
@@ -34,7 +39,7 @@ sensitivity our mechanisms declare (google/differential-privacy issue 378 is
 this very confusion). Nor can a sampled add/remove guarantee be converted by
 doubling the sensitivity: the shift of a sampled record is not a shift of the
 whole output. So a sampled mechanism exists only under add/remove
-(:class:`GaussianMechanism` enforces it), :func:`express_in` refuses to move it
+(:class:`GaussianMechanism` enforces it), ``in_adjacency`` refuses to move it
 to replace-one, and a site whose cap is stated under replace-one refuses it.
 """
 
@@ -50,16 +55,7 @@ from enum import StrEnum
 import numpy as np
 from scipy import special
 
-from privadapt.common.mechanisms import (
-    Adjacency,
-    GaussianBlock,
-    GaussianMechanism,
-    LaplaceMechanism,
-    Mechanism,
-    NoNoise,
-    PureDpEvent,
-    ZCdpEvent,
-)
+from privadapt.common.mechanisms import Adjacency, GaussianMechanism, Mechanism
 
 DEFAULT_RDP_ORDERS: tuple[float, ...] = tuple(
     [1.0 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)) + [128.0, 256.0, 512.0, 1024.0]
@@ -84,86 +80,60 @@ class EpsilonReport:
         return f"epsilon={self.epsilon:.4g} at delta={self.delta:.3g} ({self.method.value.upper()})"
 
 
-def express_in(mechanism: Mechanism, adjacency: Adjacency) -> Mechanism:
-    """The same mechanism, accounted under ``adjacency``.
-
-    Replacing a record is removing it and adding another, so an add/remove
-    guarantee converts to replace-one by the triangle inequality (sensitivity
-    doubles) or by group privacy of size 2 (epsilon doubles, rho quadruples).
-    The converse does not hold in general and raises ``ValueError``: a site that
-    accounts under add/remove must compute the kernel's sensitivity itself.
-    """
-    adjacency = Adjacency(adjacency)
-    if mechanism.adjacency == adjacency:
-        return mechanism
-    if isinstance(mechanism, GaussianMechanism) and mechanism.is_sampled:
-        raise ValueError(
-            f"a Poisson-sampled Gaussian (sampling rate {mechanism.sampling_rate:g}) is "
-            f"accounted under add/remove adjacency only and cannot be accounted under "
-            f"{adjacency}: amplification by sampling has no sound replace-one form here"
-        )
-    if adjacency != Adjacency.REPLACE_ONE:
-        raise ValueError(
-            f"a {mechanism.adjacency} mechanism cannot be accounted under {adjacency}: "
-            "recompute its sensitivity under that adjacency instead"
-        )
-    if isinstance(mechanism, GaussianMechanism):
-        blocks = tuple(GaussianBlock(2 * b.sensitivity, b.sigma) for b in mechanism.blocks)
-        return GaussianMechanism(blocks, adjacency)
-    if isinstance(mechanism, LaplaceMechanism):
-        return LaplaceMechanism(2 * mechanism.sensitivity, mechanism.scale, adjacency)
-    if isinstance(mechanism, PureDpEvent):
-        return PureDpEvent(2 * mechanism.epsilon, adjacency)
-    if isinstance(mechanism, ZCdpEvent):
-        return ZCdpEvent(4 * mechanism.rho, adjacency)
-    return NoNoise(tuple(2 * s for s in mechanism.sensitivities), adjacency)
-
-
-def _is_free(mechanism: Mechanism) -> bool:
-    if isinstance(mechanism, GaussianMechanism):
-        return math.isinf(mechanism.noise_multiplier)
-    if isinstance(mechanism, LaplaceMechanism):
-        return mechanism.sensitivity == 0
-    if isinstance(mechanism, PureDpEvent):
-        return mechanism.epsilon == 0
-    if isinstance(mechanism, ZCdpEvent):
-        return mechanism.rho == 0
-    return mechanism.is_private
-
-
-def _is_non_private(mechanism: Mechanism) -> bool:
-    return isinstance(mechanism, NoNoise) and not mechanism.is_private
-
-
-def _pld(mechanism: Mechanism, count: int, interval: float):  # -> PrivacyLossDistribution
+def _pld_modules():  # -> (dp_accounting.pld.common, .privacy_loss_distribution)
     # dp-accounting's PLD modules import scipy.signal and scipy.stats (about
     # 75 MiB and 0.7 s per process); a Gaussian-only ledger never needs them,
     # so every site and the coordinator import them only when they do.
     from dp_accounting.pld import common as pld_common
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-    if isinstance(mechanism, GaussianMechanism) and mechanism.is_sampled:
-        single = _sampled_gaussian_pld(mechanism.noise_multiplier, mechanism.sampling_rate,
-                                       interval)
-        return single.self_compose(count)
-    if isinstance(mechanism, GaussianMechanism):
-        # count Gaussians of multiplier z compose to one of multiplier z/sqrt(count).
-        return pld_lib.from_gaussian_mechanism(
-            standard_deviation=mechanism.noise_multiplier / math.sqrt(count),
-            value_discretization_interval=interval,
-        )
-    if isinstance(mechanism, LaplaceMechanism):
-        single = pld_lib.from_laplace_mechanism(
-            parameter=mechanism.scale / mechanism.sensitivity,
-            value_discretization_interval=interval,
-        )
-        return single.self_compose(count)
-    if isinstance(mechanism, PureDpEvent):
-        params = pld_common.DifferentialPrivacyParameters(mechanism.epsilon, 0.0)
-        return pld_lib.from_privacy_parameters(params, interval).self_compose(count)
-    raise ValueError(
-        f"{type(mechanism).__name__} has no privacy loss distribution; use the RDP method"
+    return pld_common, pld_lib
+
+
+def _gaussian_pld(mechanism: Mechanism, count: int, interval: float):
+    # count Gaussians of multiplier z compose to one of multiplier z/sqrt(count).
+    return _pld_modules()[1].from_gaussian_mechanism(
+        standard_deviation=mechanism.noise_multiplier / math.sqrt(count),
+        value_discretization_interval=interval,
     )
+
+
+def _sampled_gaussian_pld_composed(mechanism: Mechanism, count: int, interval: float):
+    single = _sampled_gaussian_pld(mechanism.noise_multiplier, mechanism.sampling_rate, interval)
+    return single.self_compose(count)
+
+
+def _laplace_pld(mechanism: Mechanism, count: int, interval: float):
+    single = _pld_modules()[1].from_laplace_mechanism(
+        parameter=mechanism.scale / mechanism.sensitivity,
+        value_discretization_interval=interval,
+    )
+    return single.self_compose(count)
+
+
+def _pure_dp_pld(mechanism: Mechanism, count: int, interval: float):
+    pld_common, pld_lib = _pld_modules()
+    params = pld_common.DifferentialPrivacyParameters(mechanism.epsilon, 0.0)
+    return pld_lib.from_privacy_parameters(params, interval).self_compose(count)
+
+
+#: The one PLD dispatch: mechanism kind -> PLD of ``count`` releases of it. A
+#: kind missing here (zCDP events) is accounted by RDP only.
+_PLD_BY_KIND = {
+    "gaussian": _gaussian_pld,
+    "poisson_sampled_gaussian": _sampled_gaussian_pld_composed,
+    "laplace": _laplace_pld,
+    "pure_dp": _pure_dp_pld,
+}
+
+
+def _pld(mechanism: Mechanism, count: int, interval: float):  # -> PrivacyLossDistribution
+    builder = _PLD_BY_KIND.get(mechanism.kind)
+    if builder is None:
+        raise ValueError(
+            f"{type(mechanism).__name__} has no privacy loss distribution; use the RDP method"
+        )
+    return builder(mechanism, count, interval)
 
 
 @functools.lru_cache(maxsize=64)
@@ -274,21 +244,30 @@ def _laplace_rdp(scale_over_sensitivity: float, orders: np.ndarray) -> np.ndarra
     return log_terms / (a - 1)
 
 
+def _pure_dp_rdp(mechanism: Mechanism, orders: np.ndarray) -> np.ndarray:
+    # epsilon-DP implies (epsilon^2/2)-zCDP (Bun and Steinke 2016, Prop. 1.4)
+    # and trivially (alpha, epsilon)-RDP.
+    eps = mechanism.epsilon
+    return np.minimum(eps, orders * eps**2 / 2)
+
+
+#: The one RDP dispatch: mechanism kind -> its RDP at ``orders`` for one release.
+_RDP_BY_KIND = {
+    "gaussian": lambda m, orders: orders / (2 * m.noise_multiplier**2),
+    "poisson_sampled_gaussian": lambda m, orders: _sampled_gaussian_rdp(
+        m.noise_multiplier, m.sampling_rate, orders
+    ),
+    "laplace": lambda m, orders: _laplace_rdp(m.scale / m.sensitivity, orders),
+    "pure_dp": _pure_dp_rdp,
+    "zcdp": lambda m, orders: orders * m.rho,
+}
+
+
 def _rdp(mechanism: Mechanism, orders: np.ndarray) -> np.ndarray:
-    if isinstance(mechanism, GaussianMechanism) and mechanism.is_sampled:
-        return _sampled_gaussian_rdp(mechanism.noise_multiplier, mechanism.sampling_rate, orders)
-    if isinstance(mechanism, GaussianMechanism):
-        return orders / (2 * mechanism.noise_multiplier**2)
-    if isinstance(mechanism, LaplaceMechanism):
-        return _laplace_rdp(mechanism.scale / mechanism.sensitivity, orders)
-    if isinstance(mechanism, PureDpEvent):
-        # epsilon-DP implies (epsilon^2/2)-zCDP (Bun and Steinke 2016, Prop. 1.4)
-        # and trivially (alpha, epsilon)-RDP.
-        eps = mechanism.epsilon
-        return np.minimum(eps, orders * eps**2 / 2)
-    if isinstance(mechanism, ZCdpEvent):
-        return orders * mechanism.rho
-    raise TypeError(f"unknown mechanism {mechanism!r}")
+    rdp = _RDP_BY_KIND.get(mechanism.kind)
+    if rdp is None:
+        raise TypeError(f"unknown mechanism {mechanism!r}")
+    return rdp(mechanism, orders)
 
 
 class PrivacyAccountant:
@@ -315,16 +294,16 @@ class PrivacyAccountant:
     def compose(self, mechanism: Mechanism, count: int = 1) -> PrivacyAccountant:
         if count < 0 or int(count) != count:
             raise ValueError(f"count must be a non-negative integer, got {count!r}")
-        mechanism = express_in(mechanism, self.adjacency)
-        if _is_non_private(mechanism):
+        mechanism = mechanism.in_adjacency(self.adjacency)
+        if mechanism.is_non_private:
             self._non_private = self._non_private or count > 0
-        elif not _is_free(mechanism) and count > 0:
+        elif not mechanism.is_free and count > 0:
             self._counts[mechanism] += int(count)
         return self
 
     def needs_rdp(self) -> bool:
         """True when some composed mechanism has no PLD (zCDP events)."""
-        return any(isinstance(m, ZCdpEvent) for m in self._counts)
+        return any(m.kind not in _PLD_BY_KIND for m in self._counts)
 
     def get_epsilon(self, delta: float) -> float:
         return self.report(delta).epsilon
@@ -351,8 +330,8 @@ class PrivacyAccountant:
             return EpsilonReport(float(epsilon), delta, method)
         groups = self._pld_groups()
         only = groups[0][0]
-        if len(groups) == 1 and isinstance(only, GaussianMechanism) and not only.is_sampled:
-            epsilon = gaussian_epsilon(groups[0][0].noise_multiplier, delta)
+        if len(groups) == 1 and only.composes_as_gaussian:
+            epsilon = gaussian_epsilon(only.noise_multiplier, delta)
             return EpsilonReport(epsilon, delta, method)
         interval = self.value_discretization_interval
         composed = None
@@ -370,7 +349,7 @@ class PrivacyAccountant:
         inverse_square = 0.0
         groups: list[tuple[Mechanism, int]] = []
         for mechanism, count in sorted(self._counts.items(), key=lambda kv: repr(kv[0])):
-            if isinstance(mechanism, GaussianMechanism) and not mechanism.is_sampled:
+            if mechanism.composes_as_gaussian:
                 inverse_square += count / mechanism.noise_multiplier**2
             else:
                 groups.append((mechanism, count))
@@ -386,9 +365,10 @@ class PrivacyAccountant:
         and so report inf even for one Laplace release; RDP always reports inf."""
         total = 0.0
         for mechanism, count in self._counts.items():
-            if not isinstance(mechanism, LaplaceMechanism | PureDpEvent):
+            epsilon = mechanism.pure_epsilon
+            if math.isinf(epsilon):
                 return math.inf
-            total += count * mechanism.epsilon
+            total += count * epsilon
         return total
 
 

@@ -36,7 +36,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from privadapt.common.accounting import AccountingMethod, PrivacyAccountant, gaussian_sigma
-from privadapt.common.mechanisms import Adjacency, GaussianMechanism, Mechanism, ZCdpEvent
+from privadapt.common.mechanisms import Adjacency, GaussianMechanism, Mechanism
 
 _MAX_BRACKET_STEPS = 200
 
@@ -79,7 +79,7 @@ def calibrate_noise_multiplier(
 
     already_spent = tuple(already_spent)
     probe = make_mechanism(1.0)
-    if delta == 0 and isinstance(probe, GaussianMechanism | ZCdpEvent):
+    if delta == 0 and math.isinf(probe.pure_epsilon) and not probe.is_non_private:
         raise ValueError(
             f"a {type(probe).__name__} is never private at delta = 0: "
             "give a delta in (0, 1), or calibrate a Laplace mechanism"
@@ -106,7 +106,7 @@ def calibrate_noise_multiplier(
     guess = _initial_guess(probe, epsilon, delta, num_releases)
     if guess is None:
         low, high = _bracket(meets, 1.0, first_step=2.0)
-    elif isinstance(probe, GaussianMechanism) and probe.is_sampled:
+    elif probe.is_sampled:
         # The CLT guess is off by a few percent, not by the tolerance.
         low, high = _bracket(meets, guess, first_step=1.05)
     else:
@@ -167,8 +167,8 @@ def _initial_guess(
 ) -> float | None:
     """For a Gaussian ``probe = make_mechanism(1)`` whose multiplier scales with
     ``z``: the ``z`` at which the exact (analytic) Gaussian meets the target,
-    or, for a Poisson-sampled probe, its central-limit approximation."""
-    if not isinstance(probe, GaussianMechanism) or math.isinf(probe.noise_multiplier):
+    or, for a Poisson-sampled (Gaussian) probe, its central-limit approximation."""
+    if not (probe.composes_as_gaussian or probe.is_sampled) or probe.is_free:
         return None
     sigma = gaussian_sigma(epsilon, delta)
     if probe.is_sampled:

@@ -35,7 +35,12 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from privadapt.common.accounting import AccountingMethod, EpsilonReport
 from privadapt.common.errors import WireError
 from privadapt.common.federation import Query, SitePrivacy
-from privadapt.common.mechanisms import Mechanism, mechanism_from_dict, mechanism_to_dict
+from privadapt.common.mechanisms import (
+    MECHANISM_KINDS,
+    Mechanism,
+    mechanism_from_dict,
+    mechanism_to_dict,
+)
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.roster import SignedKey
 
@@ -234,43 +239,57 @@ def params_from_proto(source: Mapping[str, pb.ParamValue], field: str = "params"
 
 # --------------------------------------------------------------------------- mechanisms
 
-_MECHANISM_SCALARS = ("sensitivity", "scale", "epsilon", "rho", "sampling_rate")
-
-
 def mechanism_to_proto(mechanism: Mechanism) -> pb.Mechanism:
     """Encode via :func:`mechanism_to_dict`, which stays the single description
-    of a mechanism's fields."""
+    of a mechanism's fields: its kind names the oneof field, and every other
+    key the field of that kind's message with the same name."""
     data = mechanism_to_dict(mechanism)
-    msg = pb.Mechanism(kind=data["kind"], adjacency=data["adjacency"])
-    for sensitivity, sigma in data.get("blocks", ()):
-        msg.blocks.add(sensitivity=sensitivity, sigma=sigma)
-    for name in _MECHANISM_SCALARS:
-        if name in data:
-            setattr(msg, name, data[name])
-    msg.sensitivities.extend(data.get("sensitivities", ()))
+    msg = pb.Mechanism(adjacency=data["adjacency"])
+    body = getattr(msg, data["kind"])
+    body.SetInParent()  # an empty kind's message still says which kind it is
+    for name, value in data.items():
+        if name in ("kind", "adjacency"):
+            continue
+        field = body.DESCRIPTOR.fields_by_name[name]
+        if field.message_type is not None:  # repeated GaussianBlock
+            for sensitivity, sigma in value:
+                getattr(body, name).add(sensitivity=sensitivity, sigma=sigma)
+        elif field.is_repeated:
+            getattr(body, name).extend(value)
+        else:
+            setattr(body, name, value)
     return msg
 
 
 def mechanism_from_proto(msg: pb.Mechanism, field: str = "mechanism") -> Mechanism:
-    """Decode and validate a mechanism; a field that does not belong to its
-    kind, a missing one, or an invalid value raises :class:`WireError`."""
-    data: dict[str, Any] = {"kind": msg.kind, "adjacency": msg.adjacency}
-    if msg.kind in ("gaussian", "poisson_sampled_gaussian"):
-        data["blocks"] = [(b.sensitivity, b.sigma) for b in msg.blocks]
-    if msg.kind == "no_noise":
-        data["sensitivities"] = list(msg.sensitivities)
-    for name in _MECHANISM_SCALARS:
-        if msg.HasField(name):
-            data[name] = getattr(msg, name)
+    """Decode and validate a mechanism; no kind (or one this reader does not
+    know), a missing field, an unknown field or an invalid value raises
+    :class:`WireError`."""
+    kind = msg.WhichOneof("kind")
+    if kind is None:
+        raise WireError(
+            f"{field}: no kind set (or an unknown mechanism kind from a newer sender); "
+            f"known: {sorted(MECHANISM_KINDS)}"
+        )
+    body = getattr(msg, kind)
+    data: dict[str, Any] = {"kind": kind, "adjacency": msg.adjacency}
+    for descriptor in body.DESCRIPTOR.fields:
+        name, value = descriptor.name, getattr(body, descriptor.name)
+        if descriptor.message_type is not None:  # repeated GaussianBlock
+            data[name] = [(b.sensitivity, b.sigma) for b in value]
+        elif descriptor.is_repeated:
+            data[name] = list(value)
+        elif body.HasField(name):
+            data[name] = value
     try:
         mechanism = mechanism_from_dict(data)
     except ValueError as err:
         raise WireError(f"{field}: {err}") from err
-    # Re-encoding must give the message back: catches fields of another kind
-    # (a Gaussian with an epsilon) that the dict form would silently ignore.
+    # Re-encoding must give the message back: catches unknown fields (a newer
+    # sender's, or the pre-oneof flat form's) that the dict form would ignore.
     if mechanism_to_proto(mechanism) != msg:
         raise WireError(
-            f"{field}: fields that do not belong to kind {msg.kind!r}: "
+            f"{field}: fields that do not belong to kind {kind!r}: "
             f"expected {mechanism_to_dict(mechanism)}"
         )
     return mechanism

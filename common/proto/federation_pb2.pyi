@@ -60,26 +60,64 @@ class GaussianBlock(_message.Message):
     def __init__(self, sensitivity: _Optional[float] = ..., sigma: _Optional[float] = ...) -> None: ...
 
 class Mechanism(_message.Message):
-    __slots__ = ("kind", "adjacency", "blocks", "sensitivity", "scale", "epsilon", "rho", "sensitivities", "sampling_rate")
-    KIND_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("adjacency", "gaussian", "poisson_sampled_gaussian", "laplace", "pure_dp", "zcdp", "no_noise")
     ADJACENCY_FIELD_NUMBER: _ClassVar[int]
+    GAUSSIAN_FIELD_NUMBER: _ClassVar[int]
+    POISSON_SAMPLED_GAUSSIAN_FIELD_NUMBER: _ClassVar[int]
+    LAPLACE_FIELD_NUMBER: _ClassVar[int]
+    PURE_DP_FIELD_NUMBER: _ClassVar[int]
+    ZCDP_FIELD_NUMBER: _ClassVar[int]
+    NO_NOISE_FIELD_NUMBER: _ClassVar[int]
+    adjacency: str
+    gaussian: GaussianMechanism
+    poisson_sampled_gaussian: PoissonSampledGaussianMechanism
+    laplace: LaplaceMechanism
+    pure_dp: PureDpEvent
+    zcdp: ZCdpEvent
+    no_noise: NoNoise
+    def __init__(self, adjacency: _Optional[str] = ..., gaussian: _Optional[_Union[GaussianMechanism, _Mapping]] = ..., poisson_sampled_gaussian: _Optional[_Union[PoissonSampledGaussianMechanism, _Mapping]] = ..., laplace: _Optional[_Union[LaplaceMechanism, _Mapping]] = ..., pure_dp: _Optional[_Union[PureDpEvent, _Mapping]] = ..., zcdp: _Optional[_Union[ZCdpEvent, _Mapping]] = ..., no_noise: _Optional[_Union[NoNoise, _Mapping]] = ...) -> None: ...
+
+class GaussianMechanism(_message.Message):
+    __slots__ = ("blocks", "local_blocks")
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    blocks: _containers.RepeatedCompositeFieldContainer[GaussianBlock]
+    local_blocks: _containers.RepeatedCompositeFieldContainer[GaussianBlock]
+    def __init__(self, blocks: _Optional[_Iterable[_Union[GaussianBlock, _Mapping]]] = ..., local_blocks: _Optional[_Iterable[_Union[GaussianBlock, _Mapping]]] = ...) -> None: ...
+
+class PoissonSampledGaussianMechanism(_message.Message):
+    __slots__ = ("blocks", "sampling_rate")
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_RATE_FIELD_NUMBER: _ClassVar[int]
+    blocks: _containers.RepeatedCompositeFieldContainer[GaussianBlock]
+    sampling_rate: float
+    def __init__(self, blocks: _Optional[_Iterable[_Union[GaussianBlock, _Mapping]]] = ..., sampling_rate: _Optional[float] = ...) -> None: ...
+
+class LaplaceMechanism(_message.Message):
+    __slots__ = ("sensitivity", "scale")
     SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
     SCALE_FIELD_NUMBER: _ClassVar[int]
-    EPSILON_FIELD_NUMBER: _ClassVar[int]
-    RHO_FIELD_NUMBER: _ClassVar[int]
-    SENSITIVITIES_FIELD_NUMBER: _ClassVar[int]
-    SAMPLING_RATE_FIELD_NUMBER: _ClassVar[int]
-    kind: str
-    adjacency: str
-    blocks: _containers.RepeatedCompositeFieldContainer[GaussianBlock]
     sensitivity: float
     scale: float
+    def __init__(self, sensitivity: _Optional[float] = ..., scale: _Optional[float] = ...) -> None: ...
+
+class PureDpEvent(_message.Message):
+    __slots__ = ("epsilon",)
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
     epsilon: float
+    def __init__(self, epsilon: _Optional[float] = ...) -> None: ...
+
+class ZCdpEvent(_message.Message):
+    __slots__ = ("rho",)
+    RHO_FIELD_NUMBER: _ClassVar[int]
     rho: float
+    def __init__(self, rho: _Optional[float] = ...) -> None: ...
+
+class NoNoise(_message.Message):
+    __slots__ = ("sensitivities",)
+    SENSITIVITIES_FIELD_NUMBER: _ClassVar[int]
     sensitivities: _containers.RepeatedScalarFieldContainer[float]
-    sampling_rate: float
-    def __init__(self, kind: _Optional[str] = ..., adjacency: _Optional[str] = ..., blocks: _Optional[_Iterable[_Union[GaussianBlock, _Mapping]]] = ..., sensitivity: _Optional[float] = ..., scale: _Optional[float] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., sensitivities: _Optional[_Iterable[float]] = ..., sampling_rate: _Optional[float] = ...) -> None: ...
+    def __init__(self, sensitivities: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Query(_message.Message):
     __slots__ = ("job_id", "round", "query_id", "kernel", "params", "mechanism", "collusion_tolerance", "fractional_bits")

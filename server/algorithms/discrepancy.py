@@ -151,7 +151,7 @@ def federated_discrepancy(
     _check_dim(noisy_sum.shape, public.shape)
     private = 0.5 * (noisy_sum + noisy_sum.T) / num_records  # post-processing
     estimate = squared_loss_discrepancy(public - private, radius)
-    sigma = mechanism.blocks[0].sigma if isinstance(mechanism, GaussianMechanism) else 0.0
+    (sigma,) = mechanism.noise_scales  # 0 without noise
     return _result(estimate, radius, feature_norm, label_bound, sigma / num_records,
                    "federated", mechanism, private, federation, epsilon, delta)
 
@@ -184,7 +184,7 @@ def single_holder_discrepancy(
     params = {"feature_norm": feature_norm, "label_bound": label_bound, "radius": radius,
               "public_moments": public}
     answer = federation.query("exact_discrepancy", params, mechanism).value
-    scale = mechanism.scale if isinstance(mechanism, LaplaceMechanism) else 0.0
+    (scale,) = mechanism.noise_scales  # 0 without noise
     return _result(float(answer[0]) / num_records, radius, feature_norm, label_bound,
                    scale / num_records, "single_holder", mechanism, None, federation,
                    epsilon, delta)

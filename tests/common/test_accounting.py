@@ -24,7 +24,6 @@ from privadapt.common.accounting import (
     AccountingMethod,
     PrivacyAccountant,
     epsilon_spent,
-    express_in,
 )
 from privadapt.common.mechanisms import (
     Adjacency,
@@ -88,7 +87,7 @@ def test_pld_gaussian_self_composition_matches_explicit_convolution():
 
 
 def test_replace_one_gaussian_matches_dp_accounting_replace_one_relation():
-    # dp-accounting's REPLACE_ONE shifts by twice the norm bound, as express_in does.
+    # dp-accounting's REPLACE_ONE shifts by twice the norm bound, as in_adjacency does.
     expected = dp_accounting_pld(
         dpa.GaussianDpEvent(4.0), 10, dpa.NeighboringRelation.REPLACE_ONE
     )
@@ -228,51 +227,7 @@ def test_zcdp_event_equals_gaussian_of_same_rho_under_rdp():
 # --- adjacency ------------------------------------------------------------------------
 
 
-def test_express_in_same_adjacency_is_identity():
-    mechanism = LaplaceMechanism(1.0, 2.0, ADD_REMOVE)
-    assert express_in(mechanism, ADD_REMOVE) is mechanism
-
-
-def test_add_remove_gaussian_in_replace_one_doubles_sensitivity_keeps_sigma():
-    mechanism = GaussianMechanism((GaussianBlock(1.0, 3.0), GaussianBlock(0.5, 2.0)), ADD_REMOVE)
-    expressed = express_in(mechanism, REPLACE)
-    assert expressed == GaussianMechanism(
-        (GaussianBlock(2.0, 3.0), GaussianBlock(1.0, 2.0)), REPLACE
-    )
-
-
-def test_add_remove_laplace_in_replace_one_doubles_sensitivity():
-    expressed = express_in(LaplaceMechanism(1.0, 4.0, ADD_REMOVE), REPLACE)
-    assert expressed == LaplaceMechanism(2.0, 4.0, REPLACE)
-    assert expressed.epsilon == 0.5
-
-
-def test_add_remove_pure_event_in_replace_one_doubles_epsilon():
-    assert express_in(PureDpEvent(0.3, ADD_REMOVE), REPLACE) == PureDpEvent(0.6, REPLACE)
-
-
-def test_add_remove_zcdp_in_replace_one_quadruples_rho():
-    assert express_in(ZCdpEvent(0.1, ADD_REMOVE), REPLACE) == ZCdpEvent(0.4, REPLACE)
-
-
-def test_add_remove_no_noise_in_replace_one_doubles_sensitivities():
-    expressed = express_in(NoNoise((0.0, 1.5), ADD_REMOVE), REPLACE)
-    assert expressed == NoNoise((0.0, 3.0), REPLACE)
-
-
-@pytest.mark.parametrize(
-    "mechanism",
-    [
-        GaussianMechanism.single(1.0, 2.0, REPLACE),
-        LaplaceMechanism(1.0, 2.0, REPLACE),
-        PureDpEvent(1.0, REPLACE),
-        ZCdpEvent(1.0, REPLACE),
-        NoNoise((0.0,), REPLACE),
-    ],
-)
-def test_replace_one_cannot_be_expressed_in_add_remove(mechanism):
-    with pytest.raises(ValueError, match="cannot be accounted under"):
-        express_in(mechanism, ADD_REMOVE)
+# How each mechanism reads under another adjacency: tests/common/test_mechanisms.py.
 
 
 def test_replace_one_accountant_charges_add_remove_mechanism_by_group_privacy():
@@ -343,6 +298,9 @@ mechanisms = st.one_of(
             tuple
         ),
         adjacencies,
+        local_blocks=st.lists(st.builds(GaussianBlock, non_negative, positive), max_size=2).map(
+            tuple
+        ),
     ),
     st.builds(LaplaceMechanism, non_negative, positive, adjacencies),
     st.builds(PureDpEvent, non_negative, adjacencies),

@@ -20,7 +20,6 @@ from privadapt.common.accounting import (
     DEFAULT_RDP_ORDERS,
     AccountingMethod,
     PrivacyAccountant,
-    express_in,
 )
 from privadapt.common.calibration import calibrate_noise_multiplier
 from privadapt.common.errors import WireError
@@ -172,11 +171,6 @@ def test_sampling_amplifies_privacy():
 
 def test_sensitivity_scales_out_of_a_sampled_release():
     assert ours(sampled(0.1, 2.0, sensitivity=7.0), 5) == pytest.approx(ours(sampled(0.1, 2.0), 5))
-
-
-def test_sampled_release_cannot_be_expressed_in_replace_one():
-    with pytest.raises(ValueError, match="add/remove adjacency only"):
-        express_in(sampled(0.1, 2.0), REPLACE)
 
 
 def test_replace_one_accountant_refuses_a_sampled_release():

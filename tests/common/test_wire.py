@@ -13,6 +13,7 @@ import pytest
 from privadapt.common.errors import PrivadaptError
 from privadapt.common.federation import Query
 from privadapt.common.mechanisms import (
+    MECHANISM_KINDS,
     Adjacency,
     GaussianBlock,
     GaussianMechanism,
@@ -208,43 +209,88 @@ def test_mechanism_round_trips(mechanism: object) -> None:
 
 
 def test_mechanism_kinds_cover_every_kind() -> None:
-    kinds = {mechanism_to_proto(m).kind for m in MECHANISMS}
+    kinds = {mechanism_to_proto(m).WhichOneof("kind") for m in MECHANISMS}
     assert kinds == {"gaussian", "poisson_sampled_gaussian", "laplace", "pure_dp", "zcdp",
                      "no_noise"}
+
+
+def test_every_mechanism_kind_has_its_oneof_field() -> None:
+    oneof = pb.Mechanism.DESCRIPTOR.oneofs_by_name["kind"]
+    assert {f.name for f in oneof.fields} == set(MECHANISM_KINDS)
+
+
+def test_local_blocks_cross_the_wire() -> None:
+    mechanism = GaussianMechanism((GaussianBlock(1.0, 2.0),),
+                                  local_blocks=(GaussianBlock(0.5, 3.0),))
+    msg = pb.Mechanism.FromString(mechanism_to_proto(mechanism).SerializeToString())
+    assert len(msg.gaussian.local_blocks) == 1
+    assert mechanism_from_proto(msg) == mechanism
+
+
+def with_unknown_field(msg: pb.Mechanism, kind: str, number: int) -> pb.Mechanism:
+    """``msg`` with a double field ``number`` its ``kind`` message does not
+    declare, as a newer sender (or the pre-oneof flat form) would send it."""
+    body = getattr(msg, kind)
+    raw = body.SerializeToString() + bytes([number << 3 | 1]) + b"\x00" * 8
+    body.ParseFromString(raw)
+    return msg
+
+
+# The pre-oneof flat form (kind = 1, adjacency = 2, blocks = 3, ...), as an old
+# coordinator sends it: a string kind "laplace", then sensitivity 1.0 and scale 2.0.
+FLAT_LAPLACE = (
+    b"\x0a\x07laplace"  # field 1, length-delimited
+    + b"\x12\x0breplace_one"  # field 2
+    + b"\x21" + np.float64(1.0).tobytes()  # field 4, 64-bit
+    + b"\x29" + np.float64(2.0).tobytes()  # field 5
+)
 
 
 @pytest.mark.parametrize(
     "msg, message",
     [
-        (pb.Mechanism(kind="exponential", adjacency="replace_one"), "unknown mechanism kind"),
-        (pb.Mechanism(kind="laplace", adjacency="replace_one", sensitivity=1.0), "malformed"),
-        (pb.Mechanism(kind="zcdp", adjacency="neighbours", rho=0.1), "neighbours"),
-        (pb.Mechanism(kind="gaussian", adjacency="replace_one"), "at least one block"),
-        (pb.Mechanism(kind="laplace", adjacency="replace_one", sensitivity=1, scale=-1), "scale"),
-        (pb.Mechanism(kind="pure_dp", adjacency="replace_one", epsilon=math.nan), "epsilon"),
+        (pb.Mechanism(adjacency="replace_one"), "unknown mechanism kind"),
+        (pb.Mechanism.FromString(FLAT_LAPLACE), "unknown mechanism kind"),
+        (pb.Mechanism(adjacency="replace_one", laplace=pb.LaplaceMechanism(sensitivity=1.0)),
+         "malformed"),
+        (pb.Mechanism(adjacency="neighbours", zcdp=pb.ZCdpEvent(rho=0.1)), "neighbours"),
+        (pb.Mechanism(adjacency="", zcdp=pb.ZCdpEvent(rho=0.1)), "Adjacency"),
+        (pb.Mechanism(adjacency="replace_one", gaussian=pb.GaussianMechanism()),
+         "at least one block"),
+        (pb.Mechanism(adjacency="replace_one",
+                      laplace=pb.LaplaceMechanism(sensitivity=1, scale=-1)), "scale"),
+        (pb.Mechanism(adjacency="replace_one", pure_dp=pb.PureDpEvent(epsilon=math.nan)),
+         "epsilon"),
+        (pb.Mechanism(adjacency="add_remove_one",
+                      poisson_sampled_gaussian=pb.PoissonSampledGaussianMechanism(
+                          blocks=[pb.GaussianBlock(sensitivity=1, sigma=1)])),
+         "malformed"),
         (
-            pb.Mechanism(kind="zcdp", adjacency="replace_one", rho=0.1, epsilon=1.0),
+            with_unknown_field(pb.Mechanism(adjacency="replace_one", zcdp=pb.ZCdpEvent(rho=0.1)),
+                               "zcdp", 6),
             "do not belong to kind 'zcdp'",
         ),
         (
-            pb.Mechanism(
-                kind="gaussian",
-                adjacency="replace_one",
-                blocks=[pb.GaussianBlock(sensitivity=1, sigma=1)],
-                sensitivities=[1.0],
+            with_unknown_field(
+                pb.Mechanism(adjacency="replace_one", gaussian=pb.GaussianMechanism(
+                    blocks=[pb.GaussianBlock(sensitivity=1, sigma=1)])),
+                "gaussian", 9,
             ),
             "do not belong",
         ),
     ],
     ids=[
-        "unknown-kind",
+        "no-kind",
+        "pre-oneof-flat-form",
         "missing-scale",
         "bad-adjacency",
+        "missing-adjacency",
         "no-blocks",
         "negative-scale",
         "nan-epsilon",
+        "sampled-without-rate",
         "foreign-field",
-        "foreign-list",
+        "foreign-field-in-gaussian",
     ],
 )
 def test_malformed_mechanism_is_refused(msg: pb.Mechanism, message: str) -> None:

@@ -1,0 +1,91 @@
+"""Privacy mechanisms as data, in the spirit of dp-accounting's ``DpEvent``.
+
+A mechanism is a small frozen value that says *how* a sum over records is
+privatised. It knows everything that follows from its own fields -- its
+sensitivities and noise scales, whether it is free or not private at all, how it
+reads under another adjacency, the noise share a site adds for it -- so no
+caller needs to ask which class it is. How epsilon is computed from it is the
+accountant's business (:mod:`privadapt.common.accounting`), not the mechanism's.
+
+Every mechanism states its adjacency (DESIGN.md section 2): the sensitivities
+it declares are the largest change of the released sum when one record is
+replaced (``REPLACE_ONE``) or added/removed (``ADD_REMOVE_ONE``).
+
+Two families. *Kernel mechanisms* (:class:`GaussianMechanism`,
+:class:`LaplaceMechanism`, :class:`NoNoise`; ``releases_kernel_sums``) describe
+noise a site adds to a kernel's sums. *Events* (:class:`PureDpEvent`,
+:class:`ZCdpEvent`) only describe a privacy cost for the accountant.
+
+Mechanisms serialise to plain JSON-compatible dicts (:func:`mechanism_to_dict`,
+:func:`mechanism_from_dict`) through one kind table, :data:`MECHANISM_KINDS`, so
+a ledger can store them and any accountant can replay them later.
+
+Poisson subsampling (dp-accounting's ``PoissonSampledDpEvent``) is a field of
+the Gaussian mechanism, ``sampling_rate`` q: the site includes each of its
+records independently with probability q, secretly, and releases the noised
+sum over that sample. Amplification by Poisson sampling is stated under
+add/remove adjacency (Abadi et al. 2016; Mironov, Talwar and Zhang 2019), so a
+sampled mechanism must be ``ADD_REMOVE_ONE``. A sampled Gaussian serialises
+under its own kind, ``poisson_sampled_gaussian``, so that a reader that does
+not know sampling refuses it instead of silently reading an unsampled release;
+an unsampled one keeps kind ``gaussian`` and the exact dict it always had.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from privadapt.common.mechanisms.base import Adjacency, KernelMechanism, Mechanism
+from privadapt.common.mechanisms.events import PureDpEvent, ZCdpEvent
+from privadapt.common.mechanisms.gaussian import GaussianBlock, GaussianMechanism
+from privadapt.common.mechanisms.laplace import LaplaceMechanism
+from privadapt.common.mechanisms.no_noise import NoNoise
+
+__all__ = [
+    "MECHANISM_KINDS",
+    "Adjacency",
+    "GaussianBlock",
+    "GaussianMechanism",
+    "KernelMechanism",
+    "LaplaceMechanism",
+    "Mechanism",
+    "NoNoise",
+    "PureDpEvent",
+    "ZCdpEvent",
+    "mechanism_from_dict",
+    "mechanism_to_dict",
+]
+
+#: Serialised kind -> class: the one table every dict and wire form goes through.
+MECHANISM_KINDS: dict[str, type[Mechanism]] = {
+    "gaussian": GaussianMechanism,
+    "poisson_sampled_gaussian": GaussianMechanism,
+    "laplace": LaplaceMechanism,
+    "pure_dp": PureDpEvent,
+    "zcdp": ZCdpEvent,
+    "no_noise": NoNoise,
+}
+
+_KNOWN_CLASSES = frozenset(MECHANISM_KINDS.values())
+
+
+def mechanism_to_dict(mechanism: Mechanism) -> dict[str, Any]:
+    """A JSON-compatible description that :func:`mechanism_from_dict` inverts."""
+    if type(mechanism) not in _KNOWN_CLASSES:
+        raise TypeError(f"not a privadapt mechanism: {mechanism!r}")
+    return mechanism.to_dict()
+
+
+def mechanism_from_dict(data: dict[str, Any]) -> Mechanism:
+    """Rebuild a mechanism from :func:`mechanism_to_dict`'s output; raises
+    ``ValueError`` for an unknown kind or a malformed field."""
+    try:
+        kind = data["kind"]
+        cls = MECHANISM_KINDS.get(kind) if isinstance(kind, str) else None
+        if cls is None:
+            raise ValueError(
+                f"unknown mechanism kind {kind!r}; known: {sorted(MECHANISM_KINDS)}"
+            )
+        return cls.from_dict(data)
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"malformed mechanism description {data!r}: {err}") from err
