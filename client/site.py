@@ -18,11 +18,12 @@ the kernel's plus sqrt(size) 2^-f (each coordinate's rounding moves it by at mos
 half a step); that is what the site charges. The noise sampler resolves the grid
 for every noise level the site accepts (``max_grid_safe_noise``).
 
-Local blocks (``KernelWithLocalBlocks``, e.g. the per-record weights of
+Local blocks (``Kernel.local_block_shapes``, e.g. the per-record weights of
 PCnvxAdap): the site noises them itself at the full sigma, lets the kernel
 update the job's state with them, and releases only the other blocks; the
-ledger charges the whole multi-block mechanism. The state update runs on a
-copy that replaces the job's state only after the charge has committed.
+ledger charges the whole multi-block mechanism. For a kernel with per-record
+state (``Kernel.per_record_state``) the state update runs on a copy that
+replaces the job's state only after the charge has committed.
 
 Poisson sampling (a ``GaussianMechanism`` with ``sampling_rate`` q < 1): the
 site itself includes each of its records independently with probability q,
@@ -33,7 +34,7 @@ never leaves the site, which is what amplification by subsampling assumes
 add/remove contribution. The site refuses a sampled query when its cap is
 stated under replace-one adjacency (the accountant has no sound replace-one
 form of the amplification, see :mod:`privadapt.common.accounting`) and for
-kernels with local blocks, whose per-record state assumes every record.
+kernels with per-record state, which assumes every record.
 Known limit: the kernel's running time grows with the sample's size.
 """
 
@@ -42,7 +43,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -56,8 +56,8 @@ from privadapt.common.data import Dataset, Schema, load_dataset
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query, SitePrivacy, SiteShare
 from privadapt.common.fixed_point import FixedPointCodec
-from privadapt.common.kernels import Kernel, get_kernel
-from privadapt.common.kernels.local_blocks import KernelWithLocalBlocks
+from privadapt.common.kernels import Kernel, KernelParams, get_kernel
+from privadapt.common.kernels.grid_rounding import ACCEPTED_FRACTIONAL_BITS
 from privadapt.common.mechanisms import (
     Adjacency,
     GaussianMechanism,
@@ -81,7 +81,6 @@ logger = logging.getLogger(__name__)
 
 # Declared sensitivities may differ from the site's by float rounding only.
 _SENSITIVITY_SLACK = 1e-9
-_FRACTIONAL_BITS_RANGE = (16, 48)
 
 
 def _own_copy(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -147,18 +146,18 @@ class Site:
             honest_share_count(num_participants, query.collusion_tolerance)
         except ValueError as err:
             raise self._refuse(query, str(err)) from None
-        kernel = self._checked_kernel(query, num_participants)
+        kernel, params = self._checked_kernel(query, num_participants)
         codec = self._codec(query)
-        charged = self._charged_mechanism(kernel, query, codec)
-        self._check_range(kernel, query, num_participants, codec)
-        local = isinstance(kernel, KernelWithLocalBlocks)
+        charged = self._charged_mechanism(kernel, params, query, codec)
+        self._check_range(kernel, params, query, num_participants, codec)
+        local = kernel.per_record_state
         if local:
             # A working copy: the job's state changes only once the charge commits.
             state = copy.deepcopy(self._job_state(query.job_id))
-            self._update_local_state(kernel, query, state)
+            self._update_local_state(kernel, params, query, state)
         else:
             state = self._job_states.setdefault(query.job_id, {})
-        blocks = kernel.compute(self._records_for(query), query.params, state)
+        blocks = kernel.compute(self._records_for(query), params, state)
         noise = self._noise_shares(blocks, query, num_participants)
         shares = tuple(
             codec.encode(value) + codec.encode(share)  # uint64: wraps modulo 2^64
@@ -198,7 +197,7 @@ class Site:
                 f"under {self.policy.adjacency}; ask the site operator for an add_remove_one "
                 "policy, or query without sampling",
             )
-        if isinstance(kernel, KernelWithLocalBlocks):
+        if kernel.per_record_state:
             raise self._refuse(query, "a kernel with local blocks runs on every record; "
                                "it cannot be Poisson-sampled")
 
@@ -226,13 +225,17 @@ class Site:
             f"(kernel {query.kernel!r}): {reason}"
         )
 
-    def _checked_kernel(self, query: Query, num_participants: int) -> Kernel:
+    def _checked_kernel(
+        self, query: Query, num_participants: int
+    ) -> tuple[Kernel, KernelParams]:
+        """The query's kernel and its parameters, parsed once into the kernel's
+        typed ``Params`` (every later step reads that object)."""
         policy = self.policy
         if policy.allowed_kernels is not None and query.kernel not in policy.allowed_kernels:
             raise self._refuse(query, f"the policy allows only {sorted(policy.allowed_kernels)}")
         try:
             kernel = get_kernel(query.kernel)
-            kernel.validate_params(query.params, self.dim)
+            params = kernel.Params.from_wire(query.params, self.dim)
         except (KeyError, ValueError, TypeError, OverflowError) as err:
             raise self._refuse(query, str(err)) from None
         if num_participants < policy.min_participants:
@@ -247,8 +250,8 @@ class Site:
                 f"the job tolerates t={query.collusion_tolerance} colluding sites but the "
                 f"policy requires t >= {policy.collusion_tolerance}",
             )
-        self._check_bounds(query, kernel.clip_bounds(query.params))
-        return kernel
+        self._check_bounds(query, kernel.clip_bounds(params))
+        return kernel, params
 
     def _check_bounds(self, query: Query, bounds: Mapping[str, float]) -> None:
         limits = {
@@ -261,13 +264,15 @@ class Site:
                 raise self._refuse(query, f"{key}={value:g} exceeds the policy's limit {limit:g}")
 
     def _codec(self, query: Query) -> FixedPointCodec:
-        low, high = _FRACTIONAL_BITS_RANGE
+        low, high = ACCEPTED_FRACTIONAL_BITS
         bits = query.fractional_bits
         if isinstance(bits, bool) or not isinstance(bits, int) or not low <= bits <= high:
             raise self._refuse(query, f"fractional_bits must be an integer in [{low}, {high}]")
         return FixedPointCodec(bits)
 
-    def _charged_mechanism(self, kernel: Kernel, query: Query, codec: FixedPointCodec) -> Mechanism:
+    def _charged_mechanism(
+        self, kernel: Kernel, params: KernelParams, query: Query, codec: FixedPointCodec
+    ) -> Mechanism:
         """The mechanism as this site accounts it: the noise the query asks
         for, against the kernel's own sensitivity under the policy's adjacency,
         plus what rounding onto the grid can add."""
@@ -277,20 +282,17 @@ class Site:
         self._check_sampling(kernel, query)
         norm = "l1" if isinstance(mechanism, LaplaceMechanism) else "l2"
         declared = declared_sensitivities(mechanism)
-        shapes = kernel.output_shapes(query.params, self.dim)
-        local = isinstance(kernel, KernelWithLocalBlocks)
-        if local and isinstance(mechanism, LaplaceMechanism):
+        shapes = kernel.output_shapes(params, self.dim)
+        if kernel.per_record_state and isinstance(mechanism, LaplaceMechanism):
             raise self._refuse(query, "a kernel with local blocks takes Gaussian noise only")
-        num_local = len(kernel.local_l2_sensitivities(query.params, mechanism.adjacency)) \
-            if local else 0
+        num_local = len(kernel.local_l2_sensitivities(params, mechanism.adjacency))
         if len(declared) != len(shapes) + num_local:
             raise self._refuse(
                 query, f"the mechanism has {len(declared)} blocks, the kernel "
                 f"{len(shapes) + num_local}"
             )
-        actual = kernel.sensitivities(query.params, mechanism.adjacency, norm, self.dim)
-        if local:
-            actual += kernel.local_l2_sensitivities(query.params, mechanism.adjacency)
+        actual = kernel.sensitivities(params, mechanism.adjacency, norm, self.dim) \
+            + kernel.local_l2_sensitivities(params, mechanism.adjacency)
         for block, (said, true) in enumerate(zip(declared, actual, strict=True)):
             if true > said * (1 + _SENSITIVITY_SLACK):
                 raise self._refuse(
@@ -298,29 +300,24 @@ class Site:
                     f"block {block} declares {norm} sensitivity {said:g} but the kernel's "
                     f"clipping guarantees only {true:g}",
                 )
-        own = kernel.sensitivities(query.params, self.policy.adjacency, norm, self.dim)
-        rounded = tuple(
-            # A zero-sensitivity sum is identical on neighbours, and so is its rounding.
-            s + (math.prod(shape) if norm == "l1" else math.sqrt(math.prod(shape))) / codec.scale
-            if s > 0 else 0.0
-            for s, shape in zip(own, shapes, strict=True)
-        )
-        if local:
-            # Local blocks are never rounded onto the grid: their own sensitivity.
-            rounded += kernel.local_l2_sensitivities(query.params, self.policy.adjacency)
+        # Its own sensitivities under its policy's adjacency, plus the grid's
+        # rounding on released blocks (local blocks never reach the grid).
+        rounded = kernel.charged_sensitivities(params, self.policy.adjacency, norm, self.dim,
+                                               codec.fractional_bits)
         charged = mechanism.with_sensitivities(rounded, self.policy.adjacency)
         self._check_noise(query, charged, codec, released_blocks=len(shapes))
         return charged
 
     def _check_range(
-        self, kernel: Kernel, query: Query, num_participants: int, codec: FixedPointCodec
+        self, kernel: Kernel, params: KernelParams, query: Query, num_participants: int,
+        codec: FixedPointCodec,
     ) -> None:
         """Refuse a query whose aggregate could wrap modulo 2^64: if every site
         keeps its own share below 1/K of the range, the sum cannot wrap."""
         # Local blocks (which follow the released ones) never enter the aggregate.
-        released = len(kernel.output_shapes(query.params, self.dim))
+        released = len(kernel.output_shapes(params, self.dim))
         noise_scale = max(_noise_scales(query.mechanism)[:released], default=0.0)
-        bound = kernel.max_abs_sum(query.params, self.num_records) + NOISE_REACH * noise_scale
+        bound = kernel.max_abs_sum(params, self.num_records) + NOISE_REACH * noise_scale
         try:
             codec.check_sum_bound(num_participants * bound, "the aggregate of this query")
         except OverflowError as err:
@@ -354,15 +351,15 @@ class Site:
             )
 
     def _update_local_state(
-        self, kernel: KernelWithLocalBlocks, query: Query, state: dict[str, Any]
+        self, kernel: Kernel, params: KernelParams, query: Query, state: dict[str, Any]
     ) -> None:
         """Noise the kernel's local blocks at the full sigma (nobody else adds
         noise to them) and let the kernel update ``state`` with them."""
         try:
-            local = kernel.compute_local(self._data, query.params, state)
+            local = kernel.compute_local(self._data, params, state)
         except ValueError as err:  # e.g. a step out of order
             raise self._refuse(query, str(err)) from None
-        shapes = kernel.local_block_shapes(query.params, self.num_records)
+        shapes = kernel.local_block_shapes(params, self.num_records)
         if tuple(value.shape for value in local) != tuple(shapes):
             raise self._refuse(query, f"the kernel's local blocks are not of shapes {shapes}")
         mechanism = query.mechanism
@@ -374,7 +371,7 @@ class Site:
             )
         else:
             noised = local  # NoNoise: a simulation site allowed it in _check_noise
-        kernel.apply_local(self._data, query.params, state, noised)
+        kernel.apply_local(self._data, params, state, noised)
 
     def _noise_shares(
         self, blocks: tuple[np.ndarray, ...], query: Query, num_participants: int

@@ -3,7 +3,7 @@ sigma, applies them to the job's state, releases only the other blocks, charges
 the whole mechanism, and keeps its state unchanged when it refuses."""
 
 import math
-from collections.abc import Mapping, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
 import numpy as np
@@ -12,8 +12,7 @@ import pytest
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError
 from privadapt.common.federation import Query
 from privadapt.common.fixed_point import FixedPointCodec
-from privadapt.common.kernels import register
-from privadapt.common.kernels.local_blocks import KernelWithLocalBlocks
+from privadapt.common.kernels import Kernel, NoParams, register
 from privadapt.common.kernels.reweighted_gradient import ReweightedGradient
 from privadapt.common.mechanisms import (
     Adjacency,
@@ -28,23 +27,22 @@ LOCAL_SENSITIVITY = 3.0
 
 
 @register
-class LocalNoiseProbe(KernelWithLocalBlocks):
+class LocalNoiseProbe(Kernel):
     """Test kernel: its local block is all zeros, so what the site applies is pure
     noise; it releases the root mean square of the last applied block and how many
     updates it has applied (neither depends on the data: sensitivity 0)."""
 
     name = "test_local_noise_probe"
+    Params = NoParams
+    per_record_state = True
 
-    def validate_params(self, params: Mapping[str, Any], dim: int) -> None:
-        pass
-
-    def output_shapes(self, params: Mapping[str, Any], dim: int) -> tuple[tuple[int, ...], ...]:
+    def output_shapes(self, params: NoParams, dim: int) -> tuple[tuple[int, ...], ...]:
         return ((2,),)
 
     def l2_sensitivities(self, params, adjacency) -> tuple[float, ...]:
         return (0.0,)
 
-    def max_abs_sum(self, params: Mapping[str, Any], num_records: int) -> float:
+    def max_abs_sum(self, params: NoParams, num_records: int) -> float:
         return 1e6
 
     def local_block_shapes(self, params, num_records) -> tuple[tuple[int, ...], ...]:
@@ -134,8 +132,9 @@ def reweighted_query(query_id, step, job="job-1"):
         "radius": 1.0, "k1": 0.1, "k2": 0.1, "kinf": 0.1, "mu": 100.0,
         "inverse_square_sum": 0.005, "log_partition": 5.0, "step_size": 1e7,
     }
-    sensitivities = (ReweightedGradient().l2_sensitivities(params, Adjacency.REPLACE_ONE)
-                     + ReweightedGradient().local_l2_sensitivities(params, Adjacency.REPLACE_ONE))
+    typed = ReweightedGradient.Params.from_wire(params, 5)
+    sensitivities = (ReweightedGradient().l2_sensitivities(typed, Adjacency.REPLACE_ONE)
+                     + ReweightedGradient().local_l2_sensitivities(typed, Adjacency.REPLACE_ONE))
     return Query(job, query_id, "reweighted_gradient", params, NoNoise(sensitivities))
 
 
