@@ -251,7 +251,7 @@ def test_softmax_blocks_match_the_reference_gradients_of_j_without_active_clippi
 
 
 def test_softmax_sensitivities_are_2g_and_b_from_the_clip_bounds():
-    # G = sqrt(2) r, B = log(1 + (C-1) exp(sqrt(2) Lambda r)) (softmax_loss docstring).
+    # G = sqrt(2) r, B = log(1 + (C-1) exp(sqrt(2) Lambda r)) (common/losses.py docstring).
     p = softmax_params()
     r, radius = p["feature_norm"], p["radius"]
     assert KERNEL.output_shapes(typed(p), DIM) == ((DIM * CLASSES,), (1,), (1,))
