@@ -15,7 +15,9 @@ grid 2^-f. The kernel sum and the noise share are rounded onto the grid
 *separately*, so the release equals (rounded sum) + (noise rounded to the grid):
 a post-processing of the ideal mechanism on the rounded sum, whose sensitivity is
 the kernel's plus sqrt(size) 2^-f (each coordinate's rounding moves it by at most
-half a step); that is what the site charges. The noise sampler resolves the grid
+half a step); that is what the site charges
+(:mod:`privadapt.common.kernels.grid_rounding`, the one formula algorithms size
+their noise with too). The noise sampler resolves the grid
 for every noise level the site accepts (``max_grid_safe_noise``).
 
 Local blocks (``Kernel.local_block_shapes``, e.g. the per-record weights of

@@ -50,7 +50,8 @@ def assert_same_wire(got: dict, expected: dict) -> None:
 
 
 def test_every_registered_kernel_has_a_round_trip_case():
-    assert {case.split("/")[0] for case in WIRE} >= set(registered_kernels())
+    shipped = {name for name in registered_kernels() if not name.startswith("test_")}
+    assert {case.split("/")[0] for case in WIRE} >= shipped
 
 
 @pytest.mark.parametrize("case", sorted(WIRE))
