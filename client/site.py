@@ -15,14 +15,21 @@ grid 2^-f. The kernel sum and the noise share are rounded onto the grid
 *separately*, so the release equals (rounded sum) + (noise rounded to the grid):
 a post-processing of the ideal mechanism on the rounded sum, whose sensitivity is
 the kernel's plus sqrt(size) 2^-f (each coordinate's rounding moves it by at most
-half a step); that is what the site charges. The noise sampler resolves the grid
+half a step); that is what the site charges
+(:mod:`privadapt.common.kernels.grid_rounding`, the one formula algorithms size
+their noise with too). The noise sampler resolves the grid
 for every noise level the site accepts (``max_grid_safe_noise``).
 
-Local blocks (``KernelWithLocalBlocks``, e.g. the per-record weights of
-PCnvxAdap): the site noises them itself at the full sigma, lets the kernel
-update the job's state with them, and releases only the other blocks; the
-ledger charges the whole multi-block mechanism. The state update runs on a
-copy that replaces the job's state only after the charge has committed.
+One pipeline for every kernel: :mod:`privadapt.client.query_admission` checks
+the query against the policy and says what it costs; then local blocks
+(``Kernel.local_block_shapes``, empty for most kernels; e.g. the per-record
+weights of PCnvxAdap) are noised by the site itself at the full sigma of the
+mechanism's local group and handed back to the kernel to update the job's
+state; then the released blocks are computed, noised with this site's share
+and rounded onto the grid; then the ledger charges the whole mechanism
+(released and local blocks together). The state update runs on a working copy
+that replaces the job's state only once the charge has committed, in the same
+transaction.
 
 Poisson sampling (a ``GaussianMechanism`` with ``sampling_rate`` q < 1): the
 site itself includes each of its records independently with probability q,
@@ -33,59 +40,26 @@ never leaves the site, which is what amplification by subsampling assumes
 add/remove contribution. The site refuses a sampled query when its cap is
 stated under replace-one adjacency (the accountant has no sound replace-one
 form of the amplification, see :mod:`privadapt.common.accounting`) and for
-kernels with local blocks, whose per-record state assumes every record.
+kernels with per-record state, which assumes every record.
 Known limit: the kernel's running time grows with the sample's size.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
-import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from privadapt.client.job_state import decode_state, encode_state
 from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
+from privadapt.client.query_admission import AdmittedQuery, QueryAdmission
 from privadapt.common.data import Dataset, Schema, load_dataset
-from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query, SitePrivacy, SiteShare
-from privadapt.common.fixed_point import FixedPointCodec
-from privadapt.common.kernels import Kernel, get_kernel
-from privadapt.common.kernels.local_blocks import KernelWithLocalBlocks
-from privadapt.common.mechanisms import Adjacency, KernelMechanism
-from privadapt.common.noise import (
-    NOISE_REACH,
-    RandomBits,
-    honest_share_count,
-    max_grid_safe_noise,
-    uniforms,
-)
+from privadapt.common.noise import RandomBits, uniforms
 
 logger = logging.getLogger(__name__)
-
-# Declared sensitivities may differ from the site's by float rounding only.
-_SENSITIVITY_SLACK = 1e-9
-_FRACTIONAL_BITS_RANGE = (16, 48)
-
-
-def _own_copy(params: Mapping[str, Any]) -> dict[str, Any]:
-    """A private snapshot of the query's parameters: every later read (checks,
-    sensitivity, the kernel) sees the same values, whatever object was sent."""
-    copied: dict[str, Any] = {}
-    for key, value in dict(params).items():
-        if isinstance(value, np.ndarray | list | tuple):
-            copied[str(key)] = np.array(value, copy=True)
-        elif isinstance(value, bool | int | float | str | np.generic) or value is None:
-            copied[str(key)] = value.item() if isinstance(value, np.generic) else value
-        else:
-            raise ValueError(f"parameter {key!r} has unsupported type {type(value).__name__}")
-    return copied
 
 
 class Site:
@@ -102,6 +76,7 @@ class Site:
         self.policy = policy
         self.ledger = ledger
         self._noise_source = noise_source
+        self._admission = QueryAdmission(policy, data.dim, data.num_records)
         self._job_states: dict[str, dict[str, Any]] = {}
 
     @classmethod
@@ -132,32 +107,26 @@ class Site:
         sites, encoded on the fixed-point grid; raises ``QueryRefusedError`` (or
         ``BudgetExceededError``) when the policy forbids it, before anything is
         released."""
-        try:
-            query = dataclasses.replace(query, params=_own_copy(query.params))
-            honest_share_count(num_participants, query.collusion_tolerance)
-        except ValueError as err:
-            raise self._refuse(query, str(err)) from None
-        kernel = self._checked_kernel(query, num_participants)
-        codec = self._codec(query)
-        charged = self._charged_mechanism(kernel, query, codec)
-        self._check_range(kernel, query, num_participants, codec)
-        local = isinstance(kernel, KernelWithLocalBlocks)
-        if local:
-            # A working copy: the job's state changes only once the charge commits.
-            state = copy.deepcopy(self._job_state(query.job_id))
-            self._update_local_state(kernel, query, state)
-        else:
-            state = self._job_states.setdefault(query.job_id, {})
-        blocks = kernel.compute(self._records_for(query), query.params, state)
-        noise = self._noise_shares(blocks, query, num_participants)
+        admitted = self._admission.admit(query, num_participants)
+        query, kernel, params = admitted.query, admitted.kernel, admitted.params
+        # A working copy: the job's state changes only once the charge commits.
+        state = copy.deepcopy(self._job_state(query.job_id))
+        self._update_local_state(admitted, state)
+        blocks = kernel.compute(self._records_for(admitted), params, state)
+        noise = admitted.charged.noise_shares(
+            admitted.released_shapes, num_participants, query.collusion_tolerance,
+            self._noise_source,
+        )
+        codec = admitted.codec
         shares = tuple(
             codec.encode(value) + codec.encode(share)  # uint64: wraps modulo 2^64
             for value, share in zip(blocks, noise, strict=True)
         )
         # The new state is committed with the charge, in one transaction.
-        charge = self.ledger.charge(query.job_id, query.query_id, charged,
-                                    state=encode_state(state) if local else None)
-        if local:
+        kept = kernel.per_record_state
+        charge = self.ledger.charge(query.job_id, query.query_id, admitted.charged,
+                                    state=encode_state(state) if kept else None)
+        if kept:
             self._job_states[query.job_id] = state
         logger.info(
             "site=%s job=%s query=%s kernel=%s epsilon_spent=%.4g",
@@ -165,32 +134,32 @@ class Site:
         )
         return SiteShare(self.name, query.query_id, shares)
 
-    def _records_for(self, query: Query) -> Dataset:
+    def _records_for(self, admitted: AdmittedQuery) -> Dataset:
         """All records, or this query's own Poisson sample of them: record i is
         in when its fresh uniform u_i < q (P = q exactly, up to 2^-53)."""
-        mechanism = query.mechanism
+        mechanism = admitted.charged
         if not mechanism.is_sampled:
             return self._data
         chosen = uniforms(self.num_records, self._noise_source) < mechanism.sampling_rate
         data = self._data
         return Dataset(data.features[chosen], data.labels[chosen], data.feature_names)
 
-    def _check_sampling(self, kernel: Kernel, query: Query) -> None:
-        """Refuse a Poisson-sampled query this site cannot account soundly."""
-        mechanism = query.mechanism
-        if not mechanism.is_sampled:
-            return
-        if self.policy.adjacency != Adjacency.ADD_REMOVE_ONE:
-            raise self._refuse(
-                query,
-                f"a Poisson-sampled release (sampling rate {mechanism.sampling_rate:g}) is "
-                "accounted under add/remove adjacency only, but this site's cap is stated "
-                f"under {self.policy.adjacency}; ask the site operator for an add_remove_one "
-                "policy, or query without sampling",
-            )
-        if isinstance(kernel, KernelWithLocalBlocks):
-            raise self._refuse(query, "a kernel with local blocks runs on every record; "
-                               "it cannot be Poisson-sampled")
+    def _update_local_state(self, admitted: AdmittedQuery, state: dict[str, Any]) -> None:
+        """Noise the kernel's local blocks at the full sigma (nobody else adds
+        noise to them) and let the kernel update ``state`` with them; nothing
+        happens for a kernel without local blocks."""
+        kernel, params = admitted.kernel, admitted.params
+        try:
+            local = kernel.compute_local(self._data, params, state)
+        except ValueError as err:  # e.g. a step out of order
+            raise self._admission.refusal(admitted.query, str(err)) from None
+        shapes = admitted.local_shapes
+        if tuple(value.shape for value in local) != tuple(shapes):
+            raise self._admission.refusal(
+                admitted.query, f"the kernel's local blocks are not of shapes {shapes}")
+        noise = admitted.charged.local_noise(shapes, self._noise_source)
+        noised = tuple(value + n for value, n in zip(local, noise, strict=True))
+        kernel.apply_local(self._data, params, state, noised)
 
     def _job_state(self, job_id: str) -> dict[str, Any]:
         """The job's state, read back from the site database after a restart."""
@@ -208,161 +177,4 @@ class Site:
             total=self.ledger.spent(),
             cap_epsilon=self.policy.epsilon_cap,
             mechanisms=tuple(c.mechanism for c in self.ledger.charges(job_id)),
-        )
-
-    def _refuse(self, query: Query, reason: str) -> QueryRefusedError:
-        return QueryRefusedError(
-            f"site {self.name!r} refused query {query.query_id!r} of job {query.job_id!r} "
-            f"(kernel {query.kernel!r}): {reason}"
-        )
-
-    def _checked_kernel(self, query: Query, num_participants: int) -> Kernel:
-        policy = self.policy
-        if policy.allowed_kernels is not None and query.kernel not in policy.allowed_kernels:
-            raise self._refuse(query, f"the policy allows only {sorted(policy.allowed_kernels)}")
-        try:
-            kernel = get_kernel(query.kernel)
-            kernel.validate_params(query.params, self.dim)
-        except (KeyError, ValueError, TypeError, OverflowError) as err:
-            raise self._refuse(query, str(err)) from None
-        if num_participants < policy.min_participants:
-            raise self._refuse(
-                query,
-                f"{num_participants} participants, fewer than the policy's minimum "
-                f"{policy.min_participants}",
-            )
-        if query.collusion_tolerance < policy.collusion_tolerance:
-            raise self._refuse(
-                query,
-                f"the job tolerates t={query.collusion_tolerance} colluding sites but the "
-                f"policy requires t >= {policy.collusion_tolerance}",
-            )
-        self._check_bounds(query, kernel.clip_bounds(query.params))
-        return kernel
-
-    def _check_bounds(self, query: Query, bounds: Mapping[str, float]) -> None:
-        limits = {
-            "clip_norm": self.policy.max_clip_norm,
-            "label_bound": self.policy.max_label_bound,
-        }
-        for key, value in bounds.items():
-            limit = limits.get(key)
-            if limit is not None and value > limit:
-                raise self._refuse(query, f"{key}={value:g} exceeds the policy's limit {limit:g}")
-
-    def _codec(self, query: Query) -> FixedPointCodec:
-        low, high = _FRACTIONAL_BITS_RANGE
-        bits = query.fractional_bits
-        if isinstance(bits, bool) or not isinstance(bits, int) or not low <= bits <= high:
-            raise self._refuse(query, f"fractional_bits must be an integer in [{low}, {high}]")
-        return FixedPointCodec(bits)
-
-    def _charged_mechanism(
-        self, kernel: Kernel, query: Query, codec: FixedPointCodec
-    ) -> KernelMechanism:
-        """The mechanism as this site accounts it: the noise the query asks
-        for, against the kernel's own sensitivity under the policy's adjacency,
-        plus what rounding onto the grid can add."""
-        mechanism = query.mechanism
-        if not mechanism.releases_kernel_sums:
-            raise self._refuse(query, f"{type(mechanism).__name__} adds no noise a kernel can use")
-        self._check_sampling(kernel, query)
-        norm = mechanism.noise_norm
-        declared = mechanism.sensitivities
-        shapes = kernel.output_shapes(query.params, self.dim)
-        local = isinstance(kernel, KernelWithLocalBlocks)
-        if local and not mechanism.supports_local_blocks:
-            raise self._refuse(query, "a kernel with local blocks takes Gaussian noise only")
-        num_local = len(kernel.local_l2_sensitivities(query.params, mechanism.adjacency)) \
-            if local else 0
-        if len(declared) != len(shapes) + num_local:
-            raise self._refuse(
-                query, f"the mechanism has {len(declared)} blocks, the kernel "
-                f"{len(shapes) + num_local}"
-            )
-        actual = kernel.sensitivities(query.params, mechanism.adjacency, norm, self.dim)
-        if local:
-            actual += kernel.local_l2_sensitivities(query.params, mechanism.adjacency)
-        for block, (said, true) in enumerate(zip(declared, actual, strict=True)):
-            if true > said * (1 + _SENSITIVITY_SLACK):
-                raise self._refuse(
-                    query,
-                    f"block {block} declares {norm} sensitivity {said:g} but the kernel's "
-                    f"clipping guarantees only {true:g}",
-                )
-        own = kernel.sensitivities(query.params, self.policy.adjacency, norm, self.dim)
-        rounded = tuple(
-            # A zero-sensitivity sum is identical on neighbours, and so is its rounding.
-            s + (math.prod(shape) if norm == "l1" else math.sqrt(math.prod(shape))) / codec.scale
-            if s > 0 else 0.0
-            for s, shape in zip(own, shapes, strict=True)
-        )
-        if local:
-            # Local blocks are never rounded onto the grid: their own sensitivity.
-            rounded += kernel.local_l2_sensitivities(query.params, self.policy.adjacency)
-        charged = mechanism.with_sensitivities(rounded, self.policy.adjacency)
-        self._check_noise(query, charged, codec, released_blocks=len(shapes))
-        return charged
-
-    def _check_range(
-        self, kernel: Kernel, query: Query, num_participants: int, codec: FixedPointCodec
-    ) -> None:
-        """Refuse a query whose aggregate could wrap modulo 2^64: if every site
-        keeps its own share below 1/K of the range, the sum cannot wrap."""
-        # Local blocks (which follow the released ones) never enter the aggregate.
-        released = len(kernel.output_shapes(query.params, self.dim))
-        noise_scale = max(query.mechanism.noise_scales[:released], default=0.0)
-        bound = kernel.max_abs_sum(query.params, self.num_records) + NOISE_REACH * noise_scale
-        try:
-            codec.check_sum_bound(num_participants * bound, "the aggregate of this query")
-        except OverflowError as err:
-            raise self._refuse(query, str(err)) from None
-
-    def _check_noise(
-        self, query: Query, charged: KernelMechanism, codec: FixedPointCodec, released_blocks: int
-    ) -> None:
-        if charged.is_non_private:
-            if not self.policy.allow_non_private:
-                raise self._refuse(query, "a release without noise is not private; the policy "
-                                   "allows it only on simulation sites (allow_non_private)")
-            return
-        multiplier = charged.noise_multiplier
-        if multiplier < self.policy.min_noise_multiplier:
-            raise self._refuse(
-                query,
-                f"noise multiplier {multiplier:.4g} is below the policy's minimum "
-                f"{self.policy.min_noise_multiplier:g}",
-            )
-        # Only released blocks are rounded onto the grid; local noise stays a float.
-        largest = max(charged.noise_scales[:released_blocks], default=0.0)
-        if largest > max_grid_safe_noise(codec.fractional_bits):
-            raise self._refuse(
-                query,
-                f"noise scale {largest:.4g} is too coarse for the fixed-point grid 2^-"
-                f"{codec.fractional_bits}: ask for fewer fractional bits",
-            )
-
-    def _update_local_state(
-        self, kernel: KernelWithLocalBlocks, query: Query, state: dict[str, Any]
-    ) -> None:
-        """Noise the kernel's local blocks at the full sigma (nobody else adds
-        noise to them) and let the kernel update ``state`` with them."""
-        try:
-            local = kernel.compute_local(self._data, query.params, state)
-        except ValueError as err:  # e.g. a step out of order
-            raise self._refuse(query, str(err)) from None
-        shapes = kernel.local_block_shapes(query.params, self.num_records)
-        if tuple(value.shape for value in local) != tuple(shapes):
-            raise self._refuse(query, f"the kernel's local blocks are not of shapes {shapes}")
-        noise = query.mechanism.local_noise(shapes, self._noise_source)
-        noised = tuple(value + n for value, n in zip(local, noise, strict=True))
-        kernel.apply_local(self._data, query.params, state, noised)
-
-    def _noise_shares(
-        self, blocks: tuple[np.ndarray, ...], query: Query, num_participants: int
-    ) -> tuple[np.ndarray, ...]:
-        # The released blocks come first; local blocks (if any) follow them.
-        return query.mechanism.noise_shares(
-            tuple(value.shape for value in blocks), num_participants,
-            query.collusion_tolerance, self._noise_source,
         )

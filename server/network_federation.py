@@ -321,7 +321,8 @@ class NetworkFederation:
     def _expected_shapes(self, kernel: str, params: Mapping[str, Any]) -> list[tuple[int, ...]]:
         """What every share must hold: the kernel's released blocks (local
         blocks, if any, never leave the site)."""
-        return [tuple(s) for s in get_kernel(kernel).output_shapes(params, self.dimension())]
+        found, dim = get_kernel(kernel), self.dimension()
+        return [tuple(s) for s in found.output_shapes(found.Params.from_wire(params, dim), dim)]
 
     def _fingerprint(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism) -> str:
         probe = Query(self.job_id, "fingerprint", kernel, params, mechanism,

@@ -84,7 +84,8 @@ def test_job_is_valid_and_the_example_policy_accepts_it(deploy: Path) -> None:
     assert params["clip_norm"] <= policy.max_clip_norm
     assert spec.epsilon <= policy.epsilon_cap
     mechanism = gradient_mechanism(spec.epsilon, spec.delta, params["iterations"],
-                                   params["clip_norm"], spec.calibration)
+                                   params["clip_norm"], spec.calibration,
+                                   dim=len(ADULT_SCHEMA.feature_names()))
     assert isinstance(mechanism, GaussianMechanism)
     assert mechanism.noise_multiplier >= policy.min_noise_multiplier
 

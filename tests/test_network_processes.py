@@ -231,7 +231,8 @@ def test_aggregate_noise_has_the_calibrated_variance(tmp_path):
             for step in range(60):
                 params = {"weights": np.full(DIM, 0.1 * step), "loss": "logistic",
                           "clip_norm": 1.0}
-                exact = sum(codec.decode(codec.encode(kernel.compute(d, params, {})[0]))
+                typed = kernel.Params.from_wire(params, DIM)
+                exact = sum(codec.decode(codec.encode(kernel.compute(d, typed, {})[0]))
                             for d in datasets)
                 answer = federation.query("linear_gradient", params, mechanism).value
                 samples.append(answer - exact)

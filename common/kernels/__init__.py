@@ -1,6 +1,8 @@
 """Site-side kernels: the only code that reads private records.
 
 Importing this package registers every kernel; sites look them up by name.
+Each kernel has a typed ``Params`` (``from_wire`` / ``to_wire``) and builds
+the mechanism an algorithm should ask for (``Kernel.mechanism``).
 """
 
 from privadapt.common.kernels import (
@@ -10,10 +12,19 @@ from privadapt.common.kernels import (
     reweighted_gradient,
     second_moments,
 )
-from privadapt.common.kernels.base import Kernel, get_kernel, register, registered_kernels
+from privadapt.common.kernels.base import (
+    Kernel,
+    KernelParams,
+    NoParams,
+    get_kernel,
+    register,
+    registered_kernels,
+)
 
 __all__ = [
     "Kernel",
+    "KernelParams",
+    "NoParams",
     "exact_discrepancy",
     "get_kernel",
     "linear_gradient",

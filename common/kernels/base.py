@@ -1,76 +1,232 @@
-"""What a kernel is, and the registry of kernels a site can run.
+"""What a kernel is, its typed parameters, and the registry of kernels a site can run.
 
 A kernel is a named site-side function (private records, public params, per-job
 state) -> sum over records of clipped per-record contributions, one array per
 block, together with the sensitivity its clipping guarantees under an adjacency.
 Kernels are the only code that reads private records (DESIGN.md section 3).
 
-Sensitivities are functions of the public parameters alone, never of the data:
-a site computes them itself and refuses a mechanism that declares less.
+Parameters are typed: each kernel has a frozen, self-validating ``Params``
+class. ``Params.from_wire(params, dim)`` parses what arrives in a query (and
+raises ``ValueError`` naming the bad parameter), ``to_wire()`` gives back the
+dict a coordinator sends, so the wire format is plain values and every kernel
+method receives an already-checked object. Sensitivities are functions of the
+public parameters alone, never of the data: a site computes them itself and
+refuses a mechanism that declares less. ``Kernel.mechanism`` builds, from the
+same sensitivities, the mechanism an algorithm should ask for.
+
+Local blocks (seed 000, Alg. 1 lines 10-11: per-record weights u_i that each
+site updates with noise the algorithm prescribes). A query may have, besides
+its *released* blocks (the clipped sums, which leave the site as noise shares
+through secure aggregation), *local* blocks: per-record values the site noises
+itself at the **full** sigma (nobody else adds noise to them), hands back to
+the kernel to update its state, and never releases. One
+``GaussianMechanism`` describes both, in two explicit groups (``blocks`` and
+``local_blocks``), and the site charges all of them, so the accounting is one Gaussian
+release of every block per query. The site drives a query as
+``compute_local`` (local blocks, before noise) -> noise -> ``apply_local``
+(state update) -> ``compute`` (released blocks). Every kernel has these
+methods; the defaults say "no local blocks" and do nothing, so the site runs
+the same steps for every kernel. A kernel that keeps a value per record
+across a job's queries sets ``per_record_state``: the site then runs it on
+every record (no Poisson sampling), with Gaussian noise only, on a working
+copy of the job's state that it keeps only once the ledger charge commits.
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, MutableMapping
-from typing import Any, ClassVar, Literal
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 
 from privadapt.common.data import Dataset
-from privadapt.common.mechanisms import Adjacency
+from privadapt.common.kernels.grid_rounding import COARSEST_FRACTIONAL_BITS, Norm, rounding_charged
+from privadapt.common.mechanisms import (
+    Adjacency,
+    GaussianBlock,
+    GaussianMechanism,
+    LaplaceMechanism,
+    Mechanism,
+    NoNoise,
+)
+from privadapt.common.validation import check_positive
 
-Norm = Literal["l2", "l1"]
+NoiseKind = Literal["gaussian", "laplace"]
 
 # Records per chunk: bounds a kernel's working memory to chunk x d doubles.
 CHUNK_RECORDS = 16_384
+
+
+class KernelParams(ABC):
+    """The public parameters of one kernel query: frozen, valid once built."""
+
+    @classmethod
+    @abstractmethod
+    def from_wire(cls, params: Mapping[str, Any], dim: int) -> Self:
+        """Parse a query's params for records of dimension ``dim``; raise
+        ``ValueError`` naming the first malformed parameter."""
+
+    @abstractmethod
+    def to_wire(self) -> dict[str, Any]:
+        """The dict a coordinator sends (``from_wire`` inverts it)."""
+
+
+@dataclass(frozen=True)
+class NoParams(KernelParams):
+    """The parameters of a kernel that takes none."""
+
+    @classmethod
+    def from_wire(cls, params: Mapping[str, Any], dim: int) -> NoParams:
+        if params:
+            raise ValueError(f"this kernel takes no parameters, got {sorted(params)}")
+        return cls()
+
+    def to_wire(self) -> dict[str, Any]:
+        return {}
+
+
+def wire_values(params: Mapping[str, Any], required: Sequence[str]) -> dict[str, Any]:
+    """The ``required`` keys of a query's params, or ``ValueError`` naming a missing one."""
+    for key in required:
+        if key not in params:
+            raise ValueError(f"missing parameter {key!r}")
+    return {key: params[key] for key in required}
+
+
+def readonly(array: np.ndarray) -> np.ndarray:
+    """``array`` made immutable, so a frozen Params really is frozen."""
+    array.setflags(write=False)
+    return array
 
 
 class Kernel(ABC):
     """A registered site-side statistic with clipping and a sensitivity bound."""
 
     name: ClassVar[str]
+    Params: ClassVar[type[KernelParams]]
+    per_record_state: ClassVar[bool] = False
 
     @abstractmethod
-    def validate_params(self, params: Mapping[str, Any], dim: int) -> None:
-        """Raise ``ValueError`` for malformed public parameters."""
-
-    @abstractmethod
-    def output_shapes(self, params: Mapping[str, Any], dim: int) -> tuple[tuple[int, ...], ...]:
+    def output_shapes(self, params: Any, dim: int) -> tuple[tuple[int, ...], ...]:
         """Shape of each released block for records of dimension ``dim``."""
 
     @abstractmethod
-    def l2_sensitivities(
-        self, params: Mapping[str, Any], adjacency: Adjacency
-    ) -> tuple[float, ...]:
-        """Largest L2 change of each block when one record changes."""
+    def l2_sensitivities(self, params: Any, adjacency: Adjacency) -> tuple[float, ...]:
+        """Largest L2 change of each released block when one record changes."""
 
     @abstractmethod
     def compute(
-        self, data: Dataset, params: Mapping[str, Any], state: MutableMapping[str, Any]
+        self, data: Dataset, params: Any, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray, ...]:
-        """The clipped sums over ``data``, one array per block."""
+        """The clipped sums over ``data``, one array per released block."""
 
     @abstractmethod
-    def max_abs_sum(self, params: Mapping[str, Any], num_records: int) -> float:
+    def max_abs_sum(self, params: Any, num_records: int) -> float:
         """A bound on any entry of the un-noised sum (for fixed-point range checks)."""
 
-    def clip_bounds(self, params: Mapping[str, Any]) -> dict[str, float]:
+    def clip_bounds(self, params: Any) -> dict[str, float]:
         """The data bounds this query asks the site to clip to, by policy name
         (``clip_norm``, ``label_bound``), for the site's policy to check."""
         return {}
 
     def sensitivities(
-        self, params: Mapping[str, Any], adjacency: Adjacency, norm: Norm, dim: int
+        self, params: Any, adjacency: Adjacency, norm: Norm, dim: int
     ) -> tuple[float, ...]:
-        """Per-block sensitivity in ``norm``. L1 follows from L2 by
+        """Per released block sensitivity in ``norm``. L1 follows from L2 by
         ||v||_1 <= sqrt(size) ||v||_2 unless a kernel knows better."""
         l2 = self.l2_sensitivities(params, adjacency)
         if norm == "l2":
             return l2
         shapes = self.output_shapes(params, dim)
         return tuple(s * math.sqrt(math.prod(shape)) for s, shape in zip(l2, shapes, strict=True))
+
+    # Local blocks (module docstring): none by default.
+
+    def local_block_shapes(self, params: Any, num_records: int) -> tuple[tuple[int, ...], ...]:
+        """Shape of each local block at a site holding ``num_records`` records."""
+        return ()
+
+    def local_l2_sensitivities(self, params: Any, adjacency: Adjacency) -> tuple[float, ...]:
+        """Largest L2 change of each local block when one record changes."""
+        return ()
+
+    def compute_local(
+        self, data: Dataset, params: Any, state: MutableMapping[str, Any]
+    ) -> tuple[np.ndarray, ...]:
+        """The local blocks before noise; may prepare ``state`` for this query."""
+        return ()
+
+    def apply_local(
+        self,
+        data: Dataset,
+        params: Any,
+        state: MutableMapping[str, Any],
+        noised_blocks: tuple[np.ndarray, ...],
+    ) -> None:
+        """Update ``state`` from the noised local blocks."""
+        return None  # no local blocks, nothing to apply
+
+    # What a release costs, and the mechanism to ask for.
+
+    def charged_sensitivities(
+        self, params: Any, adjacency: Adjacency, norm: Norm, dim: int, fractional_bits: int
+    ) -> tuple[float, ...]:
+        """Every block's sensitivity as a site on the grid 2^-``fractional_bits``
+        charges it: released blocks with their rounding (:mod:`.grid_rounding`),
+        then local blocks as they are."""
+        released = rounding_charged(self.sensitivities(params, adjacency, norm, dim),
+                                    self.output_shapes(params, dim), norm, fractional_bits)
+        return released + self.local_l2_sensitivities(params, adjacency)
+
+    def mechanism(
+        self,
+        params: Any,
+        noise_multiplier: float,
+        adjacency: Adjacency,
+        *,
+        dim: int,
+        noise: NoiseKind = "gaussian",
+        block_ratios: Sequence[float] | None = None,
+        sampling_rate: float = 1.0,
+        fractional_bits: int = COARSEST_FRACTIONAL_BITS,
+    ) -> Mechanism:
+        """The mechanism an algorithm asks for: each block declares the
+        sensitivity the site charges on the grid 2^-``fractional_bits``
+        (default the coarsest a site accepts, so it is sound for any grid) and
+        gets noise ``noise_multiplier`` times that, times its entry of
+        ``block_ratios`` (one per block, released then local; default all 1).
+        Gaussian: sigma_b = z ratio_b charged_b; Laplace (one block only):
+        scale = z charged L1 sensitivity, i.e. z = 1/epsilon; ``noise_multiplier
+        = inf``: ``NoNoise`` with the kernel's own sensitivities."""
+        adjacency = Adjacency(adjacency)
+        check_positive("noise_multiplier", noise_multiplier, infinity_means="inf for no noise")
+        if noise not in ("gaussian", "laplace"):
+            raise ValueError(f"noise must be 'gaussian' or 'laplace', got {noise!r}")
+        norm: Norm = "l1" if noise == "laplace" else "l2"
+        if math.isinf(noise_multiplier):
+            own = self.sensitivities(params, adjacency, norm, dim)
+            return NoNoise(own + self.local_l2_sensitivities(params, adjacency), adjacency)
+        charged = self.charged_sensitivities(params, adjacency, norm, dim, fractional_bits)
+        ratios = (1.0,) * len(charged) if block_ratios is None else tuple(block_ratios)
+        if len(ratios) != len(charged):
+            raise ValueError(f"{len(ratios)} block_ratios for the {len(charged)} blocks of "
+                             f"kernel {self.name!r}")
+        if noise == "laplace":
+            if len(charged) != 1 or self.per_record_state:
+                raise ValueError(f"Laplace noise takes one released block; kernel "
+                                 f"{self.name!r} has {len(charged)} (or keeps per-record state)")
+            return LaplaceMechanism(charged[0], noise_multiplier * ratios[0] * charged[0],
+                                    adjacency)
+        if 0.0 in charged:
+            raise ValueError(f"kernel {self.name!r} has a block of sensitivity 0 under "
+                             f"{adjacency}: Gaussian noise on it is meaningless; ask for NoNoise")
+        blocks = tuple(GaussianBlock(s, noise_multiplier * k * s)
+                       for s, k in zip(charged, ratios, strict=True))
+        released = len(self.output_shapes(params, dim))
+        return GaussianMechanism(blocks[:released], adjacency, sampling_rate, blocks[released:])
 
 
 _REGISTRY: dict[str, Kernel] = {}
@@ -93,57 +249,3 @@ def get_kernel(name: str) -> Kernel:
 
 def registered_kernels() -> tuple[str, ...]:
     return tuple(sorted(_REGISTRY))
-
-
-def positive_param(params: Mapping[str, Any], key: str) -> float:
-    """A required finite, positive float parameter, or ``ValueError``."""
-    if key not in params:
-        raise ValueError(f"missing parameter {key!r}")
-    value = params[key]
-    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
-        raise ValueError(f"parameter {key!r} must be a number, got {value!r}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"parameter {key!r} must be finite and > 0, got {value!r}")
-    return float(value)
-
-
-# Below this (or above its inverse) the plain sqrt(sum x^2) under- or overflows.
-_SAFE_NORM = 1e-150
-
-
-def row_norms(rows: np.ndarray) -> np.ndarray:
-    """L2 norm of each row, exact to rounding even for rows whose squares
-    under- or overflow (an adversarial record of 1e-300s must not look like 0,
-    or it escapes clipping); inf only when the norm itself exceeds float range."""
-    with np.errstate(over="ignore", under="ignore"):
-        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-    suspect = (norms < _SAFE_NORM) | ~(norms < 1.0 / _SAFE_NORM)
-    if np.any(suspect):
-        extreme = rows[suspect]
-        largest = np.max(np.abs(extreme), axis=1)
-        scale = np.where(largest > 0, largest, 1.0)
-        with np.errstate(over="ignore"):
-            norms[suspect] = largest * np.linalg.norm(extreme / scale[:, None], axis=1)
-    return norms
-
-
-def clip_coefficients(coefficients: np.ndarray, rows: np.ndarray, bound: float) -> np.ndarray:
-    """a_i with ||a_i x_i|| <= ``bound``: each per-record gradient c_i x_i of a
-    linear model scaled down to the bound. A record whose gradient cannot be
-    computed in floating point (overflow) contributes zero, which keeps the bound."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        norms = np.abs(coefficients) * row_norms(rows)
-        factors = np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
-        clipped = coefficients * factors
-    clipped[~(np.isfinite(clipped) & np.isfinite(norms))] = 0.0
-    return clipped
-
-
-def clip_rows_to_norm(rows: np.ndarray, bound: float) -> np.ndarray:
-    """Each row scaled to L2 norm at most ``bound`` (rows too large for their
-    norm to be computed in floating point are scaled to zero)."""
-    norms = row_norms(rows)
-    with np.errstate(over="ignore", invalid="ignore"):
-        factors = np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
-    factors[~np.isfinite(norms)] = 0.0
-    return rows * factors[:, None]

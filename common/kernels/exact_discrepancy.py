@@ -9,7 +9,8 @@ M = (1/N) sum z z^T, so the discrepancy estimate (2)
           = sup_{||w|| <= Lambda} | v^T (M_pub - M_priv) v |
 
 is the larger of two trust-region subproblems (both signs), solved exactly by
-:func:`privadapt.common.trust_region.maximize_quadratic_on_ball`.
+:func:`privadapt.common.trust_region.maximize_quadratic_on_ball`
+(:func:`privadapt.common.losses.squared_loss_discrepancy`).
 
 The kernel releases the *sum-scaled* statistic n d-hat = sup_w |v^T (n M_pub -
 sum_priv z z^T) v|, so that, like every kernel, its sensitivity is a function of
@@ -36,89 +37,106 @@ its own Laplace mechanism path.
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from privadapt.common.data import Dataset
-from privadapt.common.kernels.base import Kernel, get_kernel, positive_param, register
-from privadapt.common.kernels.reweighted_gradient import loss_bounds
+from privadapt.common.kernels.base import Kernel, KernelParams, readonly, register, wire_values
+from privadapt.common.kernels.second_moments import SecondMoments, SecondMomentsParams
+from privadapt.common.losses import loss_bounds, squared_loss_discrepancy, squared_loss_range
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.trust_region import quadratic_range_on_ball
+from privadapt.common.validation import check_finite_array, check_positive_finite
+
+_SECOND_MOMENTS = SecondMoments()
 
 
-def squared_loss_range(moments: np.ndarray, radius: float) -> tuple[float, float]:
-    """(min, max) over ||w|| <= radius of v^T M v with v = [w, -1], M of size
-    (d+1) x (d+1) (symmetrised): the range of a mean squared loss, or of a
-    difference of two, given second moments of z = [x, y]."""
-    moments = np.asarray(moments, dtype=float)
-    moments = 0.5 * (moments + moments.T)
-    # v^T M v = w^T M_xx w - 2 M_xy^T w + M_yy
-    return quadratic_range_on_ball(moments[:-1, :-1], -moments[:-1, -1], moments[-1, -1], radius)
+@dataclass(frozen=True, eq=False)
+class ExactDiscrepancyParams(KernelParams):
+    """``feature_norm`` r, ``label_bound`` Y, ``radius`` Lambda and
+    ``public_moments`` (d+1) x (d+1), the public M_pub normalised by m."""
 
+    feature_norm: float
+    label_bound: float
+    radius: float
+    public_moments: np.ndarray
 
-def squared_loss_discrepancy(moment_difference: np.ndarray, radius: float) -> float:
-    """sup over ||w|| <= radius of |v^T D v|, v = [w, -1]: the discrepancy of
-    seed 000, eq. (2), for the squared loss, given D = M_pub - M_priv."""
-    low, high = squared_loss_range(moment_difference, radius)
-    return max(abs(low), abs(high))
-
-
-@register
-class ExactDiscrepancy(Kernel):
-    """n d-hat: the sum-scaled exact discrepancy between the public moments and
-    this site's clipped records.
-
-    params: ``feature_norm`` r, ``label_bound`` Y, ``radius`` Lambda and
-    ``public_moments`` (d+1) x (d+1), the public M_pub normalised by m.
-    """
-
-    name = "exact_discrepancy"
-
-    def validate_params(self, params: Mapping[str, Any], dim: int) -> None:
+    def __post_init__(self) -> None:
         for key in ("feature_norm", "label_bound", "radius"):
-            positive_param(params, key)
-        moments = params.get("public_moments")
+            object.__setattr__(self, key, check_positive_finite(f"parameter {key!r}",
+                                                                getattr(self, key)))
+        moments = check_finite_array("parameter 'public_moments'", self.public_moments,
+                                     (None, None))
+        if moments.shape[0] != moments.shape[1] or moments.shape[0] < 2:
+            raise ValueError(f"parameter 'public_moments' must be a square matrix of size "
+                             f"d + 1 >= 2, got shape {moments.shape}")
+        object.__setattr__(self, "public_moments", readonly(moments))
+
+    @classmethod
+    def from_wire(cls, params: Mapping[str, Any], dim: int) -> ExactDiscrepancyParams:
+        values = wire_values(params, ("feature_norm", "label_bound", "radius", "public_moments"))
+        moments = values["public_moments"]
         if not isinstance(moments, np.ndarray) or moments.shape != (dim + 1, dim + 1):
             raise ValueError(
                 f"parameter 'public_moments' must be an array of shape ({dim + 1}, {dim + 1}), "
                 f"got {getattr(moments, 'shape', type(moments).__name__)}"
             )
-        if not np.all(np.isfinite(moments)):
-            raise ValueError("parameter 'public_moments' must be finite")
+        return cls(**values)
 
-    def output_shapes(self, params: Mapping[str, Any], dim: int) -> tuple[tuple[int, ...], ...]:
+    def to_wire(self) -> dict[str, Any]:
+        return {"feature_norm": self.feature_norm, "label_bound": self.label_bound,
+                "radius": self.radius, "public_moments": self.public_moments}
+
+    @property
+    def clipping(self) -> SecondMomentsParams:
+        """The clip region, as the second-moment kernel takes it."""
+        return SecondMomentsParams(self.feature_norm, self.label_bound)
+
+    @property
+    def loss_bound(self) -> float:
+        """B = (Lambda r + Y)^2, the largest squared loss of a clipped record."""
+        return loss_bounds("squared", self.feature_norm, self.label_bound, self.radius)[0]
+
+    @property
+    def public_range(self) -> tuple[float, float]:
+        """(p_lo, p_hi): the public mean loss's range over the ball."""
+        return squared_loss_range(self.public_moments, self.radius)
+
+
+@register
+class ExactDiscrepancy(Kernel):
+    """n d-hat: the sum-scaled exact discrepancy between the public moments and
+    this site's clipped records."""
+
+    name = "exact_discrepancy"
+    Params = ExactDiscrepancyParams
+
+    def output_shapes(self, params: ExactDiscrepancyParams, dim: int) -> tuple[tuple[int, ...]]:
         return ((1,),)
 
-    def loss_bound(self, params: Mapping[str, Any]) -> float:
-        """B = (Lambda r + Y)^2, the largest squared loss of a clipped record."""
-        return loss_bounds("squared", positive_param(params, "feature_norm"),
-                           positive_param(params, "label_bound"),
-                           positive_param(params, "radius"))[0]
-
-    def _public_range(self, params: Mapping[str, Any]) -> tuple[float, float]:
-        return squared_loss_range(params["public_moments"], positive_param(params, "radius"))
-
-    def l2_sensitivities(self, params: Mapping[str, Any], adjacency: Adjacency) -> tuple[float]:
-        bound = self.loss_bound(params)
+    def l2_sensitivities(
+        self, params: ExactDiscrepancyParams, adjacency: Adjacency
+    ) -> tuple[float]:
+        bound = params.loss_bound
         if adjacency == Adjacency.REPLACE_ONE:
             return (bound,)
-        low, high = self._public_range(params)
+        low, high = params.public_range
         return (max(abs(low), abs(high), abs(low - bound), abs(high - bound)),)
 
-    def clip_bounds(self, params: Mapping[str, Any]) -> dict[str, float]:
-        return get_kernel("second_moments").clip_bounds(params)
+    def clip_bounds(self, params: ExactDiscrepancyParams) -> dict[str, float]:
+        return _SECOND_MOMENTS.clip_bounds(params.clipping)
 
-    def max_abs_sum(self, params: Mapping[str, Any], num_records: int) -> float:
+    def max_abs_sum(self, params: ExactDiscrepancyParams, num_records: int) -> float:
         # |n p(w) - sum l_i(w)| <= n max|p| + n B
-        low, high = self._public_range(params)
-        return num_records * (max(abs(low), abs(high)) + self.loss_bound(params))
+        low, high = params.public_range
+        return num_records * (max(abs(low), abs(high)) + params.loss_bound)
 
     def compute(
-        self, data: Dataset, params: Mapping[str, Any], state: MutableMapping[str, Any]
+        self, data: Dataset, params: ExactDiscrepancyParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray]:
         # The same clipping as the Gaussian route's kernel: one code path.
-        (private_sum,) = get_kernel("second_moments").compute(data, params, state)
-        difference = data.num_records * params["public_moments"] - private_sum
-        value = squared_loss_discrepancy(difference, positive_param(params, "radius"))
+        (private_sum,) = _SECOND_MOMENTS.compute(data, params.clipping, state)
+        difference = data.num_records * params.public_moments - private_sum
+        value = squared_loss_discrepancy(difference, params.radius)
         return (np.array([value]),)

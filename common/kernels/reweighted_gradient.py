@@ -14,7 +14,7 @@ any ``weights`` sent:
 * softmax cross-entropy of W in R^{d x C} (``num_classes`` C, labels class
   indices 0..C-1, ``weights`` W flattened row-major, ||W||_F <= Lambda):
   B = log(1 + (C-1) exp(sqrt(2) Lambda r)), G = sqrt(2) r, derived in
-  :mod:`privadapt.common.kernels.softmax_loss`. The site refuses the query if
+  :mod:`privadapt.common.losses`. The site refuses the query if
   any of its labels is not such an index (it does not trust its data).
   (Losses are also clipped to [0, B] and gradients to norm G, in case the
   coordinator sends ||w|| > Lambda.)
@@ -43,7 +43,7 @@ local block (noised at the site at full sigma, never released):
 The site then takes the projected step of Alg. 1 lines 10-11,
 u_{t+1} = max(u_t - eta (g_t + z_t), n/(1-alpha)), with g_t the full gradient
 of the u-terms (the noised loss part plus the penalty terms of
-:func:`penalty_gradient`, which need only u_i and the public S_t, Z_t).
+:func:`privadapt.common.losses.penalty_gradient`, which need only u_i and the public S_t, Z_t).
 
 ``weight_noise = false`` drops the local block: the site updates u with the
 exact loss part. The releases stay (epsilon, delta)-DP: given everything
@@ -61,229 +61,190 @@ is never applied twice. Steps must otherwise arrive in order 0, 1, 2, ...
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from privadapt.common.data import Dataset
-from privadapt.common.kernels.base import (
-    CHUNK_RECORDS,
-    clip_coefficients,
-    clip_rows_to_norm,
-    positive_param,
-    register,
-)
-from privadapt.common.kernels.linear_gradient import loss_derivative, weights_param
-from privadapt.common.kernels.local_blocks import KernelWithLocalBlocks
-from privadapt.common.kernels.softmax_loss import (
+from privadapt.common.kernels.base import Kernel, KernelParams, readonly, register, wire_values
+from privadapt.common.kernels.reweighted_terms import binary_record_terms, softmax_record_terms
+from privadapt.common.losses import (
+    LOSSES,
+    OBJECTIVES,
     SOFTMAX_CROSS_ENTROPY,
+    Loss,
+    Objective,
     class_indices,
-    num_classes_param,
-    softmax_cross_entropy_bounds,
-    softmax_record_terms,
+    loss_bounds,
+    penalty_gradient,
 )
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.validation import (
+    check_bool,
+    check_finite,
+    check_finite_array,
+    check_int_at_least,
+    check_nonnegative_finite,
+    check_one_of,
+    check_positive_finite,
+    check_probability,
+)
 
-OBJECTIVES = ("convex", "smooth")
-LOSSES = ("squared", "logistic", SOFTMAX_CROSS_ENTROPY)
 _STATE_KEY = "reweighted_gradient"
 _PENDING_GRADIENT = "pending_weight_gradient"
 _PENDING_LOSSES = "pending_scaled_losses"
+_REQUIRED = ("weights", "step", "objective", "loss", "alpha", "total_private_records",
+             "feature_norm", "label_bound", "radius", "k1", "k2", "kinf", "mu",
+             "inverse_square_sum", "log_partition", "step_size")
+_POSITIVE = ("feature_norm", "label_bound", "radius", "mu", "inverse_square_sum", "step_size")
 
 
-def loss_values(loss: str, margins: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """l(w; x, y) from the margin w.x: (w.x - y)^2 or log(1 + exp(-y w.x))."""
-    if loss == "squared":
-        return (margins - labels) ** 2
-    return np.logaddexp(0.0, -labels * margins)
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ReweightedGradientParams(KernelParams):
+    """One step's query (module docstring): ``weights`` w (d,) (softmax
+    cross-entropy: W (d C,) flattened row-major, with ``num_classes`` C >= 2),
+    ``step`` t, ``objective`` in {"convex", "smooth"}, ``loss``, ``alpha`` in
+    [0, 1), ``total_private_records`` n, the clip region ``feature_norm`` r,
+    ``label_bound`` Y, ``radius`` Lambda, the penalty weights ``k1``, ``k2``,
+    ``kinf`` (>= 0), ``mu`` (> 0), the global aggregates ``inverse_square_sum``
+    S_t (> 0) and ``log_partition`` log Z_t, the u step ``step_size`` eta, and
+    ``weight_noise`` (the local block; default true)."""
 
+    weights: np.ndarray
+    step: int
+    objective: Objective
+    loss: Loss
+    alpha: float
+    total_private_records: int
+    feature_norm: float
+    label_bound: float
+    radius: float
+    k1: float
+    k2: float
+    kinf: float
+    mu: float
+    inverse_square_sum: float
+    log_partition: float
+    step_size: float
+    weight_noise: bool = True
+    num_classes: int = 2
 
-def loss_bounds(
-    loss: str, feature_norm: float, label_bound: float, radius: float, num_classes: int = 2
-) -> tuple[float, float]:
-    """(B, G): bounds on the loss and on its gradient norm in w over
-    ||x|| <= r, |y| <= Y, ||w|| <= Lambda (seed 000, Section 4 for the squared loss);
-    ``num_classes`` is read by the softmax cross-entropy only."""
-    if loss == SOFTMAX_CROSS_ENTROPY:
-        return softmax_cross_entropy_bounds(feature_norm, radius, num_classes)
-    if loss == "squared":
-        reach = radius * feature_norm + label_bound
-        return reach**2, 2.0 * feature_norm * reach
-    return float(np.logaddexp(0.0, radius * feature_norm * label_bound)), feature_norm * label_bound
+    def __post_init__(self) -> None:
+        def store(key: str, value: Any) -> None:
+            object.__setattr__(self, key, value)
 
+        def name(key: str) -> str:
+            return f"parameter {key!r}"
 
-def penalty_gradient(
-    u: np.ndarray,
-    *,
-    objective: str,
-    k1: float,
-    k1_coefficient: float,
-    k2: float,
-    kinf: float,
-    mu: float,
-    inverse_square_sum: float,
-    log_partition: float,
-) -> np.ndarray:
-    """Gradient in u of the penalty terms of F (6) or J (7) at coordinates ``u``.
+        check_one_of(name("objective"), self.objective, OBJECTIVES)
+        check_one_of(name("loss"), self.loss, LOSSES)
+        store("num_classes", check_int_at_least(name("num_classes"), self.num_classes, 2))
+        store("weights", readonly(check_finite_array(name("weights"), self.weights, (None,))))
+        if self.weights.size % self.model_columns:
+            raise ValueError(f"parameter 'weights' must hold d x {self.num_classes} entries, "
+                             f"got {self.weights.size}")
+        store("step", check_int_at_least(name("step"), self.step, 0))
+        store("total_private_records",
+              check_int_at_least(name("total_private_records"), self.total_private_records, 1))
+        store("alpha", check_probability(name("alpha"), self.alpha, allow_zero=True))
+        for key in _POSITIVE:
+            store(key, check_positive_finite(name(key), getattr(self, key)))
+        for key in ("k1", "k2", "kinf"):
+            store(key, check_nonnegative_finite(name(key), getattr(self, key)))
+        store("log_partition", check_finite(name("log_partition"), self.log_partition))
+        store("weight_noise", check_bool(name("weight_noise"), self.weight_noise))
 
-    * sum term: F's k1 (c sum_i u_i - 1) gives k1 c with c = ``k1_coefficient``
-      (alpha^2/m^2 public, (1-alpha)^2/n^2 private); J's l1 (1 - sum_i 1/u_i)
-      gives l1 / u_i^2;
-    * k2 (sum_j 1/u_j^2)^(1/2) gives -k2 / (u_i^3 sqrt(S)), S = ``inverse_square_sum``;
-    * kinf (1/mu) log sum_j exp(mu/u_j) gives -kinf softmax_i / u_i^2 with
-      softmax_i = exp(mu/u_i - log Z), log Z = ``log_partition``. (F's exact
-      kinf / min_j u_j is replaced by this softmax in the federated algorithm;
-      see ``privadapt.server.algorithms.cnvx_adap``.)
-    """
-    inverse = 1.0 / u
-    inverse_squared = inverse * inverse
-    if objective == "convex":
-        gradient = np.full_like(u, k1 * k1_coefficient)
-    else:
-        gradient = k1 * inverse_squared
-    if k2 > 0:
-        gradient -= k2 * inverse_squared * inverse / math.sqrt(inverse_square_sum)
-    if kinf > 0:
-        gradient -= kinf * np.exp(mu * inverse - log_partition) * inverse_squared
-    return gradient
+    @classmethod
+    def from_wire(cls, params: Mapping[str, Any], dim: int) -> ReweightedGradientParams:
+        values = wire_values(params, _REQUIRED)
+        if check_one_of("parameter 'loss'", values["loss"], LOSSES) == SOFTMAX_CROSS_ENTROPY:
+            values["num_classes"] = check_int_at_least(
+                "parameter 'num_classes'", params.get("num_classes"), 2)
+        if "weight_noise" in params:
+            values["weight_noise"] = params["weight_noise"]
+        size = dim * values.get("num_classes", 1)
+        values["weights"] = check_finite_array("parameter 'weights'", values["weights"], (size,))
+        return cls(**values)
 
+    def to_wire(self) -> dict[str, Any]:
+        wire = {key: getattr(self, key) for key in _REQUIRED}
+        wire["weight_noise"] = self.weight_noise
+        if self.loss == SOFTMAX_CROSS_ENTROPY:
+            wire["num_classes"] = self.num_classes
+        return wire
 
-def _nonnegative_param(params: Mapping[str, Any], key: str) -> float:
-    value = params.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
-        raise ValueError(f"parameter {key!r} must be a number, got {value!r}")
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"parameter {key!r} must be finite and >= 0, got {value!r}")
-    return float(value)
+    @property
+    def model_columns(self) -> int:
+        """C for the softmax cross-entropy's W (d x C), 1 for w (d,)."""
+        return self.num_classes if self.loss == SOFTMAX_CROSS_ENTROPY else 1
 
+    @property
+    def lower_bound(self) -> float:
+        """n / (1 - alpha): the least u_i of a private record (Section 4, problem (6))."""
+        return self.total_private_records / (1.0 - self.alpha)
 
-def _finite_param(params: Mapping[str, Any], key: str) -> float:
-    value = params.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
-        raise ValueError(f"parameter {key!r} must be a number, got {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"parameter {key!r} must be finite, got {value!r}")
-    return float(value)
-
-
-def _integer_param(params: Mapping[str, Any], key: str, minimum: int) -> int:
-    value = params.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"parameter {key!r} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _weight_noise(params: Mapping[str, Any]) -> bool:
-    """Whether the u-gradient is a noised local block (Alg. 1 line 10; the default)."""
-    value = params.get("weight_noise", True)
-    if not isinstance(value, bool | np.bool_):
-        raise ValueError(f"parameter 'weight_noise' must be a bool, got {value!r}")
-    return bool(value)
-
-
-def _alpha(params: Mapping[str, Any]) -> float:
-    alpha = _finite_param(params, "alpha")
-    if not 0.0 <= alpha < 1.0:
-        raise ValueError(f"parameter 'alpha' must be in [0, 1), got {alpha!r}")
-    return alpha
-
-
-def _lower_bound(params: Mapping[str, Any]) -> float:
-    """n / (1 - alpha): the least u_i of a private record (Section 4, problem (6))."""
-    return _integer_param(params, "total_private_records", 1) / (1.0 - _alpha(params))
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """(B, G): the per-record loss and gradient-norm bounds of the clip region."""
+        return loss_bounds(self.loss, self.feature_norm, self.label_bound, self.radius,
+                           self.num_classes)
 
 
 @register
-class ReweightedGradient(KernelWithLocalBlocks):
-    """The private part of grad F (or grad J) with per-record weights kept at the site.
-
-    params: ``weights`` (d,) (softmax cross-entropy: (d C,), W flattened
-    row-major), ``step`` t, ``objective`` in {"convex", "smooth"}, ``loss`` in
-    {"squared", "logistic", "softmax_cross_entropy"} (the last with
-    ``num_classes`` C >= 2), ``alpha``, ``total_private_records`` n,
-    ``feature_norm`` r, ``label_bound`` Y, ``radius`` Lambda, ``k1``, ``k2``,
-    ``kinf`` (>= 0), ``mu`` (> 0), ``inverse_square_sum`` S_t (> 0),
-    ``log_partition`` log Z_t, ``step_size`` eta of the u update, and
-    optionally ``weight_noise`` (default true).
-    """
+class ReweightedGradient(Kernel):
+    """The private part of grad F (or grad J) with per-record weights kept at the site."""
 
     name = "reweighted_gradient"
+    Params = ReweightedGradientParams
+    per_record_state = True
 
-    def validate_params(self, params: Mapping[str, Any], dim: int) -> None:
-        for key, allowed in (("objective", OBJECTIVES), ("loss", LOSSES)):
-            if params.get(key) not in allowed:
-                raise ValueError(
-                    f"parameter {key!r} must be one of {allowed}, got {params.get(key)!r}"
-                )
-        weights_param(params, _model_size(params, dim))
-        _integer_param(params, "step", 0)
-        _lower_bound(params)
-        for key in ("feature_norm", "label_bound", "radius", "mu", "inverse_square_sum",
-                    "step_size"):
-            positive_param(params, key)
-        for key in ("k1", "k2", "kinf"):
-            _nonnegative_param(params, key)
-        _finite_param(params, "log_partition")
-        _weight_noise(params)
-
-    def output_shapes(self, params: Mapping[str, Any], dim: int) -> tuple[tuple[int, ...], ...]:
-        return ((_model_size(params, dim),), (1,), (1,))
-
-    def _bounds(self, params: Mapping[str, Any]) -> tuple[float, float]:
-        loss = params["loss"]
-        return loss_bounds(
-            loss,
-            positive_param(params, "feature_norm"),
-            positive_param(params, "label_bound"),
-            positive_param(params, "radius"),
-            num_classes_param(params) if loss == SOFTMAX_CROSS_ENTROPY else 2,
-        )
+    def output_shapes(
+        self, params: ReweightedGradientParams, dim: int
+    ) -> tuple[tuple[int, ...], ...]:
+        return ((dim * params.model_columns,), (1,), (1,))
 
     def l2_sensitivities(
-        self, params: Mapping[str, Any], adjacency: Adjacency
+        self, params: ReweightedGradientParams, adjacency: Adjacency
     ) -> tuple[float, ...]:
-        _, gradient_bound = self._bounds(params)
+        _, gradient_bound = params.bounds
         replace = adjacency == Adjacency.REPLACE_ONE
         # Each scaled term is at most G (block 0) or in (0, 1] (blocks 1, 2): two
         # such terms differ by at most 2G and 1; one term alone is at most G and 1.
         return (2.0 * gradient_bound if replace else gradient_bound, 1.0, 1.0)
 
     def local_block_shapes(
-        self, params: Mapping[str, Any], num_records: int
+        self, params: ReweightedGradientParams, num_records: int
     ) -> tuple[tuple[int, ...], ...]:
-        return ((num_records,),) if _weight_noise(params) else ()
+        return ((num_records,),) if params.weight_noise else ()
 
     def local_l2_sensitivities(
-        self, params: Mapping[str, Any], adjacency: Adjacency
+        self, params: ReweightedGradientParams, adjacency: Adjacency
     ) -> tuple[float, ...]:
         # One record moves only its own coordinate, which lies in [0, B].
-        loss_bound, _ = self._bounds(params)
-        return (loss_bound,) if _weight_noise(params) else ()
+        loss_bound, _ = params.bounds
+        return (loss_bound,) if params.weight_noise else ()
 
-    def clip_bounds(self, params: Mapping[str, Any]) -> dict[str, float]:
-        return {
-            "clip_norm": positive_param(params, "feature_norm"),
-            "label_bound": positive_param(params, "label_bound"),
-        }
+    def clip_bounds(self, params: ReweightedGradientParams) -> dict[str, float]:
+        return {"clip_norm": params.feature_norm, "label_bound": params.label_bound}
 
-    def max_abs_sum(self, params: Mapping[str, Any], num_records: int) -> float:
-        _, gradient_bound = self._bounds(params)
+    def max_abs_sum(self, params: ReweightedGradientParams, num_records: int) -> float:
+        _, gradient_bound = params.bounds
         return num_records * max(gradient_bound, 1.0)
 
     def compute_local(
-        self, data: Dataset, params: Mapping[str, Any], state: MutableMapping[str, Any]
+        self, data: Dataset, params: ReweightedGradientParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray, ...]:
-        if params["loss"] == SOFTMAX_CROSS_ENTROPY:
+        if params.loss == SOFTMAX_CROSS_ENTROPY:
             # Refuse (ValueError) before touching the state: labels come from the data.
-            class_indices(data.labels, num_classes_param(params))
-        own = self._begin_step(state, _integer_param(params, "step", 0), data.num_records,
-                               _lower_bound(params))
-        u_now = np.maximum(own["u_before"], _lower_bound(params))
+            class_indices(data.labels, params.num_classes)
+        lower = params.lower_bound
+        own = self._begin_step(state, params.step, data.num_records, lower)
+        u_now = np.maximum(own["u_before"], lower)
         gradient_sum, scaled_losses = self._per_record_terms(data, params, u_now)
         own[_PENDING_GRADIENT] = gradient_sum
-        if _weight_noise(params):
+        if params.weight_noise:
             return (scaled_losses,)
         own[_PENDING_LOSSES] = scaled_losses  # applied without noise (module docstring)
         return ()
@@ -291,35 +252,27 @@ class ReweightedGradient(KernelWithLocalBlocks):
     def apply_local(
         self,
         data: Dataset,
-        params: Mapping[str, Any],
+        params: ReweightedGradientParams,
         state: MutableMapping[str, Any],
         noised_blocks: tuple[np.ndarray, ...],
     ) -> None:
         own = state[_STATE_KEY]
-        lower = _lower_bound(params)
+        lower = params.lower_bound
         u_now = np.maximum(own["u_before"], lower)
         (noised_losses,) = noised_blocks if noised_blocks else (own.pop(_PENDING_LOSSES),)
         penalty = penalty_gradient(
-            u_now,
-            objective=params["objective"],
-            k1=_nonnegative_param(params, "k1"),
-            k1_coefficient=1.0 / lower**2,
-            k2=_nonnegative_param(params, "k2"),
-            kinf=_nonnegative_param(params, "kinf"),
-            mu=positive_param(params, "mu"),
-            inverse_square_sum=positive_param(params, "inverse_square_sum"),
-            log_partition=_finite_param(params, "log_partition"),
+            u_now, objective=params.objective, k1=params.k1, k1_coefficient=1.0 / lower**2,
+            k2=params.k2, kinf=params.kinf, mu=params.mu,
+            inverse_square_sum=params.inverse_square_sum, log_partition=params.log_partition,
         )
         gradient = penalty - noised_losses / lower**2
-        step_size = positive_param(params, "step_size")
-        own["u"] = np.maximum(u_now - step_size * gradient, lower)
+        own["u"] = np.maximum(u_now - params.step_size * gradient, lower)
 
     def compute(
-        self, data: Dataset, params: Mapping[str, Any], state: MutableMapping[str, Any]
+        self, data: Dataset, params: ReweightedGradientParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray, ...]:
         own = state[_STATE_KEY]
-        lower = _lower_bound(params)
-        mu = positive_param(params, "mu")
+        lower, mu = params.lower_bound, params.mu
         ratio = lower / np.maximum(own["u"], lower)  # (n/(1-alpha)) q_i, in (0, 1]
         inverse_squares = float(np.sum(ratio * ratio))
         # exp(mu (q_i - 1/lower)) = exp(mu/lower (ratio - 1)), each in (0, 1].
@@ -350,44 +303,20 @@ class ReweightedGradient(KernelWithLocalBlocks):
             )
         return own
 
+    @staticmethod
     def _per_record_terms(
-        self, data: Dataset, params: Mapping[str, Any], u_now: np.ndarray
+        data: Dataset, params: ReweightedGradientParams, u_now: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """(sum_i clip_G(grad l_i) lower/u_i, [min(l_i, B) (lower/u_i)^2]_i)."""
-        if params["loss"] == SOFTMAX_CROSS_ENTROPY:
-            num_classes = num_classes_param(params)
-            weights = weights_param(params, data.dim * num_classes)
+        ratios = params.lower_bound / u_now
+        loss_bound, gradient_bound = params.bounds
+        if params.loss == SOFTMAX_CROSS_ENTROPY:
             return softmax_record_terms(
-                data.features, class_indices(data.labels, num_classes),
-                weights.reshape(data.dim, num_classes), _lower_bound(params) / u_now,
-                positive_param(params, "feature_norm"), *self._bounds(params))
-        weights = weights_param(params, data.dim)
-        feature_norm = positive_param(params, "feature_norm")
-        label_bound = positive_param(params, "label_bound")
-        loss = params["loss"]
-        loss_bound, gradient_bound = self._bounds(params)
-        lower = _lower_bound(params)
-        gradient_sum = np.zeros(data.dim)
-        scaled_losses = np.empty(data.num_records)
-        for start in range(0, data.num_records, CHUNK_RECORDS):
-            chunk = slice(start, start + CHUNK_RECORDS)
-            features = clip_rows_to_norm(data.features[chunk], feature_norm)
-            labels = np.clip(data.labels[chunk], -label_bound, label_bound)
-            ratio = lower / u_now[chunk]
-            with np.errstate(over="ignore", invalid="ignore"):
-                margins = features @ weights
-                losses = np.minimum(loss_values(loss, margins, labels), loss_bound)
-                coefficients = loss_derivative(loss, margins, labels)
-            clipped = clip_coefficients(coefficients, features, gradient_bound)
-            # A record whose loss overflows contributes zero: keeps the loss bound.
-            losses[~np.isfinite(losses)] = 0.0
-            gradient_sum += features.T @ (clipped * ratio)
-            scaled_losses[chunk] = losses * ratio * ratio
-        return gradient_sum, scaled_losses
-
-
-def _model_size(params: Mapping[str, Any], dim: int) -> int:
-    """Entries of the model: d, or d C for the softmax cross-entropy."""
-    if params.get("loss") == SOFTMAX_CROSS_ENTROPY:
-        return dim * num_classes_param(params)
-    return dim
+                data.features, class_indices(data.labels, params.num_classes),
+                params.weights.reshape(data.dim, params.num_classes), ratios,
+                feature_norm=params.feature_norm, loss_bound=loss_bound,
+                gradient_bound=gradient_bound)
+        return binary_record_terms(
+            data.features, data.labels, params.weights, ratios, loss=params.loss,
+            feature_norm=params.feature_norm, label_bound=params.label_bound,
+            loss_bound=loss_bound, gradient_bound=gradient_bound)

@@ -12,63 +12,74 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from privadapt.common.data import Dataset
-from privadapt.common.kernels.base import (
-    CHUNK_RECORDS,
-    Kernel,
-    clip_rows_to_norm,
-    positive_param,
-    register,
-)
+from privadapt.common.geometry import clip_rows_to_norm
+from privadapt.common.kernels.base import CHUNK_RECORDS, Kernel, KernelParams, register, wire_values
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.validation import check_positive_finite
+
+
+@dataclass(frozen=True)
+class SecondMomentsParams(KernelParams):
+    """The clip region: ``feature_norm`` r (||x|| <= r) and ``label_bound`` Y (|y| <= Y)."""
+
+    feature_norm: float
+    label_bound: float
+
+    def __post_init__(self) -> None:
+        for key in ("feature_norm", "label_bound"):
+            object.__setattr__(self, key, check_positive_finite(f"parameter {key!r}",
+                                                                getattr(self, key)))
+
+    @classmethod
+    def from_wire(cls, params: Mapping[str, Any], dim: int) -> SecondMomentsParams:
+        return cls(**wire_values(params, ("feature_norm", "label_bound")))
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"feature_norm": self.feature_norm, "label_bound": self.label_bound}
+
+    @property
+    def record_bound(self) -> float:
+        """s = r^2 + Y^2 >= ||z||^2 for every clipped record."""
+        return self.feature_norm**2 + self.label_bound**2
+
+    def clip(self, data: Dataset, start: int, stop: int) -> np.ndarray:
+        """z = [clip_r(x), clip_Y(y)] for records ``start:stop``, one row each."""
+        features = clip_rows_to_norm(data.features[start:stop], self.feature_norm)
+        labels = np.clip(data.labels[start:stop], -self.label_bound, self.label_bound)
+        return np.column_stack([features, labels])
 
 
 @register
 class SecondMoments(Kernel):
-    """Sum over records of z z^T, z = [clip_r(x), clip_Y(y)].
-
-    params: ``feature_norm`` r, ``label_bound`` Y.
-    """
+    """Sum over records of z z^T, z = [clip_r(x), clip_Y(y)]."""
 
     name = "second_moments"
+    Params = SecondMomentsParams
 
-    def validate_params(self, params: Mapping[str, Any], dim: int) -> None:
-        positive_param(params, "feature_norm")
-        positive_param(params, "label_bound")
-
-    def output_shapes(self, params: Mapping[str, Any], dim: int) -> tuple[tuple[int, ...], ...]:
+    def output_shapes(self, params: SecondMomentsParams, dim: int) -> tuple[tuple[int, ...]]:
         return ((dim + 1, dim + 1),)
 
-    def _record_bound(self, params: Mapping[str, Any]) -> float:
-        feature_norm = positive_param(params, "feature_norm")
-        return feature_norm**2 + positive_param(params, "label_bound") ** 2
-
-    def l2_sensitivities(self, params: Mapping[str, Any], adjacency: Adjacency) -> tuple[float]:
-        bound = self._record_bound(params)
+    def l2_sensitivities(self, params: SecondMomentsParams, adjacency: Adjacency) -> tuple[float]:
+        bound = params.record_bound
         return (math.sqrt(2.0) * bound if adjacency == Adjacency.REPLACE_ONE else bound,)
 
-    def clip_bounds(self, params: Mapping[str, Any]) -> dict[str, float]:
-        return {
-            "clip_norm": positive_param(params, "feature_norm"),
-            "label_bound": positive_param(params, "label_bound"),
-        }
+    def clip_bounds(self, params: SecondMomentsParams) -> dict[str, float]:
+        return {"clip_norm": params.feature_norm, "label_bound": params.label_bound}
 
-    def max_abs_sum(self, params: Mapping[str, Any], num_records: int) -> float:
-        return num_records * self._record_bound(params)
+    def max_abs_sum(self, params: SecondMomentsParams, num_records: int) -> float:
+        return num_records * params.record_bound
 
     def compute(
-        self, data: Dataset, params: Mapping[str, Any], state: MutableMapping[str, Any]
+        self, data: Dataset, params: SecondMomentsParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray]:
-        feature_norm = positive_param(params, "feature_norm")
-        label_bound = positive_param(params, "label_bound")
         total = np.zeros((data.dim + 1, data.dim + 1))
         for start in range(0, data.num_records, CHUNK_RECORDS):
-            features = clip_rows_to_norm(data.features[start : start + CHUNK_RECORDS], feature_norm)
-            labels = np.clip(data.labels[start : start + CHUNK_RECORDS], -label_bound, label_bound)
-            z = np.column_stack([features, labels])
+            z = params.clip(data, start, start + CHUNK_RECORDS)
             total += z.T @ z
         return (total,)

@@ -37,29 +37,33 @@ and the softmax cross-entropy of a multi-class linear model W in R^{d x C}
 (labels class indices 0..C-1; ``w`` is W, either (d, C) or flattened row-major
 to (d C,), and its gradient comes back in the shape given). The paper names
 the softmax cross-entropy for Alg. 2 but gives no formulas or constants; they
-are in :mod:`privadapt.common.kernels.softmax_loss`.
+are in :mod:`privadapt.common.losses`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 from scipy import special
 
-from privadapt.common.kernels.linear_gradient import loss_derivative
-from privadapt.common.kernels.reweighted_gradient import loss_values, penalty_gradient
-from privadapt.common.kernels.softmax_loss import (
+from privadapt.common.geometry import project_to_ball
+from privadapt.common.losses import (
     SOFTMAX_CROSS_ENTROPY,
+    Loss,
+    Objective,
     class_indices,
+    loss_derivative,
+    loss_values,
+    penalty_gradient,
     softmax_cross_entropy_terms,
 )
-from privadapt.server.algorithms.noisy_gd import project_to_ball
-
-Objective = Literal["convex", "smooth"]
-Loss = Literal["squared", "logistic", "softmax_cross_entropy"]
+from privadapt.common.validation import (
+    check_nonnegative_finite,
+    check_positive,
+    check_probability,
+)
 
 
 @dataclass(frozen=True)
@@ -75,14 +79,10 @@ class ReweightingHyperparameters:
     discrepancy: float = 0.0
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.alpha < 1.0:
-            raise ValueError(f"alpha must be in (0, 1), got {self.alpha!r}")
+        check_probability("alpha", self.alpha)
         for name in ("k1", "k2", "kinf", "discrepancy"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
-        if not self.mu > 0:
-            raise ValueError(f"mu must be > 0 (inf for the exact max term), got {self.mu!r}")
+            check_nonnegative_finite(name, getattr(self, name))
+        check_positive("mu", self.mu, infinity_means="inf for the exact max term")
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,7 @@ def pcnvx_adap(
     public_labels = np.asarray(public_labels, dtype=float)
     m, n = len(public_labels), sum(federation.site_sizes.values())
     noise = plan_noise(epsilon, delta, iterations, bounds, "squared", calibration,
-                       aggregate_noise_ratio, weight_noise)
+                       aggregate_noise_ratio, weight_noise, dim=public_features.shape[1])
     steps = choose_step_sizes(
         step_sizes,
         paper=lambda: paper_step_sizes(hyper, bounds, m, n, public_features.shape[1],

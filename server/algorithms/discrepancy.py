@@ -32,9 +32,9 @@ the budget epsilon' given to this step: Algorithm 1 gives d_DP half of its
 epsilon, so the caller passes ``epsilon = epsilon_total / 2``, as Section 4 does.
 
 Both routes go through ``federation.query``, so every site's ledger charges the
-release. Noise is sized for the kernel's sensitivity *plus* the rounding the
-site charges for the coarsest fixed-point grid it accepts, so a site's charge
-never exceeds the planned epsilon.
+release. The kernels build the mechanisms (``Kernel.mechanism``): noise sized for
+the kernel's sensitivity *plus* the rounding a site charges on the coarsest
+fixed-point grid it accepts, so a site's charge never exceeds the planned epsilon.
 """
 
 from __future__ import annotations
@@ -48,23 +48,15 @@ import numpy as np
 from privadapt.common.calibration import calibrate_noise_multiplier
 from privadapt.common.data import Dataset
 from privadapt.common.federation import Federation, SitePrivacy
-from privadapt.common.kernels import get_kernel
-from privadapt.common.kernels.exact_discrepancy import squared_loss_discrepancy
-from privadapt.common.kernels.reweighted_gradient import loss_bounds
-from privadapt.common.mechanisms import (
-    Adjacency,
-    GaussianBlock,
-    GaussianMechanism,
-    LaplaceMechanism,
-    Mechanism,
-    NoNoise,
-)
+from privadapt.common.kernels.exact_discrepancy import ExactDiscrepancy, ExactDiscrepancyParams
+from privadapt.common.kernels.second_moments import SecondMoments, SecondMomentsParams
+from privadapt.common.losses import loss_bounds, squared_loss_discrepancy
+from privadapt.common.mechanisms import Adjacency, Mechanism
+from privadapt.common.validation import check_positive, check_positive_finite, check_probability
 
 Method = Literal["federated", "single_holder"]
-
-# Sites accept fixed-point grids no coarser than 2^-16 (client/site.py) and
-# charge each released entry's rounding on top of the kernel's sensitivity.
-_COARSEST_GRID = 2.0**-16
+_MOMENTS = SecondMoments()
+_EXACT = ExactDiscrepancy()
 
 
 @dataclass
@@ -99,8 +91,8 @@ def public_second_moments(
     sites clip their records (the same kernel code, run on public data)."""
     features, labels = _checked_public(features, labels)
     names = tuple(f"x{i}" for i in range(features.shape[1]))
-    params = {"feature_norm": feature_norm, "label_bound": label_bound}
-    (total,) = get_kernel("second_moments").compute(Dataset(features, labels, names), params, {})
+    params = SecondMomentsParams(feature_norm, label_bound)
+    (total,) = _MOMENTS.compute(Dataset(features, labels, names), params, {})
     return total / features.shape[0]
 
 
@@ -109,22 +101,17 @@ def moments_mechanism(
 ) -> Mechanism:
     """The one Gaussian release of the (d+1) x (d+1) private moment sum that
     meets (epsilon, delta) under replace-one adjacency; ``NoNoise`` at epsilon = inf."""
-    params = {"feature_norm": feature_norm, "label_bound": label_bound}
-    (sensitivity,) = get_kernel("second_moments").l2_sensitivities(params, Adjacency.REPLACE_ONE)
-    if math.isinf(epsilon):
-        return NoNoise((sensitivity,), Adjacency.REPLACE_ONE)
-    multiplier = calibrate_noise_multiplier(epsilon, delta, 1)
-    charged = sensitivity + (dim + 1) * _COARSEST_GRID  # sqrt(#entries) grid steps
-    return GaussianMechanism((GaussianBlock(sensitivity, multiplier * charged),),
-                             Adjacency.REPLACE_ONE)
+    multiplier = math.inf if math.isinf(epsilon) else calibrate_noise_multiplier(epsilon, delta, 1)
+    params = SecondMomentsParams(feature_norm, label_bound)
+    return _MOMENTS.mechanism(params, multiplier, Adjacency.REPLACE_ONE, dim=dim)
 
 
-def single_holder_mechanism(epsilon: float, bound: float) -> Mechanism:
+def single_holder_mechanism(epsilon: float, params: ExactDiscrepancyParams) -> Mechanism:
     """Laplace on n d-hat (sensitivity B): scale B / epsilon, i.e. Lap(B/(n epsilon))
     on d-hat; ``NoNoise`` at epsilon = inf."""
-    if math.isinf(epsilon):
-        return NoNoise((bound,), Adjacency.REPLACE_ONE)
-    return LaplaceMechanism(bound, (bound + _COARSEST_GRID) / epsilon, Adjacency.REPLACE_ONE)
+    dim = params.public_moments.shape[0] - 1
+    return _EXACT.mechanism(params, 1.0 / epsilon if math.isfinite(epsilon) else math.inf,
+                            Adjacency.REPLACE_ONE, dim=dim, noise="laplace")
 
 
 def federated_discrepancy(
@@ -146,8 +133,8 @@ def federated_discrepancy(
     num_records = sum(federation.site_sizes.values())
     dim = public.shape[0] - 1
     mechanism = moments_mechanism(epsilon, delta, dim, feature_norm, label_bound)
-    params = {"feature_norm": feature_norm, "label_bound": label_bound}
-    noisy_sum = federation.query("second_moments", params, mechanism).value
+    params = SecondMomentsParams(feature_norm, label_bound)
+    noisy_sum = federation.query(_MOMENTS.name, params.to_wire(), mechanism).value
     _check_dim(noisy_sum.shape, public.shape)
     private = 0.5 * (noisy_sum + noisy_sum.T) / num_records  # post-processing
     estimate = squared_loss_discrepancy(public - private, radius)
@@ -179,11 +166,9 @@ def single_holder_discrepancy(
         )
     public = public_second_moments(public_features, public_labels, feature_norm, label_bound)
     (num_records,) = federation.site_sizes.values()
-    bound = loss_bound(radius, feature_norm, label_bound)
-    mechanism = single_holder_mechanism(epsilon, bound)
-    params = {"feature_norm": feature_norm, "label_bound": label_bound, "radius": radius,
-              "public_moments": public}
-    answer = federation.query("exact_discrepancy", params, mechanism).value
+    params = ExactDiscrepancyParams(feature_norm, label_bound, radius, public)
+    mechanism = single_holder_mechanism(epsilon, params)
+    answer = federation.query(_EXACT.name, params.to_wire(), mechanism).value
     (scale,) = mechanism.noise_scales  # 0 without noise
     return _result(float(answer[0]) / num_records, radius, feature_norm, label_bound,
                    scale / num_records, "single_holder", mechanism, None, federation,
@@ -262,18 +247,15 @@ def _check_settings(
     label_bound: float, *, needs_delta: bool,
 ) -> None:
     """ValueError naming the first bad argument, before any work is done."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float) or not epsilon > 0:
-        raise ValueError(f"epsilon must be a number > 0 (inf for no noise), got {epsilon!r}")
+    check_positive("epsilon", epsilon, infinity_means="inf for no noise")
     if delta is None:
         if needs_delta and not math.isinf(epsilon):
             raise ValueError("delta is required for the Gaussian (federated) release, e.g. 1e-6")
-    elif isinstance(delta, bool) or not isinstance(delta, int | float) or not 0 < delta < 1:
-        raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
+    else:
+        check_probability("delta", delta)
     for name, value in (("radius", radius), ("feature_norm", feature_norm),
                         ("label_bound", label_bound)):
-        if (isinstance(value, bool) or not isinstance(value, int | float)
-                or not (math.isfinite(value) and value > 0)):
-            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        check_positive_finite(name, value)
 
 
 def _checked_public(features: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -25,7 +25,7 @@ no constants are given, and Section 5's B = G Lambda fails for it): W in
 R^{d x C} with C = ``bounds.num_classes``, ||W||_F <= Lambda = ``bounds.radius``,
 labels the class indices 0..C-1 (public ones checked here, private ones by
 each site, which refuses the query otherwise); ``bounds.label_bound`` is
-unused. Its constants, derived in ``privadapt.common.kernels.softmax_loss``:
+unused. Its constants, derived in ``privadapt.common.losses``:
 G = sqrt(2) r, beta_w = r^2/2, B = log(1 + (C-1) exp(sqrt(2) Lambda r)) <=
 log C + sqrt(2) Lambda r; they set the w-block sensitivity 2G, the local
 u-block sensitivity B and the steps, as the logistic loss's do.
@@ -43,6 +43,7 @@ from typing import Literal
 import numpy as np
 
 from privadapt.common.federation import Federation
+from privadapt.common.losses import Loss
 from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
 from privadapt.server.algorithms.reweighted_descent import (
     AdaptationResult,
@@ -58,12 +59,11 @@ from privadapt.server.algorithms.reweighted_descent import (
     run_reweighted_descent,
 )
 
-SmoothLoss = Literal["logistic", "squared", "softmax_cross_entropy"]
 StepSizeChoice = Literal["curvature", "paper"] | StepSizes
 
 
 def smoothness_bound(
-    loss: SmoothLoss,
+    loss: Loss,
     hyper: ReweightingHyperparameters,
     bounds: DataBounds,
     num_public: int,
@@ -94,7 +94,7 @@ def pncnvx_adap(
     epsilon: float,
     delta: float,
     iterations: int,
-    loss: SmoothLoss = "logistic",
+    loss: Loss = "logistic",
     seed: int | None = None,
     return_average: bool = False,
     step_sizes: StepSizeChoice = "curvature",
@@ -116,7 +116,7 @@ def pncnvx_adap(
     public_labels = np.asarray(public_labels, dtype=float)
     m, n = len(public_labels), sum(federation.site_sizes.values())
     noise = plan_noise(epsilon, delta, iterations, bounds, loss, calibration,
-                       aggregate_noise_ratio, weight_noise)
+                       aggregate_noise_ratio, weight_noise, dim=public_features.shape[1])
     steps = choose_step_sizes(
         step_sizes,
         paper=lambda: StepSizes(*[1.0 / smoothness_bound(loss, hyper, bounds, m, n)] * 3),

@@ -8,7 +8,8 @@ Alg. 1): for t = 1..T,
     w_{t+1} = Proj_{||w|| <= Lambda}(w_t - eta g_t)
 
 The clipped sum is one ``linear_gradient`` query per iteration (L2 sensitivity
-2C under replace-one adjacency); sigma = z * 2C, with the noise multiplier z
+2C under replace-one adjacency); sigma = z * 2C (plus the fixed-point rounding
+the sites charge, ``LinearGradient.mechanism``), with the noise multiplier z
 calibrated by the accountant so that T releases meet (epsilon, delta) exactly
 (``calibration="accountant"``), or by the closed form of Bassily et al. 2014,
 sigma^2 = 8 T log(1/delta) (2C)^2 / epsilon^2 per unit-sensitivity release
@@ -30,9 +31,14 @@ import numpy as np
 
 from privadapt.common.calibration import calibrate_noise_multiplier
 from privadapt.common.federation import Federation, SitePrivacy
-from privadapt.common.mechanisms import Adjacency, GaussianMechanism, Mechanism, NoNoise
+from privadapt.common.geometry import project_to_ball
+from privadapt.common.kernels.linear_gradient import LinearGradient, LinearGradientParams
+from privadapt.common.losses import BinaryLoss
+from privadapt.common.mechanisms import Adjacency, Mechanism
+from privadapt.common.validation import check_int_at_least, check_positive
 
 Calibration = Literal["accountant", "paper"]
+KERNEL = LinearGradient()
 
 
 @dataclass(frozen=True)
@@ -53,12 +59,6 @@ class NoisyGDResult:
     privacy: dict[str, SitePrivacy] = field(default_factory=dict)
 
 
-def project_to_ball(weights: np.ndarray, radius: float) -> np.ndarray:
-    """Euclidean projection onto {w : ||w|| <= radius}."""
-    norm = float(np.linalg.norm(weights))
-    return weights if norm <= radius else weights * (radius / norm)
-
-
 def paper_noise_multiplier(epsilon: float, delta: float, iterations: int) -> float:
     """sigma / sensitivity = sqrt(8 T log(1/delta)) / epsilon (Bassily et al. 2014,
     by advanced composition); valid for epsilon <= 2 log(1/delta)."""
@@ -71,19 +71,23 @@ def gradient_mechanism(
     iterations: int,
     clip_norm: float,
     calibration: Calibration = "accountant",
+    *,
+    dim: int,
 ) -> Mechanism:
-    """The per-iteration release: Gaussian on a sum of sensitivity 2C, or no
-    noise at all when ``epsilon`` is infinite."""
-    sensitivity = 2.0 * clip_norm
+    """The per-iteration release on d = ``dim`` features: Gaussian on the
+    kernel's sum (sensitivity 2C under replace-one, plus rounding), or no noise
+    at all when ``epsilon`` is infinite."""
     if math.isinf(epsilon):
-        return NoNoise((sensitivity,), Adjacency.REPLACE_ONE)
-    if calibration == "accountant":
+        multiplier = math.inf
+    elif calibration == "accountant":
         multiplier = calibrate_noise_multiplier(epsilon, delta, iterations)
     elif calibration == "paper":
         multiplier = paper_noise_multiplier(epsilon, delta, iterations)
     else:
         raise ValueError(f"calibration must be 'accountant' or 'paper', got {calibration!r}")
-    return GaussianMechanism.single(sensitivity, multiplier, Adjacency.REPLACE_ONE)
+    # The sensitivity depends on the clip norm alone, not on the weights or the loss.
+    params = LinearGradientParams(np.zeros(dim), "squared", clip_norm)
+    return KERNEL.mechanism(params, multiplier, Adjacency.REPLACE_ONE, dim=dim)
 
 
 def projected_gradient_descent(
@@ -91,7 +95,7 @@ def projected_gradient_descent(
     mechanism: Mechanism,
     *,
     dim: int,
-    loss: str,
+    loss: BinaryLoss,
     clip_norm: float,
     gradient_scale: float,
     iterations: int,
@@ -110,8 +114,9 @@ def projected_gradient_descent(
     weight_sum = np.zeros(dim)
     history: list[IterationRecord] = []
     for iteration in range(1, iterations + 1):
-        params = {"weights": weights, "loss": loss, "clip_norm": clip_norm}
-        gradient = federation.query("linear_gradient", params, mechanism).value / gradient_scale
+        params = LinearGradientParams(weights, loss, clip_norm)
+        answer = federation.query(KERNEL.name, params.to_wire(), mechanism)
+        gradient = answer.value / gradient_scale
         weights = project_to_ball(weights - learning_rate * gradient, radius)
         weight_sum += weights
         record = IterationRecord(iteration, float(np.linalg.norm(gradient)),
@@ -128,7 +133,7 @@ def noisy_gd(
     federation: Federation,
     *,
     dim: int,
-    loss: Literal["logistic", "squared"],
+    loss: BinaryLoss,
     epsilon: float,
     delta: float,
     iterations: int,
@@ -144,14 +149,13 @@ def noisy_gd(
     """Fit a linear model on the federation's private records by noisy
     projected gradient descent; see the module docstring. ``checkpoint`` is
     called with (iteration, weights) after every iteration."""
-    if iterations < 1:
-        raise ValueError(f"iterations must be >= 1, got {iterations}")
+    check_int_at_least("iterations", iterations, 1)
     for name, value in (("learning_rate", learning_rate), ("radius", radius),
-                        ("clip_norm", clip_norm), ("epsilon", epsilon)):
-        if not value > 0:
-            raise ValueError(f"{name} must be > 0, got {value!r}")
+                        ("clip_norm", clip_norm)):
+        check_positive(name, value)
+    check_positive("epsilon", epsilon, infinity_means="inf for no noise")
     num_records = sum(federation.site_sizes.values())
-    mechanism = gradient_mechanism(epsilon, delta, iterations, clip_norm, calibration)
+    mechanism = gradient_mechanism(epsilon, delta, iterations, clip_norm, calibration, dim=dim)
     weights, average_weights, history = projected_gradient_descent(
         federation, mechanism, dim=dim, loss=loss, clip_norm=clip_norm,
         gradient_scale=num_records, iterations=iterations, learning_rate=learning_rate,

@@ -44,18 +44,22 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
 from privadapt.common.calibration import calibrate_noise_multiplier
 from privadapt.common.federation import Federation, SitePrivacy
-from privadapt.common.mechanisms import Adjacency, GaussianMechanism, Mechanism, NoNoise
+from privadapt.common.kernels.base import NoParams
+from privadapt.common.kernels.linear_gradient import LinearGradient, LinearGradientParams
+from privadapt.common.kernels.record_count import RecordCount
+from privadapt.common.losses import BinaryLoss
+from privadapt.common.mechanisms import Adjacency, Mechanism
+from privadapt.common.validation import check_int_at_least, check_positive, check_probability
 from privadapt.server.algorithms.noisy_gd import IterationRecord, projected_gradient_descent
 
 ADD_REMOVE = Adjacency.ADD_REMOVE_ONE
-# The count's sensitivity: one record added or removed moves it by 1.
-_COUNT_SENSITIVITY = 1.0
+_COUNT = RecordCount()
+_GRADIENT = LinearGradient()
 
 
 @dataclass
@@ -79,7 +83,7 @@ def noisy_sgd(
     federation: Federation,
     *,
     dim: int,
-    loss: Literal["logistic", "squared"],
+    loss: BinaryLoss,
     epsilon: float,
     delta: float,
     iterations: int,
@@ -100,14 +104,17 @@ def noisy_sgd(
     with (iteration, weights) after every step."""
     _check_arguments(iterations, expected_batch_size, learning_rate, radius, clip_norm, epsilon,
                      count_budget_fraction, num_records)
+    # Checked before the count spends anything. The step's sensitivity depends
+    # on the clip norm alone, not on the weights.
+    step_params = LinearGradientParams(np.zeros(dim), loss, clip_norm)
     private = not math.isinf(epsilon)
     spent: tuple[Mechanism, ...] = ()
     if num_records is None:
-        count_mechanism = _count_mechanism(epsilon, delta, count_budget_fraction)
+        count_mechanism = _count_mechanism(epsilon, delta, count_budget_fraction, dim)
         num_records = _noisy_record_count(federation, count_mechanism)
         spent = (count_mechanism,)
     sampling_rate = min(1.0, expected_batch_size / num_records) if private else 1.0
-    mechanism = _step_mechanism(epsilon, delta, iterations, clip_norm, sampling_rate, spent)
+    mechanism = _step_mechanism(epsilon, delta, iterations, step_params, sampling_rate, spent)
     batch_scale = sampling_rate * num_records
     weights, average_weights, history = projected_gradient_descent(
         federation, mechanism, dim=dim, loss=loss, clip_norm=clip_norm,
@@ -135,37 +142,35 @@ def _check_arguments(
     count_budget_fraction: float,
     num_records: float | None,
 ) -> None:
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise ValueError(f"iterations must be an integer >= 1, got {iterations!r}")
+    check_int_at_least("iterations", iterations, 1)
     for name, value in (("expected_batch_size", expected_batch_size),
                         ("learning_rate", learning_rate), ("radius", radius),
-                        ("clip_norm", clip_norm), ("epsilon", epsilon)):
-        if not value > 0:
-            raise ValueError(f"{name} must be > 0, got {value!r}")
+                        ("clip_norm", clip_norm)):
+        check_positive(name, value)
+    check_positive("epsilon", epsilon, infinity_means="inf for no noise")
     if num_records is not None and not (math.isfinite(num_records) and num_records >= 1):
         raise ValueError(f"num_records must be a finite number >= 1 (or None), got {num_records!r}")
-    if num_records is None and not math.isinf(epsilon) and not 0 < count_budget_fraction < 1:
-        raise ValueError(
-            f"count_budget_fraction must be in (0, 1) when num_records is not given, "
-            f"got {count_budget_fraction!r}"
-        )
+    if num_records is None and not math.isinf(epsilon):
+        check_probability("count_budget_fraction (when num_records is not given)",
+                          count_budget_fraction)
 
 
-def _count_mechanism(epsilon: float, delta: float, count_budget_fraction: float) -> Mechanism:
-    """The release of n: a Gaussian count costing ``count_budget_fraction`` of
-    epsilon on its own, or the exact count when the run is not private."""
-    if math.isinf(epsilon):
-        return NoNoise((_COUNT_SENSITIVITY,), ADD_REMOVE)
-    multiplier = calibrate_noise_multiplier(
+def _count_mechanism(
+    epsilon: float, delta: float, count_budget_fraction: float, dim: int
+) -> Mechanism:
+    """The release of n (sensitivity 1 under add/remove): a Gaussian count
+    costing ``count_budget_fraction`` of epsilon on its own, or the exact count
+    when the run is not private."""
+    multiplier = math.inf if math.isinf(epsilon) else calibrate_noise_multiplier(
         count_budget_fraction * epsilon, delta, 1, adjacency=ADD_REMOVE
     )
-    return GaussianMechanism.single(_COUNT_SENSITIVITY, multiplier, ADD_REMOVE)
+    return _COUNT.mechanism(NoParams(), multiplier, ADD_REMOVE, dim=dim)
 
 
 def _noisy_record_count(federation: Federation, mechanism: Mechanism) -> float:
     """n from one ``record_count`` query, at least 1 so that q = b / n is defined
     (a count that noise pushed below 1 gives q = 1: full batches)."""
-    count = float(federation.query("record_count", {}, mechanism).value[0])
+    count = float(federation.query(_COUNT.name, NoParams().to_wire(), mechanism).value[0])
     return max(1.0, count)
 
 
@@ -173,18 +178,20 @@ def _step_mechanism(
     epsilon: float,
     delta: float,
     iterations: int,
-    clip_norm: float,
+    params: LinearGradientParams,
     sampling_rate: float,
     already_spent: tuple[Mechanism, ...],
 ) -> Mechanism:
-    """Each step's release: a Gaussian of sensitivity C on a Poisson sample at
-    ``sampling_rate``, its multiplier calibrated so that ``already_spent`` and
-    ``iterations`` steps compose to exactly (epsilon, delta); no noise at all
-    when ``epsilon`` is infinite."""
+    """Each step's release: a Gaussian of sensitivity C (plus rounding) on a
+    Poisson sample at ``sampling_rate``, its multiplier calibrated so that
+    ``already_spent`` and ``iterations`` steps compose to exactly (epsilon,
+    delta); no noise at all when ``epsilon`` is infinite."""
     if math.isinf(epsilon):
-        return NoNoise((clip_norm,), ADD_REMOVE)
-    multiplier = calibrate_noise_multiplier(
-        epsilon, delta, iterations, adjacency=ADD_REMOVE, sampling_rate=sampling_rate,
-        already_spent=already_spent,
-    )
-    return GaussianMechanism.single(clip_norm, multiplier, ADD_REMOVE, sampling_rate)
+        multiplier = math.inf
+    else:
+        multiplier = calibrate_noise_multiplier(
+            epsilon, delta, iterations, adjacency=ADD_REMOVE, sampling_rate=sampling_rate,
+            already_spent=already_spent,
+        )
+    return _GRADIENT.mechanism(params, multiplier, ADD_REMOVE, dim=len(params.weights),
+                               sampling_rate=sampling_rate)

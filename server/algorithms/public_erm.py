@@ -15,18 +15,20 @@ class indices 0..C-1; also the warm start that algorithm can take.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
-from scipy import optimize, special
+from scipy import optimize
 
-from privadapt.common.kernels.softmax_loss import (
+from privadapt.common.geometry import project_to_ball
+from privadapt.common.losses import (
+    LOSSES,
     SOFTMAX_CROSS_ENTROPY,
+    Loss,
     class_indices,
+    loss_derivative,
+    loss_values,
     softmax_cross_entropy_terms,
 )
-
-LinearLoss = Literal["logistic", "squared", "softmax_cross_entropy"]
+from privadapt.common.validation import check_int_at_least, check_one_of, check_positive
 
 
 def _objective(
@@ -39,34 +41,24 @@ def _objective(
         losses, residuals = softmax_cross_entropy_terms(features @ matrix, labels)
         return float(np.mean(losses)), (features.T @ residuals / n).reshape(-1)
     margins = features @ weights
-    if loss == "squared":
-        residual = margins - labels
-        value = float(residual @ residual) / n
-        gradient = 2.0 * features.T @ residual / n
-    else:
-        value = float(np.mean(np.logaddexp(0.0, -labels * margins)))
-        gradient = features.T @ (-labels * special.expit(-labels * margins)) / n
-    return value, gradient
+    value = float(np.sum(loss_values(loss, margins, labels))) / n
+    return value, features.T @ loss_derivative(loss, margins, labels) / n
 
 
 def fit_linear(
     features: np.ndarray,
     labels: np.ndarray,
-    loss: LinearLoss,
+    loss: Loss,
     radius: float,
     num_classes: int | None = None,
 ) -> np.ndarray:
     """argmin over ||w|| <= radius of the mean loss on public (features, labels):
     w of shape (d,), or for the softmax cross-entropy (``num_classes`` C, labels
     0..C-1) W of shape (d, C) with ||W||_F <= radius."""
-    if loss not in ("logistic", "squared", SOFTMAX_CROSS_ENTROPY):
-        raise ValueError(f"loss must be 'logistic', 'squared' or {SOFTMAX_CROSS_ENTROPY!r}, "
-                         f"got {loss!r}")
-    if not radius > 0:
-        raise ValueError(f"radius must be > 0, got {radius!r}")
+    check_one_of("loss", loss, LOSSES)
+    check_positive("radius", radius)
     if loss == SOFTMAX_CROSS_ENTROPY:
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
-            raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+        num_classes = check_int_at_least("num_classes", num_classes, 2)
         classes = class_indices(labels, num_classes)
         fitted = _fit_in_ball(features, classes, loss, radius, features.shape[1] * num_classes)
         return fitted.reshape(features.shape[1], num_classes)
@@ -87,9 +79,8 @@ def _fit_in_ball(
     )
     if not result.success:
         raise RuntimeError(f"public fit did not converge: {result.message}")
-    norm = np.linalg.norm(result.x)
     # SLSQP may sit a rounding error outside the constraint.
-    return result.x if norm <= radius else result.x * (radius / norm)
+    return project_to_ball(result.x, radius)
 
 
 def accuracy(weights: np.ndarray, features: np.ndarray, labels: np.ndarray) -> float:

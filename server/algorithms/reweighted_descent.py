@@ -34,36 +34,40 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 from scipy import special
 
+from privadapt.common import losses
 from privadapt.common.calibration import calibrate_noise_multiplier
 from privadapt.common.federation import Federation, SitePrivacy
-from privadapt.common.kernels.reweighted_gradient import loss_bounds, penalty_gradient
-from privadapt.common.kernels.softmax_loss import (
+from privadapt.common.geometry import project_to_ball
+from privadapt.common.kernels.reweighted_gradient import (
+    ReweightedGradient,
+    ReweightedGradientParams,
+)
+from privadapt.common.losses import (
     SOFTMAX_CROSS_ENTROPY,
-    class_indices,
-    softmax_cross_entropy_smoothness,
-)
-from privadapt.common.mechanisms import (
-    Adjacency,
-    GaussianBlock,
-    GaussianMechanism,
-    Mechanism,
-    NoNoise,
-)
-from privadapt.server.algorithms.adaptation_objectives import (
     Loss,
     Objective,
+    class_indices,
+    loss_bounds,
+    penalty_gradient,
+)
+from privadapt.common.mechanisms import Adjacency, Mechanism
+from privadapt.common.validation import (
+    check_int_at_least,
+    check_positive,
+    check_positive_finite,
+    check_probability,
+)
+from privadapt.server.algorithms.adaptation_objectives import (
     ReweightingHyperparameters,
     weighted_loss_gradient,
 )
-from privadapt.server.algorithms.noisy_gd import IterationRecord, project_to_ball
+from privadapt.server.algorithms.noisy_gd import Calibration, IterationRecord
 
-Calibration = Literal["accountant", "paper"]
-KERNEL = "reweighted_gradient"
+KERNEL = ReweightedGradient()
 
 
 @dataclass(frozen=True)
@@ -80,16 +84,12 @@ class DataBounds:
 
     def __post_init__(self) -> None:
         for name in ("feature_norm", "label_bound", "radius"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-        classes = self.num_classes
-        if isinstance(classes, bool) or not isinstance(classes, int | np.integer) or classes < 2:
-            raise ValueError(f"num_classes must be an integer >= 2, got {classes!r}")
+            check_positive_finite(name, getattr(self, name))
+        check_int_at_least("num_classes", self.num_classes, 2)
 
     def loss_and_gradient_bounds(self, loss: Loss) -> tuple[float, float]:
         """(B, G) of seed 000, Section 4 (squared), their logistic analogue, or
-        the softmax cross-entropy's (``privadapt.common.kernels.softmax_loss``)."""
+        the softmax cross-entropy's (``privadapt.common.losses``)."""
         return loss_bounds(loss, self.feature_norm, self.label_bound, self.radius,
                            int(self.num_classes))
 
@@ -108,9 +108,7 @@ class StepSizes:
 
     def __post_init__(self) -> None:
         for name in ("weights", "public_weights", "private_weights"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"step size {name} must be finite and > 0, got {value!r}")
+            check_positive_finite(f"step size {name}", getattr(self, name))
 
 
 @dataclass(frozen=True)
@@ -144,17 +142,39 @@ class AdaptationResult:
     privacy: dict[str, SitePrivacy] = field(default_factory=dict)
 
 
-def block_sensitivities(bounds: DataBounds, loss: Loss, weight_noise: bool) -> tuple[float, ...]:
-    """L2 sensitivities (replace one) of the blocks as the kernel scales them:
-    w-gradient 2G, S 1, Z 1, and (with ``weight_noise``) the local u-gradient B."""
-    loss_bound, gradient_bound = bounds.loss_and_gradient_bounds(loss)
-    released = (2.0 * gradient_bound, 1.0, 1.0)
-    return (*released, loss_bound) if weight_noise else released
-
-
 def paper_noise_multiplier(epsilon: float, delta: float, iterations: int) -> float:
     """sigma / sensitivity of Alg. 1 lines 2-3: sigma_j = 2 s_j sqrt(T log(2/delta)) / epsilon."""
     return 2.0 * math.sqrt(iterations * math.log(2.0 / delta)) / epsilon
+
+
+def query_params(
+    weights: np.ndarray,
+    step: int,
+    *,
+    objective: Objective,
+    loss: Loss,
+    hyper: ReweightingHyperparameters,
+    bounds: DataBounds,
+    total_private_records: int,
+    inverse_square_sum: float,
+    log_partition: float,
+    step_size: float,
+    weight_noise: bool,
+) -> ReweightedGradientParams:
+    """The ``reweighted_gradient`` query of iteration ``step`` at w = ``weights``
+    with the public aggregates S_t and log Z_t (module docstring)."""
+    return ReweightedGradientParams(
+        weights=weights, step=step, objective=objective, loss=loss, alpha=hyper.alpha,
+        total_private_records=total_private_records, feature_norm=bounds.feature_norm,
+        label_bound=bounds.label_bound, radius=bounds.radius, k1=hyper.k1, k2=hyper.k2,
+        kinf=hyper.kinf, mu=_softmax_mu(hyper), inverse_square_sum=inverse_square_sum,
+        log_partition=log_partition, step_size=step_size, weight_noise=weight_noise,
+        num_classes=int(bounds.num_classes))
+
+
+def _softmax_mu(hyper: ReweightingHyperparameters) -> float:
+    """mu of the max term's softmax (any value when kinf = 0: the term is off)."""
+    return hyper.mu if math.isfinite(hyper.mu) else 1.0
 
 
 def plan_noise(
@@ -166,24 +186,30 @@ def plan_noise(
     calibration: Calibration,
     aggregate_noise_ratio: float,
     weight_noise: bool = True,
+    *,
+    dim: int,
 ) -> NoisePlan:
-    """One multi-block Gaussian per iteration. ``accountant``: the least z with
-    T releases meeting (epsilon, delta) (PLD, replace one); ``paper``: z of
-    lines 2-3 (the S and Z blocks are ours, so the ledger then reports more
-    than epsilon: see ``cnvx_adap``)."""
-    sensitivities = block_sensitivities(bounds, loss, weight_noise)
+    """One multi-block Gaussian per iteration on d = ``dim`` features, built by
+    the kernel (its sensitivities plus rounding) with the S and Z blocks at
+    ``aggregate_noise_ratio`` times z. ``accountant``: the least z with T
+    releases meeting (epsilon, delta) (PLD, replace one); ``paper``: z of lines
+    2-3 (the S and Z blocks are ours, so the ledger then reports more than
+    epsilon: see ``cnvx_adap``)."""
+    # The sensitivities depend on the loss, the clip region and weight_noise
+    # alone: any step's parameters give the same mechanism.
+    probe = query_params(
+        np.zeros(bounds.model_size(loss, dim)), 0, objective="smooth", loss=loss,
+        hyper=ReweightingHyperparameters(alpha=0.5), bounds=bounds, total_private_records=1,
+        inverse_square_sum=1.0, log_partition=0.0, step_size=1.0, weight_noise=weight_noise)
+
+    def make(z: float) -> Mechanism:
+        ratios = (1.0, aggregate_noise_ratio, aggregate_noise_ratio) \
+            + (1.0,) * len(KERNEL.local_l2_sensitivities(probe, Adjacency.REPLACE_ONE))
+        return KERNEL.mechanism(probe, z, Adjacency.REPLACE_ONE, dim=dim, block_ratios=ratios)
+
     if math.isinf(epsilon):
-        return NoisePlan(NoNoise(sensitivities, Adjacency.REPLACE_ONE), math.inf)
-    if not aggregate_noise_ratio > 0:
-        raise ValueError(f"aggregate_noise_ratio must be > 0, got {aggregate_noise_ratio!r}")
-    ratios = (1.0, aggregate_noise_ratio, aggregate_noise_ratio, 1.0)[: len(sensitivities)]
-
-    def make(z: float) -> GaussianMechanism:
-        blocks = tuple(
-            GaussianBlock(s, z * k * s) for s, k in zip(sensitivities, ratios, strict=True)
-        )
-        return GaussianMechanism(blocks, Adjacency.REPLACE_ONE)
-
+        return NoisePlan(make(math.inf), math.inf)
+    check_positive("aggregate_noise_ratio", aggregate_noise_ratio)
     if calibration == "accountant":
         z = calibrate_noise_multiplier(epsilon, delta, iterations, make)
     elif calibration == "paper":
@@ -226,7 +252,7 @@ def run_reweighted_descent(
     softmax = loss == SOFTMAX_CROSS_ENTROPY
     if softmax:
         class_indices(public_labels, bounds.num_classes)  # the public labels too
-    mu = hyper.mu if math.isfinite(hyper.mu) else 1.0  # unused when kinf = 0
+    mu = _softmax_mu(hyper)
     public_lower, private_lower = m / hyper.alpha, n / (1.0 - hyper.alpha)
     weights = project_to_ball(np.zeros(dim) if initial_weights is None
                               else _initial_weights(initial_weights, dim), bounds.radius)
@@ -239,17 +265,12 @@ def run_reweighted_descent(
     for t in range(iterations):
         inverse_square_sum = float(np.sum(u_public**-2.0)) + private_square_sum
         log_z = float(np.logaddexp(special.logsumexp(mu / u_public), private_log_z))
-        params = {
-            "weights": weights, "step": t, "objective": objective, "loss": loss,
-            "alpha": hyper.alpha, "total_private_records": n,
-            "feature_norm": bounds.feature_norm, "label_bound": bounds.label_bound,
-            "radius": bounds.radius, "k1": hyper.k1, "k2": hyper.k2, "kinf": hyper.kinf,
-            "mu": mu, "inverse_square_sum": inverse_square_sum, "log_partition": log_z,
-            "step_size": step_sizes.private_weights, "weight_noise": weight_noise,
-        }
-        if softmax:
-            params["num_classes"] = int(bounds.num_classes)
-        answer = federation.query(KERNEL, params, noise.mechanism)
+        params = query_params(
+            weights, t, objective=objective, loss=loss, hyper=hyper, bounds=bounds,
+            total_private_records=n, inverse_square_sum=inverse_square_sum,
+            log_partition=log_z, step_size=step_sizes.private_weights,
+            weight_noise=weight_noise)
+        answer = federation.query(KERNEL.name, params.to_wire(), noise.mechanism)
         gradient_sum, square_sum, partition = answer.blocks
         _, grad_w, grad_u_loss = weighted_loss_gradient(
             weights, u_public, public_features, public_labels, loss, hyper.discrepancy)
@@ -295,12 +316,8 @@ def _initial_weights(initial_weights: np.ndarray, size: int) -> np.ndarray:
 
 def loss_smoothness(loss: Loss, bounds: DataBounds) -> float:
     """beta_w: smoothness in w of sum_i l_i / u_i, using sum_i 1/u_i <= 1 under the
-    constraints: 2 r^2 (squared loss), r^2 Y^2 / 4 (logistic), r^2 / 2 (softmax
-    cross-entropy; derived in ``privadapt.common.kernels.softmax_loss``)."""
-    if loss == SOFTMAX_CROSS_ENTROPY:
-        return softmax_cross_entropy_smoothness(bounds.feature_norm)
-    r, y = bounds.feature_norm, bounds.label_bound
-    return 2.0 * r * r if loss == "squared" else r * r * y * y / 4.0
+    constraints (:func:`privadapt.common.losses.loss_smoothness`)."""
+    return losses.loss_smoothness(loss, bounds.feature_norm, bounds.label_bound)
 
 
 def curvature_step_sizes(
@@ -341,12 +358,10 @@ def curvature_step_sizes(
 
 
 def check_run_arguments(iterations: int, epsilon: float, delta: float) -> None:
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise ValueError(f"iterations must be an integer >= 1, got {iterations!r}")
-    if not epsilon > 0:
-        raise ValueError(f"epsilon must be > 0 (inf for the non-private version), got {epsilon!r}")
-    if math.isfinite(epsilon) and not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    check_int_at_least("iterations", iterations, 1)
+    check_positive("epsilon", epsilon, infinity_means="inf for the non-private version")
+    if math.isfinite(epsilon):
+        check_probability("delta", delta)
 
 
 def choose_step_sizes(

@@ -13,7 +13,9 @@ PARAMS = {"weights": np.linspace(-1, 1, DIM), "loss": "logistic", "clip_norm": 1
 
 
 def pooled_sum(sites, params=PARAMS):
-    return sum(get_kernel("linear_gradient").compute(s._data, params, {})[0] for s in sites)
+    kernel = get_kernel("linear_gradient")
+    typed = kernel.Params.from_wire(params, DIM)
+    return sum(kernel.compute(s._data, typed, {})[0] for s in sites)
 
 
 def simulation_sites(make_site, count=3, **fields):
@@ -34,7 +36,8 @@ def test_aggregate_is_the_exact_fixed_point_sum_of_shares(make_site):
     federation = LocalFederation(sites)
     answer = federation.query("linear_gradient", PARAMS, NoNoise((2.0,)))
     codec = federation.codec
-    per_site = [get_kernel("linear_gradient").compute(s._data, PARAMS, {})[0] for s in sites]
+    per_site = [kernel.compute(s._data, kernel.Params.from_wire(PARAMS, DIM), {})[0]
+                for kernel in [get_kernel("linear_gradient")] for s in sites]
     expected = codec.decode(codec.add(codec.encode(v) for v in per_site))
     np.testing.assert_array_equal(answer.value, expected)
 

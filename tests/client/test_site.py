@@ -30,7 +30,8 @@ def gradient_query(query_id="q1", mechanism=None, clip_norm=1.0, job="job-1", t=
 
 
 def exact_sum(site, query):
-    return get_kernel(query.kernel).compute(site._data, query.params, {})[0]
+    kernel = get_kernel(query.kernel)
+    return kernel.compute(site._data, kernel.Params.from_wire(query.params, site.dim), {})[0]
 
 
 def test_answer_is_kernel_sum_plus_gaussian_share(make_site):
@@ -196,7 +197,8 @@ def test_params_are_snapshotted_before_any_check(make_site):
     query = Query("job-1", "q1", "linear_gradient", params, GaussianMechanism.single(2.0, 5.0))
     share = decoded(site.answer(query, 1))
     honest = {"weights": np.full(DIM, 0.1), "loss": "logistic", "clip_norm": 1.0}
-    exact = get_kernel("linear_gradient").compute(site._data, honest, {})[0]
+    kernel = get_kernel("linear_gradient")
+    exact = kernel.compute(site._data, kernel.Params.from_wire(honest, DIM), {})[0]
     assert np.linalg.norm(share - exact) < 10 * 10.0 * np.sqrt(DIM)
 
 

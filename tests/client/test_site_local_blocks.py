@@ -2,8 +2,9 @@
 sigma, applies them to the job's state, releases only the other blocks, charges
 the whole mechanism, and keeps its state unchanged when it refuses."""
 
+import dataclasses
 import math
-from collections.abc import Mapping, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
 import numpy as np
@@ -12,8 +13,7 @@ import pytest
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError
 from privadapt.common.federation import Query
 from privadapt.common.fixed_point import FixedPointCodec
-from privadapt.common.kernels import register
-from privadapt.common.kernels.local_blocks import KernelWithLocalBlocks
+from privadapt.common.kernels import Kernel, NoParams, register
 from privadapt.common.kernels.reweighted_gradient import ReweightedGradient
 from privadapt.common.mechanisms import (
     Adjacency,
@@ -28,23 +28,22 @@ LOCAL_SENSITIVITY = 3.0
 
 
 @register
-class LocalNoiseProbe(KernelWithLocalBlocks):
+class LocalNoiseProbe(Kernel):
     """Test kernel: its local block is all zeros, so what the site applies is pure
     noise; it releases the root mean square of the last applied block and how many
     updates it has applied (neither depends on the data: sensitivity 0)."""
 
     name = "test_local_noise_probe"
+    Params = NoParams
+    per_record_state = True
 
-    def validate_params(self, params: Mapping[str, Any], dim: int) -> None:
-        pass
-
-    def output_shapes(self, params: Mapping[str, Any], dim: int) -> tuple[tuple[int, ...], ...]:
+    def output_shapes(self, params: NoParams, dim: int) -> tuple[tuple[int, ...], ...]:
         return ((2,),)
 
     def l2_sensitivities(self, params, adjacency) -> tuple[float, ...]:
         return (0.0,)
 
-    def max_abs_sum(self, params: Mapping[str, Any], num_records: int) -> float:
+    def max_abs_sum(self, params: NoParams, num_records: int) -> float:
         return 1e6
 
     def local_block_shapes(self, params, num_records) -> tuple[tuple[int, ...], ...]:
@@ -67,8 +66,8 @@ class LocalNoiseProbe(KernelWithLocalBlocks):
 
 
 def probe_query(query_id="q1", local_sigma=2.0, job="job-1", t=0):
-    mechanism = GaussianMechanism(
-        (GaussianBlock(0.0, 1e-6), GaussianBlock(LOCAL_SENSITIVITY, local_sigma)))
+    mechanism = GaussianMechanism((GaussianBlock(0.0, 1e-6),),
+                                  local_blocks=(GaussianBlock(LOCAL_SENSITIVITY, local_sigma),))
     return Query(job, query_id, LocalNoiseProbe.name, {}, mechanism, collusion_tolerance=t)
 
 
@@ -92,7 +91,7 @@ def test_the_ledger_charges_every_block_including_the_local_one(make_site):
     site = make_site()
     site.answer(probe_query(local_sigma=6.0), 1)
     (charge,) = site.ledger.charges("job-1")
-    released_block, local_block = charge.mechanism.blocks
+    (released_block,), (local_block,) = charge.mechanism.blocks, charge.mechanism.local_blocks
     # The local block is never rounded onto the grid: its own sensitivity, exactly.
     assert local_block == GaussianBlock(LOCAL_SENSITIVITY, 6.0)
     assert released_block.sensitivity == 0.0
@@ -134,8 +133,9 @@ def reweighted_query(query_id, step, job="job-1"):
         "radius": 1.0, "k1": 0.1, "k2": 0.1, "kinf": 0.1, "mu": 100.0,
         "inverse_square_sum": 0.005, "log_partition": 5.0, "step_size": 1e7,
     }
-    sensitivities = (ReweightedGradient().l2_sensitivities(params, Adjacency.REPLACE_ONE)
-                     + ReweightedGradient().local_l2_sensitivities(params, Adjacency.REPLACE_ONE))
+    typed = ReweightedGradient.Params.from_wire(params, 5)
+    sensitivities = (ReweightedGradient().l2_sensitivities(typed, Adjacency.REPLACE_ONE)
+                     + ReweightedGradient().local_l2_sensitivities(typed, Adjacency.REPLACE_ONE))
     return Query(job, query_id, "reweighted_gradient", params, NoNoise(sensitivities))
 
 
@@ -199,3 +199,19 @@ def test_job_state_round_trips_without_pickle():
     np.testing.assert_array_equal(back["kernel"]["pending"]["g"], np.ones((2, 2)))
     with pytest.raises(ValueError, match="cannot be stored"):
         encode_state({"bad": object()})
+
+
+def test_a_mechanism_with_the_local_block_last_among_released_ones_is_answered_alike(make_site):
+    """The older form (local blocks trailing in ``blocks``) noises and charges
+    exactly as the explicit groups do."""
+    explicit = probe_query(local_sigma=3.0)
+    blocks = explicit.mechanism.all_blocks
+    trailing = dataclasses.replace(explicit, mechanism=GaussianMechanism(blocks))
+    answers, charges = [], []
+    for name, query in (("a", explicit), ("b", trailing)):
+        site = make_site(name=f"site-{name}", noise_seed=7)
+        answers.append(released(site.answer(query, 1)))
+        charges.append(site.ledger.charges("job-1")[0].mechanism.noise_multiplier)
+    np.testing.assert_array_equal(answers[0], answers[1])
+    assert charges[0] == charges[1]
+

@@ -98,8 +98,10 @@ def test_masked_shares_of_three_sites_sum_to_their_plain_shares(make_site, pki, 
     codec = FixedPointCodec()
     total = codec.decode(codec.add(masked))
     params = {"weights": np.zeros(DIM), "loss": "logistic", "clip_norm": 1.0}
-    plain = sum(codec.decode(codec.encode(get_kernel("linear_gradient").compute(
-        w.site._data, params, {})[0])) for w in workers)
+    kernel = get_kernel("linear_gradient")
+    typed = kernel.Params.from_wire(params, DIM)
+    plain = sum(codec.decode(codec.encode(kernel.compute(w.site._data, typed, {})[0]))
+                for w in workers)
     np.testing.assert_allclose(total, plain, rtol=0, atol=1e-9)
     # What the coordinator sees of one site looks nothing like its share.
     assert not np.allclose(codec.decode(masked[0]), plain / 3, atol=1.0)

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from privadapt.common.data import Dataset
 from privadapt.common.kernels import get_kernel
-from privadapt.common.kernels.exact_discrepancy import squared_loss_range
+from privadapt.common.kernels.exact_discrepancy import ExactDiscrepancyParams
+from privadapt.common.losses import squared_loss_range
 from privadapt.common.mechanisms import Adjacency
 
 DIM = 3
@@ -39,8 +40,7 @@ KERNEL = get_kernel("exact_discrepancy")
 
 
 def params(public=PUBLIC_MOMENTS, radius=RADIUS):
-    return {"feature_norm": FEATURE_NORM, "label_bound": LABEL_BOUND, "radius": radius,
-            "public_moments": public}
+    return ExactDiscrepancyParams(FEATURE_NORM, LABEL_BOUND, radius, public)
 
 
 def dataset(features, labels):
@@ -163,7 +163,7 @@ def test_clip_bounds_are_reported_for_the_site_policy():
 )
 def test_malformed_params_are_rejected(changes, message):
     with pytest.raises(ValueError, match=message):
-        KERNEL.validate_params({**params(), **changes}, DIM)
+        KERNEL.Params.from_wire({**params().to_wire(), **changes}, DIM)
 
 
 def test_a_site_process_knows_the_kernel_by_name():

@@ -42,15 +42,21 @@ def dataset(features, labels) -> Dataset:
     return Dataset(np.asarray(features, float), np.asarray(labels, float), names)
 
 
+def typed(kernel_name, params):
+    """The query's params as the site parses them."""
+    return get_kernel(kernel_name).Params.from_wire(params, DIM)
+
+
 def release(name, data):
     kernel_name, params = QUERIES[name]
-    blocks = get_kernel(kernel_name).compute(data, params, {})
+    blocks = get_kernel(kernel_name).compute(data, typed(kernel_name, params), {})
     return np.concatenate([b.ravel() for b in blocks])
 
 
 def sensitivity(name, adjacency):
     kernel_name, params = QUERIES[name]
-    return get_kernel(kernel_name).sensitivities(params, adjacency, "l2", DIM)[0]
+    return get_kernel(kernel_name).sensitivities(typed(kernel_name, params), adjacency, "l2",
+                                                 DIM)[0]
 
 
 def assert_within(change, bound):
@@ -103,14 +109,14 @@ def test_gradient_kernel_matches_per_record_reference():
         gradient = -y * x / (1 + math.exp(y * (params["weights"] @ x)))
         norm = np.linalg.norm(gradient)
         expected += gradient * min(1.0, params["clip_norm"] / norm)
-    (total,) = get_kernel(kernel_name).compute(data, params, {})
+    (total,) = get_kernel(kernel_name).compute(data, typed(kernel_name, params), {})
     np.testing.assert_allclose(total, expected, rtol=1e-10)
 
 
 def test_squared_gradient_without_active_clipping_is_the_plain_gradient():
     params = {"weights": np.ones(DIM) * 0.1, "loss": "squared", "clip_norm": 1e9}
     data = dataset(BASE_FEATURES, BASE_LABELS)
-    (total,) = get_kernel("linear_gradient").compute(data, params, {})
+    (total,) = get_kernel("linear_gradient").compute(data, typed("linear_gradient", params), {})
     expected = 2 * BASE_FEATURES.T @ (BASE_FEATURES @ params["weights"] - BASE_LABELS)
     np.testing.assert_allclose(total, expected, rtol=1e-10)
 
@@ -118,7 +124,7 @@ def test_squared_gradient_without_active_clipping_is_the_plain_gradient():
 def test_second_moments_match_clipped_outer_products():
     params = {"feature_norm": 1.0, "label_bound": 0.5}
     data = dataset(BASE_FEATURES, BASE_LABELS * 3)
-    (moments,) = get_kernel("second_moments").compute(data, params, {})
+    (moments,) = get_kernel("second_moments").compute(data, typed("second_moments", params), {})
     x = BASE_FEATURES / np.maximum(1.0, np.linalg.norm(BASE_FEATURES, axis=1))[:, None]
     z = np.column_stack([x, np.clip(BASE_LABELS * 3, -0.5, 0.5)])
     np.testing.assert_allclose(moments, z.T @ z, rtol=1e-12)
@@ -130,21 +136,22 @@ def test_gradient_kernel_is_chunk_invariant(monkeypatch):
     rng = np.random.default_rng(3)
     data = dataset(rng.normal(size=(1000, DIM)), np.sign(rng.normal(size=1000)))
     kernel_name, params = QUERIES["linear_gradient/squared"]
-    (whole,) = get_kernel(kernel_name).compute(data, params, {})
+    (whole,) = get_kernel(kernel_name).compute(data, typed(kernel_name, params), {})
     monkeypatch.setattr("privadapt.common.kernels.linear_gradient.CHUNK_RECORDS", 7)
     assert base.CHUNK_RECORDS != 7
-    (chunked,) = get_kernel(kernel_name).compute(data, params, {})
+    (chunked,) = get_kernel(kernel_name).compute(data, typed(kernel_name, params), {})
     np.testing.assert_allclose(chunked, whole, rtol=1e-10)
 
 
 def test_record_count_is_free_under_replace_one_only():
     kernel = get_kernel("record_count")
-    assert kernel.sensitivities({}, Adjacency.REPLACE_ONE, "l2", DIM) == (0.0,)
-    assert kernel.sensitivities({}, Adjacency.ADD_REMOVE_ONE, "l2", DIM) == (1.0,)
+    params = typed("record_count", {})
+    assert kernel.sensitivities(params, Adjacency.REPLACE_ONE, "l2", DIM) == (0.0,)
+    assert kernel.sensitivities(params, Adjacency.ADD_REMOVE_ONE, "l2", DIM) == (1.0,)
 
 
 def test_l1_sensitivity_bounds_l2_by_sqrt_of_size():
-    _, params = QUERIES["second_moments"]
+    params = typed(*QUERIES["second_moments"])
     kernel = get_kernel("second_moments")
     l2 = kernel.sensitivities(params, Adjacency.REPLACE_ONE, "l2", DIM)[0]
     l1 = kernel.sensitivities(params, Adjacency.REPLACE_ONE, "l1", DIM)[0]
@@ -163,7 +170,7 @@ def test_l1_sensitivity_bounds_l2_by_sqrt_of_size():
 )
 def test_malformed_gradient_params_are_rejected(params, message):
     with pytest.raises(ValueError, match=message):
-        get_kernel("linear_gradient").validate_params(params, DIM)
+        get_kernel("linear_gradient").Params.from_wire(params, DIM)
 
 
 def test_unknown_kernel_names_the_registered_ones():

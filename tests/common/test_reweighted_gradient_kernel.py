@@ -52,8 +52,14 @@ def state_at(u: np.ndarray) -> dict:
     return {"reweighted_gradient": {"u": np.array(u, float), "next_step": 0}}
 
 
+def typed(p):
+    """The query's params as the site parses them."""
+    return KERNEL.Params.from_wire(p, DIM)
+
+
 def run(data, p, state, noise=None):
     """compute_local -> (noise) -> apply_local -> compute, as the site drives it."""
+    p = typed(p)
     (local,) = KERNEL.compute_local(data, p, state)
     noised = local if noise is None else local + noise
     KERNEL.apply_local(data, p, state, (noised,))
@@ -131,8 +137,8 @@ def test_replacing_one_record_moves_every_block_at_most_its_sensitivity(
     before = blocks_with(features, labels, u_old, p)
     features[position], labels[position] = replacement
     after = blocks_with(features, labels, u_new, p)
-    bounds = KERNEL.l2_sensitivities(p, Adjacency.REPLACE_ONE) + \
-        KERNEL.local_l2_sensitivities(p, Adjacency.REPLACE_ONE)
+    bounds = KERNEL.l2_sensitivities(typed(p), Adjacency.REPLACE_ONE) + \
+        KERNEL.local_l2_sensitivities(typed(p), Adjacency.REPLACE_ONE)
     changes = [a - b for a, b in zip(after[0], before[0], strict=True)] + [after[1] - before[1]]
     for change, bound in zip(changes, bounds, strict=True):
         assert np.all(np.isfinite(change))
@@ -148,8 +154,8 @@ def test_adding_one_record_moves_released_blocks_at_most_the_add_remove_sensitiv
     features = np.vstack([FEATURES, extra[0]])
     after, _ = blocks_with(features, np.append(LABELS, extra[1]),
                            np.append(u, lower(p) * (1 + factor)), p)
-    for a, b, bound in zip(after, before, KERNEL.l2_sensitivities(p, Adjacency.ADD_REMOVE_ONE),
-                           strict=True):
+    bounds = KERNEL.l2_sensitivities(typed(p), Adjacency.ADD_REMOVE_ONE)
+    for a, b, bound in zip(after, before, bounds, strict=True):
         assert np.linalg.norm(a - b) <= bound * (1 + 1e-9) + 1e-9
 
 
@@ -158,7 +164,7 @@ def test_one_extreme_record_reaches_the_add_remove_gradient_sensitivity():
     # gradient 2 r (Lambda r + Y) = G at u = n/(1-alpha): the bound G is tight.
     p = params(weights=np.array([2.0, 0.0, 0.0]))
     (gradient, _, _), _ = blocks_with([[1e6, 0.0, 0.0]], [-5.0], np.array([lower(p)]), p)
-    (bound, _, _) = KERNEL.l2_sensitivities(p, Adjacency.ADD_REMOVE_ONE)
+    (bound, _, _) = KERNEL.l2_sensitivities(typed(p), Adjacency.ADD_REMOVE_ONE)
     assert np.linalg.norm(gradient) == pytest.approx(bound, rel=1e-12)
 
 
@@ -202,18 +208,19 @@ def test_steps_out_of_order_are_refused(steps):
 ])
 def test_malformed_parameters_are_refused(key, value):
     with pytest.raises(ValueError, match=key):
-        KERNEL.validate_params(params(**{key: value}), DIM)
+        KERNEL.Params.from_wire(params(**{key: value}), DIM)
 
 
 def test_without_weight_noise_there_is_no_local_block_and_the_update_is_exact():
     data = dataset(FEATURES, LABELS)
-    assert KERNEL.local_block_shapes(params(weight_noise=False), NUM) == ()
-    assert KERNEL.local_l2_sensitivities(params(weight_noise=False), Adjacency.REPLACE_ONE) == ()
+    assert KERNEL.local_block_shapes(typed(params(weight_noise=False)), NUM) == ()
+    quiet = typed(params(weight_noise=False))
+    assert KERNEL.local_l2_sensitivities(quiet, Adjacency.REPLACE_ONE) == ()
     noisy_state, quiet_state = {}, {}
     run(data, params(), noisy_state, noise=np.zeros(NUM))
-    assert KERNEL.compute_local(data, params(weight_noise=False), quiet_state) == ()
-    KERNEL.apply_local(data, params(weight_noise=False), quiet_state, ())
-    KERNEL.compute(data, params(weight_noise=False), quiet_state)
+    assert KERNEL.compute_local(data, typed(params(weight_noise=False)), quiet_state) == ()
+    KERNEL.apply_local(data, typed(params(weight_noise=False)), quiet_state, ())
+    KERNEL.compute(data, typed(params(weight_noise=False)), quiet_state)
     np.testing.assert_array_equal(quiet_state["reweighted_gradient"]["u"],
                                   noisy_state["reweighted_gradient"]["u"])
 
@@ -244,14 +251,14 @@ def test_softmax_blocks_match_the_reference_gradients_of_j_without_active_clippi
 
 
 def test_softmax_sensitivities_are_2g_and_b_from_the_clip_bounds():
-    # G = sqrt(2) r, B = log(1 + (C-1) exp(sqrt(2) Lambda r)) (softmax_loss docstring).
+    # G = sqrt(2) r, B = log(1 + (C-1) exp(sqrt(2) Lambda r)) (common/losses.py docstring).
     p = softmax_params()
     r, radius = p["feature_norm"], p["radius"]
-    assert KERNEL.output_shapes(p, DIM) == ((DIM * CLASSES,), (1,), (1,))
-    gradient, squares, partition = KERNEL.l2_sensitivities(p, Adjacency.REPLACE_ONE)
+    assert KERNEL.output_shapes(typed(p), DIM) == ((DIM * CLASSES,), (1,), (1,))
+    gradient, squares, partition = KERNEL.l2_sensitivities(typed(p), Adjacency.REPLACE_ONE)
     assert gradient == pytest.approx(2 * math.sqrt(2) * r)
     assert (squares, partition) == (1.0, 1.0)
-    (loss,) = KERNEL.local_l2_sensitivities(p, Adjacency.REPLACE_ONE)
+    (loss,) = KERNEL.local_l2_sensitivities(typed(p), Adjacency.REPLACE_ONE)
     assert loss == pytest.approx(math.log(1 + (CLASSES - 1) * math.exp(math.sqrt(2) * radius * r)))
     assert loss <= math.log(CLASSES) + 2 * radius * r  # the cruder bound of the issue
 
@@ -280,8 +287,8 @@ def test_softmax_replacing_one_record_moves_every_block_at_most_its_sensitivity(
     before = blocks_with(features, labels, u_old, p)
     features[position], labels[position] = replacement
     after = blocks_with(features, labels, u_new, p)
-    bounds = KERNEL.l2_sensitivities(p, Adjacency.REPLACE_ONE) + \
-        KERNEL.local_l2_sensitivities(p, Adjacency.REPLACE_ONE)
+    bounds = KERNEL.l2_sensitivities(typed(p), Adjacency.REPLACE_ONE) + \
+        KERNEL.local_l2_sensitivities(typed(p), Adjacency.REPLACE_ONE)
     changes = [a - b for a, b in zip(after[0], before[0], strict=True)] + [after[1] - before[1]]
     for change, bound in zip(changes, bounds, strict=True):
         assert np.all(np.isfinite(change))
@@ -296,8 +303,8 @@ def test_softmax_adding_one_record_moves_released_blocks_at_most_g(extra, factor
     before, _ = blocks_with(FEATURES, CLASS_LABELS, u, p)
     after, _ = blocks_with(np.vstack([FEATURES, extra[0]]), np.append(CLASS_LABELS, extra[1]),
                            np.append(u, lower(p) * (1 + factor)), p)
-    for a, b, bound in zip(after, before, KERNEL.l2_sensitivities(p, Adjacency.ADD_REMOVE_ONE),
-                           strict=True):
+    bounds = KERNEL.l2_sensitivities(typed(p), Adjacency.ADD_REMOVE_ONE)
+    for a, b, bound in zip(after, before, bounds, strict=True):
         assert np.linalg.norm(a - b) <= bound * (1 + 1e-9) + 1e-9
 
 
@@ -307,7 +314,7 @@ def test_softmax_kernel_refuses_labels_that_are_not_class_indices(bad_label):
     labels[4] = bad_label
     state: dict = {}
     with pytest.raises(ValueError, match=r"class indices 0\.\.2"):
-        KERNEL.compute_local(dataset(FEATURES, labels), softmax_params(), state)
+        KERNEL.compute_local(dataset(FEATURES, labels), typed(softmax_params()), state)
     assert state == {}  # refused before the job's weights were touched
 
 
@@ -317,4 +324,4 @@ def test_softmax_kernel_refuses_labels_that_are_not_class_indices(bad_label):
 ])
 def test_softmax_malformed_parameters_are_refused(key, value):
     with pytest.raises(ValueError, match=key):
-        KERNEL.validate_params(softmax_params(**{key: value}), DIM)
+        KERNEL.Params.from_wire(softmax_params(**{key: value}), DIM)

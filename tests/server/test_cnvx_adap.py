@@ -177,7 +177,8 @@ def test_private_run_charges_the_planned_epsilon_at_every_site(tmp_path):
         assert spent.job.epsilon <= 2.0
         assert spent.job.epsilon == pytest.approx(2.0, rel=2e-3)
         assert len(spent.mechanisms) == 20
-        assert all(len(mechanism.blocks) == 4 for mechanism in spent.mechanisms)
+        # Three released blocks and the local u-gradient, as explicit groups.
+        assert all((len(m.blocks), len(m.local_blocks)) == (3, 1) for m in spent.mechanisms)
     assert np.all(np.isfinite(result.weights))
     assert np.linalg.norm(result.weights) <= 2.0 + 1e-12
 
@@ -190,10 +191,14 @@ def test_paper_calibration_uses_the_sigmas_of_lines_2_and_3(tmp_path):
                         calibration="paper")
     z = 2 * math.sqrt(5 * math.log(2 / 1e-3)) / 1.0
     assert result.noise_plan.noise_multiplier == pytest.approx(z)
-    w_block, _, _, u_block = result.noise_plan.mechanism.blocks
+    (w_block, _, _), (u_block,) = (result.noise_plan.mechanism.blocks,
+                                   result.noise_plan.mechanism.local_blocks)
     gradient_bound, loss_bound = 2 * 1 * (1 + 1), (1 + 1) ** 2  # G = 2r(Lr+Y), B = (Lr+Y)^2
-    assert w_block.sigma == pytest.approx(z * 2 * gradient_bound)
-    assert u_block.sigma == pytest.approx(z * loss_bound)
+    # The w block's noise also covers the rounding of its DIM entries onto the
+    # coarsest grid a site accepts (2^-16); the local u block is never rounded.
+    assert w_block.sigma == pytest.approx(z * (2 * gradient_bound + math.sqrt(DIM) * 2**-16),
+                                          rel=1e-12)
+    assert u_block.sigma == pytest.approx(z * loss_bound, rel=1e-12)
     assert paper_noise_multiplier(1.0, 1e-3, 5) == pytest.approx(z)
 
 
@@ -227,7 +232,7 @@ def test_without_weight_noise_the_release_has_three_blocks_and_meets_epsilon(tmp
                         epsilon=2.0, delta=1e-5, iterations=10, weight_noise=False)
     for spent in result.privacy.values():
         assert spent.job.epsilon == pytest.approx(2.0, rel=2e-3) and spent.job.epsilon <= 2.0
-        assert all(len(mechanism.blocks) == 3 for mechanism in spent.mechanisms)
+        assert all((len(m.blocks), len(m.local_blocks)) == (3, 0) for m in spent.mechanisms)
     # Noise off, with or without the (absent) weight noise: the same iterates.
     quiet = run(federation(tmp_path, tag="quiet"), hyper, iterations=20, weight_noise=False)
     loud = run(federation(tmp_path, tag="loud"), hyper, iterations=20)

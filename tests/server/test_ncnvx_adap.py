@@ -111,8 +111,11 @@ def test_private_run_charges_the_planned_epsilon_at_every_site(tmp_path):
         assert spent.job.epsilon == pytest.approx(1.0, rel=2e-3)
         assert len(spent.mechanisms) == 15
     # Logistic loss: G = rY, B = log(1 + exp(Lambda r Y)).
-    w_block, _, _, u_block = result.noise_plan.mechanism.blocks
-    assert w_block.sensitivity == pytest.approx(2 * 2.0)
+    (w_block, _, _), (u_block,) = (result.noise_plan.mechanism.blocks,
+                                   result.noise_plan.mechanism.local_blocks)
+    # The w block declares what a site charges: 2G plus the rounding of its DIM
+    # entries onto the coarsest grid a site accepts (2^-16).
+    assert w_block.sensitivity == pytest.approx(2 * 2.0 + math.sqrt(DIM) * 2**-16, rel=1e-12)
     assert u_block.sensitivity == pytest.approx(math.log1p(math.exp(10.0)))
 
 

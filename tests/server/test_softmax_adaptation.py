@@ -18,8 +18,8 @@ from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
 from privadapt.common.data import Dataset
 from privadapt.common.errors import QueryRefusedError
-from privadapt.common.kernels.base import clip_rows_to_norm
-from privadapt.common.kernels.softmax_loss import (
+from privadapt.common.geometry import clip_rows_to_norm
+from privadapt.common.losses import (
     softmax_cross_entropy_bounds,
     softmax_cross_entropy_smoothness,
     softmax_cross_entropy_terms,
@@ -86,7 +86,7 @@ def run(fed, sample=SAMPLE, bounds=BOUNDS, loss=SOFTMAX, **options):
                       bounds=bounds, loss=loss, **options)
 
 
-# The constants (common/kernels/softmax_loss.py), from the clip bounds alone.
+# The constants (common/losses.py), from the clip bounds alone.
 
 coordinate = st.one_of(
     st.floats(min_value=-1e300, max_value=1e300, allow_nan=False),
@@ -213,8 +213,11 @@ def test_private_run_charges_the_planned_epsilon_with_the_softmax_sensitivities(
         assert spent.job.epsilon == pytest.approx(1.0, rel=2e-3)
         assert len(spent.mechanisms) == 10
     # G = sqrt(2) r (w block: 2G, replace one), B = log(1 + (C-1) exp(sqrt(2) Lambda r)).
-    w_block, _, _, u_block = result.noise_plan.mechanism.blocks
-    assert w_block.sensitivity == pytest.approx(2 * math.sqrt(2) * 3.0)
+    (w_block, _, _), (u_block,) = (result.noise_plan.mechanism.blocks,
+                                   result.noise_plan.mechanism.local_blocks)
+    # 2G plus the rounding of the d C entries onto the coarsest grid (2^-16).
+    rounding = math.sqrt(DIM * CLASSES) * 2**-16
+    assert w_block.sensitivity == pytest.approx(2 * math.sqrt(2) * 3.0 + rounding, rel=1e-12)
     assert u_block.sensitivity == pytest.approx(math.log(1 + 2 * math.exp(math.sqrt(2) * 15.0)))
     assert result.weights.shape == (DIM, CLASSES)
 

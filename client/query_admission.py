@@ -1,0 +1,254 @@
+"""Whether a site answers a query, and what it will charge if it does.
+
+Everything a site checks before it touches private data lives here, in the
+order it is checked, so that ``Site.answer`` is one pipeline (DESIGN.md
+section 2: the site, not the coordinator, enforces privacy). What the site
+trusts from the coordinator: nothing about privacy. It parses the query's
+parameters into the kernel's own typed ``Params``, computes the kernel's
+sensitivity itself from those parameters and its policy's adjacency, and
+charges the noise the query asks for against that sensitivity plus what
+rounding onto the fixed-point grid can add
+(:mod:`privadapt.common.kernels.grid_rounding`).
+
+Every refusal is a :class:`QueryRefusedError` naming the site, the query, the
+job and the kernel, raised before anything is computed on the data, released
+or charged.
+
+Poisson sampling (a Gaussian with ``sampling_rate`` q < 1) is accounted under
+add/remove adjacency only, so a site whose cap is stated under replace-one
+refuses it; so does a kernel with per-record state, which assumes every record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from privadapt.client.policy import SitePolicy
+from privadapt.common.errors import QueryRefusedError
+from privadapt.common.federation import Query
+from privadapt.common.fixed_point import FixedPointCodec
+from privadapt.common.kernels import Kernel, KernelParams, get_kernel
+from privadapt.common.kernels.grid_rounding import ACCEPTED_FRACTIONAL_BITS
+from privadapt.common.mechanisms import Adjacency, KernelMechanism
+from privadapt.common.noise import NOISE_REACH, honest_share_count, max_grid_safe_noise
+
+# Declared sensitivities may differ from the site's by float rounding only.
+_SENSITIVITY_SLACK = 1e-9
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class AdmittedQuery:
+    """A query the site has agreed to answer, with everything the answer needs.
+
+    ``query`` carries the site's own copy of the parameters; ``params`` is
+    that copy parsed into the kernel's ``Params``; ``charged`` is the
+    mechanism as this site accounts it (the query's noise against the site's
+    own sensitivities under its policy's adjacency); ``released_shapes`` and
+    ``local_shapes`` are the kernel's blocks at this site.
+    """
+
+    query: Query
+    kernel: Kernel
+    params: KernelParams
+    codec: FixedPointCodec
+    charged: KernelMechanism
+    released_shapes: tuple[Shape, ...]
+    local_shapes: tuple[Shape, ...]
+
+
+class QueryAdmission:
+    """The checks one site runs on every query, against its policy and the
+    public sizes of its data (dimension d, record count n)."""
+
+    def __init__(self, policy: SitePolicy, dim: int, num_records: int) -> None:
+        self.policy = policy
+        self.dim = dim
+        self.num_records = num_records
+
+    def admit(self, query: Query, num_participants: int) -> AdmittedQuery:
+        """The admitted query, or ``QueryRefusedError`` saying why not."""
+        try:
+            query = dataclasses.replace(query, params=_own_copy(query.params))
+            honest_share_count(num_participants, query.collusion_tolerance)
+        except ValueError as err:
+            raise self.refusal(query, str(err)) from None
+        kernel, params = self._kernel_and_params(query, num_participants)
+        codec = self._codec(query)
+        charged = self._charged_mechanism(kernel, params, query, codec)
+        released = kernel.output_shapes(params, self.dim)
+        self._check_range(kernel, params, query, num_participants, codec, len(released))
+        local = kernel.local_block_shapes(params, self.num_records)
+        return AdmittedQuery(query, kernel, params, codec, charged, released, local)
+
+    def refusal(self, query: Query, reason: str) -> QueryRefusedError:
+        return QueryRefusedError(
+            f"site {self.policy.site_name!r} refused query {query.query_id!r} of job "
+            f"{query.job_id!r} (kernel {query.kernel!r}): {reason}"
+        )
+
+    def _kernel_and_params(
+        self, query: Query, num_participants: int
+    ) -> tuple[Kernel, KernelParams]:
+        """The query's kernel and its parameters, parsed once into the kernel's
+        typed ``Params`` (every later step reads that object)."""
+        policy = self.policy
+        if policy.allowed_kernels is not None and query.kernel not in policy.allowed_kernels:
+            raise self.refusal(query, f"the policy allows only {sorted(policy.allowed_kernels)}")
+        try:
+            kernel = get_kernel(query.kernel)
+            params = kernel.Params.from_wire(query.params, self.dim)
+        except (KeyError, ValueError, TypeError, OverflowError) as err:
+            raise self.refusal(query, str(err)) from None
+        if num_participants < policy.min_participants:
+            raise self.refusal(
+                query,
+                f"{num_participants} participants, fewer than the policy's minimum "
+                f"{policy.min_participants}",
+            )
+        if query.collusion_tolerance < policy.collusion_tolerance:
+            raise self.refusal(
+                query,
+                f"the job tolerates t={query.collusion_tolerance} colluding sites but the "
+                f"policy requires t >= {policy.collusion_tolerance}",
+            )
+        self._check_bounds(query, kernel.clip_bounds(params))
+        return kernel, params
+
+    def _check_bounds(self, query: Query, bounds: Mapping[str, float]) -> None:
+        limits = {
+            "clip_norm": self.policy.max_clip_norm,
+            "label_bound": self.policy.max_label_bound,
+        }
+        for key, value in bounds.items():
+            limit = limits.get(key)
+            if limit is not None and value > limit:
+                raise self.refusal(query, f"{key}={value:g} exceeds the policy's limit {limit:g}")
+
+    def _codec(self, query: Query) -> FixedPointCodec:
+        low, high = ACCEPTED_FRACTIONAL_BITS
+        bits = query.fractional_bits
+        if isinstance(bits, bool) or not isinstance(bits, int) or not low <= bits <= high:
+            raise self.refusal(query, f"fractional_bits must be an integer in [{low}, {high}]")
+        return FixedPointCodec(bits)
+
+    def _check_sampling(self, kernel: Kernel, query: Query) -> None:
+        """Refuse a Poisson-sampled query this site cannot account soundly."""
+        mechanism = query.mechanism
+        if not mechanism.is_sampled:
+            return
+        if self.policy.adjacency != Adjacency.ADD_REMOVE_ONE:
+            raise self.refusal(
+                query,
+                f"a Poisson-sampled release (sampling rate {mechanism.sampling_rate:g}) is "
+                "accounted under add/remove adjacency only, but this site's cap is stated "
+                f"under {self.policy.adjacency}; ask the site operator for an add_remove_one "
+                "policy, or query without sampling",
+            )
+        if kernel.per_record_state:
+            raise self.refusal(query, "a kernel with local blocks runs on every record; "
+                               "it cannot be Poisson-sampled")
+
+    def _charged_mechanism(
+        self, kernel: Kernel, params: KernelParams, query: Query, codec: FixedPointCodec
+    ) -> KernelMechanism:
+        """The mechanism as this site accounts it: the noise the query asks
+        for, against the kernel's own sensitivity under the policy's adjacency,
+        plus what rounding onto the grid can add."""
+        mechanism = query.mechanism
+        if not mechanism.releases_kernel_sums:
+            raise self.refusal(query, f"{type(mechanism).__name__} adds no noise a kernel "
+                               "can use")
+        self._check_sampling(kernel, query)
+        if kernel.per_record_state and not mechanism.supports_local_blocks:
+            raise self.refusal(query, "a kernel with local blocks takes Gaussian noise only")
+        norm = mechanism.noise_norm
+        declared = mechanism.sensitivities
+        # What the query's own adjacency implies, block by block (released, then local).
+        actual = kernel.sensitivities(params, mechanism.adjacency, norm, self.dim) \
+            + kernel.local_l2_sensitivities(params, mechanism.adjacency)
+        if len(declared) != len(actual):
+            raise self.refusal(
+                query, f"the mechanism has {len(declared)} blocks, the kernel {len(actual)}"
+            )
+        released = len(kernel.output_shapes(params, self.dim))
+        if len(mechanism.noise_scales) < released:
+            # A released block in the local group would be noised as no share at all.
+            raise self.refusal(
+                query, f"the mechanism noises {len(mechanism.noise_scales)} released blocks, "
+                f"the kernel releases {released}"
+            )
+        for block, (said, true) in enumerate(zip(declared, actual, strict=True)):
+            if true > said * (1 + _SENSITIVITY_SLACK):
+                raise self.refusal(
+                    query,
+                    f"block {block} declares {norm} sensitivity {said:g} but the kernel's "
+                    f"clipping guarantees only {true:g}",
+                )
+        own = kernel.charged_sensitivities(params, self.policy.adjacency, norm, self.dim,
+                                           codec.fractional_bits)
+        charged = mechanism.with_sensitivities(own, self.policy.adjacency)
+        self._check_noise(query, charged, codec, released)
+        return charged
+
+    def _check_noise(
+        self, query: Query, charged: KernelMechanism, codec: FixedPointCodec, num_released: int
+    ) -> None:
+        if charged.is_non_private:
+            if not self.policy.allow_non_private:
+                raise self.refusal(query, "a release without noise is not private; the policy "
+                                   "allows it only on simulation sites (allow_non_private)")
+            return
+        multiplier = charged.noise_multiplier
+        if multiplier < self.policy.min_noise_multiplier:
+            raise self.refusal(
+                query,
+                f"noise multiplier {multiplier:.4g} is below the policy's minimum "
+                f"{self.policy.min_noise_multiplier:g}",
+            )
+        # Only released blocks are rounded onto the grid; local noise stays a float.
+        largest = max(charged.noise_scales[:num_released], default=0.0)
+        if largest > max_grid_safe_noise(codec.fractional_bits):
+            raise self.refusal(
+                query,
+                f"noise scale {largest:.4g} is too coarse for the fixed-point grid 2^-"
+                f"{codec.fractional_bits}: ask for fewer fractional bits",
+            )
+
+    def _check_range(
+        self,
+        kernel: Kernel,
+        params: KernelParams,
+        query: Query,
+        num_participants: int,
+        codec: FixedPointCodec,
+        num_released: int,
+    ) -> None:
+        """Refuse a query whose aggregate could wrap modulo 2^64: if every site
+        keeps its own share below 1/K of the range, the sum cannot wrap."""
+        noise_scale = max(query.mechanism.noise_scales[:num_released], default=0.0)
+        bound = kernel.max_abs_sum(params, self.num_records) + NOISE_REACH * noise_scale
+        try:
+            codec.check_sum_bound(num_participants * bound, "the aggregate of this query")
+        except OverflowError as err:
+            raise self.refusal(query, str(err)) from None
+
+
+def _own_copy(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A private snapshot of the query's parameters: every later read (checks,
+    sensitivity, the kernel) sees the same values, whatever object was sent."""
+    copied: dict[str, Any] = {}
+    for key, value in dict(params).items():
+        if isinstance(value, np.ndarray | list | tuple):
+            copied[str(key)] = np.array(value, copy=True)
+        elif isinstance(value, bool | int | float | str | np.generic) or value is None:
+            copied[str(key)] = value.item() if isinstance(value, np.generic) else value
+        else:
+            raise ValueError(f"parameter {key!r} has unsupported type {type(value).__name__}")
+    return copied

@@ -1,0 +1,76 @@
+"""Norms, clipping and projection: the Euclidean geometry every bound rests on.
+
+Sites clip records and per-record gradients with these functions (the
+sensitivity of every kernel comes from them), and coordinators project
+iterates onto the model ball ||w|| <= Lambda with the same code, so one
+definition of "norm at most C" holds on both sides. Every clip is robust to
+adversarial records: a row whose norm under- or overflows is still measured
+exactly, and one that cannot be measured in floating point is scaled to zero,
+which keeps the bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Below this (or above its inverse) the plain sqrt(sum x^2) under- or overflows.
+_SAFE_NORM = 1e-150
+
+
+def project_to_ball(weights: np.ndarray, radius: float) -> np.ndarray:
+    """Euclidean projection onto {w : ||w|| <= radius} (Frobenius for a matrix)."""
+    norm = float(np.linalg.norm(weights))
+    return weights if norm <= radius else weights * (radius / norm)
+
+
+def row_norms(rows: np.ndarray) -> np.ndarray:
+    """L2 norm of each row, exact to rounding even for rows whose squares
+    under- or overflow (an adversarial record of 1e-300s must not look like 0,
+    or it escapes clipping); inf only when the norm itself exceeds float range."""
+    with np.errstate(over="ignore", under="ignore"):
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    suspect = (norms < _SAFE_NORM) | ~(norms < 1.0 / _SAFE_NORM)
+    if np.any(suspect):
+        extreme = rows[suspect]
+        largest = np.max(np.abs(extreme), axis=1)
+        scale = np.where(largest > 0, largest, 1.0)
+        with np.errstate(over="ignore"):
+            norms[suspect] = largest * np.linalg.norm(extreme / scale[:, None], axis=1)
+    return norms
+
+
+def _clip_factors(norms: np.ndarray, bound: float) -> np.ndarray:
+    """min(1, bound / norm) per row, without dividing by zero."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
+
+
+def clip_coefficients(coefficients: np.ndarray, rows: np.ndarray, bound: float) -> np.ndarray:
+    """a_i with ||a_i x_i|| <= ``bound``: each per-record gradient c_i x_i of a
+    linear model scaled down to the bound. A record whose gradient cannot be
+    computed in floating point (overflow) contributes zero, which keeps the bound."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = np.abs(coefficients) * row_norms(rows)
+        clipped = coefficients * _clip_factors(norms, bound)
+    clipped[~(np.isfinite(clipped) & np.isfinite(norms))] = 0.0
+    return clipped
+
+
+def clip_residuals(residuals: np.ndarray, rows: np.ndarray, bound: float) -> np.ndarray:
+    """Residual rows r_i scaled so that ||x_i r_i^T||_F = ||x_i|| ||r_i|| <= ``bound``
+    (the multi-output form of :func:`clip_coefficients`); a row whose norm
+    cannot be computed in floating point contributes zero."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = row_norms(rows) * row_norms(residuals)
+        clipped = residuals * _clip_factors(norms, bound)[:, None]
+    clipped[~(np.all(np.isfinite(clipped), axis=1) & np.isfinite(norms))] = 0.0
+    return clipped
+
+
+def clip_rows_to_norm(rows: np.ndarray, bound: float) -> np.ndarray:
+    """Each row scaled to L2 norm at most ``bound`` (rows too large for their
+    norm to be computed in floating point are scaled to zero)."""
+    norms = row_norms(rows)
+    factors = _clip_factors(norms, bound)
+    factors[~np.isfinite(norms)] = 0.0
+    return rows * factors[:, None]

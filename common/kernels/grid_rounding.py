@@ -1,0 +1,44 @@
+"""What rounding onto the fixed-point grid adds to a kernel's sensitivity.
+
+A site rounds its clipped sum and its noise share onto the grid 2^-f
+*separately* (Mironov 2012; ``client/site.py``), so the release is a
+post-processing of the ideal mechanism on the rounded sum. Rounding moves each
+coordinate by at most half a step, so two neighbouring sums, each rounded,
+differ by at most the kernel's sensitivity plus one step per coordinate:
+sqrt(size) 2^-f in L2, size 2^-f in L1. A block of sensitivity 0 is identical
+on neighbours, and so is its rounding: it is charged nothing. Local blocks
+never reach the grid and are charged their own sensitivity.
+
+This is the one place the charge is written: the site charges it, and
+``Kernel.mechanism`` sizes the noise an algorithm asks for with it. An
+algorithm does not know the federation's grid, so it sizes for the coarsest
+grid a site accepts; the noise is then sound for every grid (a finer grid
+charges less), and exactly the target on the coarsest.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+Norm = Literal["l2", "l1"]
+
+# The fixed-point grids 2^-f a site accepts: f in [low, high].
+ACCEPTED_FRACTIONAL_BITS = (16, 48)
+COARSEST_FRACTIONAL_BITS = ACCEPTED_FRACTIONAL_BITS[0]
+
+
+def rounding_charged(
+    sensitivities: tuple[float, ...],
+    shapes: tuple[tuple[int, ...], ...],
+    norm: Norm,
+    fractional_bits: int,
+) -> tuple[float, ...]:
+    """Each released block's sensitivity plus what rounding its ``shape`` entries
+    onto the grid 2^-``fractional_bits`` can add in ``norm`` (module docstring)."""
+    step = 2.0**-fractional_bits
+    return tuple(
+        s + (math.prod(shape) if norm == "l1" else math.sqrt(math.prod(shape))) * step
+        if s > 0 else 0.0
+        for s, shape in zip(sensitivities, shapes, strict=True)
+    )
