@@ -192,6 +192,13 @@ class PrivateEstimator:
                 raise InvalidParameterError(
                     f"{type(self).__name__}: parameter {name!r} must be "
                     f"{describe(constraints)}; got {value!r}")
+        # The one constraint spanning two parameters: delta = 0 is pure epsilon-DP,
+        # which no Gaussian release meets; only the noise-free run may say it.
+        epsilon, delta = getattr(self, "epsilon", None), getattr(self, "delta", None)
+        if delta == 0 and epsilon is not None and math.isfinite(epsilon):
+            raise InvalidParameterError(
+                f"{type(self).__name__}: parameter 'delta' must be > 0 when epsilon is finite "
+                f"(delta = 0 only with epsilon = inf, the noise-free version); got {delta!r}")
 
     def _check_is_fitted(self, attribute: str = "coef_") -> None:
         if not hasattr(self, attribute):
@@ -265,7 +272,7 @@ def feature_dim(federation: Federation, public_source: PublicSource | None, who:
 POSITIVE = [Interval(float, 0, math.inf, closed="neither")]  # finite and > 0
 NON_NEGATIVE = [Interval(float, 0, math.inf, closed="left")]  # finite and >= 0
 EPSILON = [Interval(float, 0, math.inf, closed="right")]  # inf: the non-private version
-DELTA = [Interval(float, 0, 1, closed="neither")]
+DELTA = [Interval(float, 0, 1, closed="left")]  # 0 only with epsilon = inf (checked at fit)
 ITERATIONS = [Interval(int, 1, math.inf, closed="left")]
 FLAG = [InstanceOf(bool)]
 CALIBRATION = [Options("accountant", "paper")]
