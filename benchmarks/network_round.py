@@ -32,11 +32,7 @@ from pathlib import Path
 import numpy as np
 from federation_processes import networked_federation
 
-from privadapt.client.ledger import PrivacyLedger
-from privadapt.client.local_federation import LocalFederation
-from privadapt.client.policy import SitePolicy
-from privadapt.client.site import Site
-from privadapt.common.data import Dataset
+from privadapt import Dataset, LocalFederation
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
 
 SITE_COUNTS = (1, 3, 10)
@@ -85,12 +81,10 @@ def networked(workdir: Path, num_sites: int, dim: int) -> dict:
 
 
 def in_process(workdir: Path, num_sites: int, dim: int) -> list[float]:
-    sites = []
-    for k in range(num_sites):
-        policy = SitePolicy(f"site-{k}", 1e6, 1e-5)
-        ledger = PrivacyLedger(workdir / f"local-{k}.db", policy)
-        sites.append(Site(_dataset(dim, k), policy, ledger))
-    return _time_rounds(LocalFederation(sites), dim)
+    datasets = [_dataset(dim, k) for k in range(num_sites)]
+    with LocalFederation.from_datasets(datasets, epsilon_cap=1e6, delta_cap=1e-5,
+                                       ledger_dir=workdir / "local") as federation:
+        return _time_rounds(federation, dim)
 
 
 def main() -> int:

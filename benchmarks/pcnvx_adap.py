@@ -25,21 +25,14 @@ from pathlib import Path
 import numpy as np
 from federation_processes import networked_federation
 
-from privadapt.client.ledger import PrivacyLedger
-from privadapt.client.local_federation import LocalFederation
-from privadapt.client.policy import SitePolicy
-from privadapt.client.site import Site
-from privadapt.common.data import Dataset
-from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
-from privadapt.server.algorithms.cnvx_adap import pcnvx_adap
-from privadapt.server.algorithms.reweighted_descent import DataBounds
+from privadapt import Dataset, LocalFederation, PCnvxAdap
 
 NUM_PUBLIC, DIM, NUM_SITES = 7_300, 133, 3
 PRIVATE_SIZES = (600, 35_000)
 ITERATIONS = 20
-HYPER = ReweightingHyperparameters(alpha=0.5, k1=0.01, k2=0.01, kinf=0.01, mu=100.0,
-                                   discrepancy=0.05)
-BOUNDS = DataBounds(feature_norm=1.0, label_bound=1.0, radius=5.0)
+MODEL = PCnvxAdap(alpha=0.5, k1=0.01, k2=0.01, kinf=0.01, mu=100.0, discrepancy=0.05,
+                  feature_norm=1.0, label_bound=1.0, radius=5.0, epsilon=5.0, delta=1e-5,
+                  iterations=ITERATIONS)
 
 
 def _sample(num_records: int, shift: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -60,17 +53,14 @@ def _site_data(num_private: int) -> list[Dataset]:
 
 def _run(federation, public) -> float:
     started = time.perf_counter()
-    pcnvx_adap(federation, *public, hyper=HYPER, bounds=BOUNDS, epsilon=5.0, delta=1e-5,
-               iterations=ITERATIONS)
+    MODEL.fit(federation, public)
     return (time.perf_counter() - started) / ITERATIONS
 
 
 def in_process(workdir: Path, public, num_private: int) -> float:
-    sites = []
-    for k, data in enumerate(_site_data(num_private)):
-        policy = SitePolicy(f"site-{k}", 100.0, 1e-5)
-        sites.append(Site(data, policy, PrivacyLedger(workdir / f"local-{k}.db", policy)))
-    return _run(LocalFederation(sites), public)
+    with LocalFederation.from_datasets(_site_data(num_private), epsilon_cap=100.0,
+                                       delta_cap=1e-5, ledger_dir=workdir / "local") as federation:
+        return _run(federation, public)
 
 
 def networked(workdir: Path, public, num_private: int) -> float:

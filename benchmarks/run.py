@@ -35,9 +35,10 @@ def gradient_throughput(num_records: int = 1_000_000, dim: int = 100) -> tuple[s
     features = rng.normal(size=(num_records, dim)) / np.sqrt(dim)
     data = Dataset(features, np.sign(rng.normal(size=num_records)),
                    tuple(f"x{i}" for i in range(dim)))
-    params = {"weights": rng.normal(size=dim), "loss": "logistic", "clip_norm": 0.5}
     kernel = get_kernel("linear_gradient")
-    naive = median_seconds(lambda: features.T @ (features @ params["weights"]), 3)
+    params = kernel.Params.from_wire(
+        {"weights": rng.normal(size=dim), "loss": "logistic", "clip_norm": 0.5}, dim)
+    naive = median_seconds(lambda: features.T @ (features @ params.weights), 3)
     seconds = median_seconds(lambda: kernel.compute(data, params, {}), 3)
     return ("gradient kernel, d=100, n=1e6", num_records / seconds,
             f"records/s ({seconds * 1e3:.0f} ms/pass; {seconds / naive:.1f}x two plain matvecs)")

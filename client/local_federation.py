@@ -5,21 +5,64 @@ and sites return shares already encoded on the fixed-point grid; the federation
 sums them modulo 2^64 and decodes, as the networked federation does (without
 the pairwise masks, which cancel there), so both see the same parameters and
 round identically (DESIGN.md section 3).
+
+``LocalFederation.from_datasets`` builds the sites from datasets: one policy
+and one ledger per site, the policy stated once for all of them. One
+federation is one job: every query is charged to its ``job_id``, and an
+estimator's ``fit`` reports the job's spend, so fit a second model on
+``federation.new_job()`` (the same sites and ledgers under a new job id).
 """
 
 from __future__ import annotations
 
 import itertools
+import shutil
+import tempfile
 import uuid
+import weakref
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.errors import QueryRefusedError
+from privadapt.common.data import Dataset
+from privadapt.common.errors import DataError, QueryRefusedError
 from privadapt.common.federation import AggregateAnswer, Query, SitePrivacy
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.mechanisms import Adjacency, Mechanism
+from privadapt.common.noise import SeededRandomBits
 from privadapt.common.wire import query_from_proto, query_to_proto
+
+# Site k of a federation seeded with s draws from SeededRandomBits(s * stride + k):
+# the streams the seed 000 results were produced with (experiments/seed000),
+# distinct for every (seed, site) as long as a federation has at most `stride` sites.
+_NOISE_SEED_STRIDE = 100
+
+
+class _SharedSites:
+    """The sites of a federation and its views (``new_job``). If the
+    federation made them (``owned``), closing closes their ledgers and removes
+    the ledger directory it made, as does garbage collection of the last
+    federation using them."""
+
+    def __init__(
+        self, sites: tuple[Site, ...], *, owned: bool, temporary_dir: Path | None = None
+    ) -> None:
+        self.sites = sites
+        ledgers = [site.ledger for site in sites] if owned else []
+        self._finalizer = weakref.finalize(self, _release, ledgers, temporary_dir)
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _release(ledgers: list[PrivacyLedger], temporary_dir: Path | None) -> None:
+    for ledger in ledgers:
+        ledger.close()
+    if temporary_dir is not None:
+        shutil.rmtree(temporary_dir, ignore_errors=True)
 
 
 class LocalFederation:
@@ -38,10 +81,85 @@ class LocalFederation:
         if len(set(names)) != len(names):
             raise ValueError(f"site names must be unique, got {names}")
         self._sites = tuple(sites)
+        # Sites given here belong to the caller; from_datasets replaces this
+        # with sites the federation owns (and closes).
+        self._shared = _SharedSites(self._sites, owned=False)
         self._job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
         self.collusion_tolerance = collusion_tolerance
         self.codec = codec or FixedPointCodec()
         self._query_numbers = itertools.count(1)
+
+    @classmethod
+    def from_datasets(
+        cls,
+        datasets: Sequence[Dataset],
+        *,
+        epsilon_cap: float,
+        delta_cap: float,
+        ledger_dir: str | Path | None = None,
+        noise_seed: int | None = None,
+        names: Sequence[str] | None = None,
+        job_id: str | None = None,
+        collusion_tolerance: int = 0,
+        **policy_options: Any,
+    ) -> LocalFederation:
+        """One site per dataset, named ``names`` (default site-1 .. site-K),
+        each with its own ``SitePolicy(name, epsilon_cap, delta_cap,
+        **policy_options)`` and its own ledger ``<ledger_dir>/<name>.ledger.db``
+        (opened, and so composed with, if it exists).
+
+        ``ledger_dir=None``: a new temporary directory, removed by ``close()``
+        or when the federation (and every ``new_job`` view of it) is garbage
+        collected; give a directory to keep the ledgers. Noise comes from the
+        operating system's CSPRNG; ``noise_seed`` gives every site its own
+        seeded stream instead (reproducible experiments and tests only)."""
+        names = [f"site-{k + 1}" for k in range(len(datasets))] if names is None else list(names)
+        if len(names) != len(datasets):
+            raise ValueError(f"{len(names)} names for {len(datasets)} datasets")
+        if noise_seed is not None and len(datasets) > _NOISE_SEED_STRIDE:
+            raise ValueError(f"noise_seed supports at most {_NOISE_SEED_STRIDE} sites, "
+                             f"got {len(datasets)}")
+        temporary = None
+        if ledger_dir is None:
+            temporary = Path(tempfile.mkdtemp(prefix="privadapt-ledgers-"))
+        directory = Path(ledger_dir) if ledger_dir is not None else temporary
+        directory.mkdir(parents=True, exist_ok=True)
+        sites = []
+        for k, (name, data) in enumerate(zip(names, datasets, strict=True)):
+            policy = SitePolicy(name, epsilon_cap, delta_cap, **policy_options)
+            ledger = PrivacyLedger(directory / f"{name}.ledger.db", policy)
+            noise = (None if noise_seed is None
+                     else SeededRandomBits(noise_seed * _NOISE_SEED_STRIDE + k))
+            sites.append(Site(data, policy, ledger, noise))
+        federation = cls(sites, job_id=job_id, collusion_tolerance=collusion_tolerance)
+        federation._shared = _SharedSites(federation.sites, owned=True, temporary_dir=temporary)
+        return federation
+
+    def new_job(self, job_id: str | None = None) -> LocalFederation:
+        """The same sites (policies, ledgers, noise) under a new job id, for
+        the next fit: each job's spend is reported on its own and every
+        ledger composes all of them against its cap."""
+        federation = LocalFederation(self._sites, job_id=job_id,
+                                     collusion_tolerance=self.collusion_tolerance,
+                                     codec=self.codec)
+        federation._shared = self._shared  # the sites live as long as any job over them
+        return federation
+
+    def close(self) -> None:
+        """Close the ledgers of sites this federation made (from_datasets) and
+        remove its temporary ledger directory; sites given to the constructor
+        stay open (they are the caller's)."""
+        self._shared.close()
+
+    def __enter__(self) -> LocalFederation:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def sites(self) -> tuple[Site, ...]:
+        return self._sites
 
     @property
     def job_id(self) -> str:
@@ -62,6 +180,16 @@ class LocalFederation:
     @property
     def num_sites(self) -> int:
         return len(self._sites)
+
+    @property
+    def dim(self) -> int:
+        """The sites' common number of features (DataError if they differ)."""
+        dims = {site.dim for site in self._sites}
+        if len(dims) != 1:
+            raise DataError(f"the sites hold records of different dimensions "
+                            f"{ {site.name: site.dim for site in self._sites} }; "
+                            "they must share one schema")
+        return dims.pop()
 
     def query(
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism

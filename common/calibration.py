@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 
 from privadapt.common.accounting import AccountingMethod, PrivacyAccountant, gaussian_sigma
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, Mechanism
+from privadapt.common.validation import check_int_at_least, check_positive_finite
 
 _MAX_BRACKET_STEPS = 200
 
@@ -132,8 +133,7 @@ def calibrate_laplace_scale(epsilon: float, sensitivity: float, num_releases: in
     with ``make_mechanism=lambda b: LaplaceMechanism(sensitivity, b)``.
     """
     _check_epsilon(epsilon)
-    if not (math.isfinite(sensitivity) and sensitivity > 0):
-        raise ValueError(f"sensitivity must be a finite number > 0, got {sensitivity!r}")
+    check_positive_finite("sensitivity", sensitivity)
     _check_num_releases(num_releases)
     return num_releases * sensitivity / epsilon
 
@@ -158,8 +158,7 @@ def _check_target(epsilon: float, delta: float, num_releases: int, tolerance: fl
 
 
 def _check_num_releases(num_releases: int) -> None:
-    if isinstance(num_releases, bool) or not isinstance(num_releases, int) or num_releases < 1:
-        raise ValueError(f"num_releases must be an integer >= 1, got {num_releases!r}")
+    check_int_at_least("num_releases", num_releases, 1)
 
 
 def _initial_guess(

@@ -92,6 +92,12 @@ class Federation(Protocol):
     @property
     def num_sites(self) -> int: ...
 
+    @property
+    def dim(self) -> int:
+        """The number of features d of every site's records (the sites must
+        agree on one schema); public, declared by the sites."""
+        ...
+
     def query(
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
     ) -> AggregateAnswer:

@@ -1,4 +1,4 @@
-"""``make demo``: private adaptation on UCI Adult, in-process.
+"""``make demo-local``: private adaptation on UCI Adult, in-process.
 
 Public source = men in adult.data (at the coordinator); private target = women
 in adult.data, split over 3 sites, each with its own policy and SQLite privacy
@@ -7,9 +7,9 @@ of source-only (non-private), target-only non-private, and noisy projected
 gradient descent at epsilon = 1 and 3, then each site's epsilon as read from
 its own ledger.
 
-The networked federation (coordinator and site daemons over mutual TLS) is the
-next roadmap step; until it lands the sites run in this process through
-``LocalFederation``, which aggregates through the same fixed-point path.
+The sites run in this process (``LocalFederation``, which aggregates through
+the same fixed-point path as the networked federation of ``make demo``); each
+fit is one job of the sites, so every ledger reports each job and composes them.
 """
 
 from __future__ import annotations
@@ -22,13 +22,9 @@ import time
 import uuid
 from pathlib import Path
 
-from privadapt.client.ledger import PrivacyLedger
-from privadapt.client.local_federation import LocalFederation
-from privadapt.client.policy import SitePolicy
-from privadapt.client.site import Site
-from privadapt.common.datasets.adult import AdultDomains, load_adult_domains
-from privadapt.common.errors import PrivadaptError
-from privadapt.server.algorithms.noisy_gd import IterationRecord, noisy_gd
+from privadapt import LocalFederation, NoisyGD, PrivadaptError, load_adult_domains
+from privadapt.common.datasets.adult import AdultDomains
+from privadapt.server.algorithms.noisy_gd import IterationRecord
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
 
 SITE_NAMES = ("site-a", "site-b", "site-c")
@@ -40,17 +36,16 @@ HYPERPARAMETERS = {"iterations": 100, "learning_rate": 16.0, "radius": 20.0, "cl
 PROGRESS_EVERY = 25
 
 
-def make_sites(domains: AdultDomains, workdir: Path, private: bool) -> list[Site]:
-    sites = []
-    for name, data in zip(SITE_NAMES, domains.target_sites, strict=True):
-        if private:
-            policy = SitePolicy(name, SITE_CAP_EPSILON, SITE_CAP_DELTA, min_noise_multiplier=0.5)
-            ledger_path = workdir / f"{name}.ledger.db"
-        else:
-            policy = SitePolicy(name, math.inf, SITE_CAP_DELTA, allow_non_private=True)
-            ledger_path = workdir / f"{name}.simulation.ledger.db"
-        sites.append(Site(data, policy, PrivacyLedger(ledger_path, policy)))
-    return sites
+def make_federation(domains: AdultDomains, workdir: Path, private: bool) -> LocalFederation:
+    """The private sites keep their ledgers in ``workdir``; the simulation
+    sites (infinite cap, non-private answers allowed) in ``workdir/simulation``."""
+    if private:
+        return LocalFederation.from_datasets(
+            domains.target_sites, names=SITE_NAMES, epsilon_cap=SITE_CAP_EPSILON,
+            delta_cap=SITE_CAP_DELTA, ledger_dir=workdir, min_noise_multiplier=0.5)
+    return LocalFederation.from_datasets(
+        domains.target_sites, names=SITE_NAMES, epsilon_cap=math.inf, delta_cap=SITE_CAP_DELTA,
+        ledger_dir=workdir / "simulation", allow_non_private=True)
 
 
 def progress_printer(label: str):
@@ -81,23 +76,19 @@ def run(workdir: Path) -> int:
     rows.append(("source only (public data)", "-", accuracy(source_weights, test.features,
                                                            test.labels)))
 
-    dim = domains.source.dim
-    simulation_sites = make_sites(domains, workdir, private=False)
-    simulation = LocalFederation(simulation_sites, job_id=f"target-only-{run_id}")
-    result = noisy_gd(simulation, dim=dim, loss="logistic", epsilon=math.inf, delta=DELTA,
-                      progress=progress_printer("non-private"), progress_every=PROGRESS_EVERY,
-                      **HYPERPARAMETERS)
-    rows.append(("target only, non-private", "inf", accuracy(result.weights, test.features,
-                                                              test.labels)))
+    simulation = make_federation(domains, workdir, private=False)
+    model = NoisyGD(loss="logistic", epsilon=math.inf, delta=DELTA, **HYPERPARAMETERS)
+    model.fit(simulation.new_job(f"target-only-{run_id}"),
+              progress=progress_printer("non-private"), progress_every=PROGRESS_EVERY)
+    rows.append(("target only, non-private", "inf", model.score(test.features, test.labels)))
 
-    private_sites = make_sites(domains, workdir, private=True)
+    private = make_federation(domains, workdir, private=True)
     for epsilon in (1.0, 3.0):
-        federation = LocalFederation(private_sites, job_id=f"noisy-gd-eps{epsilon:g}-{run_id}")
-        result = noisy_gd(federation, dim=dim, loss="logistic", epsilon=epsilon, delta=DELTA,
-                          progress=progress_printer(f"epsilon={epsilon:g}"),
-                          progress_every=PROGRESS_EVERY, **HYPERPARAMETERS)
-        rows.append((f"noisy GD, target only (z={result.noise_multiplier:.1f})", f"{epsilon:g}",
-                     accuracy(result.weights, test.features, test.labels)))
+        model.set_params(epsilon=epsilon)
+        model.fit(private.new_job(f"noisy-gd-eps{epsilon:g}-{run_id}"),
+                  progress=progress_printer(f"epsilon={epsilon:g}"), progress_every=PROGRESS_EVERY)
+        rows.append((f"noisy GD, target only (z={model.noise_multiplier_:.1f})", f"{epsilon:g}",
+                     model.score(test.features, test.labels)))
 
     print("\nTarget test accuracy (women, adult.test)")
     print(f"  {'method':<40} {'epsilon':>8} {'accuracy':>9}")
@@ -106,7 +97,7 @@ def run(workdir: Path) -> int:
 
     print(f"\nPrivacy spent, read from each site's own ledger (cap epsilon={SITE_CAP_EPSILON:g}, "
           f"delta={SITE_CAP_DELTA:g})")
-    for site in private_sites:
+    for site in private.sites:
         total = site.ledger.spent()
         jobs = ", ".join(
             f"{job} {site.ledger.spent_by_job(job, DELTA).epsilon:.3f}"

@@ -1,14 +1,18 @@
-"""The algorithms a coordinator can run as jobs, by name.
+"""The algorithms a coordinator can run as jobs, by name: a table of estimators.
 
-Each runner adapts one algorithm of ``privadapt.server.algorithms`` (written
-against the ``Federation`` protocol only) to a job: it reads its
-hyperparameters from the spec, runs, and returns the model as named arrays.
+A job builds the named estimator (``privadapt.server.estimators``) from the
+spec's hyperparameters, fits it on the job's ``NetworkFederation`` (and the
+coordinator's public source, for the estimators that need one) and stores
+``estimator.model_arrays()``. Each estimator's hyperparameter schema
+(required, optional, types, defaults) is derived from its ``__init__``
+signature and ``_parameter_constraints``, so adding a job is one line here.
 Transport code never names an algorithm; this table is the only link
 (STYLE.md section 2).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,14 +24,29 @@ from privadapt.common.data import Dataset
 from privadapt.common.errors import ConfigError
 from privadapt.common.federation import Federation
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
-from privadapt.server.algorithms.cnvx_adap import pcnvx_adap
-from privadapt.server.algorithms.ncnvx_adap import pncnvx_adap
-from privadapt.server.algorithms.noisy_gd import noisy_gd
-from privadapt.server.algorithms.reweighted_descent import DataBounds
+from privadapt.server.estimators import NoisyGD, PCnvxAdap, PNCnvxAdap, PrivateEstimator
+from privadapt.server.estimators.base import describe, satisfies
 
 Model = dict[str, np.ndarray]
 Checkpoint = Callable[[int, Model], None]
+
+ALGORITHMS: dict[str, type[PrivateEstimator]] = {
+    "noisy_gd": NoisyGD,
+    "pcnvx_adap": PCnvxAdap,
+    "pncnvx_adap": PNCnvxAdap,
+}
+
+# Estimator parameters a job takes from its JobSpec, never from [hyperparameters].
+_FROM_SPEC: dict[str, Callable[[pb.JobSpec, int], Any]] = {
+    "epsilon": lambda spec, seed: spec.epsilon,
+    "delta": lambda spec, seed: spec.delta,
+    "calibration": lambda spec, seed: spec.calibration or "accountant",
+    "seed": lambda spec, seed: seed,
+}
+# A job option of every estimator whose fit takes a checkpoint callback:
+# store the model every this many iterations.
+CHECKPOINT_EVERY = "checkpoint_every"
+_CHECKPOINT_EVERY_DEFAULT = 10
 
 
 @dataclass(frozen=True)
@@ -35,104 +54,52 @@ class JobContext:
     federation: Federation
     spec: pb.JobSpec
     hyperparameters: Mapping[str, Any]
-    dim: int
     seed: int
     checkpoint: Checkpoint
     public_source: Dataset | None = None  # the coordinator's public sample, if configured
 
 
 @dataclass(frozen=True)
-class Algorithm:
-    run: Callable[[JobContext], Model]
-    required: Mapping[str, type | tuple[type, ...]]
-    optional: Mapping[str, type | tuple[type, ...]]
+class JobSchema:
+    """What a job's [hyperparameters] may hold: each name's accepted types."""
+
+    required: Mapping[str, tuple[type, ...]]
+    optional: Mapping[str, tuple[type, ...]]
+    defaults: Mapping[str, Any]
 
 
-def _run_noisy_gd(job: JobContext) -> Model:
-    h = job.hyperparameters
-    every = int(h.get("checkpoint_every", 10))
-
-    def checkpoint(iteration: int, weights: np.ndarray) -> None:
-        if iteration % every == 0:
-            job.checkpoint(iteration, {"weights": weights})
-
-    result = noisy_gd(
-        job.federation, dim=job.dim, loss=h["loss"], epsilon=job.spec.epsilon,
-        delta=job.spec.delta, iterations=int(h["iterations"]),
-        learning_rate=float(h["learning_rate"]), radius=float(h["radius"]),
-        clip_norm=float(h["clip_norm"]), calibration=job.spec.calibration or "accountant",
-        checkpoint=checkpoint,
-    )
-    model = {"weights": result.weights, "average_weights": result.average_weights}
-    if math.isfinite(result.noise_multiplier):  # infinite without noise (epsilon = inf)
-        model["noise_multiplier"] = np.asarray(result.noise_multiplier)
-    return model
+def _takes_checkpoint(estimator: type[PrivateEstimator]) -> bool:
+    return "checkpoint" in inspect.signature(estimator.fit).parameters
 
 
-def _reweighted(job: JobContext, convex: bool) -> Model:
-    """PCnvxAdap (``convex``) or PNCnvxAdap on the coordinator's public source
-    and the sites' private target (seed 000, Alg. 1 and 2)."""
-    if job.public_source is None:
-        raise ConfigError(f"{job.spec.algorithm} needs the public source sample: set "
-                          "[coordinator] public_source in the coordinator's configuration")
-    h = job.hyperparameters
-    penalty = ("k1", "k2", "kinf") if convex else ("l1", "l2", "linf")
-    hyper = ReweightingHyperparameters(
-        alpha=float(h["alpha"]), k1=float(h.get(penalty[0], 0.0)),
-        k2=float(h.get(penalty[1], 0.0)), kinf=float(h.get(penalty[2], 0.0)),
-        mu=float(h.get("mu", math.inf if convex else 100.0)),
-        discrepancy=float(h.get("discrepancy", 0.0)))
-    bounds = DataBounds(feature_norm=float(h["feature_norm"]),
-                        label_bound=float(h["label_bound"]), radius=float(h["radius"]))
-    common = dict(
-        hyper=hyper, bounds=bounds, epsilon=job.spec.epsilon, delta=job.spec.delta,
-        iterations=int(h["iterations"]), step_scale=float(h.get("step_scale", 1.0)),
-        calibration=job.spec.calibration or "accountant",
-        weight_noise=bool(h.get("weight_noise", True)),
-    )
-    source = job.public_source
-    if convex:
-        result = pcnvx_adap(job.federation, source.features, source.labels, **common)
-    else:
-        result = pncnvx_adap(job.federation, source.features, source.labels, seed=job.seed,
-                             loss=h.get("loss", "logistic"),
-                             return_average=bool(h.get("return_average", False)), **common)
-    return {"weights": result.weights, "public_weights": result.public_weights,
-            "average_weights": result.average_weights, "last_weights": result.last_weights}
-
-
-_NUMBER = (int, float)
-_REWEIGHTED_REQUIRED = {"alpha": _NUMBER, "iterations": int, "feature_norm": _NUMBER,
-                        "label_bound": _NUMBER, "radius": _NUMBER}
-_REWEIGHTED_OPTIONAL = {"mu": _NUMBER, "discrepancy": _NUMBER, "step_scale": _NUMBER,
-                        "weight_noise": bool}
-ALGORITHMS: dict[str, Algorithm] = {
-    "noisy_gd": Algorithm(
-        _run_noisy_gd,
-        required={"loss": str, "iterations": int, "learning_rate": _NUMBER, "radius": _NUMBER,
-                  "clip_norm": _NUMBER},
-        optional={"checkpoint_every": int},
-    ),
-    "pcnvx_adap": Algorithm(
-        lambda job: _reweighted(job, convex=True), required=_REWEIGHTED_REQUIRED,
-        optional={**_REWEIGHTED_OPTIONAL, "k1": _NUMBER, "k2": _NUMBER, "kinf": _NUMBER},
-    ),
-    "pncnvx_adap": Algorithm(
-        lambda job: _reweighted(job, convex=False), required=_REWEIGHTED_REQUIRED,
-        optional={**_REWEIGHTED_OPTIONAL, "l1": _NUMBER, "l2": _NUMBER, "linf": _NUMBER,
-                  "loss": str, "return_average": bool},
-    ),
-}
+def job_schema(estimator: type[PrivateEstimator]) -> JobSchema:
+    """The hyperparameters of ``estimator`` a job file can set: every
+    ``__init__`` argument not taken from the JobSpec whose constraints admit a
+    wire type (bool, int, float, str), required when it has no default."""
+    defaults = estimator.parameter_defaults()
+    required, optional = {}, {}
+    for name, constraints in estimator._parameter_constraints.items():
+        types = tuple(dict.fromkeys(t for c in constraints if c is not None
+                                    for t in c.wire_types))
+        if name in _FROM_SPEC or not types:
+            continue
+        (optional if name in defaults else required)[name] = types
+    job_defaults = {name: defaults[name] for name in optional}
+    if _takes_checkpoint(estimator):
+        optional[CHECKPOINT_EVERY] = (int,)
+        job_defaults[CHECKPOINT_EVERY] = _CHECKPOINT_EVERY_DEFAULT
+    return JobSchema(required, optional, job_defaults)
 
 
 def validate_hyperparameters(algorithm: str, values: Mapping[str, Any]) -> None:
-    """ConfigError for an unknown algorithm or a missing, unknown or mistyped
-    hyperparameter, before a job is stored."""
+    """ConfigError for an unknown algorithm or a missing, unknown, mistyped or
+    out-of-range hyperparameter, before a job is stored."""
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"unknown algorithm {algorithm!r}; available: {sorted(ALGORITHMS)}")
-    spec = ALGORITHMS[algorithm]
-    known = {**spec.required, **spec.optional}
-    for name in spec.required:
+    estimator = ALGORITHMS[algorithm]
+    schema = job_schema(estimator)
+    known = {**schema.required, **schema.optional}
+    for name in schema.required:
         if name not in values:
             raise ConfigError(f"algorithm {algorithm!r} needs hyperparameter {name!r}")
     for name, value in values.items():
@@ -140,7 +107,52 @@ def validate_hyperparameters(algorithm: str, values: Mapping[str, Any]) -> None:
             raise ConfigError(f"algorithm {algorithm!r} has no hyperparameter {name!r}; "
                               f"known: {sorted(known)}")
         expected = known[name]
-        if (isinstance(value, bool) and expected is not bool) or not isinstance(value, expected):
+        if (isinstance(value, bool) and bool not in expected) or not isinstance(value, expected):
             raise ConfigError(f"hyperparameter {name!r} has the wrong type: {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"hyperparameter {name!r} must be finite, got {value}")
+        constraints = estimator._parameter_constraints.get(name)
+        if constraints is not None and not satisfies(value, constraints):
+            raise ConfigError(f"hyperparameter {name!r} must be {describe(constraints)}, "
+                              f"got {value!r}")
+    if CHECKPOINT_EVERY in values and values[CHECKPOINT_EVERY] < 1:
+        raise ConfigError(f"hyperparameter {CHECKPOINT_EVERY!r} must be >= 1, "
+                          f"got {values[CHECKPOINT_EVERY]}")
+
+
+def _as_declared(estimator: type[PrivateEstimator], name: str, value: Any) -> Any:
+    """A whole number written for a real-valued hyperparameter (``radius = 20``
+    in TOML arrives as an int) as a float, so the queries carry the same
+    parameters (and fingerprints, which a resumed job compares) either way."""
+    constraints = estimator._parameter_constraints.get(name, ())
+    kinds = {c.wire_types for c in constraints if c is not None}
+    if isinstance(value, int) and not isinstance(value, bool) and (int, float) in kinds \
+            and (int,) not in kinds:
+        return float(value)
+    return value
+
+
+def run_job(job: JobContext) -> Model:
+    """Fit the job's estimator on its federation; the model as named arrays."""
+    algorithm = job.spec.algorithm
+    estimator_class = ALGORITHMS[algorithm]
+    hyper = {name: _as_declared(estimator_class, name, value)
+             for name, value in job.hyperparameters.items()}
+    every = int(hyper.pop(CHECKPOINT_EVERY, _CHECKPOINT_EVERY_DEFAULT))
+    names = estimator_class._get_param_names()
+    from_spec = {name: read(job.spec, job.seed) for name, read in _FROM_SPEC.items()
+                 if name in names}
+    estimator = estimator_class(**hyper, **from_spec)
+    fit_options: dict[str, Any] = {}
+    if estimator_class.requires_public_source:
+        if job.public_source is None:
+            raise ConfigError(f"{algorithm} needs the public source sample: set "
+                              "[coordinator] public_source in the coordinator's configuration")
+        fit_options["public_source"] = job.public_source
+    if _takes_checkpoint(estimator_class):
+        def checkpoint(iteration: int, weights: np.ndarray) -> None:
+            if iteration % every == 0:
+                job.checkpoint(iteration, {"weights": weights})
+
+        fit_options["checkpoint"] = checkpoint
+    return estimator.fit(job.federation, **fit_options).model_arrays()

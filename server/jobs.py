@@ -25,7 +25,7 @@ from privadapt.common.data import Dataset
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.federation import SitePrivacy
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server.job_algorithms import ALGORITHMS, JobContext, validate_hyperparameters
+from privadapt.server.job_algorithms import JobContext, run_job, validate_hyperparameters
 from privadapt.server.job_spec import (
     hyperparameters,
     job_state_to_proto,
@@ -192,11 +192,11 @@ class JobManager:
                 collusion_tolerance=spec.collusion_tolerance,
                 min_participants=spec.min_participants, participants=spec.sites))
             context = JobContext(
-                federation, spec, hyperparameters(spec), federation.dimension(), record.seed,
+                federation, spec, hyperparameters(spec), record.seed,
                 lambda step, model: self._store.save_checkpoint(job_id, step, model),
                 self._public_source,
             )
-            model = ALGORITHMS[spec.algorithm].run(context)
+            model = run_job(context)
             privacy = federation.privacy_spent(None if math.isinf(spec.epsilon) else spec.delta)
             self._store.save_result(job_id, model, privacy_report_json(
                 job_id, spec, privacy, self._store.rounds(job_id)))

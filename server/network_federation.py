@@ -308,7 +308,8 @@ class NetworkFederation:
         self._last_round = max(seen) + 1
         return self._last_round
 
-    def dimension(self) -> int:
+    @property
+    def dim(self) -> int:
         """The record dimension d the job's sites declared at registration
         (JobFailedError if they disagree: they must share one schema)."""
         dims = {s.registration.num_features for s in self._registry.sessions()
@@ -321,7 +322,7 @@ class NetworkFederation:
     def _expected_shapes(self, kernel: str, params: Mapping[str, Any]) -> list[tuple[int, ...]]:
         """What every share must hold: the kernel's released blocks (local
         blocks, if any, never leave the site)."""
-        found, dim = get_kernel(kernel), self.dimension()
+        found, dim = get_kernel(kernel), self.dim
         return [tuple(s) for s in found.output_shapes(found.Params.from_wire(params, dim), dim)]
 
     def _fingerprint(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism) -> str:

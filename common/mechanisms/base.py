@@ -10,7 +10,6 @@ scales, noise shares and local-block noise). See the package docstring.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -27,17 +26,6 @@ class Adjacency(StrEnum):
 
     REPLACE_ONE = "replace_one"
     ADD_REMOVE_ONE = "add_remove_one"
-
-
-def check_positive(name: str, value: float, allow_zero: bool = False) -> None:
-    """Refuse a mechanism field that is not a finite number > 0 (>= 0 with
-    ``allow_zero``), naming the field."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    ok = value >= 0 if allow_zero else value > 0
-    if not (math.isfinite(value) and ok):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
 
 
 class Mechanism:

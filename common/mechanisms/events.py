@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from privadapt.common.mechanisms.base import Adjacency, Mechanism, check_positive
+from privadapt.common.mechanisms.base import Adjacency, Mechanism
+from privadapt.common.validation import check_nonnegative_finite
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class PureDpEvent(Mechanism):
     kind: ClassVar[str] = "pure_dp"
 
     def __post_init__(self) -> None:
-        check_positive("PureDpEvent.epsilon", self.epsilon, allow_zero=True)
+        check_nonnegative_finite("PureDpEvent.epsilon", self.epsilon)
         object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
 
     @property
@@ -57,7 +58,7 @@ class ZCdpEvent(Mechanism):
     kind: ClassVar[str] = "zcdp"
 
     def __post_init__(self) -> None:
-        check_positive("ZCdpEvent.rho", self.rho, allow_zero=True)
+        check_nonnegative_finite("ZCdpEvent.rho", self.rho)
         object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
 
     @property

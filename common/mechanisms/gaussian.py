@@ -14,9 +14,9 @@ from privadapt.common.mechanisms.base import (
     Adjacency,
     KernelMechanism,
     Shape,
-    check_positive,
 )
 from privadapt.common.noise import RandomBits, gaussian_noise, gaussian_share
+from privadapt.common.validation import check_nonnegative_finite, check_positive_finite
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,8 @@ class GaussianBlock:
     sigma: float
 
     def __post_init__(self) -> None:
-        check_positive("GaussianBlock.sensitivity", self.sensitivity, allow_zero=True)
-        check_positive("GaussianBlock.sigma", self.sigma)
+        check_nonnegative_finite("GaussianBlock.sensitivity", self.sensitivity)
+        check_positive_finite("GaussianBlock.sigma", self.sigma)
 
 
 def _blocks_to_list(blocks: tuple[GaussianBlock, ...]) -> list[list[float]]:
@@ -78,7 +78,7 @@ class GaussianMechanism(KernelMechanism):
         object.__setattr__(self, "blocks", tuple(self.blocks))
         object.__setattr__(self, "local_blocks", tuple(self.local_blocks))
         object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
-        check_positive("GaussianMechanism.sampling_rate", self.sampling_rate)
+        check_positive_finite("GaussianMechanism.sampling_rate", self.sampling_rate)
         if self.sampling_rate > 1:
             raise ValueError(
                 f"GaussianMechanism.sampling_rate is a probability in (0, 1], "
@@ -104,8 +104,8 @@ class GaussianMechanism(KernelMechanism):
         sampling_rate: float = 1.0,
     ) -> GaussianMechanism:
         """One block whose sigma is ``noise_multiplier * sensitivity``."""
-        check_positive("noise_multiplier", noise_multiplier)
-        check_positive("sensitivity", sensitivity)
+        check_positive_finite("noise_multiplier", noise_multiplier)
+        check_positive_finite("sensitivity", sensitivity)
         block = GaussianBlock(sensitivity, noise_multiplier * sensitivity)
         return cls((block,), adjacency, sampling_rate)
 

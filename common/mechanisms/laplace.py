@@ -13,9 +13,9 @@ from privadapt.common.mechanisms.base import (
     Adjacency,
     KernelMechanism,
     Shape,
-    check_positive,
 )
 from privadapt.common.noise import RandomBits, laplace_share
+from privadapt.common.validation import check_nonnegative_finite, check_positive_finite
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class LaplaceMechanism(KernelMechanism):
     supports_local_blocks: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        check_positive("LaplaceMechanism.sensitivity", self.sensitivity, allow_zero=True)
-        check_positive("LaplaceMechanism.scale", self.scale)
+        check_nonnegative_finite("LaplaceMechanism.sensitivity", self.sensitivity)
+        check_positive_finite("LaplaceMechanism.scale", self.scale)
         object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
 
     @property

@@ -13,9 +13,9 @@ from privadapt.common.mechanisms.base import (
     Adjacency,
     KernelMechanism,
     Shape,
-    check_positive,
 )
 from privadapt.common.noise import RandomBits
+from privadapt.common.validation import check_nonnegative_finite
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class NoNoise(KernelMechanism):
     def __post_init__(self) -> None:
         object.__setattr__(self, "sensitivities", tuple(float(s) for s in self.sensitivities))
         for s in self.sensitivities:
-            check_positive("NoNoise.sensitivities", s, allow_zero=True)
+            check_nonnegative_finite("NoNoise.sensitivities", s)
         object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
 
     @property

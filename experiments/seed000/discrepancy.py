@@ -27,30 +27,25 @@ import numpy as np
 
 from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
-from privadapt.common.datasets.adult import load_adult_domains
-from privadapt.server.algorithms.discrepancy import (
-    federated_discrepancy,
-    single_holder_discrepancy,
-)
+from privadapt import PrivateDiscrepancy, load_adult_domains
 
 EPSILONS = (0.1, 0.5, 1.0, 5.0)
 RADII = (1.0, 5.0)
 DELTA = 1e-5
 BOUNDS = {"feature_norm": 1.0, "label_bound": 1.0}
-METHODS = {"federated": (federated_discrepancy, 3), "single holder": (
-    single_holder_discrepancy, 1)}
+METHODS = {"federated": ("federated", 3), "single holder": ("single_holder", 1)}
 
 
 def estimate(federations, method, target, source, epsilon, radius, run):
     """(d_DP, ledger epsilon) of one run."""
-    estimator, num_sites = METHODS[method]
+    route, num_sites = METHODS[method]
     private = math.isfinite(epsilon)
     federation = federations.make(*target, private=private, num_sites=num_sites,
                                   noise_seed=run + 1, tag=method)
-    result = estimator(federation, *source, epsilon=epsilon, delta=DELTA, radius=radius,
-                       **BOUNDS)
-    spent = max(p.job.epsilon for p in result.privacy.values()) if private else math.nan
-    return result.value, spent
+    model = PrivateDiscrepancy(epsilon=epsilon, delta=DELTA, radius=radius, method=route,
+                               **BOUNDS).fit(federation, source)
+    spent = max(p.job.epsilon for p in model.privacy_.values()) if private else math.nan
+    return model.discrepancy_, spent
 
 
 def main(argv: list[str] | None = None) -> int:

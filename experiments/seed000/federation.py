@@ -23,14 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from privadapt.client.ledger import PrivacyLedger
-from privadapt.client.local_federation import LocalFederation
-from privadapt.client.policy import SitePolicy
-from privadapt.client.site import Site
-from privadapt.common.data import Dataset
+from privadapt import Dataset, LocalFederation
 from privadapt.common.federation import Federation
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.noise import SeededRandomBits
 from privadapt.server.process_federation import SitePolicyTerms, SiteProcesses
 
 SITE_DELTA_CAP = 0.05
@@ -88,15 +83,8 @@ class Federations:
                                      allow_non_private=True))
             return self._processes.federation(parts, terms, tag=tag)
         run = f"{tag}-{uuid.uuid4().hex[:8]}"
-        sites = []
-        for k, data in enumerate(parts):
-            name = f"site-{k}"
-            if private:
-                policy = SitePolicy(name, epsilon_cap, SITE_DELTA_CAP, adjacency=adjacency)
-            else:
-                policy = SitePolicy(name, math.inf, SITE_DELTA_CAP, adjacency=adjacency,
-                                    allow_non_private=True)
-            source = None if noise_seed is None else SeededRandomBits(noise_seed * 100 + k)
-            ledger = PrivacyLedger(self.workdir / f"{run}-{name}.db", policy)
-            sites.append(Site(data, policy, ledger, source))
-        return LocalFederation(sites, job_id=run)
+        cap = {"epsilon_cap": epsilon_cap} if private else {"epsilon_cap": math.inf,
+                                                             "allow_non_private": True}
+        return LocalFederation.from_datasets(
+            parts, delta_cap=SITE_DELTA_CAP, adjacency=adjacency, ledger_dir=self.workdir / run,
+            noise_seed=noise_seed, job_id=run, **cap)

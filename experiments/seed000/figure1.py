@@ -36,18 +36,14 @@ import numpy as np
 from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from experiments.seed000.synthetic import make_shifted_regression
+from privadapt import NoisyGD, NoisySGD, PCnvxAdap
 from privadapt.common.mechanisms import Adjacency
-from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
-from privadapt.server.algorithms.cnvx_adap import pcnvx_adap
-from privadapt.server.algorithms.noisy_gd import noisy_gd
-from privadapt.server.algorithms.noisy_sgd import noisy_sgd
 from privadapt.server.algorithms.public_erm import fit_linear
-from privadapt.server.algorithms.reweighted_descent import DataBounds
 
 EPSILONS = (0.5, 1.0, 5.0, 10.0, 15.0)
 DELTA = 0.01
-BOUNDS = DataBounds(feature_norm=1.0, label_bound=1.0, radius=5.0)
-HYPER = ReweightingHyperparameters(alpha=0.3)
+BOUNDS = {"feature_norm": 1.0, "label_bound": 1.0, "radius": 5.0}
+ALPHA = 0.3
 NOISY_GD = {"learning_rate": 1.0, "radius": 5.0, "clip_norm": 2.0}
 # Noisy minibatch SGD (Bassily et al. 2019): expected batch n/10 by Poisson
 # sampling at the sites, add/remove adjacency (what sampled accounting supports),
@@ -59,8 +55,8 @@ def mse(weights, test):
     return float(np.mean((test[0] @ weights - test[1]) ** 2))
 
 
-def ledger_epsilon(result) -> float:
-    return max(spent.job.epsilon for spent in result.privacy.values())
+def ledger_epsilon(model) -> float:
+    return max(spent.job.epsilon for spent in model.privacy_.values())
 
 
 def run_cell(method, epsilon, train, source, test, federations, iterations, weight_noise, seed):
@@ -72,19 +68,18 @@ def run_cell(method, epsilon, train, source, test, federations, iterations, weig
                                   else Adjacency.REPLACE_ONE)
     if sgd:
         batch = max(1, round(SGD_BATCH_FRACTION * len(train[1])))
-        result = noisy_sgd(federation, dim=train[0].shape[1], loss="squared", epsilon=epsilon,
-                           delta=DELTA, iterations=iterations, expected_batch_size=batch,
-                           **NOISY_GD)
+        model = NoisySGD(loss="squared", epsilon=epsilon, delta=DELTA, iterations=iterations,
+                         expected_batch_size=batch, **NOISY_GD).fit(federation)
     elif method == "noisy GD (target only)":
-        result = noisy_gd(federation, dim=train[0].shape[1], loss="squared", epsilon=epsilon,
-                          delta=DELTA, iterations=iterations, **NOISY_GD)
+        model = NoisyGD(loss="squared", epsilon=epsilon, delta=DELTA, iterations=iterations,
+                        **NOISY_GD).fit(federation)
     else:
-        warm = fit_linear(*source, "squared", BOUNDS.radius)
-        result = pcnvx_adap(federation, *source, hyper=HYPER, bounds=BOUNDS, epsilon=epsilon,
-                            delta=DELTA if private else 0.0, iterations=iterations,
-                            step_scale=3.0, weight_noise=weight_noise, initial_weights=warm)
-    weights = result.average_weights if sgd else result.weights  # SGD: the average iterate
-    return mse(weights, test), ledger_epsilon(result) if private else math.inf
+        warm = fit_linear(*source, "squared", BOUNDS["radius"])
+        model = PCnvxAdap(alpha=ALPHA, epsilon=epsilon, delta=DELTA, iterations=iterations,
+                          step_scale=3.0, weight_noise=weight_noise, **BOUNDS)
+        model.fit(federation, source, initial_weights=warm)
+    weights = model.average_coef_ if sgd else model.coef_  # SGD: the average iterate
+    return mse(weights, test), ledger_epsilon(model) if private else math.inf
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import sys
 import tempfile
 import time
@@ -35,15 +36,13 @@ from experiments.seed000.diabetes import load_diabetes_domains
 from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from experiments.seed000.synthetic import ShiftedRegression, make_shifted_regression
-from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
-from privadapt.server.algorithms.cnvx_adap import cnvx_adap
-from privadapt.server.algorithms.reweighted_descent import DataBounds
+from privadapt import PCnvxAdap
 
 RIDGES = (1e-6, 1e-3, 1e-2, 1e-1)
 KMM_BOUNDS = (2.0, 10.0, 100.0)
 ALPHAS = (0.1, 0.3, 0.5, 0.7)
 K2S = (0.0, 0.1)
-BOUNDS = DataBounds(feature_norm=1.0, label_bound=1.0, radius=5.0)
+BOUNDS = {"feature_norm": 1.0, "label_bound": 1.0, "radius": 5.0}
 METHODS = ("target-only", "source-only", "pooled", "KMM", "DM", "CnvxAdap")
 DM_RADII = (1.0, 5.0)
 
@@ -84,13 +83,14 @@ def dm_fit(source, train, validation):
 
 
 def cnvx_fit(source, train, validation, federations, iterations, warm_start):
+    # CnvxAdap: PCnvxAdap without noise (simulation sites).
+    model = PCnvxAdap(alpha=ALPHAS[0], epsilon=math.inf, delta=0.0, iterations=iterations,
+                      step_scale=3.0, **BOUNDS)
     candidates = []
     for alpha, k2 in itertools.product(ALPHAS, K2S):
         federation = federations.make(*train, private=False, tag="cnvx")
-        result = cnvx_adap(federation, *source, hyper=ReweightingHyperparameters(alpha, k2=k2),
-                           bounds=BOUNDS, iterations=iterations, step_scale=3.0,
-                           initial_weights=warm_start)
-        candidates.append(result.weights)
+        model.set_params(alpha=alpha, k2=k2).fit(federation, source, initial_weights=warm_start)
+        candidates.append(model.coef_)
     return best_on_validation(candidates, validation)
 
 

@@ -35,23 +35,18 @@ import numpy as np
 from experiments.baselines.kmm import KernelMeanMatching, weighted_logistic
 from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
-from privadapt.common.datasets.adult import load_adult_domains
-from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
-from privadapt.server.algorithms.ncnvx_adap import pncnvx_adap
+from privadapt import PNCnvxAdap, load_adult_domains
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
-from privadapt.server.algorithms.reweighted_descent import DataBounds
 
 EPSILONS = (1.0, 3.0, 10.0)
 DELTA = 1e-5
 RADIUS = 20.0
-BOUNDS = DataBounds(feature_norm=1.0, label_bound=1.0, radius=RADIUS)
+# J's hyperparameters besides alpha (module docstring).
+SETTINGS = {"feature_norm": 1.0, "label_bound": 1.0, "radius": RADIUS, "l1": 0.05, "l2": 0.05,
+            "linf": 0.05, "mu": 100.0, "loss": "logistic"}
 ALPHAS = (0.2, 0.5, 0.8)
 KMM_BOUNDS = (2.0, 10.0, 100.0)
 KMM_SOURCE = 2000
-
-
-def hyper(alpha: float) -> ReweightingHyperparameters:
-    return ReweightingHyperparameters(alpha=alpha, k1=0.05, k2=0.05, kinf=0.05, mu=100.0)
 
 
 def kmm_fit(source, train, validation, rng):
@@ -69,12 +64,11 @@ def adapt(source, train, federations, alpha, epsilon, iterations, warm, seed):
     private = np.isfinite(epsilon)
     federation = federations.make(*train, private=private, num_sites=3,
                                  noise_seed=seed, tag=f"ncnvx-{epsilon:g}")
-    result = pncnvx_adap(federation, *source, hyper=hyper(alpha), bounds=BOUNDS,
-                         epsilon=epsilon, delta=DELTA if private else 0.0,
-                         iterations=iterations, loss="logistic", seed=seed,
-                         initial_weights=warm)
-    spent = max(p.job.epsilon for p in result.privacy.values()) if private else np.inf
-    return result.weights, spent
+    model = PNCnvxAdap(alpha=alpha, epsilon=epsilon, delta=DELTA if private else 0.0,
+                       iterations=iterations, seed=seed, **SETTINGS)
+    model.fit(federation, source, initial_weights=warm)
+    spent = max(p.job.epsilon for p in model.privacy_.values()) if private else np.inf
+    return model.coef_, spent
 
 
 def one_split(domains, split, sizes, federations, iterations):

@@ -175,55 +175,6 @@ def single_holder_discrepancy(
                    epsilon, delta)
 
 
-class PrivateDiscrepancy:
-    """d_DP as a scikit-learn-style estimator (seed 000, Section 4).
-
-    Parameters: ``epsilon`` (the budget of this step; inf for the non-private
-    estimate), ``delta`` (federated route; where spend is reported otherwise),
-    ``radius`` Lambda, ``feature_norm`` r, ``label_bound`` Y, ``method``
-    ``"federated"`` or ``"single_holder"``.
-
-    ``fit(federation, public_features, public_labels)`` sets ``discrepancy_``
-    (d_DP), ``loss_bound_`` (B), ``estimate_`` (the full
-    :class:`DiscrepancyEstimate`) and ``privacy_`` (each site's ledger).
-    """
-
-    def __init__(
-        self,
-        *,
-        epsilon: float,
-        delta: float | None = None,
-        radius: float,
-        feature_norm: float,
-        label_bound: float,
-        method: Method = "federated",
-    ) -> None:
-        self.epsilon = epsilon
-        self.delta = delta
-        self.radius = radius
-        self.feature_norm = feature_norm
-        self.label_bound = label_bound
-        self.method = method
-
-    def fit(
-        self, federation: Federation, public_features: np.ndarray, public_labels: np.ndarray
-    ) -> PrivateDiscrepancy:
-        if self.method not in ("federated", "single_holder"):
-            raise ValueError(
-                f"method must be 'federated' or 'single_holder', got {self.method!r}"
-            )
-        # Each route validates every argument before it queries anything.
-        route = federated_discrepancy if self.method == "federated" else single_holder_discrepancy
-        estimate = route(federation, public_features, public_labels, epsilon=self.epsilon,
-                         delta=self.delta, radius=self.radius, feature_norm=self.feature_norm,
-                         label_bound=self.label_bound)
-        self.estimate_ = estimate
-        self.discrepancy_ = estimate.value
-        self.loss_bound_ = estimate.loss_bound
-        self.privacy_ = estimate.privacy
-        return self
-
-
 def _result(
     estimate: float, radius: float, feature_norm: float, label_bound: float,
     noise_scale: float, method: Method, mechanism: Mechanism,

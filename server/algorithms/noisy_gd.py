@@ -161,7 +161,8 @@ def noisy_gd(
         gradient_scale=num_records, iterations=iterations, learning_rate=learning_rate,
         radius=radius, initial_weights=initial_weights, progress=progress,
         progress_every=progress_every, checkpoint=checkpoint)
-    noise_multiplier = getattr(mechanism, "noise_multiplier", math.inf)
+    # inf reports "no noise" (epsilon = inf), as every result type does.
+    noise_multiplier = math.inf if mechanism.is_non_private else mechanism.noise_multiplier
     return NoisyGDResult(
         weights=weights,
         average_weights=average_weights,

@@ -124,7 +124,7 @@ def noisy_sgd(
     return NoisySGDResult(
         weights=weights,
         average_weights=average_weights,
-        noise_multiplier=getattr(mechanism, "noise_multiplier", math.inf),
+        noise_multiplier=math.inf if mechanism.is_non_private else mechanism.noise_multiplier,
         sampling_rate=sampling_rate,
         num_records=float(num_records),
         history=history,

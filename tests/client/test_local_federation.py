@@ -1,12 +1,15 @@
 """LocalFederation: the fixed-point aggregate of the sites' shares."""
 
+import gc
+
 import numpy as np
 import pytest
 from scipy import stats
 
 from privadapt.client.local_federation import LocalFederation
+from privadapt.common.errors import DataError
 from privadapt.common.kernels import get_kernel
-from privadapt.common.mechanisms import GaussianMechanism, NoNoise
+from privadapt.common.mechanisms import Adjacency, GaussianMechanism, NoNoise
 
 DIM = 5
 PARAMS = {"weights": np.linspace(-1, 1, DIM), "loss": "logistic", "clip_norm": 1.0}
@@ -100,3 +103,112 @@ def test_parameters_that_cannot_cross_the_wire_fail_in_process_too(make_site):
     params = {**PARAMS, "weights": list(PARAMS["weights"])}  # a list, not an array
     with pytest.raises(WireError):
         federation.query("linear_gradient", params, NoNoise((2.0,)))
+
+
+# LocalFederation.from_datasets: the sites, policies and ledgers from datasets.
+
+MECHANISM = GaussianMechanism.single(2.0, 5.0)
+
+
+def datasets(count=3, dim=DIM):
+    from tests.conftest import synthetic_dataset
+
+    return [synthetic_dataset(40 + k, dim, seed=k) for k in range(count)]
+
+
+def test_from_datasets_builds_one_site_policy_and_ledger_each(tmp_path):
+    federation = LocalFederation.from_datasets(
+        datasets(), epsilon_cap=4.0, delta_cap=1e-6, ledger_dir=tmp_path,
+        min_noise_multiplier=0.5, adjacency="add_remove_one", job_id="j1")
+    assert [s.name for s in federation.sites] == ["site-1", "site-2", "site-3"]
+    assert federation.job_id == "j1" and federation.dim == DIM
+    for site in federation.sites:
+        assert site.policy.site_name == site.name
+        assert (site.policy.epsilon_cap, site.policy.delta_cap) == (4.0, 1e-6)
+        assert site.policy.min_noise_multiplier == 0.5
+        assert site.policy.adjacency == Adjacency.ADD_REMOVE_ONE
+        assert site.ledger.policy is site.policy
+        assert (tmp_path / f"{site.name}.ledger.db").exists()
+    assert len({id(s.policy) for s in federation.sites}) == 3
+
+
+def test_from_datasets_takes_names_and_refuses_a_mismatch(tmp_path):
+    federation = LocalFederation.from_datasets(datasets(2), names=["st-mary", "st-john"],
+                                               epsilon_cap=1.0, delta_cap=1e-5,
+                                               ledger_dir=tmp_path)
+    assert list(federation.site_sizes) == ["st-mary", "st-john"]
+    with pytest.raises(ValueError, match="1 names for 2 datasets"):
+        LocalFederation.from_datasets(datasets(2), names=["a"], epsilon_cap=1.0,
+                                      delta_cap=1e-5, ledger_dir=tmp_path)
+
+
+def test_a_noise_seed_makes_the_noise_reproducible_and_distinct_per_site(tmp_path):
+    def answer(name, seed):
+        federation = LocalFederation.from_datasets(datasets(), epsilon_cap=10.0, delta_cap=1e-5,
+                                                   ledger_dir=tmp_path / name, noise_seed=seed)
+        shares = [s.answer(q, 3) for q in [_query(federation)] for s in federation.sites]
+        return [share.blocks[0] for share in shares]
+
+    first, again, other = answer("a", 3), answer("b", 3), answer("c", 4)
+    for one, two in zip(first, again, strict=True):
+        np.testing.assert_array_equal(one, two)
+    assert not np.array_equal(first[0], other[0])
+    assert not np.array_equal(first[0] - first[1], np.zeros(DIM))  # own stream per site
+
+
+def _query(federation):
+    from privadapt.common.federation import Query
+
+    return Query(federation.job_id, "q1", "linear_gradient", PARAMS, MECHANISM)
+
+
+def test_without_a_noise_seed_the_sites_draw_from_the_csprng(tmp_path):
+    federation = LocalFederation.from_datasets(datasets(1), epsilon_cap=10.0, delta_cap=1e-5,
+                                               ledger_dir=tmp_path)
+    assert federation.sites[0]._noise_source is None  # Site's default: SecureRandomBits
+
+
+def test_new_job_shares_sites_and_ledgers_under_a_new_job_id(tmp_path):
+    federation = LocalFederation.from_datasets(datasets(), epsilon_cap=10.0, delta_cap=1e-5,
+                                               ledger_dir=tmp_path, job_id="first")
+    federation.query("linear_gradient", PARAMS, MECHANISM)
+    second = federation.new_job("second")
+    assert second.sites == federation.sites and second.job_id == "second"
+    second.query("linear_gradient", PARAMS, MECHANISM)
+    spent = second.privacy_spent()["site-1"]
+    assert spent.job.epsilon < spent.total.epsilon  # both jobs composed in one ledger
+    assert federation.sites[0].ledger.jobs() == ["first", "second"]
+
+
+def test_a_temporary_ledger_directory_goes_with_the_federation():
+    federation = LocalFederation.from_datasets(datasets(2), epsilon_cap=1.0, delta_cap=1e-5)
+    directory = federation.sites[0].ledger.path.parent
+    assert directory.exists()
+    with federation.new_job():
+        pass  # closing any view closes the sites they share
+    assert not directory.exists()
+
+    federation = LocalFederation.from_datasets(datasets(2), epsilon_cap=1.0, delta_cap=1e-5)
+    directory = federation.sites[0].ledger.path.parent
+    del federation
+    gc.collect()
+    assert not directory.exists()
+
+
+def test_close_leaves_a_given_ledger_directory_and_caller_owned_sites(tmp_path, make_site):
+    with LocalFederation.from_datasets(datasets(1), epsilon_cap=1.0, delta_cap=1e-5,
+                                       ledger_dir=tmp_path):
+        pass
+    assert (tmp_path / "site-1.ledger.db").exists()
+    site = make_site()
+    with LocalFederation([site]):
+        pass
+    assert site.ledger.spent().epsilon == 0  # still open
+
+
+def test_sites_of_different_dimensions_have_no_common_dim(tmp_path):
+    federation = LocalFederation.from_datasets([*datasets(1), *datasets(1, dim=DIM + 1)],
+                                               epsilon_cap=1.0, delta_cap=1e-5,
+                                               ledger_dir=tmp_path)
+    with pytest.raises(DataError, match="different dimensions"):
+        _ = federation.dim

@@ -15,10 +15,10 @@ from privadapt.client.site import Site
 from privadapt.common.data import Dataset
 from privadapt.common.noise import SeededRandomBits
 from privadapt.server.algorithms.discrepancy import (
-    PrivateDiscrepancy,
     federated_discrepancy,
     single_holder_discrepancy,
 )
+from privadapt.server.estimators import PrivateDiscrepancy
 
 RADIUS, FEATURE_NORM, LABEL_BOUND = 2.0, 1.5, 1.0
 BOUND = (RADIUS * FEATURE_NORM + LABEL_BOUND) ** 2
@@ -154,7 +154,7 @@ def test_single_holder_refuses_a_federation_of_several_sites(federation):
 
 def test_estimator_exposes_the_fitted_discrepancy(federation):
     model = PrivateDiscrepancy(epsilon=math.inf, method="single_holder", **SETTINGS)
-    assert model.fit(federation(num_sites=1, epsilon_cap=math.inf), *PUBLIC) is model
+    assert model.fit(federation(num_sites=1, epsilon_cap=math.inf), PUBLIC) is model
     assert model.discrepancy_ == pytest.approx(brute_force_discrepancy(), rel=1e-6)
     assert model.loss_bound_ == BOUND
     assert model.estimate_.method == "single_holder"
@@ -177,7 +177,7 @@ def test_bad_arguments_are_refused_naming_them_before_any_query(federation, chan
     sites = federation()
     model = PrivateDiscrepancy(**{"epsilon": 1.0, "delta": 1e-5, **SETTINGS, **changes})
     with pytest.raises(ValueError, match=argument):
-        model.fit(sites, *PUBLIC)
+        model.fit(sites, PUBLIC)
     assert all(p.job.epsilon == 0 for p in sites.privacy_spent().values())
 
 

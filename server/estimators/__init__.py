@@ -1,0 +1,31 @@
+"""The algorithms as estimators (scikit-learn's shape): the public API.
+
+Hyperparameters in ``__init__``, ``fit(federation, public_source=None)``
+returning ``self``, fitted state in attributes ending in ``_`` (``coef_``,
+``history_``, ``privacy_``, ``noise_multiplier_``, ...), ``predict`` /
+``score`` for the linear models, ``get_params`` / ``set_params`` / ``clone``
+for model selection. The solver functions of ``privadapt.server.algorithms``
+do the work; the estimators validate and call them by keyword.
+"""
+
+from privadapt.server.estimators.base import (
+    InvalidParameterError,
+    NotFittedError,
+    PrivateEstimator,
+    clone,
+)
+from privadapt.server.estimators.discrepancy import PrivateDiscrepancy
+from privadapt.server.estimators.gradient_descent import NoisyGD, NoisySGD
+from privadapt.server.estimators.reweighting import PCnvxAdap, PNCnvxAdap
+
+__all__ = [
+    "InvalidParameterError",
+    "NoisyGD",
+    "NoisySGD",
+    "NotFittedError",
+    "PCnvxAdap",
+    "PNCnvxAdap",
+    "PrivateDiscrepancy",
+    "PrivateEstimator",
+    "clone",
+]

@@ -1,0 +1,261 @@
+"""PCnvxAdap and PNCnvxAdap (seed 000, Alg. 1 and 2): the public source
+reweighted against the private target.
+
+Estimators over ``server/algorithms/cnvx_adap.py`` and ``ncnvx_adap.py`` (the
+derivations, the deviations from the paper and the accounting are there). The
+flat hyperparameters here are what the solvers take grouped: ``alpha``, the
+penalties (k1, k2, kinf for F; l1, l2, linf for J), ``mu`` and ``discrepancy``
+form ``ReweightingHyperparameters``; ``feature_norm``, ``label_bound``,
+``radius`` (and ``num_classes``) form ``DataBounds``. ``epsilon = inf`` runs
+the noise-free CnvxAdap / NCnvxAdap (simulation sites only).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from privadapt.common.federation import Federation
+from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
+from privadapt.server.algorithms.cnvx_adap import pcnvx_adap
+from privadapt.server.algorithms.ncnvx_adap import pncnvx_adap
+from privadapt.server.algorithms.reweighted_descent import (
+    AdaptationResult,
+    DataBounds,
+    IterationRecord,
+    StepSizes,
+)
+from privadapt.server.estimators.base import (
+    CALIBRATION,
+    DELTA,
+    EPSILON,
+    FLAG,
+    ITERATIONS,
+    NON_NEGATIVE,
+    POSITIVE,
+    Constraints,
+    InstanceOf,
+    Interval,
+    Options,
+    PrivateEstimator,
+    PublicSource,
+    require_public_arrays,
+)
+from privadapt.server.estimators.linear_model import LinearModelMixin
+
+# Every parameter both share, with its constraints; each class adds its own.
+_SHARED = {
+    "alpha": [Interval(float, 0, 1, closed="neither")], "epsilon": EPSILON, "delta": DELTA,
+    "iterations": ITERATIONS, "feature_norm": POSITIVE, "label_bound": POSITIVE,
+    "radius": POSITIVE, "discrepancy": NON_NEGATIVE,
+    "step_sizes": [Options("curvature", "paper"), InstanceOf(StepSizes)],
+    "step_scale": POSITIVE, "calibration": CALIBRATION, "aggregate_noise_ratio": POSITIVE,
+    "weight_noise": FLAG,
+}
+
+
+class _Reweighting(LinearModelMixin, PrivateEstimator):
+    """The fit both share; subclasses name their solver call in ``_solve``."""
+
+    requires_public_source = True
+
+    def _solve(self, federation: Federation, features: np.ndarray, labels: np.ndarray,
+               **common: Any) -> AdaptationResult:
+        raise NotImplementedError
+
+    def _penalties(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def _num_classes(self) -> int:
+        return 2
+
+    def fit(
+        self,
+        federation: Federation,
+        public_source: PublicSource | None = None,
+        *,
+        initial_weights: np.ndarray | None = None,
+        progress: Callable[[IterationRecord], None] | None = None,
+        progress_every: int = 10,
+    ) -> _Reweighting:
+        """Fit on ``public_source`` (a Dataset or (features, labels); required)
+        and the federation's private records (one job of the federation).
+        ``initial_weights`` is a warm start w_0; ``progress`` gets an
+        ``IterationRecord`` every ``progress_every`` iterations."""
+        self._validate_params()
+        features, labels = require_public_arrays(public_source, type(self).__name__)
+        hyper = ReweightingHyperparameters(alpha=self.alpha, mu=self.mu,
+                                           discrepancy=self.discrepancy, **self._penalties())
+        bounds = DataBounds(feature_norm=self.feature_norm, label_bound=self.label_bound,
+                            radius=self.radius, num_classes=self._num_classes())
+        result = self._solve(
+            federation, features, labels, hyper=hyper, bounds=bounds, epsilon=self.epsilon,
+            delta=self.delta, iterations=self.iterations, step_sizes=self.step_sizes,
+            step_scale=self.step_scale, calibration=self.calibration,
+            aggregate_noise_ratio=self.aggregate_noise_ratio, weight_noise=self.weight_noise,
+            initial_weights=initial_weights, progress=progress, progress_every=progress_every)
+        self.coef_ = result.weights
+        self.public_weights_ = result.public_weights
+        self.average_coef_ = result.average_weights
+        self.last_coef_ = result.last_weights
+        self.output_iteration_ = result.output_iteration
+        self.noise_multiplier_ = result.noise_plan.noise_multiplier
+        self.step_sizes_ = result.step_sizes
+        self.history_ = result.history
+        self.privacy_ = result.privacy
+        self.n_features_in_ = features.shape[1]
+        return self
+
+    def model_arrays(self) -> dict[str, np.ndarray]:
+        """weights (the output iterate), public_weights (its u^Pub),
+        average_weights and last_weights."""
+        self._check_is_fitted()
+        return {"weights": self.coef_, "public_weights": self.public_weights_,
+                "average_weights": self.average_coef_, "last_weights": self.last_coef_}
+
+
+class PCnvxAdap(_Reweighting):
+    """PCnvxAdap (Alg. 1): noisy projected descent on the convex F, squared
+    loss; ``coef_`` is the average iterate. ``mu`` (inf: F's exact max term)
+    must be finite when ``kinf > 0`` (the federated F smooths its max term).
+
+    Fitted: ``coef_``, ``public_weights_`` (u^Pub), ``average_coef_``,
+    ``last_coef_``, ``noise_multiplier_``, ``step_sizes_``, ``history_``,
+    ``privacy_``."""
+
+    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
+        **_SHARED, "k1": NON_NEGATIVE, "k2": NON_NEGATIVE, "kinf": NON_NEGATIVE,
+        "mu": [Interval(float, 0, math.inf, closed="right")],
+    }
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        epsilon: float,
+        delta: float,
+        iterations: int,
+        feature_norm: float,
+        label_bound: float,
+        radius: float,
+        k1: float = 0.0,
+        k2: float = 0.0,
+        kinf: float = 0.0,
+        mu: float = math.inf,
+        discrepancy: float = 0.0,
+        step_sizes: str | StepSizes = "curvature",
+        step_scale: float = 1.0,
+        calibration: str = "accountant",
+        aggregate_noise_ratio: float = 3.0,
+        weight_noise: bool = True,
+    ) -> None:
+        self.alpha = alpha
+        self.epsilon = epsilon
+        self.delta = delta
+        self.iterations = iterations
+        self.feature_norm = feature_norm
+        self.label_bound = label_bound
+        self.radius = radius
+        self.k1 = k1
+        self.k2 = k2
+        self.kinf = kinf
+        self.mu = mu
+        self.discrepancy = discrepancy
+        self.step_sizes = step_sizes
+        self.step_scale = step_scale
+        self.calibration = calibration
+        self.aggregate_noise_ratio = aggregate_noise_ratio
+        self.weight_noise = weight_noise
+
+    def _prediction_loss(self) -> str:
+        return "squared"
+
+    def _penalties(self) -> dict[str, float]:
+        return {"k1": self.k1, "k2": self.k2, "kinf": self.kinf}
+
+    def _solve(self, federation: Federation, features: np.ndarray, labels: np.ndarray,
+               **common: Any) -> AdaptationResult:
+        return pcnvx_adap(federation, features, labels, **common)
+
+
+class PNCnvxAdap(_Reweighting):
+    """PNCnvxAdap (Alg. 2): noisy projected descent on the smooth J with the
+    ``loss`` "logistic" (labels in {-1, +1}), "squared" or
+    "softmax_cross_entropy" (labels 0..num_classes-1, ``coef_`` of shape
+    (d, num_classes)); ``coef_`` is the iterate t* drawn from ``seed`` (the
+    coordinator's randomness, not privacy noise), or the average with
+    ``return_average``.
+
+    Fitted: as :class:`PCnvxAdap`, plus ``output_iteration_`` (t*)."""
+
+    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
+        **_SHARED, "loss": [Options("logistic", "squared", "softmax_cross_entropy")],
+        "num_classes": [Interval(int, 2, math.inf, closed="left")],
+        "l1": NON_NEGATIVE, "l2": NON_NEGATIVE, "linf": NON_NEGATIVE, "mu": POSITIVE,
+        "return_average": FLAG, "seed": [Interval(int, 0, math.inf, closed="left"), None],
+    }
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        epsilon: float,
+        delta: float,
+        iterations: int,
+        feature_norm: float,
+        label_bound: float,
+        radius: float,
+        loss: str = "logistic",
+        num_classes: int = 2,
+        l1: float = 0.0,
+        l2: float = 0.0,
+        linf: float = 0.0,
+        mu: float = 100.0,
+        discrepancy: float = 0.0,
+        return_average: bool = False,
+        seed: int | None = None,
+        step_sizes: str | StepSizes = "curvature",
+        step_scale: float = 1.0,
+        calibration: str = "accountant",
+        aggregate_noise_ratio: float = 3.0,
+        weight_noise: bool = True,
+    ) -> None:
+        self.alpha = alpha
+        self.epsilon = epsilon
+        self.delta = delta
+        self.iterations = iterations
+        self.feature_norm = feature_norm
+        self.label_bound = label_bound
+        self.radius = radius
+        self.loss = loss
+        self.num_classes = num_classes
+        self.l1 = l1
+        self.l2 = l2
+        self.linf = linf
+        self.mu = mu
+        self.discrepancy = discrepancy
+        self.return_average = return_average
+        self.seed = seed
+        self.step_sizes = step_sizes
+        self.step_scale = step_scale
+        self.calibration = calibration
+        self.aggregate_noise_ratio = aggregate_noise_ratio
+        self.weight_noise = weight_noise
+
+    def _prediction_loss(self) -> str:
+        return self.loss
+
+    def _penalties(self) -> dict[str, float]:
+        # J's l1, l2, linf play the roles of F's k1, k2, kinf in the shared type.
+        return {"k1": self.l1, "k2": self.l2, "kinf": self.linf}
+
+    def _num_classes(self) -> int:
+        return self.num_classes
+
+    def _solve(self, federation: Federation, features: np.ndarray, labels: np.ndarray,
+               **common: Any) -> AdaptationResult:
+        return pncnvx_adap(federation, features, labels, loss=self.loss, seed=self.seed,
+                           return_average=self.return_average, **common)

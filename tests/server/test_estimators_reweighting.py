@@ -1,0 +1,105 @@
+"""PCnvxAdap and PNCnvxAdap: the estimator is the solver function with flat
+hyperparameters, plus the public shape."""
+
+import math
+
+import numpy as np
+import pytest
+
+from privadapt.client.local_federation import LocalFederation
+from privadapt.common.data import Dataset
+from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
+from privadapt.server.algorithms.cnvx_adap import pcnvx_adap
+from privadapt.server.algorithms.ncnvx_adap import pncnvx_adap
+from privadapt.server.algorithms.reweighted_descent import DataBounds
+from privadapt.server.estimators import PCnvxAdap, PNCnvxAdap
+from tests.conftest import synthetic_dataset
+
+DIM = 3
+DATASETS = [synthetic_dataset(60 + 10 * k, DIM, seed=k) for k in range(2)]
+PUBLIC = synthetic_dataset(80, DIM, seed=42)
+BOUNDS = dict(feature_norm=1.0, label_bound=1.0, radius=4.0)
+RUN = dict(epsilon=3.0, delta=1e-5, iterations=12, step_scale=2.0)
+
+
+@pytest.fixture
+def federation(tmp_path):
+    def build(name, noise_seed=5):
+        return LocalFederation.from_datasets(DATASETS, epsilon_cap=20.0, delta_cap=1e-5,
+                                             ledger_dir=tmp_path / name, noise_seed=noise_seed)
+    return build
+
+
+def test_pcnvx_adap_estimator_equals_the_function_at_a_fixed_noise_seed(federation):
+    penalties = dict(k1=0.01, k2=0.02, kinf=0.01, mu=50.0, discrepancy=0.05)
+    expected = pcnvx_adap(federation("function"), PUBLIC.features, PUBLIC.labels,
+                          hyper=ReweightingHyperparameters(alpha=0.4, **penalties),
+                          bounds=DataBounds(**BOUNDS), **RUN)
+    model = PCnvxAdap(alpha=0.4, **penalties, **BOUNDS, **RUN)
+    assert model.fit(federation("estimator"), PUBLIC) is model
+    np.testing.assert_array_equal(model.coef_, expected.weights)
+    np.testing.assert_array_equal(model.public_weights_, expected.public_weights)
+    np.testing.assert_array_equal(model.average_coef_, expected.average_weights)
+    np.testing.assert_array_equal(model.last_coef_, expected.last_weights)
+    assert model.noise_multiplier_ == expected.noise_plan.noise_multiplier
+    assert model.step_sizes_ == expected.step_sizes
+    assert model.history_ == expected.history
+    assert {n: p.job.epsilon for n, p in model.privacy_.items()} == {
+        n: p.job.epsilon for n, p in expected.privacy.items()}
+    assert set(model.model_arrays()) == {"weights", "public_weights", "average_weights",
+                                         "last_weights"}
+
+
+def test_pncnvx_adap_estimator_equals_the_function_with_its_seed(federation):
+    penalties = dict(l1=0.01, l2=0.01, linf=0.01, mu=100.0)
+    expected = pncnvx_adap(
+        federation("function"), PUBLIC.features, PUBLIC.labels,
+        hyper=ReweightingHyperparameters(alpha=0.5, k1=0.01, k2=0.01, kinf=0.01, mu=100.0),
+        bounds=DataBounds(**BOUNDS), seed=3, weight_noise=False, **RUN)
+    model = PNCnvxAdap(alpha=0.5, seed=3, weight_noise=False, **penalties, **BOUNDS, **RUN)
+    model.fit(federation("estimator"), (PUBLIC.features, PUBLIC.labels))  # a pair works too
+    np.testing.assert_array_equal(model.coef_, expected.weights)
+    assert model.output_iteration_ == expected.output_iteration
+    assert model.predict(PUBLIC.features).tolist() == np.where(
+        PUBLIC.features @ model.coef_ >= 0, 1.0, -1.0).tolist()
+
+
+def test_warm_start_and_progress_are_fit_arguments(federation):
+    warm = np.full(DIM, 0.3)
+    progress = []
+    model = PCnvxAdap(alpha=0.5, **BOUNDS, **{**RUN, "epsilon": math.inf})
+    with LocalFederation.from_datasets(DATASETS, epsilon_cap=math.inf, delta_cap=1e-5,
+                                       allow_non_private=True) as sites:
+        model.fit(sites, PUBLIC, initial_weights=warm, progress=progress.append,
+                  progress_every=4)
+        cold = PCnvxAdap(alpha=0.5, **BOUNDS, **{**RUN, "epsilon": math.inf})
+        cold.fit(sites.new_job(), PUBLIC)
+    assert [r.iteration for r in progress] == [4, 8, 12]
+    assert not np.allclose(cold.coef_, model.coef_)
+
+
+def test_the_public_source_is_required(federation):
+    with pytest.raises(ValueError, match="PNCnvxAdap needs the public source sample"):
+        PNCnvxAdap(alpha=0.5, **BOUNDS, **RUN).fit(federation("none"))
+    assert PCnvxAdap.requires_public_source and PNCnvxAdap.requires_public_source
+
+
+def test_softmax_predicts_class_indices_and_scores_accuracy():
+    rng = np.random.default_rng(0)
+
+    def sample(n):
+        features = rng.normal(size=(n, DIM)) / 2
+        features /= np.maximum(1.0, np.linalg.norm(features, axis=1))[:, None]
+        return features, np.argmax(features, axis=1).astype(float)  # class = largest feature
+
+    private = [Dataset(*sample(50), ("a", "b", "c")) for _ in range(2)]
+    with LocalFederation.from_datasets(private, epsilon_cap=math.inf, delta_cap=1e-5,
+                                       allow_non_private=True) as federation:
+        model = PNCnvxAdap(alpha=0.5, loss="softmax_cross_entropy", num_classes=3, seed=0,
+                           **BOUNDS, **{**RUN, "epsilon": math.inf, "step_scale": 20.0})
+        model.fit(federation, sample(80))
+    test_features, test_labels = sample(100)
+    assert model.coef_.shape == (DIM, 3)
+    predictions = model.predict(test_features)
+    assert set(predictions.tolist()) <= {0, 1, 2}
+    assert model.score(test_features, test_labels) == np.mean(predictions == test_labels)

@@ -1,0 +1,131 @@
+"""The job table: schemas derived from the estimators, launch-time checks, and
+jobs run through the table in-process (LocalFederation stands in for the
+NetworkFederation, which the networked tests exercise)."""
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+from privadapt.client.local_federation import LocalFederation
+from privadapt.common.errors import ConfigError
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.server.estimators import NoisyGD, PCnvxAdap, PNCnvxAdap
+from privadapt.server.job_algorithms import (
+    ALGORITHMS,
+    JobContext,
+    job_schema,
+    run_job,
+    validate_hyperparameters,
+)
+from tests.conftest import synthetic_dataset
+
+DIM = 3
+DATASETS = [synthetic_dataset(50 + 10 * k, DIM, seed=k) for k in range(2)]
+PUBLIC = synthetic_dataset(70, DIM, seed=21)
+NUMBER = (int, float)
+GD_HYPER = {"loss": "logistic", "iterations": 6, "learning_rate": 2.0, "radius": 5.0,
+            "clip_norm": 1.0}
+ADAPT_HYPER = {"alpha": 0.5, "iterations": 5, "feature_norm": 1.0, "label_bound": 1.0,
+               "radius": 5.0, "l1": 0.01, "mu": 100.0, "step_scale": 10}
+
+
+def test_the_table_holds_estimator_classes():
+    assert {"noisy_gd": NoisyGD, "pcnvx_adap": PCnvxAdap,
+                          "pncnvx_adap": PNCnvxAdap} == ALGORITHMS
+
+
+def test_noisy_gd_schema_is_the_signature_minus_what_the_spec_sets():
+    schema = job_schema(NoisyGD)
+    assert schema.required == {"loss": (str,), "iterations": (int,), "learning_rate": NUMBER,
+                               "radius": NUMBER, "clip_norm": NUMBER}
+    assert schema.optional == {"checkpoint_every": (int,)}  # calibration comes from the spec
+    assert schema.defaults == {"checkpoint_every": 10}
+
+
+@pytest.mark.parametrize("estimator", [PCnvxAdap, PNCnvxAdap])
+def test_adaptation_schemas_follow_the_signature_and_its_defaults(estimator):
+    schema = job_schema(estimator)
+    signature = inspect.signature(estimator.__init__).parameters
+    from_spec = {"epsilon", "delta", "calibration", "seed"}
+    wire = {name for name in signature if name != "self"} - from_spec
+    assert set(schema.required) == {"alpha", "iterations", "feature_norm", "label_bound",
+                                    "radius"}
+    assert set(schema.required) | set(schema.optional) == wire
+    for name in schema.optional:
+        assert schema.defaults[name] == signature[name].default
+    assert schema.optional["weight_noise"] == (bool,)
+    assert schema.optional["step_sizes"] == (str,)  # StepSizes objects cannot cross the wire
+    assert "checkpoint_every" not in schema.optional  # their fit takes no checkpoint
+    assert schema.defaults["mu"] == (math.inf if estimator is PCnvxAdap else 100.0)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "values", "message"),
+    [
+        ("no-such", {}, "unknown algorithm 'no-such'"),
+        ("noisy_gd", {k: v for k, v in GD_HYPER.items() if k != "radius"},
+         "algorithm 'noisy_gd' needs hyperparameter 'radius'"),
+        ("noisy_gd", {**GD_HYPER, "epsilon": 1.0}, "has no hyperparameter 'epsilon'"),
+        ("noisy_gd", {**GD_HYPER, "iterations": 6.0}, "'iterations' has the wrong type"),
+        ("noisy_gd", {**GD_HYPER, "radius": True}, "'radius' has the wrong type"),
+        ("noisy_gd", {**GD_HYPER, "radius": math.inf}, "'radius' must be finite"),
+        ("noisy_gd", {**GD_HYPER, "loss": "hinge"}, "'loss' must be one of 'logistic'"),
+        ("noisy_gd", {**GD_HYPER, "checkpoint_every": 0}, "'checkpoint_every' must be >= 1"),
+        ("pncnvx_adap", {**ADAPT_HYPER, "alpha": 1.5}, r"'alpha' must be a number in \(0, 1\)"),
+        ("pncnvx_adap", {**ADAPT_HYPER, "seed": 3}, "has no hyperparameter 'seed'"),
+        ("pcnvx_adap", {**ADAPT_HYPER}, "has no hyperparameter 'l1'"),
+    ],
+)
+def test_bad_hyperparameters_are_refused_at_launch(algorithm, values, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_hyperparameters(algorithm, values)
+
+
+def test_good_hyperparameters_pass():
+    validate_hyperparameters("noisy_gd", {**GD_HYPER, "checkpoint_every": 2})
+    validate_hyperparameters("pncnvx_adap", {**ADAPT_HYPER, "weight_noise": False})
+
+
+def _federation(tmp_path, name):
+    return LocalFederation.from_datasets(DATASETS, epsilon_cap=10.0, delta_cap=1e-5,
+                                         ledger_dir=tmp_path / name, noise_seed=4)
+
+
+def test_a_noisy_gd_job_runs_through_the_table_as_the_estimator_fits(tmp_path):
+    spec = pb.JobSpec(algorithm="noisy_gd", epsilon=1.0, delta=1e-6)  # calibration unset
+    checkpoints = []
+    context = JobContext(_federation(tmp_path, "job"), spec,
+                         {**GD_HYPER, "checkpoint_every": 2}, seed=0,
+                         checkpoint=lambda step, model: checkpoints.append((step, set(model))),
+                         public_source=PUBLIC)
+    model = run_job(context)
+    expected = NoisyGD(epsilon=1.0, delta=1e-6, **GD_HYPER).fit(_federation(tmp_path, "fit"))
+    assert set(model) == {"weights", "average_weights", "noise_multiplier"}
+    np.testing.assert_array_equal(model["weights"], expected.coef_)
+    np.testing.assert_array_equal(model["average_weights"], expected.average_coef_)
+    assert float(model["noise_multiplier"]) == expected.noise_multiplier_
+    assert checkpoints == [(2, {"weights"}), (4, {"weights"}), (6, {"weights"})]
+
+
+def test_a_pncnvx_adap_job_takes_epsilon_delta_calibration_and_seed_from_the_spec(tmp_path):
+    spec = pb.JobSpec(algorithm="pncnvx_adap", epsilon=2.0, delta=1e-6, calibration="paper")
+    context = JobContext(_federation(tmp_path, "job"), spec, ADAPT_HYPER, seed=11,
+                         checkpoint=lambda step, model: None, public_source=PUBLIC)
+    model = run_job(context)
+    expected = PNCnvxAdap(epsilon=2.0, delta=1e-6, calibration="paper", seed=11,
+                          **{**ADAPT_HYPER, "step_scale": 10.0})
+    expected.fit(_federation(tmp_path, "fit"), PUBLIC)
+    assert set(model) == {"weights", "public_weights", "average_weights", "last_weights"}
+    np.testing.assert_array_equal(model["weights"], expected.coef_)
+    np.testing.assert_array_equal(model["public_weights"], expected.public_weights_)
+
+
+def test_an_adaptation_job_without_a_public_source_fails_naming_the_setting(tmp_path):
+    spec = pb.JobSpec(algorithm="pcnvx_adap", epsilon=1.0, delta=1e-6)
+    hyper = {k: v for k, v in ADAPT_HYPER.items() if k != "l1"}
+    context = JobContext(_federation(tmp_path, "job"), spec, hyper, seed=0,
+                         checkpoint=lambda step, model: None)
+    with pytest.raises(ConfigError, match=r"\[coordinator\] public_source"):
+        run_job(context)

@@ -1,0 +1,31 @@
+"""``import privadapt``: the researcher's names, loaded lazily."""
+
+import subprocess
+import sys
+
+import pytest
+
+import privadapt
+
+EXPECTED = {"Dataset", "InvalidParameterError", "LocalFederation", "NoisyGD", "NoisySGD",
+            "NotFittedError", "PCnvxAdap", "PNCnvxAdap", "PrivadaptError",
+            "PrivateDiscrepancy", "SitePolicy", "SitePrivacy", "clone", "load_adult_domains"}
+
+
+def test_every_exported_name_resolves():
+    assert set(privadapt.__all__) == EXPECTED
+    from privadapt.server.estimators import NoisyGD
+
+    assert privadapt.NoisyGD is NoisyGD
+    assert all(getattr(privadapt, name) is not None for name in privadapt.__all__)
+    assert set(dir(privadapt)) >= EXPECTED
+    with pytest.raises(AttributeError, match="no attribute 'noisy_gd'"):
+        _ = privadapt.noisy_gd
+
+
+def test_importing_a_role_package_does_not_load_the_coordinators_code():
+    code = ("import sys, privadapt.client.site, privadapt.common.kernels; "
+            "print(sorted(m for m in sys.modules if m.startswith('privadapt.server')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, check=True)
+    assert result.stdout.strip() == "[]"
