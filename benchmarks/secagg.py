@@ -41,7 +41,7 @@ def masking(n: int, k: int) -> Callable[[], object]:
     names = [f"site-{i:02d}" for i in range(k)]
     members = tuple(zip(names, (key.public_key for key in keys), strict=True))
     # The roster is built directly: certificate checks are not what is timed.
-    roster = Roster(bytes(32), "bench", 1, names[0], members)
+    roster = Roster(bytes(32), "bench", 1, names[0], members, bytes(32))
     share = np.random.default_rng(0).integers(0, 2**64, size=n, dtype=np.uint64)
     query = iter(range(10**9))  # a fresh query id per call: masks are single-use
     return lambda: mask_share(share, keys[0], roster, "bench", 1, f"q-{next(query)}", 0)

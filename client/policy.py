@@ -15,6 +15,7 @@ Operators write it as TOML::
     epsilon_cap = 5.0            # `inf` only for simulation/test sites
     delta_cap = 1e-5
     adjacency = "replace_one"    # or "add_remove_one"
+    max_records = 100000         # add_remove_one: a public bound on n (default 2^20)
     accounting = "pld"           # or "rdp"
     min_noise_multiplier = 0.5
     collusion_tolerance = 0
@@ -31,6 +32,12 @@ Poisson-sampled releases (noisy minibatch SGD) need no key of their own: their
 amplification is accounted under add/remove adjacency only, so a site answers
 them only under ``adjacency = "add_remove_one"`` and the default
 (``replace_one``) refuses them (:mod:`privadapt.client.site`).
+
+Under ``add_remove_one`` the number of records n is private, so nothing a
+site says may depend on it: range checks on the fixed-point grid use the
+public bound ``max_records`` instead (default :data:`DEFAULT_MAX_RECORDS`),
+and a dataset larger than it is refused once, when the site loads it
+(:meth:`SitePolicy.range_records`). Under ``replace_one`` n is public.
 
 Every problem is reported as a ``ConfigError`` naming the file, the key and
 what would be accepted, once, when the policy is loaded.
@@ -50,6 +57,12 @@ from privadapt.common.config import read_toml, render_toml
 from privadapt.common.errors import ConfigError
 from privadapt.common.kernels import registered_kernels
 from privadapt.common.mechanisms import Adjacency
+
+DEFAULT_MAX_RECORDS = 2**20
+"""The public bound on n under add/remove adjacency when the policy declares
+none: with the default 32 fractional bits the grid holds sums below 2^31, so
+2^20 records leave room for per-record bounds of a few hundred among a few
+sites. Declare ``max_records`` for a larger dataset (or a tighter range)."""
 
 
 def _is_number(value: Any) -> bool:
@@ -78,6 +91,7 @@ class SitePolicy:
     max_label_bound: float | None = None
     allow_non_private: bool = False
     peers: frozenset[str] | None = None
+    max_records: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.site_name, str) or not self.site_name.strip():
@@ -91,6 +105,22 @@ class SitePolicy:
             if isinstance(peers, str) or not all(isinstance(p, str) and p for p in peers):
                 raise self._fail(f"peers must be a list of site names, got {peers!r}")
             object.__setattr__(self, "peers", frozenset(peers))
+
+    def range_records(self, num_records: int) -> int:
+        """The record count this site's range checks may assume: n itself where
+        n is public (replace-one), the public ``max_records`` where it is
+        private (add/remove). ``ConfigError`` when the data holds more records
+        than that bound: checked when the data is loaded, never per query."""
+        if self.adjacency == Adjacency.REPLACE_ONE:
+            return num_records
+        bound = DEFAULT_MAX_RECORDS if self.max_records is None else self.max_records
+        if num_records > bound:
+            raise self._fail(
+                f"the data holds more records than max_records = {bound}, the public bound "
+                "on n that range checks use under add_remove_one adjacency; raise "
+                "[privacy] max_records"
+            )
+        return bound
 
     def allowed_roster_names(self) -> frozenset[str] | None:
         """Who may be in a roster this site masks with: its peers and itself,
@@ -130,6 +160,9 @@ class SitePolicy:
             raise self._fail(f"collusion_tolerance must be a whole number >= 0, got {t!r}")
         if not _is_int(k) or k < 1:
             raise self._fail(f"min_participants must be a whole number >= 1, got {k!r}")
+        bound = self.max_records
+        if bound is not None and (not _is_int(bound) or not 1 <= bound < 2**53):
+            raise self._fail(f"max_records must be a whole number in [1, 2^53), got {bound!r}")
         if not isinstance(self.allow_non_private, bool):
             raise self._fail(
                 f"allow_non_private must be true or false, got {self.allow_non_private!r}"
@@ -225,6 +258,7 @@ _LAYOUT: dict[str, dict[str, _Spec]] = {
         "min_noise_multiplier": ("min_noise_multiplier", *_NUMBER, False),
         "collusion_tolerance": ("collusion_tolerance", _is_int, "a whole number", False),
         "min_participants": ("min_participants", _is_int, "a whole number", False),
+        "max_records": ("max_records", _is_int, "a whole number", False),
         "allow_non_private": (
             "allow_non_private", lambda v: isinstance(v, bool), "true or false", False
         ),

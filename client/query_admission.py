@@ -14,6 +14,11 @@ Every refusal is a :class:`QueryRefusedError` naming the site, the query, the
 job and the kernel, raised before anything is computed on the data, released
 or charged.
 
+Whether a site answers, and every word of a refusal, depend only on public
+things: the query, the policy and public sizes. Under add/remove adjacency n
+is private, so the range check uses the policy's public bound on it
+(:meth:`SitePolicy.range_records`), never n.
+
 Poisson sampling (a Gaussian with ``sampling_rate`` q < 1) is accounted under
 add/remove adjacency only, so a site whose cap is stated under replace-one
 refuses it; so does a kernel with per-record state, which assumes every record.
@@ -71,6 +76,8 @@ class QueryAdmission:
         self.policy = policy
         self.dim = dim
         self.num_records = num_records
+        # Public: n under replace-one, the policy's bound on n under add/remove.
+        self.range_records = policy.range_records(num_records)
 
     def admit(self, query: Query, num_participants: int) -> AdmittedQuery:
         """The admitted query, or ``QueryRefusedError`` saying why not."""
@@ -233,7 +240,7 @@ class QueryAdmission:
         """Refuse a query whose aggregate could wrap modulo 2^64: if every site
         keeps its own share below 1/K of the range, the sum cannot wrap."""
         noise_scale = max(query.mechanism.noise_scales[:num_released], default=0.0)
-        bound = kernel.max_abs_sum(params, self.num_records) + NOISE_REACH * noise_scale
+        bound = kernel.max_abs_sum(params, self.range_records) + NOISE_REACH * noise_scale
         try:
             codec.check_sum_bound(num_participants * bound, "the aggregate of this query")
         except OverflowError as err:

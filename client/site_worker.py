@@ -4,13 +4,16 @@ The site side of a secure-aggregation round (server/rounds.py has the other):
 
 * ``RoundAnnouncement``: decode and validate the query at the edge, refuse a
   round at or below the last one this site saw for the job (a stale or replayed
-  announcement), make a fresh X25519 key pair, sign it with the site's
-  certificate key and publish it;
-* ``Roster``: verify every entry against the federation CA and take K from the
-  verified roster (``roster.verify_roster``; never from a number the
-  coordinator states); answer the query through :class:`~privadapt.client.site.Site`
-  with that K -- policy checks, kernel, noise share sized by K and t, ledger
-  charge committed -- then mask each block, add the masked integrity check
+  announcement), make a fresh X25519 key pair, sign it together with the digest
+  of the decoded query (``query_digest.query_digest``: the query this site will
+  answer) with the site's certificate key and publish it;
+* ``Roster``: verify every entry against the federation CA, refuse unless every
+  entry commits to this site's query digest (a coordinator sending different
+  queries under one query id), and take K from the verified roster
+  (``roster.verify_roster``; never from a number the coordinator states);
+  answer the query through :class:`~privadapt.client.site.Site` with that K --
+  policy checks, kernel, noise share sized by K and t, ledger charge committed --
+  then mask each block, add the masked integrity check
   (``secagg.mask_integrity_check``, which tells the coordinator whether the
   masks cancelled) and submit;
 * ``RoundAbort``: forget the round's keys (the ledger keeps its charge);
@@ -34,6 +37,7 @@ from privadapt.client.site import Site
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError, ReplayError, WireError
 from privadapt.common.federation import Query
 from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.query_digest import query_digest
 from privadapt.common.roster import RosterError, SigningKey, verify_roster
 from privadapt.common.secagg import RoundKeys, mask_integrity_check, mask_share
 from privadapt.common.wire import (
@@ -74,6 +78,7 @@ class _OpenRound:
     query: Query
     round: int
     keys: RoundKeys
+    query_digest: bytes
 
 
 class SiteWorker:
@@ -159,13 +164,14 @@ class SiteWorker:
                          f"above round {last_round} already seen", last_round=last_round)
             return
         keys = RoundKeys.generate()
+        digest = query_digest(query, round)
         signed = keys.sign(
-            site_name=self.identity.name, job_id=job_id, round=round,
+            site_name=self.identity.name, job_id=job_id, round=round, query_digest=digest,
             certificate_pem=self.identity.certificate_pem,
             signing_key=self.identity.signing_key,
             ca_certificate_pem=self.identity.ca_certificate_pem,
         )
-        self._open[(job_id, round)] = _OpenRound(query, round, keys)
+        self._open[(job_id, round)] = _OpenRound(query, round, keys, digest)
         calls.PublishKey(signed_key_to_proto(signed, query_id), timeout=CALL_TIMEOUT_S)
 
     def _on_roster(self, message: pb.Roster, calls: CoordinatorCalls) -> None:
@@ -180,7 +186,8 @@ class SiteWorker:
         try:
             roster = verify_roster(entries, self.identity.ca_certificate_pem, job_id, round,
                                    self.site.policy.min_participants, self.identity.name,
-                                   allowed_names=self.site.policy.allowed_roster_names())
+                                   allowed_names=self.site.policy.allowed_roster_names(),
+                                   query_digest=opened.query_digest)
             share = self.site.answer(opened.query, roster.size)
             masked = [
                 mask_share(block, opened.keys, roster, job_id, round, query_id, index)

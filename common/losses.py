@@ -159,18 +159,31 @@ def softmax_cross_entropy_smoothness(feature_norm: float) -> float:
 
 def class_indices(labels: np.ndarray, num_classes: int) -> np.ndarray:
     """The labels as integer class indices, or ``ValueError`` unless every label
-    is an integer in 0..C-1. The message names no record and no count: it goes
-    back to whoever asked."""
-    labels = np.asarray(labels, dtype=np.float64)
-    valid = np.isfinite(labels) & (labels == np.floor(labels)) & (labels >= 0) \
-        & (labels <= num_classes - 1)
+    is an integer in 0..C-1. For public labels only (the coordinator's): on
+    private data whether this raises is itself a release, so kernels use
+    :func:`masked_class_indices` instead."""
+    classes, valid = masked_class_indices(labels, num_classes)
     if not np.all(valid):
         raise ValueError(
             f"the softmax cross-entropy needs labels that are class indices 0..{num_classes - 1}"
             f" (integers); this data holds other labels: recode the label column (the schema's"
             f" label_map) or ask for the right num_classes"
         )
-    return labels.astype(np.intp)
+    return classes
+
+
+def masked_class_indices(
+    labels: np.ndarray, num_classes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(classes, valid): each label as an integer class index where it is an
+    integer in 0..C-1 (``valid``), and class 0 where it is not. Never raises on
+    the labels: a kernel gives a record whose label is no class index a zero
+    term, so whether a site answers cannot depend on its data."""
+    labels = np.asarray(labels, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        valid = np.isfinite(labels) & (labels == np.floor(labels)) & (labels >= 0) \
+            & (labels <= num_classes - 1)
+    return np.where(valid, labels, 0.0).astype(np.intp), valid
 
 
 def softmax_cross_entropy_terms(

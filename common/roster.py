@@ -9,9 +9,13 @@ so a coordinator cannot shrink the set of participants unnoticed.
 
 What a signature covers (the "key context", :func:`key_context`): a domain tag,
 the federation id (SHA-256 of the CA certificate, DER), the job id, the round,
-the site name and the 32-byte public key, each length-prefixed so no two
-contexts share an encoding. A signed key therefore cannot be replayed into
-another federation, job, round or name.
+the site name, the 32-byte public key and the digest of the exact query the
+site answers in the round (:func:`privadapt.common.query_digest.query_digest`),
+each length-prefixed so no two contexts share an encoding. A signed key
+therefore cannot be replayed into another federation, job, round or name, and
+:func:`verify_roster` refuses a roster whose entries commit to different
+queries (the split-query attack: a coordinator sending different queries under
+one query id), naming the site that disagrees.
 
 Certificates are checked directly against the one federation CA (no
 intermediates) with :mod:`privadapt.common.certcheck`: issued and signed by it
@@ -42,6 +46,7 @@ from privadapt.common.certcheck import (
     verify_issued_by,
 )
 from privadapt.common.errors import QueryRefusedError
+from privadapt.common.query_digest import QUERY_DIGEST_BYTES
 
 SITE_ROLE: Role = "site"
 PUBLIC_KEY_BYTES = 32
@@ -87,16 +92,23 @@ def _federation_id(ca: x509.Certificate) -> bytes:
 
 
 def key_context(
-    federation: bytes, job_id: str, round: int, site_name: str, public_key: bytes
+    federation: bytes,
+    job_id: str,
+    round: int,
+    site_name: str,
+    public_key: bytes,
+    query_digest: bytes,
 ) -> bytes:
     """The exact bytes a site signs for its round key."""
-    return _KEY_CONTEXT_TAG + canonical_bytes(federation, job_id, round, site_name, public_key)
+    return _KEY_CONTEXT_TAG + canonical_bytes(federation, job_id, round, site_name, public_key,
+                                              query_digest)
 
 
 @dataclass(frozen=True)
 class SignedKey:
     """One roster entry: a site's X25519 public key for (job, round), signed
-    with the key of its certificate."""
+    with the key of its certificate together with ``query_digest``, the digest
+    of the query the site answers in the round."""
 
     site_name: str
     job_id: str
@@ -104,6 +116,7 @@ class SignedKey:
     public_key: bytes
     signature: bytes
     certificate_pem: bytes
+    query_digest: bytes
 
 
 @dataclass(frozen=True)
@@ -118,6 +131,7 @@ class Roster:
     round: int
     own_name: str
     members: tuple[tuple[str, x25519.X25519PublicKey], ...]
+    query_digest: bytes
 
     @property
     def size(self) -> int:
@@ -131,12 +145,14 @@ class Roster:
     @functools.cached_property
     def digest(self) -> bytes:
         """SHA-256 of the whole roster as this site verified it: federation, job,
-        round and every member's name and public key, in name order.
+        round, the digest of the query every member committed to, and every
+        member's name and public key, in name order.
 
         Pairwise masks are derived under it, so two sites shown different
-        rosters (a member more or less, or another key for one) derive
-        different masks, which then do not cancel in the sum."""
-        fields: list[str | int | bytes] = [self.federation, self.job_id, self.round]
+        rosters (a member more or less, or another key for one) or different
+        queries derive different masks, which then do not cancel in the sum."""
+        fields: list[str | int | bytes] = [self.federation, self.job_id, self.round,
+                                           self.query_digest]
         for name, key in sorted(self.members, key=lambda member: member[0]):
             fields += [name, key.public_bytes(serialization.Encoding.Raw,
                                               serialization.PublicFormat.Raw)]
@@ -159,13 +175,20 @@ def sign_round_key(
     site_name: str,
     job_id: str,
     round: int,
+    query_digest: bytes,
     certificate_pem: bytes,
     signing_key: SigningKey,
     ca_certificate_pem: bytes,
 ) -> SignedKey:
-    """This site's roster entry for (job, round)."""
+    """This site's roster entry for (job, round), committing to the query it
+    answers in the round (``query_digest``, from
+    :func:`~privadapt.common.query_digest.query_digest`)."""
+    if len(query_digest) != QUERY_DIGEST_BYTES:
+        raise ValueError(f"a query digest has {QUERY_DIGEST_BYTES} bytes, got "
+                         f"{len(query_digest)}")
     raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    message = key_context(federation_id(ca_certificate_pem), job_id, round, site_name, raw)
+    message = key_context(federation_id(ca_certificate_pem), job_id, round, site_name, raw,
+                          query_digest)
     if isinstance(signing_key, ed25519.Ed25519PrivateKey):
         signature = signing_key.sign(message)
     elif isinstance(signing_key, ec.EllipticCurvePrivateKey):
@@ -177,7 +200,7 @@ def sign_round_key(
             f"cannot sign with a {type(signing_key).__name__}: use an Ed25519, ECDSA or RSA "
             "certificate key"
         )
-    return SignedKey(site_name, job_id, round, raw, signature, certificate_pem)
+    return SignedKey(site_name, job_id, round, raw, signature, certificate_pem, query_digest)
 
 
 def _rsa_padding() -> padding.PSS:
@@ -194,13 +217,18 @@ def verify_roster(
     own_name: str,
     now: datetime | None = None,
     allowed_names: Collection[str] | None = None,
+    *,
+    query_digest: bytes,
 ) -> Roster:
     """Check every entry of a published roster and return the verified roster.
 
     This site's own entry is checked like every other, so a misconfigured
     certificate shows up here. Raises :class:`RosterError` naming the offending
     site on the first entry that fails, on a duplicate name or key, when ``own_name`` is missing, or
-    when fewer than ``min_participants`` sites remain. With ``allowed_names``
+    when fewer than ``min_participants`` sites remain. Every entry must commit
+    to ``query_digest``, the digest of the query this site answers: an entry
+    signed for another query is refused, naming its site, so a coordinator
+    cannot send different queries under one query id. With ``allowed_names``
     (the site policy's peer list), any other member is refused too: a
     certificate from the CA alone does not make a peer, so whoever holds the CA
     key cannot fill a roster with sites of its own making.
@@ -235,7 +263,8 @@ def verify_roster(
                 f"{where}: site {entry.site_name!r} presents the same key as "
                 f"{seen_keys[entry.public_key]!r}; refusing"
             )
-        members[entry.site_name] = _verify_entry(entry, ca, federation, job_id, round, now, where)
+        members[entry.site_name] = _verify_entry(entry, ca, federation, job_id, round, now, where,
+                                                 query_digest)
         seen_keys[entry.public_key] = entry.site_name
 
     if own_name not in members:
@@ -250,7 +279,7 @@ def verify_roster(
             "sites, or lower the minimum in this site's policy)"
         )
     ordered = tuple(sorted(members.items()))
-    return Roster(federation, job_id, round, own_name, ordered)
+    return Roster(federation, job_id, round, own_name, ordered, query_digest)
 
 
 def _verify_entry(
@@ -261,6 +290,7 @@ def _verify_entry(
     round: int,
     now: datetime,
     where: str,
+    query_digest: bytes,
 ) -> x25519.X25519PublicKey:
     def refuse(reason: str) -> RosterError:
         return RosterError(f"{where}: site {entry.site_name!r} refused: {reason}")
@@ -282,13 +312,23 @@ def _verify_entry(
     if len(entry.public_key) != PUBLIC_KEY_BYTES:
         raise refuse(f"public key has {len(entry.public_key)} bytes, not {PUBLIC_KEY_BYTES}")
 
-    message = key_context(federation, job_id, round, entry.site_name, entry.public_key)
+    message = key_context(federation, job_id, round, entry.site_name, entry.public_key,
+                          entry.query_digest)
     try:
         _verify_signature(cert.public_key(), entry.signature, message)
     except InvalidSignature:
         raise refuse("bad signature over its round key") from None
     except TypeError as exc:
         raise refuse(str(exc)) from None
+    if entry.query_digest != query_digest:
+        # Checked after the signature, so the message blames the site only for
+        # what it signed; an unsigned digest was refused above.
+        raise refuse(
+            f"its key commits to query digest {entry.query_digest.hex()[:16]}..., not "
+            f"{query_digest.hex()[:16]}... of the query this site answers: the coordinator "
+            "sent different queries under one query id (or the sites decode it differently); "
+            "nothing was computed or charged"
+        )
     key = x25519.X25519PublicKey.from_public_bytes(entry.public_key)
     try:
         # A low-order point gives every peer an all-zero shared secret: caught

@@ -6,15 +6,19 @@ seeds that lets that protocol survive dropouts.
 Protocol, per round (DESIGN.md section 6):
 
 1. every site makes a fresh X25519 key pair (:meth:`RoundKeys.generate`) and
-   signs its public key with its certificate key (:meth:`RoundKeys.sign`);
+   signs its public key, with the digest of the exact query it answers
+   (:func:`privadapt.common.query_digest.query_digest`), with its certificate
+   key (:meth:`RoundKeys.sign`);
 2. the coordinator publishes all signed keys; every site verifies the roster
-   against the federation CA (:func:`privadapt.common.roster.verify_roster`)
+   against the federation CA (:func:`privadapt.common.roster.verify_roster`),
+   refuses it unless every entry commits to the same query digest as its own,
    and takes K from it;
 3. for each release, a site encodes its noised share as fixed-point integers
    mod 2^64 and masks it (:func:`mask_share`): for every peer j, the shared
    secret X25519(own, j) is expanded with HKDF-SHA256 into a ChaCha20 key bound
    to (federation, job, round, the digest of the whole verified roster
-   (:attr:`Roster.digest`), query, block, the two names), whose keystream,
+   (:attr:`Roster.digest`, which covers the query digest), query, block, the
+   two names), whose keystream,
    read as little-endian uint64, is the pair's mask. The site with the smaller
    name adds it, the other subtracts it, so the masks cancel in the sum over
    the roster and the coordinator's :func:`unmask_sum` is the exact sum of the
@@ -142,16 +146,19 @@ class RoundKeys:
         site_name: str,
         job_id: str,
         round: int,
+        query_digest: bytes,
         certificate_pem: bytes,
         signing_key: SigningKey,
         ca_certificate_pem: bytes,
     ) -> SignedKey:
-        """This site's roster entry, signed with its certificate key."""
+        """This site's roster entry, committing to the query it answers
+        (``query_digest``), signed with its certificate key."""
         return sign_round_key(
             self.public_key,
             site_name=site_name,
             job_id=job_id,
             round=round,
+            query_digest=query_digest,
             certificate_pem=certificate_pem,
             signing_key=signing_key,
             ca_certificate_pem=ca_certificate_pem,

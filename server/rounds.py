@@ -42,6 +42,7 @@ from privadapt.common.errors import WireError
 from privadapt.common.federation import Query
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.query_digest import query_digest
 from privadapt.common.roster import PUBLIC_KEY_BYTES, RosterError, verify_roster
 from privadapt.common.secagg import (
     INTEGRITY_CHECK_SHAPE,
@@ -50,6 +51,7 @@ from privadapt.common.secagg import (
     verify_integrity_check,
 )
 from privadapt.common.wire import (
+    query_from_proto,
     query_to_proto,
     signed_key_from_proto,
     tensor_from_proto,
@@ -103,6 +105,9 @@ class _ActiveRound:
     roster_sites: tuple[str, ...] = ()
     cancelled: str = ""
     expected_shapes: tuple[tuple[int, ...], ...] | None = None
+    # What every site's key must commit to: the digest of the query as the
+    # sites decode it (after the wire round trip), not of the caller's object.
+    query_digest: bytes = b""
 
     def failed(self) -> bool:
         return bool(self.refusals or self.gone or self.cancelled)
@@ -146,6 +151,7 @@ class RoundHub:
         active = _ActiveRound(query, round, names, threading.Condition())
         active.expected_shapes = None if expected_shapes is None else tuple(
             tuple(shape) for shape in expected_shapes)
+        active.query_digest = query_digest(*query_from_proto(query_to_proto(query, round)))
         key = (query.job_id, round)
         with self._lock:
             if round <= self._closed.get(query.job_id, 0):
@@ -321,7 +327,7 @@ class RoundHub:
             entry = signed_key_from_proto(message)
             try:
                 verify_roster([entry], self._ca_pem, message.job_id, message.round, 1,
-                              message.site_name)
+                              message.site_name, query_digest=active.query_digest)
             except RosterError as err:
                 raise DeliveryError("INVALID_ARGUMENT", str(err)) from None
         with active.condition:

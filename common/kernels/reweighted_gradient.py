@@ -14,9 +14,13 @@ any ``weights`` sent:
 * softmax cross-entropy of W in R^{d x C} (``num_classes`` C, labels class
   indices 0..C-1, ``weights`` W flattened row-major, ||W||_F <= Lambda):
   B = log(1 + (C-1) exp(sqrt(2) Lambda r)), G = sqrt(2) r, derived in
-  :mod:`privadapt.common.losses`. The site refuses the query if
-  any of its labels is not such an index (it does not trust its data).
-  (Losses are also clipped to [0, B] and gradients to norm G, in case the
+  :mod:`privadapt.common.losses`. A record whose label is not such an
+  index contributes zero to both terms (loss 0, gradient 0): within [0, B] and
+  [0, G], so the sensitivities below cover it. The kernel never refuses on
+  its data: a refusal is an uncharged release, and one that depended on the
+  labels would tell neighbouring datasets apart (asking C = 2, 3, ... would
+  reveal the largest label). Check labels against the schema when the data
+  is loaded. (Losses are also clipped to [0, B] and gradients to norm G, in case the
   coordinator sends ||w|| > Lambda.)
 
 One query, at iteration ``step`` t, with the coordinator's w_t and the global
@@ -76,8 +80,8 @@ from privadapt.common.losses import (
     SOFTMAX_CROSS_ENTROPY,
     Loss,
     Objective,
-    class_indices,
     loss_bounds,
+    masked_class_indices,
     penalty_gradient,
 )
 from privadapt.common.mechanisms import Adjacency
@@ -236,9 +240,6 @@ class ReweightedGradient(Kernel):
     def compute_local(
         self, data: Dataset, params: ReweightedGradientParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray, ...]:
-        if params.loss == SOFTMAX_CROSS_ENTROPY:
-            # Refuse (ValueError) before touching the state: labels come from the data.
-            class_indices(data.labels, params.num_classes)
         lower = params.lower_bound
         own = self._begin_step(state, params.step, data.num_records, lower)
         u_now = np.maximum(own["u_before"], lower)
@@ -311,9 +312,11 @@ class ReweightedGradient(Kernel):
         ratios = params.lower_bound / u_now
         loss_bound, gradient_bound = params.bounds
         if params.loss == SOFTMAX_CROSS_ENTROPY:
+            classes, valid = masked_class_indices(data.labels, params.num_classes)
+            # A record whose label is no class index gets ratio 0: zero terms.
             return softmax_record_terms(
-                data.features, class_indices(data.labels, params.num_classes),
-                params.weights.reshape(data.dim, params.num_classes), ratios,
+                data.features, classes,
+                params.weights.reshape(data.dim, params.num_classes), ratios * valid,
                 feature_norm=params.feature_norm, loss_bound=loss_bound,
                 gradient_bound=gradient_bound)
         return binary_record_terms(

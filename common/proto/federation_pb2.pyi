@@ -243,7 +243,7 @@ class RoundAnnouncement(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., query: _Optional[_Union[Query, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fractional_bits: _Optional[int] = ...) -> None: ...
 
 class KeyAnnouncement(_message.Message):
-    __slots__ = ("job_id", "round", "query_id", "site_name", "public_key", "signature", "certificate_pem")
+    __slots__ = ("job_id", "round", "query_id", "site_name", "public_key", "signature", "certificate_pem", "query_digest")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -251,6 +251,7 @@ class KeyAnnouncement(_message.Message):
     PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     CERTIFICATE_PEM_FIELD_NUMBER: _ClassVar[int]
+    QUERY_DIGEST_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     query_id: str
@@ -258,7 +259,8 @@ class KeyAnnouncement(_message.Message):
     public_key: bytes
     signature: bytes
     certificate_pem: bytes
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., certificate_pem: _Optional[bytes] = ...) -> None: ...
+    query_digest: bytes
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., certificate_pem: _Optional[bytes] = ..., query_digest: _Optional[bytes] = ...) -> None: ...
 
 class Roster(_message.Message):
     __slots__ = ("job_id", "round", "query_id", "keys")

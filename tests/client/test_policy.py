@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from privadapt.client.policy import SitePolicy
+from privadapt.client.policy import DEFAULT_MAX_RECORDS, SitePolicy
 from privadapt.common.accounting import AccountingMethod
 from privadapt.common.errors import ConfigError
 from privadapt.common.mechanisms import Adjacency
@@ -136,6 +136,8 @@ def test_missing_required_key_is_named():
         ("privacy", "collusion_tolerance", -1, "collusion_tolerance must be a whole number"),
         ("privacy", "min_participants", 0, "min_participants must be a whole number >= 1"),
         ("privacy", "min_participants", 2.5, r"\[privacy\] min_participants must be a whole"),
+        ("privacy", "max_records", 0, r"max_records must be a whole number in \[1, 2\^53\)"),
+        ("privacy", "max_records", 1e6, r"\[privacy\] max_records must be a whole number"),
         ("queries", "max_clip_norm", 0.0, "max_clip_norm must be a finite number > 0"),
         ("queries", "max_label_bound", float("inf"), "max_label_bound must be a finite"),
         ("queries", "allowed_kernels", "record_count", "must be a list of kernel names"),
@@ -186,7 +188,7 @@ def test_to_toml_reads_back_equal_with_every_field_set(tmp_path):
     policy = SitePolicy.from_toml(write_policy(
         tmp_path, GOOD_TOML + '[federation]\npeers = ["st-john", "st-luke"]\n'))
     policy = replace(policy, adjacency=Adjacency.ADD_REMOVE_ONE,
-                     accounting=AccountingMethod.RDP, collusion_tolerance=1)
+                     accounting=AccountingMethod.RDP, collusion_tolerance=1, max_records=5000)
     assert _reads_back(policy, tmp_path) == policy
 
 
@@ -200,3 +202,16 @@ def test_to_toml_reads_back_equal_with_optional_fields_absent(tmp_path):
 def test_to_toml_of_a_simulation_site_keeps_its_infinite_cap(tmp_path):
     policy = SitePolicy("sim", math.inf, 1e-5, allow_non_private=True, peers=[])
     assert _reads_back(policy, tmp_path) == policy
+
+
+def test_range_checks_assume_n_where_public_and_the_declared_bound_where_private():
+    assert SitePolicy("s", 1.0, 1e-5).range_records(70) == 70
+    add_remove = SitePolicy("s", 1.0, 1e-5, adjacency=Adjacency.ADD_REMOVE_ONE)
+    assert add_remove.range_records(70) == DEFAULT_MAX_RECORDS
+    assert replace(add_remove, max_records=100).range_records(70) == 100
+
+
+def test_data_larger_than_max_records_is_refused_when_loaded():
+    policy = SitePolicy("s", 1.0, 1e-5, adjacency=Adjacency.ADD_REMOVE_ONE, max_records=10)
+    with pytest.raises(ConfigError, match=r"more records than max_records = 10"):
+        policy.range_records(11)

@@ -213,12 +213,14 @@ def test_low_order_key_in_roster_is_refused_before_any_charge(make_site, pki, tm
     # site-c, a genuine member, signs a low-order point as its round key.
     zero = sign_round_key(
         x25519.X25519PublicKey.from_public_bytes(bytes(32)), site_name="site-c", job_id=JOB,
-        round=1, certificate_pem=(pki / "site-c.crt").read_bytes(),
+        round=1, query_digest=keys[0].query_digest,
+        certificate_pem=(pki / "site-c.crt").read_bytes(),
         signing_key=certs.load_private_key(pki / "site-c.key"),
         ca_certificate_pem=(pki / "ca.crt").read_bytes())
     keys.append(pb.KeyAnnouncement(job_id=JOB, round=1, query_id="s1-r1", site_name="site-c",
                                    public_key=zero.public_key, signature=zero.signature,
-                                   certificate_pem=zero.certificate_pem))
+                                   certificate_pem=zero.certificate_pem,
+                                   query_digest=zero.query_digest))
     workers[0].handle(roster_of(keys), calls[0])
     refusal = calls[0].only("refusal")
     assert refusal.reason == pb.Refusal.ROSTER_INVALID and "low-order" in refusal.message
@@ -235,4 +237,58 @@ def test_roster_member_outside_the_policy_peers_is_refused(make_site, pki, tmp_p
     refusal = calls[0].only("refusal")
     assert refusal.reason == pb.Refusal.ROSTER_INVALID
     assert "'site-c' is not among this site's peers" in refusal.message
+    assert workers[0].site.ledger.charges() == []
+
+
+# --- the split-query attack -------------------------------------------------------------------
+
+
+def split_query_round(make_site, pki, tmp_path):
+    """A coordinator sends site-a the real query and site-b and site-c the same
+    query id with a clip norm of 1e-9, then publishes every key in one roster."""
+    workers = [make_worker(make_site, pki, tmp_path, n) for n in NAMES]
+    calls = [Calls() for _ in NAMES]
+    real = {"weights": np.zeros(DIM), "loss": "logistic", "clip_norm": 1.0}
+    tiny = {**real, "clip_norm": 1e-9}
+    for worker, call, params in zip(workers, calls, (real, tiny, tiny), strict=True):
+        worker.handle(announcement(1, params=params), call)
+    keys = [call.only("key") for call in calls]
+    for worker, call in zip(workers, calls, strict=True):
+        worker.handle(roster_of(keys), call)
+    return workers, calls
+
+
+def test_split_query_is_refused_by_every_site_and_nobody_is_charged(make_site, pki, tmp_path):
+    workers, calls = split_query_round(make_site, pki, tmp_path)
+    for name, worker, call in zip(NAMES, workers, calls, strict=True):
+        refusal = call.only("refusal")
+        assert refusal.reason == pb.Refusal.ROSTER_INVALID
+        assert "different queries under one query id" in refusal.message
+        # The message names a site whose key commits to another query.
+        disagreeing = {"site-a": ("site-b", "site-c")}.get(name, ("site-a",))
+        assert any(f"site {other!r}" in refusal.message for other in disagreeing)
+        assert not [r for k, r in call.sent if k == "share"]
+        assert worker.site.ledger.charges() == []
+
+
+def test_keys_of_one_round_commit_to_the_query_each_site_was_shown(make_site, pki, tmp_path):
+    _, calls = split_query_round(make_site, pki, tmp_path)
+    digests = [call.only("key").query_digest for call in calls]
+    assert len(digests[0]) == 32
+    assert digests[1] == digests[2] != digests[0]
+
+
+def test_a_digest_swapped_into_another_sites_key_breaks_its_signature(make_site, pki, tmp_path):
+    workers = [make_worker(make_site, pki, tmp_path, n) for n in NAMES]
+    calls = [Calls() for _ in NAMES]
+    tiny = {"weights": np.zeros(DIM), "loss": "logistic", "clip_norm": 1e-9}
+    workers[0].handle(announcement(1), calls[0])
+    for worker, call in zip(workers[1:], calls[1:], strict=True):
+        worker.handle(announcement(1, params=tiny), call)
+    keys = [call.only("key") for call in calls]
+    for key in keys[1:]:  # the coordinator relabels the other sites' keys
+        key.query_digest = keys[0].query_digest
+    workers[0].handle(roster_of(keys), calls[0])
+    refusal = calls[0].only("refusal")
+    assert refusal.reason == pb.Refusal.ROSTER_INVALID and "signature" in refusal.message
     assert workers[0].site.ledger.charges() == []

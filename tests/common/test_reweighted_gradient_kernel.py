@@ -309,13 +309,21 @@ def test_softmax_adding_one_record_moves_released_blocks_at_most_g(extra, factor
 
 
 @pytest.mark.parametrize("bad_label", [3.0, -1.0, 0.5, 1e300])
-def test_softmax_kernel_refuses_labels_that_are_not_class_indices(bad_label):
+def test_softmax_record_whose_label_is_no_class_index_contributes_zero_terms(bad_label):
+    """No refusal on the data (it would be an uncharged release): the record
+    adds nothing to the gradient sum and has loss term 0, which the
+    sensitivities cover."""
+    p = softmax_params()
+    u = lower(p) * np.linspace(1.0, 5.0, NUM)
     labels = CLASS_LABELS.copy()
     labels[4] = bad_label
-    state: dict = {}
-    with pytest.raises(ValueError, match=r"class indices 0\.\.2"):
-        KERNEL.compute_local(dataset(FEATURES, labels), typed(softmax_params()), state)
-    assert state == {}  # refused before the job's weights were touched
+    released, local = blocks_with(FEATURES, labels, u, p)
+    without = np.delete(np.arange(NUM), 4)
+    reference, reference_local = blocks_with(FEATURES[without], CLASS_LABELS[without],
+                                             u[without], p)
+    np.testing.assert_allclose(released[0], reference[0], rtol=1e-12, atol=1e-12)
+    assert local[4] == 0.0
+    np.testing.assert_allclose(local[without], reference_local, rtol=1e-12)
 
 
 @pytest.mark.parametrize(("key", "value"), [

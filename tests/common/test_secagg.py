@@ -40,6 +40,7 @@ from privadapt.common.secagg import (
 JOB = "job-1"
 ROUND = 3
 NOW = datetime(2030, 6, 1, tzinfo=UTC)
+QUERY_DIGEST = bytes(range(32))  # any 32 bytes: these tests are about keys
 SITE_NAMES = ("site-a", "site-b", "site-c", "site-d", "site-e", "site-f")
 
 
@@ -101,13 +102,15 @@ def federation() -> tuple[Authority, dict[str, tuple[bytes, object]]]:
     return ca, {name: ca.issue(name) for name in SITE_NAMES}
 
 
-def signed(keys: RoundKeys, name: str, job_id: str = JOB, round: int = ROUND) -> SignedKey:
+def signed(keys: RoundKeys, name: str, job_id: str = JOB, round: int = ROUND,
+           query_digest: bytes = QUERY_DIGEST) -> SignedKey:
     ca, certificates = federation()
     pem, signing_key = certificates[name]
     return keys.sign(
         site_name=name,
         job_id=job_id,
         round=round,
+        query_digest=query_digest,
         certificate_pem=pem,
         signing_key=signing_key,
         ca_certificate_pem=ca.pem,
@@ -128,7 +131,8 @@ def round_setup(count: int, job_id: str = JOB, round: int = ROUND, keys=None):
     keys = keys or [RoundKeys.generate() for _ in names]
     entries = [signed(k, n, job_id, round) for k, n in zip(keys, names, strict=True)]
     ca, _ = federation()
-    rosters = [verify_roster(entries, ca.pem, job_id, round, count, n, now=NOW) for n in names]
+    rosters = [verify_roster(entries, ca.pem, job_id, round, count, n, now=NOW,
+                             query_digest=QUERY_DIGEST) for n in names]
     return names, keys, rosters
 
 
@@ -138,7 +142,8 @@ def honest_entries(count: int = 3) -> list[SignedKey]:
 
 def verify(entries, min_participants: int = 2, own_name: str = "site-a", ca_pem=None):
     ca_pem = ca_pem or federation()[0].pem
-    return verify_roster(entries, ca_pem, JOB, ROUND, min_participants, own_name, now=NOW)
+    return verify_roster(entries, ca_pem, JOB, ROUND, min_participants, own_name, now=NOW,
+                         query_digest=QUERY_DIGEST)
 
 
 # --- masks ---------------------------------------------------------------------------------
@@ -203,8 +208,10 @@ def test_a_pair_shown_rosters_differing_in_one_member_derives_different_masks():
     keys = fixed_keys(3)
     entries = [signed(k, n) for k, n in zip(keys, names, strict=True)]
     ca, _ = federation()
-    full = verify_roster(entries, ca.pem, JOB, ROUND, 2, "site-a", now=NOW)
-    without_c = verify_roster(entries[:2], ca.pem, JOB, ROUND, 2, "site-b", now=NOW)
+    full = verify_roster(entries, ca.pem, JOB, ROUND, 2, "site-a", now=NOW,
+                         query_digest=QUERY_DIGEST)
+    without_c = verify_roster(entries[:2], ca.pem, JOB, ROUND, 2, "site-b", now=NOW,
+                              query_digest=QUERY_DIGEST)
     at_a = pairwise_mask(keys[0], full, "site-b", "q-1", 0, 64)
     at_b = pairwise_mask(keys[1], without_c, "site-a", "q-1", 0, 64)
     assert not np.any(at_a == at_b)
@@ -225,7 +232,7 @@ def _split_view_shares():
     encodings, masked, checks = [], [], []
     for key, name in zip(keys, names, strict=True):
         roster = verify_roster([entries[n] for n in views[name]], ca.pem, JOB, ROUND, 2, name,
-                               now=NOW)
+                               now=NOW, query_digest=QUERY_DIGEST)
         encoded = rng.integers(0, 2**64, size=16, dtype=np.uint64)
         encodings.append(encoded)
         masked.append(mask_share(encoded, key, roster, JOB, ROUND, "q-1", 0))
@@ -319,6 +326,7 @@ def test_roster_accepts_ed25519_and_rsa_certificate_keys(key_type):
         site_name="site-x",
         job_id=JOB,
         round=ROUND,
+        query_digest=QUERY_DIGEST,
         certificate_pem=pem,
         signing_key=key,
         ca_certificate_pem=ca.pem,
@@ -339,6 +347,7 @@ def test_roster_refuses_certificate_from_an_unknown_ca():
         site_name="site-b",
         job_id=JOB,
         round=ROUND,
+        query_digest=QUERY_DIGEST,
         certificate_pem=pem,
         signing_key=key,
         ca_certificate_pem=ca.pem,
@@ -355,6 +364,7 @@ def test_roster_refuses_an_expired_certificate():
         site_name="site-b",
         job_id=JOB,
         round=ROUND,
+        query_digest=QUERY_DIGEST,
         certificate_pem=pem,
         signing_key=key,
         ca_certificate_pem=ca.pem,
@@ -380,6 +390,35 @@ def test_roster_refuses_a_signature_over_another_round_or_job(signed_for):
         verify(entries)
 
 
+def test_roster_refuses_a_key_committed_to_another_query():
+    other_query = bytes(32)
+    entries = [*honest_entries(2), signed(RoundKeys.generate(), "site-c",
+                                          query_digest=other_query)]
+    with pytest.raises(RosterError, match=r"'site-c'.*different queries under one query id"):
+        verify(entries)
+
+
+def test_roster_refuses_a_query_digest_relabelled_after_signing():
+    entries = honest_entries(2)
+    other = signed(RoundKeys.generate(), "site-c", query_digest=bytes(32))
+    entries.append(replace(other, query_digest=QUERY_DIGEST))
+    with pytest.raises(RosterError, match=r"'site-c'.*bad signature"):
+        verify(entries)
+
+
+def test_masks_differ_across_query_digests():
+    keys = fixed_keys(2)
+    ca, _ = federation()
+    rosters = []
+    for digest in (QUERY_DIGEST, bytes(32)):
+        entries = [signed(k, n, query_digest=digest) for k, n in zip(keys, SITE_NAMES[:2],
+                                                                     strict=True)]
+        rosters.append(verify_roster(entries, ca.pem, JOB, ROUND, 2, "site-a", now=NOW,
+                                     query_digest=digest))
+    first, second = (pairwise_mask(keys[0], r, "site-b", "q-1", 0, 64) for r in rosters)
+    assert not np.any(first == second)
+
+
 def test_roster_refuses_a_key_labelled_for_another_round():
     entries = [*honest_entries(2), signed(RoundKeys.generate(), "site-c", round=ROUND - 1)]
     with pytest.raises(RosterError, match=rf"'site-c'.*round {ROUND - 1}"):
@@ -400,6 +439,7 @@ def test_roster_refuses_a_common_name_other_than_the_claimed_site():
         site_name="site-z",
         job_id=JOB,
         round=ROUND,
+        query_digest=QUERY_DIGEST,
         certificate_pem=pem,
         signing_key=key,
         ca_certificate_pem=ca.pem,
@@ -416,6 +456,7 @@ def test_roster_refuses_a_coordinator_certificate():
         site_name="coordinator",
         job_id=JOB,
         round=ROUND,
+        query_digest=QUERY_DIGEST,
         certificate_pem=pem,
         signing_key=key,
         ca_certificate_pem=ca.pem,
@@ -443,6 +484,7 @@ def entry_from(ca: Authority, common_name: str, **issue) -> SignedKey:
         site_name=common_name,
         job_id=JOB,
         round=ROUND,
+        query_digest=QUERY_DIGEST,
         certificate_pem=pem,
         signing_key=key,
         ca_certificate_pem=ca.pem,

@@ -17,7 +17,6 @@ from privadapt.client.local_federation import LocalFederation
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
 from privadapt.common.data import Dataset
-from privadapt.common.errors import QueryRefusedError
 from privadapt.common.geometry import clip_rows_to_norm
 from privadapt.common.losses import (
     softmax_cross_entropy_bounds,
@@ -223,14 +222,19 @@ def test_private_run_charges_the_planned_epsilon_with_the_softmax_sensitivities(
 
 
 @pytest.mark.parametrize("bad_label", [3.0, -1.0, 1.5])
-def test_sites_refuse_labels_that_are_not_class_indices_before_charging(tmp_path, bad_label):
-    labels = SAMPLE.private_labels.copy()
-    labels[25] = bad_label  # at the second site
-    fed = federation(tmp_path, labels=labels, epsilon_cap=5.0)
-    with pytest.raises(QueryRefusedError, match=r"class indices 0\.\.2"):
+def test_a_private_label_that_is_no_class_index_is_no_refusal(tmp_path, bad_label):
+    """Whether a site answers may not depend on its data: the record contributes
+    zero terms, and the job is charged exactly as on the clean data."""
+    charges = []
+    for name, labels in (("clean", SAMPLE.private_labels.copy()), ("bad", None)):
+        if labels is None:
+            labels = SAMPLE.private_labels.copy()
+            labels[25] = bad_label  # at the second site
+        fed = federation(tmp_path, labels=labels, epsilon_cap=5.0, tag=name)
         pncnvx_adap(fed, SAMPLE.public_features, SAMPLE.public_labels, hyper=HYPER,
                     bounds=BOUNDS, loss=SOFTMAX, epsilon=1.0, delta=1e-5, iterations=3)
-    assert fed.privacy_spent(1e-5)["f-1"].mechanisms == ()
+        charges.append(fed.privacy_spent(1e-5)[f"{name}-1"].mechanisms)
+    assert charges[0] and charges[0] == charges[1]
 
 
 def test_public_labels_that_are_not_class_indices_are_refused(tmp_path):
