@@ -28,6 +28,7 @@ _EXPORTS = {
     "PCnvxAdap": "privadapt.server.estimators",
     "PNCnvxAdap": "privadapt.server.estimators",
     "PrivateDiscrepancy": "privadapt.server.estimators",
+    "PrivateSelection": "privadapt.server.estimators",
     "clone": "privadapt.server.estimators",
     "InvalidParameterError": "privadapt.server.estimators",
     "NotFittedError": "privadapt.server.estimators",

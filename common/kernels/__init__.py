@@ -11,6 +11,7 @@ from privadapt.common.kernels import (
     record_count,
     reweighted_gradient,
     second_moments,
+    validation_loss,
 )
 from privadapt.common.kernels.base import (
     Kernel,
@@ -33,4 +34,5 @@ __all__ = [
     "registered_kernels",
     "reweighted_gradient",
     "second_moments",
+    "validation_loss",
 ]

@@ -17,6 +17,7 @@ from privadapt.server.estimators.base import (
 from privadapt.server.estimators.discrepancy import PrivateDiscrepancy
 from privadapt.server.estimators.gradient_descent import NoisyGD, NoisySGD
 from privadapt.server.estimators.reweighting import PCnvxAdap, PNCnvxAdap
+from privadapt.server.estimators.selection import PrivateSelection
 
 __all__ = [
     "InvalidParameterError",
@@ -27,5 +28,6 @@ __all__ = [
     "PNCnvxAdap",
     "PrivateDiscrepancy",
     "PrivateEstimator",
+    "PrivateSelection",
     "clone",
 ]

@@ -33,6 +33,10 @@ WIRE = {
     "reweighted_gradient/softmax": {**REWEIGHTED, "objective": "smooth",
                                     "loss": "softmax_cross_entropy", "num_classes": 2,
                                     "weights": np.arange(2.0 * DIM)},
+    "validation_loss": {"candidates": np.arange(2.0 * DIM).reshape(2, DIM), "loss": "squared",
+                        "loss_bound": 4.0},
+    "validation_loss/softmax": {"candidates": np.ones((2, DIM, 3)),
+                                "loss": "softmax_cross_entropy", "loss_bound": 2.0},
 }
 
 

@@ -17,6 +17,7 @@ from privadapt.server.estimators import (
     PNCnvxAdap,
     PrivateDiscrepancy,
     PrivateEstimator,
+    PrivateSelection,
     clone,
 )
 from privadapt.server.estimators.base import InstanceOf, Interval, Options, describe, satisfies
@@ -33,6 +34,8 @@ VALID = {
                      label_bound=1.0, radius=5.0),
     PrivateDiscrepancy: dict(epsilon=1.0, delta=1e-6, radius=2.0, feature_norm=1.0,
                              label_bound=1.0),
+    PrivateSelection: dict(candidates=[[0.0, 1.0], [1.0, 0.0]], epsilon=1.0, delta=1e-6,
+                           loss_bound=2.0, loss="logistic"),
 }
 ESTIMATORS = list(VALID)
 
