@@ -129,8 +129,8 @@ class PrivacyLedger:
                     check_same_thread=False,
                 )
             else:
-                # check_same_thread=False only so close() can close every
-                # thread's connection; each is used by its own thread.
+                # Each connection is used by its own thread only (ThreadConnections);
+                # check_same_thread=False lets it be finalised from another.
                 conn = sqlite3.connect(
                     self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None,
                     check_same_thread=False,

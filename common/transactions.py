@@ -29,32 +29,39 @@ def transaction(conn: sqlite3.Connection, write: bool = True) -> Iterator[sqlite
 
 
 class ThreadConnections:
-    """One SQLite connection per thread, made by ``connect`` on first use, all
-    closed together by :meth:`close` (gRPC handlers run on a thread pool, and
-    a sqlite3 connection belongs to the thread that uses it)."""
+    """One SQLite connection per thread, made by ``connect`` on first use (gRPC
+    handlers run on a thread pool, and a sqlite3 connection belongs to the
+    thread that uses it).
+
+    :meth:`close` closes the calling thread's connection and refuses every
+    later use; each other thread's connection is closed by that thread itself
+    on its next use, or when the thread ends. Never across threads: closing a
+    connection another thread is still stepping through a statement frees
+    memory SQLite is using (a segmentation fault, seen when a coordinator
+    stopped while a job thread was writing its audit log)."""
 
     def __init__(self, connect: Callable[[], sqlite3.Connection], what: str) -> None:
         self._connect = connect
         self._what = what
         self._local = threading.local()
-        self._lock = threading.Lock()
-        self._all: list[sqlite3.Connection] = []
         self._closed = False
 
     def get(self) -> sqlite3.Connection:
-        if self._closed:
-            raise RuntimeError(f"{self._what} is closed")
         conn = getattr(self._local, "conn", None)
+        if self._closed:
+            self._close_own()
+            raise RuntimeError(f"{self._what} is closed")
         if conn is None:
             conn = self._connect()
-            with self._lock:
-                self._all.append(conn)
             self._local.conn = conn
         return conn
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            connections, self._all = self._all, []
-        for conn in connections:
+        self._closed = True
+        self._close_own()
+
+    def _close_own(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            self._local.conn = None
             conn.close()

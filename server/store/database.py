@@ -138,8 +138,8 @@ class StoreDatabase:
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            # check_same_thread=False only so close() can close every
-            # thread's connection; each is used by its own thread.
+            # Each connection is used by its own thread only (ThreadConnections);
+            # check_same_thread=False lets it be finalised from another.
             conn = sqlite3.connect(
                 self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None,
                 check_same_thread=False,
