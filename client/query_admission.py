@@ -88,10 +88,17 @@ class QueryAdmission:
             raise self.refusal(query, str(err)) from None
         kernel, params = self._kernel_and_params(query, num_participants)
         codec = self._codec(query)
-        charged = self._charged_mechanism(kernel, params, query, codec)
-        released = kernel.output_shapes(params, self.dim)
-        self._check_range(kernel, params, query, num_participants, codec, len(released))
-        local = kernel.local_block_shapes(params, self.num_records)
+        try:
+            charged = self._charged_mechanism(kernel, params, query, codec)
+            released = kernel.output_shapes(params, self.dim)
+            self._check_range(kernel, params, query, num_participants, codec, len(released))
+            local = kernel.local_block_shapes(params, self.num_records)
+        except (ArithmeticError, ValueError) as err:
+            # Valid but extreme public parameters (a clip norm of 1e300) can make
+            # a kernel's bounds overflow; nothing has touched the data yet, so it
+            # is a refusal like any other (QueryRefusedError is neither type).
+            raise self.refusal(query, f"the kernel's bounds cannot be computed for these "
+                               f"parameters: {err}") from None
         return AdmittedQuery(query, kernel, params, codec, charged, released, local)
 
     def refusal(self, query: Query, reason: str) -> QueryRefusedError:
