@@ -152,7 +152,7 @@ class QueryAdmission:
             raise self.refusal(query, f"fractional_bits must be an integer in [{low}, {high}]")
         return FixedPointCodec(bits)
 
-    def _check_sampling(self, kernel: Kernel, query: Query) -> None:
+    def _check_sampling(self, kernel: Kernel, params: KernelParams, query: Query) -> None:
         """Refuse a Poisson-sampled query this site cannot account soundly."""
         mechanism = query.mechanism
         if not mechanism.is_sampled:
@@ -165,7 +165,9 @@ class QueryAdmission:
                 f"under {self.policy.adjacency}; ask the site operator for an add_remove_one "
                 "policy, or query without sampling",
             )
-        if kernel.per_record_state:
+        # Local blocks are computed over every record, which the sampled charge
+        # would not cover; per-record state assumes every record too.
+        if kernel.per_record_state or kernel.local_l2_sensitivities(params, mechanism.adjacency):
             raise self.refusal(query, "a kernel with local blocks runs on every record; "
                                "it cannot be Poisson-sampled")
 
@@ -179,7 +181,7 @@ class QueryAdmission:
         if not mechanism.releases_kernel_sums:
             raise self.refusal(query, f"{type(mechanism).__name__} adds no noise a kernel "
                                "can use")
-        self._check_sampling(kernel, query)
+        self._check_sampling(kernel, params, query)
         if kernel.per_record_state and not mechanism.supports_local_blocks:
             raise self.refusal(query, "a kernel with local blocks takes Gaussian noise only")
         norm = mechanism.noise_norm

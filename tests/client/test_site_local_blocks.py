@@ -215,3 +215,23 @@ def test_a_mechanism_with_the_local_block_last_among_released_ones_is_answered_a
     np.testing.assert_array_equal(answers[0], answers[1])
     assert charges[0] == charges[1]
 
+
+
+@register
+class StatelessLocalProbe(LocalNoiseProbe):
+    """The probe's local block without per-record state: local blocks alone
+    must already rule out Poisson sampling (they are computed over every record)."""
+
+    name = "test_stateless_local_probe"
+    per_record_state = False
+
+
+def test_a_sampled_query_on_a_kernel_with_local_blocks_is_refused(make_site):
+    site = make_site(adjacency="add_remove_one")
+    local = GaussianBlock(LOCAL_SENSITIVITY, 2.0)
+    # The local block rides in the released group: a sampled Gaussian has no local group.
+    carrying = GaussianMechanism((GaussianBlock(1.0, 1.0), local), "add_remove_one", 0.5)
+    query = Query("job-1", "q1", StatelessLocalProbe.name, {}, carrying)
+    with pytest.raises(QueryRefusedError, match="cannot be Poisson-sampled"):
+        site.answer(query, 1)
+    assert site.ledger.charges("job-1") == []
