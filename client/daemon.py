@@ -28,6 +28,7 @@ from pathlib import Path
 
 import grpc
 
+from privadapt.client.coordinator_replies import check_register_response
 from privadapt.client.policy import SitePolicy
 from privadapt.client.round_progress import RoundProgress
 from privadapt.client.site import Site
@@ -37,7 +38,7 @@ from privadapt.common import tls
 from privadapt.common.certcheck import certificate_identity
 from privadapt.common.certs import load_certificate, load_private_key
 from privadapt.common.daemon_cli import daemon_arguments
-from privadapt.common.errors import ConfigError, PrivadaptError
+from privadapt.common.errors import ConfigError, PrivadaptError, WireError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.schema import Schema
@@ -124,6 +125,15 @@ class SiteDaemon:
                     "coordinator's log: a refused TLS handshake is explained only there.",
                     self.site.name, self.config.coordinator, err.code().name, err.details(),
                 )
+            except WireError as err:
+                logger.warning("site=%s coordinator %s sent an invalid reply (%s); "
+                               "reconnecting", self.site.name, self.config.coordinator, err)
+            except Exception:
+                # No reply of a coordinator may end the daemon: log it, back off, reconnect.
+                if self._stop.is_set():
+                    break
+                logger.exception("site=%s: session with coordinator %s failed; reconnecting",
+                                 self.site.name, self.config.coordinator)
             self._stop.wait(backoff.delay())
         self.progress.close()
         self.site.ledger.close()
@@ -143,6 +153,7 @@ class SiteDaemon:
             # connects the moment its port opens) instead of failing at once.
             registered = stub.Register(self._registration(), timeout=REGISTER_TIMEOUT_S,
                                        wait_for_ready=True)
+            interval = check_register_response(registered)
             backoff.reset()
             jobs = [pb.JobProgress(job_id=job, last_closed_round=last)
                     for job, last in self.progress.unfinished().items()]
@@ -154,7 +165,6 @@ class SiteDaemon:
                 stream.cancel()
             logger.info("site=%s connected to %s (coordinator %r)", self.site.name,
                         self.config.coordinator, registered.coordinator_name)
-            interval = registered.heartbeat_interval.ToTimedelta().total_seconds() or 10.0
             done = threading.Event()
             beat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True,
                                     args=(stub, registered.session_id, interval, stream, done))
@@ -181,15 +191,22 @@ class SiteDaemon:
 
     def _heartbeat(self, stub: rpc.FederationServiceStub, session_id: str, interval: float,
                    stream: grpc.Future, done: threading.Event) -> None:
-        while not done.wait(interval):
-            try:
-                reply = stub.Heartbeat(pb.HeartbeatRequest(
-                    site_name=self.site.name, session_id=session_id), timeout=interval)
-            except grpc.RpcError:
-                return  # the stream's own error drives the reconnect
-            if not reply.session_known:
-                stream.cancel()  # the coordinator restarted: register again
-                return
+        # The interval was validated at Register (coordinator_replies); the
+        # reply's next_interval is not read. Any failure ends the session (the
+        # stream is cancelled, so run() reconnects), never silently the thread.
+        try:
+            while not done.wait(interval):
+                try:
+                    reply = stub.Heartbeat(pb.HeartbeatRequest(
+                        site_name=self.site.name, session_id=session_id), timeout=interval)
+                except grpc.RpcError:
+                    return  # the stream's own error drives the reconnect
+                if not reply.session_known:
+                    stream.cancel()  # the coordinator restarted: register again
+                    return
+        except Exception:
+            logger.exception("site=%s: heartbeat failed; reconnecting", self.site.name)
+            stream.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:

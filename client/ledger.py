@@ -19,7 +19,11 @@ neither can compose a stale ledger.
 Speed: composing the whole ledger on every charge stays cheap because exact
 figures are cached by the multiset of mechanisms
 (:mod:`privadapt.client.ledger_accounting`) and a Gaussian-only ledger is
-composed in closed form by the accountant itself.
+composed in closed form by the accountant itself. A release the cap cannot
+afford is refused before any exact figure is computed, by closed-form lower
+bounds (a composition costs at least its costliest release), and no PLD larger
+than :data:`~privadapt.common.accounting.MAX_PLD_POINTS` is ever built: one
+query cannot stall or kill a site's accounting (issue 17).
 """
 
 from __future__ import annotations
@@ -34,12 +38,18 @@ from types import TracebackType
 
 from privadapt.client.ledger_accounting import (
     Multiset,
+    cheap_bounds,
     exact_report,
     mechanism_json,
     parse_mechanism,
 )
 from privadapt.client.policy import SitePolicy
-from privadapt.common.accounting import AccountingMethod, EpsilonReport
+from privadapt.common.accounting import (
+    MAX_PLD_POINTS,
+    AccountingMethod,
+    EpsilonReport,
+    release_epsilon_lower_bound,
+)
 from privadapt.common.errors import (
     BudgetExceededError,
     ConfigError,
@@ -52,6 +62,9 @@ from privadapt.common.transactions import ThreadConnections, transaction
 SCHEMA_VERSION = 1
 # A charge may land on the cap up to float rounding, never more.
 _CAP_SLACK = 1e-12
+# A closed-form lower bound may sit this far above the exact figure (the
+# Gaussian root tolerance, float rounding); a cheap refusal leaves it room.
+_LOWER_BOUND_SLACK = 1e-9
 # Waiting for another writer (thread or process) to commit its charge.
 _BUSY_TIMEOUT_S = 60.0
 
@@ -240,6 +253,7 @@ class PrivacyLedger:
             before = _multiset(conn, None)
             after = dict(before)
             after[text] = after.get(text, 0) + 1
+            self._refuse_unaffordable(job_id, query_id, mechanism, after)
             report = exact_report(after, self.policy)
             if not self._within_cap(report.epsilon):
                 raise self._budget_error(job_id, query_id, mechanism, before, report)
@@ -265,6 +279,38 @@ class PrivacyLedger:
                     (job_id, query_id, state, now),
                 )
         return Charge(job_id, query_id, mechanism, epsilon, method, now)
+
+    def _refuse_unaffordable(
+        self, job_id: str, query_id: str, mechanism: Mechanism, after: Multiset
+    ) -> None:
+        """Refuse, before any PLD is built, a release the cap cannot afford by
+        a closed-form lower bound, or whose exact accounting would exceed the
+        accountant's size bound (a Laplace of epsilon 1e4 once asked for a
+        MemoryError, sigma 1e-300 a ZeroDivisionError). Depends only on the
+        query and the ledger's history, so a refusal reveals no data; and a
+        release the cap can afford passes to the exact figure unchanged."""
+        policy = self.policy
+        lower, points = cheap_bounds(after, policy)
+        if not self._within_cap(lower - _LOWER_BOUND_SLACK):
+            own = release_epsilon_lower_bound(
+                mechanism.in_adjacency(policy.adjacency), policy.delta_cap)
+            raise BudgetExceededError(
+                f"site {policy.site_name!r} refuses query {query_id!r} of job {job_id!r}: its "
+                f"privacy cap is epsilon={policy.epsilon_cap:g} at delta={policy.delta_cap:g} "
+                f"({policy.adjacency.value}); this release ({mechanism.summary}) alone costs "
+                f"epsilon={own:.6g} or more and would bring the total to epsilon={lower:.6g} "
+                "or more (closed-form bounds: no exact figure is computed for a release the "
+                "cap cannot afford). Nothing was released or charged; the job needs more "
+                "noise or fewer releases at this site."
+            )
+        if points > MAX_PLD_POINTS:
+            raise QueryRefusedError(
+                f"site {policy.site_name!r} refuses query {query_id!r} of job {job_id!r}: "
+                f"accounting this release ({mechanism.summary}) would build a privacy loss "
+                f"distribution of about {points:.3g} points (the site builds at most "
+                f"{MAX_PLD_POINTS}); nothing was released or charged. Send a release with "
+                "more noise."
+            )
 
     def _within_cap(self, epsilon: float) -> bool:
         cap = self.policy.epsilon_cap

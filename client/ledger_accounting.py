@@ -57,6 +57,22 @@ _CACHE: OrderedDict[tuple[str, str, float, str], EpsilonReport] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 
 
+def _accountant(multiset: Multiset, policy: SitePolicy) -> PrivacyAccountant:
+    accountant = PrivacyAccountant(policy.adjacency, policy.accounting)
+    for text, count in multiset.items():
+        accountant.compose(parse_mechanism(text), count)
+    return accountant
+
+
+def cheap_bounds(multiset: Multiset, policy: SitePolicy) -> tuple[float, float]:
+    """What the ledger checks before :func:`exact_report`, with no PLD built:
+    a lower bound on the multiset's epsilon at the cap's delta, and the size
+    of the largest PLD the exact figure would build
+    (:meth:`PrivacyAccountant.epsilon_lower_bound`, ``pld_points``)."""
+    accountant = _accountant(multiset, policy)
+    return accountant.epsilon_lower_bound(policy.delta_cap), accountant.pld_points()
+
+
 def exact_report(
     multiset: Multiset, policy: SitePolicy, delta: float | None = None
 ) -> EpsilonReport:
@@ -75,10 +91,7 @@ def exact_report(
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
-    accountant = PrivacyAccountant(policy.adjacency, policy.accounting)
-    for text, count in multiset.items():
-        accountant.compose(parse_mechanism(text), count)
-    report = accountant.report(delta)
+    report = _accountant(multiset, policy).report(delta)
     with _CACHE_LOCK:
         _CACHE[key] = report
         while len(_CACHE) > _CACHE_SIZE:

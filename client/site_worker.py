@@ -32,6 +32,7 @@ from typing import Protocol
 
 import grpc
 
+from privadapt.client.coordinator_replies import check_work_item
 from privadapt.client.round_progress import RoundProgress
 from privadapt.client.site import Site
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError, ReplayError, WireError
@@ -95,6 +96,13 @@ class SiteWorker:
 
     def handle(self, item: pb.WorkItem, calls: CoordinatorCalls) -> None:
         """Act on one work item. Never raises: the daemon keeps serving."""
+        try:
+            check_work_item(item)
+        except WireError as err:
+            # Out of range (a round of 2^64 - 1, a 1 MB job id): logged and
+            # dropped; refusing would echo the bad fields back.
+            logger.warning("site=%s: work item %d ignored: %s", self.site.name, item.sequence, err)
+            return
         try:
             self._dispatch(item, calls)
         except grpc.RpcError as err:

@@ -61,6 +61,15 @@ DEFAULT_RDP_ORDERS: tuple[float, ...] = tuple(
     [1.0 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)) + [128.0, 256.0, 512.0, 1024.0]
 )
 DEFAULT_VALUE_DISCRETIZATION = 1e-4
+#: The most points one release's discretised PLD may have before an accountant
+#: refuses to build it (:meth:`PrivacyAccountant.pld_points`): about 450 MiB
+#: and a few seconds of dp-accounting time. Only a release costing epsilon
+#: ~100 or more reaches it (a Laplace of epsilon 104, a Gaussian of multiplier
+#: 0.074), far beyond any cap a site would set.
+MAX_PLD_POINTS = 2**21
+# Half-width, in standard deviations, of the Gaussian tail dp-accounting keeps
+# (its log_mass_truncation_bound of -50 is about 9.7 sigma), rounded up.
+_GAUSSIAN_TAIL_SIGMAS = 10.0
 
 
 class AccountingMethod(StrEnum):
@@ -178,6 +187,9 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     discretised PLD is at most ~1e-6 above it), and costs a millisecond where
     building the PLD of a long composition costs tens.
     """
+    if not noise_multiplier > 0:
+        return math.inf  # a multiplier that underflowed to 0: no noise at all
+
     def excess(epsilon: float) -> float:
         return gaussian_delta(noise_multiplier, epsilon) - delta
 
@@ -206,6 +218,8 @@ def gaussian_delta(noise_multiplier: float, epsilon: float) -> float:
     Phi(1/(2 sigma) - epsilon sigma) - e^epsilon Phi(-1/(2 sigma) - epsilon sigma),
     the second term in log space so e^epsilon cannot overflow."""
     sigma = noise_multiplier
+    if not sigma > 0:
+        return 1.0  # no noise: the two outputs are told apart surely
     first = special.ndtr(0.5 / sigma - epsilon * sigma)
     second = math.exp(epsilon + special.log_ndtr(-0.5 / sigma - epsilon * sigma))
     return max(0.0, float(first - second))
@@ -231,6 +245,45 @@ def gaussian_sigma(epsilon: float, delta: float) -> float:
         else:
             high = middle
     return high
+
+
+def release_epsilon_lower_bound(mechanism: Mechanism, delta: float) -> float:
+    """A lower bound (exact where known) on the epsilon at ``delta`` of one
+    release of ``mechanism``, in closed form, with no PLD:
+
+    * Gaussian of multiplier z: :func:`gaussian_epsilon` (exact);
+    * Laplace of pure epsilon e: e + 2 log(1 - delta), from its exact
+      delta(epsilon) = 1 - exp((epsilon - e) / 2);
+    * a pure e-DP event (its tight pair): log(e^e - delta (1 + e^e));
+    * anything else (sampled Gaussians, zCDP): 0, no bound claimed.
+    """
+    if mechanism.is_non_private:
+        return math.inf
+    if mechanism.is_free:
+        return 0.0
+    if mechanism.composes_as_gaussian:
+        return gaussian_epsilon(mechanism.noise_multiplier, delta)
+    pure = mechanism.pure_epsilon
+    if mechanism.kind == "laplace":
+        return max(0.0, pure + 2.0 * math.log1p(-delta))
+    if mechanism.kind == "pure_dp":
+        shrink = delta * (1.0 + math.exp(-pure))
+        return 0.0 if shrink >= 1 else max(0.0, pure + math.log1p(-shrink))
+    return 0.0
+
+
+def _pld_loss_width(mechanism: Mechanism) -> float:
+    """The privacy-loss range dp-accounting's PLD of one release spans
+    (measured against dp-accounting 0.6 at interval 1e-4, rounded up)."""
+    if mechanism.kind in ("gaussian", "poisson_sampled_gaussian"):
+        # Loss (2x - 1) / (2 z^2) over |x| <= 10 z, and the mean shift 1/z^2.
+        if not mechanism.noise_multiplier > 0:
+            return math.inf
+        inverse = 1.0 / mechanism.noise_multiplier
+        return 2.0 * _GAUSSIAN_TAIL_SIGMAS * inverse + inverse * inverse
+    if mechanism.kind in ("laplace", "pure_dp"):
+        return 2.0 * mechanism.pure_epsilon
+    return 0.0
 
 
 def _laplace_rdp(scale_over_sensitivity: float, orders: np.ndarray) -> np.ndarray:
@@ -329,6 +382,12 @@ class PrivacyAccountant:
             epsilon, _ = rdp_lib.compute_epsilon(self._orders, rdp, delta)
             return EpsilonReport(float(epsilon), delta, method)
         groups = self._pld_groups()
+        if self.pld_points() > MAX_PLD_POINTS:
+            raise ValueError(
+                f"its privacy loss distribution would have about {self.pld_points():.3g} "
+                f"points (at most {MAX_PLD_POINTS} are built): a release this costly is "
+                "beyond any cap; refuse it by epsilon_lower_bound first"
+            )
         only = groups[0][0]
         if len(groups) == 1 and only.composes_as_gaussian:
             epsilon = gaussian_epsilon(only.noise_multiplier, delta)
@@ -350,13 +409,43 @@ class PrivacyAccountant:
         groups: list[tuple[Mechanism, int]] = []
         for mechanism, count in sorted(self._counts.items(), key=lambda kv: repr(kv[0])):
             if mechanism.composes_as_gaussian:
-                inverse_square += count / mechanism.noise_multiplier**2
+                # (1/z)(1/z), not 1/z**2: z = 1e-300 gives inf, not ZeroDivisionError
+                # (z**2 underflows) nor OverflowError (float ** raises, * does not).
+                inverse = 1.0 / mechanism.noise_multiplier
+                inverse_square += count * inverse * inverse
             else:
                 groups.append((mechanism, count))
         if inverse_square > 0:
-            folded = GaussianMechanism.single(1.0, inverse_square**-0.5, self.adjacency)
+            # A Gaussian so narrow that its multiplier underflows is accounted
+            # as a multiplier of the smallest float: epsilon inf either way.
+            multiplier = max(inverse_square**-0.5, math.ulp(0.0))
+            folded = GaussianMechanism.single(1.0, multiplier, self.adjacency)
             groups.insert(0, (folded, 1))
         return groups
+
+    def epsilon_lower_bound(self, delta: float) -> float:
+        """A lower bound on :meth:`report`'s epsilon at ``delta`` that builds no
+        PLD: a composition never costs less than any one of its releases (or
+        than the fold of all its Gaussians, itself one Gaussian), each taken
+        in closed form (:func:`release_epsilon_lower_bound`). So a ledger can
+        refuse what its cap cannot afford before paying for the exact figure."""
+        if self._non_private:
+            return math.inf
+        return max(
+            (release_epsilon_lower_bound(m, delta) for m, _ in self._pld_groups()), default=0.0
+        )
+
+    def pld_points(self) -> float:
+        """The support size of the largest single-release PLD :meth:`report`
+        would build (0 when it builds none). Above :data:`MAX_PLD_POINTS` the
+        PLD would take gigabytes and minutes; callers refuse instead."""
+        if self._non_private or self.needs_rdp() or self.method != AccountingMethod.PLD:
+            return 0.0
+        groups = self._pld_groups()
+        if not groups or (len(groups) == 1 and groups[0][0].composes_as_gaussian):
+            return 0.0  # nothing to account, or the closed form
+        width = max(_pld_loss_width(m) for m, _ in groups)
+        return width / self.value_discretization_interval
 
     def _pure_epsilon(self) -> float:
         """Epsilon at delta = 0: the sum of the pure epsilons (basic composition is

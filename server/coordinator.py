@@ -66,6 +66,9 @@ _SERVER_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
+    # gRPC sets SO_REUSEPORT by default: a second coordinator on a port in use
+    # then binds too and the two answer calls alternately. Refuse instead.
+    ("grpc.so_reuseport", 0),
 ]
 
 _LAYOUT: Layout = {
@@ -94,6 +97,9 @@ class CoordinatorConfig:
     public_source_schema: Path | None = None
     max_sites: int = 200
 
+    def __post_init__(self) -> None:
+        check_listen_address(self.listen)
+
     @classmethod
     def from_toml(cls, path: str | Path) -> CoordinatorConfig:
         path = Path(path)
@@ -114,6 +120,21 @@ class CoordinatorConfig:
         from a file in ``relative_to``; paths inside that directory are
         written relative to it."""
         return render_layout(_LAYOUT, self, relative_to)
+
+
+def check_listen_address(listen: str) -> None:
+    """``ConfigError`` unless ``listen`` is ``host:port`` (``[v6]:port`` for
+    IPv6) with a port in 0..65535, or ``unix:path``: gRPC reads a bare host
+    as port 443, which nobody means."""
+    if listen.startswith("unix:"):
+        return
+    host, colon, port = listen.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    if (not colon or not port.isdigit() or not 0 <= int(port) <= 65535
+            or (":" in host and not bracketed)):
+        raise ConfigError(
+            f"[coordinator] listen = {listen!r} has no port: write host:port, e.g. "
+            "\"0.0.0.0:50051\" (port 0: any free port)")
 
 
 class Coordinator:
@@ -152,13 +173,19 @@ class Coordinator:
             OperatorServicer(self.jobs, self.store, self.registry, insecure), self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        if insecure:
-            self.port = self.server.add_insecure_port(config.listen)
-        else:
-            credentials = tls.server_credentials(config.cert, config.key, config.ca)
-            self.port = self.server.add_secure_port(config.listen, credentials)
+        try:
+            if insecure:
+                self.port = self.server.add_insecure_port(config.listen)
+            else:
+                credentials = tls.server_credentials(config.cert, config.key, config.ca)
+                self.port = self.server.add_secure_port(config.listen, credentials)
+        except RuntimeError:  # newer grpcio raises where older ones return 0
+            self.port = 0
         if not self.port:
-            raise ConfigError(f"cannot listen on {config.listen}: address in use or invalid")
+            self.store.close()
+            raise ConfigError(
+                f"cannot listen on {config.listen}: the address is in use (another "
+                "coordinator?) or invalid; stop the other process or choose another port")
         self._stopped = threading.Event()
 
     def start(self) -> None:
