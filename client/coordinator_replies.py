@@ -19,13 +19,10 @@ from google.protobuf.duration_pb2 import Duration
 
 from privadapt.common.errors import WireError
 from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.wire_fields import check_name, check_round
 
 #: Heartbeat periods a site accepts (seconds); 0 (unset) means the default.
 MIN_HEARTBEAT_S, MAX_HEARTBEAT_S, DEFAULT_HEARTBEAT_S = 0.5, 3600.0, 10.0
-#: Longest job id, query id, session id or coordinator name a site accepts.
-MAX_NAME_CHARS = 256
-#: Rounds are stored as SQLite INTEGERs (signed 64-bit).
-MAX_ROUND = 2**63 - 1
 
 
 def heartbeat_interval(duration: Duration, field: str = "heartbeat_interval") -> float:
@@ -42,29 +39,11 @@ def heartbeat_interval(duration: Duration, field: str = "heartbeat_interval") ->
     return seconds
 
 
-def check_name(value: str, field: str, *, required: bool = True) -> str:
-    """A coordinator-chosen identifier: non-empty (if ``required``), at most
-    MAX_NAME_CHARS, printable (it is logged and stored)."""
-    if required and not value:
-        raise WireError(f"{field} is empty")
-    if len(value) > MAX_NAME_CHARS:
-        raise WireError(f"{field} has {len(value)} characters (at most {MAX_NAME_CHARS})")
-    if not value.isprintable():
-        raise WireError(f"{field} holds unprintable characters")
-    return value
-
-
 def check_register_response(reply: pb.RegisterResponse) -> float:
     """Validate a Register reply; the heartbeat interval it sets, in seconds."""
     check_name(reply.session_id, "session_id")
     check_name(reply.coordinator_name, "coordinator_name", required=False)
     return heartbeat_interval(reply.heartbeat_interval)
-
-
-def check_round(round: int, field: str = "round") -> int:
-    if not 1 <= round <= MAX_ROUND:
-        raise WireError(f"{field} {round} is outside [1, 2^63 - 1]")
-    return round
 
 
 def check_work_item(item: pb.WorkItem) -> None:

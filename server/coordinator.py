@@ -52,6 +52,7 @@ from privadapt.server.federation_service import FederationServicer
 from privadapt.server.jobs import JobManager
 from privadapt.server.network_federation import PrivacyReports
 from privadapt.server.operator_service import OperatorServicer
+from privadapt.server.request_decoding import MalformedRequestInterceptor
 from privadapt.server.rounds import RoundHub
 from privadapt.server.site_registry import SiteRegistry
 from privadapt.server.store import CoordinatorStore
@@ -165,7 +166,8 @@ class Coordinator:
         workers = config.max_sites + _SPARE_WORKERS
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
                                   options=channel_options() + _SERVER_OPTIONS,
-                                  maximum_concurrent_rpcs=workers)
+                                  maximum_concurrent_rpcs=workers,
+                                  interceptors=[MalformedRequestInterceptor()])
         rpc.add_FederationServiceServicer_to_server(
             FederationServicer(self.registry, self.hub, reports, self.store, name, insecure),
             self.server)

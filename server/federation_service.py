@@ -19,11 +19,18 @@ from google.protobuf.duration_pb2 import Duration
 
 from privadapt.common import tls
 from privadapt.common.certcheck import Identity
+from privadapt.common.errors import WireError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.wire import MAX_MESSAGE_BYTES
 from privadapt.server.network_federation import PrivacyReports
 from privadapt.server.rounds import DeliveryError, RoundHub
+from privadapt.server.site_messages import (
+    check_connect_request,
+    check_heartbeat_request,
+    check_register_request,
+    check_round_message,
+)
 from privadapt.server.site_registry import SiteRegistry
 from privadapt.server.store import CoordinatorStore
 
@@ -61,8 +68,17 @@ class FederationServicer(rpc.FederationServiceServicer):
                           f"certificate {identity.name!r} may not act for site {claimed!r}")
         return identity
 
+    @staticmethod
+    def _check(check, request, context: grpc.ServicerContext) -> None:
+        """Run one of ``site_messages``' checks; INVALID_ARGUMENT if it fails."""
+        try:
+            check(request)
+        except WireError as err:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+
     def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext):
         identity = self._caller(context, request.site_name)
+        self._check(check_register_request, request, context)
         session = self._registry.register(identity.name, request)
         self._store.upsert_site(
             identity.name, num_records=request.num_records, num_features=request.num_features,
@@ -80,6 +96,7 @@ class FederationServicer(rpc.FederationServiceServicer):
 
     def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext):
         identity = self._caller(context, request.site_name)
+        self._check(check_heartbeat_request, request, context)
         known = self._registry.touch(identity.name, request.session_id)
         if known:
             self._store.touch_site(identity.name)
@@ -89,6 +106,7 @@ class FederationServicer(rpc.FederationServiceServicer):
     def Connect(self, request: pb.ConnectRequest,
                 context: grpc.ServicerContext) -> Iterator[pb.WorkItem]:
         identity = self._caller(context, request.site_name)
+        self._check(check_connect_request, request, context)
         try:
             session = self._registry.attach(identity.name, request.session_id, request.jobs)
         except KeyError:
@@ -102,6 +120,7 @@ class FederationServicer(rpc.FederationServiceServicer):
 
     def _deliver(self, deliver, message, context: grpc.ServicerContext) -> pb.Ack:
         self._caller(context, message.site_name)
+        self._check(check_round_message, message, context)
         try:
             deliver(message)
         except DeliveryError as err:

@@ -1,0 +1,115 @@
+"""Every field a site sends the coordinator, checked against sane public
+bounds before the coordinator stores or acts on it: the mirror of
+``client/coordinator_replies`` for the other direction.
+
+A site certificate is enough to send any value a field can hold. Before these
+checks, ``num_records`` 2^64 - 1 at Register raised a raw ``OverflowError``
+out of SQLite; ``last_closed_round`` 2^63 - 1 at Connect made the job's next
+round 2^63, which the store cannot hold, and failed the job; and 38 MiB of
+kernel names per registration were stored and made every ``privadapt sites``
+reply too large to send, across restarts (issue 17, section 2). Each check
+raises :class:`~privadapt.common.errors.WireError`, which the handlers turn
+into INVALID_ARGUMENT naming the field: an out-of-range value is the sending
+site's error and changes nothing on the coordinator.
+"""
+
+from __future__ import annotations
+
+import re
+
+from privadapt.common.errors import WireError
+from privadapt.common.mechanisms import Adjacency
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.wire_fields import MAX_ROUND, check_name, check_round
+
+#: Largest record count a site may declare: counts are used as floats (weights
+#: n_k / n), exact only up to 2^53.
+MAX_RECORDS = 2**53
+#: Largest record dimension: a d-vector is 8 d bytes and the d x d kernels need
+#: far less than this to exceed the message limit.
+MAX_FEATURES = 2**20
+#: A site lists the kernels its policy allows: at most this many names ...
+MAX_KERNELS = 64
+#: ... of at most this many characters, each a Python-identifier-like name.
+MAX_KERNEL_NAME_CHARS = 64
+KERNEL_NAME = re.compile(r"[a-z][a-z0-9_]*")
+#: Free-text registration fields (software and policy versions).
+MAX_VERSION_CHARS = 128
+#: Jobs a site may report progress for in one ConnectRequest.
+MAX_JOBS_PER_CONNECT = 1024
+#: Sites a share's roster may list (a coordinator serves a few hundred).
+MAX_ROSTER_SITES = 1024
+#: Highest round a site may claim to have seen. Half the stored range: a job
+#: resumed above any accepted claim still has 2^62 rounds before the store's
+#: limit, so no claim can make a job run out of round numbers.
+MAX_CLAIMED_ROUND = (MAX_ROUND + 1) // 2
+
+
+def check_register_request(request: pb.RegisterRequest) -> None:
+    """Validate a registration before it is stored or used."""
+    if request.num_records > MAX_RECORDS:
+        raise WireError(f"num_records {request.num_records} is above 2^53 (the largest count "
+                        "the coordinator computes with exactly)")
+    if request.num_features > MAX_FEATURES:
+        raise WireError(f"num_features {request.num_features} is above 2^20")
+    check_name(request.software_version, "software_version", required=False,
+               max_chars=MAX_VERSION_CHARS)
+    check_name(request.policy_version, "policy_version", required=False,
+               max_chars=MAX_VERSION_CHARS)
+    adjacencies = [a.value for a in Adjacency]
+    if request.adjacency and request.adjacency not in adjacencies:
+        raise WireError(f"adjacency {request.adjacency[:MAX_KERNEL_NAME_CHARS]!r} is not one "
+                        f"of {adjacencies}")
+    check_kernel_names(request.kernels)
+
+
+def check_kernel_names(kernels: list[str] | tuple[str, ...]) -> None:
+    """At most MAX_KERNELS distinct, well-formed names of at most
+    MAX_KERNEL_NAME_CHARS characters (a name is echoed back only truncated)."""
+    if len(kernels) > MAX_KERNELS:
+        raise WireError(f"{len(kernels)} kernel names (at most {MAX_KERNELS})")
+    for kernel in kernels:
+        if len(kernel) > MAX_KERNEL_NAME_CHARS:
+            raise WireError(f"a kernel name has {len(kernel)} characters "
+                            f"(at most {MAX_KERNEL_NAME_CHARS})")
+        if not KERNEL_NAME.fullmatch(kernel):
+            raise WireError(f"kernel name {kernel!r} is not a name like 'linear_gradient' "
+                            "(lower-case letters, digits and '_')")
+    if len(set(kernels)) != len(kernels):
+        raise WireError("kernel names repeat")
+
+
+def check_connect_request(request: pb.ConnectRequest) -> None:
+    """Validate a Connect: the jobs a site reports and the rounds it has closed."""
+    check_name(request.session_id, "session_id")
+    if len(request.jobs) > MAX_JOBS_PER_CONNECT:
+        raise WireError(f"progress for {len(request.jobs)} jobs (at most "
+                        f"{MAX_JOBS_PER_CONNECT})")
+    for progress in request.jobs:
+        check_name(progress.job_id, "jobs.job_id")
+        check_round(progress.last_closed_round, f"job {progress.job_id!r} last_closed_round",
+                    low=0, high=MAX_CLAIMED_ROUND)
+
+
+def check_heartbeat_request(request: pb.HeartbeatRequest) -> None:
+    check_name(request.session_id, "session_id")
+    if len(request.active_job_ids) > MAX_JOBS_PER_CONNECT:
+        raise WireError(f"{len(request.active_job_ids)} active job ids (at most "
+                        f"{MAX_JOBS_PER_CONNECT})")
+    for job_id in request.active_job_ids:
+        check_name(job_id, "active_job_ids")
+
+
+def check_round_message(message: pb.KeyAnnouncement | pb.MaskedShare | pb.Refusal) -> None:
+    """The envelope of a site's reply in a round: ids and round numbers (the
+    content is checked where the round engine takes it)."""
+    check_name(message.job_id, "job_id")
+    check_name(message.query_id, "query_id")
+    check_round(message.round, "round")
+    if isinstance(message, pb.Refusal):
+        check_round(message.last_round, "last_round", low=0, high=MAX_CLAIMED_ROUND)
+    if isinstance(message, pb.MaskedShare):
+        if len(message.roster_sites) > MAX_ROSTER_SITES:
+            raise WireError(f"roster_sites lists {len(message.roster_sites)} sites")
+        for name in message.roster_sites:
+            check_name(name, "roster_sites")
