@@ -117,10 +117,8 @@ class NoisyGD(_ProjectedDescent):
         self.calibration = calibration
 
     def _solve(self, federation: Federation, **options: Any) -> Any:
-        return noisy_gd(federation, loss=self.loss, epsilon=self.epsilon, delta=self.delta,
-                        iterations=self.iterations, learning_rate=self.learning_rate,
-                        radius=self.radius, clip_norm=self.clip_norm,
-                        calibration=self.calibration, **options)
+        # The hyperparameters are the solver's keyword arguments, name for name.
+        return noisy_gd(federation, **self.get_params(), **options)
 
 
 class NoisySGD(_ProjectedDescent):
@@ -165,12 +163,7 @@ class NoisySGD(_ProjectedDescent):
         self.count_budget_fraction = count_budget_fraction
 
     def _solve(self, federation: Federation, **options: Any) -> Any:
-        result = noisy_sgd(federation, loss=self.loss, epsilon=self.epsilon, delta=self.delta,
-                           iterations=self.iterations,
-                           expected_batch_size=self.expected_batch_size,
-                           learning_rate=self.learning_rate, radius=self.radius,
-                           clip_norm=self.clip_norm, num_records=self.num_records,
-                           count_budget_fraction=self.count_budget_fraction, **options)
+        result = noisy_sgd(federation, **self.get_params(), **options)
         self.sampling_rate_ = result.sampling_rate
         self.num_records_ = result.num_records
         return result
