@@ -147,9 +147,10 @@ class ReportNoisyMin(SelectionMechanism):
     If the scores are monotone (package docstring), say u(D) <= u(D') <=
     u(D) + Delta, then r*(D') <= r*(D) + Delta (the max rises by at most Delta
     and u_i does not fall) and r*(D) <= r*(D') + Delta (the max does not rise
-    and u_i falls by at most Delta going back); so the factor 2 drops to 1. It applies under add/remove only:
-    under replace-one, sums of clipped non-negative terms move in different
-    directions, and the factor 2 is needed.
+    and u_i falls by at most Delta going back); so the factor 2 drops to 1.
+    It applies under add/remove only: under replace-one, sums of clipped
+    non-negative terms move in different directions, and the factor 2 is
+    needed.
 
     Under replace-one (:meth:`in_adjacency`) an add/remove release of
     sensitivity Delta reads as sensitivity 2 Delta (not monotone), or as
