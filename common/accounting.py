@@ -269,9 +269,10 @@ def release_epsilon_lower_bound(mechanism: Mechanism, delta: float) -> float:
       delta(epsilon) = 1 - exp((epsilon - e) / 2);
     * a pure e-DP event or a report-noisy-min (the tight pair):
       log(e^e - delta (1 + e^e));
-    * an e-bounded-range selection (exponential mechanisms): the same at e/2,
-      randomized response at e/2 being an e-bounded-range pair (losses
-      +-e/2), which both its PLD and its RDP bound from above;
+    * an e-bounded-range selection (exponential mechanisms): the exact
+      epsilon of the worst of a grid of e-bounded-range pairs
+      (:func:`_bounded_range_epsilon_lower_bound`), which both its PLD and its
+      RDP bound from above;
     * anything else (sampled Gaussians, zCDP): 0, no bound claimed.
     """
     if mechanism.is_non_private:
@@ -286,8 +287,24 @@ def release_epsilon_lower_bound(mechanism: Mechanism, delta: float) -> float:
     if mechanism.kind in ("pure_dp", "report_noisy_laplace"):
         return _randomized_response_epsilon(pure, delta)
     if mechanism.kind in _BOUNDED_RANGE_KINDS:
-        return _randomized_response_epsilon(pure / 2.0, delta)
+        return _bounded_range_epsilon_lower_bound(pure, delta)
     return 0.0
+
+
+def _bounded_range_epsilon_lower_bound(pure: float, delta: float) -> float:
+    """The largest exact epsilon at ``delta`` over a grid of two-point
+    ``pure``-bounded-range pairs: Q puts mass q on an output of privacy loss
+    t + e and 1 - q on one of loss t, with t = -log(1 + q (e^e - 1)) so that P
+    is a distribution. For epsilon' in [0, t + e] its delta is
+    q e^(t + e) - q e^epsilon', so epsilon' = t + e + log(1 - delta e^-(t + e) / q).
+    Every pair is e-bounded-range (and e-DP), so any valid accounting of an
+    e-bounded-range release, PLD or RDP, is at least this."""
+    q = np.geomspace(1e-15, 1.0, 600)
+    high = pure - np.log1p(q * math.expm1(pure))
+    inner = 1.0 - delta * np.exp(-high) / q
+    with np.errstate(invalid="ignore", divide="ignore"):
+        epsilons = np.where(inner > 0, high + np.log(np.maximum(inner, 1e-300)), 0.0)
+    return max(0.0, float(epsilons.max()))
 
 
 def _randomized_response_epsilon(pure: float, delta: float) -> float:
