@@ -13,8 +13,8 @@ from privadapt.common.accounting import PrivacyAccountant
 from privadapt.common.mechanisms import (
     MECHANISM_KINDS,
     Adjacency,
-    GaussianBlock,
     ExponentialMechanism,
+    GaussianBlock,
     GaussianMechanism,
     GeneralizedExponentialMechanism,
     LaplaceMechanism,
