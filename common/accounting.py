@@ -294,16 +294,18 @@ def release_epsilon_lower_bound(mechanism: Mechanism, delta: float) -> float:
 def _bounded_range_epsilon_lower_bound(pure: float, delta: float) -> float:
     """The largest exact epsilon at ``delta`` over a grid of two-point
     ``pure``-bounded-range pairs: Q puts mass q on an output of privacy loss
-    t + e and 1 - q on one of loss t, with t = -log(1 + q (e^e - 1)) so that P
-    is a distribution. For epsilon' in [0, t + e] its delta is
-    q e^(t + e) - q e^epsilon', so epsilon' = t + e + log(1 - delta e^-(t + e) / q).
-    Every pair is e-bounded-range (and e-DP), so any valid accounting of an
+    t + e and 1 - q on one of loss t, with t = -log(1 + x), x = q (e^e - 1), so
+    that P is a distribution. For epsilon' in [0, t + e] its delta is
+    q e^(t + e) - q e^epsilon', so epsilon' = e - log(1 + x)
+    + log(1 - delta (1 + x) (1 - e^-e) / x), written in x so that no e^e is
+    formed (e may be 1e4: an attack the ledger must refuse cheaply). Every pair
+    is e-bounded-range (and e-DP), so any valid accounting of an
     e-bounded-range release, PLD or RDP, is at least this."""
-    q = np.geomspace(1e-15, 1.0, 600)
-    high = pure - np.log1p(q * math.expm1(pure))
-    inner = 1.0 - delta * np.exp(-high) / q
-    with np.errstate(invalid="ignore", divide="ignore"):
-        epsilons = np.where(inner > 0, high + np.log(np.maximum(inner, 1e-300)), 0.0)
+    x = np.geomspace(1e-15, math.expm1(min(pure, 700.0)), 600)  # q in (0, 1]
+    inner = 1.0 - delta * (1.0 + x) * -math.expm1(-pure) / x
+    with np.errstate(divide="ignore"):
+        epsilons = np.where(inner > 0, pure - np.log1p(x) + np.log(np.maximum(inner, 1e-300)),
+                            0.0)
     return max(0.0, float(epsilons.max()))
 
 

@@ -193,3 +193,11 @@ def test_ledger_lower_bound_stays_below_a_composition_answered_by_rdp():
 def test_selection_pld_size_is_predicted(mechanism):
     accountant = PrivacyAccountant().compose(mechanism)
     assert 0 < accountant.pld_points() <= 2 * mechanism.pure_epsilon / 1e-4 + 1
+
+
+@pytest.mark.parametrize("mechanism", [ExponentialMechanism(1.0, 1e4), ReportNoisyMin(1.0, 1e-4),
+                                       GeneralizedExponentialMechanism((1.0,), 1e4, 0.1)],
+                         ids=lambda m: m.kind)
+def test_a_huge_selection_is_bounded_in_closed_form_for_the_cheap_refusal(mechanism):
+    bound = release_epsilon_lower_bound(mechanism, DELTA)
+    assert 0.99 * mechanism.pure_epsilon <= bound <= mechanism.pure_epsilon
