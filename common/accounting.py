@@ -121,8 +121,10 @@ def _laplace_pld(mechanism: Mechanism, count: int, interval: float):
 
 
 def _pure_dp_pld(mechanism: Mechanism, count: int, interval: float):
+    # The tight pair of pure epsilon-DP (randomized response), which dominates
+    # every epsilon-DP mechanism: pure events and selections alike.
     pld_common, pld_lib = _pld_modules()
-    params = pld_common.DifferentialPrivacyParameters(mechanism.epsilon, 0.0)
+    params = pld_common.DifferentialPrivacyParameters(mechanism.pure_epsilon, 0.0)
     return pld_lib.from_privacy_parameters(params, interval).self_compose(count)
 
 
@@ -133,7 +135,18 @@ _PLD_BY_KIND = {
     "poisson_sampled_gaussian": _sampled_gaussian_pld_composed,
     "laplace": _laplace_pld,
     "pure_dp": _pure_dp_pld,
+    "report_noisy_laplace": _pure_dp_pld,
+    "exponential": _pure_dp_pld,
+    "generalized_exponential": _pure_dp_pld,
 }
+
+#: Kinds that are epsilon-bounded-range (Durfee and Rogers 2019) with epsilon
+#: their pure epsilon: the exponential mechanisms. Their PLD above is the pure
+#: epsilon-DP pair, which ignores that property; their RDP uses it
+#: ((epsilon^2/8)-zCDP, Cesar and Rogers 2021), and over many releases that is
+#: the smaller figure. Both are valid upper bounds, so a PLD accountant holding
+#: one of these reports the smaller (:meth:`PrivacyAccountant.report`).
+_BOUNDED_RANGE_KINDS = frozenset({"exponential", "generalized_exponential"})
 
 
 def _pld(mechanism: Mechanism, count: int, interval: float):  # -> PrivacyLossDistribution
@@ -254,7 +267,12 @@ def release_epsilon_lower_bound(mechanism: Mechanism, delta: float) -> float:
     * Gaussian of multiplier z: :func:`gaussian_epsilon` (exact);
     * Laplace of pure epsilon e: e + 2 log(1 - delta), from its exact
       delta(epsilon) = 1 - exp((epsilon - e) / 2);
-    * a pure e-DP event (its tight pair): log(e^e - delta (1 + e^e));
+    * a pure e-DP event or a report-noisy-min (the tight pair):
+      log(e^e - delta (1 + e^e));
+    * an e-bounded-range selection (exponential mechanisms): the exact
+      epsilon of the worst of a grid of e-bounded-range pairs
+      (:func:`_bounded_range_epsilon_lower_bound`), which both its PLD and its
+      RDP bound from above;
     * anything else (sampled Gaussians, zCDP): 0, no bound claimed.
     """
     if mechanism.is_non_private:
@@ -266,10 +284,35 @@ def release_epsilon_lower_bound(mechanism: Mechanism, delta: float) -> float:
     pure = mechanism.pure_epsilon
     if mechanism.kind == "laplace":
         return max(0.0, pure + 2.0 * math.log1p(-delta))
-    if mechanism.kind == "pure_dp":
-        shrink = delta * (1.0 + math.exp(-pure))
-        return 0.0 if shrink >= 1 else max(0.0, pure + math.log1p(-shrink))
+    if mechanism.kind in ("pure_dp", "report_noisy_laplace"):
+        return _randomized_response_epsilon(pure, delta)
+    if mechanism.kind in _BOUNDED_RANGE_KINDS:
+        return _bounded_range_epsilon_lower_bound(pure, delta)
     return 0.0
+
+
+def _bounded_range_epsilon_lower_bound(pure: float, delta: float) -> float:
+    """The largest exact epsilon at ``delta`` over a grid of two-point
+    ``pure``-bounded-range pairs: Q puts mass q on an output of privacy loss
+    t + e and 1 - q on one of loss t, with t = -log(1 + x), x = q (e^e - 1), so
+    that P is a distribution. For epsilon' in [0, t + e] its delta is
+    q e^(t + e) - q e^epsilon', so epsilon' = e - log(1 + x)
+    + log(1 - delta (1 + x) (1 - e^-e) / x), written in x so that no e^e is
+    formed (e may be 1e4: an attack the ledger must refuse cheaply). Every pair
+    is e-bounded-range (and e-DP), so any valid accounting of an
+    e-bounded-range release, PLD or RDP, is at least this."""
+    x = np.geomspace(1e-15, math.expm1(min(pure, 700.0)), 600)  # q in (0, 1]
+    inner = 1.0 - delta * (1.0 + x) * -math.expm1(-pure) / x
+    with np.errstate(divide="ignore"):
+        epsilons = np.where(inner > 0, pure - np.log1p(x) + np.log(np.maximum(inner, 1e-300)),
+                            0.0)
+    return max(0.0, float(epsilons.max()))
+
+
+def _randomized_response_epsilon(pure: float, delta: float) -> float:
+    """Exact epsilon at ``delta`` of the tight pure ``pure``-DP pair."""
+    shrink = delta * (1.0 + math.exp(-pure))
+    return 0.0 if shrink >= 1 else max(0.0, pure + math.log1p(-shrink))
 
 
 def _pld_loss_width(mechanism: Mechanism) -> float:
@@ -281,8 +324,8 @@ def _pld_loss_width(mechanism: Mechanism) -> float:
             return math.inf
         inverse = 1.0 / mechanism.noise_multiplier
         return 2.0 * _GAUSSIAN_TAIL_SIGMAS * inverse + inverse * inverse
-    if mechanism.kind in ("laplace", "pure_dp"):
-        return 2.0 * mechanism.pure_epsilon
+    if mechanism.kind == "laplace" or _PLD_BY_KIND.get(mechanism.kind) is _pure_dp_pld:
+        return 2.0 * mechanism.pure_epsilon  # losses in [-e, e]
     return 0.0
 
 
@@ -300,8 +343,15 @@ def _laplace_rdp(scale_over_sensitivity: float, orders: np.ndarray) -> np.ndarra
 def _pure_dp_rdp(mechanism: Mechanism, orders: np.ndarray) -> np.ndarray:
     # epsilon-DP implies (epsilon^2/2)-zCDP (Bun and Steinke 2016, Prop. 1.4)
     # and trivially (alpha, epsilon)-RDP.
-    eps = mechanism.epsilon
+    eps = mechanism.pure_epsilon
     return np.minimum(eps, orders * eps**2 / 2)
+
+
+def _bounded_range_rdp(mechanism: Mechanism, orders: np.ndarray) -> np.ndarray:
+    # epsilon-bounded-range implies (epsilon^2/8)-zCDP (Cesar and Rogers 2021)
+    # and, being epsilon-DP, (alpha, epsilon)-RDP.
+    eps = mechanism.pure_epsilon
+    return np.minimum(eps, orders * eps**2 / 8)
 
 
 #: The one RDP dispatch: mechanism kind -> its RDP at ``orders`` for one release.
@@ -313,6 +363,9 @@ _RDP_BY_KIND = {
     "laplace": lambda m, orders: _laplace_rdp(m.scale / m.sensitivity, orders),
     "pure_dp": _pure_dp_rdp,
     "zcdp": lambda m, orders: orders * m.rho,
+    "report_noisy_laplace": _pure_dp_rdp,
+    "exponential": _bounded_range_rdp,
+    "generalized_exponential": _bounded_range_rdp,
 }
 
 
@@ -363,7 +416,13 @@ class PrivacyAccountant:
 
     def report(self, delta: float) -> EpsilonReport:
         """Epsilon at ``delta``. A PLD accountant holding a zCDP event answers
-        by RDP and says so in the report's ``method``."""
+        by RDP and says so in the report's ``method``. A PLD accountant holding
+        a bounded-range selection (:data:`_BOUNDED_RANGE_KINDS`) computes both
+        figures and reports the smaller, with its method: each is a valid upper
+        bound on the composition's epsilon at ``delta`` (the PLD one treats
+        those selections as pure epsilon-DP, the RDP one as epsilon-bounded-
+        range), so their minimum is one too, and with many exponential-
+        mechanism steps the RDP one is the tighter."""
         if not 0 <= delta < 1:
             raise ValueError(f"delta must be in [0, 1), got {delta!r}")
         method = self.method
@@ -376,11 +435,21 @@ class PrivacyAccountant:
         if delta == 0:
             return EpsilonReport(self._pure_epsilon(), delta, method)
         if method == AccountingMethod.RDP:
-            rdp = sum(count * _rdp(m, self._orders) for m, count in self._counts.items())
-            from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib  # see _pld
+            return EpsilonReport(self._rdp_epsilon(delta), delta, method)
+        pld = EpsilonReport(self._pld_epsilon(delta), delta, method)
+        if not any(m.kind in _BOUNDED_RANGE_KINDS for m in self._counts):
+            return pld
+        rdp = EpsilonReport(self._rdp_epsilon(delta), delta, AccountingMethod.RDP)
+        return rdp if rdp.epsilon < pld.epsilon else pld
 
-            epsilon, _ = rdp_lib.compute_epsilon(self._orders, rdp, delta)
-            return EpsilonReport(float(epsilon), delta, method)
+    def _rdp_epsilon(self, delta: float) -> float:
+        rdp = sum(count * _rdp(m, self._orders) for m, count in self._counts.items())
+        from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib  # see _pld
+
+        epsilon, _ = rdp_lib.compute_epsilon(self._orders, rdp, delta)
+        return float(epsilon)
+
+    def _pld_epsilon(self, delta: float) -> float:
         groups = self._pld_groups()
         if self.pld_points() > MAX_PLD_POINTS:
             raise ValueError(
@@ -390,14 +459,13 @@ class PrivacyAccountant:
             )
         only = groups[0][0]
         if len(groups) == 1 and only.composes_as_gaussian:
-            epsilon = gaussian_epsilon(only.noise_multiplier, delta)
-            return EpsilonReport(epsilon, delta, method)
+            return gaussian_epsilon(only.noise_multiplier, delta)
         interval = self.value_discretization_interval
         composed = None
         for mechanism, count in groups:
             pld = _pld(mechanism, count, interval)
             composed = pld if composed is None else composed.compose(pld)
-        return EpsilonReport(float(composed.get_epsilon_for_delta(delta)), delta, method)
+        return float(composed.get_epsilon_for_delta(delta))
 
     def _pld_groups(self) -> list[tuple[Mechanism, int]]:
         """Mechanisms to build PLDs for, with their counts. All unsampled

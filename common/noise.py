@@ -131,6 +131,17 @@ def gamma_noise(
     return (scale * np.where(signs > 0, lower, upper)).reshape(shape)
 
 
+def gumbel_noise(shape: int | tuple[int, ...], source: RandomBits | None = None) -> np.ndarray:
+    """Standard Gumbel samples, G = -log(-log U), for the Gumbel-max form of
+    the exponential mechanism. U is 1 - h or h with h a half-uniform of full
+    relative precision, and -log U is taken as -log1p(-h) or -log(h), so both
+    tails of G (U near 1 and U near 0) are resolved as finely as the bulk."""
+    count, shape = _size(shape)
+    signs, half = signed_half_uniforms(source or SecureRandomBits(), count)
+    exponential = np.where(signs > 0, -np.log1p(-half), -np.log(half))
+    return (-np.log(exponential)).reshape(shape)
+
+
 # The smallest half-uniform is about 2^-118, so samples stay below ~13 standard
 # deviations (Gaussian) and ~82 scales (Laplace, Gamma tails): 100 bounds both.
 NOISE_REACH = 100.0

@@ -11,10 +11,15 @@ Every mechanism states its adjacency (DESIGN.md section 2): the sensitivities
 it declares are the largest change of the released sum when one record is
 replaced (``REPLACE_ONE``) or added/removed (``ADD_REMOVE_ONE``).
 
-Two families. *Kernel mechanisms* (:class:`GaussianMechanism`,
+Three families. *Kernel mechanisms* (:class:`GaussianMechanism`,
 :class:`LaplaceMechanism`, :class:`NoNoise`; ``releases_kernel_sums``) describe
-noise a site adds to a kernel's sums. *Events* (:class:`PureDpEvent`,
-:class:`ZCdpEvent`) only describe a privacy cost for the accountant.
+noise a site adds to a kernel's sums. *Selection mechanisms*
+(:class:`ReportNoisyMin`, :class:`ExponentialMechanism`,
+:class:`GeneralizedExponentialMechanism`; ``releases_index``) describe how a
+site that holds all of a job's data picks a candidate from a kernel's score
+vector and releases only its index (:mod:`.selection`). *Events*
+(:class:`PureDpEvent`, :class:`ZCdpEvent`) only describe a privacy cost for the
+accountant.
 
 Mechanisms serialise to plain JSON-compatible dicts (:func:`mechanism_to_dict`,
 :func:`mechanism_from_dict`) through one kind table, :data:`MECHANISM_KINDS`, so
@@ -40,17 +45,27 @@ from privadapt.common.mechanisms.events import PureDpEvent, ZCdpEvent
 from privadapt.common.mechanisms.gaussian import GaussianBlock, GaussianMechanism
 from privadapt.common.mechanisms.laplace import LaplaceMechanism
 from privadapt.common.mechanisms.no_noise import NoNoise
+from privadapt.common.mechanisms.selection import (
+    ExponentialMechanism,
+    GeneralizedExponentialMechanism,
+    ReportNoisyMin,
+    SelectionMechanism,
+)
 
 __all__ = [
     "MECHANISM_KINDS",
     "Adjacency",
+    "ExponentialMechanism",
     "GaussianBlock",
     "GaussianMechanism",
+    "GeneralizedExponentialMechanism",
     "KernelMechanism",
     "LaplaceMechanism",
     "Mechanism",
     "NoNoise",
     "PureDpEvent",
+    "ReportNoisyMin",
+    "SelectionMechanism",
     "ZCdpEvent",
     "mechanism_from_dict",
     "mechanism_to_dict",
@@ -64,6 +79,9 @@ MECHANISM_KINDS: dict[str, type[Mechanism]] = {
     "pure_dp": PureDpEvent,
     "zcdp": ZCdpEvent,
     "no_noise": NoNoise,
+    "report_noisy_laplace": ReportNoisyMin,
+    "exponential": ExponentialMechanism,
+    "generalized_exponential": GeneralizedExponentialMechanism,
 }
 
 _KNOWN_CLASSES = frozenset(MECHANISM_KINDS.values())

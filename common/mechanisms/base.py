@@ -4,7 +4,10 @@
 free or not private, pure epsilon, how it reads under another adjacency, its
 dict form); :class:`KernelMechanism` adds what a site needs to release a
 kernel's sums with it (sensitivities per block, the norm they are in, noise
-scales, noise shares and local-block noise). See the package docstring.
+scales, noise shares and local-block noise). Selection mechanisms, which
+release an index instead of a sum, have their own base class
+(:class:`privadapt.common.mechanisms.selection.SelectionMechanism`). See the
+package docstring.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ class Mechanism:
     adjacency: Adjacency
     #: Can a kernel's sum be released with it (False: an accounting-only event).
     releases_kernel_sums: ClassVar[bool] = False
+    #: Does it release only the index of a winning candidate (a selection
+    #: mechanism, :mod:`privadapt.common.mechanisms.selection`), never a value.
+    releases_index: ClassVar[bool] = False
     #: Poisson sampling rate q of the release (1: every record).
     sampling_rate: ClassVar[float] = 1.0
     #: Is its privacy loss exactly one Gaussian's, of ``noise_multiplier``, so

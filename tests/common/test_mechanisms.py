@@ -13,11 +13,14 @@ from privadapt.common.accounting import PrivacyAccountant
 from privadapt.common.mechanisms import (
     MECHANISM_KINDS,
     Adjacency,
+    ExponentialMechanism,
     GaussianBlock,
     GaussianMechanism,
+    GeneralizedExponentialMechanism,
     LaplaceMechanism,
     NoNoise,
     PureDpEvent,
+    ReportNoisyMin,
     ZCdpEvent,
     mechanism_from_dict,
     mechanism_to_dict,
@@ -36,6 +39,9 @@ ONE_OF_EACH_KIND = [
     PureDpEvent(0.3),
     ZCdpEvent(0.125, ADD_REMOVE),
     NoNoise((0.0, 3.0)),
+    ReportNoisyMin(1.0, 4.0, monotone=True, adjacency=ADD_REMOVE),
+    ExponentialMechanism(0.5, 0.2, minimize=False),
+    GeneralizedExponentialMechanism((0.0, 1.0, 4.0), 0.5, 0.1),
 ]
 WITH_LOCAL_BLOCKS = GaussianMechanism(
     (GaussianBlock(1.0, 2.0),), ADD_REMOVE, local_blocks=(GaussianBlock(0.5, 3.0),)
@@ -82,8 +88,8 @@ def test_gaussian_without_local_blocks_keeps_its_old_dict():
 
 
 def test_unknown_kind_is_refused_naming_the_known_ones():
-    with pytest.raises(ValueError, match=r"unknown mechanism kind 'exponential'.*gaussian"):
-        mechanism_from_dict({"kind": "exponential", "adjacency": "replace_one"})
+    with pytest.raises(ValueError, match=r"unknown mechanism kind 'cauchy'.*gaussian"):
+        mechanism_from_dict({"kind": "cauchy", "adjacency": "replace_one"})
 
 
 def test_sampled_gaussian_cannot_carry_local_blocks():
@@ -190,7 +196,8 @@ def test_noise_norm_is_the_norm_its_sensitivity_is_measured_in(mechanism, norm):
 
 @pytest.mark.parametrize("mechanism", ONE_OF_EACH_KIND, ids=lambda m: m.kind)
 def test_only_kernel_mechanisms_release_kernel_sums(mechanism):
-    assert mechanism.releases_kernel_sums == (mechanism.kind not in ("pure_dp", "zcdp"))
+    assert mechanism.releases_kernel_sums == (
+        mechanism.kind not in ("pure_dp", "zcdp") and not mechanism.releases_index)
 
 
 @pytest.mark.parametrize(
