@@ -122,7 +122,7 @@ def _laplace_pld(mechanism: Mechanism, count: int, interval: float):
 
 def _pure_dp_pld(mechanism: Mechanism, count: int, interval: float):
     pld_common, pld_lib = _pld_modules()
-    params = pld_common.DifferentialPrivacyParameters(mechanism.epsilon, 0.0)
+    params = pld_common.DifferentialPrivacyParameters(mechanism.pure_epsilon, 0.0)
     return pld_lib.from_privacy_parameters(params, interval).self_compose(count)
 
 
@@ -133,6 +133,7 @@ _PLD_BY_KIND = {
     "poisson_sampled_gaussian": _sampled_gaussian_pld_composed,
     "laplace": _laplace_pld,
     "pure_dp": _pure_dp_pld,
+    "report_noisy_laplace": _pure_dp_pld,  # STUB
 }
 
 
@@ -300,7 +301,7 @@ def _laplace_rdp(scale_over_sensitivity: float, orders: np.ndarray) -> np.ndarra
 def _pure_dp_rdp(mechanism: Mechanism, orders: np.ndarray) -> np.ndarray:
     # epsilon-DP implies (epsilon^2/2)-zCDP (Bun and Steinke 2016, Prop. 1.4)
     # and trivially (alpha, epsilon)-RDP.
-    eps = mechanism.epsilon
+    eps = mechanism.pure_epsilon
     return np.minimum(eps, orders * eps**2 / 2)
 
 
@@ -312,6 +313,7 @@ _RDP_BY_KIND = {
     ),
     "laplace": lambda m, orders: _laplace_rdp(m.scale / m.sensitivity, orders),
     "pure_dp": _pure_dp_rdp,
+    "report_noisy_laplace": _pure_dp_rdp,  # STUB
     "zcdp": lambda m, orders: orders * m.rho,
 }
 

@@ -3,7 +3,9 @@ rounds with the site daemons (DESIGN.md sections 3, 6 and 7).
 
 An algorithm is written against :class:`privadapt.common.federation.Federation`
 and cannot tell this class from ``LocalFederation``: ``query`` returns the
-decoded sum of the sites' noised, fixed-point shares.
+decoded sum of the sites' noised, fixed-point shares; ``query_per_site`` and
+``select`` run the same rounds in the ``per_site`` form (each site's own
+answer, unmasked, :mod:`privadapt.server.per_site_answers`).
 
 Resuming after a coordinator restart is replay, not checkpoint restore. Every
 aggregated answer is stored under its algorithm *step* (the n-th query of the
@@ -39,12 +41,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from privadapt.common.errors import BudgetExceededError, PrivadaptError, QueryRefusedError
-from privadapt.common.federation import AggregateAnswer, Query, SitePrivacy
+from privadapt.common.federation import (
+    AggregateAnswer,
+    PerSiteAnswer,
+    Query,
+    ReleaseForm,
+    SelectionAnswer,
+    SitePrivacy,
+)
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, Mechanism
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire import query_to_proto, site_privacy_from_proto
+from privadapt.server.per_site_answers import per_site_answer, selection_answer
 from privadapt.server.rounds import DeliveryError, RoundFailedError, RoundHub
 from privadapt.server.site_registry import SiteRegistry
 from privadapt.server.store import CoordinatorStore, RoundRecord, StoredAnswer
@@ -156,8 +166,32 @@ class NetworkFederation:
     def query(
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
     ) -> AggregateAnswer:
+        query_id, blocks, participants = self._step(kernel, params, mechanism,
+                                                    ReleaseForm.SECURE_SUM)
+        return AggregateAnswer(query_id, blocks, participants)
+
+    def query_per_site(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+    ) -> PerSiteAnswer:
+        return per_site_answer(*self._step(kernel, params, mechanism, ReleaseForm.PER_SITE))
+
+    def select(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+    ) -> SelectionAnswer:
+        step = self._step(kernel, params, mechanism, ReleaseForm.PER_SITE)
+        (shape,) = self._expected_shapes(kernel, params)
+        try:
+            return selection_answer(*step, num_candidates=shape[0])
+        except ValueError as err:
+            raise JobFailedError(f"job {self.job_id!r}: {err}") from None
+
+    def _step(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism, form: ReleaseForm
+    ) -> tuple[str, tuple[Any, ...], tuple[str, ...]]:
+        """One algorithm step: its (query id, blocks, participants), from the
+        store while a resumed job replays, else from a new round."""
         step = next(self._steps)
-        fingerprint = self._fingerprint(kernel, params, mechanism)
+        fingerprint = self._fingerprint(kernel, params, mechanism, form)
         # Steps are answered in order, so once one is not stored none after it
         # is: the store is read only while a resumed job is replaying.
         stored = self._store.answer(self.job_id, step) if self._replaying else None
@@ -169,9 +203,9 @@ class NetworkFederation:
                     "answered before the restart; the algorithm did not replay "
                     "deterministically, so the job cannot resume"
                 )
-            return AggregateAnswer(stored.query_id, stored.blocks, stored.participants)
+            return stored.query_id, stored.blocks, stored.participants
         for _attempt in range(MAX_ATTEMPTS_PER_STEP):
-            answer = self._attempt(step, fingerprint, kernel, params, mechanism)
+            answer = self._attempt(step, fingerprint, kernel, params, mechanism, form)
             if answer is not None:
                 return answer
         raise JobFailedError(
@@ -199,17 +233,18 @@ class NetworkFederation:
 
     def _attempt(
         self, step: int, fingerprint: str, kernel: str, params: Mapping[str, Any],
-        mechanism: Mechanism,
-    ) -> AggregateAnswer | None:
+        mechanism: Mechanism, form: ReleaseForm,
+    ) -> tuple[str, tuple[Any, ...], tuple[str, ...]] | None:
         participants = self._wait_for_participants()
         round = self._next_round(participants)
         query = Query(
             job_id=self.job_id, query_id=f"s{step:06d}-r{round:06d}", kernel=kernel,
             params=params, mechanism=mechanism,
             collusion_tolerance=self._job.collusion_tolerance,
-            fractional_bits=self.codec.fractional_bits,
+            fractional_bits=self.codec.fractional_bits, form=form,
         )
-        expected_shapes = self._expected_shapes(kernel, params)
+        expected_shapes = ([(1,)] if mechanism.releases_index
+                           else self._expected_shapes(kernel, params))
         started = time.time()
         self._store.start_round(RoundRecord.starting(self.job_id, round, step, query.query_id,
                                                      participants, started))
@@ -233,7 +268,7 @@ class NetworkFederation:
                               result.blocks, result.participants)
         self._store.save_answer(answer, record)
         self._notify(record)
-        return AggregateAnswer(query.query_id, result.blocks, result.participants)
+        return query.query_id, result.blocks, result.participants
 
     def _abort_round(self, round: int, step: int, query_id: str, participants: Sequence[str],
                      started: float, reason: str) -> None:
@@ -325,9 +360,10 @@ class NetworkFederation:
         found, dim = get_kernel(kernel), self.dim
         return [tuple(s) for s in found.output_shapes(found.Params.from_wire(params, dim), dim)]
 
-    def _fingerprint(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism) -> str:
+    def _fingerprint(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
+                     form: ReleaseForm) -> str:
         probe = Query(self.job_id, "fingerprint", kernel, params, mechanism,
-                      self._job.collusion_tolerance, self.codec.fractional_bits)
+                      self._job.collusion_tolerance, self.codec.fractional_bits, form)
         encoded = query_to_proto(probe, round=0).SerializeToString(deterministic=True)
         return hashlib.sha256(encoded).hexdigest()
 

@@ -15,12 +15,18 @@ one job carrying exactly one query:
    else the masks did not cancel and the round is aborted instead of
    returning garbage.
 
-The coordinator never sees an unmasked share. If a participant refuses, leaves
-(its stream breaks), or misses the deadline, the round is aborted: every
-participant is told (``RoundAbort``), the shares already received are dropped,
-and :class:`RoundFailedError` says who was missing and who refused -- the caller
-retries with the remaining sites, fresh keys and a fresh query id (every ledger
-has already charged the aborted attempt).
+The coordinator never sees an unmasked share of a secure sum. A ``per_site``
+round (common/federation.py) runs the same steps, but each site adds the full
+noise and sends its blocks unmasked (only its integrity check is masked, so
+the roster is still checked): the result is every site's own answer,
+flattened in participant order (:mod:`privadapt.server.per_site_answers`).
+
+If a participant refuses, leaves (its stream breaks), or misses the deadline,
+the round is aborted: every participant is told (``RoundAbort``), the shares
+already received are dropped, and :class:`RoundFailedError` says who was
+missing and who refused -- the caller retries with the remaining sites, fresh
+keys and a fresh query id (every ledger has already charged the aborted
+attempt).
 
 Threads: the round runs in its job's thread and waits on one condition
 variable; gRPC handler threads deliver keys, shares and refusals into it and
@@ -39,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from privadapt.common.errors import WireError
-from privadapt.common.federation import Query
+from privadapt.common.federation import Query, ReleaseForm
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.query_digest import query_digest
@@ -57,6 +63,7 @@ from privadapt.common.wire import (
     tensor_from_proto,
     timestamp_to_proto,
 )
+from privadapt.server.per_site_answers import decode_per_site
 from privadapt.server.site_registry import SiteRegistry
 
 logger = logging.getLogger(__name__)
@@ -86,6 +93,8 @@ class RoundFailedError(Exception):
 
 @dataclass
 class RoundResult:
+    # The decoded sum's blocks; for a per-site round every site's own blocks,
+    # in participant order (server/per_site_answers.py).
     blocks: tuple[np.ndarray, ...]
     participants: tuple[str, ...]
     job_epsilon: float  # largest job spend reported by the participants' ledgers
@@ -255,6 +264,9 @@ class RoundHub:
         if len(counts) != 1:
             raise RoundFailedError(f"sites sent different numbers of blocks: {sorted(counts)}")
         codec = FixedPointCodec(active.query.fractional_bits)
+        if active.query.form == ReleaseForm.PER_SITE:
+            decoded = decode_per_site(per_site, codec, active.query.mechanism.releases_index)
+            return RoundResult(decoded, active.participants, epsilon)
         blocks = []
         for index in range(counts.pop()):
             shapes = {blocks_[index].shape for blocks_ in per_site}

@@ -40,6 +40,7 @@ from privadapt.common.mechanisms.events import PureDpEvent, ZCdpEvent
 from privadapt.common.mechanisms.gaussian import GaussianBlock, GaussianMechanism
 from privadapt.common.mechanisms.laplace import LaplaceMechanism
 from privadapt.common.mechanisms.no_noise import NoNoise
+from privadapt.common.mechanisms.selection import ReportNoisyMin, SelectionMechanism
 
 __all__ = [
     "MECHANISM_KINDS",
@@ -51,6 +52,8 @@ __all__ = [
     "Mechanism",
     "NoNoise",
     "PureDpEvent",
+    "ReportNoisyMin",
+    "SelectionMechanism",
     "ZCdpEvent",
     "mechanism_from_dict",
     "mechanism_to_dict",
@@ -64,6 +67,7 @@ MECHANISM_KINDS: dict[str, type[Mechanism]] = {
     "pure_dp": PureDpEvent,
     "zcdp": ZCdpEvent,
     "no_noise": NoNoise,
+    "report_noisy_laplace": ReportNoisyMin,
 }
 
 _KNOWN_CLASSES = frozenset(MECHANISM_KINDS.values())

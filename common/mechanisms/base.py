@@ -37,6 +37,8 @@ class Mechanism:
     adjacency: Adjacency
     #: Can a kernel's sum be released with it (False: an accounting-only event).
     releases_kernel_sums: ClassVar[bool] = False
+    #: Does a site release only an index chosen with it (a selection mechanism).
+    releases_index: ClassVar[bool] = False
     #: Poisson sampling rate q of the release (1: every record).
     sampling_rate: ClassVar[float] = 1.0
     #: Is its privacy loss exactly one Gaussian's, of ``noise_multiplier``, so

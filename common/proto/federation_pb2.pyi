@@ -60,7 +60,7 @@ class GaussianBlock(_message.Message):
     def __init__(self, sensitivity: _Optional[float] = ..., sigma: _Optional[float] = ...) -> None: ...
 
 class Mechanism(_message.Message):
-    __slots__ = ("adjacency", "gaussian", "poisson_sampled_gaussian", "laplace", "pure_dp", "zcdp", "no_noise")
+    __slots__ = ("adjacency", "gaussian", "poisson_sampled_gaussian", "laplace", "pure_dp", "zcdp", "no_noise", "report_noisy_laplace", "exponential", "generalized_exponential")
     ADJACENCY_FIELD_NUMBER: _ClassVar[int]
     GAUSSIAN_FIELD_NUMBER: _ClassVar[int]
     POISSON_SAMPLED_GAUSSIAN_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,9 @@ class Mechanism(_message.Message):
     PURE_DP_FIELD_NUMBER: _ClassVar[int]
     ZCDP_FIELD_NUMBER: _ClassVar[int]
     NO_NOISE_FIELD_NUMBER: _ClassVar[int]
+    REPORT_NOISY_LAPLACE_FIELD_NUMBER: _ClassVar[int]
+    EXPONENTIAL_FIELD_NUMBER: _ClassVar[int]
+    GENERALIZED_EXPONENTIAL_FIELD_NUMBER: _ClassVar[int]
     adjacency: str
     gaussian: GaussianMechanism
     poisson_sampled_gaussian: PoissonSampledGaussianMechanism
@@ -75,7 +78,10 @@ class Mechanism(_message.Message):
     pure_dp: PureDpEvent
     zcdp: ZCdpEvent
     no_noise: NoNoise
-    def __init__(self, adjacency: _Optional[str] = ..., gaussian: _Optional[_Union[GaussianMechanism, _Mapping]] = ..., poisson_sampled_gaussian: _Optional[_Union[PoissonSampledGaussianMechanism, _Mapping]] = ..., laplace: _Optional[_Union[LaplaceMechanism, _Mapping]] = ..., pure_dp: _Optional[_Union[PureDpEvent, _Mapping]] = ..., zcdp: _Optional[_Union[ZCdpEvent, _Mapping]] = ..., no_noise: _Optional[_Union[NoNoise, _Mapping]] = ...) -> None: ...
+    report_noisy_laplace: ReportNoisyMin
+    exponential: ExponentialMechanism
+    generalized_exponential: GeneralizedExponentialMechanism
+    def __init__(self, adjacency: _Optional[str] = ..., gaussian: _Optional[_Union[GaussianMechanism, _Mapping]] = ..., poisson_sampled_gaussian: _Optional[_Union[PoissonSampledGaussianMechanism, _Mapping]] = ..., laplace: _Optional[_Union[LaplaceMechanism, _Mapping]] = ..., pure_dp: _Optional[_Union[PureDpEvent, _Mapping]] = ..., zcdp: _Optional[_Union[ZCdpEvent, _Mapping]] = ..., no_noise: _Optional[_Union[NoNoise, _Mapping]] = ..., report_noisy_laplace: _Optional[_Union[ReportNoisyMin, _Mapping]] = ..., exponential: _Optional[_Union[ExponentialMechanism, _Mapping]] = ..., generalized_exponential: _Optional[_Union[GeneralizedExponentialMechanism, _Mapping]] = ...) -> None: ...
 
 class GaussianMechanism(_message.Message):
     __slots__ = ("blocks", "local_blocks")
@@ -119,8 +125,44 @@ class NoNoise(_message.Message):
     sensitivities: _containers.RepeatedScalarFieldContainer[float]
     def __init__(self, sensitivities: _Optional[_Iterable[float]] = ...) -> None: ...
 
+class ReportNoisyMin(_message.Message):
+    __slots__ = ("sensitivity", "scale", "minimize", "monotone")
+    SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
+    SCALE_FIELD_NUMBER: _ClassVar[int]
+    MINIMIZE_FIELD_NUMBER: _ClassVar[int]
+    MONOTONE_FIELD_NUMBER: _ClassVar[int]
+    sensitivity: float
+    scale: float
+    minimize: bool
+    monotone: bool
+    def __init__(self, sensitivity: _Optional[float] = ..., scale: _Optional[float] = ..., minimize: _Optional[bool] = ..., monotone: _Optional[bool] = ...) -> None: ...
+
+class ExponentialMechanism(_message.Message):
+    __slots__ = ("sensitivity", "epsilon", "minimize", "monotone")
+    SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    MINIMIZE_FIELD_NUMBER: _ClassVar[int]
+    MONOTONE_FIELD_NUMBER: _ClassVar[int]
+    sensitivity: float
+    epsilon: float
+    minimize: bool
+    monotone: bool
+    def __init__(self, sensitivity: _Optional[float] = ..., epsilon: _Optional[float] = ..., minimize: _Optional[bool] = ..., monotone: _Optional[bool] = ...) -> None: ...
+
+class GeneralizedExponentialMechanism(_message.Message):
+    __slots__ = ("sensitivities", "epsilon", "beta", "minimize")
+    SENSITIVITIES_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    BETA_FIELD_NUMBER: _ClassVar[int]
+    MINIMIZE_FIELD_NUMBER: _ClassVar[int]
+    sensitivities: _containers.RepeatedScalarFieldContainer[float]
+    epsilon: float
+    beta: float
+    minimize: bool
+    def __init__(self, sensitivities: _Optional[_Iterable[float]] = ..., epsilon: _Optional[float] = ..., beta: _Optional[float] = ..., minimize: _Optional[bool] = ...) -> None: ...
+
 class Query(_message.Message):
-    __slots__ = ("job_id", "round", "query_id", "kernel", "params", "mechanism", "collusion_tolerance", "fractional_bits")
+    __slots__ = ("job_id", "round", "query_id", "kernel", "params", "mechanism", "collusion_tolerance", "fractional_bits", "form")
     class ParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +178,7 @@ class Query(_message.Message):
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     COLLUSION_TOLERANCE_FIELD_NUMBER: _ClassVar[int]
     FRACTIONAL_BITS_FIELD_NUMBER: _ClassVar[int]
+    FORM_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     query_id: str
@@ -144,7 +187,8 @@ class Query(_message.Message):
     mechanism: Mechanism
     collusion_tolerance: int
     fractional_bits: int
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., kernel: _Optional[str] = ..., params: _Optional[_Mapping[str, ParamValue]] = ..., mechanism: _Optional[_Union[Mechanism, _Mapping]] = ..., collusion_tolerance: _Optional[int] = ..., fractional_bits: _Optional[int] = ...) -> None: ...
+    form: str
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., kernel: _Optional[str] = ..., params: _Optional[_Mapping[str, ParamValue]] = ..., mechanism: _Optional[_Union[Mechanism, _Mapping]] = ..., collusion_tolerance: _Optional[int] = ..., fractional_bits: _Optional[int] = ..., form: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("site_name", "software_version", "num_records", "num_features", "kernels", "policy_version", "adjacency")
