@@ -247,23 +247,23 @@ class NetworkFederation:
                            else self._expected_shapes(kernel, params))
         started = time.time()
         self._store.start_round(RoundRecord.starting(self.job_id, round, step, query.query_id,
-                                                     participants, started))
+                                                     participants, started, form))
         try:
             result = self._hub.run_round(query, round, participants, self._job.round_timeout,
                                          expected_shapes)
         except RoundFailedError as failure:
             self._abort_round(round, step, query.query_id, participants, started,
-                              failure.reason)
+                              failure.reason, form)
             self._raise_for_refusals(failure)
             self._skip_replayed_rounds(failure)
             self._exclude(failure.missing)
             return None
         except Exception as error:  # a bug or a closed round: the job fails, the row ends
             self._abort_round(round, step, query.query_id, participants, started,
-                              f"coordinator error: {type(error).__name__}: {error}")
+                              f"coordinator error: {type(error).__name__}: {error}", form)
             raise
         record = RoundRecord(self.job_id, round, step, query.query_id, result.participants,
-                             started, time.time(), False, "", result.job_epsilon)
+                             started, time.time(), False, "", result.job_epsilon, form=form)
         answer = StoredAnswer(self.job_id, step, round, query.query_id, fingerprint,
                               result.blocks, result.participants)
         self._store.save_answer(answer, record)
@@ -271,9 +271,9 @@ class NetworkFederation:
         return query.query_id, result.blocks, result.participants
 
     def _abort_round(self, round: int, step: int, query_id: str, participants: Sequence[str],
-                     started: float, reason: str) -> None:
+                     started: float, reason: str, form: ReleaseForm) -> None:
         record = RoundRecord(self.job_id, round, step, query_id, tuple(participants), started,
-                             time.time(), True, reason, math.nan)
+                             time.time(), True, reason, math.nan, form=form)
         self._store.record_round(record)
         self._store.audit("round_aborted", job_id=self.job_id, detail=reason)
         self._notify(record)

@@ -3,6 +3,7 @@ in-process coordinator and sites (threads) over mutual-TLS gRPC on 127.0.0.1."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -11,6 +12,8 @@ import pytest
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.mechanisms import NoNoise, ReportNoisyMin
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.server.jobs import privacy_report_json
 from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
@@ -63,6 +66,13 @@ def test_per_site_answers_over_the_network_equal_the_in_process_ones(network):
                                    rtol=0, atol=1e-9)
     # The sum is not what each site sent: the answers really are per site.
     assert not np.allclose(networked.answers["site-a"][0], networked.answers["site-b"][0])
+    # The job's report says the coordinator saw each site's own release.
+    report = json.loads(privacy_report_json(
+        "per-site", pb.JobSpec(algorithm="test", sites=SITES),
+        federation.privacy_spent(), coordinator.store.rounds("per-site")))
+    assert report["per_site_rounds"] == [1]
+    assert "saw each participating site's own" in report["release_note"]
+    assert {s["releases_seen_by_coordinator"] for s in report["sites"].values()} == {1}
 
 
 def test_a_policy_that_forbids_per_site_releases_refuses_them_over_the_network(network):
