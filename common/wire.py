@@ -314,13 +314,14 @@ def signed_key_to_proto(key: SignedKey, query_id: str) -> pb.KeyAnnouncement:
         job_id=key.job_id, round=key.round, query_id=query_id, site_name=key.site_name,
         public_key=key.public_key, signature=key.signature,
         certificate_pem=key.certificate_pem, query_digest=key.query_digest,
+        check_public_key=key.check_public_key,
     )
 
 
 def signed_key_from_proto(msg: pb.KeyAnnouncement) -> SignedKey:
     """A roster entry as received; verification is ``roster.verify_roster``'s job."""
     return SignedKey(msg.site_name, msg.job_id, msg.round, msg.public_key, msg.signature,
-                     msg.certificate_pem, msg.query_digest)
+                     msg.certificate_pem, msg.query_digest, msg.check_public_key)
 
 
 # --------------------------------------------------------------------------- privacy reports

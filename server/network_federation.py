@@ -123,6 +123,10 @@ class NetworkFederation:
         # not charged for one aborted attempt after another. A site that
         # reconnects has a new session and takes part again.
         self._excluded_sessions: set[str] = set()
+        # Sites whose integrity check was wrong in one of this job's rounds
+        # (server/rounds.py): left out for the rest of the job, reconnected
+        # or not, so that a lying participant cannot abort every retry.
+        self._blamed: set[str] = set()
         self._replaying = True
         # No round of this job runs now (one federation per job run), so any
         # round still "started" is one a crashed coordinator never finished.
@@ -257,6 +261,7 @@ class NetworkFederation:
             self._raise_for_refusals(failure)
             self._skip_replayed_rounds(failure)
             self._exclude(failure.missing)
+            self._blame(failure.blamed)
             return None
         except Exception as error:  # a bug or a closed round: the job fails, the row ends
             self._abort_round(round, step, query.query_id, participants, started,
@@ -306,10 +311,21 @@ class NetworkFederation:
                 logger.warning("job=%s: site %s is left out of the next rounds until it "
                                "reconnects", self.job_id, name)
 
+    def _blame(self, names: Sequence[str]) -> None:
+        for name in names:
+            if name not in self._blamed:
+                self._blamed.add(name)
+                logger.warning("job=%s: site %s sent a wrong integrity check; it is left out "
+                               "of the rest of the job", self.job_id, name)
+                self._store.audit("site_blamed", job_id=self.job_id, site_name=name,
+                                  detail="wrong integrity check: left out of the job")
+
     def _eligible(self) -> set[str]:
         """The job's sites that are connected and not left out."""
         eligible = set()
         for name in self._job.sites:
+            if name in self._blamed:
+                continue
             session = self._registry.session(name)
             if session is not None and session.session_id not in self._excluded_sessions:
                 eligible.add(name)
@@ -329,7 +345,9 @@ class NetworkFederation:
                 f"({', '.join(connected) or 'none'}), fewer than min_participants="
                 f"{self._job.min_participants}, after waiting {self._job.site_wait_timeout:g} s; "
                 f"not taking part: {', '.join(absent)} (not connected, or left out after missing "
-                "a round's deadline: check those site daemons and their logs)"
+                "a round's deadline: check those site daemons and their logs"
+                + (f"; left out for a wrong integrity check: {', '.join(sorted(self._blamed))}"
+                   if self._blamed else "") + ")"
             )
         if self._cancelled.is_set():
             raise JobCancelledError(f"job {self.job_id!r} was cancelled")

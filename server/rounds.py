@@ -15,6 +15,14 @@ one job carrying exactly one query:
    else the masks did not cancel and the round is aborted instead of
    returning garbage.
 
+A failed integrity check is not blamed on "the sites" as a whole: the hub asks
+every participant for the private half of its check key (it masked only the
+check, so it reveals nothing else), recomputes each site's check
+(``secagg.blame_integrity_checks``) and names the sites whose check was wrong
+or who would not reveal, in :attr:`RoundFailedError.blamed`; the job leaves
+them out, so a participant that lies in its check costs the honest sites one
+charged round, not one per retry.
+
 The coordinator never sees an unmasked share of a secure sum. A ``per_site``
 round (common/federation.py) runs the same steps, but each site adds the full
 noise and sends its blocks unmasked (only its integrity check is masked, so
@@ -53,6 +61,7 @@ from privadapt.common.roster import PUBLIC_KEY_BYTES, RosterError, verify_roster
 from privadapt.common.secagg import (
     INTEGRITY_CHECK_SHAPE,
     MaskMismatchError,
+    blame_integrity_checks,
     unmask_sum,
     verify_integrity_check,
 )
@@ -67,6 +76,9 @@ from privadapt.server.per_site_answers import decode_per_site
 from privadapt.server.site_registry import SiteRegistry
 
 logger = logging.getLogger(__name__)
+
+# How long a round whose integrity check failed waits for check keys, at least.
+_MIN_REVEAL_WAIT_S = 5.0
 
 
 class DeliveryError(Exception):
@@ -86,6 +98,9 @@ class RoundFailedError(Exception):
     reason: str
     missing: tuple[str, ...] = ()
     refusals: tuple[pb.Refusal, ...] = ()
+    # Sites whose integrity check was wrong, or who would not reveal their
+    # check key after a failed check: left out of the rest of the job.
+    blamed: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return self.reason
@@ -117,6 +132,9 @@ class _ActiveRound:
     # What every site's key must commit to: the digest of the query as the
     # sites decode it (after the wire round trip), not of the caller's object.
     query_digest: bytes = b""
+    # Check keys revealed after a failed integrity check, by site.
+    revealed: dict[str, bytes] = field(default_factory=dict)
+    revealing: bool = False
 
     def failed(self) -> bool:
         return bool(self.refusals or self.gone or self.cancelled)
@@ -172,7 +190,10 @@ class RoundHub:
             self._wait(active, lambda: len(active.keys) == len(names), deadline, "keys")
             self._send_roster(active)
             self._wait(active, lambda: len(active.shares) == len(names), deadline, "shares")
-            return self._aggregate(active)
+            try:
+                return self._aggregate(active)
+            except MaskMismatchError as mismatch:
+                raise self._blame(active, str(mismatch), deadline) from None
         except RoundFailedError as failure:
             self._abort(active, failure)
             raise
@@ -255,10 +276,7 @@ class RoundHub:
         with active.condition:
             shares = [active.share_blocks[name] for name in active.participants]
             epsilon = max(active.shares[name].job_epsilon for name in active.participants)
-        try:
-            verify_integrity_check([blocks[-1] for blocks in shares])
-        except MaskMismatchError as err:
-            raise RoundFailedError(str(err)) from None
+        verify_integrity_check([blocks[-1] for blocks in shares])  # MaskMismatchError
         per_site = [blocks[:-1] for blocks in shares]
         counts = {len(blocks) for blocks in per_site}
         if len(counts) != 1:
@@ -275,6 +293,52 @@ class RoundHub:
                     f"block {index}: sites sent different shapes {sorted(shapes)}")
             blocks.append(codec.decode(unmask_sum(b[index] for b in per_site)))
         return RoundResult(tuple(blocks), active.participants, epsilon)
+
+    def _blame(self, active: _ActiveRound, reason: str, deadline: float) -> RoundFailedError:
+        """The failure of a round whose integrity check failed, naming the
+        sites to blame (module docstring): every participant is asked for its
+        check key, and waited for until the round's deadline (at least a few
+        seconds, so a check that fails at the deadline can still be judged)."""
+        query = active.query
+        request = pb.CheckKeyRequest(job_id=query.job_id, round=active.round,
+                                     query_id=query.query_id)
+        with active.condition:
+            active.revealing = True
+        for name in active.participants:
+            self._send(active, name, check_key_request=request)
+        wait = max(_MIN_REVEAL_WAIT_S, deadline - time.monotonic())
+        with active.condition:
+            active.condition.wait_for(
+                lambda: len(active.revealed) == len(active.participants) or active.cancelled,
+                wait)
+            revealed = dict(active.revealed)
+            checks = {name: active.share_blocks[name][-1] for name in active.participants}
+        roster = self._verified_roster(active)
+        if roster is None:
+            return RoundFailedError(reason)
+        blamed = blame_integrity_checks(roster, query.query_id, checks, revealed)
+        if not blamed:
+            return RoundFailedError(reason + "; every site's check matches the check key it "
+                                    "revealed, so the sites masked under different rosters")
+        return RoundFailedError(
+            f"the masks did not cancel, and the integrity check of site(s) "
+            f"{', '.join(blamed)} does not match the check key each signed into the roster "
+            "(or none was revealed): left out of this job; the other sites' checks are "
+            "exactly what their keys give", blamed=blamed)
+
+    def _verified_roster(self, active: _ActiveRound):  # -> Roster | None
+        """The round's roster as the coordinator verifies it (any member's
+        view: check keys do not depend on it); None without a CA to verify
+        against, or for a roster that does not verify (then no one is blamed
+        here: the sites themselves refused it)."""
+        if self._ca_pem is None:
+            return None
+        entries = [signed_key_from_proto(active.keys[name]) for name in active.participants]
+        try:
+            return verify_roster(entries, self._ca_pem, active.query.job_id, active.round, 1,
+                                 active.participants[0], query_digest=active.query_digest)
+        except RosterError:
+            return None
 
     def _abort(self, active: _ActiveRound, failure: RoundFailedError) -> None:
         query = active.query
@@ -393,6 +457,20 @@ class RoundHub:
                                     f"submitted its share for round {message.round}")
             active.shares[message.site_name] = message
             active.share_blocks[message.site_name] = blocks
+            active.condition.notify_all()
+
+    def deliver_check_key(self, message: pb.CheckKeyReveal) -> None:
+        active = self._find(message.job_id, message.round, message.query_id, message.site_name)
+        if len(message.check_private_key) != PUBLIC_KEY_BYTES:
+            raise DeliveryError("INVALID_ARGUMENT", f"a check key has {PUBLIC_KEY_BYTES} bytes")
+        with active.condition:
+            if not active.revealing:
+                raise DeliveryError("FAILED_PRECONDITION", "no check key was asked for in "
+                                    f"round {message.round}")
+            if message.site_name in active.revealed:
+                raise DeliveryError("ALREADY_EXISTS", f"site {message.site_name!r} already "
+                                    "revealed its check key")
+            active.revealed[message.site_name] = message.check_private_key
             active.condition.notify_all()
 
     def deliver_refusal(self, message: pb.Refusal) -> None:

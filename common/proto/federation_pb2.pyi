@@ -287,7 +287,7 @@ class RoundAnnouncement(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., query: _Optional[_Union[Query, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fractional_bits: _Optional[int] = ...) -> None: ...
 
 class KeyAnnouncement(_message.Message):
-    __slots__ = ("job_id", "round", "query_id", "site_name", "public_key", "signature", "certificate_pem", "query_digest")
+    __slots__ = ("job_id", "round", "query_id", "site_name", "public_key", "signature", "certificate_pem", "query_digest", "check_public_key")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +296,7 @@ class KeyAnnouncement(_message.Message):
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     CERTIFICATE_PEM_FIELD_NUMBER: _ClassVar[int]
     QUERY_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    CHECK_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     query_id: str
@@ -304,7 +305,8 @@ class KeyAnnouncement(_message.Message):
     signature: bytes
     certificate_pem: bytes
     query_digest: bytes
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., certificate_pem: _Optional[bytes] = ..., query_digest: _Optional[bytes] = ...) -> None: ...
+    check_public_key: bytes
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., certificate_pem: _Optional[bytes] = ..., query_digest: _Optional[bytes] = ..., check_public_key: _Optional[bytes] = ...) -> None: ...
 
 class Roster(_message.Message):
     __slots__ = ("job_id", "round", "query_id", "keys")
@@ -342,6 +344,16 @@ class JobEnd(_message.Message):
     message: str
     def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
+class CheckKeyRequest(_message.Message):
+    __slots__ = ("job_id", "round", "query_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    round: int
+    query_id: str
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ...) -> None: ...
+
 class PrivacyReportRequest(_message.Message):
     __slots__ = ("job_id", "delta")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -351,7 +363,7 @@ class PrivacyReportRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., delta: _Optional[float] = ...) -> None: ...
 
 class WorkItem(_message.Message):
-    __slots__ = ("sequence", "job_start", "round_announcement", "roster", "round_abort", "job_end", "privacy_report_request")
+    __slots__ = ("sequence", "job_start", "round_announcement", "roster", "round_abort", "job_end", "privacy_report_request", "check_key_request")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     JOB_START_FIELD_NUMBER: _ClassVar[int]
     ROUND_ANNOUNCEMENT_FIELD_NUMBER: _ClassVar[int]
@@ -359,6 +371,7 @@ class WorkItem(_message.Message):
     ROUND_ABORT_FIELD_NUMBER: _ClassVar[int]
     JOB_END_FIELD_NUMBER: _ClassVar[int]
     PRIVACY_REPORT_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    CHECK_KEY_REQUEST_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     job_start: JobStart
     round_announcement: RoundAnnouncement
@@ -366,7 +379,8 @@ class WorkItem(_message.Message):
     round_abort: RoundAbort
     job_end: JobEnd
     privacy_report_request: PrivacyReportRequest
-    def __init__(self, sequence: _Optional[int] = ..., job_start: _Optional[_Union[JobStart, _Mapping]] = ..., round_announcement: _Optional[_Union[RoundAnnouncement, _Mapping]] = ..., roster: _Optional[_Union[Roster, _Mapping]] = ..., round_abort: _Optional[_Union[RoundAbort, _Mapping]] = ..., job_end: _Optional[_Union[JobEnd, _Mapping]] = ..., privacy_report_request: _Optional[_Union[PrivacyReportRequest, _Mapping]] = ...) -> None: ...
+    check_key_request: CheckKeyRequest
+    def __init__(self, sequence: _Optional[int] = ..., job_start: _Optional[_Union[JobStart, _Mapping]] = ..., round_announcement: _Optional[_Union[RoundAnnouncement, _Mapping]] = ..., roster: _Optional[_Union[Roster, _Mapping]] = ..., round_abort: _Optional[_Union[RoundAbort, _Mapping]] = ..., job_end: _Optional[_Union[JobEnd, _Mapping]] = ..., privacy_report_request: _Optional[_Union[PrivacyReportRequest, _Mapping]] = ..., check_key_request: _Optional[_Union[CheckKeyRequest, _Mapping]] = ...) -> None: ...
 
 class MaskedShare(_message.Message):
     __slots__ = ("job_id", "round", "query_id", "site_name", "blocks", "fractional_bits", "roster_sites", "job_epsilon")
@@ -419,6 +433,20 @@ class Refusal(_message.Message):
     message: str
     last_round: int
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., reason: _Optional[_Union[Refusal.Reason, str]] = ..., message: _Optional[str] = ..., last_round: _Optional[int] = ...) -> None: ...
+
+class CheckKeyReveal(_message.Message):
+    __slots__ = ("job_id", "round", "query_id", "site_name", "check_private_key")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    SITE_NAME_FIELD_NUMBER: _ClassVar[int]
+    CHECK_PRIVATE_KEY_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    round: int
+    query_id: str
+    site_name: str
+    check_private_key: bytes
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., check_private_key: _Optional[bytes] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("job_id", "round", "query_id")
