@@ -119,3 +119,91 @@ def test_per_site_releases_among_several_sites_follow_the_policy(make_site):
     # Alone, a per-site answer is what a secure sum of one site would show anyway.
     forbidding.answer(query, 1)
     assert len(forbidding.ledger.charges()) == 1
+
+
+# --- sensitivity of a selection on adversarial neighbours ------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from privadapt.client.ledger import PrivacyLedger  # noqa: E402
+from privadapt.client.policy import SitePolicy  # noqa: E402
+from privadapt.client.site import Site  # noqa: E402
+from privadapt.common.data import Dataset  # noqa: E402
+from privadapt.common.fixed_point import FixedPointCodec  # noqa: E402
+
+_FINITE = st.floats(-1e3, 1e3, allow_nan=False)
+
+
+def _site(features, labels, adjacency, tmp_path, ledger_name) -> Site:
+    policy = SitePolicy("site", 1e6, 1e-6, adjacency=adjacency)
+    data = Dataset(np.asarray(features, float), np.asarray(labels, float),
+                   tuple(f"x{i}" for i in range(DIM)))
+    return Site(data, policy, PrivacyLedger(tmp_path / f"{ledger_name}.db", policy))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    records=st.lists(st.tuples(st.lists(_FINITE, min_size=DIM, max_size=DIM),
+                               st.sampled_from([-1.0, 1.0])), min_size=1, max_size=12),
+    extreme=st.tuples(st.lists(st.floats(-1e8, 1e8, allow_nan=False), min_size=DIM,
+                               max_size=DIM), st.sampled_from([-1.0, 1.0])),
+    candidates=st.lists(st.lists(_FINITE, min_size=DIM, max_size=DIM), min_size=1,
+                        max_size=4),
+    loss=st.sampled_from(["logistic", "squared"]),
+    loss_bound=st.floats(1e-3, 1e3),
+    adjacency=st.sampled_from(list(Adjacency)),
+    bits=st.sampled_from([16, 32, 48]),
+)
+def test_selection_scores_move_by_at_most_the_charged_sensitivity(
+        tmp_path_factory, records, extreme, candidates, loss, loss_bound, adjacency, bits):
+    tmp_path = tmp_path_factory.mktemp("neighbours")
+    features = [r[0] for r in records]
+    labels = [r[1] for r in records]
+    if adjacency == Adjacency.REPLACE_ONE:
+        other = ([extreme[0], *features[1:]], [extreme[1], *labels[1:]])
+    else:
+        other = ([*features, extreme[0]], [*labels, extreme[1]])
+    params = {"candidates": np.array(candidates), "loss": loss, "loss_bound": loss_bound}
+    query = Query("job", "q1", "validation_loss", params, ReportNoisyMin(2 * loss_bound, 1.0),
+                  fractional_bits=bits, form=ReleaseForm.PER_SITE)
+    codec = FixedPointCodec(bits)
+    rounded, charged, refusals = [], [], []
+    for name, (x, y) in (("d", (features, labels)), ("d-prime", other)):
+        site = _site(x, y, adjacency, tmp_path, name)
+        try:
+            admitted = site._admission.admit(query, 1)
+        except QueryRefusedError as err:  # e.g. a grid too fine for the range
+            refusals.append(str(err))
+            continue
+        (scores,) = admitted.kernel.compute(site._data, admitted.params, {})
+        rounded.append(codec.decode(codec.encode(scores)))
+        charged.append(admitted.charged.score_sensitivities)
+    assert len(refusals) in (0, 2) and len(set(refusals)) <= 1  # public, never the data's
+    if refusals:
+        return
+    assert charged[0] == charged[1]  # public: the same whatever the data
+    assert np.all(np.abs(rounded[0] - rounded[1]) <= max(charged[0]))
+
+
+def test_selection_refusals_are_the_same_on_neighbours(tmp_path):
+    base = synthetic_dataset(30, DIM, seed=3)
+    features = base.features.copy()
+    features[0] = 1e9
+    for adjacency in Adjacency:
+        messages = []
+        for name, data in (("d", base), ("d-prime", Dataset(features, base.labels,
+                                                             base.feature_names))):
+            policy = SitePolicy("site", 1e6, 1e-6, adjacency=adjacency)
+            site = Site(data, policy, PrivacyLedger(tmp_path / f"{name}-{adjacency}.db",
+                                                    policy))
+            outcome = []
+            for query, participants in ((_query(ReportNoisyMin(4.0, 1.0)), 3),
+                                        (_query(ReportNoisyMin(1.0, 1.0)), 1),
+                                        (_query(ReportNoisyMin(4.0, 1.0),
+                                                ReleaseForm.SECURE_SUM), 1)):
+                with pytest.raises(QueryRefusedError) as refused:
+                    site.answer(query, participants)
+                outcome.append(str(refused.value))
+            messages.append(outcome)
+        assert messages[0] == messages[1]
