@@ -53,7 +53,7 @@ def check_work_item(item: pb.WorkItem) -> None:
         return  # an item kind this site does not know: ignored by the worker
     message = getattr(item, kind)
     check_name(message.job_id, f"{kind}.job_id")
-    if kind in ("round_announcement", "roster", "round_abort", "check_key_request"):
+    if kind in ("round_announcement", "roster", "round_abort"):
         check_round(message.round, f"{kind}.round")
         check_name(message.query_id, f"{kind}.query_id")
     if kind == "privacy_report_request" and not 0 <= message.delta < 1:

@@ -89,7 +89,8 @@ class QueryAdmission:
         """The admitted query, or ``QueryRefusedError`` saying why not."""
         try:
             query = dataclasses.replace(query, params=_own_copy(query.params))
-            honest_share_count(num_participants, query.collusion_tolerance)
+            if query.form == ReleaseForm.SECURE_SUM:  # a per-site answer is not a share
+                honest_share_count(num_participants, query.collusion_tolerance)
         except ValueError as err:
             raise self.refusal(query, str(err)) from None
         kernel, params = self._kernel_and_params(query, num_participants)
@@ -137,7 +138,8 @@ class QueryAdmission:
                 f"{num_participants} participants, fewer than the policy's minimum "
                 f"{policy.min_participants}",
             )
-        if query.collusion_tolerance < policy.collusion_tolerance:
+        if (query.form == ReleaseForm.SECURE_SUM
+                and query.collusion_tolerance < policy.collusion_tolerance):
             raise self.refusal(
                 query,
                 f"the job tolerates t={query.collusion_tolerance} colluding sites but the "
@@ -282,7 +284,19 @@ class QueryAdmission:
         charged_scores = tuple(s + step for s in own)
         if uniform:
             charged_scores = (max(charged_scores),)
-        return mechanism.with_score_sensitivities(charged_scores, self.policy.adjacency)
+        charged = mechanism.with_score_sensitivities(charged_scores, self.policy.adjacency)
+        # The policy's noise floor holds for selections too: a selection of
+        # pure epsilon e has the Laplace-equivalent noise multiplier 1 / e.
+        if charged.is_non_private and not self.policy.allow_non_private:
+            raise self.refusal(query, "a selection without noise is not private; the policy "
+                               "allows it only on simulation sites (allow_non_private)")
+        epsilon = charged.pure_epsilon
+        if epsilon > 0 and 1.0 / epsilon < self.policy.min_noise_multiplier:
+            raise self.refusal(
+                query, f"this selection costs epsilon {epsilon:.4g}, a noise multiplier of "
+                f"{1.0 / epsilon:.4g} (1/epsilon), below the policy's minimum "
+                f"{self.policy.min_noise_multiplier:g}")
+        return charged
 
     def _check_noise(
         self, query: Query, charged: KernelMechanism, codec: FixedPointCodec, num_released: int

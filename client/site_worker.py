@@ -14,14 +14,12 @@ The site side of a secure-aggregation round (server/rounds.py has the other):
   answer the query through :class:`~privadapt.client.site.Site` with that K --
   policy checks, kernel, noise share sized by K and t, ledger charge committed --
   then mask each block (a ``per_site`` query: the full noise, unmasked), add
-  the masked integrity check
+  the masked integrity check and the private half of the round's check key
+  (it masked the check alone, so the coordinator can verify this site's check
+  and learns nothing about its blocks)
   (``secagg.mask_integrity_check``, which tells the coordinator whether the
   masks cancelled) and submit;
 * ``RoundAbort``: forget the round's keys (the ledger keeps its charge);
-* ``CheckKeyRequest``: reveal the private half of the round's check key (it
-  masked the integrity check only, so it reveals nothing about the share),
-  which lets the coordinator tell whose check was wrong; kept for the last
-  :data:`KEPT_CHECK_KEYS` rounds answered;
 * ``PrivacyReportRequest``: report this job's spend from the site's own ledger.
 
 A refusal (policy, budget, bad roster, replay) goes back as a ``Refusal`` with
@@ -32,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,8 +56,6 @@ logger = logging.getLogger(__name__)
 
 # Unary replies to the coordinator; a round never waits longer than its deadline.
 CALL_TIMEOUT_S = 30.0
-# Rounds whose check key a site can still reveal (32 bytes each).
-KEPT_CHECK_KEYS = 256
 
 
 class CoordinatorCalls(Protocol):
@@ -70,7 +65,6 @@ class CoordinatorCalls(Protocol):
     def SubmitShare(self, request: pb.MaskedShare, timeout: float) -> pb.Ack: ...
     def Refuse(self, request: pb.Refusal, timeout: float) -> pb.Ack: ...
     def ReportPrivacy(self, request: pb.SitePrivacyReport, timeout: float) -> pb.Ack: ...
-    def RevealCheckKey(self, request: pb.CheckKeyReveal, timeout: float) -> pb.Ack: ...
 
 
 @dataclass(frozen=True)
@@ -102,8 +96,6 @@ class SiteWorker:
         self.identity = identity
         self.progress = progress
         self._open: dict[tuple[str, int], _OpenRound] = {}
-        # (job, round) -> (query id, private check key) of rounds answered.
-        self._check_keys: OrderedDict[tuple[str, int], tuple[str, bytes]] = OrderedDict()
 
     def handle(self, item: pb.WorkItem, calls: CoordinatorCalls) -> None:
         """Act on one work item. Never raises: the daemon keeps serving."""
@@ -149,8 +141,6 @@ class SiteWorker:
                         self.site.name, abort.job_id, abort.round, abort.reason)
         elif kind == "privacy_report_request":
             self._on_privacy_request(item.privacy_report_request, calls)
-        elif kind == "check_key_request":
-            self._on_check_key_request(item.check_key_request, calls)
         elif kind == "job_end":
             self.progress.finish(item.job_end.job_id)
             for key in [k for k in self._open if k[0] == item.job_end.job_id]:
@@ -220,9 +210,6 @@ class SiteWorker:
                     for index, block in enumerate(share.blocks)
                 ]
             masked.append(mask_integrity_check(opened.keys, roster, job_id, round, query_id))
-            self._check_keys[(job_id, round)] = (query_id, opened.keys.check_private_bytes())
-            while len(self._check_keys) > KEPT_CHECK_KEYS:
-                self._check_keys.popitem(last=False)
         except RosterError as err:
             self._refuse(calls, job_id, round, query_id, pb.Refusal.ROSTER_INVALID, str(err))
             return
@@ -240,6 +227,8 @@ class SiteWorker:
             blocks=[tensor_to_proto(b, f"share block {i}") for i, b in enumerate(masked)],
             fractional_bits=opened.query.fractional_bits, roster_sites=roster.names,
             job_epsilon=self.site.ledger.spent_by_job(job_id).epsilon,
+            # Masked the check only: lets the coordinator verify this site's check.
+            check_private_key=opened.keys.check_private_bytes(),
         ), timeout=CALL_TIMEOUT_S)
 
     def _refuse(self, calls: CoordinatorCalls, job_id: str, round: int, query_id: str,
@@ -250,20 +239,6 @@ class SiteWorker:
                                 site_name=self.site.name, reason=reason, message=message,
                                 last_round=last_round),
                      timeout=CALL_TIMEOUT_S)
-
-    def _on_check_key_request(self, message: pb.CheckKeyRequest,
-                              calls: CoordinatorCalls) -> None:
-        kept = self._check_keys.get((message.job_id, message.round))
-        if kept is None or kept[0] != message.query_id:
-            logger.warning("site=%s job=%s round=%d: check key asked for a round this site "
-                           "did not answer; ignored", self.site.name, message.job_id,
-                           message.round)
-            return
-        logger.info("site=%s job=%s round=%d: the integrity check failed; revealing this "
-                    "round's check key", self.site.name, message.job_id, message.round)
-        calls.RevealCheckKey(pb.CheckKeyReveal(
-            job_id=message.job_id, round=message.round, query_id=message.query_id,
-            site_name=self.site.name, check_private_key=kept[1]), timeout=CALL_TIMEOUT_S)
 
     def _on_privacy_request(self, message: pb.PrivacyReportRequest,
                             calls: CoordinatorCalls) -> None:

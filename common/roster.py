@@ -341,6 +341,10 @@ def _verify_entry(
     for what, raw in (("public key", entry.public_key), ("check key", entry.check_public_key)):
         if len(raw) != PUBLIC_KEY_BYTES:
             raise refuse(f"{what} has {len(raw)} bytes, not {PUBLIC_KEY_BYTES}")
+        if raw[-1] & 0x80:
+            # X25519 ignores the top bit, so a key has two encodings; only the
+            # canonical one is accepted, so duplicate keys are caught by bytes.
+            raise refuse(f"{what} is not canonically encoded (its top bit is set)")
 
     message = key_context(federation, job_id, round, entry.site_name, entry.public_key,
                           entry.query_digest, entry.check_public_key)

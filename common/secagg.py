@@ -24,21 +24,25 @@ Protocol, per round (DESIGN.md section 6):
    the roster and the coordinator's :func:`unmask_sum` is the exact sum of the
    encodings;
 4. with its blocks, every site sends one more masked value, the integrity
-   check (:func:`mask_integrity_check`): the integer 1 under masks of its own,
-   derived from a second X25519 key pair (the *check key*, signed into the
-   roster with the mask key) that masks nothing else. Its sum is K exactly
-   when every pair's masks cancelled; otherwise it is off by a pseudo-random
-   64-bit difference of two keystreams, so :func:`verify_integrity_check`
-   tells a sum from garbage (a false pass has probability 2^-64) before
-   anything is decoded;
-5. when the check fails, the coordinator asks every participant for the
-   private half of its check key (:meth:`RoundKeys.check_private_bytes`).
-   It reveals nothing about any share: that key masked only the constant 1.
-   With every check key known, :func:`blame_integrity_checks` recomputes the
-   check each site should have sent and names the sites whose revealed key
-   does not match the one they signed or whose check differs: a participant
-   that lies in its check is identified and left out of the job, instead of
-   aborting every retry at the honest sites' expense.
+   check (:func:`mask_integrity_check`): the integer 1 under masks derived
+   from a second X25519 key pair (the *check key*, signed into the roster
+   with the mask key) that masks nothing else, under the roster's digest.
+   Its sum is K exactly when every site verified the same roster (and sent
+   an honest check); otherwise it is off by a pseudo-random 64-bit
+   difference of two keystreams, so :func:`verify_integrity_check` tells a
+   sum over disagreeing rosters from a good one (a false pass has
+   probability 2^-64) before anything is decoded. It does not test the block
+   masks themselves: a site masking its blocks with a key other than the one
+   it signed (a bug, or a site sending garbage on purpose, which it could
+   always do) goes undetected;
+5. with its share, every site sends the private half of its check key
+   (:meth:`RoundKeys.check_private_bytes`). It reveals nothing about any
+   share: that key masked only the constant 1. When the check fails,
+   :func:`blame_integrity_checks` recomputes the check each site had to send
+   and names the sites whose key does not match the one they signed or
+   whose check differs: a participant that lies in its check is identified
+   and left out of the job, instead of aborting every retry at the honest
+   sites' expense.
 
 What it defends against: an honest-but-curious coordinator (and any
 eavesdropper) sees each site's share only masked by keystreams it cannot
@@ -411,8 +415,9 @@ def verify_integrity_check(masked_checks: Sequence[np.ndarray]) -> None:
     """The coordinator's side of the integrity check: the masked checks of
     every roster member (from :func:`mask_integrity_check`) must sum to their
     number. :class:`MaskMismatchError` otherwise: some pair of sites derived
-    different masks (different rosters, keys or contexts), so the sum of the
-    blocks is garbage and must not be decoded."""
+    different check masks (different rosters or check keys), or a site sent a
+    wrong check, so the sum of the blocks is not to be trusted and must not
+    be decoded (:func:`blame_integrity_checks` says whose check was wrong)."""
     total = unmask_sum(masked_checks)
     if total.shape != INTEGRITY_CHECK_SHAPE or int(total[0]) != len(masked_checks):
         raise MaskMismatchError(

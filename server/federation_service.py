@@ -146,9 +146,6 @@ class FederationServicer(rpc.FederationServiceServicer):
                           detail=f"{pb.Refusal.Reason.Name(request.reason)}: {request.message}")
         return ack
 
-    def RevealCheckKey(self, request: pb.CheckKeyReveal, context: grpc.ServicerContext):
-        return self._deliver(self._hub.deliver_check_key, request, context)
-
     def ReportPrivacy(self, request: pb.SitePrivacyReport, context: grpc.ServicerContext):
         self._caller(context, request.site_name)
         try:

@@ -251,7 +251,9 @@ def privacy_report_json(
     the coordinator saw each site's own answer in (``per_site`` rounds)."""
     aborted = [{"round": r.round, "step": r.step, "reason": r.abort_reason}
                for r in rounds if r.aborted]
-    seen = [r for r in rounds if r.form == "per_site"]
+    # The coordinator saw a site's own answer in a per-site round, and in a
+    # secure sum with a single participant (after dropouts).
+    seen = [r for r in rounds if r.form == "per_site" or len(r.participants) == 1]
     report = {
         "job_id": job_id,
         "algorithm": spec.algorithm,
@@ -267,11 +269,12 @@ def privacy_report_json(
         },
         "sites_not_reporting": sorted(set(spec.sites) - set(privacy)),
         "rounds": len(rounds),
-        "per_site_rounds": [r.round for r in seen],
+        "rounds_with_per_site_releases": [r.round for r in seen],
         "release_note": (
             f"in {len(seen)} round(s) the coordinator saw each participating site's own "
-            "noised answer or selected index (per-site releases, charged to each site's "
-            "ledger alone); every other release was a secure sum" if seen
+            "noised answer or selected index (per-site releases, or a sum over one site, "
+            "each charged to that site's ledger); every other release was a secure sum "
+            "over several sites" if seen
             else "every release was a secure sum: the coordinator saw only noisy sums "
             "over the participating sites"),
         "aborted_rounds": aborted,

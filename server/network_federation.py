@@ -63,6 +63,10 @@ logger = logging.getLogger(__name__)
 
 # Aborted attempts of one step before the job gives up (each one was charged).
 MAX_ATTEMPTS_PER_STEP = 5
+# Rounds in which a site may publish its key and then send no share before
+# the job leaves it out for good (once can be a crash; twice costs every
+# honest site a second charged round).
+WITHHELD_SHARES_LIMIT = 2
 INTERRUPTED_REASON = ("interrupted: the coordinator stopped during this round; sites that "
                       "answered it before then were charged for it")
 
@@ -123,10 +127,14 @@ class NetworkFederation:
         # not charged for one aborted attempt after another. A site that
         # reconnects has a new session and takes part again.
         self._excluded_sessions: set[str] = set()
-        # Sites whose integrity check was wrong in one of this job's rounds
-        # (server/rounds.py): left out for the rest of the job, reconnected
-        # or not, so that a lying participant cannot abort every retry.
+        # Sites that provably broke one of this job's rounds (a wrong
+        # integrity check, a replay refusal after the roster;
+        # server/round_blame.py), or withheld their share after the roster
+        # in WITHHELD_SHARES_LIMIT rounds: left out for the rest of the job,
+        # reconnected or not, so that no participant can abort every retry
+        # at the honest sites' expense.
         self._blamed: set[str] = set()
+        self._withheld: dict[str, int] = {}
         self._replaying = True
         # No round of this job runs now (one federation per job run), so any
         # round still "started" is one a crashed coordinator never finished.
@@ -182,6 +190,11 @@ class NetworkFederation:
     def select(
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
     ) -> SelectionAnswer:
+        if len(self._job.sites) != 1:
+            raise QueryRefusedError(
+                f"job {self.job_id!r}: a selection is answered only when one site holds all of "
+                f"the job's private data, and this job has {len(self._job.sites)} sites; ask "
+                "for the secure-sum form of the same kernel and select on the noisy sum")
         step = self._step(kernel, params, mechanism, ReleaseForm.PER_SITE)
         (shape,) = self._expected_shapes(kernel, params)
         try:
@@ -261,7 +274,12 @@ class NetworkFederation:
             self._raise_for_refusals(failure)
             self._skip_replayed_rounds(failure)
             self._exclude(failure.missing)
-            self._blame(failure.blamed)
+            self._blame(failure.blamed, "broke a round")
+            for name in failure.withheld:
+                self._withheld[name] = self._withheld.get(name, 0) + 1
+            self._blame([n for n, count in self._withheld.items()
+                         if count >= WITHHELD_SHARES_LIMIT],
+                        f"withheld its share in {WITHHELD_SHARES_LIMIT} rounds after the roster")
             return None
         except Exception as error:  # a bug or a closed round: the job fails, the row ends
             self._abort_round(round, step, query.query_id, participants, started,
@@ -311,14 +329,14 @@ class NetworkFederation:
                 logger.warning("job=%s: site %s is left out of the next rounds until it "
                                "reconnects", self.job_id, name)
 
-    def _blame(self, names: Sequence[str]) -> None:
+    def _blame(self, names: Sequence[str], why: str) -> None:
         for name in names:
             if name not in self._blamed:
                 self._blamed.add(name)
-                logger.warning("job=%s: site %s sent a wrong integrity check; it is left out "
-                               "of the rest of the job", self.job_id, name)
+                logger.warning("job=%s: site %s %s; it is left out of the rest of the job",
+                               self.job_id, name, why)
                 self._store.audit("site_blamed", job_id=self.job_id, site_name=name,
-                                  detail="wrong integrity check: left out of the job")
+                                  detail=f"{why}: left out of the job")
 
     def _eligible(self) -> set[str]:
         """The job's sites that are connected and not left out."""
@@ -346,8 +364,8 @@ class NetworkFederation:
                 f"{self._job.min_participants}, after waiting {self._job.site_wait_timeout:g} s; "
                 f"not taking part: {', '.join(absent)} (not connected, or left out after missing "
                 "a round's deadline: check those site daemons and their logs"
-                + (f"; left out for a wrong integrity check: {', '.join(sorted(self._blamed))}"
-                   if self._blamed else "") + ")"
+                + (f"; left out of this job for breaking its rounds: "
+                   f"{', '.join(sorted(self._blamed))}" if self._blamed else "") + ")"
             )
         if self._cancelled.is_set():
             raise JobCancelledError(f"job {self.job_id!r} was cancelled")

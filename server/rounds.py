@@ -15,13 +15,13 @@ one job carrying exactly one query:
    else the masks did not cancel and the round is aborted instead of
    returning garbage.
 
-A failed integrity check is not blamed on "the sites" as a whole: the hub asks
-every participant for the private half of its check key (it masked only the
-check, so it reveals nothing else), recomputes each site's check
-(``secagg.blame_integrity_checks``) and names the sites whose check was wrong
-or who would not reveal, in :attr:`RoundFailedError.blamed`; the job leaves
-them out, so a participant that lies in its check costs the honest sites one
-charged round, not one per retry.
+A failed integrity check is not blamed on "the sites" as a whole: every share
+carries the private half of its site's check key (it masked the check alone),
+so the hub recomputes each site's check and names the sites whose check was
+wrong, or who refused a round as a replay after publishing their key, in
+:attr:`RoundFailedError.blamed` (:mod:`privadapt.server.round_blame`); the job
+leaves them out, so such a participant costs the honest sites one charged
+round, not one per retry.
 
 The coordinator never sees an unmasked share of a secure sum. A ``per_site``
 round (common/federation.py) runs the same steps, but each site adds the full
@@ -61,7 +61,6 @@ from privadapt.common.roster import PUBLIC_KEY_BYTES, RosterError, verify_roster
 from privadapt.common.secagg import (
     INTEGRITY_CHECK_SHAPE,
     MaskMismatchError,
-    blame_integrity_checks,
     unmask_sum,
     verify_integrity_check,
 )
@@ -73,12 +72,11 @@ from privadapt.common.wire import (
     timestamp_to_proto,
 )
 from privadapt.server.per_site_answers import decode_per_site
+from privadapt.server.round_blame import blame_late_replays, blame_wrong_checks
 from privadapt.server.site_registry import SiteRegistry
 
 logger = logging.getLogger(__name__)
 
-# How long a round whose integrity check failed waits for check keys, at least.
-_MIN_REVEAL_WAIT_S = 5.0
 
 
 class DeliveryError(Exception):
@@ -98,9 +96,12 @@ class RoundFailedError(Exception):
     reason: str
     missing: tuple[str, ...] = ()
     refusals: tuple[pb.Refusal, ...] = ()
-    # Sites whose integrity check was wrong, or who would not reveal their
-    # check key after a failed check: left out of the rest of the job.
+    # Sites that provably broke the round (server/round_blame.py): left out of
+    # the rest of the job.
     blamed: tuple[str, ...] = ()
+    # Sites that published their key but sent no share (after the others
+    # answered and were charged): the job leaves out a site that does it twice.
+    withheld: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return self.reason
@@ -132,9 +133,6 @@ class _ActiveRound:
     # What every site's key must commit to: the digest of the query as the
     # sites decode it (after the wire round trip), not of the caller's object.
     query_digest: bytes = b""
-    # Check keys revealed after a failed integrity check, by site.
-    revealed: dict[str, bytes] = field(default_factory=dict)
-    revealing: bool = False
 
     def failed(self) -> bool:
         return bool(self.refusals or self.gone or self.cancelled)
@@ -193,7 +191,7 @@ class RoundHub:
             try:
                 return self._aggregate(active)
             except MaskMismatchError as mismatch:
-                raise self._blame(active, str(mismatch), deadline) from None
+                raise self._blame(active, str(mismatch)) from None
         except RoundFailedError as failure:
             self._abort(active, failure)
             raise
@@ -247,17 +245,20 @@ class RoundHub:
                 raise RoundFailedError(
                     "; ".join(r.message or f"site {r.site_name!r} refused" for r in refusals),
                     refusals=refusals,
+                    blamed=blame_late_replays(refusals, active.roster_sites),
                 )
+            shares_phase = what == "shares"
             if active.gone:
                 missing = tuple(sorted(active.gone))
+                withheld = tuple(n for n in missing if shares_phase and n not in active.shares)
                 raise RoundFailedError(f"site(s) {', '.join(missing)} left during the round",
-                                  missing=missing)
+                                       missing=missing, withheld=withheld)
             if not finished:
                 received = active.keys if what == "keys" else active.shares
                 missing = tuple(n for n in active.participants if n not in received)
                 raise RoundFailedError(
                     f"deadline passed waiting for {what} from {', '.join(missing)}",
-                    missing=missing,
+                    missing=missing, withheld=missing if shares_phase else (),
                 )
 
     def _send_roster(self, active: _ActiveRound) -> None:
@@ -294,51 +295,26 @@ class RoundHub:
             blocks.append(codec.decode(unmask_sum(b[index] for b in per_site)))
         return RoundResult(tuple(blocks), active.participants, epsilon)
 
-    def _blame(self, active: _ActiveRound, reason: str, deadline: float) -> RoundFailedError:
+    def _blame(self, active: _ActiveRound, reason: str) -> RoundFailedError:
         """The failure of a round whose integrity check failed, naming the
-        sites to blame (module docstring): every participant is asked for its
-        check key, and waited for until the round's deadline (at least a few
-        seconds, so a check that fails at the deadline can still be judged)."""
-        query = active.query
-        request = pb.CheckKeyRequest(job_id=query.job_id, round=active.round,
-                                     query_id=query.query_id)
+        sites whose check is provably wrong (server/round_blame.py)."""
         with active.condition:
-            active.revealing = True
-        for name in active.participants:
-            self._send(active, name, check_key_request=request)
-        wait = max(_MIN_REVEAL_WAIT_S, deadline - time.monotonic())
-        with active.condition:
-            active.condition.wait_for(
-                lambda: len(active.revealed) == len(active.participants) or active.cancelled,
-                wait)
-            revealed = dict(active.revealed)
+            keys, shares = dict(active.keys), dict(active.shares)
             checks = {name: active.share_blocks[name][-1] for name in active.participants}
-        roster = self._verified_roster(active)
-        if roster is None:
+        query = active.query
+        blamed = blame_wrong_checks(keys, shares, checks, self._ca_pem, job_id=query.job_id,
+                                    round=active.round, query_id=query.query_id,
+                                    query_digest=active.query_digest)
+        if blamed is None:
             return RoundFailedError(reason)
-        blamed = blame_integrity_checks(roster, query.query_id, checks, revealed)
         if not blamed:
             return RoundFailedError(reason + "; every site's check matches the check key it "
-                                    "revealed, so the sites masked under different rosters")
+                                    "signed, so the sites masked under different rosters")
         return RoundFailedError(
             f"the masks did not cancel, and the integrity check of site(s) "
-            f"{', '.join(blamed)} does not match the check key each signed into the roster "
-            "(or none was revealed): left out of this job; the other sites' checks are "
-            "exactly what their keys give", blamed=blamed)
-
-    def _verified_roster(self, active: _ActiveRound):  # -> Roster | None
-        """The round's roster as the coordinator verifies it (any member's
-        view: check keys do not depend on it); None without a CA to verify
-        against, or for a roster that does not verify (then no one is blamed
-        here: the sites themselves refused it)."""
-        if self._ca_pem is None:
-            return None
-        entries = [signed_key_from_proto(active.keys[name]) for name in active.participants]
-        try:
-            return verify_roster(entries, self._ca_pem, active.query.job_id, active.round, 1,
-                                 active.participants[0], query_digest=active.query_digest)
-        except RosterError:
-            return None
+            f"{', '.join(blamed)} is not what the check key each signed into the roster "
+            "gives: left out of this job; every other site's check is exactly what its "
+            "key gives", blamed=blamed)
 
     def _abort(self, active: _ActiveRound, failure: RoundFailedError) -> None:
         query = active.query
@@ -457,20 +433,6 @@ class RoundHub:
                                     f"submitted its share for round {message.round}")
             active.shares[message.site_name] = message
             active.share_blocks[message.site_name] = blocks
-            active.condition.notify_all()
-
-    def deliver_check_key(self, message: pb.CheckKeyReveal) -> None:
-        active = self._find(message.job_id, message.round, message.query_id, message.site_name)
-        if len(message.check_private_key) != PUBLIC_KEY_BYTES:
-            raise DeliveryError("INVALID_ARGUMENT", f"a check key has {PUBLIC_KEY_BYTES} bytes")
-        with active.condition:
-            if not active.revealing:
-                raise DeliveryError("FAILED_PRECONDITION", "no check key was asked for in "
-                                    f"round {message.round}")
-            if message.site_name in active.revealed:
-                raise DeliveryError("ALREADY_EXISTS", f"site {message.site_name!r} already "
-                                    "revealed its check key")
-            active.revealed[message.site_name] = message.check_private_key
             active.condition.notify_all()
 
     def deliver_refusal(self, message: pb.Refusal) -> None:

@@ -100,9 +100,7 @@ def check_heartbeat_request(request: pb.HeartbeatRequest) -> None:
         check_name(job_id, "active_job_ids")
 
 
-def check_round_message(
-    message: pb.KeyAnnouncement | pb.MaskedShare | pb.Refusal | pb.CheckKeyReveal,
-) -> None:
+def check_round_message(message: pb.KeyAnnouncement | pb.MaskedShare | pb.Refusal) -> None:
     """The envelope of a site's reply in a round: ids and round numbers (the
     content is checked where the round engine takes it)."""
     check_name(message.job_id, "job_id")

@@ -70,7 +70,7 @@ def test_per_site_answers_over_the_network_equal_the_in_process_ones(network):
     report = json.loads(privacy_report_json(
         "per-site", pb.JobSpec(algorithm="test", sites=SITES),
         federation.privacy_spent(), coordinator.store.rounds("per-site")))
-    assert report["per_site_rounds"] == [1]
+    assert report["rounds_with_per_site_releases"] == [1]
     assert "saw each participating site's own" in report["release_note"]
     assert {s["releases_seen_by_coordinator"] for s in report["sites"].values()} == {1}
 
@@ -106,4 +106,14 @@ def test_a_selection_among_several_sites_is_refused_over_the_network(network):
     federation = direct_federation(coordinator, "select-3", SITES)
     federation.wait_for_sites()
     with pytest.raises(QueryRefusedError, match="secure-sum form"):
+        federation.select("validation_loss", SCORES, ReportNoisyMin(4.0, 1.0))
+
+
+def test_a_selection_is_refused_for_a_job_of_several_sites_even_if_one_is_left(network):
+    # With only site-a connected, its roster would hold one site, but the job
+    # names three: an index chosen on a third of the data is refused.
+    coordinator, _, start_sites = network
+    start_sites(names=("site-a",), epsilon_cap=1e6)
+    federation = direct_federation(coordinator, "select-partial", SITES)
+    with pytest.raises(QueryRefusedError, match="this job has 3 sites"):
         federation.select("validation_loss", SCORES, ReportNoisyMin(4.0, 1.0))

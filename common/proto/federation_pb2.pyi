@@ -344,16 +344,6 @@ class JobEnd(_message.Message):
     message: str
     def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
-class CheckKeyRequest(_message.Message):
-    __slots__ = ("job_id", "round", "query_id")
-    JOB_ID_FIELD_NUMBER: _ClassVar[int]
-    ROUND_FIELD_NUMBER: _ClassVar[int]
-    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
-    job_id: str
-    round: int
-    query_id: str
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ...) -> None: ...
-
 class PrivacyReportRequest(_message.Message):
     __slots__ = ("job_id", "delta")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -363,7 +353,7 @@ class PrivacyReportRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., delta: _Optional[float] = ...) -> None: ...
 
 class WorkItem(_message.Message):
-    __slots__ = ("sequence", "job_start", "round_announcement", "roster", "round_abort", "job_end", "privacy_report_request", "check_key_request")
+    __slots__ = ("sequence", "job_start", "round_announcement", "roster", "round_abort", "job_end", "privacy_report_request")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     JOB_START_FIELD_NUMBER: _ClassVar[int]
     ROUND_ANNOUNCEMENT_FIELD_NUMBER: _ClassVar[int]
@@ -371,7 +361,6 @@ class WorkItem(_message.Message):
     ROUND_ABORT_FIELD_NUMBER: _ClassVar[int]
     JOB_END_FIELD_NUMBER: _ClassVar[int]
     PRIVACY_REPORT_REQUEST_FIELD_NUMBER: _ClassVar[int]
-    CHECK_KEY_REQUEST_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     job_start: JobStart
     round_announcement: RoundAnnouncement
@@ -379,11 +368,10 @@ class WorkItem(_message.Message):
     round_abort: RoundAbort
     job_end: JobEnd
     privacy_report_request: PrivacyReportRequest
-    check_key_request: CheckKeyRequest
-    def __init__(self, sequence: _Optional[int] = ..., job_start: _Optional[_Union[JobStart, _Mapping]] = ..., round_announcement: _Optional[_Union[RoundAnnouncement, _Mapping]] = ..., roster: _Optional[_Union[Roster, _Mapping]] = ..., round_abort: _Optional[_Union[RoundAbort, _Mapping]] = ..., job_end: _Optional[_Union[JobEnd, _Mapping]] = ..., privacy_report_request: _Optional[_Union[PrivacyReportRequest, _Mapping]] = ..., check_key_request: _Optional[_Union[CheckKeyRequest, _Mapping]] = ...) -> None: ...
+    def __init__(self, sequence: _Optional[int] = ..., job_start: _Optional[_Union[JobStart, _Mapping]] = ..., round_announcement: _Optional[_Union[RoundAnnouncement, _Mapping]] = ..., roster: _Optional[_Union[Roster, _Mapping]] = ..., round_abort: _Optional[_Union[RoundAbort, _Mapping]] = ..., job_end: _Optional[_Union[JobEnd, _Mapping]] = ..., privacy_report_request: _Optional[_Union[PrivacyReportRequest, _Mapping]] = ...) -> None: ...
 
 class MaskedShare(_message.Message):
-    __slots__ = ("job_id", "round", "query_id", "site_name", "blocks", "fractional_bits", "roster_sites", "job_epsilon")
+    __slots__ = ("job_id", "round", "query_id", "site_name", "blocks", "fractional_bits", "roster_sites", "job_epsilon", "check_private_key")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -392,6 +380,7 @@ class MaskedShare(_message.Message):
     FRACTIONAL_BITS_FIELD_NUMBER: _ClassVar[int]
     ROSTER_SITES_FIELD_NUMBER: _ClassVar[int]
     JOB_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    CHECK_PRIVATE_KEY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     query_id: str
@@ -400,7 +389,8 @@ class MaskedShare(_message.Message):
     fractional_bits: int
     roster_sites: _containers.RepeatedScalarFieldContainer[str]
     job_epsilon: float
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., blocks: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., fractional_bits: _Optional[int] = ..., roster_sites: _Optional[_Iterable[str]] = ..., job_epsilon: _Optional[float] = ...) -> None: ...
+    check_private_key: bytes
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., blocks: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., fractional_bits: _Optional[int] = ..., roster_sites: _Optional[_Iterable[str]] = ..., job_epsilon: _Optional[float] = ..., check_private_key: _Optional[bytes] = ...) -> None: ...
 
 class Refusal(_message.Message):
     __slots__ = ("job_id", "round", "query_id", "site_name", "reason", "message", "last_round")
@@ -433,20 +423,6 @@ class Refusal(_message.Message):
     message: str
     last_round: int
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., reason: _Optional[_Union[Refusal.Reason, str]] = ..., message: _Optional[str] = ..., last_round: _Optional[int] = ...) -> None: ...
-
-class CheckKeyReveal(_message.Message):
-    __slots__ = ("job_id", "round", "query_id", "site_name", "check_private_key")
-    JOB_ID_FIELD_NUMBER: _ClassVar[int]
-    ROUND_FIELD_NUMBER: _ClassVar[int]
-    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
-    SITE_NAME_FIELD_NUMBER: _ClassVar[int]
-    CHECK_PRIVATE_KEY_FIELD_NUMBER: _ClassVar[int]
-    job_id: str
-    round: int
-    query_id: str
-    site_name: str
-    check_private_key: bytes
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., check_private_key: _Optional[bytes] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("job_id", "round", "query_id")

@@ -70,11 +70,6 @@ class FederationServiceStub:
                 request_serializer=privadapt_dot_v1_dot_federation__pb2.SitePrivacyReport.SerializeToString,
                 response_deserializer=privadapt_dot_v1_dot_federation__pb2.Ack.FromString,
                 _registered_method=True)
-        self.RevealCheckKey = channel.unary_unary(
-                '/privadapt.v1.FederationService/RevealCheckKey',
-                request_serializer=privadapt_dot_v1_dot_federation__pb2.CheckKeyReveal.SerializeToString,
-                response_deserializer=privadapt_dot_v1_dot_federation__pb2.Ack.FromString,
-                _registered_method=True)
 
 
 class FederationServiceServicer:
@@ -124,12 +119,6 @@ class FederationServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def RevealCheckKey(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
 
 def add_FederationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -166,11 +155,6 @@ def add_FederationServiceServicer_to_server(servicer, server):
             'ReportPrivacy': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportPrivacy,
                     request_deserializer=privadapt_dot_v1_dot_federation__pb2.SitePrivacyReport.FromString,
-                    response_serializer=privadapt_dot_v1_dot_federation__pb2.Ack.SerializeToString,
-            ),
-            'RevealCheckKey': grpc.unary_unary_rpc_method_handler(
-                    servicer.RevealCheckKey,
-                    request_deserializer=privadapt_dot_v1_dot_federation__pb2.CheckKeyReveal.FromString,
                     response_serializer=privadapt_dot_v1_dot_federation__pb2.Ack.SerializeToString,
             ),
     }
@@ -362,33 +346,6 @@ class FederationService:
             target,
             '/privadapt.v1.FederationService/ReportPrivacy',
             privadapt_dot_v1_dot_federation__pb2.SitePrivacyReport.SerializeToString,
-            privadapt_dot_v1_dot_federation__pb2.Ack.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def RevealCheckKey(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/privadapt.v1.FederationService/RevealCheckKey',
-            privadapt_dot_v1_dot_federation__pb2.CheckKeyReveal.SerializeToString,
             privadapt_dot_v1_dot_federation__pb2.Ack.FromString,
             options,
             channel_credentials,

@@ -207,3 +207,26 @@ def test_selection_refusals_are_the_same_on_neighbours(tmp_path):
                 outcome.append(str(refused.value))
             messages.append(outcome)
         assert messages[0] == messages[1]
+
+
+def test_a_selection_below_the_policys_noise_floor_is_refused(make_site):
+    # Laplace report-noisy-min of scale 1 on scores of sensitivity 4 costs
+    # epsilon 8: a Laplace-equivalent multiplier 1/8, below a floor of 0.5.
+    site = make_site(dim=DIM, epsilon_cap=100.0, min_noise_multiplier=0.5)
+    with pytest.raises(QueryRefusedError, match="below the policy's minimum 0.5"):
+        site.answer(_query(ReportNoisyMin(4.0, 1.0)), 1)
+    assert not site.ledger.charges()
+    site.answer(_query(ReportNoisyMin(4.0, 20.0)), 1)  # epsilon 0.4: multiplier 2.5
+    assert len(site.ledger.charges()) == 1
+
+
+def test_per_site_releases_and_selections_do_not_depend_on_the_collusion_tolerance():
+    # Each site adds the full noise itself, so t (the colluders a noise share
+    # must survive) plays no part: a job with t = 1 may still ask them.
+    with _federation(1, collusion_tolerance=1) as federation:
+        federation.collusion_tolerance = 1
+        federation.select("validation_loss", SCORES, ReportNoisyMin(4.0, 8.0))
+        mechanism = GaussianMechanism.single(1.0, 1.0, Adjacency.REPLACE_ONE)
+        federation.query_per_site("record_count", {}, mechanism)
+        with pytest.raises(QueryRefusedError, match="collusion tolerance"):
+            federation.query("record_count", {}, mechanism)

@@ -8,6 +8,7 @@ issues them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -572,3 +573,13 @@ def test_roster_refuses_a_federation_certificate_that_is_not_a_ca():
 def test_roster_refuses_an_unreadable_federation_certificate():
     with pytest.raises(RosterError, match="federation CA certificate is unreadable"):
         verify(honest_entries(2), ca_pem=b"junk")
+
+
+def test_a_non_canonical_key_encoding_is_refused():
+    # X25519 ignores the top bit: the same key has two encodings, and the
+    # roster's duplicate check compares bytes, so only one is accepted.
+    entries = honest_entries(3)
+    twin = entries[2].public_key[:-1] + bytes([entries[2].public_key[-1] | 0x80])
+    entries[2] = dataclasses.replace(entries[2], public_key=twin)
+    with pytest.raises(RosterError, match="not canonically encoded"):
+        verify(entries)
