@@ -213,7 +213,7 @@ def test_a_selection_below_the_policys_noise_floor_is_refused(make_site):
     # Laplace report-noisy-min of scale 1 on scores of sensitivity 4 costs
     # epsilon 8: a Laplace-equivalent multiplier 1/8, below a floor of 0.5.
     site = make_site(dim=DIM, epsilon_cap=100.0, min_noise_multiplier=0.5)
-    with pytest.raises(QueryRefusedError, match="below the policy's minimum 0.5"):
+    with pytest.raises(QueryRefusedError, match=r"below the policy's minimum 0\.5"):
         site.answer(_query(ReportNoisyMin(4.0, 1.0)), 1)
     assert not site.ledger.charges()
     site.answer(_query(ReportNoisyMin(4.0, 20.0)), 1)  # epsilon 0.4: multiplier 2.5
