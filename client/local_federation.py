@@ -4,7 +4,9 @@ Each query goes through the wire encoding and back before the sites see it,
 and sites return shares already encoded on the fixed-point grid; the federation
 sums them modulo 2^64 and decodes, as the networked federation does (without
 the pairwise masks, which cancel there), so both see the same parameters and
-round identically (DESIGN.md section 3).
+round identically (DESIGN.md section 3). ``query_per_site`` and ``select``
+are the other two release forms (common/federation.py): each site's own
+answer with its full noise, and one site's selected index.
 
 ``LocalFederation.from_datasets`` builds the sites from datasets: one policy
 and one ledger per site, the policy stated once for all of them. One
@@ -29,7 +31,15 @@ from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
 from privadapt.common.data import Dataset
 from privadapt.common.errors import DataError, QueryRefusedError
-from privadapt.common.federation import AggregateAnswer, Query, SitePrivacy
+from privadapt.common.federation import (
+    AggregateAnswer,
+    PerSiteAnswer,
+    Query,
+    ReleaseForm,
+    SelectionAnswer,
+    SitePrivacy,
+    SiteShare,
+)
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.mechanisms import Adjacency, Mechanism
 from privadapt.common.noise import SeededRandomBits
@@ -194,6 +204,32 @@ class LocalFederation:
     def query(
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
     ) -> AggregateAnswer:
+        query, shares = self._ask(kernel, params, mechanism, ReleaseForm.SECURE_SUM)
+        blocks = tuple(
+            self.codec.decode(self.codec.add(s.blocks[b] for s in shares))
+            for b in range(len(shares[0].blocks))
+        )
+        return AggregateAnswer(query.query_id, blocks, tuple(s.site_name for s in shares))
+
+    def query_per_site(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+    ) -> PerSiteAnswer:
+        query, shares = self._ask(kernel, params, mechanism, ReleaseForm.PER_SITE)
+        return PerSiteAnswer(query.query_id, {
+            share.site_name: tuple(self.codec.decode(block) for block in share.blocks)
+            for share in shares
+        })
+
+    def select(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+    ) -> SelectionAnswer:
+        query, shares = self._ask(kernel, params, mechanism, ReleaseForm.PER_SITE)
+        (share,) = shares  # a site answers a selection only as the job's only site
+        return SelectionAnswer(query.query_id, int(share.blocks[0][0]), share.site_name)
+
+    def _ask(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism, form: ReleaseForm
+    ) -> tuple[Query, list[SiteShare]]:
         query = Query(
             job_id=self._job_id,
             query_id=f"q{next(self._query_numbers):06d}",
@@ -202,16 +238,12 @@ class LocalFederation:
             mechanism=mechanism,
             collusion_tolerance=self.collusion_tolerance,
             fractional_bits=self.codec.fractional_bits,
+            form=form,
         )
         # Through the wire encoding and back, so a query that could not cross the
         # network (an unsupported parameter type, a non-finite value) fails here too.
         query, _ = query_from_proto(query_to_proto(query, round=0))
-        shares = [site.answer(query, self.num_sites) for site in self._sites]
-        blocks = tuple(
-            self.codec.decode(self.codec.add(s.blocks[b] for s in shares))
-            for b in range(len(shares[0].blocks))
-        )
-        return AggregateAnswer(query.query_id, blocks, tuple(s.site_name for s in shares))
+        return query, [site.answer(query, self.num_sites) for site in self._sites]
 
     def privacy_spent(self, delta: float | None = None) -> dict[str, SitePrivacy]:
         return {site.name: site.privacy_spent(self._job_id, delta) for site in self._sites}

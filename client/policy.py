@@ -25,6 +25,7 @@ Operators write it as TOML::
     allowed_kernels = ["linear_gradient", "second_moments", "record_count"]
     max_clip_norm = 10.0
     max_label_bound = 10.0
+    allow_per_site_releases = false  # let the coordinator see this site's own release
     [federation]
     peers = ["st-john", "st-luke"]   # optional: the only sites this site masks with
 
@@ -92,6 +93,12 @@ class SitePolicy:
     allow_non_private: bool = False
     peers: frozenset[str] | None = None
     max_records: int | None = None
+    #: Answer ``per_site`` queries among several sites (common/federation.py:
+    #: each site adds the full noise and the coordinator sees its release,
+    #: unmasked). True by default for libraries and simulations, where the
+    #: coordinator is the researcher; deployed policies (deploy/policy.toml)
+    #: say false unless the site operator agrees.
+    allow_per_site_releases: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.site_name, str) or not self.site_name.strip():
@@ -197,6 +204,9 @@ class SitePolicy:
             if not _is_number(value) or not math.isfinite(value) or value <= 0:
                 raise self._fail(f"{name} must be a finite number > 0 (or absent), got {value!r}")
             object.__setattr__(self, name, float(value))
+        if not isinstance(self.allow_per_site_releases, bool):
+            raise self._fail(f"allow_per_site_releases must be true or false, got "
+                             f"{self.allow_per_site_releases!r}")
 
     @classmethod
     def from_toml(cls, path: str | Path) -> SitePolicy:
@@ -267,6 +277,9 @@ _LAYOUT: dict[str, dict[str, _Spec]] = {
         "allowed_kernels": ("allowed_kernels", _string_list, "a list of kernel names", False),
         "max_clip_norm": ("max_clip_norm", *_NUMBER, False),
         "max_label_bound": ("max_label_bound", *_NUMBER, False),
+        "allow_per_site_releases": (
+            "allow_per_site_releases", lambda v: isinstance(v, bool), "true or false", False
+        ),
     },
     "federation": {"peers": ("peers", _string_list, "a list of site names", False)},
 }

@@ -35,11 +35,16 @@ import numpy as np
 
 from privadapt.client.policy import SitePolicy
 from privadapt.common.errors import QueryRefusedError
-from privadapt.common.federation import Query
+from privadapt.common.federation import Query, ReleaseForm
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import Kernel, KernelParams, get_kernel
 from privadapt.common.kernels.grid_rounding import ACCEPTED_FRACTIONAL_BITS
-from privadapt.common.mechanisms import Adjacency, KernelMechanism
+from privadapt.common.mechanisms import (
+    Adjacency,
+    KernelMechanism,
+    Mechanism,
+    SelectionMechanism,
+)
 from privadapt.common.noise import NOISE_REACH, honest_share_count, max_grid_safe_noise
 
 # Declared sensitivities may differ from the site's by float rounding only.
@@ -55,7 +60,8 @@ class AdmittedQuery:
     ``query`` carries the site's own copy of the parameters; ``params`` is
     that copy parsed into the kernel's ``Params``; ``charged`` is the
     mechanism as this site accounts it (the query's noise against the site's
-    own sensitivities under its policy's adjacency); ``released_shapes`` and
+    own sensitivities under its policy's adjacency: a ``KernelMechanism`` for
+    sums, a ``SelectionMechanism`` for a selection); ``released_shapes`` and
     ``local_shapes`` are the kernel's blocks at this site.
     """
 
@@ -63,7 +69,7 @@ class AdmittedQuery:
     kernel: Kernel
     params: KernelParams
     codec: FixedPointCodec
-    charged: KernelMechanism
+    charged: Mechanism
     released_shapes: tuple[Shape, ...]
     local_shapes: tuple[Shape, ...]
 
@@ -83,13 +89,19 @@ class QueryAdmission:
         """The admitted query, or ``QueryRefusedError`` saying why not."""
         try:
             query = dataclasses.replace(query, params=_own_copy(query.params))
-            honest_share_count(num_participants, query.collusion_tolerance)
+            if query.form == ReleaseForm.SECURE_SUM:  # a per-site answer is not a share
+                honest_share_count(num_participants, query.collusion_tolerance)
         except ValueError as err:
             raise self.refusal(query, str(err)) from None
         kernel, params = self._kernel_and_params(query, num_participants)
+        self._check_form(query, num_participants)
         codec = self._codec(query)
         try:
-            charged = self._charged_mechanism(kernel, params, query, codec)
+            charged: Mechanism
+            if query.mechanism.releases_index:
+                charged = self._charged_selection(kernel, params, query, codec)
+            else:
+                charged = self._charged_mechanism(kernel, params, query, codec)
             released = kernel.output_shapes(params, self.dim)
             self._check_range(kernel, params, query, num_participants, codec, len(released))
             local = kernel.local_block_shapes(params, self.num_records)
@@ -126,7 +138,8 @@ class QueryAdmission:
                 f"{num_participants} participants, fewer than the policy's minimum "
                 f"{policy.min_participants}",
             )
-        if query.collusion_tolerance < policy.collusion_tolerance:
+        if (query.form == ReleaseForm.SECURE_SUM
+                and query.collusion_tolerance < policy.collusion_tolerance):
             raise self.refusal(
                 query,
                 f"the job tolerates t={query.collusion_tolerance} colluding sites but the "
@@ -144,6 +157,29 @@ class QueryAdmission:
             limit = limits.get(key)
             if limit is not None and value > limit:
                 raise self.refusal(query, f"{key}={value:g} exceeds the policy's limit {limit:g}")
+
+    def _check_form(self, query: Query, num_participants: int) -> None:
+        """Refuse a release form the query's mechanism or the policy forbids
+        (common/federation.py, module docstring). Depends on the query, the
+        policy and the verified roster size only."""
+        if query.mechanism.releases_index:
+            if query.form != ReleaseForm.PER_SITE:
+                raise self.refusal(
+                    query, "a selection mechanism releases an index that each site draws "
+                    "itself; it is asked as a per_site query (federation.select), never summed")
+            if num_participants != 1:
+                raise self.refusal(
+                    query, f"a selection is answered only when one site holds all of the "
+                    f"job's private data, and this round has {num_participants} participants, "
+                    "whose scores would have to be summed first; ask for the secure-sum form "
+                    "of the same kernel instead (the noisy score vector, accounted as the "
+                    "vector release it is) and select on the noisy sum")
+        elif (query.form == ReleaseForm.PER_SITE and num_participants > 1
+              and not self.policy.allow_per_site_releases):
+            raise self.refusal(
+                query, "the policy forbids per-site releases (allow_per_site_releases = "
+                "false): the coordinator would see this site's own noised answer instead of "
+                "only the masked sum over sites; ask for the secure-sum form")
 
     def _codec(self, query: Query) -> FixedPointCodec:
         low, high = ACCEPTED_FRACTIONAL_BITS
@@ -213,6 +249,55 @@ class QueryAdmission:
         self._check_noise(query, charged, codec, released)
         return charged
 
+    def _charged_selection(
+        self, kernel: Kernel, params: KernelParams, query: Query, codec: FixedPointCodec
+    ) -> SelectionMechanism:
+        """The selection mechanism as this site accounts it: the query's
+        randomisation against the kernel's own per-candidate score
+        sensitivities under the policy's adjacency, each plus one grid step
+        2^-f: the site rounds every score onto the grid before it draws (so
+        the scores it selects on are a function of the rounded sums), and two
+        rounded scores differ by at most the true change plus one step."""
+        mechanism = query.mechanism
+        if not isinstance(mechanism, SelectionMechanism):
+            raise self.refusal(query, f"{type(mechanism).__name__} is not a selection mechanism")
+        if kernel.per_record_state or kernel.local_block_shapes(params, self.range_records):
+            raise self.refusal(query, "a kernel with local blocks cannot answer a selection")
+        try:
+            actual = kernel.score_sensitivities(params, mechanism.adjacency, self.dim)
+            own = kernel.score_sensitivities(params, self.policy.adjacency, self.dim)
+        except ValueError as err:
+            raise self.refusal(query, str(err)) from None
+        declared = mechanism.score_sensitivities
+        uniform = len(declared) == 1
+        if uniform:
+            declared = declared * len(actual)
+        if len(declared) != len(actual):
+            raise self.refusal(query, f"the mechanism declares {len(declared)} score "
+                               f"sensitivities, the kernel scores {len(actual)} candidates")
+        for candidate, (said, true) in enumerate(zip(declared, actual, strict=True)):
+            if true > said * (1 + _SENSITIVITY_SLACK):
+                raise self.refusal(
+                    query, f"candidate {candidate} declares score sensitivity {said:g} but the "
+                    f"kernel's clipping guarantees only {true:g}")
+        step = 2.0 ** -codec.fractional_bits
+        charged_scores = tuple(s + step for s in own)
+        if uniform:
+            charged_scores = (max(charged_scores),)
+        charged = mechanism.with_score_sensitivities(charged_scores, self.policy.adjacency)
+        # The policy's noise floor holds for selections too: a selection of
+        # pure epsilon e has the Laplace-equivalent noise multiplier 1 / e.
+        if charged.is_non_private and not self.policy.allow_non_private:
+            raise self.refusal(query, "a selection without noise is not private; the policy "
+                               "allows it only on simulation sites (allow_non_private)")
+        epsilon = charged.pure_epsilon
+        if epsilon > 0 and 1.0 / epsilon < self.policy.min_noise_multiplier:
+            raise self.refusal(
+                query, f"this selection costs epsilon {epsilon:.4g}, a noise multiplier of "
+                f"{1.0 / epsilon:.4g} (1/epsilon), below the policy's minimum "
+                f"{self.policy.min_noise_multiplier:g}")
+        return charged
+
     def _check_noise(
         self, query: Query, charged: KernelMechanism, codec: FixedPointCodec, num_released: int
     ) -> None:
@@ -247,11 +332,15 @@ class QueryAdmission:
         num_released: int,
     ) -> None:
         """Refuse a query whose aggregate could wrap modulo 2^64: if every site
-        keeps its own share below 1/K of the range, the sum cannot wrap."""
-        noise_scale = max(query.mechanism.noise_scales[:num_released], default=0.0)
+        keeps its own share below 1/K of the range, the sum cannot wrap. A
+        per-site answer is not summed; a selection's scores carry no noise."""
+        mechanism = query.mechanism
+        noise_scale = 0.0 if mechanism.releases_index else max(
+            mechanism.noise_scales[:num_released], default=0.0)
         bound = kernel.max_abs_sum(params, self.range_records) + NOISE_REACH * noise_scale
+        summed = 1 if query.form == ReleaseForm.PER_SITE else num_participants
         try:
-            codec.check_sum_bound(num_participants * bound, "the aggregate of this query")
+            codec.check_sum_bound(summed * bound, "the aggregate of this query")
         except OverflowError as err:
             raise self.refusal(query, str(err)) from None
 

@@ -42,6 +42,13 @@ stated under replace-one adjacency (the accountant has no sound replace-one
 form of the amplification, see :mod:`privadapt.common.accounting`) and for
 kernels with per-record state, which assumes every record.
 Known limit: the kernel's running time grows with the sample's size.
+
+Release forms (common/federation.py). A ``per_site`` query runs the same
+pipeline with the *full* noise (one share among one site) and its answer is
+not masked by the site worker. A selection (a mechanism that releases an
+index) computes the kernel's one vector of scores, rounds it onto the grid,
+draws the mechanism's choice from the site's own noise source, charges the
+ledger, and only then returns the index (a block of shape (1,)).
 """
 
 from __future__ import annotations
@@ -51,12 +58,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from privadapt.client.job_state import decode_state, encode_state
 from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.query_admission import AdmittedQuery, QueryAdmission
 from privadapt.common.data import Dataset, Schema, load_dataset
-from privadapt.common.federation import Query, SitePrivacy, SiteShare
+from privadapt.common.federation import Query, ReleaseForm, SitePrivacy, SiteShare
 from privadapt.common.noise import RandomBits, uniforms
 
 logger = logging.getLogger(__name__)
@@ -108,15 +117,18 @@ class Site:
         ``BudgetExceededError``) when the policy forbids it, before anything is
         released."""
         admitted = self._admission.admit(query, num_participants)
+        if admitted.charged.releases_index:
+            return self._select(admitted)
         query, kernel, params = admitted.query, admitted.kernel, admitted.params
         # A working copy: the job's state changes only once the charge commits.
         state = copy.deepcopy(self._job_state(query.job_id))
         self._update_local_state(admitted, state)
         blocks = kernel.compute(self._records_for(admitted), params, state)
-        noise = admitted.charged.noise_shares(
-            admitted.released_shapes, num_participants, query.collusion_tolerance,
-            self._noise_source,
-        )
+        # A per-site answer carries the whole noise: no other site adds any.
+        sharing = (1, 0) if query.form == ReleaseForm.PER_SITE else (
+            num_participants, query.collusion_tolerance)
+        noise = admitted.charged.noise_shares(admitted.released_shapes, *sharing,
+                                              self._noise_source)
         codec = admitted.codec
         shares = tuple(
             codec.encode(value) + codec.encode(share)  # uint64: wraps modulo 2^64
@@ -133,6 +145,21 @@ class Site:
             self.name, query.job_id, query.query_id, query.kernel, charge.epsilon_after,
         )
         return SiteShare(self.name, query.query_id, shares)
+
+    def _select(self, admitted: AdmittedQuery) -> SiteShare:
+        """A selection: the index the charged mechanism picks among the
+        kernel's scores (rounded onto the grid, as charged), released only
+        once the ledger has committed the charge."""
+        query, codec = admitted.query, admitted.codec
+        (scores,) = admitted.kernel.compute(self._data, admitted.params, {})
+        rounded = codec.decode(codec.encode(scores))
+        index = admitted.charged.select(rounded, self._noise_source)
+        charge = self.ledger.charge(query.job_id, query.query_id, admitted.charged)
+        logger.info(
+            "site=%s job=%s query=%s kernel=%s selection epsilon_spent=%.4g",
+            self.name, query.job_id, query.query_id, query.kernel, charge.epsilon_after,
+        )
+        return SiteShare(self.name, query.query_id, (np.array([index], dtype=np.uint64),))
 
     def _records_for(self, admitted: AdmittedQuery) -> Dataset:
         """All records, or this query's own Poisson sample of them: record i is

@@ -13,7 +13,10 @@ The site side of a secure-aggregation round (server/rounds.py has the other):
   (``roster.verify_roster``; never from a number the coordinator states);
   answer the query through :class:`~privadapt.client.site.Site` with that K --
   policy checks, kernel, noise share sized by K and t, ledger charge committed --
-  then mask each block, add the masked integrity check
+  then mask each block (a ``per_site`` query: the full noise, unmasked), add
+  the masked integrity check and the private half of the round's check key
+  (it masked the check alone, so the coordinator can verify this site's check
+  and learns nothing about its blocks)
   (``secagg.mask_integrity_check``, which tells the coordinator whether the
   masks cancelled) and submit;
 * ``RoundAbort``: forget the round's keys (the ledger keeps its charge);
@@ -36,7 +39,7 @@ from privadapt.client.coordinator_replies import check_work_item
 from privadapt.client.round_progress import RoundProgress
 from privadapt.client.site import Site
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError, ReplayError, WireError
-from privadapt.common.federation import Query
+from privadapt.common.federation import Query, ReleaseForm
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.query_digest import query_digest
 from privadapt.common.roster import RosterError, SigningKey, verify_roster
@@ -197,10 +200,15 @@ class SiteWorker:
                                    allowed_names=self.site.policy.allowed_roster_names(),
                                    query_digest=opened.query_digest)
             share = self.site.answer(opened.query, roster.size)
-            masked = [
-                mask_share(block, opened.keys, roster, job_id, round, query_id, index)
-                for index, block in enumerate(share.blocks)
-            ]
+            if opened.query.form == ReleaseForm.PER_SITE:
+                # Full noise, seen by the coordinator as it is (the query said so,
+                # and every roster entry signed the same form).
+                masked = list(share.blocks)
+            else:
+                masked = [
+                    mask_share(block, opened.keys, roster, job_id, round, query_id, index)
+                    for index, block in enumerate(share.blocks)
+                ]
             masked.append(mask_integrity_check(opened.keys, roster, job_id, round, query_id))
         except RosterError as err:
             self._refuse(calls, job_id, round, query_id, pb.Refusal.ROSTER_INVALID, str(err))
@@ -219,6 +227,8 @@ class SiteWorker:
             blocks=[tensor_to_proto(b, f"share block {i}") for i, b in enumerate(masked)],
             fractional_bits=opened.query.fractional_bits, roster_sites=roster.names,
             job_epsilon=self.site.ledger.spent_by_job(job_id).epsilon,
+            # Masked the check only: lets the coordinator verify this site's check.
+            check_private_key=opened.keys.check_private_bytes(),
         ), timeout=CALL_TIMEOUT_S)
 
     def _refuse(self, calls: CoordinatorCalls, job_id: str, round: int, query_id: str,

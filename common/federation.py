@@ -1,18 +1,40 @@
 """The spine: algorithms talk to a Federation through private aggregate queries.
 
-    answer = federation.query(kernel, params, mechanism)
+    answer = federation.query(kernel, params, mechanism)            # secure sum
+    answers = federation.query_per_site(kernel, params, mechanism)  # one per site
+    chosen = federation.select(kernel, params, selection_mechanism)  # an index
 
 A *kernel* (``privadapt.common.kernels``) is the only code that reads private
 records; a *mechanism* (``privadapt.common.mechanisms``) says how its sum is
 privatised; a *Federation* turns the query into one privatised aggregate. An
 algorithm is written against :class:`Federation` only and never knows whether
 its sites are in-process objects or daemons across the network (DESIGN.md 3).
+
+Three release forms (issue 12), named by :class:`ReleaseForm` and bound into
+every site's signed query digest, so a coordinator cannot show one site one
+form and another site another:
+
+* ``secure_sum`` (the default): each site adds a *share* of the noise and
+  masks its answer; the coordinator sees only the noisy sum.
+* ``per_site``: each site adds the *full* noise itself and its answer is not
+  masked, so the coordinator sees every site's own release (seed 001's NAS,
+  where every site sanitises its own points). Parallel composition: a site's
+  release depends on its records only and is charged to its ledger alone.
+  A site's policy may forbid it (``allow_per_site_releases``).
+* a *selection* (``federation.select``): a per-site query whose mechanism
+  releases an index (``Mechanism.releases_index``): the site computes one
+  score per candidate, adds the noise itself and releases only which
+  candidate wins (report-noisy-min, the exponential mechanism). Answered only
+  when one site holds all of the job's private data: with several sites the
+  scores would have to be summed first, which is the secure-sum form of the
+  same kernel (a noisy score vector, accounted as the vector release it is).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -22,13 +44,22 @@ from privadapt.common.fixed_point import DEFAULT_FRACTIONAL_BITS
 from privadapt.common.mechanisms import Mechanism
 
 
+class ReleaseForm(StrEnum):
+    """How a query's answers leave the sites (module docstring)."""
+
+    SECURE_SUM = "secure_sum"
+    PER_SITE = "per_site"
+
+
 @dataclass(frozen=True)
 class Query:
     """One private aggregate query as a site receives it.
 
     ``params`` are public (model weights, clip bounds); ``collusion_tolerance``
     is the job's t, which sizes every site's noise share (sigma^2 / (K - t));
-    ``fractional_bits`` fixes the aggregation grid 2^-f every share is rounded to.
+    ``fractional_bits`` fixes the aggregation grid 2^-f every share is rounded to;
+    ``form`` says whether the answers are summed securely or seen one per site
+    (:class:`ReleaseForm`).
     """
 
     job_id: str
@@ -38,12 +69,15 @@ class Query:
     mechanism: Mechanism
     collusion_tolerance: int = 0
     fractional_bits: int = DEFAULT_FRACTIONAL_BITS
+    form: ReleaseForm = ReleaseForm.SECURE_SUM
 
 
 @dataclass(frozen=True)
 class SiteShare:
-    """A site's answer: its clipped sums plus its noise share, each rounded onto
-    the fixed-point grid and encoded modulo 2^64 (uint64), one array per block."""
+    """A site's answer: its clipped sums plus its noise share (the full noise
+    for a per-site release), each rounded onto the fixed-point grid and encoded
+    modulo 2^64 (uint64), one array per block; for a selection, one block of
+    shape (1,) holding the selected index."""
 
     site_name: str
     query_id: str
@@ -64,6 +98,28 @@ class AggregateAnswer:
         if len(self.blocks) != 1:
             raise ValueError(f"answer has {len(self.blocks)} blocks; use .blocks")
         return self.blocks[0]
+
+
+@dataclass(frozen=True)
+class PerSiteAnswer:
+    """Each participating site's own privatised answer (full noise, unmasked),
+    one array per block, by site name."""
+
+    query_id: str
+    answers: Mapping[str, tuple[np.ndarray, ...]]
+
+    @property
+    def participants(self) -> tuple[str, ...]:
+        return tuple(self.answers)
+
+
+@dataclass(frozen=True)
+class SelectionAnswer:
+    """The index of the candidate one site's selection mechanism released."""
+
+    query_id: str
+    index: int
+    site_name: str
 
 
 @dataclass(frozen=True)
@@ -102,6 +158,20 @@ class Federation(Protocol):
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
     ) -> AggregateAnswer:
         """Ask every site for its privatised kernel sum; return the aggregate."""
+        ...
+
+    def query_per_site(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+    ) -> PerSiteAnswer:
+        """Ask every site for its own privatised kernel answer, each noised in
+        full by the site itself; the coordinator sees every one."""
+        ...
+
+    def select(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+    ) -> SelectionAnswer:
+        """Ask the job's single site for the index its selection mechanism
+        picks among the kernel's scores (refused when the job has several)."""
         ...
 
     def privacy_spent(self, delta: float | None = None) -> dict[str, SitePrivacy]:

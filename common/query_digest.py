@@ -14,7 +14,9 @@ The digest is computed from the :class:`~privadapt.common.federation.Query`
 the site will actually answer (after decoding it from the wire), over every
 field that changes the answer: job id, round, query id, kernel, every
 parameter, the mechanism (its :func:`mechanism_to_dict` description),
-collusion tolerance t and fractional bits. The encoding is canonical: every
+collusion tolerance t, fractional bits and the release form (secure sum
+or per site: a site must not be shown one form while another is shown the
+other, since only the secure sum hides each site's answer). The encoding is canonical: every
 value is tagged by type and length-prefixed; mappings are encoded in sorted
 key order (independent of insertion order); floats by their exact IEEE-754
 bits (so 0.1 and the next float differ, and so do 0.0 and -0.0); integers
@@ -56,6 +58,7 @@ def query_digest(query: Query, round: int) -> bytes:
         "mechanism": mechanism_to_dict(query.mechanism),
         "collusion_tolerance": query.collusion_tolerance,
         "fractional_bits": query.fractional_bits,
+        "form": str(query.form),
     }
     return hashlib.sha256(_QUERY_DIGEST_TAG + canonical_encoding(fields)).digest()
 

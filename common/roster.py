@@ -9,9 +9,13 @@ so a coordinator cannot shrink the set of participants unnoticed.
 
 What a signature covers (the "key context", :func:`key_context`): a domain tag,
 the federation id (SHA-256 of the CA certificate, DER), the job id, the round,
-the site name, the 32-byte public key and the digest of the exact query the
-site answers in the round (:func:`privadapt.common.query_digest.query_digest`),
-each length-prefixed so no two contexts share an encoding. A signed key
+the site name, the 32-byte public key, the digest of the exact query the
+site answers in the round (:func:`privadapt.common.query_digest.query_digest`)
+and the site's second, *check* public key, each length-prefixed so no two
+contexts share an encoding. The check key masks only the integrity check
+(:mod:`privadapt.common.secagg`), so a site can reveal its private half after
+a failed check, and the coordinator can then tell which site's check was
+wrong without learning anything about any share. A signed key
 therefore cannot be replayed into another federation, job, round or name, and
 :func:`verify_roster` refuses a roster whose entries commit to different
 queries (the split-query attack: a coordinator sending different queries under
@@ -98,17 +102,19 @@ def key_context(
     site_name: str,
     public_key: bytes,
     query_digest: bytes,
+    check_public_key: bytes,
 ) -> bytes:
-    """The exact bytes a site signs for its round key."""
+    """The exact bytes a site signs for its round keys."""
     return _KEY_CONTEXT_TAG + canonical_bytes(federation, job_id, round, site_name, public_key,
-                                              query_digest)
+                                              query_digest, check_public_key)
 
 
 @dataclass(frozen=True)
 class SignedKey:
     """One roster entry: a site's X25519 public key for (job, round), signed
     with the key of its certificate together with ``query_digest``, the digest
-    of the query the site answers in the round."""
+    of the query the site answers in the round, and ``check_public_key``, the
+    key that masks only its integrity check (empty: never verifies)."""
 
     site_name: str
     job_id: str
@@ -117,6 +123,7 @@ class SignedKey:
     signature: bytes
     certificate_pem: bytes
     query_digest: bytes
+    check_public_key: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,9 @@ class Roster:
     own_name: str
     members: tuple[tuple[str, x25519.X25519PublicKey], ...]
     query_digest: bytes
+    #: Every member's check key (same order as ``members``): they mask only
+    #: the integrity check (common/secagg.py). Empty in rosters built by hand.
+    check_keys: tuple[tuple[str, x25519.X25519PublicKey], ...] = ()
 
     @property
     def size(self) -> int:
@@ -146,16 +156,18 @@ class Roster:
     def digest(self) -> bytes:
         """SHA-256 of the whole roster as this site verified it: federation, job,
         round, the digest of the query every member committed to, and every
-        member's name and public key, in name order.
+        member's name, public key and check key, in name order.
 
         Pairwise masks are derived under it, so two sites shown different
         rosters (a member more or less, or another key for one) or different
         queries derive different masks, which then do not cancel in the sum."""
         fields: list[str | int | bytes] = [self.federation, self.job_id, self.round,
                                            self.query_digest]
+        checks = dict(self.check_keys)
         for name, key in sorted(self.members, key=lambda member: member[0]):
-            fields += [name, key.public_bytes(serialization.Encoding.Raw,
-                                              serialization.PublicFormat.Raw)]
+            fields += [name, _raw(key)]
+            if name in checks:
+                fields.append(_raw(checks[name]))
         return hashlib.sha256(_ROSTER_DIGEST_TAG + canonical_bytes(*fields)).digest()
 
     def public_key(self, name: str) -> x25519.X25519PublicKey:
@@ -168,9 +180,21 @@ class Roster:
         """Every member but this site."""
         return tuple(m for m in self.members if m[0] != self.own_name)
 
+    def check_peers(self) -> tuple[tuple[str, x25519.X25519PublicKey], ...]:
+        """Every member but this site, with its check key."""
+        return tuple(m for m in self.check_keys if m[0] != self.own_name)
+
+    def check_key(self, name: str) -> x25519.X25519PublicKey:
+        return dict(self.check_keys)[name]
+
+
+def _raw(key: x25519.X25519PublicKey) -> bytes:
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
 
 def sign_round_key(
     public_key: x25519.X25519PublicKey,
+    check_public_key: x25519.X25519PublicKey,
     *,
     site_name: str,
     job_id: str,
@@ -182,13 +206,14 @@ def sign_round_key(
 ) -> SignedKey:
     """This site's roster entry for (job, round), committing to the query it
     answers in the round (``query_digest``, from
-    :func:`~privadapt.common.query_digest.query_digest`)."""
+    :func:`~privadapt.common.query_digest.query_digest`) and to the key that
+    masks its integrity check."""
     if len(query_digest) != QUERY_DIGEST_BYTES:
         raise ValueError(f"a query digest has {QUERY_DIGEST_BYTES} bytes, got "
                          f"{len(query_digest)}")
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    raw, check = _raw(public_key), _raw(check_public_key)
     message = key_context(federation_id(ca_certificate_pem), job_id, round, site_name, raw,
-                          query_digest)
+                          query_digest, check)
     if isinstance(signing_key, ed25519.Ed25519PrivateKey):
         signature = signing_key.sign(message)
     elif isinstance(signing_key, ec.EllipticCurvePrivateKey):
@@ -200,7 +225,8 @@ def sign_round_key(
             f"cannot sign with a {type(signing_key).__name__}: use an Ed25519, ECDSA or RSA "
             "certificate key"
         )
-    return SignedKey(site_name, job_id, round, raw, signature, certificate_pem, query_digest)
+    return SignedKey(site_name, job_id, round, raw, signature, certificate_pem, query_digest,
+                     check)
 
 
 def _rsa_padding() -> padding.PSS:
@@ -248,6 +274,7 @@ def verify_roster(
     federation = _federation_id(ca)
 
     members: dict[str, x25519.X25519PublicKey] = {}
+    checks: dict[str, x25519.X25519PublicKey] = {}
     seen_keys: dict[bytes, str] = {}
     for entry in entries:
         if entry.site_name in members:
@@ -258,14 +285,15 @@ def verify_roster(
                 f"({', '.join(sorted(allowed_names))}); refusing (add it to [federation] "
                 "peers in the policy if it is a genuine member)"
             )
-        if entry.public_key in seen_keys:
-            raise RosterError(
-                f"{where}: site {entry.site_name!r} presents the same key as "
-                f"{seen_keys[entry.public_key]!r}; refusing"
-            )
-        members[entry.site_name] = _verify_entry(entry, ca, federation, job_id, round, now, where,
-                                                 query_digest)
-        seen_keys[entry.public_key] = entry.site_name
+        for key in (entry.public_key, entry.check_public_key):
+            if key in seen_keys:
+                raise RosterError(
+                    f"{where}: site {entry.site_name!r} presents the same key as "
+                    f"{seen_keys[key]!r}; refusing"
+                )
+            seen_keys[key] = entry.site_name
+        members[entry.site_name], checks[entry.site_name] = _verify_entry(
+            entry, ca, federation, job_id, round, now, where, query_digest)
 
     if own_name not in members:
         raise RosterError(
@@ -279,7 +307,8 @@ def verify_roster(
             "sites, or lower the minimum in this site's policy)"
         )
     ordered = tuple(sorted(members.items()))
-    return Roster(federation, job_id, round, own_name, ordered, query_digest)
+    return Roster(federation, job_id, round, own_name, ordered, query_digest,
+                  tuple(sorted(checks.items())))
 
 
 def _verify_entry(
@@ -291,7 +320,7 @@ def _verify_entry(
     now: datetime,
     where: str,
     query_digest: bytes,
-) -> x25519.X25519PublicKey:
+) -> tuple[x25519.X25519PublicKey, x25519.X25519PublicKey]:
     def refuse(reason: str) -> RosterError:
         return RosterError(f"{where}: site {entry.site_name!r} refused: {reason}")
 
@@ -309,11 +338,16 @@ def _verify_entry(
         raise refuse(f"certificate common name is {identity.name!r}, not the claimed site name")
     if identity.role != SITE_ROLE:
         raise refuse(f"certificate role (OU) is {identity.role!r}, not {SITE_ROLE!r}")
-    if len(entry.public_key) != PUBLIC_KEY_BYTES:
-        raise refuse(f"public key has {len(entry.public_key)} bytes, not {PUBLIC_KEY_BYTES}")
+    for what, raw in (("public key", entry.public_key), ("check key", entry.check_public_key)):
+        if len(raw) != PUBLIC_KEY_BYTES:
+            raise refuse(f"{what} has {len(raw)} bytes, not {PUBLIC_KEY_BYTES}")
+        if raw[-1] & 0x80:
+            # X25519 ignores the top bit, so a key has two encodings; only the
+            # canonical one is accepted, so duplicate keys are caught by bytes.
+            raise refuse(f"{what} is not canonically encoded (its top bit is set)")
 
     message = key_context(federation, job_id, round, entry.site_name, entry.public_key,
-                          entry.query_digest)
+                          entry.query_digest, entry.check_public_key)
     try:
         _verify_signature(cert.public_key(), entry.signature, message)
     except InvalidSignature:
@@ -329,14 +363,17 @@ def _verify_entry(
             "sent different queries under one query id (or the sites decode it differently); "
             "nothing was computed or charged"
         )
-    key = x25519.X25519PublicKey.from_public_bytes(entry.public_key)
-    try:
-        # A low-order point gives every peer an all-zero shared secret: caught
-        # here, before any site answers (and charges) the round's query.
-        x25519.X25519PrivateKey.generate().exchange(key)
-    except ValueError:
-        raise refuse("its X25519 key is a low-order point with no shared secret") from None
-    return key
+    keys = []
+    for raw in (entry.public_key, entry.check_public_key):
+        key = x25519.X25519PublicKey.from_public_bytes(raw)
+        try:
+            # A low-order point gives every peer an all-zero shared secret: caught
+            # here, before any site answers (and charges) the round's query.
+            x25519.X25519PrivateKey.generate().exchange(key)
+        except ValueError:
+            raise refuse("its X25519 key is a low-order point with no shared secret") from None
+        keys.append(key)
+    return keys[0], keys[1]
 
 
 def _verify_signature(key: object, signature: bytes, message: bytes) -> None:

@@ -24,11 +24,25 @@ Protocol, per round (DESIGN.md section 6):
    the roster and the coordinator's :func:`unmask_sum` is the exact sum of the
    encodings;
 4. with its blocks, every site sends one more masked value, the integrity
-   check (:func:`mask_integrity_check`): the integer 1 under masks of its own.
-   Its sum is K exactly when every pair's masks cancelled; otherwise it is off
-   by a pseudo-random 64-bit difference of two keystreams, so
-   :func:`verify_integrity_check` tells a sum from garbage (a false pass has
-   probability 2^-64) before anything is decoded.
+   check (:func:`mask_integrity_check`): the integer 1 under masks derived
+   from a second X25519 key pair (the *check key*, signed into the roster
+   with the mask key) that masks nothing else, under the roster's digest.
+   Its sum is K exactly when every site verified the same roster (and sent
+   an honest check); otherwise it is off by a pseudo-random 64-bit
+   difference of two keystreams, so :func:`verify_integrity_check` tells a
+   sum over disagreeing rosters from a good one (a false pass has
+   probability 2^-64) before anything is decoded. It does not test the block
+   masks themselves: a site masking its blocks with a key other than the one
+   it signed (a bug, or a site sending garbage on purpose, which it could
+   always do) goes undetected;
+5. with its share, every site sends the private half of its check key
+   (:meth:`RoundKeys.check_private_bytes`). It reveals nothing about any
+   share: that key masked only the constant 1. When the check fails,
+   :func:`blame_integrity_checks` recomputes the check each site had to send
+   and names the sites whose key does not match the one they signed or
+   whose check differs: a participant that lies in its check is identified
+   and left out of the job, instead of aborting every retry at the honest
+   sites' expense.
 
 What it defends against: an honest-but-curious coordinator (and any
 eavesdropper) sees each site's share only masked by keystreams it cannot
@@ -53,8 +67,9 @@ What it does not defend against:
   cleanly over subsets the sites never agreed to). A re-sent query is refused
   (one share per (query, block) in :class:`RoundKeys`, and the ledger's replay
   check), since two shares under the same masks would reveal their difference;
-* a site that lies about its integrity check: the check detects masks that do
-  not cancel, not a dishonest site (which could send garbage blocks anyway);
+* a site that sends garbage *blocks* with an honest check: the check detects
+  masks that do not cancel and a site lying in its check (step 5), not a
+  site lying about its input;
 * a site lying about its own input (no range proofs): clipping at the site is
   trusted.
 """
@@ -87,6 +102,7 @@ __all__ = [
     "RosterError",
     "RoundKeys",
     "SignedKey",
+    "blame_integrity_checks",
     "mask_integrity_check",
     "mask_share",
     "pairwise_mask",
@@ -126,19 +142,30 @@ class RoundKeys:
     the coordinator their difference in the clear.
     """
 
-    def __init__(self, private_key: x25519.X25519PrivateKey) -> None:
+    def __init__(self, private_key: x25519.X25519PrivateKey,
+                 check_private_key: x25519.X25519PrivateKey) -> None:
         self._private_key = private_key
         self.public_key = private_key.public_key()
+        # Masks the integrity check only, so it can be revealed (step 5).
+        self._check_private_key = check_private_key
+        self.check_public_key = check_private_key.public_key()
         self._shared: dict[bytes, bytes] = {}
         self._masked: set[tuple[str, int, str, int | str]] = set()
 
     @classmethod
     def generate(cls) -> RoundKeys:
-        return cls(x25519.X25519PrivateKey.generate())
+        return cls(x25519.X25519PrivateKey.generate(), x25519.X25519PrivateKey.generate())
 
     @property
     def public_bytes(self) -> bytes:
         return _raw(self.public_key)
+
+    def check_private_bytes(self) -> bytes:
+        """The private half of the check key, which a site reveals after a
+        failed integrity check: it masked the constant 1 and nothing else."""
+        return self._check_private_key.private_bytes(
+            serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+            serialization.NoEncryption())
 
     def sign(
         self,
@@ -155,6 +182,7 @@ class RoundKeys:
         (``query_digest``), signed with its certificate key."""
         return sign_round_key(
             self.public_key,
+            self.check_public_key,
             site_name=site_name,
             job_id=job_id,
             round=round,
@@ -211,7 +239,11 @@ def _pair_cipher(
             f"roster of job {roster.job_id!r} round {roster.round}: site {peer_name!r} "
             "presents an unusable X25519 key; refusing"
         ) from None
-    info = context + canonical_bytes(*sorted((roster.own_name, peer_name)))
+    return _keystream_cipher(secret, context, roster.own_name, peer_name)
+
+
+def _keystream_cipher(secret: bytes, context: bytes, own_name: str, peer_name: str) -> Cipher:
+    info = context + canonical_bytes(*sorted((own_name, peer_name)))
     key = HKDF(algorithm=hashes.SHA256(), length=32, salt=_HKDF_SALT, info=info).derive(secret)
     return Cipher(algorithms.ChaCha20(key, _ZERO_NONCE), mode=None)
 
@@ -275,8 +307,59 @@ def mask_integrity_check(
     :data:`INTEGRITY_CHECK_SHAPE`): the integer 1, masked like a block but
     under masks of its own. Sent after the query's blocks; see
     :func:`verify_integrity_check`."""
-    one = np.ones(INTEGRITY_CHECK_SHAPE, dtype=np.uint64)
-    return _masked(one, own, roster, job_id, round, query_id, _CHECK_BLOCK)
+    _check_roster(own, roster, job_id, round)
+    own._claim(job_id, round, query_id, _CHECK_BLOCK)
+    return _integrity_check(own._check_private_key, roster, roster.own_name, query_id)
+
+
+def _integrity_check(
+    check_key: x25519.X25519PrivateKey, roster: Roster, name: str, query_id: str
+) -> np.ndarray:
+    """The check site ``name`` sends: 1 plus, for every other member, the
+    keystream of the check keys' shared secret (added by the name that sorts
+    first, subtracted by the other)."""
+    total = np.ones(INTEGRITY_CHECK_SHAPE, dtype=np.uint64)
+    buffer = np.empty(1, dtype="<u8")
+    context = _mask_context(roster, query_id, _CHECK_BLOCK)
+    for peer_name, peer_key in roster.check_keys:
+        if peer_name == name:
+            continue
+        try:
+            secret = check_key.exchange(peer_key)
+        except ValueError:
+            raise RosterError(f"roster of job {roster.job_id!r} round {roster.round}: site "
+                              f"{peer_name!r} presents an unusable check key") from None
+        _apply_mask(total, _keystream_cipher(secret, context, name, peer_name),
+                    name < peer_name, buffer)
+    return total
+
+
+def blame_integrity_checks(
+    roster: Roster, query_id: str, checks: dict[str, np.ndarray],
+    revealed: dict[str, bytes | None],
+) -> tuple[str, ...]:
+    """After a failed integrity check (step 5 of the module docstring): the
+    sites whose check cannot be vouched for. ``checks`` are the masked checks
+    the sites sent, ``revealed`` the private check keys they revealed (None:
+    none in time). A site is blamed when it revealed nothing, revealed a key
+    whose public half is not the one it signed into the roster, or sent a
+    check other than the one its revealed key gives. Honest sites are never
+    blamed: their check is exactly what their signed key computes, whatever
+    the others do. Returns the blamed names, sorted."""
+    blamed = []
+    for name, sent in sorted(checks.items()):
+        raw = revealed.get(name)
+        try:
+            key = x25519.X25519PrivateKey.from_private_bytes(raw) if raw else None
+        except ValueError:
+            key = None
+        if key is None or _raw(key.public_key()) != _raw(roster.check_key(name)):
+            blamed.append(name)
+            continue
+        expected = _integrity_check(key, roster, name, query_id)
+        if not np.array_equal(np.asarray(sent, dtype=np.uint64).reshape(-1), expected):
+            blamed.append(name)
+    return tuple(blamed)
 
 
 def _masked(
@@ -288,6 +371,19 @@ def _masked(
     query_id: str,
     block: int | str,
 ) -> np.ndarray:
+    _check_roster(own, roster, job_id, round)
+    own._claim(job_id, round, query_id, block)
+
+    total = encoded.astype(np.uint64, order="C", copy=True).reshape(-1)
+    buffer = np.empty(min(total.size, _CHUNK), dtype="<u8")
+    context = _mask_context(roster, query_id, block)
+    for peer_name, peer_key in roster.peers():
+        cipher = _pair_cipher(own, roster, context, peer_name, peer_key)
+        _apply_mask(total, cipher, roster.own_name < peer_name, buffer)
+    return total.reshape(encoded.shape)
+
+
+def _check_roster(own: RoundKeys, roster: Roster, job_id: str, round: int) -> None:
     if (job_id, round) != (roster.job_id, roster.round):
         raise RosterError(
             f"masking job {job_id!r} round {round} with the roster of job {roster.job_id!r} "
@@ -298,15 +394,6 @@ def _masked(
             f"job {job_id!r} round {round}: the roster's key for {roster.own_name!r} is not "
             "this site's round key; refusing to mask"
         )
-    own._claim(job_id, round, query_id, block)
-
-    total = encoded.astype(np.uint64, order="C", copy=True).reshape(-1)
-    buffer = np.empty(min(total.size, _CHUNK), dtype="<u8")
-    context = _mask_context(roster, query_id, block)
-    for peer_name, peer_key in roster.peers():
-        cipher = _pair_cipher(own, roster, context, peer_name, peer_key)
-        _apply_mask(total, cipher, roster.own_name < peer_name, buffer)
-    return total.reshape(encoded.shape)
 
 
 def unmask_sum(masked_shares: Iterable[np.ndarray]) -> np.ndarray:
@@ -328,8 +415,9 @@ def verify_integrity_check(masked_checks: Sequence[np.ndarray]) -> None:
     """The coordinator's side of the integrity check: the masked checks of
     every roster member (from :func:`mask_integrity_check`) must sum to their
     number. :class:`MaskMismatchError` otherwise: some pair of sites derived
-    different masks (different rosters, keys or contexts), so the sum of the
-    blocks is garbage and must not be decoded."""
+    different check masks (different rosters or check keys), or a site sent a
+    wrong check, so the sum of the blocks is not to be trusted and must not
+    be decoded (:func:`blame_integrity_checks` says whose check was wrong)."""
     total = unmask_sum(masked_checks)
     if total.shape != INTEGRITY_CHECK_SHAPE or int(total[0]) != len(masked_checks):
         raise MaskMismatchError(

@@ -34,7 +34,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from privadapt.common.accounting import AccountingMethod, EpsilonReport
 from privadapt.common.errors import WireError
-from privadapt.common.federation import Query, SitePrivacy
+from privadapt.common.federation import Query, ReleaseForm, SitePrivacy
 from privadapt.common.mechanisms import (
     MECHANISM_KINDS,
     Mechanism,
@@ -314,13 +314,14 @@ def signed_key_to_proto(key: SignedKey, query_id: str) -> pb.KeyAnnouncement:
         job_id=key.job_id, round=key.round, query_id=query_id, site_name=key.site_name,
         public_key=key.public_key, signature=key.signature,
         certificate_pem=key.certificate_pem, query_digest=key.query_digest,
+        check_public_key=key.check_public_key,
     )
 
 
 def signed_key_from_proto(msg: pb.KeyAnnouncement) -> SignedKey:
     """A roster entry as received; verification is ``roster.verify_roster``'s job."""
     return SignedKey(msg.site_name, msg.job_id, msg.round, msg.public_key, msg.signature,
-                     msg.certificate_pem, msg.query_digest)
+                     msg.certificate_pem, msg.query_digest, msg.check_public_key)
 
 
 # --------------------------------------------------------------------------- privacy reports
@@ -366,6 +367,7 @@ def query_to_proto(query: Query, round: int) -> pb.Query:
         mechanism=mechanism_to_proto(query.mechanism),
         collusion_tolerance=query.collusion_tolerance,
         fractional_bits=query.fractional_bits,
+        form=str(query.form),
     )
     params_to_proto(query.params, msg.params, f"query {query.query_id!r} params")
     return msg
@@ -380,6 +382,12 @@ def query_from_proto(msg: pb.Query) -> tuple[Query, int]:
             raise WireError(f"{where}: {name} is empty")
     if not msg.HasField("mechanism"):
         raise WireError(f"{where}: mechanism is missing")
+    try:
+        # Empty: a sender from before release forms, whose queries were all sums.
+        form = ReleaseForm(msg.form or ReleaseForm.SECURE_SUM)
+    except ValueError:
+        raise WireError(f"{where}: unknown release form {msg.form[:64]!r}; known: "
+                        f"{[f.value for f in ReleaseForm]}") from None
     query = Query(
         job_id=msg.job_id,
         query_id=msg.query_id,
@@ -388,5 +396,6 @@ def query_from_proto(msg: pb.Query) -> tuple[Query, int]:
         mechanism=mechanism_from_proto(msg.mechanism, f"{where} mechanism"),
         collusion_tolerance=msg.collusion_tolerance,
         fractional_bits=msg.fractional_bits,
+        form=form,
     )
     return query, msg.round

@@ -246,10 +246,14 @@ def privacy_report_json(
     job_id: str, spec: pb.JobSpec, privacy: dict[str, SitePrivacy], rounds: list[RoundRecord]
 ) -> str:
     """The report ``privadapt result`` writes: each site's spend as its own
-    ledger states it, and every aborted round (already charged by the sites
-    that answered it, and included in their figures)."""
+    ledger states it, every aborted round (already charged by the sites
+    that answered it, and included in their figures), and how many rounds
+    the coordinator saw each site's own answer in (``per_site`` rounds)."""
     aborted = [{"round": r.round, "step": r.step, "reason": r.abort_reason}
                for r in rounds if r.aborted]
+    # The coordinator saw a site's own answer in a per-site round, and in a
+    # secure sum with a single participant (after dropouts).
+    seen = [r for r in rounds if r.form == "per_site" or len(r.participants) == 1]
     report = {
         "job_id": job_id,
         "algorithm": spec.algorithm,
@@ -259,11 +263,20 @@ def privacy_report_json(
                 "job_epsilon": p.job.epsilon, "delta": p.job.delta, "method": p.job.method.value,
                 "total_epsilon": p.total.epsilon, "total_delta": p.total.delta,
                 "cap_epsilon": p.cap_epsilon, "releases": len(p.mechanisms),
+                "releases_seen_by_coordinator": sum(name in r.participants for r in seen),
             }
             for name, p in sorted(privacy.items())
         },
         "sites_not_reporting": sorted(set(spec.sites) - set(privacy)),
         "rounds": len(rounds),
+        "rounds_with_per_site_releases": [r.round for r in seen],
+        "release_note": (
+            f"in {len(seen)} round(s) the coordinator saw each participating site's own "
+            "noised answer or selected index (per-site releases, or a sum over one site, "
+            "each charged to that site's ledger); every other release was a secure sum "
+            "over several sites" if seen
+            else "every release was a secure sum: the coordinator saw only noisy sums "
+            "over the participating sites"),
         "aborted_rounds": aborted,
         "note": ("every aborted round was charged by the ledgers of the sites that answered "
                  "it before the abort; the epsilons above include those charges"

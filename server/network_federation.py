@@ -3,7 +3,9 @@ rounds with the site daemons (DESIGN.md sections 3, 6 and 7).
 
 An algorithm is written against :class:`privadapt.common.federation.Federation`
 and cannot tell this class from ``LocalFederation``: ``query`` returns the
-decoded sum of the sites' noised, fixed-point shares.
+decoded sum of the sites' noised, fixed-point shares; ``query_per_site`` and
+``select`` run the same rounds in the ``per_site`` form (each site's own
+answer, unmasked, :mod:`privadapt.server.per_site_answers`).
 
 Resuming after a coordinator restart is replay, not checkpoint restore. Every
 aggregated answer is stored under its algorithm *step* (the n-th query of the
@@ -39,12 +41,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from privadapt.common.errors import BudgetExceededError, PrivadaptError, QueryRefusedError
-from privadapt.common.federation import AggregateAnswer, Query, SitePrivacy
+from privadapt.common.federation import (
+    AggregateAnswer,
+    PerSiteAnswer,
+    Query,
+    ReleaseForm,
+    SelectionAnswer,
+    SitePrivacy,
+)
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, Mechanism
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire import query_to_proto, site_privacy_from_proto
+from privadapt.server.per_site_answers import per_site_answer, selection_answer
 from privadapt.server.rounds import DeliveryError, RoundFailedError, RoundHub
 from privadapt.server.site_registry import SiteRegistry
 from privadapt.server.store import CoordinatorStore, RoundRecord, StoredAnswer
@@ -53,6 +63,10 @@ logger = logging.getLogger(__name__)
 
 # Aborted attempts of one step before the job gives up (each one was charged).
 MAX_ATTEMPTS_PER_STEP = 5
+# Rounds in which a site may publish its key and then send no share before
+# the job leaves it out for good (once can be a crash; twice costs every
+# honest site a second charged round).
+WITHHELD_SHARES_LIMIT = 2
 INTERRUPTED_REASON = ("interrupted: the coordinator stopped during this round; sites that "
                       "answered it before then were charged for it")
 
@@ -113,6 +127,14 @@ class NetworkFederation:
         # not charged for one aborted attempt after another. A site that
         # reconnects has a new session and takes part again.
         self._excluded_sessions: set[str] = set()
+        # Sites that provably broke one of this job's rounds (a wrong
+        # integrity check, a replay refusal after the roster;
+        # server/round_blame.py), or withheld their share after the roster
+        # in WITHHELD_SHARES_LIMIT rounds: left out for the rest of the job,
+        # reconnected or not, so that no participant can abort every retry
+        # at the honest sites' expense.
+        self._blamed: set[str] = set()
+        self._withheld: dict[str, int] = {}
         self._replaying = True
         # No round of this job runs now (one federation per job run), so any
         # round still "started" is one a crashed coordinator never finished.
@@ -156,8 +178,37 @@ class NetworkFederation:
     def query(
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
     ) -> AggregateAnswer:
+        query_id, blocks, participants = self._step(kernel, params, mechanism,
+                                                    ReleaseForm.SECURE_SUM)
+        return AggregateAnswer(query_id, blocks, participants)
+
+    def query_per_site(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+    ) -> PerSiteAnswer:
+        return per_site_answer(*self._step(kernel, params, mechanism, ReleaseForm.PER_SITE))
+
+    def select(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+    ) -> SelectionAnswer:
+        if len(self._job.sites) != 1:
+            raise QueryRefusedError(
+                f"job {self.job_id!r}: a selection is answered only when one site holds all of "
+                f"the job's private data, and this job has {len(self._job.sites)} sites; ask "
+                "for the secure-sum form of the same kernel and select on the noisy sum")
+        step = self._step(kernel, params, mechanism, ReleaseForm.PER_SITE)
+        (shape,) = self._expected_shapes(kernel, params)
+        try:
+            return selection_answer(*step, num_candidates=shape[0])
+        except ValueError as err:
+            raise JobFailedError(f"job {self.job_id!r}: {err}") from None
+
+    def _step(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism, form: ReleaseForm
+    ) -> tuple[str, tuple[Any, ...], tuple[str, ...]]:
+        """One algorithm step: its (query id, blocks, participants), from the
+        store while a resumed job replays, else from a new round."""
         step = next(self._steps)
-        fingerprint = self._fingerprint(kernel, params, mechanism)
+        fingerprint = self._fingerprint(kernel, params, mechanism, form)
         # Steps are answered in order, so once one is not stored none after it
         # is: the store is read only while a resumed job is replaying.
         stored = self._store.answer(self.job_id, step) if self._replaying else None
@@ -169,9 +220,9 @@ class NetworkFederation:
                     "answered before the restart; the algorithm did not replay "
                     "deterministically, so the job cannot resume"
                 )
-            return AggregateAnswer(stored.query_id, stored.blocks, stored.participants)
+            return stored.query_id, stored.blocks, stored.participants
         for _attempt in range(MAX_ATTEMPTS_PER_STEP):
-            answer = self._attempt(step, fingerprint, kernel, params, mechanism)
+            answer = self._attempt(step, fingerprint, kernel, params, mechanism, form)
             if answer is not None:
                 return answer
         raise JobFailedError(
@@ -199,46 +250,53 @@ class NetworkFederation:
 
     def _attempt(
         self, step: int, fingerprint: str, kernel: str, params: Mapping[str, Any],
-        mechanism: Mechanism,
-    ) -> AggregateAnswer | None:
+        mechanism: Mechanism, form: ReleaseForm,
+    ) -> tuple[str, tuple[Any, ...], tuple[str, ...]] | None:
         participants = self._wait_for_participants()
         round = self._next_round(participants)
         query = Query(
             job_id=self.job_id, query_id=f"s{step:06d}-r{round:06d}", kernel=kernel,
             params=params, mechanism=mechanism,
             collusion_tolerance=self._job.collusion_tolerance,
-            fractional_bits=self.codec.fractional_bits,
+            fractional_bits=self.codec.fractional_bits, form=form,
         )
-        expected_shapes = self._expected_shapes(kernel, params)
+        expected_shapes = ([(1,)] if mechanism.releases_index
+                           else self._expected_shapes(kernel, params))
         started = time.time()
         self._store.start_round(RoundRecord.starting(self.job_id, round, step, query.query_id,
-                                                     participants, started))
+                                                     participants, started, form))
         try:
             result = self._hub.run_round(query, round, participants, self._job.round_timeout,
                                          expected_shapes)
         except RoundFailedError as failure:
             self._abort_round(round, step, query.query_id, participants, started,
-                              failure.reason)
+                              failure.reason, form)
             self._raise_for_refusals(failure)
             self._skip_replayed_rounds(failure)
             self._exclude(failure.missing)
+            self._blame(failure.blamed, "broke a round")
+            for name in failure.withheld:
+                self._withheld[name] = self._withheld.get(name, 0) + 1
+            self._blame([n for n, count in self._withheld.items()
+                         if count >= WITHHELD_SHARES_LIMIT],
+                        f"withheld its share in {WITHHELD_SHARES_LIMIT} rounds after the roster")
             return None
         except Exception as error:  # a bug or a closed round: the job fails, the row ends
             self._abort_round(round, step, query.query_id, participants, started,
-                              f"coordinator error: {type(error).__name__}: {error}")
+                              f"coordinator error: {type(error).__name__}: {error}", form)
             raise
         record = RoundRecord(self.job_id, round, step, query.query_id, result.participants,
-                             started, time.time(), False, "", result.job_epsilon)
+                             started, time.time(), False, "", result.job_epsilon, form=form)
         answer = StoredAnswer(self.job_id, step, round, query.query_id, fingerprint,
                               result.blocks, result.participants)
         self._store.save_answer(answer, record)
         self._notify(record)
-        return AggregateAnswer(query.query_id, result.blocks, result.participants)
+        return query.query_id, result.blocks, result.participants
 
     def _abort_round(self, round: int, step: int, query_id: str, participants: Sequence[str],
-                     started: float, reason: str) -> None:
+                     started: float, reason: str, form: ReleaseForm) -> None:
         record = RoundRecord(self.job_id, round, step, query_id, tuple(participants), started,
-                             time.time(), True, reason, math.nan)
+                             time.time(), True, reason, math.nan, form=form)
         self._store.record_round(record)
         self._store.audit("round_aborted", job_id=self.job_id, detail=reason)
         self._notify(record)
@@ -271,10 +329,21 @@ class NetworkFederation:
                 logger.warning("job=%s: site %s is left out of the next rounds until it "
                                "reconnects", self.job_id, name)
 
+    def _blame(self, names: Sequence[str], why: str) -> None:
+        for name in names:
+            if name not in self._blamed:
+                self._blamed.add(name)
+                logger.warning("job=%s: site %s %s; it is left out of the rest of the job",
+                               self.job_id, name, why)
+                self._store.audit("site_blamed", job_id=self.job_id, site_name=name,
+                                  detail=f"{why}: left out of the job")
+
     def _eligible(self) -> set[str]:
         """The job's sites that are connected and not left out."""
         eligible = set()
         for name in self._job.sites:
+            if name in self._blamed:
+                continue
             session = self._registry.session(name)
             if session is not None and session.session_id not in self._excluded_sessions:
                 eligible.add(name)
@@ -294,7 +363,9 @@ class NetworkFederation:
                 f"({', '.join(connected) or 'none'}), fewer than min_participants="
                 f"{self._job.min_participants}, after waiting {self._job.site_wait_timeout:g} s; "
                 f"not taking part: {', '.join(absent)} (not connected, or left out after missing "
-                "a round's deadline: check those site daemons and their logs)"
+                "a round's deadline: check those site daemons and their logs"
+                + (f"; left out of this job for breaking its rounds: "
+                   f"{', '.join(sorted(self._blamed))}" if self._blamed else "") + ")"
             )
         if self._cancelled.is_set():
             raise JobCancelledError(f"job {self.job_id!r} was cancelled")
@@ -325,9 +396,10 @@ class NetworkFederation:
         found, dim = get_kernel(kernel), self.dim
         return [tuple(s) for s in found.output_shapes(found.Params.from_wire(params, dim), dim)]
 
-    def _fingerprint(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism) -> str:
+    def _fingerprint(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
+                     form: ReleaseForm) -> str:
         probe = Query(self.job_id, "fingerprint", kernel, params, mechanism,
-                      self._job.collusion_tolerance, self.codec.fractional_bits)
+                      self._job.collusion_tolerance, self.codec.fractional_bits, form)
         encoded = query_to_proto(probe, round=0).SerializeToString(deterministic=True)
         return hashlib.sha256(encoded).hexdigest()
 

@@ -15,12 +15,26 @@ one job carrying exactly one query:
    else the masks did not cancel and the round is aborted instead of
    returning garbage.
 
-The coordinator never sees an unmasked share. If a participant refuses, leaves
-(its stream breaks), or misses the deadline, the round is aborted: every
-participant is told (``RoundAbort``), the shares already received are dropped,
-and :class:`RoundFailedError` says who was missing and who refused -- the caller
-retries with the remaining sites, fresh keys and a fresh query id (every ledger
-has already charged the aborted attempt).
+A failed integrity check is not blamed on "the sites" as a whole: every share
+carries the private half of its site's check key (it masked the check alone),
+so the hub recomputes each site's check and names the sites whose check was
+wrong, or who refused a round as a replay after publishing their key, in
+:attr:`RoundFailedError.blamed` (:mod:`privadapt.server.round_blame`); the job
+leaves them out, so such a participant costs the honest sites one charged
+round, not one per retry.
+
+The coordinator never sees an unmasked share of a secure sum. A ``per_site``
+round (common/federation.py) runs the same steps, but each site adds the full
+noise and sends its blocks unmasked (only its integrity check is masked, so
+the roster is still checked): the result is every site's own answer,
+flattened in participant order (:mod:`privadapt.server.per_site_answers`).
+
+If a participant refuses, leaves (its stream breaks), or misses the deadline,
+the round is aborted: every participant is told (``RoundAbort``), the shares
+already received are dropped, and :class:`RoundFailedError` says who was
+missing and who refused -- the caller retries with the remaining sites, fresh
+keys and a fresh query id (every ledger has already charged the aborted
+attempt).
 
 Threads: the round runs in its job's thread and waits on one condition
 variable; gRPC handler threads deliver keys, shares and refusals into it and
@@ -39,7 +53,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from privadapt.common.errors import WireError
-from privadapt.common.federation import Query
+from privadapt.common.federation import Query, ReleaseForm
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.query_digest import query_digest
@@ -57,9 +71,12 @@ from privadapt.common.wire import (
     tensor_from_proto,
     timestamp_to_proto,
 )
+from privadapt.server.per_site_answers import decode_per_site
+from privadapt.server.round_blame import blame_late_replays, blame_wrong_checks
 from privadapt.server.site_registry import SiteRegistry
 
 logger = logging.getLogger(__name__)
+
 
 
 class DeliveryError(Exception):
@@ -79,6 +96,12 @@ class RoundFailedError(Exception):
     reason: str
     missing: tuple[str, ...] = ()
     refusals: tuple[pb.Refusal, ...] = ()
+    # Sites that provably broke the round (server/round_blame.py): left out of
+    # the rest of the job.
+    blamed: tuple[str, ...] = ()
+    # Sites that published their key but sent no share (after the others
+    # answered and were charged): the job leaves out a site that does it twice.
+    withheld: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return self.reason
@@ -86,6 +109,8 @@ class RoundFailedError(Exception):
 
 @dataclass
 class RoundResult:
+    # The decoded sum's blocks; for a per-site round every site's own blocks,
+    # in participant order (server/per_site_answers.py).
     blocks: tuple[np.ndarray, ...]
     participants: tuple[str, ...]
     job_epsilon: float  # largest job spend reported by the participants' ledgers
@@ -163,7 +188,10 @@ class RoundHub:
             self._wait(active, lambda: len(active.keys) == len(names), deadline, "keys")
             self._send_roster(active)
             self._wait(active, lambda: len(active.shares) == len(names), deadline, "shares")
-            return self._aggregate(active)
+            try:
+                return self._aggregate(active)
+            except MaskMismatchError as mismatch:
+                raise self._blame(active, str(mismatch)) from None
         except RoundFailedError as failure:
             self._abort(active, failure)
             raise
@@ -217,17 +245,20 @@ class RoundHub:
                 raise RoundFailedError(
                     "; ".join(r.message or f"site {r.site_name!r} refused" for r in refusals),
                     refusals=refusals,
+                    blamed=blame_late_replays(refusals, active.roster_sites),
                 )
+            shares_phase = what == "shares"
             if active.gone:
                 missing = tuple(sorted(active.gone))
+                withheld = tuple(n for n in missing if shares_phase and n not in active.shares)
                 raise RoundFailedError(f"site(s) {', '.join(missing)} left during the round",
-                                  missing=missing)
+                                       missing=missing, withheld=withheld)
             if not finished:
                 received = active.keys if what == "keys" else active.shares
                 missing = tuple(n for n in active.participants if n not in received)
                 raise RoundFailedError(
                     f"deadline passed waiting for {what} from {', '.join(missing)}",
-                    missing=missing,
+                    missing=missing, withheld=missing if shares_phase else (),
                 )
 
     def _send_roster(self, active: _ActiveRound) -> None:
@@ -246,15 +277,15 @@ class RoundHub:
         with active.condition:
             shares = [active.share_blocks[name] for name in active.participants]
             epsilon = max(active.shares[name].job_epsilon for name in active.participants)
-        try:
-            verify_integrity_check([blocks[-1] for blocks in shares])
-        except MaskMismatchError as err:
-            raise RoundFailedError(str(err)) from None
+        verify_integrity_check([blocks[-1] for blocks in shares])  # MaskMismatchError
         per_site = [blocks[:-1] for blocks in shares]
         counts = {len(blocks) for blocks in per_site}
         if len(counts) != 1:
             raise RoundFailedError(f"sites sent different numbers of blocks: {sorted(counts)}")
         codec = FixedPointCodec(active.query.fractional_bits)
+        if active.query.form == ReleaseForm.PER_SITE:
+            decoded = decode_per_site(per_site, codec, active.query.mechanism.releases_index)
+            return RoundResult(decoded, active.participants, epsilon)
         blocks = []
         for index in range(counts.pop()):
             shapes = {blocks_[index].shape for blocks_ in per_site}
@@ -263,6 +294,27 @@ class RoundHub:
                     f"block {index}: sites sent different shapes {sorted(shapes)}")
             blocks.append(codec.decode(unmask_sum(b[index] for b in per_site)))
         return RoundResult(tuple(blocks), active.participants, epsilon)
+
+    def _blame(self, active: _ActiveRound, reason: str) -> RoundFailedError:
+        """The failure of a round whose integrity check failed, naming the
+        sites whose check is provably wrong (server/round_blame.py)."""
+        with active.condition:
+            keys, shares = dict(active.keys), dict(active.shares)
+            checks = {name: active.share_blocks[name][-1] for name in active.participants}
+        query = active.query
+        blamed = blame_wrong_checks(keys, shares, checks, self._ca_pem, job_id=query.job_id,
+                                    round=active.round, query_id=query.query_id,
+                                    query_digest=active.query_digest)
+        if blamed is None:
+            return RoundFailedError(reason)
+        if not blamed:
+            return RoundFailedError(reason + "; every site's check matches the check key it "
+                                    "signed, so the sites masked under different rosters")
+        return RoundFailedError(
+            f"the masks did not cancel, and the integrity check of site(s) "
+            f"{', '.join(blamed)} is not what the check key each signed into the roster "
+            "gives: left out of this job; every other site's check is exactly what its "
+            "key gives", blamed=blamed)
 
     def _abort(self, active: _ActiveRound, failure: RoundFailedError) -> None:
         query = active.query

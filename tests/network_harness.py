@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -47,11 +48,12 @@ def write_coordinator_config(workdir: Path, pki: Path, round_timeout_s: float = 
 
 
 def write_site(workdir: Path, pki: Path, name: str, data: Dataset, port: int,
-               epsilon_cap: float = 10.0, min_participants: int = 1) -> Path:
+               epsilon_cap: float = 10.0, min_participants: int = 1,
+               **policy_options: Any) -> Path:
     """Data (.npz), policy and site config for ``name``; returns the config
     path. An infinite cap makes a simulation site (exact sums allowed)."""
     policy = SitePolicy(name, epsilon_cap, 1e-5, min_participants=min_participants,
-                        allow_non_private=math.isinf(epsilon_cap))
+                        allow_non_private=math.isinf(epsilon_cap), **policy_options)
     return LocalDeployment(workdir, pki).write_site(policy, data, f"{LOCALHOST}:{port}")
 
 

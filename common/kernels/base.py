@@ -228,6 +228,25 @@ class Kernel(ABC):
         released = len(self.output_shapes(params, dim))
         return GaussianMechanism(blocks[:released], adjacency, sampling_rate, blocks[released:])
 
+    # Selection queries (issue 12): the one released block read as scores.
+
+    def score_sensitivities(
+        self, params: Any, adjacency: Adjacency, dim: int
+    ) -> tuple[float, ...]:
+        """Per candidate, the largest change of its score when one record
+        changes, for a kernel whose one released block is a vector of K
+        scores (a selection query picks an index among them). The default
+        is sound for any such kernel: no entry of a vector moves by more than
+        the vector's L2 norm, so each score moves by at most the block's L2
+        sensitivity; a kernel that knows a tighter per-entry bound says so.
+        ``ValueError`` for a kernel whose release is not one vector."""
+        shapes = self.output_shapes(params, dim)
+        if len(shapes) != 1 or len(shapes[0]) != 1:
+            raise ValueError(f"kernel {self.name!r} releases blocks of shapes {list(shapes)}, "
+                             "not one vector of scores: it cannot answer a selection")
+        (l2,) = self.l2_sensitivities(params, adjacency)
+        return (l2,) * shapes[0][0]
+
 
 _REGISTRY: dict[str, Kernel] = {}
 

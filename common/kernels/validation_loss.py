@@ -139,6 +139,12 @@ class ValidationLoss(Kernel):
         # Module docstring: at most L per entry under either adjacency.
         return (math.sqrt(params.num_candidates) * params.loss_bound,)
 
+    def score_sensitivities(
+        self, params: ValidationLossParams, adjacency: Adjacency, dim: int
+    ) -> tuple[float, ...]:
+        # Module docstring: each entry moves by at most L under either adjacency.
+        return (params.loss_bound,) * params.num_candidates
+
     def max_abs_sum(self, params: ValidationLossParams, num_records: int) -> float:
         return num_records * params.loss_bound
 

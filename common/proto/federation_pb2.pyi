@@ -60,7 +60,7 @@ class GaussianBlock(_message.Message):
     def __init__(self, sensitivity: _Optional[float] = ..., sigma: _Optional[float] = ...) -> None: ...
 
 class Mechanism(_message.Message):
-    __slots__ = ("adjacency", "gaussian", "poisson_sampled_gaussian", "laplace", "pure_dp", "zcdp", "no_noise")
+    __slots__ = ("adjacency", "gaussian", "poisson_sampled_gaussian", "laplace", "pure_dp", "zcdp", "no_noise", "report_noisy_laplace", "exponential", "generalized_exponential")
     ADJACENCY_FIELD_NUMBER: _ClassVar[int]
     GAUSSIAN_FIELD_NUMBER: _ClassVar[int]
     POISSON_SAMPLED_GAUSSIAN_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,9 @@ class Mechanism(_message.Message):
     PURE_DP_FIELD_NUMBER: _ClassVar[int]
     ZCDP_FIELD_NUMBER: _ClassVar[int]
     NO_NOISE_FIELD_NUMBER: _ClassVar[int]
+    REPORT_NOISY_LAPLACE_FIELD_NUMBER: _ClassVar[int]
+    EXPONENTIAL_FIELD_NUMBER: _ClassVar[int]
+    GENERALIZED_EXPONENTIAL_FIELD_NUMBER: _ClassVar[int]
     adjacency: str
     gaussian: GaussianMechanism
     poisson_sampled_gaussian: PoissonSampledGaussianMechanism
@@ -75,7 +78,10 @@ class Mechanism(_message.Message):
     pure_dp: PureDpEvent
     zcdp: ZCdpEvent
     no_noise: NoNoise
-    def __init__(self, adjacency: _Optional[str] = ..., gaussian: _Optional[_Union[GaussianMechanism, _Mapping]] = ..., poisson_sampled_gaussian: _Optional[_Union[PoissonSampledGaussianMechanism, _Mapping]] = ..., laplace: _Optional[_Union[LaplaceMechanism, _Mapping]] = ..., pure_dp: _Optional[_Union[PureDpEvent, _Mapping]] = ..., zcdp: _Optional[_Union[ZCdpEvent, _Mapping]] = ..., no_noise: _Optional[_Union[NoNoise, _Mapping]] = ...) -> None: ...
+    report_noisy_laplace: ReportNoisyMin
+    exponential: ExponentialMechanism
+    generalized_exponential: GeneralizedExponentialMechanism
+    def __init__(self, adjacency: _Optional[str] = ..., gaussian: _Optional[_Union[GaussianMechanism, _Mapping]] = ..., poisson_sampled_gaussian: _Optional[_Union[PoissonSampledGaussianMechanism, _Mapping]] = ..., laplace: _Optional[_Union[LaplaceMechanism, _Mapping]] = ..., pure_dp: _Optional[_Union[PureDpEvent, _Mapping]] = ..., zcdp: _Optional[_Union[ZCdpEvent, _Mapping]] = ..., no_noise: _Optional[_Union[NoNoise, _Mapping]] = ..., report_noisy_laplace: _Optional[_Union[ReportNoisyMin, _Mapping]] = ..., exponential: _Optional[_Union[ExponentialMechanism, _Mapping]] = ..., generalized_exponential: _Optional[_Union[GeneralizedExponentialMechanism, _Mapping]] = ...) -> None: ...
 
 class GaussianMechanism(_message.Message):
     __slots__ = ("blocks", "local_blocks")
@@ -119,8 +125,44 @@ class NoNoise(_message.Message):
     sensitivities: _containers.RepeatedScalarFieldContainer[float]
     def __init__(self, sensitivities: _Optional[_Iterable[float]] = ...) -> None: ...
 
+class ReportNoisyMin(_message.Message):
+    __slots__ = ("sensitivity", "scale", "minimize", "monotone")
+    SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
+    SCALE_FIELD_NUMBER: _ClassVar[int]
+    MINIMIZE_FIELD_NUMBER: _ClassVar[int]
+    MONOTONE_FIELD_NUMBER: _ClassVar[int]
+    sensitivity: float
+    scale: float
+    minimize: bool
+    monotone: bool
+    def __init__(self, sensitivity: _Optional[float] = ..., scale: _Optional[float] = ..., minimize: _Optional[bool] = ..., monotone: _Optional[bool] = ...) -> None: ...
+
+class ExponentialMechanism(_message.Message):
+    __slots__ = ("sensitivity", "epsilon", "minimize", "monotone")
+    SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    MINIMIZE_FIELD_NUMBER: _ClassVar[int]
+    MONOTONE_FIELD_NUMBER: _ClassVar[int]
+    sensitivity: float
+    epsilon: float
+    minimize: bool
+    monotone: bool
+    def __init__(self, sensitivity: _Optional[float] = ..., epsilon: _Optional[float] = ..., minimize: _Optional[bool] = ..., monotone: _Optional[bool] = ...) -> None: ...
+
+class GeneralizedExponentialMechanism(_message.Message):
+    __slots__ = ("sensitivities", "epsilon", "beta", "minimize")
+    SENSITIVITIES_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    BETA_FIELD_NUMBER: _ClassVar[int]
+    MINIMIZE_FIELD_NUMBER: _ClassVar[int]
+    sensitivities: _containers.RepeatedScalarFieldContainer[float]
+    epsilon: float
+    beta: float
+    minimize: bool
+    def __init__(self, sensitivities: _Optional[_Iterable[float]] = ..., epsilon: _Optional[float] = ..., beta: _Optional[float] = ..., minimize: _Optional[bool] = ...) -> None: ...
+
 class Query(_message.Message):
-    __slots__ = ("job_id", "round", "query_id", "kernel", "params", "mechanism", "collusion_tolerance", "fractional_bits")
+    __slots__ = ("job_id", "round", "query_id", "kernel", "params", "mechanism", "collusion_tolerance", "fractional_bits", "form")
     class ParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +178,7 @@ class Query(_message.Message):
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     COLLUSION_TOLERANCE_FIELD_NUMBER: _ClassVar[int]
     FRACTIONAL_BITS_FIELD_NUMBER: _ClassVar[int]
+    FORM_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     query_id: str
@@ -144,7 +187,8 @@ class Query(_message.Message):
     mechanism: Mechanism
     collusion_tolerance: int
     fractional_bits: int
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., kernel: _Optional[str] = ..., params: _Optional[_Mapping[str, ParamValue]] = ..., mechanism: _Optional[_Union[Mechanism, _Mapping]] = ..., collusion_tolerance: _Optional[int] = ..., fractional_bits: _Optional[int] = ...) -> None: ...
+    form: str
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., kernel: _Optional[str] = ..., params: _Optional[_Mapping[str, ParamValue]] = ..., mechanism: _Optional[_Union[Mechanism, _Mapping]] = ..., collusion_tolerance: _Optional[int] = ..., fractional_bits: _Optional[int] = ..., form: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("site_name", "software_version", "num_records", "num_features", "kernels", "policy_version", "adjacency")
@@ -243,7 +287,7 @@ class RoundAnnouncement(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., query: _Optional[_Union[Query, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fractional_bits: _Optional[int] = ...) -> None: ...
 
 class KeyAnnouncement(_message.Message):
-    __slots__ = ("job_id", "round", "query_id", "site_name", "public_key", "signature", "certificate_pem", "query_digest")
+    __slots__ = ("job_id", "round", "query_id", "site_name", "public_key", "signature", "certificate_pem", "query_digest", "check_public_key")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -252,6 +296,7 @@ class KeyAnnouncement(_message.Message):
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     CERTIFICATE_PEM_FIELD_NUMBER: _ClassVar[int]
     QUERY_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    CHECK_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     query_id: str
@@ -260,7 +305,8 @@ class KeyAnnouncement(_message.Message):
     signature: bytes
     certificate_pem: bytes
     query_digest: bytes
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., certificate_pem: _Optional[bytes] = ..., query_digest: _Optional[bytes] = ...) -> None: ...
+    check_public_key: bytes
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., certificate_pem: _Optional[bytes] = ..., query_digest: _Optional[bytes] = ..., check_public_key: _Optional[bytes] = ...) -> None: ...
 
 class Roster(_message.Message):
     __slots__ = ("job_id", "round", "query_id", "keys")
@@ -325,7 +371,7 @@ class WorkItem(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., job_start: _Optional[_Union[JobStart, _Mapping]] = ..., round_announcement: _Optional[_Union[RoundAnnouncement, _Mapping]] = ..., roster: _Optional[_Union[Roster, _Mapping]] = ..., round_abort: _Optional[_Union[RoundAbort, _Mapping]] = ..., job_end: _Optional[_Union[JobEnd, _Mapping]] = ..., privacy_report_request: _Optional[_Union[PrivacyReportRequest, _Mapping]] = ...) -> None: ...
 
 class MaskedShare(_message.Message):
-    __slots__ = ("job_id", "round", "query_id", "site_name", "blocks", "fractional_bits", "roster_sites", "job_epsilon")
+    __slots__ = ("job_id", "round", "query_id", "site_name", "blocks", "fractional_bits", "roster_sites", "job_epsilon", "check_private_key")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -334,6 +380,7 @@ class MaskedShare(_message.Message):
     FRACTIONAL_BITS_FIELD_NUMBER: _ClassVar[int]
     ROSTER_SITES_FIELD_NUMBER: _ClassVar[int]
     JOB_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    CHECK_PRIVATE_KEY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     query_id: str
@@ -342,7 +389,8 @@ class MaskedShare(_message.Message):
     fractional_bits: int
     roster_sites: _containers.RepeatedScalarFieldContainer[str]
     job_epsilon: float
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., blocks: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., fractional_bits: _Optional[int] = ..., roster_sites: _Optional[_Iterable[str]] = ..., job_epsilon: _Optional[float] = ...) -> None: ...
+    check_private_key: bytes
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., site_name: _Optional[str] = ..., blocks: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., fractional_bits: _Optional[int] = ..., roster_sites: _Optional[_Iterable[str]] = ..., job_epsilon: _Optional[float] = ..., check_private_key: _Optional[bytes] = ...) -> None: ...
 
 class Refusal(_message.Message):
     __slots__ = ("job_id", "round", "query_id", "site_name", "reason", "message", "last_round")

@@ -28,7 +28,8 @@ import numpy as np
 from privadapt.common.errors import ConfigError
 from privadapt.common.transactions import ThreadConnections, transaction
 
-SCHEMA_VERSION = 2  # 2: rounds.state (v1 stores are upgraded in place on open)
+# 2: rounds.state; 3: rounds.form (older stores are upgraded in place on open)
+SCHEMA_VERSION = 3
 # Written into ``meta`` so that a site ledger or any other SQLite file is refused.
 _STORE_KIND = "privadapt-coordinator"
 # How long a writer waits for another thread or process to commit.
@@ -48,7 +49,8 @@ _SCHEMA = (
         round INTEGER NOT NULL, step INTEGER NOT NULL, query_id TEXT NOT NULL,
         participants TEXT NOT NULL, started REAL NOT NULL, finished REAL NOT NULL,
         aborted INTEGER NOT NULL, abort_reason TEXT NOT NULL, epsilon_so_far REAL,
-        state TEXT NOT NULL, PRIMARY KEY (job_id, round))""",
+        state TEXT NOT NULL, form TEXT NOT NULL DEFAULT 'secure_sum',
+        PRIMARY KEY (job_id, round))""",
     """CREATE TABLE IF NOT EXISTS answers (job_id TEXT NOT NULL REFERENCES jobs (job_id),
         step INTEGER NOT NULL, round INTEGER NOT NULL, query_id TEXT NOT NULL,
         fingerprint TEXT NOT NULL, participants TEXT NOT NULL, PRIMARY KEY (job_id, step))""",
@@ -74,6 +76,9 @@ _UPGRADE_TO_2 = (
     "ALTER TABLE rounds ADD COLUMN state TEXT NOT NULL DEFAULT 'answered'",
     "UPDATE rounds SET state = 'aborted' WHERE aborted = 1",
 )
+# Schema version 2 -> 3: rounds gained their release form; every older round
+# was a secure sum.
+_UPGRADE_TO_3 = ("ALTER TABLE rounds ADD COLUMN form TEXT NOT NULL DEFAULT 'secure_sum'",)
 _JSON_TUPLE_FIELDS = frozenset({"kernels", "participants"})
 # SQLite stores NaN as NULL; an aborted round may not know its epsilon.
 _NAN_FIELDS = frozenset({"epsilon_so_far"})
@@ -94,8 +99,9 @@ class StoreDatabase:
                 version = self._check_existing(conn)
                 for statement in _SCHEMA:
                     conn.execute(statement)
-                if version == 1:
-                    for statement in _UPGRADE_TO_2:
+                upgrades = {1: _UPGRADE_TO_2 + _UPGRADE_TO_3, 2: _UPGRADE_TO_3}
+                if version in upgrades:
+                    for statement in upgrades[version]:
                         conn.execute(statement)
                     conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                                  (str(SCHEMA_VERSION),))

@@ -38,7 +38,9 @@ class RoundRecord:
     """One round attempt; ``round`` numbers every attempt of a job, ``step``
     the algorithm step it served (an aborted attempt is retried under a new
     round number with the same step). ``state`` is one of ROUND_STATES; left
-    empty it follows ``aborted`` ("aborted" or "answered")."""
+    empty it follows ``aborted`` ("aborted" or "answered"). ``form`` is the
+    query's release form (common/federation.py ``ReleaseForm``): in a
+    ``per_site`` round the coordinator saw each participant's own answer."""
 
     job_id: str
     round: int
@@ -51,6 +53,7 @@ class RoundRecord:
     abort_reason: str
     epsilon_so_far: float
     state: str = ""
+    form: str = "secure_sum"
 
     def __post_init__(self) -> None:
         if not self.state:
@@ -64,10 +67,11 @@ class RoundRecord:
 
     @classmethod
     def starting(cls, job_id: str, round: int, step: int, query_id: str,
-                 participants: Sequence[str], started: float) -> RoundRecord:
+                 participants: Sequence[str], started: float,
+                 form: str = "secure_sum") -> RoundRecord:
         """The row of a round about to be announced (its end not yet known)."""
         return cls(job_id, round, step, query_id, tuple(participants), started, started,
-                   False, "", math.nan, "started")
+                   False, "", math.nan, "started", form)
 
 
 @dataclass(frozen=True)

@@ -212,7 +212,8 @@ def test_low_order_key_in_roster_is_refused_before_any_charge(make_site, pki, tm
     keys = [call.only("key") for call in calls]
     # site-c, a genuine member, signs a low-order point as its round key.
     zero = sign_round_key(
-        x25519.X25519PublicKey.from_public_bytes(bytes(32)), site_name="site-c", job_id=JOB,
+        x25519.X25519PublicKey.from_public_bytes(bytes(32)),
+        x25519.X25519PrivateKey.generate().public_key(), site_name="site-c", job_id=JOB,
         round=1, query_digest=keys[0].query_digest,
         certificate_pem=(pki / "site-c.crt").read_bytes(),
         signing_key=certs.load_private_key(pki / "site-c.key"),
@@ -220,7 +221,8 @@ def test_low_order_key_in_roster_is_refused_before_any_charge(make_site, pki, tm
     keys.append(pb.KeyAnnouncement(job_id=JOB, round=1, query_id="s1-r1", site_name="site-c",
                                    public_key=zero.public_key, signature=zero.signature,
                                    certificate_pem=zero.certificate_pem,
-                                   query_digest=zero.query_digest))
+                                   query_digest=zero.query_digest,
+                                   check_public_key=zero.check_public_key))
     workers[0].handle(roster_of(keys), calls[0])
     refusal = calls[0].only("refusal")
     assert refusal.reason == pb.Refusal.ROSTER_INVALID and "low-order" in refusal.message

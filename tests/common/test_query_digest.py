@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from privadapt.common.federation import Query
+from privadapt.common.federation import Query, ReleaseForm
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, LaplaceMechanism
 from privadapt.common.query_digest import QUERY_DIGEST_BYTES, canonical_encoding, query_digest
 from privadapt.common.wire import query_from_proto, query_to_proto
@@ -45,6 +45,9 @@ def test_digest_survives_the_wire_round_trip():
     {"mechanism": GaussianMechanism.single(2.0, 4.0000001, Adjacency.REPLACE_ONE)},
     {"mechanism": GaussianMechanism.single(2.0, 4.0, Adjacency.ADD_REMOVE_ONE)},
     {"mechanism": LaplaceMechanism(2.0, 4.0, Adjacency.REPLACE_ONE)},
+    # One site shown a per-site release while the others sum securely would
+    # have its answer seen unmasked: the form is bound into the digest too.
+    {"form": ReleaseForm.PER_SITE},
 ])
 def test_every_field_of_the_query_changes_the_digest(change):
     assert query_digest(make_query(**change), 1) != query_digest(make_query(), 1)

@@ -8,6 +8,7 @@ issues them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -29,6 +30,7 @@ from privadapt.common.secagg import (
     MaskMismatchError,
     RoundKeys,
     SignedKey,
+    blame_integrity_checks,
     mask_integrity_check,
     mask_share,
     pairwise_mask,
@@ -121,7 +123,9 @@ def fixed_keys(count: int, seed: int = 0) -> list[RoundKeys]:
     """Deterministic round keys, so statistical tests give the same verdict every run."""
     rng = np.random.default_rng(seed)
     return [
-        RoundKeys(x25519.X25519PrivateKey.from_private_bytes(rng.bytes(32))) for _ in range(count)
+        RoundKeys(x25519.X25519PrivateKey.from_private_bytes(rng.bytes(32)),
+                  x25519.X25519PrivateKey.from_private_bytes(rng.bytes(32)))
+        for _ in range(count)
     ]
 
 
@@ -264,6 +268,43 @@ def test_integrity_check_passes_when_every_site_verified_the_same_roster(count):
         assert all(check[0] != 1 for check in checks)
 
 
+def _checks_and_reveals(count: int = 4):
+    names, keys, rosters = round_setup(count)
+    checks = {n: mask_integrity_check(k, r, JOB, ROUND, "q-1")
+              for n, k, r in zip(names, keys, rosters, strict=True)}
+    reveals = {n: k.check_private_bytes() for n, k in zip(names, keys, strict=True)}
+    return names, rosters[0], checks, reveals
+
+
+def test_honest_sites_are_never_blamed_and_a_lying_check_is():
+    names, roster, checks, reveals = _checks_and_reveals()
+    assert blame_integrity_checks(roster, "q-1", checks, reveals) == ()
+    liar = names[2]
+    checks[liar] = checks[liar] + np.uint64(1)
+    with pytest.raises(MaskMismatchError):
+        verify_integrity_check(list(checks.values()))
+    assert blame_integrity_checks(roster, "q-1", checks, reveals) == (liar,)
+
+
+def test_a_site_that_reveals_another_key_or_none_is_blamed():
+    names, roster, checks, reveals = _checks_and_reveals()
+    reveals[names[0]] = RoundKeys.generate().check_private_bytes()  # not the key it signed
+    reveals[names[1]] = None
+    reveals[names[3]] = b"short"
+    assert blame_integrity_checks(roster, "q-1", checks, reveals) == (
+        names[0], names[1], names[3])
+
+
+def test_the_check_key_masks_nothing_but_the_check():
+    # Revealing it must not reveal a share: the block masks come from the
+    # other key, so knowing the check key leaves a block's mask unknown.
+    _, keys, rosters = round_setup(2, keys=fixed_keys(2))
+    assert keys[0].check_private_bytes() != keys[0]._private_key.private_bytes_raw()
+    check = mask_integrity_check(keys[0], rosters[0], JOB, ROUND, "q-1")
+    block = mask_share(np.ones(1, np.uint64), keys[0], rosters[0], JOB, ROUND, "q-1", 0)
+    assert check[0] != block[0]
+
+
 def test_integrity_check_is_masked_apart_from_every_block():
     _, keys, rosters = round_setup(2, keys=fixed_keys(2))
     check = mask_integrity_check(keys[0], rosters[0], JOB, ROUND, "q-1")
@@ -346,7 +387,7 @@ def test_roster_refuses_certificate_from_an_unknown_ca():
     pem, key = Authority().issue("site-b")
     ca, _ = federation()
     intruder = sign_round_key(
-        RoundKeys.generate().public_key,
+        *key_pair(),
         site_name="site-b",
         job_id=JOB,
         round=ROUND,
@@ -363,7 +404,7 @@ def test_roster_refuses_an_expired_certificate():
     ca, _ = federation()
     pem, key = ca.issue("site-b", not_after=NOW - timedelta(days=1))
     entry = sign_round_key(
-        RoundKeys.generate().public_key,
+        *key_pair(),
         site_name="site-b",
         job_id=JOB,
         round=ROUND,
@@ -438,7 +479,7 @@ def test_roster_refuses_a_common_name_other_than_the_claimed_site():
     ca, certificates = federation()
     pem, key = certificates["site-c"]
     impostor = sign_round_key(
-        RoundKeys.generate().public_key,
+        *key_pair(),
         site_name="site-z",
         job_id=JOB,
         round=ROUND,
@@ -455,7 +496,7 @@ def test_roster_refuses_a_coordinator_certificate():
     ca, _ = federation()
     pem, key = ca.issue("coordinator", role="coordinator")
     entry = sign_round_key(
-        RoundKeys.generate().public_key,
+        *key_pair(),
         site_name="coordinator",
         job_id=JOB,
         round=ROUND,
@@ -478,12 +519,18 @@ def test_roster_refuses_a_roster_without_this_site():
         verify(honest_entries(3), own_name="site-d")
 
 
+def key_pair() -> tuple[x25519.X25519PublicKey, x25519.X25519PublicKey]:
+    """A fresh round's mask key and check key (public halves)."""
+    keys = RoundKeys.generate()
+    return keys.public_key, keys.check_public_key
+
+
 def entry_from(ca: Authority, common_name: str, **issue) -> SignedKey:
     """A roster entry for ``common_name`` with a certificate ``ca`` issues (with
     ``issue`` passed on), signed for this round in ``ca``'s federation."""
     pem, key = ca.issue(common_name, **issue)
     return sign_round_key(
-        RoundKeys.generate().public_key,
+        *key_pair(),
         site_name=common_name,
         job_id=JOB,
         round=ROUND,
@@ -526,3 +573,13 @@ def test_roster_refuses_a_federation_certificate_that_is_not_a_ca():
 def test_roster_refuses_an_unreadable_federation_certificate():
     with pytest.raises(RosterError, match="federation CA certificate is unreadable"):
         verify(honest_entries(2), ca_pem=b"junk")
+
+
+def test_a_non_canonical_key_encoding_is_refused():
+    # X25519 ignores the top bit: the same key has two encodings, and the
+    # roster's duplicate check compares bytes, so only one is accepted.
+    entries = honest_entries(3)
+    twin = entries[2].public_key[:-1] + bytes([entries[2].public_key[-1] | 0x80])
+    entries[2] = dataclasses.replace(entries[2], public_key=twin)
+    with pytest.raises(RosterError, match="not canonically encoded"):
+        verify(entries)

@@ -259,8 +259,9 @@ def test_round_whose_masks_do_not_cancel_is_aborted_instead_of_decoded():
     checks = {"site-a": 1, "site-b": 1, "site-c": 0x9E3779B97F4A7C15}
     for name, check in checks.items():
         h.hub.deliver_share(h.share(name, [1.0, 2.0], check=check))
+    # Without a CA to verify the roster against (this harness), no one is blamed.
     thread.join(5)
     assert h.result is None
-    assert "did not cancel" in str(h.error)
+    assert "did not cancel" in str(h.error) and h.error.blamed == ()
     for name in SITES:
         assert h.next_item(name).WhichOneof("item") == "round_abort"

@@ -117,11 +117,15 @@ def test_version_1_store_is_upgraded_with_its_rounds_ended(db: Path) -> None:
                      "\"st-paul\"]', 10.0, 12.5, 0, '', 0.5)")
     with CoordinatorStore(db) as upgraded:
         assert [r.state for r in upgraded.rounds("job-1")] == ["aborted", "answered"]
-        upgraded.start_round(RoundRecord.starting("job-1", 3, 2, "q-2", ("st-mary",), 20.0))
+        # Every round before release forms was a secure sum.
+        assert [r.form for r in upgraded.rounds("job-1")] == ["secure_sum"] * 2
+        upgraded.start_round(RoundRecord.starting("job-1", 3, 2, "q-2", ("st-mary",), 20.0,
+                                                  "per_site"))
         assert upgraded.last_round("job-1") == 3
+        assert upgraded.rounds("job-1", include_started=True)[-1].form == "per_site"
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
-                            ).fetchone() == ("2",)
+                            ).fetchone() == ("3",)
 
 
 def test_store_in_a_missing_directory_is_refused(tmp_path: Path) -> None:
