@@ -27,6 +27,7 @@ refuses it; so does a kernel with per-record state, which assumes every record.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -255,9 +256,10 @@ class QueryAdmission:
         """The selection mechanism as this site accounts it: the query's
         randomisation against the kernel's own per-candidate score
         sensitivities under the policy's adjacency, each plus one grid step
-        2^-f: the site rounds every score onto the grid before it draws (so
-        the scores it selects on are a function of the rounded sums), and two
-        rounded scores differ by at most the true change plus one step."""
+        2^-f and the floating-point error of computing it: the site rounds
+        every score onto the grid before it draws (so the scores it selects
+        on are a function of the rounded sums), and two rounded scores differ
+        by at most the true change plus one step plus that error."""
         mechanism = query.mechanism
         if not isinstance(mechanism, SelectionMechanism):
             raise self.refusal(query, f"{type(mechanism).__name__} is not a selection mechanism")
@@ -280,8 +282,15 @@ class QueryAdmission:
                 raise self.refusal(
                     query, f"candidate {candidate} declares score sensitivity {said:g} but the "
                     f"kernel's clipping guarantees only {true:g}")
+        # Rounding: the site rounds each score onto the grid (one step) after
+        # summing at most n terms in floating point and before decoding it
+        # back to a float: by Higham's bound a sum of n terms of total
+        # magnitude B is off by at most n u B (u = 2^-53) on each neighbour,
+        # and decoding adds u B; both are charged, from public bounds only.
         step = 2.0 ** -codec.fractional_bits
-        charged_scores = tuple(s + step for s in own)
+        bound = kernel.max_abs_sum(params, self.range_records)
+        float_error = 2.0 * (self.range_records + 1) * 2.0**-53 * bound
+        charged_scores = tuple(math.nextafter(s + step + float_error, math.inf) for s in own)
         if uniform:
             charged_scores = (max(charged_scores),)
         charged = mechanism.with_score_sensitivities(charged_scores, self.policy.adjacency)
