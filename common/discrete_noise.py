@@ -65,6 +65,8 @@ MAX_PARAMETER_PART = 2**48
 MAX_GAUSSIAN_PRODUCT = 2**56
 _WORD = 2**64
 _FAST_LIMIT = 2**63  # uniform bounds and sums handled in uint64 stay below this
+# Products |Y| t r of the Gaussian acceptance stay below this on the fast path.
+_GAUSSIAN_FAST_LIMIT = _FAST_LIMIT
 _FACTORIALS = tuple(math.factorial(j) for j in range(2, 13))  # 2!, ..., 12! < 2^32
 
 
@@ -148,11 +150,10 @@ def _uniform_below_int(bound: int, stream: RandomBits) -> int:
 
 def _bernoulli_exp_scalar(gamma: Fraction, stream: RandomBits, first_k: int = 1) -> bool:
     """Bernoulli(exp(-gamma)) in exact Python integers (Algorithm 1). With
-    ``first_k`` > 1 it resumes the loop of a fractional gamma at that k."""
-    if first_k == 1:
-        for _ in range(int(gamma)):
-            if not _bernoulli_exp_scalar(Fraction(1), stream):
-                return False
+    ``first_k`` > 1 it resumes the loop of a gamma in [0, 1] at that k."""
+    if first_k == 1 and gamma > 1:
+        if not all(_bernoulli_exp_scalar(Fraction(1), stream) for _ in range(int(gamma))):
+            return False
         gamma -= int(gamma)
     k = first_k
     while _uniform_below_int(gamma.denominator * k, stream) < gamma.numerator:
@@ -322,7 +323,7 @@ def _gaussian_keep(magnitude: np.ndarray, sigma_squared: Fraction, k: int,
     fraction ((h mod d) 2^m + e) / (d 2^m)."""
     s, r = sigma_squared.numerator, sigma_squared.denominator
     d, m, t_r = s * r, 2 * k + 1, (1 << k) * r
-    fast = magnitude < np.uint64((_FAST_LIMIT - 1) // t_r)
+    fast = magnitude < np.uint64((_GAUSSIAN_FAST_LIMIT - 1) // t_r)
     scaled = np.where(fast, magnitude, np.uint64(0)) * np.uint64(t_r)
     a = np.where(scaled >= np.uint64(s), scaled - np.uint64(s), np.uint64(s) - scaled)
     high, low = _square_128(a)
@@ -357,7 +358,7 @@ def discrete_gaussian(sigma_squared: int | Fraction | float, shape: int | tuple[
     value) with numerator times denominator at most 2^56, so sigma lies between
     2^-28 and 2^28: sample on a coarser grid for more. The variance is slightly
     below sigma^2 (equal within 1e-13 relative for sigma >= 1)."""
-    exact = as_rational(sigma_squared, "the discrete Gaussian sigma^2")
+    exact = as_rational(sigma_squared, "the discrete Gaussian sigma^2", MAX_GAUSSIAN_PRODUCT)
     if exact.numerator * exact.denominator > MAX_GAUSSIAN_PRODUCT:
         raise ValueError(
             f"sigma^2 = {exact} needs numerator x denominator at most 2^56 (sigma between "
