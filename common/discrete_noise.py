@@ -15,6 +15,8 @@ uniform *integer* with an integer, so no floating-point number enters:
   A_k ~ Bernoulli(gamma / k) for k = 1, 2, ... until one is 0; return 1 when
   that k is odd. exp(-gamma) for gamma > 1 is floor(gamma) independent
   Bernoulli(exp(-1)) all equal to 1, then Bernoulli(exp(-(gamma - floor gamma))).
+  Bernoulli(exp(-1)) itself, the commonest draw, compares uniform words with
+  the binary expansion of e^-1 computed exactly in integers: one word each.
 * Algorithm 2, the discrete Laplace P(x) ∝ exp(-|x| / t), t = n / d rational:
   U uniform on {0..n-1} kept with probability exp(-U / n), V the number of
   Bernoulli(exp(-1)) successes before a failure; X = U + n V is geometric with
@@ -47,6 +49,7 @@ Distributed shares (DESIGN.md section 2): :func:`polya_share` and
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from fractions import Fraction
@@ -67,7 +70,6 @@ _WORD = 2**64
 _FAST_LIMIT = 2**63  # uniform bounds and sums handled in uint64 stay below this
 # Products |Y| t r of the Gaussian acceptance stay below this on the fast path.
 _GAUSSIAN_FAST_LIMIT = _FAST_LIMIT
-_FACTORIALS = tuple(math.factorial(j) for j in range(2, 13))  # 2!, ..., 12! < 2^32
 
 
 class KeystreamBits:
@@ -189,23 +191,40 @@ def _bernoulli_exp_fraction(c: np.ndarray, e: np.ndarray, d: int, m: int,
     return result
 
 
+@functools.cache
+def exp_minus_one_bits(bits: int) -> int:
+    """floor(e^-1 2^bits), exactly: the partial sums S_N of sum_j (-1)^j / j!
+    bracket e^-1 within 1/(N+1)!, so terms are added until both ends of the
+    bracket floor to the same integer (e^-1 is irrational: this ends)."""
+    partial, term, j = Fraction(0), Fraction(1), 0
+    while True:
+        partial += term
+        j += 1
+        term = -term / j
+        low, high = (partial - abs(term)) * 2**bits, (partial + abs(term)) * 2**bits
+        if math.floor(low) == math.floor(high):
+            return math.floor(low)
+
+
+_EXP_MINUS_ONE_WORD = np.uint64(exp_minus_one_bits(64))
+
+
 def _bernoulli_exp_minus_one(count: int, stream: RandomBits) -> np.ndarray:
-    """``count`` Bernoulli(exp(-1)) draws: Algorithm 1 with gamma = 1 needs
-    A_k = [U_k = 0], U_k uniform on {0..k-1}, for k = 2, 3, ... (A_1 is always
-    1). The digits U_2..U_12 of one uniform R on [0, 12!) written in mixed radix
-    (R = sum_k U_k (k-1)!) are exactly such independent uniforms, and
-    U_2 = ... = U_j = 0 iff j! divides R; so K, the first k with A_k = 0, is
-    the first j whose factorial does not divide R. R = 0 (probability 1/12!)
-    resumes the loop at k = 13."""
-    r = _uniform_below(_FACTORIALS[-1], count, stream)
-    first_failure = np.full(count, 2, dtype=np.int64)
-    active = np.flatnonzero(r % np.uint64(2) == 0)
-    for j, factorial in enumerate(_FACTORIALS[1:], start=3):
-        first_failure[active] = j
-        active = active[r[active] % np.uint64(factorial) == 0]
-    result = first_failure % 2 == 1
-    for i in active:
-        result[i] = _bernoulli_exp_scalar(Fraction(1), stream, first_k=len(_FACTORIALS) + 2)
+    """``count`` Bernoulli(exp(-1)) draws as [U < e^-1] for a uniform real U
+    read one 64-bit word at a time: the first word decides unless it equals
+    the first 64 bits of e^-1 (probability 2^-64); then each further word is
+    compared with the next 64 bits of e^-1, computed exactly in integers."""
+    words = stream.words(count)
+    result = words < _EXP_MINUS_ONE_WORD
+    for i in np.flatnonzero(words == _EXP_MINUS_ONE_WORD):
+        bits = 64
+        while True:
+            word = int(stream.words(1)[0])
+            target = exp_minus_one_bits(bits + 64) & (_WORD - 1)
+            if word != target:
+                result[i] = word < target
+                break
+            bits += 64
     return result
 
 

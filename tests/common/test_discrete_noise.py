@@ -229,3 +229,21 @@ def test_overflowing_gaussian_proposals_take_the_exact_big_integer_path(monkeypa
     monkeypatch.setattr(discrete_noise, "_GAUSSIAN_FAST_LIMIT", 1)
     samples = discrete_gaussian(Fraction(9, 4), 20_000, SeededRandomBits(6))
     assert chi_square_pvalue(samples, discrete_gaussian_pmf(2.25)) > STRICT
+
+
+def test_exp_minus_one_expansion_is_consistent_and_correct():
+    first = discrete_noise.exp_minus_one_bits(64)
+    assert first / 2**64 == pytest.approx(math.exp(-1), rel=1e-15)
+    assert discrete_noise.exp_minus_one_bits(192) >> 128 == first
+
+
+@pytest.mark.parametrize("next_word,expected", [(0, True), (2**64 - 1, False)])
+def test_bernoulli_exp_minus_one_resolves_a_tied_word_with_more_bits(next_word, expected):
+    class Tie:
+        def __init__(self):
+            self.queue = [discrete_noise.exp_minus_one_bits(64), next_word]
+
+        def words(self, size):
+            return np.array([self.queue.pop(0) for _ in range(size)], dtype=np.uint64)
+
+    assert discrete_noise._bernoulli_exp_minus_one(1, Tie()).tolist() == [expected]
