@@ -1,8 +1,8 @@
 """Exact integer noise samplers versus today's float samplers, samples per second.
 
 Each row draws 1e5 samples with the production source (the operating system's
-CSPRNG) and is timed as a median over repeats, interleaved with its float
-baseline so that machine load hits both alike. The ratio column is discrete
+CSPRNG) and is timed as a median over repeats, next to its float
+baseline in the same run. The ratio column is discrete
 time over float time (target: at most 2):
 
 * discrete Laplace (scale 1000 grid steps) and Polya shares vs
@@ -24,9 +24,8 @@ from timing import median_seconds
 from privadapt.common.discrete_noise import (
     discrete_gaussian,
     discrete_laplace,
-    polya_share,
-    skellam_share,
 )
+from privadapt.common.discrete_shares import polya_share, skellam_share
 from privadapt.common.noise import gaussian_share, laplace_share
 
 SAMPLES = 100_000

@@ -19,9 +19,8 @@ from privadapt.common import discrete_noise
 from privadapt.common.discrete_noise import (
     discrete_gaussian,
     discrete_laplace,
-    polya_share,
-    skellam_share,
 )
+from privadapt.common.discrete_shares import polya_share, skellam_share
 from privadapt.common.noise import SeededRandomBits
 
 STRICT = 1e-6
