@@ -33,9 +33,11 @@ uniform *integer* with an integer, so no floating-point number enters:
 
 Vectorised: every round of every loop runs on the numpy array of samples still
 undecided, so 1e5 samples take a few dozen array passes, not 1e5 Python loops.
-The rare sample whose integers would not fit 64 bits (probability below
-2^-200 at the largest parameters accepted) finishes in exact Python integers
-(``fractions.Fraction``): exact either way, only slower.
+A sample whose integers would not fit 64 bits finishes in exact Python
+integers (``fractions.Fraction``): exact either way, only slower. That is
+vanishingly rare (below 2^-180) except for a discrete Gaussian with sigma^2 of
+denominator above 2^32 (sigma below about 2^-16 steps), where every nonzero
+proposal -- about half -- takes that path; such noise is almost always 0.
 
 Random bits: all randomness comes from the given :class:`RandomBits` source.
 Each call draws 256 bits from it as the key of a ChaCha20 keystream (the
