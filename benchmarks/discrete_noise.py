@@ -1,0 +1,64 @@
+"""Exact integer noise samplers versus today's float samplers, samples per second.
+
+Each row draws 1e5 samples with the production source (the operating system's
+CSPRNG) and is timed as a median over repeats, next to its float
+baseline in the same run. The ratio column is discrete
+time over float time (target: at most 2):
+
+* discrete Laplace (scale 1000 grid steps) and Polya shares vs
+  :func:`privadapt.common.noise.laplace_share`;
+* discrete Gaussian (sigma = 1000 grid steps) and Skellam shares vs
+  :func:`privadapt.common.noise.gaussian_share`.
+
+Run: ``.venv/bin/python benchmarks/discrete_noise.py``. Compare ratios, not
+absolute rates across machines.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from timing import median_seconds
+
+from privadapt.common.discrete_noise import (
+    discrete_gaussian,
+    discrete_laplace,
+)
+from privadapt.common.discrete_shares import polya_share, skellam_share
+from privadapt.common.noise import gaussian_share, laplace_share
+
+SAMPLES = 100_000
+REPEATS = 7
+K, T = 5, 1  # participants and collusion tolerance of the share rows
+
+
+def rows() -> list[tuple[str, Callable[[], object], Callable[[], object]]]:
+    float_laplace = lambda: laplace_share(1000.0, 1, 0, SAMPLES)  # noqa: E731
+    float_gaussian = lambda: gaussian_share(1000.0, 1, 0, SAMPLES)  # noqa: E731
+    return [
+        ("discrete Laplace, t=1000", lambda: discrete_laplace(1000, SAMPLES), float_laplace),
+        (f"Polya share, K={K} t={T}", lambda: polya_share(1000, K, T, SAMPLES),
+         lambda: laplace_share(1000.0, K, T, SAMPLES)),
+        ("discrete Gaussian, sigma=1000", lambda: discrete_gaussian(10**6, SAMPLES),
+         float_gaussian),
+        (f"Skellam share, K={K} t={T}", lambda: skellam_share(2 * 10**6, K, T, SAMPLES),
+         lambda: gaussian_share(1000.0, K, T, SAMPLES)),
+    ]
+
+
+def main() -> int:
+    print(f"{'sampler (1e5 samples)':<32} {'samples/s':>12} {'float samples/s':>16} "
+          f"{'ratio':>7}")
+    for name, discrete, baseline in rows():
+        print(f"running {name} ...", file=sys.stderr, flush=True)
+        discrete_seconds = median_seconds(discrete, REPEATS, warm_up=True)
+        float_seconds = median_seconds(baseline, REPEATS, warm_up=True)
+        ratio = discrete_seconds / float_seconds
+        print(f"{name:<32} {SAMPLES / discrete_seconds:>12,.0f} "
+              f"{SAMPLES / float_seconds:>16,.0f} {ratio:>6.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

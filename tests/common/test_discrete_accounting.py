@@ -1,0 +1,98 @@
+"""Accounting of the integer-noise mechanisms, checked against dp-accounting."""
+
+import math
+from fractions import Fraction
+
+import pytest
+from dp_accounting import dp_event
+from dp_accounting.pld import pld_privacy_accountant, privacy_loss_distribution
+from dp_accounting.rdp import rdp_privacy_accountant
+
+from privadapt.common.discrete_accounting import (
+    SKELLAM_ORDERS,
+    discrete_gaussian_epsilon,
+    discrete_laplace_epsilon,
+    discrete_laplace_pure_epsilon,
+    grid_sensitivity,
+    skellam_epsilon,
+    skellam_rdp,
+)
+
+
+def test_discrete_laplace_is_exactly_pure_delta_over_t():
+    assert discrete_laplace_pure_epsilon(Fraction(7, 2), 3, count=5) == Fraction(30, 7)
+    assert discrete_laplace_pure_epsilon(4, 1) == Fraction(1, 4)
+
+
+@pytest.mark.parametrize("scale,sensitivity,count,delta", [
+    (10, 1, 1, 1e-6), (Fraction(25, 2), 3, 20, 1e-5), (200, 7, 100, 1e-7)])
+def test_discrete_laplace_epsilon_matches_dp_accounting_pld_accountant(
+        scale, sensitivity, count, delta):
+    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    accountant.compose(dp_event.DiscreteLaplaceDpEvent(1 / float(scale), sensitivity), count)
+    expected = accountant.get_epsilon(delta)
+    assert expected < float(discrete_laplace_pure_epsilon(scale, sensitivity, count))
+    assert discrete_laplace_epsilon(scale, sensitivity, delta, count) == pytest.approx(
+        expected, abs=1e-9)
+
+
+def test_discrete_laplace_epsilon_never_exceeds_the_pure_bound():
+    assert discrete_laplace_epsilon(2, 1, 0.0, 3) <= 1.5
+
+
+@pytest.mark.parametrize("sigma,sensitivity,count,delta", [
+    (3.0, 1, 1, 1e-5), (40.0, 5, 10, 1e-6), (0.8, 1, 2, 1e-3)])
+def test_discrete_gaussian_epsilon_matches_dp_accounting(sigma, sensitivity, count, delta):
+    expected = (privacy_loss_distribution.from_discrete_gaussian_mechanism(
+        sigma, sensitivity=sensitivity).self_compose(count).get_epsilon_for_delta(delta))
+    assert discrete_gaussian_epsilon(sigma, sensitivity, delta, count) == pytest.approx(
+        expected, abs=1e-9)
+
+
+def test_discrete_gaussian_approaches_the_gaussian_for_large_sigma():
+    continuous = (privacy_loss_distribution.from_gaussian_mechanism(100.0, sensitivity=10)
+                  .get_epsilon_for_delta(1e-5))
+    assert discrete_gaussian_epsilon(100.0, 10, 1e-5) == pytest.approx(continuous, rel=0.01)
+
+
+def test_skellam_rdp_is_the_published_bound():
+    alpha, variance, l1, l2 = 5, 40.0, 3.0, 2.0
+    expected = alpha * 4 / 80 + min((9 * 4 + 18) / (4 * 1600), 9 / 80)
+    assert skellam_rdp(variance, l1, l2, (alpha,)) == [pytest.approx(expected, rel=1e-12)]
+
+
+def test_skellam_epsilon_converts_its_rdp_with_dp_accounting():
+    rdp = [10 * value for value in skellam_rdp(500.0, 4.0, 2.0)]
+    expected, _ = rdp_privacy_accountant.compute_epsilon(SKELLAM_ORDERS, rdp, 1e-5)
+    assert skellam_epsilon(500.0, 4.0, 2.0, 1e-5, count=10) == pytest.approx(expected, abs=1e-9)
+
+
+def test_skellam_costs_slightly_more_than_the_gaussian_of_its_variance():
+    variance, sensitivity = 1e6, 10.0
+    gaussian = rdp_privacy_accountant.RdpAccountant(orders=list(SKELLAM_ORDERS))
+    gaussian.compose(dp_event.GaussianDpEvent(math.sqrt(variance) / sensitivity), 50)
+    skellam = skellam_epsilon(variance, sensitivity, sensitivity, 1e-5, count=50)
+    assert gaussian.get_epsilon(1e-5) <= skellam <= 1.01 * gaussian.get_epsilon(1e-5)
+
+
+@pytest.mark.parametrize("sensitivity,bits,steps", [
+    (1.0, 0, 2), (0.5, 1, 2), (0.3, 4, 5), (0.0, 10, 1), (3, 2, 13)])
+def test_grid_sensitivity_adds_one_step_for_rounding(sensitivity, bits, steps):
+    assert grid_sensitivity(sensitivity, bits) == steps
+
+
+@pytest.mark.parametrize("call", [
+    lambda: discrete_laplace_pure_epsilon(0, 1),
+    lambda: discrete_laplace_pure_epsilon(2, 0),
+    lambda: discrete_laplace_pure_epsilon(2, 1.5),
+    lambda: discrete_laplace_epsilon(2, 1, 1e-5, count=0),
+    lambda: discrete_gaussian_epsilon(0.0, 1, 1e-5),
+    lambda: discrete_gaussian_epsilon(float("nan"), 1, 1e-5),
+    lambda: skellam_rdp(0.0, 1.0, 1.0),
+    lambda: skellam_rdp(1.0, 1.0, 1.0, (1.5,)),
+    lambda: grid_sensitivity(-1.0, 3),
+    lambda: grid_sensitivity(1.0, 63),
+])
+def test_accounting_refuses_bad_parameters(call):
+    with pytest.raises(ValueError):
+        call()
