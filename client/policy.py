@@ -69,13 +69,10 @@ from typing import Any
 
 from privadapt.common.accounting import AccountingMethod
 from privadapt.common.config import read_toml, render_toml
+from privadapt.common.delta_guard import large_delta_refusal
 from privadapt.common.errors import ConfigError
 from privadapt.common.kernels import registered_kernels
 from privadapt.common.mechanisms import Adjacency
-
-#: A delta_cap (or a job's delta) at or above this needs ``allow_large_delta``:
-#: the usual advice is delta well below 1/n, and 1e-3 is 1/n for n = 1000.
-LARGE_DELTA = 1e-3
 
 DEFAULT_MAX_RECORDS = 2**20
 """The public bound on n under add/remove adjacency when the policy declares
@@ -218,11 +215,9 @@ class SitePolicy:
             raise self._fail("epsilon_cap = inf caps nothing; write a finite lifetime cap such "
                              "as epsilon_cap = 3.0 (inf is for simulation sites: [site] "
                              "simulation = true)")
-        if delta >= LARGE_DELTA and not self.allow_large_delta:
-            raise self._fail(f"delta_cap = {delta:g} is {LARGE_DELTA:g} or more, which protects "
-                             "no one in a data set of a few hundred records; write delta_cap "
-                             f"below {LARGE_DELTA:g} and below 1/n (such as 1e-5), or set "
-                             "[privacy] allow_large_delta = true if you mean it")
+        refusal = large_delta_refusal(delta, "delta_cap", "[privacy] allow_large_delta")
+        if refusal and not self.allow_large_delta:
+            raise self._fail(refusal)
         if self.min_participants < 2:
             raise self._fail("min_participants = 1 lets a round of this site alone go ahead, "
                              "and a secure sum over one site shows the coordinator this "
