@@ -103,7 +103,7 @@ class SchemaDigest:
         if not (self.from_schema and other.from_schema):
             # Placeholder names mean nothing next to a schema's names.
             both_plain = not self.from_schema and not other.from_schema
-            compared = [DIMENSION, FEATURE_NAMES] if both_plain else [DIMENSION]
+            compared = [FEATURE_NAMES, DIMENSION] if both_plain else [DIMENSION]
             return [name for name in compared if mine.get(name) != theirs.get(name)]
         names = [name for name, _ in self.fields]
         names += [name for name, _ in other.fields if name not in mine]

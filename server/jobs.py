@@ -38,6 +38,7 @@ from privadapt.server.launch_checks import (
     check_delta_against_sizes,
     check_estimator,
     check_schema_agreement,
+    dry_run_plan,
     registered_digest,
 )
 from privadapt.server.network_federation import (
@@ -90,6 +91,34 @@ class JobManager:
         """Check ``spec`` and start it; ``ConfigError`` (nothing stored, the id
         still free) for anything the checks refuse. A job id whose job failed
         before its first round is free again (nothing was spent under it)."""
+        self._check_launch(spec)
+        if job_id and self._store.discard_unstarted_failure(job_id):
+            self._store.audit("job_id_reused", job_id=job_id,
+                              detail="the earlier job of this id failed before its first round")
+        job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
+        if not spec.HasField("seed"):
+            spec.seed = secrets.randbits(63)
+        seed = spec.seed
+        record = self._store.create_job(job_id, spec.algorithm, spec_to_json(spec), seed)
+        detail = f"{spec.algorithm} epsilon={spec.epsilon:g} sites={list(spec.sites)}"
+        self._store.audit("job_launched", job_id=job_id, detail=detail)
+        self._start(record)
+        return job_id
+
+    def dry_run(self, spec: pb.JobSpec, job_id: str = "") -> str:
+        """Every check :meth:`launch` makes, and what was checked, as text;
+        nothing is stored or started. ``ConfigError`` for what launch refuses."""
+        self._check_launch(spec)
+        record = self._store.job(job_id) if job_id else None
+        if record is not None and record.state != "failed":
+            raise ConfigError(f"job {job_id!r} already exists ({record.state}); choose another "
+                              "job id (--id NAME)")
+        return dry_run_plan(spec, job_id, self._store.sites(), self._registry.connected_names(),
+                            self._public_schema)
+
+    def _check_launch(self, spec: pb.JobSpec) -> None:
+        """Refuse ``spec`` for anything known before it starts; fills in its
+        sites (every registered one if it names none) and min_participants."""
         validate_spec(spec)
         validate_hyperparameters(spec.algorithm, hyperparameters(spec))
         check_estimator(spec, hyperparameters(spec), self._public_source is not None)
@@ -104,18 +133,6 @@ class JobManager:
         self._check_sites(spec)
         if not spec.min_participants:
             spec.min_participants = min(max(self._min_sites, 1), len(spec.sites))
-        if job_id and self._store.discard_unstarted_failure(job_id):
-            self._store.audit("job_id_reused", job_id=job_id,
-                              detail="the earlier job of this id failed before its first round")
-        job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
-        if not spec.HasField("seed"):
-            spec.seed = secrets.randbits(63)
-        seed = spec.seed
-        record = self._store.create_job(job_id, spec.algorithm, spec_to_json(spec), seed)
-        detail = f"{spec.algorithm} epsilon={spec.epsilon:g} sites={list(spec.sites)}"
-        self._store.audit("job_launched", job_id=job_id, detail=detail)
-        self._start(record)
-        return job_id
 
     def _check_sites(self, spec: pb.JobSpec) -> None:
         """The checks of ``spec`` against its sites that are known now: the

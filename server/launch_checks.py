@@ -20,7 +20,7 @@ Each check raises ``ConfigError`` with a message an operator can act on.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from privadapt.common.errors import ConfigError
@@ -28,6 +28,7 @@ from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.schema_digest import SchemaDigest, describe_names
 from privadapt.server.estimators.base import InvalidParameterError
 from privadapt.server.job_algorithms import ALGORITHMS, estimator_for
+from privadapt.server.store import SiteRecord
 
 #: The reference a site is compared with when there is no public sample.
 PUBLIC_SAMPLE = "the coordinator's public sample"
@@ -103,3 +104,32 @@ def registered_digest(registration: pb.RegisterRequest) -> SchemaDigest | None:
     if not registration.HasField("schema"):
         return None
     return SchemaDigest.from_proto(registration.schema)
+
+
+def dry_run_plan(spec: pb.JobSpec, job_id: str, registered: Sequence[SiteRecord],
+                 connected: set[str], public: SchemaDigest | None) -> str:
+    """What ``privadapt launch --dry-run`` prints: the job, each named site as
+    the coordinator knows it, and the checks that passed."""
+    records = {site.name: site for site in registered}
+    sizes = [records[n].num_records for n in spec.sites if n in records
+             and records[n].num_records > 0]
+    lines = [f"dry run of {job_id or 'a new job'}: {spec.algorithm} epsilon={spec.epsilon:g} "
+             f"delta={spec.delta:g} on {len(spec.sites)} site(s), rounds of at least "
+             f"{spec.min_participants}; nothing was stored or started"]
+    for name in spec.sites:
+        site = records.get(name)
+        if site is None:
+            lines.append(f"  {name:<20} never registered: the job would wait for it")
+            continue
+        size = f"n={site.num_records}" if site.num_records else "n private (add/remove)"
+        state = "connected" if name in connected else "away"
+        lines.append(f"  {name:<20} {state:<10} {size:<24} kernels: "
+                     f"{', '.join(site.kernels) or 'any'}")
+    smallest = f"1/{min(sizes)}" if sizes else "no public size"
+    reference = PUBLIC_SAMPLE if public is not None else "each other"
+    lines.append(f"checked: hyperparameters and estimator; delta below 1e-3"
+                 f"{' (allowed larger)' if spec.allow_large_delta else ''} and below "
+                 f"{smallest}; schemas of the registered sites against {reference}")
+    lines.append("not shown yet: the per-release privacy plan and each site's remaining "
+                 "budget (each site's ledger still refuses any release over its cap)")
+    return "\n".join(lines)

@@ -103,6 +103,13 @@ def add_operator_commands(commands: argparse._SubParsersAction) -> None:
     launch = command("launch", "launch a job described by a job TOML")
     launch.add_argument("job_file", type=Path)
     launch.add_argument("--follow", action="store_true", help="print progress until it ends")
+    launch.add_argument("--id", dest="job_id", help="the job's id (overrides [job] id)")
+    launch.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a [job] key or a hyperparameter "
+                        "(repeatable), e.g. --set epsilon=3 --set iterations=50")
+    launch.add_argument("--dry-run", action="store_true",
+                        help="check the job against the coordinator and its sites and print "
+                        "what was checked; store and start nothing")
     status = command("status", "a job's state and per-round progress (or every job)")
     status.add_argument("job_id", nargs="?", default="")
     status.add_argument("--follow", action="store_true", help="print progress until it ends")
@@ -126,8 +133,13 @@ def run_operator_command(args: argparse.Namespace) -> int:
 
 
 def _launch(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
-    spec, job_id = job_spec_from_toml(args.job_file)
-    job_id = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id), timeout=CALL_TIMEOUT_S).job_id
+    spec, job_id = job_spec_from_toml(args.job_file, args.overrides, args.job_id)
+    response = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id, dry_run=args.dry_run),
+                           timeout=CALL_TIMEOUT_S)
+    if args.dry_run:
+        print(response.plan)
+        return 0
+    job_id = response.job_id
     print(f"launched {job_id}")
     return _follow(stub, job_id) if args.follow else 0
 
