@@ -42,6 +42,7 @@ from privadapt.common.errors import ConfigError, PrivadaptError, WireError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.schema import Schema
+from privadapt.common.schema_digest import SchemaDigest
 from privadapt.common.wire import channel_options
 
 logger = logging.getLogger("privadapt.site")
@@ -89,6 +90,7 @@ class SiteDaemon:
             )
         schema = Schema.from_toml(config.schema) if config.schema else None
         self.site = Site.open(config.data, policy, config.database, schema)
+        self.schema_digest = SchemaDigest.of(schema, self.site.dim)
         self.progress = RoundProgress(config.database)
         self.worker = SiteWorker(self.site, SiteIdentity(
             name=identity.name,
@@ -186,7 +188,7 @@ class SiteDaemon:
             num_features=self.site.dim,
             kernels=sorted(policy.allowed_kernels or ()),
             policy_version=f"cap={policy.epsilon_cap:g}@{policy.delta_cap:g}",
-            adjacency=policy.adjacency.value,
+            adjacency=policy.adjacency.value, schema=self.schema_digest.to_proto(),
         )
 
     def _heartbeat(self, stub: rpc.FederationServiceStub, session_id: str, interval: float,

@@ -11,9 +11,11 @@ Operators write it as TOML::
 
     [site]
     name = "st-mary"
+    simulation = false           # true: a test or simulation site, no real person's data
     [privacy]
     epsilon_cap = 5.0            # `inf` only for simulation/test sites
     delta_cap = 1e-5
+    allow_large_delta = false    # true to state a delta_cap of 1e-3 or more on purpose
     adjacency = "replace_one"    # or "add_remove_one"
     max_records = 100000         # add_remove_one: a public bound on n (default 2^20)
     accounting = "pld"           # or "rdp"
@@ -42,6 +44,18 @@ and a dataset larger than it is refused once, when the site loads it
 
 Every problem is reported as a ``ConfigError`` naming the file, the key and
 what would be accepted, once, when the policy is loaded.
+
+A deployed site's policy must cap something (issue 18): outside a simulation
+it refuses ``epsilon_cap = 0`` (the site could answer nothing),
+``epsilon_cap = inf`` (nothing is capped), ``delta_cap >= 1e-3`` unless
+``allow_large_delta = true`` says so on purpose (such a delta protects no one
+in a few hundred records), and ``min_participants = 1`` (a "secure sum" over
+this site alone shows the coordinator this site's own release). A *simulation
+site* is one whose file says ``[site] simulation = true``, or
+``allow_non_private = true`` (which only a simulation site may say); a policy
+built in code (libraries, ``LocalFederation``, tests) is a simulation site
+unless it passes ``simulation=False``, while a policy file is a deployed site
+unless it says otherwise. The site daemon reads only files.
 """
 
 from __future__ import annotations
@@ -55,6 +69,7 @@ from typing import Any
 
 from privadapt.common.accounting import AccountingMethod
 from privadapt.common.config import read_toml, render_toml
+from privadapt.common.delta_guard import large_delta_refusal
 from privadapt.common.errors import ConfigError
 from privadapt.common.kernels import registered_kernels
 from privadapt.common.mechanisms import Adjacency
@@ -99,6 +114,13 @@ class SitePolicy:
     #: coordinator is the researcher; deployed policies (deploy/policy.toml)
     #: say false unless the site operator agrees.
     allow_per_site_releases: bool = True
+    #: A test or simulation site holding no real person's data: the deployment
+    #: guards (:meth:`_check_deployment`) do not apply. True for policies built
+    #: in code; a policy file is a deployed site unless it says
+    #: ``simulation = true`` or ``allow_non_private = true`` (:meth:`from_dict`).
+    simulation: bool = True
+    #: A deployed site states a ``delta_cap`` of 1e-3 or more on purpose.
+    allow_large_delta: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.site_name, str) or not self.site_name.strip():
@@ -107,6 +129,8 @@ class SitePolicy:
             raise ConfigError(f"site name {self.site_name!r} has leading or trailing spaces")
         self._check_privacy()
         self._check_queries()
+        if not self.simulation:
+            self._check_deployment()
         if self.peers is not None:
             peers = self.peers
             if isinstance(peers, str) or not all(isinstance(p, str) and p for p in peers):
@@ -170,16 +194,38 @@ class SitePolicy:
         bound = self.max_records
         if bound is not None and (not _is_int(bound) or not 1 <= bound < 2**53):
             raise self._fail(f"max_records must be a whole number in [1, 2^53), got {bound!r}")
-        if not isinstance(self.allow_non_private, bool):
-            raise self._fail(
-                f"allow_non_private must be true or false, got {self.allow_non_private!r}"
-            )
+        for flag in ("allow_non_private", "allow_large_delta", "simulation"):
+            if not isinstance(getattr(self, flag), bool):
+                raise self._fail(f"{flag} must be true or false, got {getattr(self, flag)!r}")
         if self.allow_non_private and not math.isinf(self.epsilon_cap):
             raise self._fail(
                 "allow_non_private = true releases exact sums, which only a simulation or "
                 "test site may do; it requires epsilon_cap = inf, but epsilon_cap is "
                 f"{self.epsilon_cap:g}"
             )
+
+    def _check_deployment(self) -> None:
+        """Refuse a deployed policy that caps nothing or protects no one; each
+        message names the key and what would be accepted."""
+        cap, delta = self.epsilon_cap, self.delta_cap
+        if cap == 0:
+            raise self._fail("epsilon_cap = 0 lets this site answer no query at all; write "
+                             "a positive lifetime cap such as epsilon_cap = 3.0")
+        if math.isinf(cap):
+            raise self._fail("epsilon_cap = inf caps nothing; write a finite lifetime cap such "
+                             "as epsilon_cap = 3.0 (inf is for simulation sites: [site] "
+                             "simulation = true)")
+        refusal = large_delta_refusal(delta, "delta_cap", "[privacy] allow_large_delta")
+        if refusal and not self.allow_large_delta:
+            raise self._fail(refusal)
+        if self.min_participants < 2:
+            raise self._fail("min_participants = 1 lets a round of this site alone go ahead, "
+                             "and a secure sum over one site shows the coordinator this "
+                             "site's own release; write [privacy] min_participants = 2 or more")
+        if self.allow_non_private:
+            raise self._fail("allow_non_private = true releases exact sums, which only a "
+                             "simulation site may do; set [site] simulation = true or "
+                             "allow_non_private = false")
 
     def _check_queries(self) -> None:
         kernels = self.allowed_kernels
@@ -234,6 +280,9 @@ class SitePolicy:
             for key, (field, _, _, required) in keys.items():
                 if required and field not in fields:
                     raise ConfigError(f"{source}: missing required key [{section}] {key}")
+        # A file is a deployed site unless it says it is a simulation (or asks
+        # for exact releases, which only a simulation site may).
+        fields.setdefault("simulation", fields.get("allow_non_private", False) is True)
         try:
             return cls(**fields)
         except ConfigError as err:
@@ -259,7 +308,10 @@ def _string_list(value: Any) -> bool:
 _Spec = tuple[str, Callable[[Any], bool], str, bool]
 _NUMBER: tuple[Callable[[Any], bool], str] = (_is_number, "a number")
 _LAYOUT: dict[str, dict[str, _Spec]] = {
-    "site": {"name": ("site_name", lambda v: isinstance(v, str), "a string", True)},
+    "site": {
+        "name": ("site_name", lambda v: isinstance(v, str), "a string", True),
+        "simulation": ("simulation", lambda v: isinstance(v, bool), "true or false", False),
+    },
     "privacy": {
         "epsilon_cap": ("epsilon_cap", *_NUMBER, True),
         "delta_cap": ("delta_cap", *_NUMBER, True),
@@ -271,6 +323,9 @@ _LAYOUT: dict[str, dict[str, _Spec]] = {
         "max_records": ("max_records", _is_int, "a whole number", False),
         "allow_non_private": (
             "allow_non_private", lambda v: isinstance(v, bool), "true or false", False
+        ),
+        "allow_large_delta": (
+            "allow_large_delta", lambda v: isinstance(v, bool), "true or false", False
         ),
     },
     "queries": {

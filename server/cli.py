@@ -7,6 +7,7 @@
 * ``privadapt launch JOB.toml [--follow]``, ``status [JOB] [--follow]``,
   ``result JOB --out DIR``, ``cancel JOB``, ``sites``: the operator API
   (server/operator_cli.py).
+* ``privadapt --version``: the installed version.
 * ``privadapt simulate [--sites N] [--workdir DIR] [--job JOB.toml ...]``: a coordinator
   and N sites as processes on this machine (server/simulate.py).
 
@@ -16,6 +17,7 @@ Expected errors (missing file, bad database) print one line and exit 2, no trace
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import sys
 from pathlib import Path
@@ -32,6 +34,7 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="privadapt",
         description="privadapt: federated differentially private domain adaptation.",
     )
+    parser.add_argument("--version", action="version", version=f"privadapt {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     ledger = commands.add_parser("ledger", help="inspect a site's privacy ledger")
     ledger_commands = ledger.add_subparsers(dest="ledger_command", metavar="SUBCOMMAND")
@@ -49,6 +52,14 @@ def _build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--job", type=Path, action="append", default=[], dest="jobs",
                           help="a job TOML to run (repeatable; default: the demo jobs)")
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml)."""
+    try:
+        return importlib.metadata.version("privadapt")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _add_certs_parser(commands: argparse._SubParsersAction) -> None:

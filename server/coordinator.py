@@ -47,6 +47,7 @@ from privadapt.common.data import load_dataset
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.schema import Schema
+from privadapt.common.schema_digest import SchemaDigest
 from privadapt.common.wire import channel_options
 from privadapt.server.federation_service import FederationServicer
 from privadapt.server.jobs import JobManager
@@ -159,6 +160,8 @@ class Coordinator:
             round_timeout=config.round_timeout_s,
             site_wait_timeout=config.site_wait_timeout_s, min_sites=config.min_sites,
             public_source=public_source,
+            public_schema=(None if public_source is None
+                           else SchemaDigest.of(schema, public_source.dim)),
         )
         # Each connected site holds one thread (its Connect stream; one per
         # site, see SiteRegistry.attach); above the limit gRPC refuses calls

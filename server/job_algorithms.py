@@ -132,17 +132,24 @@ def _as_declared(estimator: type[PrivateEstimator], name: str, value: Any) -> An
     return value
 
 
+def estimator_for(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
+                  seed: int) -> PrivateEstimator:
+    """The job's estimator, unfitted: its hyperparameters and the spec's
+    epsilon, delta, calibration and seed (launch checks build it too)."""
+    estimator_class = ALGORITHMS[spec.algorithm]
+    hyper = {name: _as_declared(estimator_class, name, value)
+             for name, value in hyperparameters.items() if name != CHECKPOINT_EVERY}
+    names = estimator_class._get_param_names()
+    from_spec = {name: read(spec, seed) for name, read in _FROM_SPEC.items() if name in names}
+    return estimator_class(**hyper, **from_spec)
+
+
 def run_job(job: JobContext) -> Model:
     """Fit the job's estimator on its federation; the model as named arrays."""
     algorithm = job.spec.algorithm
     estimator_class = ALGORITHMS[algorithm]
-    hyper = {name: _as_declared(estimator_class, name, value)
-             for name, value in job.hyperparameters.items()}
-    every = int(hyper.pop(CHECKPOINT_EVERY, _CHECKPOINT_EVERY_DEFAULT))
-    names = estimator_class._get_param_names()
-    from_spec = {name: read(job.spec, job.seed) for name, read in _FROM_SPEC.items()
-                 if name in names}
-    estimator = estimator_class(**hyper, **from_spec)
+    every = int(job.hyperparameters.get(CHECKPOINT_EVERY, _CHECKPOINT_EVERY_DEFAULT))
+    estimator = estimator_for(job.spec, job.hyperparameters, job.seed)
     fit_options: dict[str, Any] = {}
     if estimator_class.requires_public_source:
         if job.public_source is None:

@@ -12,6 +12,7 @@
     min_participants = 2             # a round needs at least this many sites
     calibration = "accountant"       # or "paper"
     seed = 7                         # optional; the coordinator's own randomness
+    allow_large_delta = false        # true: a delta of 1e-3 or more, on purpose
     [hyperparameters]
     loss = "logistic"
     iterations = 100
@@ -21,17 +22,30 @@
 
 The spec travels as ``privadapt.v1.JobSpec`` and is stored as its JSON form,
 so a resumed job runs with exactly the spec it was launched with.
+
+``privadapt launch job.toml --id NAME --set KEY=VALUE`` overrides the file
+without editing it, so a refused launch is retried by changing the command
+line: ``KEY`` is a ``[job]`` key or a hyperparameter (``job.KEY`` or
+``hyperparameters.KEY`` when it must be said), ``VALUE`` a TOML value
+(``epsilon=3``, ``loss=logistic``, ``sites=["a", "b"]``).
+
+A delta of 1e-3 or more is refused unless the job says ``allow_large_delta``
+(common/delta_guard.py); the check against each site's size is made where the
+sizes are known (server/launch_checks.py).
 """
 
 from __future__ import annotations
 
 import math
+import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
 
 from privadapt.common.config import Layout, read_sections, read_toml
+from privadapt.common.delta_guard import large_delta_refusal
 from privadapt.common.errors import ConfigError, WireError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire import params_from_proto, params_to_proto
@@ -41,17 +55,26 @@ _JOB_LAYOUT: Layout = {
         "id": (str, False), "algorithm": (str, True), "epsilon": ((int, float), True),
         "delta": ((int, float), True), "sites": (list, False),
         "collusion_tolerance": (int, False), "min_participants": (int, False),
-        "calibration": (str, False), "seed": (int, False),
+        "calibration": (str, False), "seed": (int, False), "allow_large_delta": (bool, False),
     },
 }
+_SECTIONS = ("job", "hyperparameters")
 CALIBRATIONS = ("accountant", "paper")
 
 
-def job_spec_from_toml(path: str | Path) -> tuple[pb.JobSpec, str]:
-    """The spec in a job file and its optional id."""
+def job_spec_from_toml(path: str | Path, overrides: Sequence[str] = (),
+                       job_id: str | None = None) -> tuple[pb.JobSpec, str]:
+    """The spec in a job file and its optional id, after ``overrides``
+    (``KEY=VALUE`` strings, see the module docstring) and ``job_id``."""
     path = Path(path)
     data = read_toml(path, "job", "pass the path of a job TOML (see deploy/job.toml)")
     source = f"job file {path}"
+    for override in overrides:
+        apply_override(data, override)
+    if job_id is not None:
+        data.setdefault("job", {})["id"] = job_id
+    if overrides or job_id is not None:
+        source += " (with the command line's --id/--set)"
     hyperparameters = data.pop("hyperparameters", {})
     if not isinstance(hyperparameters, dict):
         raise ConfigError(f"{source}: [hyperparameters] must be a table")
@@ -67,6 +90,7 @@ def job_spec_from_toml(path: str | Path) -> tuple[pb.JobSpec, str]:
         min_participants=_non_negative(values.get("min_participants", 0),
                                        "min_participants", source),
         calibration=values.get("calibration", "accountant"),
+        allow_large_delta=values.get("allow_large_delta", False),
     )
     if "seed" in values:
         spec.seed = _non_negative(values["seed"], "seed", source)
@@ -76,6 +100,29 @@ def job_spec_from_toml(path: str | Path) -> tuple[pb.JobSpec, str]:
         raise ConfigError(str(err)) from None
     validate_spec(spec, source)
     return spec, values.get("id", "")
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """Set one ``KEY=VALUE`` of ``--set`` in the parsed job file ``data``."""
+    key, sep, text = override.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {override!r}: expected KEY=VALUE, such as --set epsilon=3 "
+                          "or --set iterations=50")
+    section, dot, name = key.partition(".")
+    if not dot:
+        section, name = ("job" if key in _JOB_LAYOUT["job"] else "hyperparameters"), key
+    elif section not in _SECTIONS:
+        raise ConfigError(f"--set {override!r}: a dotted key starts with job. or "
+                          f"hyperparameters., got {section!r}")
+    try:
+        value = tomllib.loads(f"value = {text.strip()}")["value"]
+    except tomllib.TOMLDecodeError:
+        value = text.strip()  # a bare word: loss=logistic
+    table = data.setdefault(section, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"--set {override!r}: [{section}] in the job file is not a table")
+    table[name] = value
 
 
 def _non_negative(value: int, key: str, source: str) -> int:
@@ -93,6 +140,9 @@ def validate_spec(spec: pb.JobSpec, source: str = "job") -> None:
                           f"got {spec.epsilon}")
     if not 0 < spec.delta < 1:
         raise ConfigError(f"{source}: delta must be in (0, 1), got {spec.delta}")
+    refusal = large_delta_refusal(spec.delta, "delta", "[job] allow_large_delta")
+    if refusal and not spec.allow_large_delta:
+        raise ConfigError(f"{source}: {refusal}")
     if spec.calibration and spec.calibration not in CALIBRATIONS:
         raise ConfigError(f"{source}: calibration must be one of {', '.join(CALIBRATIONS)}, "
                           f"got {spec.calibration!r}")

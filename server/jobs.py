@@ -25,6 +25,7 @@ from privadapt.common.data import Dataset
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.federation import SitePrivacy
 from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.schema_digest import SchemaDigest
 from privadapt.server.job_algorithms import JobContext, run_job, validate_hyperparameters
 from privadapt.server.job_spec import (
     hyperparameters,
@@ -32,6 +33,13 @@ from privadapt.server.job_spec import (
     spec_from_json,
     spec_to_json,
     validate_spec,
+)
+from privadapt.server.launch_checks import (
+    check_delta_against_sizes,
+    check_estimator,
+    check_schema_agreement,
+    dry_run_plan,
+    registered_digest,
 )
 from privadapt.server.network_federation import (
     JobCancelledError,
@@ -60,6 +68,7 @@ class JobManager:
         site_wait_timeout: float,
         min_sites: int,
         public_source: Dataset | None = None,
+        public_schema: SchemaDigest | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -69,6 +78,7 @@ class JobManager:
         self._site_wait_timeout = site_wait_timeout
         self._min_sites = min_sites
         self._public_source = public_source
+        self._public_schema = public_schema
         self._lock = threading.Lock()
         self._threads: dict[str, threading.Thread] = {}
         self._cancel: dict[str, threading.Event] = {}
@@ -78,17 +88,13 @@ class JobManager:
         self._versions: dict[str, int] = {}
 
     def launch(self, spec: pb.JobSpec, job_id: str = "") -> str:
-        validate_spec(spec)
-        validate_hyperparameters(spec.algorithm, hyperparameters(spec))
-        if not spec.sites:
-            registered = sorted(site.name for site in self._store.sites())
-            if not registered:
-                raise ConfigError("no site has registered yet; start the site daemons first")
-            spec.sites.extend(registered)
-        # Sites named explicitly may still be starting: the job waits for them
-        # (site_wait_timeout) and then fails naming the ones that never came.
-        if not spec.min_participants:
-            spec.min_participants = min(max(self._min_sites, 1), len(spec.sites))
+        """Check ``spec`` and start it; ``ConfigError`` (nothing stored, the id
+        still free) for anything the checks refuse. A job id whose job failed
+        before its first round is free again (nothing was spent under it)."""
+        self._check_launch(spec)
+        if job_id and self._store.discard_unstarted_failure(job_id):
+            self._store.audit("job_id_reused", job_id=job_id,
+                              detail="the earlier job of this id failed before its first round")
         job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
         if not spec.HasField("seed"):
             spec.seed = secrets.randbits(63)
@@ -98,6 +104,46 @@ class JobManager:
         self._store.audit("job_launched", job_id=job_id, detail=detail)
         self._start(record)
         return job_id
+
+    def dry_run(self, spec: pb.JobSpec, job_id: str = "") -> str:
+        """Every check :meth:`launch` makes, and what was checked, as text;
+        nothing is stored or started. ``ConfigError`` for what launch refuses."""
+        self._check_launch(spec)
+        record = self._store.job(job_id) if job_id else None
+        if record is not None and record.state != "failed":
+            raise ConfigError(f"job {job_id!r} already exists ({record.state}); choose another "
+                              "job id (--id NAME)")
+        return dry_run_plan(spec, job_id, self._store.sites(), self._registry.connected_names(),
+                            self._public_schema)
+
+    def _check_launch(self, spec: pb.JobSpec) -> None:
+        """Refuse ``spec`` for anything known before it starts; fills in its
+        sites (every registered one if it names none) and min_participants."""
+        validate_spec(spec)
+        validate_hyperparameters(spec.algorithm, hyperparameters(spec))
+        check_estimator(spec, hyperparameters(spec), self._public_source is not None)
+        if not spec.sites:
+            registered = sorted(site.name for site in self._store.sites())
+            if not registered:
+                raise ConfigError("no site has registered yet; start the site daemons first")
+            spec.sites.extend(registered)
+        # Sites named explicitly may still be starting: the job waits for them
+        # (site_wait_timeout) and then fails naming the ones that never came.
+        # Those registered are checked now, every one again at the job's start.
+        self._check_sites(spec)
+        if not spec.min_participants:
+            spec.min_participants = min(max(self._min_sites, 1), len(spec.sites))
+
+    def _check_sites(self, spec: pb.JobSpec) -> None:
+        """The checks of ``spec`` against its sites that are known now: the
+        delta against each public size (the store's registrations), the
+        schemas against each other and the public sample (this run's)."""
+        named = set(spec.sites)
+        check_delta_against_sizes(spec, {site.name: site.num_records
+                                         for site in self._store.sites() if site.name in named})
+        check_schema_agreement(self._public_schema, {
+            session.name: registered_digest(session.registration)
+            for session in self._registry.sessions() if session.name in named})
 
     def resume_unfinished(self) -> list[str]:
         """Start a thread for every job a previous run left pending or running."""
@@ -187,6 +233,8 @@ class JobManager:
                 cancelled=cancelled, on_round=self._on_round,
             )
             federation.wait_for_sites()
+            # Before any key is published: every site that came must agree.
+            self._check_sites(spec)
             self._broadcast(spec, job_start=pb.JobStart(
                 job_id=job_id, algorithm=spec.algorithm,
                 collusion_tolerance=spec.collusion_tolerance,

@@ -1,5 +1,9 @@
 """Operator commands: ``privadapt launch | status | result | cancel | sites``.
 
+``status``, ``sites`` and ``result`` take ``--json`` for scripts: one JSON
+document with the reply's proto field names (``result``: the model's path and
+the privacy report).
+
 They talk to the coordinator's ``OperatorService`` over mutual TLS with an
 operator certificate, named in an operator configuration file::
 
@@ -32,6 +36,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+from google.protobuf import json_format
 
 from privadapt.common import tls
 from privadapt.common.config import Layout, read_sections, read_toml, render_layout
@@ -103,6 +108,13 @@ def add_operator_commands(commands: argparse._SubParsersAction) -> None:
     launch = command("launch", "launch a job described by a job TOML")
     launch.add_argument("job_file", type=Path)
     launch.add_argument("--follow", action="store_true", help="print progress until it ends")
+    launch.add_argument("--id", dest="job_id", help="the job's id (overrides [job] id)")
+    launch.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a [job] key or a hyperparameter "
+                        "(repeatable), e.g. --set epsilon=3 --set iterations=50")
+    launch.add_argument("--dry-run", action="store_true",
+                        help="check the job against the coordinator and its sites and print "
+                        "what was checked; store and start nothing")
     status = command("status", "a job's state and per-round progress (or every job)")
     status.add_argument("job_id", nargs="?", default="")
     status.add_argument("--follow", action="store_true", help="print progress until it ends")
@@ -112,7 +124,10 @@ def add_operator_commands(commands: argparse._SubParsersAction) -> None:
     cancel = command("cancel", "cancel a running job")
     cancel.add_argument("job_id")
     cancel.add_argument("--reason", default="cancelled by the operator")
-    command("sites", "list the sites the coordinator knows")
+    sites = command("sites", "list the sites the coordinator knows")
+    for parser in (status, result, sites):
+        parser.add_argument("--json", action="store_true",
+                            help="print one JSON document instead of lines, for scripts")
 
 
 def run_operator_command(args: argparse.Namespace) -> int:
@@ -126,8 +141,13 @@ def run_operator_command(args: argparse.Namespace) -> int:
 
 
 def _launch(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
-    spec, job_id = job_spec_from_toml(args.job_file)
-    job_id = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id), timeout=CALL_TIMEOUT_S).job_id
+    spec, job_id = job_spec_from_toml(args.job_file, args.overrides, args.job_id)
+    response = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id, dry_run=args.dry_run),
+                           timeout=CALL_TIMEOUT_S)
+    if args.dry_run:
+        print(response.plan)
+        return 0
+    job_id = response.job_id
     print(f"launched {job_id}")
     return _follow(stub, job_id) if args.follow else 0
 
@@ -136,6 +156,8 @@ def _status(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     if args.follow and args.job_id:
         return _follow(stub, args.job_id)
     response = stub.Status(pb.StatusRequest(job_id=args.job_id), timeout=CALL_TIMEOUT_S)
+    if args.json:
+        return _print_json(response)
     for job in response.jobs:
         print(job_line(job))
         if args.job_id:
@@ -193,6 +215,11 @@ def _result(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     model = params_from_proto(response.model, "model")
     np.savez(args.out / "model.npz", **model)
     (args.out / "privacy_report.json").write_text(response.privacy_report_json + "\n")
+    if args.json:
+        print(json.dumps({"model": str(args.out / "model.npz"),
+                          "privacy_report": json.loads(response.privacy_report_json)},
+                         indent=2))
+        return 0
     print(f"wrote {args.out / 'model.npz'} and {args.out / 'privacy_report.json'}")
     for name, site in json.loads(response.privacy_report_json)["sites"].items():
         print(f"  {name}: epsilon {site['job_epsilon']:.4g} at delta {site['delta']:g} "
@@ -209,12 +236,22 @@ def _cancel(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
 
 def _sites(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     response = stub.ListSites(pb.ListSitesRequest(), timeout=CALL_TIMEOUT_S)
+    if args.json:
+        return _print_json(response)
     for site in response.sites:
         seen = site.last_seen.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
         print(f"{site.site_name:<20} {'connected' if site.connected else 'away':<10} "
               f"records={site.num_records:<8} last seen {seen}")
     if not response.sites:
         print("no site has registered yet")
+    return 0
+
+
+def _print_json(message) -> int:
+    """A reply as JSON with the proto's field names (every field, defaults too)."""
+    print(json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True,
+                                               always_print_fields_with_no_presence=True),
+                     indent=2))
     return 0
 
 

@@ -47,6 +47,8 @@ class OperatorServicer(rpc.OperatorServiceServicer):
     def Launch(self, request: pb.LaunchRequest, context: grpc.ServicerContext):
         self._authorise(context)
         try:
+            if request.dry_run:
+                return pb.LaunchResponse(plan=self._jobs.dry_run(request.spec, request.job_id))
             job_id = self._jobs.launch(request.spec, request.job_id)
         except (ConfigError, ValueError) as err:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))

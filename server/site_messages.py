@@ -20,6 +20,7 @@ import re
 from privadapt.common.errors import WireError
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.schema_digest import SchemaDigest
 from privadapt.common.wire_fields import MAX_ROUND, check_name, check_round
 
 #: Largest record count a site may declare: counts are used as floats (weights
@@ -35,6 +36,11 @@ MAX_KERNEL_NAME_CHARS = 64
 KERNEL_NAME = re.compile(r"[a-z][a-z0-9_]*")
 #: Free-text registration fields (software and policy versions).
 MAX_VERSION_CHARS = 128
+#: A schema digest lists at most this many fields (a few per column) ...
+MAX_SCHEMA_FIELDS = 4096
+#: ... each named in at most this many characters.
+MAX_SCHEMA_FIELD_CHARS = 512
+HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 #: Jobs a site may report progress for in one ConnectRequest.
 MAX_JOBS_PER_CONNECT = 1024
 #: Sites a share's roster may list (a coordinator serves a few hundred).
@@ -61,6 +67,27 @@ def check_register_request(request: pb.RegisterRequest) -> None:
         raise WireError(f"adjacency {request.adjacency[:MAX_KERNEL_NAME_CHARS]!r} is not one "
                         f"of {adjacencies}")
     check_kernel_names(request.kernels)
+    if request.HasField("schema"):
+        check_schema_digest(request.schema)
+
+
+def check_schema_digest(message: pb.SchemaDigest) -> None:
+    """A bounded list of distinct, named fields with well-formed digests whose
+    overall digest is theirs (common/schema_digest.py)."""
+    if len(message.fields) > MAX_SCHEMA_FIELDS:
+        raise WireError(f"schema.fields lists {len(message.fields)} fields (at most "
+                        f"{MAX_SCHEMA_FIELDS})")
+    names = [check_name(f.name, "schema.fields.name", max_chars=MAX_SCHEMA_FIELD_CHARS)
+             for f in message.fields]
+    if len(set(names)) != len(names):
+        raise WireError("schema.fields names a field twice")
+    if not all(HEX_DIGEST.fullmatch(d) for d in [message.digest, *(f.digest for f in
+                                                                   message.fields)]):
+        raise WireError("schema digests must be 64 lower-case hex characters (SHA-256)")
+    try:
+        SchemaDigest.from_proto(message)
+    except ValueError as err:
+        raise WireError(f"schema.digest: {err}") from None
 
 
 def check_kernel_names(kernels: list[str] | tuple[str, ...]) -> None:

@@ -18,10 +18,10 @@ def test_demo_prints_accuracies_and_ledger_epsilons(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    for method in ("source only", "target only, non-private", "noisy GD"):
+    for method in ("majority class", "source only", "target only, non-private", "noisy GD"):
         assert method in out
     accuracies = [float(a) for a in re.findall(r"\s(0\.\d{4})\n", out)]
-    assert len(accuracies) == 4 and all(0.85 < a < 1.0 for a in accuracies)
+    assert len(accuracies) == 5 and all(0.85 < a < 1.0 for a in accuracies)
     per_job = re.findall(r"noisy-gd-eps(\d)-\w+ (\d\.\d{3})", out)
     assert len(per_job) == 6
     for target, spent in per_job:

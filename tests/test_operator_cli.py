@@ -140,3 +140,36 @@ def test_insecure_flag_reaches_a_coordinator_started_with_insecure(tmp_path, cap
         for thread in threads:
             thread.join(timeout=10)
         coordinator.stop(grace=0.5)
+
+
+def test_json_output_of_status_sites_and_result(running, tmp_path, capsys):
+    _, operator, _ = running
+    config = ["--config", str(operator)]
+    assert cli.main(["launch", _job_file(tmp_path, "json-job", 2), "--follow", *config]) == 0
+    capsys.readouterr()
+    assert cli.main(["status", "json-job", "--json", *config]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["jobs"][0]["job_id"] == "json-job"
+    assert status["jobs"][0]["state"] == "JOB_STATE_SUCCEEDED"
+    assert len(status["jobs"][0]["rounds"]) == 2
+    assert cli.main(["sites", "--json", *config]) == 0
+    sites = json.loads(capsys.readouterr().out)["sites"]
+    assert sorted(s["site_name"] for s in sites) == list(SITES)
+    assert all(s["connected"] for s in sites)
+    assert cli.main(["result", "json-job", "--out", str(tmp_path / "r"), "--json", *config]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert sorted(result["privacy_report"]["sites"]) == list(SITES)
+    assert result["model"].endswith("model.npz")
+
+
+def test_launch_with_id_and_set_overrides_the_file(running, tmp_path, capsys):
+    _, operator, _ = running
+    config = ["--config", str(operator)]
+    job = _job_file(tmp_path, "file-id", 0)  # iterations = 0: refused, the id stays free
+    assert cli.main(["launch", job, *config]) == 2
+    assert "'iterations' must be an int in [1, inf), got 0" in capsys.readouterr().err
+    assert cli.main(["launch", job, "--set", "iterations=2", *config]) == 0
+    assert "launched file-id" in capsys.readouterr().out
+    assert cli.main(["launch", job, "--id", "retry", "--set", "iterations=2", "--follow",
+                     *config]) == 0
+    assert "launched retry" in capsys.readouterr().out

@@ -191,7 +191,7 @@ class Query(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., kernel: _Optional[str] = ..., params: _Optional[_Mapping[str, ParamValue]] = ..., mechanism: _Optional[_Union[Mechanism, _Mapping]] = ..., collusion_tolerance: _Optional[int] = ..., fractional_bits: _Optional[int] = ..., form: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("site_name", "software_version", "num_records", "num_features", "kernels", "policy_version", "adjacency")
+    __slots__ = ("site_name", "software_version", "num_records", "num_features", "kernels", "policy_version", "adjacency", "schema")
     SITE_NAME_FIELD_NUMBER: _ClassVar[int]
     SOFTWARE_VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_RECORDS_FIELD_NUMBER: _ClassVar[int]
@@ -199,6 +199,7 @@ class RegisterRequest(_message.Message):
     KERNELS_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     ADJACENCY_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
     site_name: str
     software_version: str
     num_records: int
@@ -206,7 +207,26 @@ class RegisterRequest(_message.Message):
     kernels: _containers.RepeatedScalarFieldContainer[str]
     policy_version: str
     adjacency: str
-    def __init__(self, site_name: _Optional[str] = ..., software_version: _Optional[str] = ..., num_records: _Optional[int] = ..., num_features: _Optional[int] = ..., kernels: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ..., adjacency: _Optional[str] = ...) -> None: ...
+    schema: SchemaDigest
+    def __init__(self, site_name: _Optional[str] = ..., software_version: _Optional[str] = ..., num_records: _Optional[int] = ..., num_features: _Optional[int] = ..., kernels: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ..., adjacency: _Optional[str] = ..., schema: _Optional[_Union[SchemaDigest, _Mapping]] = ...) -> None: ...
+
+class SchemaField(_message.Message):
+    __slots__ = ("name", "digest")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    digest: str
+    def __init__(self, name: _Optional[str] = ..., digest: _Optional[str] = ...) -> None: ...
+
+class SchemaDigest(_message.Message):
+    __slots__ = ("digest", "fields", "from_schema_file")
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    FROM_SCHEMA_FILE_FIELD_NUMBER: _ClassVar[int]
+    digest: str
+    fields: _containers.RepeatedCompositeFieldContainer[SchemaField]
+    from_schema_file: bool
+    def __init__(self, digest: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[SchemaField, _Mapping]]] = ..., from_schema_file: _Optional[bool] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("session_id", "heartbeat_interval", "max_message_bytes", "coordinator_name")
@@ -459,7 +479,7 @@ class SitePrivacyReport(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., site_name: _Optional[str] = ..., job_epsilon: _Optional[float] = ..., total_epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., method: _Optional[str] = ..., cap_epsilon: _Optional[float] = ..., mechanisms: _Optional[_Iterable[_Union[Mechanism, _Mapping]]] = ..., total_delta: _Optional[float] = ..., total_method: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("algorithm", "hyperparameters", "epsilon", "delta", "sites", "collusion_tolerance", "min_participants", "calibration", "seed")
+    __slots__ = ("algorithm", "hyperparameters", "epsilon", "delta", "sites", "collusion_tolerance", "min_participants", "calibration", "seed", "allow_large_delta")
     class HyperparametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -476,6 +496,7 @@ class JobSpec(_message.Message):
     MIN_PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_LARGE_DELTA_FIELD_NUMBER: _ClassVar[int]
     algorithm: str
     hyperparameters: _containers.MessageMap[str, ParamValue]
     epsilon: float
@@ -485,21 +506,26 @@ class JobSpec(_message.Message):
     min_participants: int
     calibration: str
     seed: int
-    def __init__(self, algorithm: _Optional[str] = ..., hyperparameters: _Optional[_Mapping[str, ParamValue]] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., sites: _Optional[_Iterable[str]] = ..., collusion_tolerance: _Optional[int] = ..., min_participants: _Optional[int] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ...) -> None: ...
+    allow_large_delta: bool
+    def __init__(self, algorithm: _Optional[str] = ..., hyperparameters: _Optional[_Mapping[str, ParamValue]] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., sites: _Optional[_Iterable[str]] = ..., collusion_tolerance: _Optional[int] = ..., min_participants: _Optional[int] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., allow_large_delta: _Optional[bool] = ...) -> None: ...
 
 class LaunchRequest(_message.Message):
-    __slots__ = ("spec", "job_id")
+    __slots__ = ("spec", "job_id", "dry_run")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     spec: JobSpec
     job_id: str
-    def __init__(self, spec: _Optional[_Union[JobSpec, _Mapping]] = ..., job_id: _Optional[str] = ...) -> None: ...
+    dry_run: bool
+    def __init__(self, spec: _Optional[_Union[JobSpec, _Mapping]] = ..., job_id: _Optional[str] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class LaunchResponse(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "plan")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    plan: str
+    def __init__(self, job_id: _Optional[str] = ..., plan: _Optional[str] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ("job_id",)

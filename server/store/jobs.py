@@ -43,6 +43,19 @@ class JobTable(StoreDatabase):
             insert_row(conn, "jobs", record)
         return record
 
+    def discard_unstarted_failure(self, job_id: str) -> bool:
+        """Forget ``job_id`` if it failed before its first round (nothing was
+        asked of any site, so nothing was spent), freeing its id for a retry;
+        False, and nothing changed, for any other job."""
+        with self._transaction() as conn:
+            if _job_state(conn, job_id) != "failed" or any(
+                    conn.execute(f"SELECT 1 FROM {table} WHERE job_id = ? LIMIT 1",
+                                 (job_id,)).fetchone()
+                    for table in ("rounds", "answers", "models", "arrays")):
+                return False
+            conn.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
+        return True
+
     def job(self, job_id: str) -> JobRecord | None:
         found = self._select_jobs("WHERE job_id = ?", (job_id,))
         return found[0] if found else None

@@ -24,6 +24,7 @@ from privadapt.client.daemon import SiteDaemon
 from privadapt.common.errors import WireError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
+from privadapt.common.schema_digest import SchemaDigest
 from tests.client.test_site_worker import Calls, announcement, make_worker, pki  # noqa: F401
 
 
@@ -99,6 +100,7 @@ def _daemon_for(address: str, site) -> SiteDaemon:
     # what run() uses.
     daemon = SiteDaemon.__new__(SiteDaemon)
     daemon.site = site
+    daemon.schema_digest = SchemaDigest.of(None, site.dim)
     daemon.progress = SimpleNamespace(unfinished=dict, close=lambda: None)
     daemon.worker = None
     daemon.config = SimpleNamespace(coordinator=address)

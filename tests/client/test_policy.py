@@ -28,7 +28,9 @@ max_clip_norm = 10.0
 max_label_bound = 10.0
 """
 
-MINIMAL = {"site": {"name": "st-mary"}, "privacy": {"epsilon_cap": 1.0, "delta_cap": 1e-6}}
+# A deployed site must state min_participants >= 2 (the default, 1, is for simulations).
+MINIMAL = {"site": {"name": "st-mary"},
+           "privacy": {"epsilon_cap": 1.0, "delta_cap": 1e-6, "min_participants": 2}}
 
 
 def write_policy(tmp_path, text):
@@ -58,13 +60,15 @@ def test_policy_file_sets_every_field(tmp_path):
         max_clip_norm=10.0,
         max_label_bound=10.0,
         allow_non_private=False,
+        simulation=False,
     )
 
 
 def test_omitted_keys_take_the_documented_defaults():
     policy = SitePolicy.from_dict(MINIMAL)
     assert policy.allowed_kernels is None and policy.min_noise_multiplier == 0.0
-    assert (policy.collusion_tolerance, policy.min_participants) == (0, 1)
+    assert policy.collusion_tolerance == 0
+    assert policy.simulation is False and policy.allow_large_delta is False
     assert policy.adjacency == Adjacency.REPLACE_ONE
     assert policy.accounting == AccountingMethod.PLD
     assert policy.max_clip_norm is None and policy.allow_non_private is False
@@ -215,3 +219,65 @@ def test_data_larger_than_max_records_is_refused_when_loaded():
     policy = SitePolicy("s", 1.0, 1e-5, adjacency=Adjacency.ADD_REMOVE_ONE, max_records=10)
     with pytest.raises(ConfigError, match=r"more records than max_records = 10"):
         policy.range_records(11)
+
+
+def test_a_simulation_file_may_omit_min_participants_and_gets_one():
+    data = {"site": {"name": "sim", "simulation": True},
+            "privacy": {"epsilon_cap": 1.0, "delta_cap": 1e-6}}
+    assert SitePolicy.from_dict(data).min_participants == 1
+
+
+def test_policy_built_in_code_is_a_simulation_site():
+    assert SitePolicy("lib", math.inf, 0.5).simulation
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("epsilon_cap", 0.0, r"epsilon_cap = 0 lets this site answer no query at all; write a "
+                             r"positive lifetime cap such as epsilon_cap = 3.0"),
+        ("epsilon_cap", math.inf, r"epsilon_cap = inf caps nothing; write a finite lifetime cap"),
+        ("delta_cap", 0.5, r"delta_cap = 0.5 is 0.001 or more, .* set \[privacy\] "
+                           r"allow_large_delta = true if you mean it"),
+        ("delta_cap", 1e-3, r"delta_cap = 0.001 is 0.001 or more"),
+        ("min_participants", 1, r"min_participants = 1 lets a round of this site alone go ahead"
+                                r".* write \[privacy\] min_participants = 2 or more"),
+    ],
+)
+def test_deployed_policy_that_caps_nothing_is_refused_naming_the_key(key, value, expected):
+    with pytest.raises(ConfigError, match=expected):
+        SitePolicy.from_dict(with_key("privacy", key, value))
+
+
+def test_deployed_policy_omitting_min_participants_is_refused():
+    data = {"site": {"name": "st-mary"}, "privacy": {"epsilon_cap": 1.0, "delta_cap": 1e-6}}
+    with pytest.raises(ConfigError, match="min_participants = 1"):
+        SitePolicy.from_dict(data)
+
+
+def test_large_delta_cap_is_accepted_when_allowed_on_purpose():
+    data = with_key("privacy", "delta_cap", 0.01)
+    data["privacy"]["allow_large_delta"] = True
+    assert SitePolicy.from_dict(data).delta_cap == 0.01
+
+
+@pytest.mark.parametrize(("key", "value"), [("epsilon_cap", 0.0), ("epsilon_cap", math.inf),
+                                            ("delta_cap", 0.5), ("min_participants", 1)])
+def test_simulation_site_keeps_the_values_tests_and_simulations_use(key, value):
+    data = with_key("privacy", key, value)
+    data["site"]["simulation"] = True
+    assert getattr(SitePolicy.from_dict(data), key) == value
+
+
+def test_deployed_site_may_not_release_exact_sums():
+    data = with_key("privacy", "epsilon_cap", math.inf)
+    data["privacy"]["allow_non_private"] = True
+    data["site"]["simulation"] = False
+    with pytest.raises(ConfigError, match="epsilon_cap = inf caps nothing"):
+        SitePolicy.from_dict(data)
+
+
+def test_simulation_flag_round_trips_through_toml(tmp_path):
+    deployed = SitePolicy.from_dict(MINIMAL)
+    assert _reads_back(deployed, tmp_path) == deployed
+    assert _reads_back(SitePolicy("sim", math.inf, 1e-5), tmp_path).simulation

@@ -44,3 +44,10 @@ def test_console_script_module_runs_in_a_fresh_process():
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert result.returncode == 0 and "privadapt" in result.stdout
+
+
+def test_version_prints_the_installed_version(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith("privadapt 0.")

@@ -179,6 +179,25 @@ def test_duplicate_job_id_is_refused(store: CoordinatorStore) -> None:
         store.create_job("job-1", "noisy_gd", "{}", seed=2)
 
 
+def test_a_job_that_failed_before_its_first_round_frees_its_id(store: CoordinatorStore) -> None:
+    store.create_job("job-1", "noisy_gd", "{}", seed=1)
+    assert not store.discard_unstarted_failure("job-1")  # pending: not failed
+    store.set_job_state("job-1", "failed", "site 'ghost' never connected")
+    assert store.discard_unstarted_failure("job-1")
+    assert store.job("job-1") is None
+    store.create_job("job-1", "noisy_gd", "{}", seed=2)
+    assert store.job("job-1").seed == 2
+
+
+def test_a_job_that_failed_after_a_round_keeps_its_id(store: CoordinatorStore) -> None:
+    store.create_job("job-1", "noisy_gd", "{}", seed=1)
+    store.record_round(a_round(aborted=True, reason="site refused"))
+    store.set_job_state("job-1", "failed", "site refused")
+    assert not store.discard_unstarted_failure("job-1")
+    with pytest.raises(ConfigError, match="already exists"):
+        store.create_job("job-1", "noisy_gd", "{}", seed=2)
+
+
 def test_job_state_changes_and_unfinished_jobs(store: CoordinatorStore) -> None:
     for job_id in ("j1", "j2", "j3"):
         store.create_job(job_id, "noisy_gd", "{}", seed=0)

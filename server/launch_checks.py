@@ -1,0 +1,135 @@
+"""Checks of a job against its sites, made before anything is spent.
+
+Issue 18: a job is refused at launch, when the operator can still fix it, and
+again at its start (once its sites have connected, before any key is
+published), never as an internal error after rounds were charged:
+
+* its delta must be below 1/n of the smallest participating site whose n is
+  public (replace-one sites declare n at registration; add/remove sites
+  declare 0, their n being private);
+* every participating site and the coordinator's public sample must agree on
+  what the features mean (common/schema_digest.py): the refusal names the
+  disagreeing sites and the first field each differs in;
+* the estimator must accept its hyperparameters together (the checks its
+  ``fit`` would make before the first round) and have the public sample it
+  needs.
+
+Each check raises ``ConfigError`` with a message an operator can act on.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from privadapt.common.errors import ConfigError
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.schema_digest import SchemaDigest, describe_names
+from privadapt.server.estimators.base import InvalidParameterError
+from privadapt.server.job_algorithms import ALGORITHMS, estimator_for
+from privadapt.server.store import SiteRecord
+
+#: The reference a site is compared with when there is no public sample.
+PUBLIC_SAMPLE = "the coordinator's public sample"
+
+
+def check_delta_against_sizes(spec: pb.JobSpec, sizes: Mapping[str, int]) -> None:
+    """Refuse a delta of at least 1/n for the smallest participating site
+    whose record count n is public (``sizes``: 0 where it is private)."""
+    public = {name: n for name, n in sizes.items() if n > 0}
+    if not public:
+        return
+    name = min(public, key=lambda site: (public[site], site))
+    n = public[name]
+    if spec.delta >= 1.0 / n:
+        raise ConfigError(
+            f"job: delta = {spec.delta:g} is not below 1/n = {1.0 / n:.3g} of site {name!r} "
+            f"(n = {n} records, the smallest participating site whose size is public), so "
+            f"it protects no one there; write [job] delta below {1.0 / n:.3g}, such as 1e-6")
+
+
+def check_schema_agreement(public: SchemaDigest | None,
+                           sites: Mapping[str, SchemaDigest | None]) -> None:
+    """Refuse unless every site (and the public sample, if any) agree on the
+    meaning of the features. The reference is the public sample, else the
+    digest most sites hold (ties: the first site by name holding one)."""
+    missing = sorted(name for name, digest in sites.items() if digest is None)
+    if missing:
+        raise ConfigError(
+            f"job: site(s) {', '.join(repr(n) for n in missing)} registered no schema digest "
+            "(privadapt-site older than this coordinator), so nobody can tell whether their "
+            "features mean what the other sites' do; upgrade them")
+    digests = {name: d for name, d in sorted(sites.items()) if d is not None}
+    if public is not None:
+        reference_name, reference = PUBLIC_SAMPLE, public
+    elif digests:
+        counts = Counter(d.digest for d in digests.values())
+        reference_name = max(digests, key=lambda n: (counts[digests[n].digest],
+                                                     -sorted(digests).index(n)))
+        reference, reference_name = digests[reference_name], f"site {reference_name!r}"
+    else:
+        return
+    problems = []
+    for name, digest in digests.items():
+        differing = reference.differing_fields(digest)
+        if differing:
+            plain = "" if digest.from_schema else " (plain arrays, no schema file)"
+            problems.append(f"site {name!r}{plain} differs in {describe_names(differing)}")
+    if problems:
+        raise ConfigError(
+            f"job: the sites do not agree on what the data means; compared with "
+            f"{reference_name}: {'; '.join(problems)}. Give every site (and the coordinator's "
+            "public_source_schema) the same schema TOML")
+
+
+def check_estimator(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
+                    has_public_source: bool) -> None:
+    """Build the job's estimator and make the checks its ``fit`` would make
+    first, so a value it rejects is refused at launch rather than after the
+    job started; refuse a job that needs a public sample the coordinator lacks."""
+    estimator = estimator_for(spec, hyperparameters, spec.seed if spec.HasField("seed") else 0)
+    try:
+        estimator._validate_params()
+    except InvalidParameterError as err:
+        raise ConfigError(f"job: {err}") from None
+    if ALGORITHMS[spec.algorithm].requires_public_source and not has_public_source:
+        raise ConfigError(f"job: {spec.algorithm} needs the public source sample, and this "
+                          "coordinator has none: set [coordinator] public_source in its "
+                          "configuration")
+
+
+def registered_digest(registration: pb.RegisterRequest) -> SchemaDigest | None:
+    """The schema digest a site registered (checked at Register), if any."""
+    if not registration.HasField("schema"):
+        return None
+    return SchemaDigest.from_proto(registration.schema)
+
+
+def dry_run_plan(spec: pb.JobSpec, job_id: str, registered: Sequence[SiteRecord],
+                 connected: set[str], public: SchemaDigest | None) -> str:
+    """What ``privadapt launch --dry-run`` prints: the job, each named site as
+    the coordinator knows it, and the checks that passed."""
+    records = {site.name: site for site in registered}
+    sizes = [records[n].num_records for n in spec.sites if n in records
+             and records[n].num_records > 0]
+    lines = [f"dry run of {job_id or 'a new job'}: {spec.algorithm} epsilon={spec.epsilon:g} "
+             f"delta={spec.delta:g} on {len(spec.sites)} site(s), rounds of at least "
+             f"{spec.min_participants}; nothing was stored or started"]
+    for name in spec.sites:
+        site = records.get(name)
+        if site is None:
+            lines.append(f"  {name:<20} never registered: the job would wait for it")
+            continue
+        size = f"n={site.num_records}" if site.num_records else "n private (add/remove)"
+        state = "connected" if name in connected else "away"
+        lines.append(f"  {name:<20} {state:<10} {size:<24} kernels: "
+                     f"{', '.join(site.kernels) or 'any'}")
+    smallest = f"1/{min(sizes)}" if sizes else "no public size"
+    reference = PUBLIC_SAMPLE if public is not None else "each other"
+    lines.append(f"checked: hyperparameters and estimator; delta below 1e-3"
+                 f"{' (allowed larger)' if spec.allow_large_delta else ''} and below "
+                 f"{smallest}; schemas of the registered sites against {reference}")
+    lines.append("not shown yet: the per-release privacy plan and each site's remaining "
+                 "budget (each site's ledger still refuses any release over its cap)")
+    return "\n".join(lines)
