@@ -237,7 +237,8 @@ def test_reweighted_gradient_neighbours_differ_by_at_most_the_charge(
 
 def test_every_registered_kernel_is_attacked_here():
     attacked = set(SUM_KERNELS) | {"exact_discrepancy", "reweighted_gradient"}
-    assert set(registered_kernels()) == attacked
+    # Other tests register probe kernels named test_*; every real one is here.
+    assert {name for name in registered_kernels() if not name.startswith("test_")} == attacked
 
 
 @pytest.mark.parametrize("step", [1e300, 1e200])
