@@ -43,6 +43,7 @@ from typing import Any, ClassVar, Literal, Self
 import numpy as np
 
 from privadapt.common.data import Dataset
+from privadapt.common.kernels.exact_sum import clip_slack, conversion_error
 from privadapt.common.kernels.grid_rounding import COARSEST_FRACTIONAL_BITS, Norm, rounding_charged
 from privadapt.common.mechanisms import (
     Adjacency,
@@ -52,7 +53,7 @@ from privadapt.common.mechanisms import (
     Mechanism,
     NoNoise,
 )
-from privadapt.common.validation import check_positive
+from privadapt.common.validation import check_positive, check_positive_finite
 
 NoiseKind = Literal["gaussian", "laplace"]
 
@@ -96,6 +97,20 @@ def wire_values(params: Mapping[str, Any], required: Sequence[str]) -> dict[str,
     return {key: params[key] for key in required}
 
 
+# Clip bounds and radii a kernel accepts: their squares, and those times any n
+# below 2^53, stay far inside float range, so no bound overflows (issue 17).
+BOUND_RANGE = (2.0**-200, 2.0**200)
+
+
+def check_bound(name: str, value: Any) -> float:
+    """A clip bound or radius: finite, > 0 and within :data:`BOUND_RANGE`."""
+    value = check_positive_finite(name, value)
+    low, high = BOUND_RANGE
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [2^-200, 2^200], got {value!r}")
+    return value
+
+
 def readonly(array: np.ndarray) -> np.ndarray:
     """``array`` made immutable, so a frozen Params really is frozen."""
     array.setflags(write=False)
@@ -131,6 +146,20 @@ class Kernel(ABC):
         """The data bounds this query asks the site to clip to, by policy name
         (``clip_norm``, ``label_bound``), for the site's policy to check."""
         return {}
+
+    def computation_errors(
+        self, params: Any, dim: int, max_records: int
+    ) -> tuple[float, ...]:
+        """Per released block, a public bound e on how far each entry of
+        ``compute`` can sit from a function of the records whose sensitivity is
+        the kernel's, at a site of at most ``max_records`` records (issue 17;
+        charged by :mod:`.grid_rounding`). Default, for a kernel that sums
+        per-record terms exactly (:mod:`.exact_sum`): the one float64 rounding
+        of the sum, plus a few ulps of a clipped term's norm for the float clip."""
+        term = self.max_abs_sum(params, 1)
+        total = self.max_abs_sum(params, max_records)
+        return tuple(clip_slack(term, math.prod(shape)) + conversion_error(total)
+                     for shape in self.output_shapes(params, dim))
 
     def sensitivities(
         self, params: Any, adjacency: Adjacency, norm: Norm, dim: int
@@ -172,13 +201,16 @@ class Kernel(ABC):
     # What a release costs, and the mechanism to ask for.
 
     def charged_sensitivities(
-        self, params: Any, adjacency: Adjacency, norm: Norm, dim: int, fractional_bits: int
+        self, params: Any, adjacency: Adjacency, norm: Norm, dim: int, fractional_bits: int,
+        max_records: int = 1,
     ) -> tuple[float, ...]:
         """Every block's sensitivity as a site on the grid 2^-``fractional_bits``
-        charges it: released blocks with their rounding (:mod:`.grid_rounding`),
-        then local blocks as they are."""
+        holding at most ``max_records`` records (public) charges it: released
+        blocks with the kernel's computation error and their rounding
+        (:mod:`.grid_rounding`), then local blocks as they are."""
         released = rounding_charged(self.sensitivities(params, adjacency, norm, dim),
-                                    self.output_shapes(params, dim), norm, fractional_bits)
+                                    self.output_shapes(params, dim), norm, fractional_bits,
+                                    self.computation_errors(params, dim, max_records))
         return released + self.local_l2_sensitivities(params, adjacency)
 
     def mechanism(
@@ -192,11 +224,15 @@ class Kernel(ABC):
         block_ratios: Sequence[float] | None = None,
         sampling_rate: float = 1.0,
         fractional_bits: int = COARSEST_FRACTIONAL_BITS,
+        max_records: int = 1,
     ) -> Mechanism:
         """The mechanism an algorithm asks for: each block declares the
         sensitivity the site charges on the grid 2^-``fractional_bits``
         (default the coarsest a site accepts, so it is sound for any grid) and
-        gets noise ``noise_multiplier`` times that, times its entry of
+        gets noise ``noise_multiplier`` times that (with the kernel's
+        computation error at a site of ``max_records`` records: pass the
+        sites' public bound where it matters; the float rounding of a sum grows
+        with it, and a site charges its own), times its entry of
         ``block_ratios`` (one per block, released then local; default all 1).
         Gaussian: sigma_b = z ratio_b charged_b; Laplace (one block only):
         scale = z charged L1 sensitivity, i.e. z = 1/epsilon; ``noise_multiplier
@@ -209,7 +245,8 @@ class Kernel(ABC):
         if math.isinf(noise_multiplier):
             own = self.sensitivities(params, adjacency, norm, dim)
             return NoNoise(own + self.local_l2_sensitivities(params, adjacency), adjacency)
-        charged = self.charged_sensitivities(params, adjacency, norm, dim, fractional_bits)
+        charged = self.charged_sensitivities(params, adjacency, norm, dim, fractional_bits,
+                                             max_records)
         ratios = (1.0,) * len(charged) if block_ratios is None else tuple(block_ratios)
         if len(ratios) != len(charged):
             raise ValueError(f"{len(ratios)} block_ratios for the {len(charged)} blocks of "

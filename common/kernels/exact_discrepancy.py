@@ -29,6 +29,17 @@ so the release is sup_w |f(w)|, and sup_w |f| moves by at most sup_w |f' - f|.
   for honest public moments (clipped the same way) p is in [0, B] and this is B.
 The release is one number, so its L1 and L2 sensitivities are equal.
 
+Public moments and floating point (issue 17). A coordinator could send
+moments of size 2^28/n, so that n M_pub dwarfs the data and one ulp of it
+(3e-8) is 89 times B: the solver's rounding then told neighbours apart. The
+kernel therefore accepts only moments that clipped records can have (their
+symmetric part positive semi-definite, the feature block's trace at most r^2,
+the label entry at most Y^2, each to within 2^-30 s, s = r^2 + Y^2), so every
+entry of n M_pub - sum z z^T is at most about 2 n s; the private sum is exact
+(the second-moment kernel's); and the solver's error, a public bound
+proportional to (Lambda^2 + Lambda + 1) N s at a site of at most N records
+(:meth:`ExactDiscrepancy.computation_errors`), is charged on top of B.
+
 The paper adds Laplace(B/n) to d-hat (the coordinator's ``single_holder``
 estimate asks for Laplace(B / epsilon) on n d-hat); the site draws it through
 its own Laplace mechanism path.
@@ -43,13 +54,25 @@ from typing import Any
 import numpy as np
 
 from privadapt.common.data import Dataset
-from privadapt.common.kernels.base import Kernel, KernelParams, readonly, register, wire_values
+from privadapt.common.kernels.base import (
+    Kernel,
+    KernelParams,
+    check_bound,
+    readonly,
+    register,
+    wire_values,
+)
 from privadapt.common.kernels.second_moments import SecondMoments, SecondMomentsParams
 from privadapt.common.losses import loss_bounds, squared_loss_discrepancy, squared_loss_range
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.validation import check_finite_array, check_positive_finite
+from privadapt.common.validation import check_finite_array
 
 _SECOND_MOMENTS = SecondMoments()
+# Public moments may exceed what clipped records give by this fraction of s
+# (float rounding of honest moments).
+MOMENT_SLACK = 2.0**-30
+# The trust-region solve's error, relative to the problem's size on the ball.
+SOLVER_ERROR = 2.0**-36
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,14 +87,33 @@ class ExactDiscrepancyParams(KernelParams):
 
     def __post_init__(self) -> None:
         for key in ("feature_norm", "label_bound", "radius"):
-            object.__setattr__(self, key, check_positive_finite(f"parameter {key!r}",
-                                                                getattr(self, key)))
+            object.__setattr__(self, key, check_bound(f"parameter {key!r}", getattr(self, key)))
         moments = check_finite_array("parameter 'public_moments'", self.public_moments,
                                      (None, None))
         if moments.shape[0] != moments.shape[1] or moments.shape[0] < 2:
             raise ValueError(f"parameter 'public_moments' must be a square matrix of size "
                              f"d + 1 >= 2, got shape {moments.shape}")
-        object.__setattr__(self, "public_moments", readonly(moments))
+        with np.errstate(over="ignore", invalid="ignore"):
+            symmetric = 0.5 * moments + 0.5 * moments.T  # what the kernel reads
+        if not self._clipped_moments(symmetric):
+            raise ValueError(
+                "parameter 'public_moments' must be second moments of records clipped to "
+                "||x|| <= feature_norm, |y| <= label_bound: a symmetric part that is positive "
+                "semi-definite, with the feature block's trace at most feature_norm^2 and the "
+                "label entry at most label_bound^2")
+        object.__setattr__(self, "public_moments", readonly(symmetric))
+
+    def _clipped_moments(self, symmetric: np.ndarray) -> bool:
+        """Whether ``symmetric`` could be the mean z z^T of clipped records,
+        to within 2^-30 s (the float rounding of honest moments)."""
+        if not np.all(np.isfinite(symmetric)):
+            return False
+        slack = MOMENT_SLACK * self.record_bound
+        with np.errstate(over="ignore", invalid="ignore"):
+            trace = float(np.trace(symmetric[:-1, :-1]))
+        return (trace <= self.feature_norm**2 + slack
+                and float(symmetric[-1, -1]) <= self.label_bound**2 + slack
+                and float(np.linalg.eigvalsh(symmetric)[0]) >= -slack)
 
     @classmethod
     def from_wire(cls, params: Mapping[str, Any], dim: int) -> ExactDiscrepancyParams:
@@ -92,6 +134,11 @@ class ExactDiscrepancyParams(KernelParams):
     def clipping(self) -> SecondMomentsParams:
         """The clip region, as the second-moment kernel takes it."""
         return SecondMomentsParams(self.feature_norm, self.label_bound)
+
+    @property
+    def record_bound(self) -> float:
+        """s = r^2 + Y^2 >= ||z||^2 of a clipped record."""
+        return self.feature_norm**2 + self.label_bound**2
 
     @property
     def loss_bound(self) -> float:
@@ -126,6 +173,24 @@ class ExactDiscrepancy(Kernel):
 
     def clip_bounds(self, params: ExactDiscrepancyParams) -> dict[str, float]:
         return _SECOND_MOMENTS.clip_bounds(params.clipping)
+
+    def computation_errors(
+        self, params: ExactDiscrepancyParams, dim: int, max_records: int
+    ) -> tuple[float]:
+        # D = n M_pub - S has entries at most (1 + 2^-30) N s + N s: forming it
+        # moves each entry by a few ulps of that, and the trust-region solve
+        # (backward-stable eigh, tolerances 1e-12 of the problem's size
+        # (Lambda^2 + Lambda) max|D|, see common/trust_region.py) errs by a
+        # small multiple of it; SOLVER_ERROR is a margin of ~70 over both for
+        # d ~ 100. A record's own float z z^T moves its loss by ulps of
+        # (Lambda^2 + 1) s. Public: N is the site's public bound on n.
+        entry = (2.0 + MOMENT_SLACK) * max_records * params.record_bound
+        radius = params.radius
+        reach = (radius * radius + radius + 1.0) * entry
+        ulp = 2.0**-53
+        error = reach * (SOLVER_ERROR + 16 * (dim + 2) * ulp) \
+            + (radius * radius + 1.0) * params.record_bound * 2.0**-40
+        return (error,)
 
     def max_abs_sum(self, params: ExactDiscrepancyParams, num_records: int) -> float:
         # |n p(w) - sum l_i(w)| <= n max|p| + n B

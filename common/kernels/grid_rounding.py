@@ -9,6 +9,12 @@ sqrt(size) 2^-f in L2, size 2^-f in L1. A block of sensitivity 0 is identical
 on neighbours, and so is its rounding: it is charged nothing. Local blocks
 never reach the grid and are charged their own sensitivity.
 
+The kernel's own float computation comes first (issue 17): its value may sit
+up to e per coordinate (``Kernel.computation_errors``, a public bound: the one
+float64 rounding of an exact sum, a solver's error) from a function whose
+sensitivity is the kernel's, so two neighbours differ by up to 2e more per
+coordinate; that is charged with the step.
+
 This is the one place the charge is written: the site charges it, and
 ``Kernel.mechanism`` sizes the noise an algorithm asks for with it. An
 algorithm does not know the federation's grid, so it sizes for the coarsest
@@ -33,12 +39,15 @@ def rounding_charged(
     shapes: tuple[tuple[int, ...], ...],
     norm: Norm,
     fractional_bits: int,
+    errors: tuple[float, ...] | None = None,
 ) -> tuple[float, ...]:
     """Each released block's sensitivity plus what rounding its ``shape`` entries
-    onto the grid 2^-``fractional_bits`` can add in ``norm`` (module docstring)."""
+    onto the grid 2^-``fractional_bits`` can add in ``norm``, and twice the
+    kernel's computation error ``errors`` per entry (module docstring)."""
     step = 2.0**-fractional_bits
+    errors = (0.0,) * len(shapes) if errors is None else errors
     return tuple(
-        s + (math.prod(shape) if norm == "l1" else math.sqrt(math.prod(shape))) * step
+        s + (math.prod(shape) if norm == "l1" else math.sqrt(math.prod(shape))) * (step + 2 * e)
         if s > 0 else 0.0
-        for s, shape in zip(sensitivities, shapes, strict=True)
+        for s, shape, e in zip(sensitivities, shapes, errors, strict=True)
     )

@@ -6,7 +6,9 @@ c = -y sigmoid(-y w.x) for the logistic loss log(1 + exp(-y w.x)), y in {-1, +1}
 (:func:`privadapt.common.losses.loss_derivative`). Each g is scaled to L2 norm
 at most C (``clip_norm``) before summing, so one record moves the sum by at
 most C (add/remove) or 2C (replace one), whatever the record holds: the bound
-comes from clipping, not from the data.
+comes from clipping, not from the data. The clipped terms are summed exactly
+(:class:`~privadapt.common.kernels.exact_sum.ExactSum`), so no other record's
+rounding can move the sum when one changes (issue 17).
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ from privadapt.common.kernels.base import (
     CHUNK_RECORDS,
     Kernel,
     KernelParams,
+    check_bound,
     readonly,
     register,
     wire_values,
 )
+from privadapt.common.kernels.exact_sum import ExactSum
 from privadapt.common.losses import BINARY_LOSSES, BinaryLoss, loss_derivative
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.validation import check_finite_array, check_one_of, check_positive_finite
+from privadapt.common.validation import check_finite_array, check_one_of
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,7 +48,7 @@ class LinearGradientParams(KernelParams):
         object.__setattr__(self, "weights", readonly(
             check_finite_array("parameter 'weights'", self.weights, (None,))))
         object.__setattr__(self, "clip_norm",
-                           check_positive_finite("parameter 'clip_norm'", self.clip_norm))
+                           check_bound("parameter 'clip_norm'", self.clip_norm))
         check_one_of("parameter 'loss'", self.loss, BINARY_LOSSES)
 
     @classmethod
@@ -80,11 +84,14 @@ class LinearGradient(Kernel):
     def compute(
         self, data: Dataset, params: LinearGradientParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray]:
-        total = np.zeros(data.dim)
+        total = ExactSum((data.dim,))
         for start in range(0, data.num_records, CHUNK_RECORDS):
             features = data.features[start : start + CHUNK_RECORDS]
             labels = data.labels[start : start + CHUNK_RECORDS]
             with np.errstate(over="ignore", invalid="ignore"):
                 coefficients = loss_derivative(params.loss, features @ params.weights, labels)
-            total += features.T @ clip_coefficients(coefficients, features, params.clip_norm)
-        return (total,)
+            clipped = clip_coefficients(coefficients, features, params.clip_norm)
+            with np.errstate(over="ignore", invalid="ignore"):
+                terms = features * clipped[:, None]  # each row of norm <= C
+            total.add_terms(terms, params.clip_norm)
+        return (total.value(),)

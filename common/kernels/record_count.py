@@ -29,6 +29,9 @@ class RecordCount(Kernel):
     def l2_sensitivities(self, params: NoParams, adjacency: Adjacency) -> tuple[float]:
         return (0.0 if adjacency == Adjacency.REPLACE_ONE else 1.0,)
 
+    def computation_errors(self, params: NoParams, dim: int, max_records: int) -> tuple[float]:
+        return (0.0,)  # n < 2^53 is an exact float64: nothing to charge
+
     def max_abs_sum(self, params: NoParams, num_records: int) -> float:
         return float(num_records)
 

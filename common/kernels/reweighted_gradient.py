@@ -72,7 +72,15 @@ from typing import Any
 import numpy as np
 
 from privadapt.common.data import Dataset
-from privadapt.common.kernels.base import Kernel, KernelParams, readonly, register, wire_values
+from privadapt.common.kernels.base import (
+    Kernel,
+    KernelParams,
+    check_bound,
+    readonly,
+    register,
+    wire_values,
+)
+from privadapt.common.kernels.exact_sum import ExactSum
 from privadapt.common.kernels.reweighted_terms import binary_record_terms, softmax_record_terms
 from privadapt.common.losses import (
     LOSSES,
@@ -102,7 +110,11 @@ _PENDING_LOSSES = "pending_scaled_losses"
 _REQUIRED = ("weights", "step", "objective", "loss", "alpha", "total_private_records",
              "feature_norm", "label_bound", "radius", "k1", "k2", "kinf", "mu",
              "inverse_square_sum", "log_partition", "step_size")
-_POSITIVE = ("feature_norm", "label_bound", "radius", "mu", "inverse_square_sum", "step_size")
+_CLIP = ("feature_norm", "label_bound", "radius")
+_POSITIVE = ("mu", "inverse_square_sum", "step_size")
+# The largest u step eta |g| a query may imply (penalty_bound): u stays finite
+# for every admitted query and the noise a site adds.
+_MAX_STEP = 2.0**500
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -153,12 +165,20 @@ class ReweightedGradientParams(KernelParams):
         store("total_private_records",
               check_int_at_least(name("total_private_records"), self.total_private_records, 1))
         store("alpha", check_probability(name("alpha"), self.alpha, allow_zero=True))
+        for key in _CLIP:
+            store(key, check_bound(name(key), getattr(self, key)))
         for key in _POSITIVE:
             store(key, check_positive_finite(name(key), getattr(self, key)))
         for key in ("k1", "k2", "kinf"):
             store(key, check_nonnegative_finite(name(key), getattr(self, key)))
         store("log_partition", check_finite(name("log_partition"), self.log_partition))
         store("weight_noise", check_bool(name("weight_noise"), self.weight_noise))
+        step = self.step_size * self.penalty_bound
+        if not step <= _MAX_STEP:  # also NaN
+            raise ValueError(
+                f"parameters 'step_size', 'k1', 'k2', 'kinf', 'mu', 'inverse_square_sum' and "
+                f"'log_partition' allow a u step of {step:.3g}, above 2^500: the weights "
+                f"would overflow")
 
     @classmethod
     def from_wire(cls, params: Mapping[str, Any], dim: int) -> ReweightedGradientParams:
@@ -188,6 +208,18 @@ class ReweightedGradientParams(KernelParams):
     def lower_bound(self) -> float:
         """n / (1 - alpha): the least u_i of a private record (Section 4, problem (6))."""
         return self.total_private_records / (1.0 - self.alpha)
+
+    @property
+    def penalty_bound(self) -> float:
+        """A bound on |gradient in u_i| without the noise, for any u_i >= lower
+        (so 1/u_i <= 1/lower <= 1), from the terms of
+        :func:`privadapt.common.losses.penalty_gradient` and the loss part B/lower^2;
+        inf when a term overflows. Public: the params alone."""
+        lower = self.lower_bound
+        with np.errstate(over="ignore", invalid="ignore"):
+            exponent = min(self.mu / lower - self.log_partition, 1000.0)
+            return float(self.k1 + self.k2 / np.sqrt(self.inverse_square_sum)
+                         + self.kinf * np.exp(exponent) + self.bounds[0] / lower**2)
 
     @property
     def bounds(self) -> tuple[float, float]:
@@ -242,7 +274,7 @@ class ReweightedGradient(Kernel):
     ) -> tuple[np.ndarray, ...]:
         lower = params.lower_bound
         own = self._begin_step(state, params.step, data.num_records, lower)
-        u_now = np.maximum(own["u_before"], lower)
+        u_now = np.fmax(own["u_before"], lower)
         gradient_sum, scaled_losses = self._per_record_terms(data, params, u_now)
         own[_PENDING_GRADIENT] = gradient_sum
         if params.weight_noise:
@@ -259,26 +291,34 @@ class ReweightedGradient(Kernel):
     ) -> None:
         own = state[_STATE_KEY]
         lower = params.lower_bound
-        u_now = np.maximum(own["u_before"], lower)
+        u_now = np.fmax(own["u_before"], lower)
         (noised_losses,) = noised_blocks if noised_blocks else (own.pop(_PENDING_LOSSES),)
         penalty = penalty_gradient(
             u_now, objective=params.objective, k1=params.k1, k1_coefficient=1.0 / lower**2,
             k2=params.k2, kinf=params.kinf, mu=params.mu,
             inverse_square_sum=params.inverse_square_sum, log_partition=params.log_partition,
         )
-        gradient = penalty - noised_losses / lower**2
-        own["u"] = np.maximum(u_now - params.step_size * gradient, lower)
+        with np.errstate(over="ignore", invalid="ignore"):
+            gradient = penalty - noised_losses / lower**2
+            stepped = u_now - params.step_size * gradient
+        # Admitted params keep every term finite (penalty_bound); whatever the
+        # noise, u stays in [lower, inf] and never NaN (fmax drops a NaN), and
+        # u = inf is a weight of 0: each block's bound holds for any u >= lower.
+        own["u"] = np.fmax(stepped, lower)
 
     def compute(
         self, data: Dataset, params: ReweightedGradientParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray, ...]:
         own = state[_STATE_KEY]
         lower, mu = params.lower_bound, params.mu
-        ratio = lower / np.maximum(own["u"], lower)  # (n/(1-alpha)) q_i, in (0, 1]
-        inverse_squares = float(np.sum(ratio * ratio))
-        # exp(mu (q_i - 1/lower)) = exp(mu/lower (ratio - 1)), each in (0, 1].
-        partition = float(np.sum(np.exp((mu / lower) * (ratio - 1.0))))
-        return (own.pop(_PENDING_GRADIENT), np.array([inverse_squares]), np.array([partition]))
+        ratio = lower / np.fmax(own["u"], lower)  # (n/(1-alpha)) q_i, in [0, 1]
+        # Both sums exact (issue 17): one record moves them by its own term.
+        inverse_squares = ExactSum((1,))
+        inverse_squares.add_terms((ratio * ratio)[:, None], 1.0)
+        # exp(mu (q_i - 1/lower)) = exp(mu/lower (ratio - 1)), each in [0, 1].
+        partition = ExactSum((1,))
+        partition.add_terms(np.exp((mu / lower) * (ratio - 1.0))[:, None], 1.0)
+        return (own.pop(_PENDING_GRADIENT), inverse_squares.value(), partition.value())
 
     @staticmethod
     def _begin_step(

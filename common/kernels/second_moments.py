@@ -6,6 +6,11 @@ and y clipped to [-Y, Y] (``label_bound``), so ||z||^2 <= r^2 + Y^2 = s. The
 released block is the (d+1) x (d+1) matrix sum_i z_i z_i^T. Sensitivity in
 Frobenius norm: add/remove moves it by ||z z^T||_F = ||z||^2 <= s; replace-one
 by ||a a^T - b b^T||_F = (||a||^4 + ||b||^4 - 2 (a.b)^2)^(1/2) <= sqrt(2) s.
+
+The sum is exact (:class:`~privadapt.common.kernels.exact_sum.ExactSum`): each
+record's z z^T is rounded toward zero (so its norm bound still holds) and the
+terms are added without rounding, so a changed record moves the sum by its own term
+only, however large n or the other records are (issue 17).
 """
 
 from __future__ import annotations
@@ -19,9 +24,16 @@ import numpy as np
 
 from privadapt.common.data import Dataset
 from privadapt.common.geometry import clip_rows_to_norm
-from privadapt.common.kernels.base import CHUNK_RECORDS, Kernel, KernelParams, register, wire_values
+from privadapt.common.kernels.base import (
+    CHUNK_RECORDS,
+    Kernel,
+    KernelParams,
+    check_bound,
+    register,
+    wire_values,
+)
+from privadapt.common.kernels.exact_sum import ExactSum
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.validation import check_positive_finite
 
 
 @dataclass(frozen=True)
@@ -33,8 +45,7 @@ class SecondMomentsParams(KernelParams):
 
     def __post_init__(self) -> None:
         for key in ("feature_norm", "label_bound"):
-            object.__setattr__(self, key, check_positive_finite(f"parameter {key!r}",
-                                                                getattr(self, key)))
+            object.__setattr__(self, key, check_bound(f"parameter {key!r}", getattr(self, key)))
 
     @classmethod
     def from_wire(cls, params: Mapping[str, Any], dim: int) -> SecondMomentsParams:
@@ -78,8 +89,11 @@ class SecondMoments(Kernel):
     def compute(
         self, data: Dataset, params: SecondMomentsParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray]:
-        total = np.zeros((data.dim + 1, data.dim + 1))
-        for start in range(0, data.num_records, CHUNK_RECORDS):
-            z = params.clip(data, start, start + CHUNK_RECORDS)
-            total += z.T @ z
-        return (total,)
+        size = data.dim + 1
+        total = ExactSum((size, size))
+        chunk = max(1, CHUNK_RECORDS * 64 // size**2)  # chunk x size^2 products in memory
+        for start in range(0, data.num_records, chunk):
+            z = params.clip(data, start, start + chunk)
+            # Each record's own z z^T (entries at most ||z||^2 <= s), summed exactly.
+            total.add_terms(z[:, :, None] * z[:, None, :], params.record_bound)
+        return (total.value(),)

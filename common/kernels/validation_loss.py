@@ -48,10 +48,12 @@ from privadapt.common.kernels.base import (
     CHUNK_RECORDS,
     Kernel,
     KernelParams,
+    check_bound,
     readonly,
     register,
     wire_values,
 )
+from privadapt.common.kernels.exact_sum import ExactSum
 from privadapt.common.losses import (
     LOSSES,
     SOFTMAX_CROSS_ENTROPY,
@@ -61,7 +63,7 @@ from privadapt.common.losses import (
     softmax_cross_entropy_terms,
 )
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.validation import check_finite_array, check_one_of, check_positive_finite
+from privadapt.common.validation import check_finite_array, check_one_of
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,7 +88,7 @@ class ValidationLossParams(KernelParams):
                              f"cross-entropy, got shape {candidates.shape}")
         object.__setattr__(self, "candidates", readonly(candidates))
         object.__setattr__(self, "loss_bound",
-                           check_positive_finite("parameter 'loss_bound'", self.loss_bound))
+                           check_bound("parameter 'loss_bound'", self.loss_bound))
 
     @classmethod
     def from_wire(cls, params: Mapping[str, Any], dim: int) -> ValidationLossParams:
@@ -151,9 +153,9 @@ class ValidationLoss(Kernel):
     def compute(
         self, data: Dataset, params: ValidationLossParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray]:
-        total = np.zeros(params.num_candidates)
+        total = ExactSum((params.num_candidates,))  # exact: issue 17
         for start in range(0, data.num_records, CHUNK_RECORDS):
             stop = start + CHUNK_RECORDS
-            total += clipped_losses(data.features[start:stop], data.labels[start:stop],
-                                    params).sum(axis=0)
-        return (total,)
+            total.add_terms(clipped_losses(data.features[start:stop], data.labels[start:stop],
+                                           params), params.loss_bound)
+        return (total.value(),)

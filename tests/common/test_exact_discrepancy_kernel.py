@@ -63,6 +63,25 @@ symmetric = st.lists(st.floats(-50, 50), min_size=(DIM + 1) ** 2, max_size=(DIM 
 )
 
 
+def _clipped_moments(factor: np.ndarray, scale: float) -> np.ndarray:
+    """A F^T scaled into the accepted range (feature trace <= r^2, label entry
+    <= Y^2), then by ``scale`` in [0, 1]: PSD moments clipped records can have."""
+    moments = factor @ factor.T
+    trace, label = np.trace(moments[:-1, :-1]), moments[-1, -1]
+    shrink = min(FEATURE_NORM**2 / trace if trace > 0 else 1.0,
+                 LABEL_BOUND**2 / label if label > 0 else 1.0)
+    return moments * shrink * scale
+
+
+# Adversarial moments inside the accepted range: any PSD shape, at its limits.
+clipped_public = st.builds(
+    _clipped_moments,
+    st.lists(st.floats(-50, 50), min_size=(DIM + 1) ** 2, max_size=(DIM + 1) ** 2).map(
+        lambda v: np.reshape(v, (DIM + 1, DIM + 1))),
+    st.sampled_from([1.0, 1.0 - 1e-12, 0.5, 1e-9, 0.0]),
+)
+
+
 def test_release_is_n_times_the_brute_force_supremum_over_the_disc():
     # Two features, so the disc ||w|| <= Lambda can be searched exhaustively.
     rng = np.random.default_rng(1)
@@ -118,7 +137,24 @@ def test_adding_one_record_moves_release_at_most_the_sensitivity(extra):
 
 
 @settings(max_examples=60, deadline=None)
-@given(public=symmetric, extra=record, position=st.integers(0, 24))
+@given(public=symmetric)
+def test_public_moments_no_clipped_records_can_have_are_refused(public):
+    eigenvalues = np.linalg.eigvalsh(public)
+    possible = (eigenvalues[0] >= -1e-6 and np.trace(public[:-1, :-1]) <= FEATURE_NORM**2
+                and public[-1, -1] <= LABEL_BOUND**2)
+    if not possible:
+        with pytest.raises(ValueError, match="public_moments"):
+            params(public)
+
+
+def test_moments_scaled_as_in_the_floating_point_attack_are_refused():
+    # Issue 17: moments of size 2^28 / n made one ulp of n M_pub 89 times B.
+    with pytest.raises(ValueError, match="second moments of records clipped"):
+        params(np.full((DIM + 1, DIM + 1), 2.0**28 / 25))
+
+
+@settings(max_examples=60, deadline=None)
+@given(public=clipped_public, extra=record, position=st.integers(0, 24))
 def test_sensitivity_holds_for_adversarial_public_moments(public, extra, position):
     features, label = extra
     base = release(BASE_FEATURES, BASE_LABELS, public)
@@ -140,7 +176,8 @@ def test_public_range_is_the_loss_range_of_the_public_moments():
 
 
 def test_public_moments_that_are_not_symmetric_are_read_as_their_symmetric_part():
-    lopsided = PUBLIC_MOMENTS + np.triu(np.ones((DIM + 1, DIM + 1)), 1)
+    upper = np.triu(np.ones((DIM + 1, DIM + 1)), 1)
+    lopsided = PUBLIC_MOMENTS + upper - upper.T  # an antisymmetric part only
     symmetric_part = (lopsided + lopsided.T) / 2
     assert release(BASE_FEATURES, BASE_LABELS, lopsided) == pytest.approx(
         release(BASE_FEATURES, BASE_LABELS, symmetric_part), rel=1e-12)

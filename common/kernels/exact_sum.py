@@ -1,0 +1,112 @@
+"""Sums over records that are exact, so one record moves a kernel's sum by its
+own term and nothing else (issue 17, "floating-point attack on a kernel").
+
+A float sum of n terms (or a BLAS product X^T Y) carries a rounding error that
+depends on every record and grows with n and with the terms' size: one changed
+record can move it by far more than the record's own clipped term, which is
+all the sensitivity charges. Here each record's term is first rounded *toward
+zero* onto a fixed grid tied to a public bound on its entries (so it never
+grows: its clipped norm still holds), and the rounded terms are added in
+integers, which is exact in any order. The sum is then the exact sum of
+per-record terms, each within its clip bound, and the only rounding left is
+the one conversion of that exact integer to float64 (at most half an ulp,
+i.e. 2^-53 times a public bound on the sum: :func:`conversion_error`).
+
+The grid is 2^-84 of the bound's power of two, held as two int64 limbs of
+42 bits each, so a term 2^30 below its bound still keeps every bit a float64
+has. Products of two per-record rows (z z^T, x r^T) are formed per record in
+float64 first: that rounding is the record's own (a relative ulp, within
+:func:`clip_slack`), not the sum's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# Each limb holds _LIMB_BITS bits (two limbs: 2^-84 of the bound); a chunk of
+# 2^12 terms sums below 2^54 units per limb.
+_LIMB_BITS = 42
+_TERM_CHUNK = 2**12
+# int64 partial totals (chunk sums below 2^54 units) are flushed to Python
+# integers before they could wrap: 128 x 2^54 = 2^61.
+_FLUSH_EVERY = 128
+FLOAT_UNIT_ROUNDOFF = 2.0**-53
+
+
+def conversion_error(magnitude: float) -> float:
+    """A bound on what converting an exact sum of magnitude at most ``magnitude``
+    to float64 moves it by (half an ulp)."""
+    return FLOAT_UNIT_ROUNDOFF * magnitude
+
+
+def clip_slack(term_bound: float, size: int) -> float:
+    """A bound on how far above ``term_bound`` a float-clipped per-record term
+    of ``size`` entries can be (its norm is computed to within (size + 8) ulps)."""
+    return 2.0 * FLOAT_UNIT_ROUNDOFF * (size + 8) * term_bound
+
+
+def _power_of_two_above(bound: float) -> float:
+    """The least power of two >= ``bound`` (> 0, finite)."""
+    if not (math.isfinite(bound) and bound > 0):
+        raise ValueError(f"an exact sum needs a finite positive bound, got {bound!r}")
+    mantissa, exponent = math.frexp(bound)
+    return math.ldexp(1.0, exponent - 1 if mantissa == 0.5 else exponent)
+
+
+def _toward_zero(values: np.ndarray, unit: float) -> np.ndarray:
+    """``values`` as integers of ``unit`` (a power of two), rounded toward zero;
+    non-finite values count as 0 (a term that cannot be computed adds nothing)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        units = np.trunc(values / unit)
+    units[~np.isfinite(units)] = 0.0
+    return units
+
+
+class ExactSum:
+    """An exact running sum of per-record terms of shape ``shape``."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+        self._parts: dict[float, np.ndarray] = {}  # unit -> Python-int totals
+        self._pending: dict[float, tuple[np.ndarray, int]] = {}  # unit -> (int64, chunks)
+
+    def add_terms(self, terms: np.ndarray, bound: float) -> None:
+        """Add ``terms`` (records along axis 0), each entry at most ``bound`` in
+        magnitude, rounded toward zero onto 2^-84 of ``bound``'s power of two
+        (an entry over the bound, by float rounding, is cut back to it)."""
+        top = _power_of_two_above(bound)
+        high_unit, low_unit = top * 2.0**-_LIMB_BITS, top * 2.0 ** (-2 * _LIMB_BITS)
+        limit = 2.0**_LIMB_BITS
+        for start in range(0, len(terms), _TERM_CHUNK):
+            values = np.asarray(terms[start:start + _TERM_CHUNK], float)
+            values = np.where(np.isfinite(values), np.clip(values, -top, top), 0.0)
+            high = _toward_zero(values, high_unit)
+            # Exact: ``high`` is ``values`` cut at a bit position, same sign.
+            low = _toward_zero(values - high * high_unit, low_unit)
+            self._accumulate(high_unit, np.clip(high, -limit, limit).astype(np.int64).sum(axis=0))
+            self._accumulate(low_unit, low.astype(np.int64).sum(axis=0))
+
+    def value(self) -> np.ndarray:
+        """The float64 nearest the exact sum (in one rounding, half an ulp)."""
+        for unit in list(self._pending):
+            self._flush(unit)
+        exact = np.zeros(self.shape, dtype=object)
+        finest = min(self._parts, default=1.0)
+        for unit, part in self._parts.items():
+            exact = exact + part * round(unit / finest)  # unit / finest: power of two
+        # int -> float is correctly rounded; multiplying by a power of two is exact.
+        return np.array([float(v) for v in exact.reshape(-1)],
+                        dtype=np.float64).reshape(self.shape) * finest
+
+    def _accumulate(self, unit: float, chunk: np.ndarray) -> None:
+        total, count = self._pending.get(unit, (np.zeros(self.shape, np.int64), 0))
+        self._pending[unit] = (total + chunk.reshape(self.shape), count + 1)
+        if count + 1 >= _FLUSH_EVERY:
+            self._flush(unit)
+
+    def _flush(self, unit: float) -> None:
+        total, _ = self._pending.pop(unit)
+        part = self._parts.get(unit, np.zeros(self.shape, dtype=object))
+        self._parts[unit] = part + total.astype(object)
