@@ -244,8 +244,9 @@ class QueryAdmission:
                     f"block {block} declares {norm} sensitivity {said:g} but the kernel's "
                     f"clipping guarantees only {true:g}",
                 )
+        # The kernel's own float rounding grows with n: charged at the public bound.
         own = kernel.charged_sensitivities(params, self.policy.adjacency, norm, self.dim,
-                                           codec.fractional_bits)
+                                           codec.fractional_bits, self.range_records)
         charged = mechanism.with_sensitivities(own, self.policy.adjacency)
         self._check_noise(query, charged, codec, released)
         return charged
@@ -282,15 +283,16 @@ class QueryAdmission:
                 raise self.refusal(
                     query, f"candidate {candidate} declares score sensitivity {said:g} but the "
                     f"kernel's clipping guarantees only {true:g}")
-        # Rounding: the site rounds each score onto the grid (one step) after
-        # summing at most n terms in floating point and before decoding it
-        # back to a float: by Higham's bound a sum of n terms of total
-        # magnitude B is off by at most n u B (u = 2^-53) on each neighbour,
-        # and decoding adds u B; both are charged, from public bounds only.
+        # Rounding: each score is the kernel's exact sum up to its computation
+        # error e (charged twice, once per neighbour, as for sums: grid_rounding),
+        # rounded onto the grid (one step), then decoded back to a float, which
+        # rounds once more by at most u B (u = 2^-53, B the public bound on the
+        # sum) on each neighbour; all from public bounds only.
         step = 2.0 ** -codec.fractional_bits
-        bound = kernel.max_abs_sum(params, self.range_records)
-        float_error = 2.0 * (self.range_records + 1) * 2.0**-53 * bound
-        charged_scores = tuple(math.nextafter(s + step + float_error, math.inf) for s in own)
+        (error,) = kernel.computation_errors(params, self.dim, self.range_records)
+        decoding = 2.0 * 2.0**-53 * kernel.max_abs_sum(params, self.range_records)
+        charged_scores = tuple(math.nextafter(s + step + 2 * error + decoding, math.inf)
+                               for s in own)
         if uniform:
             charged_scores = (max(charged_scores),)
         charged = mechanism.with_score_sensitivities(charged_scores, self.policy.adjacency)

@@ -57,6 +57,12 @@ from privadapt.common.validation import check_positive, check_positive_finite
 
 NoiseKind = Literal["gaussian", "laplace"]
 
+#: The record count an algorithm sizes a mechanism's computation error for
+#: (``Kernel.mechanism``): the same public bound a site's policy assumes when
+#: it declares no ``max_records`` (client/policy.py DEFAULT_MAX_RECORDS), so
+#: a site at or below it charges no more than the algorithm planned.
+SIZING_RECORDS = 2**20
+
 # Records per chunk: bounds a kernel's working memory to chunk x d doubles.
 CHUNK_RECORDS = 16_384
 
@@ -224,15 +230,17 @@ class Kernel(ABC):
         block_ratios: Sequence[float] | None = None,
         sampling_rate: float = 1.0,
         fractional_bits: int = COARSEST_FRACTIONAL_BITS,
-        max_records: int = 1,
+        max_records: int = SIZING_RECORDS,
     ) -> Mechanism:
         """The mechanism an algorithm asks for: each block declares the
         sensitivity the site charges on the grid 2^-``fractional_bits``
         (default the coarsest a site accepts, so it is sound for any grid) and
         gets noise ``noise_multiplier`` times that (with the kernel's
-        computation error at a site of ``max_records`` records: pass the
-        sites' public bound where it matters; the float rounding of a sum grows
-        with it, and a site charges its own), times its entry of
+        computation error at a site of ``max_records`` records, by default
+        :data:`SIZING_RECORDS`, the bound a site's policy assumes where it
+        declares none: the float rounding of a sum grows with n, a site
+        charges its own, and so one at or below the bound charges no more
+        than the algorithm planned), times its entry of
         ``block_ratios`` (one per block, released then local; default all 1).
         Gaussian: sigma_b = z ratio_b charged_b; Laplace (one block only):
         scale = z charged L1 sensitivity, i.e. z = 1/epsilon; ``noise_multiplier

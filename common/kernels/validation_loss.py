@@ -58,8 +58,8 @@ from privadapt.common.losses import (
     LOSSES,
     SOFTMAX_CROSS_ENTROPY,
     Loss,
-    class_indices,
     loss_values,
+    masked_class_indices,
     softmax_cross_entropy_terms,
 )
 from privadapt.common.mechanisms import Adjacency
@@ -111,13 +111,16 @@ def clipped_losses(
     features: np.ndarray, labels: np.ndarray, params: ValidationLossParams
 ) -> np.ndarray:
     """min(l(w_k; x_i, y_i), L) for each record i and candidate k, shape (n, K);
-    non-finite losses count as L."""
+    non-finite losses count as L, and so does a record whose label is no class
+    index of a softmax candidate (the worst a record can score; never a
+    refusal, which would depend on the data, issue 17)."""
     if params.loss == SOFTMAX_CROSS_ENTROPY:
-        classes = class_indices(labels, params.candidates.shape[2])
+        classes, valid = masked_class_indices(labels, params.candidates.shape[2])
         with np.errstate(over="ignore", invalid="ignore"):
             losses = np.column_stack([
                 softmax_cross_entropy_terms(features @ weights, classes)[0]
                 for weights in params.candidates])
+        losses = np.where(valid[:, None], losses, params.loss_bound)
     else:
         with np.errstate(over="ignore", invalid="ignore"):
             losses = loss_values(params.loss, features @ params.candidates.T, labels[:, None])

@@ -203,3 +203,18 @@ def test_outcome_and_message_are_the_same_on_neighbouring_datasets(tmp_path, adj
         assert first == "answered"
     else:
         assert first.startswith("refused: "), first
+
+
+def test_validation_loss_scores_a_label_that_is_no_class_index_as_the_loss_bound(tmp_path):
+    # Softmax candidates on neighbours whose changed label (7) is no class
+    # index of C = 3: answered on both (a refusal would reveal the label), the
+    # record scoring the loss bound L, the worst a record can score.
+    candidates = np.zeros((2, DIM, CLASSES))
+    params = {"candidates": candidates, "loss": "softmax_cross_entropy", "loss_bound": 5.0}
+    kernel = get_kernel("validation_loss")
+    parsed = kernel.Params.from_wire(params, DIM)
+    base, other = neighbours(Adjacency.REPLACE_ONE)
+    (on_base,) = kernel.compute(base, parsed, {})
+    (on_other,) = kernel.compute(other, parsed, {})
+    first = 5.0 - min(5.0, np.log(CLASSES))  # record 0 scored log C before, L after
+    np.testing.assert_allclose(on_other - on_base, first, rtol=1e-12)

@@ -216,7 +216,8 @@ def test_private_run_charges_the_planned_epsilon_with_the_softmax_sensitivities(
                                    result.noise_plan.mechanism.local_blocks)
     # 2G plus the rounding of the d C entries onto the coarsest grid (2^-16).
     rounding = math.sqrt(DIM * CLASSES) * 2**-16
-    assert w_block.sensitivity == pytest.approx(2 * math.sqrt(2) * 3.0 + rounding, rel=1e-12)
+    # plus the kernel's float error at up to 2^20 records (~1e-10 relative)
+    assert w_block.sensitivity == pytest.approx(2 * math.sqrt(2) * 3.0 + rounding, rel=1e-9)
     assert u_block.sensitivity == pytest.approx(math.log(1 + 2 * math.exp(math.sqrt(2) * 15.0)))
     assert result.weights.shape == (DIM, CLASSES)
 
