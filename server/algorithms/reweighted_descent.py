@@ -400,4 +400,5 @@ def choose_step_sizes(
         return paper()
     if choice == "curvature":
         return curvature()
-    raise ValueError(f"step_sizes must be 'noise_aware', 'curvature', 'paper' or StepSizes, got {choice!r}")
+    raise ValueError("step_sizes must be 'noise_aware', 'curvature', 'paper' or StepSizes, "
+                     f"got {choice!r}")
