@@ -45,7 +45,13 @@ Where this deviates from the paper, and why:
   (epsilon, delta)-DP without it. ``weight_noise=True`` (default) keeps the
   paper's noise and accounts it; ``weight_noise=False`` drops that block,
   which lowers the noise of the released blocks for the same epsilon and
-  stops the u's from random-walking (measured: much lower test MSE).
+  stops the u's from random-walking (measured: much lower test MSE). The
+  estimators default to ``weight_noise=False`` (issue 13; this function keeps
+  the paper's default).
+* Step sizes, iteration count, warm start and clip radius: the estimators
+  default to the public rules of ``noise_aware_plan`` (``step_sizes=
+  "noise_aware"``, ``step_distance``, ``DataBounds.clip_radius``); this
+  function keeps the paper-shaped defaults, so fixed-seed results stay.
 * The paper's line-4 step sizes assume ||u_0 - u*||^2 <= 1, while u lives on the
   scale n: with them u hardly moves. The default ``step_sizes="curvature"``
   uses block steps from the objective's curvature bounds

@@ -113,7 +113,7 @@ def pncnvx_adap(
 ) -> AdaptationResult:
     """PNCnvxAdap on J; ``epsilon = inf`` is NCnvxAdap. ``result.weights`` is the
     iterate t* = ``result.output_iteration`` (or the average with
-    ``return_average``); the same ``seed`` gives the same t*."""
+    ``return_average``, the estimator's default); the same ``seed`` gives the same t*."""
     check_run_arguments(iterations, epsilon, delta)
     if math.isinf(hyper.mu):
         raise ValueError("J (problem (7)) needs a finite softmax parameter mu")

@@ -8,6 +8,30 @@ penalties (k1, k2, kinf for F; l1, l2, linf for J), ``mu`` and ``discrepancy``
 form ``ReweightingHyperparameters``; ``feature_norm``, ``label_bound``,
 ``radius`` (and ``num_classes``) form ``DataBounds``. ``epsilon = inf`` runs
 the noise-free CnvxAdap / NCnvxAdap (simulation sites only).
+
+The default iteration plan (issue 13, section 3; measured lever by lever in
+experiments/adapter_study.py) is built from public quantities only, so it is
+free in privacy and every release and ledger charge stays the kernel's:
+
+* ``warm_start=True``: start at the public source's own fit (``fit_linear``),
+  computed by the coordinator from public data;
+* ``iterations="auto"``: T ~ epsilon n / sqrt(d log(1/delta)) in [10, 200]
+  (``noise_aware_plan.auto_iterations``; n is public under replace-one);
+* ``step_sizes="noise_aware"``: Alg. 1 line 4's noise-aware w step with
+  D = Lambda / 4 from the warm start (``step_distance`` overrides D), capping
+  the curvature step; the curvature steps without noise;
+* ``clip_radius="auto"``: the sites clip to the bounds of the least radius
+  whose gradient bound covers every public gradient at the start (squared
+  loss; the logistic and softmax G do not depend on it); ``None``: ``radius``;
+* ``weight_noise=False``: the u's never leave their site, and every released
+  block keeps its sensitivity for any value of the changed record's u_j (the
+  kernel's docstring; ``test_reweighted_gradient_kernel`` checks it), so
+  (epsilon, delta) holds without the u-noise of Alg. 1 line 10, which the
+  paper needs only because it publishes u; dropping it removes a block from
+  the release, so the same epsilon buys less noise on the w-gradient, and the
+  u's stop random-walking;
+* ``return_average=True`` (PNCnvxAdap): the average iterate (post-processing),
+  not Alg. 2's single random one, whose noise is never averaged out.
 """
 
 from __future__ import annotations
@@ -143,10 +167,12 @@ class _Reweighting(LinearModelMixin, PrivateEstimator):
 
 class PCnvxAdap(_Reweighting):
     """PCnvxAdap (Alg. 1): noisy projected descent on the convex F, squared
-    loss; ``coef_`` is the average iterate. ``mu`` (inf: F's exact max term)
+    loss; ``coef_`` is the average iterate. The plan defaults are the module
+    docstring's. ``mu`` (inf: F's exact max term)
     must be finite when ``kinf > 0`` (the federated F smooths its max term).
 
-    Fitted: ``coef_``, ``public_weights_`` (u^Pub), ``average_coef_``,
+    Fitted: ``coef_``, ``iterations_`` (T run), ``clip_radius_``,
+    ``public_weights_`` (u^Pub), ``average_coef_``,
     ``last_coef_``, ``noise_multiplier_``, ``step_sizes_``, ``history_``,
     ``privacy_``."""
 
@@ -215,9 +241,9 @@ class PNCnvxAdap(_Reweighting):
     """PNCnvxAdap (Alg. 2): noisy projected descent on the smooth J with the
     ``loss`` "logistic" (labels in {-1, +1}), "squared" or
     "softmax_cross_entropy" (labels 0..num_classes-1, ``coef_`` of shape
-    (d, num_classes)); ``coef_`` is the iterate t* drawn from ``seed`` (the
-    coordinator's randomness, not privacy noise), or the average with
-    ``return_average``.
+    (d, num_classes)); ``coef_`` is the average iterate (default), or with
+    ``return_average=False`` Alg. 2's iterate t* drawn from ``seed`` (the
+    coordinator's randomness, not privacy noise).
 
     Fitted: as :class:`PCnvxAdap`, plus ``output_iteration_`` (t*)."""
 
