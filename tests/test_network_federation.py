@@ -106,7 +106,9 @@ def test_private_job_reports_each_sites_ledger(federation):
 def test_pncnvx_adap_noise_off_networked_equals_in_process(tmp_path):
     from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
     from privadapt.server.algorithms.ncnvx_adap import pncnvx_adap
+    from privadapt.server.algorithms.public_erm import fit_linear
     from privadapt.server.algorithms.reweighted_descent import DataBounds
+    from privadapt.server.estimators import PNCnvxAdap
 
     pki = make_pki(tmp_path / "pki", SITES)
     public = synthetic_dataset(120, DIM, seed=99)
@@ -136,13 +138,24 @@ def test_pncnvx_adap_noise_off_networked_equals_in_process(tmp_path):
     for name, data in zip(SITES, datasets, strict=True):
         policy = SitePolicy(name, math.inf, 1e-5, allow_non_private=True)
         local_sites.append(Site(data, policy, PrivacyLedger(tmp_path / f"l-{name}.db", policy)))
-    local = pncnvx_adap(
-        LocalFederation(local_sites), public.features, public.labels,
+    # The job runs the estimator's default plan (warm start, average iterate):
+    # the same estimator in process, and the solver function it calls.
+    local = PNCnvxAdap(epsilon=math.inf, delta=1e-6, seed=5, **hyper).fit(
+        LocalFederation(local_sites), public)
+    np.testing.assert_allclose(networked, local.coef_, rtol=0, atol=1e-9)
+    function = pncnvx_adap(
+        LocalFederation([Site(d, SitePolicy(n, math.inf, 1e-5, allow_non_private=True),
+                              PrivacyLedger(tmp_path / f"f-{n}.db", SitePolicy(
+                                  n, math.inf, 1e-5, allow_non_private=True)))
+                         for n, d in zip(SITES, datasets, strict=True)]),
+        public.features, public.labels,
         hyper=ReweightingHyperparameters(alpha=0.5, k1=0.01, k2=0.01, kinf=0.01, mu=100.0,
                                          discrepancy=0.05),
         bounds=DataBounds(feature_norm=1.0, label_bound=1.0, radius=5.0), epsilon=math.inf,
-        delta=1e-6, iterations=8, seed=5, step_scale=100.0)
-    np.testing.assert_allclose(networked, local.weights, rtol=0, atol=1e-9)
+        delta=1e-6, iterations=8, seed=5, step_scale=100.0, return_average=True,
+        weight_noise=False, step_sizes="noise_aware",
+        initial_weights=fit_linear(public.features, public.labels, "logistic", 5.0))
+    np.testing.assert_allclose(networked, function.weights, rtol=0, atol=1e-9)
     assert np.linalg.norm(networked) > 1e-3  # the model moved
 
 

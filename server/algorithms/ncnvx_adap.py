@@ -45,6 +45,10 @@ import numpy as np
 from privadapt.common.federation import Federation
 from privadapt.common.losses import Loss
 from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
+from privadapt.server.algorithms.noise_aware_plan import (
+    default_step_distance,
+    noise_aware_step_sizes,
+)
 from privadapt.server.algorithms.reweighted_descent import (
     AdaptationResult,
     Calibration,
@@ -59,7 +63,7 @@ from privadapt.server.algorithms.reweighted_descent import (
     run_reweighted_descent,
 )
 
-StepSizeChoice = Literal["curvature", "paper"] | StepSizes
+StepSizeChoice = Literal["noise_aware", "curvature", "paper"] | StepSizes
 
 
 def smoothness_bound(
@@ -99,6 +103,7 @@ def pncnvx_adap(
     return_average: bool = False,
     step_sizes: StepSizeChoice = "curvature",
     step_scale: float = 1.0,
+    step_distance: float | None = None,
     calibration: Calibration = "accountant",
     aggregate_noise_ratio: float = 3.0,
     weight_noise: bool = True,
@@ -108,7 +113,7 @@ def pncnvx_adap(
 ) -> AdaptationResult:
     """PNCnvxAdap on J; ``epsilon = inf`` is NCnvxAdap. ``result.weights`` is the
     iterate t* = ``result.output_iteration`` (or the average with
-    ``return_average``); the same ``seed`` gives the same t*."""
+    ``return_average``, the estimator's default); the same ``seed`` gives the same t*."""
     check_run_arguments(iterations, epsilon, delta)
     if math.isinf(hyper.mu):
         raise ValueError("J (problem (7)) needs a finite softmax parameter mu")
@@ -117,10 +122,16 @@ def pncnvx_adap(
     m, n = len(public_labels), sum(federation.site_sizes.values())
     noise = plan_noise(epsilon, delta, iterations, bounds, loss, calibration,
                        aggregate_noise_ratio, weight_noise, dim=public_features.shape[1])
+    distance = default_step_distance(bounds, initial_weights is not None) \
+        if step_distance is None else step_distance
     steps = choose_step_sizes(
         step_sizes,
         paper=lambda: StepSizes(*[1.0 / smoothness_bound(loss, hyper, bounds, m, n)] * 3),
         curvature=lambda: curvature_step_sizes("smooth", loss, hyper, bounds, m, n, step_scale),
+        noise_aware=lambda: noise_aware_step_sizes(
+            curvature_step_sizes("smooth", loss, hyper, bounds, m, n, step_scale), loss, hyper,
+            bounds, n, public_features.shape[1], iterations, noise.noise_multiplier,
+            distance),
     )
     output_iteration = None if return_average else \
         int(np.random.default_rng(seed).integers(1, iterations + 1))

@@ -75,22 +75,42 @@ class DataBounds:
     """||x|| <= r (``feature_norm``), |y| <= Y (``label_bound``), ||w|| <= Lambda
     (``radius``): job parameters, enforced by clipping at the sites; and the
     number of classes C of the softmax cross-entropy (labels 0..C-1, refused
-    otherwise by the sites; unused by the binary losses)."""
+    otherwise by the sites; unused by the binary losses).
+
+    ``clip_radius`` (None: ``radius``) is the radius whose bounds (B, G) the
+    sites clip each record's loss and gradient to, and so what sets the
+    released blocks' sensitivities: the kernel is sent it as its ``radius``.
+    The coordinator still projects w on ||w|| <= ``radius``. A clip radius
+    below the model radius is gradient clipping (as in DP-SGD): the kernel
+    clips every record's gradient to G whatever w it is sent, so the
+    sensitivities, and the ledger's charge, hold for any iterate; it only
+    changes the private objective (records whose gradient exceeds G count
+    as if it were G), and lowers the noise, which is set by G, not by the
+    gradients actually seen."""
 
     feature_norm: float
     label_bound: float
     radius: float
     num_classes: int = 2
+    clip_radius: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("feature_norm", "label_bound", "radius"):
             check_positive_finite(name, getattr(self, name))
+        if self.clip_radius is not None:
+            check_positive_finite("clip_radius", self.clip_radius)
         check_int_at_least("num_classes", self.num_classes, 2)
+
+    @property
+    def kernel_radius(self) -> float:
+        """The radius the sites clip to (``clip_radius``, else ``radius``)."""
+        return self.radius if self.clip_radius is None else self.clip_radius
 
     def loss_and_gradient_bounds(self, loss: Loss) -> tuple[float, float]:
         """(B, G) of seed 000, Section 4 (squared), their logistic analogue, or
-        the softmax cross-entropy's (``privadapt.common.losses``)."""
-        return loss_bounds(loss, self.feature_norm, self.label_bound, self.radius,
+        the softmax cross-entropy's (``privadapt.common.losses``), at the clip
+        radius: the bounds of what the sites release."""
+        return loss_bounds(loss, self.feature_norm, self.label_bound, self.kernel_radius,
                            int(self.num_classes))
 
     def model_size(self, loss: Loss, dim: int) -> int:
@@ -166,7 +186,7 @@ def query_params(
     return ReweightedGradientParams(
         weights=weights, step=step, objective=objective, loss=loss, alpha=hyper.alpha,
         total_private_records=total_private_records, feature_norm=bounds.feature_norm,
-        label_bound=bounds.label_bound, radius=bounds.radius, k1=hyper.k1, k2=hyper.k2,
+        label_bound=bounds.label_bound, radius=bounds.kernel_radius, k1=hyper.k1, k2=hyper.k2,
         kinf=hyper.kinf, mu=_softmax_mu(hyper), inverse_square_sum=inverse_square_sum,
         log_partition=log_partition, step_size=step_size, weight_noise=weight_noise,
         num_classes=int(bounds.num_classes))
@@ -369,12 +389,16 @@ def choose_step_sizes(
     *,
     paper: Callable[[], StepSizes],
     curvature: Callable[[], StepSizes],
+    noise_aware: Callable[[], StepSizes],
 ) -> StepSizes:
-    """``"paper"``, ``"curvature"`` or explicit ``StepSizes``."""
+    """``"noise_aware"``, ``"paper"``, ``"curvature"`` or explicit ``StepSizes``."""
     if isinstance(choice, StepSizes):
         return choice
+    if choice == "noise_aware":
+        return noise_aware()
     if choice == "paper":
         return paper()
     if choice == "curvature":
         return curvature()
-    raise ValueError(f"step_sizes must be 'curvature', 'paper' or StepSizes, got {choice!r}")
+    raise ValueError("step_sizes must be 'noise_aware', 'curvature', 'paper' or StepSizes, "
+                     f"got {choice!r}")

@@ -8,20 +8,48 @@ penalties (k1, k2, kinf for F; l1, l2, linf for J), ``mu`` and ``discrepancy``
 form ``ReweightingHyperparameters``; ``feature_norm``, ``label_bound``,
 ``radius`` (and ``num_classes``) form ``DataBounds``. ``epsilon = inf`` runs
 the noise-free CnvxAdap / NCnvxAdap (simulation sites only).
+
+The default iteration plan (issue 13, section 3; measured lever by lever in
+experiments/adapter_study.py) is built from public quantities only, so it is
+free in privacy and every release and ledger charge stays the kernel's:
+
+* ``warm_start=True``: start at the public source's own fit (``fit_linear``),
+  computed by the coordinator from public data;
+* ``iterations="auto"``: T ~ epsilon n / sqrt(d log(1/delta)) in [10, 200]
+  (``noise_aware_plan.auto_iterations``; n is public under replace-one);
+* ``step_sizes="noise_aware"``: Alg. 1 line 4's noise-aware w step with
+  D = Lambda / 4 from the warm start (``step_distance`` overrides D), capping
+  the curvature step; the curvature steps without noise;
+* ``clip_radius="auto"``: the sites clip to the bounds of the least radius
+  whose gradient bound covers every public gradient at the start (squared
+  loss; the logistic and softmax G do not depend on it); ``None``: ``radius``;
+* ``weight_noise=False``: the u's never leave their site, and every released
+  block keeps its sensitivity for any value of the changed record's u_j (the
+  kernel's docstring; ``test_reweighted_gradient_kernel`` checks it), so
+  (epsilon, delta) holds without the u-noise of Alg. 1 line 10, which the
+  paper needs only because it publishes u; dropping it removes a block from
+  the release, so the same epsilon buys less noise on the w-gradient, and the
+  u's stop random-walking;
+* ``return_average=True`` (PNCnvxAdap): the average iterate (post-processing),
+  not Alg. 2's single random one, whose noise is never averaged out.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
 
 from privadapt.common.federation import Federation
+from privadapt.common.losses import SOFTMAX_CROSS_ENTROPY as SOFTMAX
 from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
 from privadapt.server.algorithms.cnvx_adap import pcnvx_adap
 from privadapt.server.algorithms.ncnvx_adap import pncnvx_adap
+from privadapt.server.algorithms.noise_aware_plan import auto_clip_radius, auto_iterations
+from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.algorithms.reweighted_descent import (
     AdaptationResult,
     DataBounds,
@@ -49,11 +77,12 @@ from privadapt.server.estimators.linear_model import LinearModelMixin
 # Every parameter both share, with its constraints; each class adds its own.
 _SHARED = {
     "alpha": [Interval(float, 0, 1, closed="neither")], "epsilon": EPSILON, "delta": DELTA,
-    "iterations": ITERATIONS, "feature_norm": POSITIVE, "label_bound": POSITIVE,
-    "radius": POSITIVE, "discrepancy": NON_NEGATIVE,
-    "step_sizes": [Options("curvature", "paper"), InstanceOf(StepSizes)],
-    "step_scale": POSITIVE, "calibration": CALIBRATION, "aggregate_noise_ratio": POSITIVE,
-    "weight_noise": FLAG,
+    "iterations": [*ITERATIONS, Options("auto")], "feature_norm": POSITIVE,
+    "label_bound": POSITIVE, "radius": POSITIVE,
+    "clip_radius": [*POSITIVE, Options("auto"), None], "discrepancy": NON_NEGATIVE,
+    "step_sizes": [Options("noise_aware", "curvature", "paper"), InstanceOf(StepSizes)],
+    "step_scale": POSITIVE, "step_distance": [*POSITIVE, None], "calibration": CALIBRATION,
+    "aggregate_noise_ratio": POSITIVE, "weight_noise": FLAG, "warm_start": FLAG,
 }
 
 
@@ -83,7 +112,8 @@ class _Reweighting(LinearModelMixin, PrivateEstimator):
     ) -> _Reweighting:
         """Fit on ``public_source`` (a Dataset or (features, labels); required)
         and the federation's private records (one job of the federation).
-        ``initial_weights`` is a warm start w_0; ``progress`` gets an
+        ``initial_weights`` is a warm start w_0 (default, with ``warm_start``:
+        the public source's own fit, free in privacy); ``progress`` gets an
         ``IterationRecord`` every ``progress_every`` iterations."""
         self._validate_params()
         features, labels = require_public_arrays(public_source, type(self).__name__)
@@ -91,13 +121,31 @@ class _Reweighting(LinearModelMixin, PrivateEstimator):
                                            discrepancy=self.discrepancy, **self._penalties())
         bounds = DataBounds(feature_norm=self.feature_norm, label_bound=self.label_bound,
                             radius=self.radius, num_classes=self._num_classes())
+        loss = self._prediction_loss()
+        if initial_weights is None and self.warm_start:
+            initial_weights = fit_linear(features, labels, loss, self.radius,
+                                         self._num_classes() if loss == SOFTMAX else None)
+        clip_radius = self.clip_radius
+        if clip_radius == "auto":
+            start = np.zeros(bounds.model_size(loss, features.shape[1])) \
+                if initial_weights is None else np.asarray(initial_weights, float)
+            clip_radius = auto_clip_radius(loss, bounds, features, labels, start)
+        bounds = replace(bounds, clip_radius=clip_radius)
+        iterations = self.iterations
+        if iterations == "auto":
+            iterations = auto_iterations(self.epsilon, self.delta,
+                                         sum(federation.site_sizes.values()),
+                                         bounds.model_size(loss, features.shape[1]))
         result = self._solve(
             federation, features, labels, hyper=hyper, bounds=bounds, epsilon=self.epsilon,
-            delta=self.delta, iterations=self.iterations, step_sizes=self.step_sizes,
-            step_scale=self.step_scale, calibration=self.calibration,
+            delta=self.delta, iterations=iterations, step_sizes=self.step_sizes,
+            step_scale=self.step_scale, step_distance=self.step_distance,
+            calibration=self.calibration,
             aggregate_noise_ratio=self.aggregate_noise_ratio, weight_noise=self.weight_noise,
             initial_weights=initial_weights, progress=progress, progress_every=progress_every)
         self.coef_ = result.weights
+        self.iterations_ = iterations
+        self.clip_radius_ = bounds.kernel_radius
         self.public_weights_ = result.public_weights
         self.average_coef_ = result.average_weights
         self.last_coef_ = result.last_weights
@@ -119,10 +167,12 @@ class _Reweighting(LinearModelMixin, PrivateEstimator):
 
 class PCnvxAdap(_Reweighting):
     """PCnvxAdap (Alg. 1): noisy projected descent on the convex F, squared
-    loss; ``coef_`` is the average iterate. ``mu`` (inf: F's exact max term)
+    loss; ``coef_`` is the average iterate. The plan defaults are the module
+    docstring's. ``mu`` (inf: F's exact max term)
     must be finite when ``kinf > 0`` (the federated F smooths its max term).
 
-    Fitted: ``coef_``, ``public_weights_`` (u^Pub), ``average_coef_``,
+    Fitted: ``coef_``, ``iterations_`` (T run), ``clip_radius_``,
+    ``public_weights_`` (u^Pub), ``average_coef_``,
     ``last_coef_``, ``noise_multiplier_``, ``step_sizes_``, ``history_``,
     ``privacy_``."""
 
@@ -137,20 +187,23 @@ class PCnvxAdap(_Reweighting):
         alpha: float,
         epsilon: float,
         delta: float,
-        iterations: int,
         feature_norm: float,
         label_bound: float,
         radius: float,
+        iterations: int | str = "auto",
+        clip_radius: float | str | None = "auto",
         k1: float = 0.0,
         k2: float = 0.0,
         kinf: float = 0.0,
         mu: float = math.inf,
         discrepancy: float = 0.0,
-        step_sizes: str | StepSizes = "curvature",
+        step_sizes: str | StepSizes = "noise_aware",
         step_scale: float = 1.0,
+        step_distance: float | None = None,
         calibration: str = "accountant",
         aggregate_noise_ratio: float = 3.0,
-        weight_noise: bool = True,
+        weight_noise: bool = False,
+        warm_start: bool = True,
     ) -> None:
         self.alpha = alpha
         self.epsilon = epsilon
@@ -159,6 +212,7 @@ class PCnvxAdap(_Reweighting):
         self.feature_norm = feature_norm
         self.label_bound = label_bound
         self.radius = radius
+        self.clip_radius = clip_radius
         self.k1 = k1
         self.k2 = k2
         self.kinf = kinf
@@ -166,9 +220,11 @@ class PCnvxAdap(_Reweighting):
         self.discrepancy = discrepancy
         self.step_sizes = step_sizes
         self.step_scale = step_scale
+        self.step_distance = step_distance
         self.calibration = calibration
         self.aggregate_noise_ratio = aggregate_noise_ratio
         self.weight_noise = weight_noise
+        self.warm_start = warm_start
 
     def _prediction_loss(self) -> str:
         return "squared"
@@ -185,9 +241,9 @@ class PNCnvxAdap(_Reweighting):
     """PNCnvxAdap (Alg. 2): noisy projected descent on the smooth J with the
     ``loss`` "logistic" (labels in {-1, +1}), "squared" or
     "softmax_cross_entropy" (labels 0..num_classes-1, ``coef_`` of shape
-    (d, num_classes)); ``coef_`` is the iterate t* drawn from ``seed`` (the
-    coordinator's randomness, not privacy noise), or the average with
-    ``return_average``.
+    (d, num_classes)); ``coef_`` is the average iterate (default), or with
+    ``return_average=False`` Alg. 2's iterate t* drawn from ``seed`` (the
+    coordinator's randomness, not privacy noise).
 
     Fitted: as :class:`PCnvxAdap`, plus ``output_iteration_`` (t*)."""
 
@@ -204,10 +260,11 @@ class PNCnvxAdap(_Reweighting):
         alpha: float,
         epsilon: float,
         delta: float,
-        iterations: int,
         feature_norm: float,
         label_bound: float,
         radius: float,
+        iterations: int | str = "auto",
+        clip_radius: float | str | None = "auto",
         loss: str = "logistic",
         num_classes: int = 2,
         l1: float = 0.0,
@@ -215,13 +272,15 @@ class PNCnvxAdap(_Reweighting):
         linf: float = 0.0,
         mu: float = 100.0,
         discrepancy: float = 0.0,
-        return_average: bool = False,
+        return_average: bool = True,
         seed: int | None = None,
-        step_sizes: str | StepSizes = "curvature",
+        step_sizes: str | StepSizes = "noise_aware",
         step_scale: float = 1.0,
+        step_distance: float | None = None,
         calibration: str = "accountant",
         aggregate_noise_ratio: float = 3.0,
-        weight_noise: bool = True,
+        weight_noise: bool = False,
+        warm_start: bool = True,
     ) -> None:
         self.alpha = alpha
         self.epsilon = epsilon
@@ -230,6 +289,7 @@ class PNCnvxAdap(_Reweighting):
         self.feature_norm = feature_norm
         self.label_bound = label_bound
         self.radius = radius
+        self.clip_radius = clip_radius
         self.loss = loss
         self.num_classes = num_classes
         self.l1 = l1
@@ -241,9 +301,11 @@ class PNCnvxAdap(_Reweighting):
         self.seed = seed
         self.step_sizes = step_sizes
         self.step_scale = step_scale
+        self.step_distance = step_distance
         self.calibration = calibration
         self.aggregate_noise_ratio = aggregate_noise_ratio
         self.weight_noise = weight_noise
+        self.warm_start = warm_start
 
     def _prediction_loss(self) -> str:
         return self.loss

@@ -2,6 +2,7 @@
 hyperparameters, plus the public shape."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,6 +12,8 @@ from privadapt.common.data import Dataset
 from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
 from privadapt.server.algorithms.cnvx_adap import pcnvx_adap
 from privadapt.server.algorithms.ncnvx_adap import pncnvx_adap
+from privadapt.server.algorithms.noise_aware_plan import auto_clip_radius, auto_iterations
+from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.algorithms.reweighted_descent import DataBounds
 from privadapt.server.estimators import PCnvxAdap, PNCnvxAdap
 from tests.conftest import synthetic_dataset
@@ -20,6 +23,10 @@ DATASETS = [synthetic_dataset(60 + 10 * k, DIM, seed=k) for k in range(2)]
 PUBLIC = synthetic_dataset(80, DIM, seed=42)
 BOUNDS = dict(feature_norm=1.0, label_bound=1.0, radius=4.0)
 RUN = dict(epsilon=3.0, delta=1e-5, iterations=12, step_scale=2.0)
+# The solver functions' own plan (the estimators' defaults before issue 13), spelt out
+# so that an estimator runs exactly what the function runs.
+FUNCTION_PLAN = dict(warm_start=False, clip_radius=None, step_sizes="curvature",
+                     weight_noise=True)
 
 
 @pytest.fixture
@@ -35,7 +42,7 @@ def test_pcnvx_adap_estimator_equals_the_function_at_a_fixed_noise_seed(federati
     expected = pcnvx_adap(federation("function"), PUBLIC.features, PUBLIC.labels,
                           hyper=ReweightingHyperparameters(alpha=0.4, **penalties),
                           bounds=DataBounds(**BOUNDS), **RUN)
-    model = PCnvxAdap(alpha=0.4, **penalties, **BOUNDS, **RUN)
+    model = PCnvxAdap(alpha=0.4, **penalties, **BOUNDS, **RUN, **FUNCTION_PLAN)
     assert model.fit(federation("estimator"), PUBLIC) is model
     np.testing.assert_array_equal(model.coef_, expected.weights)
     np.testing.assert_array_equal(model.public_weights_, expected.public_weights)
@@ -56,7 +63,8 @@ def test_pncnvx_adap_estimator_equals_the_function_with_its_seed(federation):
         federation("function"), PUBLIC.features, PUBLIC.labels,
         hyper=ReweightingHyperparameters(alpha=0.5, k1=0.01, k2=0.01, kinf=0.01, mu=100.0),
         bounds=DataBounds(**BOUNDS), seed=3, weight_noise=False, **RUN)
-    model = PNCnvxAdap(alpha=0.5, seed=3, weight_noise=False, **penalties, **BOUNDS, **RUN)
+    model = PNCnvxAdap(alpha=0.5, seed=3, return_average=False,
+                       **penalties, **BOUNDS, **RUN, **{**FUNCTION_PLAN, "weight_noise": False})
     model.fit(federation("estimator"), (PUBLIC.features, PUBLIC.labels))  # a pair works too
     np.testing.assert_array_equal(model.coef_, expected.weights)
     assert model.output_iteration_ == expected.output_iteration
@@ -67,12 +75,13 @@ def test_pncnvx_adap_estimator_equals_the_function_with_its_seed(federation):
 def test_warm_start_and_progress_are_fit_arguments(federation):
     warm = np.full(DIM, 0.3)
     progress = []
-    model = PCnvxAdap(alpha=0.5, **BOUNDS, **{**RUN, "epsilon": math.inf})
+    model = PCnvxAdap(alpha=0.5, **BOUNDS, **{**RUN, "epsilon": math.inf}, warm_start=False)
     with LocalFederation.from_datasets(DATASETS, epsilon_cap=math.inf, delta_cap=1e-5,
                                        allow_non_private=True) as sites:
         model.fit(sites, PUBLIC, initial_weights=warm, progress=progress.append,
                   progress_every=4)
-        cold = PCnvxAdap(alpha=0.5, **BOUNDS, **{**RUN, "epsilon": math.inf})
+        cold = PCnvxAdap(alpha=0.5, **BOUNDS, **{**RUN, "epsilon": math.inf},
+                         warm_start=False)
         cold.fit(sites.new_job(), PUBLIC)
     assert [r.iteration for r in progress] == [4, 8, 12]
     assert not np.allclose(cold.coef_, model.coef_)
@@ -103,3 +112,30 @@ def test_softmax_predicts_class_indices_and_scores_accuracy():
     predictions = model.predict(test_features)
     assert set(predictions.tolist()) <= {0, 1, 2}
     assert model.score(test_features, test_labels) == np.mean(predictions == test_labels)
+
+
+def test_the_default_plan_is_the_function_with_the_public_rules_spelt_out(federation):
+    """The estimators' defaults (issue 13): warm start at the public fit, the clip
+    radius and T from public quantities, noise-aware w steps, no u-noise, the
+    average iterate. Each rule reads only public data, so the function given
+    the same plan releases the same blocks, and each site's ledger the same spend."""
+    hyper = ReweightingHyperparameters(alpha=0.4)
+    warm = fit_linear(PUBLIC.features, PUBLIC.labels, "squared", BOUNDS["radius"])
+    bounds = DataBounds(**BOUNDS)
+    clip = auto_clip_radius("squared", bounds, PUBLIC.features, PUBLIC.labels, warm)
+    iterations = auto_iterations(3.0, 1e-5, sum(len(d.labels) for d in DATASETS), DIM)
+    # ceil(3 * 130 / sqrt(3 log(1e5))) = 67 steps; the public gradients need less than Lambda
+    assert 0 < clip < BOUNDS["radius"] and iterations == 67
+    expected = pcnvx_adap(federation("function"), PUBLIC.features, PUBLIC.labels, hyper=hyper,
+                          bounds=replace(bounds, clip_radius=clip), epsilon=3.0, delta=1e-5,
+                          iterations=iterations, step_sizes="noise_aware", weight_noise=False,
+                          initial_weights=warm)
+    model = PCnvxAdap(alpha=0.4, epsilon=3.0, delta=1e-5, **BOUNDS)
+    model.fit(federation("estimator"), PUBLIC)
+    np.testing.assert_array_equal(model.coef_, expected.weights)
+    assert model.iterations_ == iterations and model.clip_radius_ == clip
+    assert model.step_sizes_ == expected.step_sizes
+    assert {n: p.job.epsilon for n, p in model.privacy_.items()} == {
+        n: p.job.epsilon for n, p in expected.privacy.items()}
+    assert all(p.job.epsilon <= 3.0 for p in model.privacy_.values())
+    assert PNCnvxAdap.parameter_defaults()["return_average"] is True

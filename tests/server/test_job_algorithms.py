@@ -50,13 +50,14 @@ def test_adaptation_schemas_follow_the_signature_and_its_defaults(estimator):
     signature = inspect.signature(estimator.__init__).parameters
     from_spec = {"epsilon", "delta", "calibration", "seed"}
     wire = {name for name in signature if name != "self"} - from_spec
-    assert set(schema.required) == {"alpha", "iterations", "feature_norm", "label_bound",
-                                    "radius"}
+    assert set(schema.required) == {"alpha", "feature_norm", "label_bound", "radius"}
     assert set(schema.required) | set(schema.optional) == wire
     for name in schema.optional:
         assert schema.defaults[name] == signature[name].default
     assert schema.optional["weight_noise"] == (bool,)
     assert schema.optional["step_sizes"] == (str,)  # StepSizes objects cannot cross the wire
+    assert schema.optional["iterations"] == (int, str)  # a count or "auto" (issue 13)
+    assert schema.defaults["iterations"] == "auto" and schema.defaults["clip_radius"] == "auto"
     assert "checkpoint_every" not in schema.optional  # their fit takes no checkpoint
     assert schema.defaults["mu"] == (math.inf if estimator is PCnvxAdap else 100.0)
 

@@ -1,0 +1,106 @@
+"""Public rules for PCnvxAdap / PNCnvxAdap's iteration plan: how many steps, how
+long a w step, which clip radius and where to start (issue 13, section 3).
+
+Every rule here reads public quantities only: n (public under replace-one
+adjacency, as the kernel already assumes), epsilon, delta, d, the clip region
+and the coordinator's public source sample. None reads a private record, so
+each is free in privacy: the releases, their sensitivities and the ledger's
+charge are those of the ``reweighted_gradient`` kernel for whatever plan is
+chosen, and the noise is calibrated by the accountant for the plan's T.
+
+Why they exist (measured in experiments/adapter_study.py): with the seed's
+defaults (cold start at 0, T = 100-200, curvature steps, the u-noise of Alg. 1
+line 10, Alg. 2's random iterate, the gradient bound G of the whole ball) the
+per-step noise is many times the gradient, and the iterate random-walks
+across the ball: at small n the private adapters lose to source-only and get
+no better with epsilon.
+
+* ``auto_iterations``: Theorem 4's order T ~ epsilon n / sqrt(d log(1/delta)),
+  clamped to [``MIN_ITERATIONS``, ``MAX_ITERATIONS``]: the accountant's noise
+  per step grows about as sqrt(T), so at small epsilon n fewer, less noisy
+  steps do better.
+* ``noise_aware_step_sizes``: Alg. 1 line 4's eta_w = D / sqrt(T (G^2 + d
+  sigma_w^2)) with D the distance the model is allowed to travel, capping the
+  curvature step (which ignores the noise); without noise the curvature step.
+* ``auto_clip_radius``: for the squared loss the sites' gradient bound is
+  G = 2 r (Lambda' r + Y); the least Lambda' whose G covers every public
+  record's gradient at the warm start (the noise is set by G, not by the
+  gradients seen).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from privadapt.common.geometry import clip_rows_to_norm
+from privadapt.common.losses import Loss, loss_derivative
+from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
+from privadapt.server.algorithms.reweighted_descent import DataBounds, StepSizes
+
+MIN_ITERATIONS = 10
+MAX_ITERATIONS = 200
+# D as a fraction of the model radius when the run starts at the public model:
+# the paper's D = Lambda covers a cold start anywhere in the ball.
+WARM_DISTANCE_FRACTION = 0.25
+
+
+def auto_iterations(epsilon: float, delta: float, num_private: int, model_size: int) -> int:
+    """T = ceil(epsilon n / sqrt(d log(1/delta))) in [MIN_ITERATIONS, MAX_ITERATIONS]
+    (Theorem 4's order); MAX_ITERATIONS without noise."""
+    if math.isinf(epsilon):
+        return MAX_ITERATIONS
+    steps = math.ceil(epsilon * num_private / math.sqrt(model_size * math.log(1.0 / delta)))
+    return int(min(MAX_ITERATIONS, max(MIN_ITERATIONS, steps)))
+
+
+def default_step_distance(bounds: DataBounds, warm_start: bool) -> float:
+    """D of the noise-aware step: Lambda / 4 from the public model, Lambda from 0."""
+    return bounds.radius * (WARM_DISTANCE_FRACTION if warm_start else 1.0)
+
+
+def noise_aware_step_sizes(
+    curvature: StepSizes,
+    loss: Loss,
+    hyper: ReweightingHyperparameters,
+    bounds: DataBounds,
+    num_private: int,
+    dim: int,
+    iterations: int,
+    noise_multiplier: float,
+    distance: float,
+) -> StepSizes:
+    """The curvature steps with eta_w capped at D / sqrt(T (G^2 + d sigma_w^2)),
+    sigma_w = z 2 (1-alpha) G / n the noise on the w-gradient (G at the clip
+    radius, D = ``distance``); the curvature steps unchanged without noise."""
+    if math.isinf(noise_multiplier):
+        return curvature
+    _, gradient_bound = bounds.loss_and_gradient_bounds(loss)
+    sigma = noise_multiplier * 2.0 * (1.0 - hyper.alpha) * gradient_bound / num_private
+    size = bounds.model_size(loss, dim)
+    capped = distance / math.sqrt(iterations * (gradient_bound**2 + size * sigma**2))
+    return StepSizes(min(curvature.weights, capped), curvature.public_weights,
+                     curvature.private_weights)
+
+
+def auto_clip_radius(
+    loss: Loss,
+    bounds: DataBounds,
+    public_features: np.ndarray,
+    public_labels: np.ndarray,
+    weights: np.ndarray,
+) -> float:
+    """The squared loss's least clip radius Lambda' <= Lambda with G(Lambda') >=
+    every public gradient norm at ``weights`` (floored at Lambda / 1000, since
+    G(0) = 2 r Y already bounds a gradient at w = 0); the model radius for the
+    logistic and softmax losses, whose G = r Y, sqrt(2) r does not depend on it."""
+    if loss != "squared":
+        return bounds.radius
+    r, y = bounds.feature_norm, bounds.label_bound
+    features = clip_rows_to_norm(public_features, r)  # as the sites clip theirs
+    labels = np.clip(public_labels, -y, y)
+    largest = float(np.max(np.abs(loss_derivative(loss, features @ weights, labels))
+                           * np.linalg.norm(features, axis=1), initial=0.0))
+    needed = (largest / (2.0 * r) - y) / r
+    return float(min(bounds.radius, max(bounds.radius / 1000.0, needed)))
