@@ -43,7 +43,7 @@ def make_sampling_site(tmp_path, *, num_records=3000, dim=3, noise_seed=0, adjac
     labels = rng.choice([-1.0, 1.0], size=num_records)
     data = Dataset(features, labels, tuple(f"x{i}" for i in range(dim)))
     policy = SitePolicy(name, epsilon_cap, DELTA, adjacency=adjacency)
-    ledger = PrivacyLedger(tmp_path / f"{name}-{noise_seed}.db", policy)
+    ledger = PrivacyLedger(tmp_path / f"{name}-{noise_seed}.db", policy, create=True)
     source = None if noise_seed is None else SeededRandomBits(noise_seed)
     return Site(data, policy, ledger, source)
 
@@ -180,7 +180,7 @@ def test_sampled_release_under_replace_one_policy_is_refused(tmp_path, sampled_r
 
 def test_replace_one_ledger_refuses_to_charge_a_sampled_release(tmp_path):
     policy = SitePolicy("site-a", 10.0, DELTA)
-    ledger = PrivacyLedger(tmp_path / "ledger.db", policy)
+    ledger = PrivacyLedger(tmp_path / "ledger.db", policy, create=True)
     mechanism = GaussianMechanism.single(1.0, 2.0, ADD_REMOVE, sampling_rate=0.1)
     with pytest.raises(QueryRefusedError, match="add/remove adjacency only"):
         ledger.charge("job", "q1", mechanism)
@@ -190,7 +190,7 @@ def test_replace_one_ledger_refuses_to_charge_a_sampled_release(tmp_path):
 def test_old_ledger_entry_without_sampling_field_loads_and_composes(tmp_path):
     policy = SitePolicy("site-a", 50.0, DELTA, adjacency=ADD_REMOVE)
     path = tmp_path / "ledger.db"
-    PrivacyLedger(path, policy).close()
+    PrivacyLedger(path, policy, create=True).close()
     old = {"kind": "gaussian", "adjacency": "add_remove_one", "blocks": [[1.0, 3.0]]}
     with sqlite3.connect(path) as conn:
         conn.execute(
@@ -198,7 +198,7 @@ def test_old_ledger_entry_without_sampling_field_loads_and_composes(tmp_path):
             "created_at) VALUES (?, ?, ?, ?, ?, ?)",
             ("old-job", "q1", json.dumps(old), gaussian_epsilon(3.0, DELTA), "pld", time.time()),
         )
-    ledger = PrivacyLedger(path, policy)
+    ledger = PrivacyLedger(path, policy, create=True)
     (charge,) = ledger.charges()
     assert charge.mechanism == GaussianMechanism.single(1.0, 3.0, ADD_REMOVE)
     assert ledger.spent().epsilon == pytest.approx(gaussian_epsilon(3.0, DELTA), rel=1e-9)
