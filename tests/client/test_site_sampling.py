@@ -168,7 +168,9 @@ def test_ledger_epsilon_after_sampled_releases_equals_dp_accounting(tmp_path):
     event = dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(charged.noise_multiplier))
     expected = reference.compose(event, releases).get_epsilon(DELTA)
     assert site.ledger.spent().epsilon == pytest.approx(expected, rel=1e-9)
-    assert charges[-1].epsilon_after == pytest.approx(expected, rel=1e-9)
+    # Far below the cap a charge is admitted by an upper bound on the exact
+    # figure (client/ledger_totals.py), and records that bound.
+    assert charges[-1].epsilon_after >= expected
 
 
 def test_sampled_release_under_replace_one_policy_is_refused(tmp_path, sampled_records):
@@ -190,15 +192,22 @@ def test_replace_one_ledger_refuses_to_charge_a_sampled_release(tmp_path):
 def test_old_ledger_entry_without_sampling_field_loads_and_composes(tmp_path):
     policy = SitePolicy("site-a", 50.0, DELTA, adjacency=ADD_REMOVE)
     path = tmp_path / "ledger.db"
-    PrivacyLedger(path, policy, create=True).close()
+    # A ledger written by schema 1 (no hash chain, no head file yet).
     old = {"kind": "gaussian", "adjacency": "add_remove_one", "blocks": [[1.0, 3.0]]}
     with sqlite3.connect(path) as conn:
+        conn.executescript(
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+            "CREATE TABLE charges (id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL,"
+            " query_id TEXT NOT NULL, mechanism_json TEXT NOT NULL, epsilon_after REAL NOT NULL,"
+            " method TEXT NOT NULL, created_at REAL NOT NULL, UNIQUE (job_id, query_id));"
+            "INSERT INTO meta VALUES ('site_name', 'site-a'), ('schema_version', '1');")
         conn.execute(
             "INSERT INTO charges (job_id, query_id, mechanism_json, epsilon_after, method, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?)",
             ("old-job", "q1", json.dumps(old), gaussian_epsilon(3.0, DELTA), "pld", time.time()),
         )
-    ledger = PrivacyLedger(path, policy, create=True)
+    conn.close()
+    ledger = PrivacyLedger(path, policy)
     (charge,) = ledger.charges()
     assert charge.mechanism == GaussianMechanism.single(1.0, 3.0, ADD_REMOVE)
     assert ledger.spent().epsilon == pytest.approx(gaussian_epsilon(3.0, DELTA), rel=1e-9)
