@@ -247,8 +247,8 @@ class PrivacyLedger:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         conn.execute(statement)
-                self._check_existing(conn)
-                self._rebuild_and_verify(conn)
+                version = self._check_existing(conn)
+                self._rebuild_and_verify(conn, upgrading=version < 2)
                 policy = self.policy
                 meta = {
                     "site_name": policy.site_name,
@@ -268,14 +268,15 @@ class PrivacyLedger:
             self.close()
             raise
 
-    def _rebuild_and_verify(self, conn: sqlite3.Connection) -> None:
+    def _rebuild_and_verify(self, conn: sqlite3.Connection, upgrading: bool) -> None:
         """Recompute chain and totals from the rows, check every stored copy
-        (derived tables, head file), repair only the legitimate crash case."""
+        (derived tables, head file), repair only the legitimate crash case.
+        ``upgrading``: a schema-1 ledger, whose chain starts now."""
         adjacency = self.policy.adjacency.value
         rebuilt = rebuild(conn, self.policy.site_name, self._totals)
         stored_head = read_head_file(head_file(self.path))
         had_state = verify_derived(conn, self.path, rebuilt, adjacency)
-        if not had_state and stored_head is None:
+        if not had_state and stored_head is None and (upgrading or rebuilt.head.count == 0):
             rewrite = True  # a new ledger, or a schema-1 one: its chain starts now
         else:
             rewrite = check_head_file(self.path, stored_head, rebuilt.head, rebuilt.before)
@@ -287,7 +288,8 @@ class PrivacyLedger:
             # Under the write lock, with the committed head: no charge is added here.
             write_head_file(head_file(self.path), rebuilt.head)
 
-    def _check_existing(self, conn: sqlite3.Connection) -> None:
+    def _check_existing(self, conn: sqlite3.Connection) -> int:
+        """Refuse a ledger of another site, schema or adjacency; its schema version."""
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         version = int(meta.get("schema_version", SCHEMA_VERSION))
         if version > SCHEMA_VERSION:
@@ -310,6 +312,7 @@ class PrivacyLedger:
                     f"policy's adjacency {self.policy.adjacency.value!r} ({err}); keep the "
                     "adjacency the ledger was charged in"
                 ) from None
+        return version
 
     def _catch_up(self, conn: sqlite3.Connection) -> None:
         """Add to the in-memory chain and totals the charges another ledger
