@@ -3,13 +3,14 @@ ledger for its operator.
 
 ``init`` creates a site's ledger, once, on purpose: a site daemon never
 creates one, so a ledger that was lost, emptied or replaced can never pass for
-a new one (issue 12). ``show`` reads the ledger database read-only, with the cap recorded in it (no policy
-file needed, and a running site daemon is not disturbed): it first verifies the hash chain
-over every charge against the head stored in the database and the head file
-beside it, then prints one line per charge with every field that determines
-its cost (so a reader can recompute it: a Poisson-sampled Gaussian's sampling
-rate, each block's sensitivity and multiplier) and the running epsilon, then
-the composed epsilon per job and overall, naming the accounting method.
+a new one (issue 12). ``show`` reads the ledger read-only, with the cap
+recorded in it (no policy file needed, and a running site daemon is not
+disturbed): it first verifies the hash chain over every charge against the
+head stored in the database and the head file beside it, then prints one line
+per charge with every field that determines its cost (the stored mechanism,
+so a reader can recompute it: a Poisson-sampled Gaussian's sampling rate,
+each block's sensitivity and multiplier) and the running epsilon, then the
+composed epsilon per job and overall, naming the accounting method.
 """
 
 from __future__ import annotations

@@ -102,7 +102,8 @@ class LocalDeployment:
         """The directory ``workdir/NAME`` of the site ``policy.site_name``: its
         data (a dataset is saved as ``data.npz``; a path, such as a CSV with
         its ``schema``, is used where it is), ``policy.toml``, its new ledger
-        ``site.db`` (created here, as ``privadapt ledger init`` would), and ``site.toml`` dialling ``coordinator``, whose
+        ``site.db`` (created here, as ``privadapt ledger init`` would), and
+        ``site.toml`` dialling ``coordinator``, whose
         path is returned. The site's certificate is issued by the CA unless
         one of that name exists."""
         name = policy.site_name

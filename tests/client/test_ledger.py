@@ -102,7 +102,8 @@ def _charge_many(ledger, worker, attempts, accepted, refused):
 def test_concurrent_threads_on_two_ledger_objects_never_overspend(db):
     n = 20
     cap_policy = policy(cap=n * LAPLACE.epsilon, delta=0.0)
-    ledgers = [PrivacyLedger(db, cap_policy, create=True), PrivacyLedger(db, cap_policy, create=True)]
+    ledgers = [PrivacyLedger(db, cap_policy, create=True),
+               PrivacyLedger(db, cap_policy, create=True)]
     accepted, refused = [], []
     threads = [
         threading.Thread(

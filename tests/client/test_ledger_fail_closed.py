@@ -41,7 +41,7 @@ def remove_database(path):
 
 
 def test_missing_ledger_is_refused_with_how_to_create_one(db):
-    with pytest.raises(ConfigError, match="no such file.*privadapt ledger init"):
+    with pytest.raises(ConfigError, match=r"no such file.*privadapt ledger init"):
         PrivacyLedger(db, policy())
     assert not db.exists()
 
@@ -96,7 +96,7 @@ def test_wal_deleted_after_a_crash_is_refused(db):
     assert wal.stat().st_size > 0
     wal.unlink()
     db.with_name(db.name + "-shm").unlink(missing_ok=True)
-    with pytest.raises(ConfigError, match="holds 2 charges but its head file .* records 8"):
+    with pytest.raises(ConfigError, match=r"holds 2 charges but its head file .* records 8"):
         PrivacyLedger(db, policy())
 
 
@@ -114,7 +114,7 @@ def test_older_copy_of_the_ledger_is_refused(db, tmp_path):
         ledger.charge("job", "q-late", GAUSS)
     remove_database(db)
     shutil.copy(tmp_path / "backup.db", db)
-    with pytest.raises(ConfigError, match="holds 3 charges but its head file .* records 4"):
+    with pytest.raises(ConfigError, match=r"holds 3 charges but its head file .* records 4"):
         PrivacyLedger(db, policy())
 
 
@@ -139,7 +139,7 @@ def test_another_ledger_of_the_same_site_name_is_refused(db, tmp_path):
 def test_missing_head_file_is_refused(db):
     charged(db)
     head_file(db).unlink()
-    with pytest.raises(ConfigError, match="head file .* is missing"):
+    with pytest.raises(ConfigError, match=r"head file .* is missing"):
         PrivacyLedger(db, policy())
 
 
@@ -192,7 +192,7 @@ def test_edited_database_is_refused(db, edit):
     with sqlite3.connect(db) as conn:
         conn.execute(edit)
     conn.close()
-    with pytest.raises(ConfigError, match="corrupted or edited|does not match|head file"):
+    with pytest.raises(ConfigError, match=r"corrupted or edited|does not match|head file"):
         PrivacyLedger(db, SitePolicy("st-mary", 5.0, 0.0))
 
 
