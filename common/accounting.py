@@ -521,7 +521,10 @@ def pld_log_mgfs(pld, lambdas: np.ndarray) -> tuple[np.ndarray, np.ndarray, floa
         if not keep.any():
             curves.append(np.full(lambdas.shape, -np.inf))
         else:
-            curves.append(logsumexp(np.outer(lambdas, losses), b=probs[keep], axis=1))
+            # One order at a time: an outer product would take orders x points
+            # floats (a gigabyte for a PLD of a million points).
+            weights = probs[keep]
+            curves.append(np.array([logsumexp(lam * losses, b=weights) for lam in lambdas]))
         masses.append(float(dense._infinity_mass))
     return curves[0], curves[1], masses[0], masses[1]
 
