@@ -50,12 +50,11 @@ from types import TracebackType
 
 from privadapt.client.ledger_accounting import (
     Multiset,
-    cheap_bounds,
     exact_report,
     mechanism_json,
     parse_mechanism,
-    pld_points,
 )
+from privadapt.client.ledger_admission import admit
 from privadapt.client.ledger_chain import (
     check_head_file,
     extend,
@@ -77,13 +76,10 @@ from privadapt.client.ledger_open import (
 from privadapt.client.ledger_totals import LedgerTotals
 from privadapt.client.policy import SitePolicy
 from privadapt.common.accounting import (
-    MAX_PLD_POINTS,
     AccountingMethod,
     EpsilonReport,
-    release_epsilon_lower_bound,
 )
 from privadapt.common.errors import (
-    BudgetExceededError,
     ConfigError,
     QueryRefusedError,
     ReplayError,
@@ -92,11 +88,6 @@ from privadapt.common.mechanisms import Mechanism
 from privadapt.common.transactions import ThreadConnections, transaction
 
 SCHEMA_VERSION = 2
-# A charge may land on the cap up to float rounding, never more.
-_CAP_SLACK = 1e-12
-# A closed-form lower bound may sit this far above the exact figure (the
-# Gaussian root tolerance, float rounding); a cheap refusal leaves it room.
-_LOWER_BOUND_SLACK = 1e-9
 # Waiting for another writer (thread or process) to commit its charge.
 _BUSY_TIMEOUT_S = 60.0
 
@@ -363,7 +354,8 @@ class PrivacyLedger:
                 with self._transaction() as conn:
                     self._catch_up(conn)
                     self._refuse_replay(conn, job_id, query_id)
-                    epsilon, method = self._admit(job_id, query_id, mechanism, text)
+                    epsilon, method = admit(self.policy, self._totals, self._last, job_id,
+                                             query_id, mechanism, text)
                     now = time.time()
                     head = extend(self._head, row_bytes(job_id, query_id, text, epsilon,
                                                         method.value, now))
@@ -399,78 +391,6 @@ class PrivacyLedger:
                                     self.policy.accounting == AccountingMethod.PLD)
         self._head, self._last_id, self._last = genesis(self.policy.site_name), 0, None
 
-    def _admit(
-        self, job_id: str, query_id: str, mechanism: Mechanism, text: str
-    ) -> tuple[float, AccountingMethod]:
-        """The epsilon to record for this release, or a refusal: every refusal
-        is the closed-form lower bound's or the exact figure's; the upper
-        bound only ever admits."""
-        policy, totals = self.policy, self._totals
-        after = dict(totals.groups)
-        after[text] = after.get(text, 0) + 1
-        new = text not in totals.groups
-        if new:  # before its terms build a PLD for it
-            self._refuse_unaffordable(job_id, query_id, mechanism, after)
-        sums = totals.sums().plus(text, policy.adjacency)
-        bound = sums.upper_bound(policy.delta_cap, policy.accounting)
-        if self._within_cap(bound):
-            self._refuse_oversized(job_id, query_id, mechanism, pld_points(after, policy))
-            epsilon, method = bound, sums.method(policy.accounting)
-        else:
-            if not new:
-                self._refuse_unaffordable(job_id, query_id, mechanism, after)
-            report = exact_report(after, policy)
-            if not self._within_cap(report.epsilon):
-                raise self._budget_error(job_id, query_id, mechanism, dict(totals.groups), report)
-            epsilon, method = report.epsilon, report.method
-        if self._last is not None and self._last[0] > epsilon:
-            # Reopened under a policy with another cap delta, the figure can be
-            # lower than one already recorded; the running total never goes down.
-            epsilon, method = self._last
-        return epsilon, method
-
-    def _refuse_unaffordable(
-        self, job_id: str, query_id: str, mechanism: Mechanism, after: Multiset
-    ) -> None:
-        """Refuse, before any PLD is built, a release the cap cannot afford by
-        a closed-form lower bound, or whose exact accounting would exceed the
-        accountant's size bound (a Laplace of epsilon 1e4 once asked for a
-        MemoryError, sigma 1e-300 a ZeroDivisionError). Depends only on the
-        query and the ledger's history, so a refusal reveals no data; and a
-        release the cap can afford passes to the exact figure unchanged."""
-        policy = self.policy
-        lower, points = cheap_bounds(after, policy)
-        if not self._within_cap(lower - _LOWER_BOUND_SLACK):
-            own = release_epsilon_lower_bound(
-                mechanism.in_adjacency(policy.adjacency), policy.delta_cap)
-            raise BudgetExceededError(
-                f"site {policy.site_name!r} refuses query {query_id!r} of job {job_id!r}: its "
-                f"privacy cap is epsilon={policy.epsilon_cap:g} at delta={policy.delta_cap:g} "
-                f"({policy.adjacency.value}); this release ({mechanism.summary}) alone costs "
-                f"epsilon={own:.6g} or more and would bring the total to epsilon={lower:.6g} "
-                "or more (closed-form bounds: no exact figure is computed for a release the "
-                "cap cannot afford). Nothing was released or charged; the job needs more "
-                "noise or fewer releases at this site."
-            )
-        self._refuse_oversized(job_id, query_id, mechanism, points)
-
-    def _refuse_oversized(
-        self, job_id: str, query_id: str, mechanism: Mechanism, points: float
-    ) -> None:
-        policy = self.policy
-        if points > MAX_PLD_POINTS:
-            raise QueryRefusedError(
-                f"site {policy.site_name!r} refuses query {query_id!r} of job {job_id!r}: "
-                f"accounting this release ({mechanism.summary}) would build a privacy loss "
-                f"distribution of about {points:.3g} points (the site builds at most "
-                f"{MAX_PLD_POINTS}); nothing was released or charged. Send a release with "
-                "more noise."
-            )
-
-    def _within_cap(self, epsilon: float) -> bool:
-        cap = self.policy.epsilon_cap
-        return epsilon <= cap + _CAP_SLACK * cap
-
     def _refuse_replay(self, conn: sqlite3.Connection, job_id: str, query_id: str) -> None:
         row = conn.execute(
             "SELECT created_at FROM charges WHERE job_id = ? AND query_id = ?", (job_id, query_id)
@@ -482,26 +402,6 @@ class PrivacyLedger:
                 f"already charged (at {when}); a query is answered at most once, so the "
                 "coordinator must send a fresh query id"
             )
-
-    def _budget_error(
-        self,
-        job_id: str,
-        query_id: str,
-        mechanism: Mechanism,
-        before: Multiset,
-        total: EpsilonReport,
-    ) -> BudgetExceededError:
-        policy = self.policy
-        spent = exact_report(before, policy)
-        own = exact_report({mechanism_json(mechanism): 1}, policy)
-        return BudgetExceededError(
-            f"site {policy.site_name!r} refuses query {query_id!r} of job {job_id!r}: its "
-            f"privacy cap is epsilon={policy.epsilon_cap:g} at delta={policy.delta_cap:g} "
-            f"({policy.adjacency.value}, {total.method.value.upper()}); it has spent "
-            f"epsilon={spent.epsilon:.6g}, this release alone costs epsilon={own.epsilon:.6g} "
-            f"and would bring the total to epsilon={total.epsilon:.6g}. Nothing was released "
-            "or charged; the job needs more noise or fewer releases at this site."
-        )
 
     # -- reading -------------------------------------------------------------
 
