@@ -35,6 +35,7 @@ bench: $(STAMP)
 	@$(BIN)/python benchmarks/secagg.py
 	@$(BIN)/python benchmarks/network_round.py
 	@$(BIN)/python benchmarks/pcnvx_adap.py
+	@$(BIN)/python benchmarks/ledger_charges.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
