@@ -5,7 +5,8 @@
 Loads the site's data, policy and ledger (:class:`~privadapt.client.site.Site`);
 it never creates a ledger, and refuses to start (exit 2, saying how to
 recover) on a missing, empty, unreadable or altered one, or one whose head
-file disagrees (``privadapt ledger init``, client/ledger_chain.py). Then it dials the coordinator over mutual TLS (the site is always the gRPC client: it
+file disagrees (``privadapt ledger init``, client/ledger_chain.py). Then it
+dials the coordinator over mutual TLS (the site is always the gRPC client: it
 sits behind a firewall that allows outbound connections only), registers, opens
 the Connect stream and answers every work item on it (client/site_worker.py).
 When the coordinator is unreachable or the stream breaks it reconnects with
