@@ -321,10 +321,16 @@ class PrivacyLedger:
         that no writer moves it back; called after every commit."""
         with self._transaction() as conn:
             self._catch_up(conn)
-            path = head_file(self.path)
-            stored = read_head_file(path)
-            if stored is None or stored.count < self._head.count:
-                write_head_file(path, self._head)
+            self._sync_head_file()
+
+    def _sync_head_file(self) -> None:
+        """Under the write lock: bring the head file up to the database's head.
+        Before each charge too, so that with several processes charging, a
+        crash leaves the head file at most one charge behind, never more."""
+        path = head_file(self.path)
+        stored = read_head_file(path)
+        if stored is None or stored.count < self._head.count:
+            write_head_file(path, self._head)
 
     # -- charging ------------------------------------------------------------
 
@@ -353,6 +359,7 @@ class PrivacyLedger:
             try:
                 with self._transaction() as conn:
                     self._catch_up(conn)
+                    self._sync_head_file()
                     self._refuse_replay(conn, job_id, query_id)
                     epsilon, method = admit(self.policy, self._totals, self._last, job_id,
                                              query_id, mechanism, text)
