@@ -36,6 +36,7 @@ bench: $(STAMP)
 	@$(BIN)/python benchmarks/network_round.py
 	@$(BIN)/python benchmarks/pcnvx_adap.py
 	@$(BIN)/python benchmarks/discrete_noise.py
+	@$(BIN)/python benchmarks/ledger_charges.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -53,7 +53,7 @@ def ledger_rate(prefill: int = 1000, timed: int = 200) -> tuple[str, float, str]
     mechanism = GaussianMechanism.single(2.0, 50.0)
     with tempfile.TemporaryDirectory() as directory:
         policy = SitePolicy("bench-site", 1e6, 1e-5)
-        ledger = PrivacyLedger(Path(directory) / "ledger.db", policy)
+        ledger = PrivacyLedger(Path(directory) / "ledger.db", policy, create=True)
         for i in range(prefill):
             ledger.charge("prefill", f"q{i}", mechanism)
         started = time.perf_counter()

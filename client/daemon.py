@@ -2,7 +2,10 @@
 
     privadapt-site --config site.toml [--insecure]
 
-Loads the site's data, policy and ledger (:class:`~privadapt.client.site.Site`),
+Loads the site's data, policy and ledger (:class:`~privadapt.client.site.Site`);
+it never creates a ledger, and refuses to start (exit 2, saying how to
+recover) on a missing, empty, unreadable or altered one, or one whose head
+file disagrees (``privadapt ledger init``, client/ledger_chain.py). Then it
 dials the coordinator over mutual TLS (the site is always the gRPC client: it
 sits behind a firewall that allows outbound connections only), registers, opens
 the Connect stream and answers every work item on it (client/site_worker.py).
@@ -89,6 +92,7 @@ class SiteDaemon:
                 f"certificate with --name {policy.site_name}"
             )
         schema = Schema.from_toml(config.schema) if config.schema else None
+        # The ledger first: round progress shares its database file and would create it.
         self.site = Site.open(config.data, policy, config.database, schema)
         self.schema_digest = SchemaDigest.of(schema, self.site.dim)
         self.progress = RoundProgress(config.database)

@@ -1,35 +1,47 @@
 """The site's privacy ledger: every release charged, in SQLite, before it leaves.
 
 DESIGN.md sections 2 and 7; STYLE.md section 1. One database file per site
-(WAL mode) with two tables:
+(WAL mode, ``synchronous=FULL``: a committed charge survives a power cut):
 
 * ``meta``: site name, cap (epsilon, delta), adjacency, accounting method and
   schema version, rewritten from the policy on every open so that
   ``privadapt ledger show`` can read a ledger without the policy file;
 * ``charges``: one row per release: job, query id, the *mechanism* as JSON
   (never an epsilon alone, so any accountant can replay the ledger) and the
-  running epsilon after it.
+  running epsilon after it;
+* ``groups`` (mechanism JSON -> count) and ``ledger_state`` (number of
+  charges, hash-chain head, pure-epsilon sum, RDP curve): derived from the
+  rows, written in each charge's own transaction, rebuilt from the rows and
+  checked when the ledger opens (:mod:`privadapt.client.ledger_totals`).
 
 A charge is one ``BEGIN IMMEDIATE`` transaction: it takes SQLite's write lock
-first, then reads every stored mechanism, composes them with the new one and
-either inserts the row and commits or rolls back and refuses. Two threads or two
-processes charging the same file therefore serialise on the database itself;
-neither can compose a stale ledger.
+first, catches up with any charge another process made, then either inserts
+the row and commits or rolls back and refuses. Two threads or two processes
+charging the same file serialise on the database itself; neither can compose
+a stale ledger.
 
-Speed: composing the whole ledger on every charge stays cheap because exact
-figures are cached by the multiset of mechanisms
-(:mod:`privadapt.client.ledger_accounting`) and a Gaussian-only ledger is
-composed in closed form by the accountant itself. A release the cap cannot
-afford is refused before any exact figure is computed, by closed-form lower
-bounds (a composition costs at least its costliest release), and no PLD larger
-than :data:`~privadapt.common.accounting.MAX_PLD_POINTS` is ever built: one
-query cannot stall or kill a site's accounting (issue 17).
+Cost independent of the history: no charge reads the history. A release is
+refused before any PLD by closed-form lower bounds when it is new or near the
+cap (a composition costs at least its costliest release), and no PLD larger
+than :data:`~privadapt.common.accounting.MAX_PLD_POINTS` is ever built (issue
+17). It is admitted without any exact figure when an upper bound on the exact
+figure, kept by addition (:meth:`~privadapt.client.ledger_totals.Sums.upper_bound`),
+fits the cap; only a release whose bound does not fit pays for the policy's
+exact figure, over the groups (cost in the number of distinct mechanisms).
+So every decision is the one the exact figure would make.
+
+Fail closed (issue 12): a ledger is created only on purpose (``create=True``,
+``privadapt ledger init``); a missing, empty or unreadable one is a
+``ConfigError``. Every charge extends a hash chain whose head is also synced
+to a file beside the ledger before the charge returns
+(:mod:`privadapt.client.ledger_chain`); a ledger whose chain, head file or
+derived tables disagree is refused at open.
 """
-
 from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,20 +50,36 @@ from types import TracebackType
 
 from privadapt.client.ledger_accounting import (
     Multiset,
-    cheap_bounds,
     exact_report,
     mechanism_json,
     parse_mechanism,
 )
+from privadapt.client.ledger_admission import admit
+from privadapt.client.ledger_chain import (
+    check_head_file,
+    extend,
+    genesis,
+    head_file,
+    read_head_file,
+    row_bytes,
+    write_head_file,
+)
+from privadapt.client.ledger_open import (
+    ROW_COLUMNS,
+    init_hint,
+    rebuild,
+    refuse_missing,
+    verify_derived,
+    write_derived,
+    write_state,
+)
+from privadapt.client.ledger_totals import LedgerTotals
 from privadapt.client.policy import SitePolicy
 from privadapt.common.accounting import (
-    MAX_PLD_POINTS,
     AccountingMethod,
     EpsilonReport,
-    release_epsilon_lower_bound,
 )
 from privadapt.common.errors import (
-    BudgetExceededError,
     ConfigError,
     QueryRefusedError,
     ReplayError,
@@ -59,12 +87,7 @@ from privadapt.common.errors import (
 from privadapt.common.mechanisms import Mechanism
 from privadapt.common.transactions import ThreadConnections, transaction
 
-SCHEMA_VERSION = 1
-# A charge may land on the cap up to float rounding, never more.
-_CAP_SLACK = 1e-12
-# A closed-form lower bound may sit this far above the exact figure (the
-# Gaussian root tolerance, float rounding); a cheap refusal leaves it room.
-_LOWER_BOUND_SLACK = 1e-9
+SCHEMA_VERSION = 2
 # Waiting for another writer (thread or process) to commit its charge.
 _BUSY_TIMEOUT_S = 60.0
 
@@ -80,6 +103,18 @@ CREATE TABLE IF NOT EXISTS charges (
     created_at REAL NOT NULL,
     UNIQUE (job_id, query_id)
 );
+CREATE TABLE IF NOT EXISTS groups (
+    mechanism_json TEXT PRIMARY KEY,
+    count INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ledger_state (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    charges INTEGER NOT NULL,
+    head TEXT NOT NULL,
+    pure_epsilon REAL NOT NULL,
+    rdp BLOB NOT NULL,
+    adjacency TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS job_state (
     job_id TEXT PRIMARY KEY,
     query_id TEXT NOT NULL,
@@ -87,13 +122,14 @@ CREATE TABLE IF NOT EXISTS job_state (
     updated_at REAL NOT NULL
 );
 """
-_COLUMNS = "job_id, query_id, mechanism_json, epsilon_after, method, created_at"
 
 
 @dataclass(frozen=True)
 class Charge:
     """One committed release. ``epsilon_after`` is the site's running epsilon
-    (at its cap delta, by ``method``) including this release; it never
+    (at its cap delta) including this release, by ``method``'s accountant or
+    an upper bound on it: the exact figure when the charge needed it, else the
+    bound that admitted it (:mod:`privadapt.client.ledger_totals`). It never
     decreases and is never below what :meth:`PrivacyLedger.spent` reports for
     the ledger as it stood right after this charge."""
 
@@ -108,16 +144,30 @@ class Charge:
 class PrivacyLedger:
     """A site's ledger database, charged under ``policy``'s cap.
 
-    Safe to share between threads (one SQLite connection per thread) and
-    between processes (SQLite's write lock)."""
+    ``create=True`` makes a new ledger when the file is missing or empty
+    (never when its head file says one existed); without it, a missing,
+    empty or non-ledger file is a ``ConfigError`` that says to run
+    ``privadapt ledger init``. Safe to share between threads (one SQLite
+    connection per thread) and between processes (SQLite's write lock)."""
 
-    def __init__(self, path: str | Path, policy: SitePolicy, *, read_only: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, policy: SitePolicy, *, create: bool = False,
+        read_only: bool = False,
+    ) -> None:
         self.path = Path(path)
         self.policy = policy
         self.read_only = read_only
+        self._lock = threading.RLock()
+        self._totals = LedgerTotals(policy.adjacency,
+                                    policy.accounting == AccountingMethod.PLD)
+        self._head = genesis(policy.site_name)
+        self._last_id = 0
+        self._last: tuple[float, AccountingMethod] | None = None
+        if not read_only:
+            refuse_missing(self.path, create)
         self._connections = ThreadConnections(self._connect, f"ledger {self.path}")
         if not read_only:
-            self._initialise()
+            self._initialise(create)
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> PrivacyLedger:
@@ -149,7 +199,8 @@ class PrivacyLedger:
                     check_same_thread=False,
                 )
                 conn.execute("PRAGMA journal_mode=WAL")
-                # A charge must survive a power cut once the answer is sent.
+                # A charge must survive a power cut once the answer is sent:
+                # FULL syncs the WAL at every commit (NORMAL would not).
                 conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.Error as err:
             raise ConfigError(f"ledger {self.path}: not a usable ledger database: {err}") from None
@@ -176,13 +227,19 @@ class PrivacyLedger:
 
     # -- opening -------------------------------------------------------------
 
-    def _initialise(self) -> None:
+    def _initialise(self, create: bool) -> None:
         try:
-            with self._transaction() as conn:
+            with self._lock, self._transaction() as conn:
+                tables = {name for (name,) in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if "charges" not in tables and not create:
+                    raise ConfigError(f"ledger {self.path}: not a privadapt ledger (no charges "
+                                      f"table); {init_hint(self.path)}")
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         conn.execute(statement)
-                self._check_existing(conn)
+                version = self._check_existing(conn)
+                self._rebuild_and_verify(conn, upgrading=version < 2)
                 policy = self.policy
                 meta = {
                     "site_name": policy.site_name,
@@ -202,7 +259,28 @@ class PrivacyLedger:
             self.close()
             raise
 
-    def _check_existing(self, conn: sqlite3.Connection) -> None:
+    def _rebuild_and_verify(self, conn: sqlite3.Connection, upgrading: bool) -> None:
+        """Recompute chain and totals from the rows, check every stored copy
+        (derived tables, head file), repair only the legitimate crash case.
+        ``upgrading``: a schema-1 ledger, whose chain starts now."""
+        adjacency = self.policy.adjacency.value
+        rebuilt = rebuild(conn, self.policy.site_name, self._totals)
+        stored_head = read_head_file(head_file(self.path))
+        had_state = verify_derived(conn, self.path, rebuilt, adjacency)
+        if not had_state and stored_head is None and (upgrading or rebuilt.head.count == 0):
+            rewrite = True  # a new ledger, or a schema-1 one: its chain starts now
+        else:
+            rewrite = check_head_file(self.path, stored_head, rebuilt.head, rebuilt.before)
+        write_derived(conn, rebuilt, adjacency)
+        self._head, self._last_id = rebuilt.head, rebuilt.last_id
+        if rebuilt.last_epsilon is not None:
+            self._last = (rebuilt.last_epsilon, AccountingMethod(rebuilt.last_method))
+        if rewrite:
+            # Under the write lock, with the committed head: no charge is added here.
+            write_head_file(head_file(self.path), rebuilt.head)
+
+    def _check_existing(self, conn: sqlite3.Connection) -> int:
+        """Refuse a ledger of another site, schema or adjacency; its schema version."""
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         version = int(meta.get("schema_version", SCHEMA_VERSION))
         if version > SCHEMA_VERSION:
@@ -225,6 +303,34 @@ class PrivacyLedger:
                     f"policy's adjacency {self.policy.adjacency.value!r} ({err}); keep the "
                     "adjacency the ledger was charged in"
                 ) from None
+        return version
+
+    def _catch_up(self, conn: sqlite3.Connection) -> None:
+        """Add to the in-memory chain and totals the charges another ledger
+        object or process committed since; reads only those rows."""
+        rows = conn.execute(
+            f"SELECT id, {ROW_COLUMNS} FROM charges WHERE id > ? ORDER BY id", (self._last_id,)
+        ).fetchall()
+        for row_id, job, query, text, epsilon, method, created in rows:
+            self._head = extend(self._head, row_bytes(job, query, text, epsilon, method, created))
+            self._totals.add(text)
+            self._last_id, self._last = row_id, (epsilon, AccountingMethod(method))
+
+    def _publish_head(self) -> None:
+        """Sync the head file to the database's head, under the write lock so
+        that no writer moves it back; called after every commit."""
+        with self._transaction() as conn:
+            self._catch_up(conn)
+            self._sync_head_file()
+
+    def _sync_head_file(self) -> None:
+        """Under the write lock: bring the head file up to the database's head.
+        Before each charge too, so that with several processes charging, a
+        crash leaves the head file at most one charge behind, never more."""
+        path = head_file(self.path)
+        stored = read_head_file(path)
+        if stored is None or stored.count < self._head.count:
+            write_head_file(path, self._head)
 
     # -- charging ------------------------------------------------------------
 
@@ -232,12 +338,12 @@ class PrivacyLedger:
         self, job_id: str, query_id: str, mechanism: Mechanism, state: bytes | None = None
     ) -> Charge:
         """Record one release, or refuse it. Returns only after the charge is
-        committed; raises ``ReplayError`` for a (job, query) already charged and
-        ``BudgetExceededError`` when the composed epsilon would pass the cap,
-        in which case nothing is stored. ``state`` (the job's site-side state
-        after this release, client/job_state.py) is stored in the same
-        transaction, so a site that restarts has exactly the state its ledger
-        paid for."""
+        committed and the head file synced; raises ``ReplayError`` for a
+        (job, query) already charged and ``BudgetExceededError`` when the
+        composed epsilon would pass the cap, in which case nothing is stored.
+        ``state`` (the job's site-side state after this release,
+        client/job_state.py) is stored in the same transaction, so a site that
+        restarts has exactly the state its ledger paid for."""
         if self.read_only:
             raise RuntimeError(f"ledger {self.path} was opened read-only; it cannot charge")
         for name, value in (("job_id", job_id), ("query_id", query_id)):
@@ -248,73 +354,49 @@ class PrivacyLedger:
             mechanism.in_adjacency(self.policy.adjacency)
         except ValueError as err:
             raise QueryRefusedError(f"site {self.policy.site_name!r}: {err}") from None
-        with self._transaction() as conn:
-            self._refuse_replay(conn, job_id, query_id)
-            before = _multiset(conn, None)
-            after = dict(before)
-            after[text] = after.get(text, 0) + 1
-            self._refuse_unaffordable(job_id, query_id, mechanism, after)
-            report = exact_report(after, self.policy)
-            if not self._within_cap(report.epsilon):
-                raise self._budget_error(job_id, query_id, mechanism, before, report)
-            epsilon, method = report.epsilon, report.method
-            last = conn.execute(
-                "SELECT epsilon_after, method FROM charges ORDER BY id DESC LIMIT 1"
-            ).fetchone()
-            if last is not None and last[0] > epsilon:
-                # Reopened under a policy with another cap delta, the figure can be
-                # lower than one already recorded; the running total never goes down.
-                epsilon, method = last[0], AccountingMethod(last[1])
-            now = time.time()
-            conn.execute(
-                f"INSERT INTO charges ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-                (job_id, query_id, text, epsilon, method.value, now),
-            )
-            if state is not None:
-                conn.execute(
-                    "INSERT INTO job_state (job_id, query_id, state, updated_at) "
-                    "VALUES (?, ?, ?, ?) ON CONFLICT (job_id) DO UPDATE SET "
-                    "query_id = excluded.query_id, state = excluded.state, "
-                    "updated_at = excluded.updated_at",
-                    (job_id, query_id, state, now),
-                )
+        with self._lock:
+            added = False
+            try:
+                with self._transaction() as conn:
+                    self._catch_up(conn)
+                    self._sync_head_file()
+                    self._refuse_replay(conn, job_id, query_id)
+                    epsilon, method = admit(self.policy, self._totals, self._last, job_id,
+                                             query_id, mechanism, text)
+                    now = time.time()
+                    head = extend(self._head, row_bytes(job_id, query_id, text, epsilon,
+                                                        method.value, now))
+                    cursor = conn.execute(
+                        f"INSERT INTO charges ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                        (job_id, query_id, text, epsilon, method.value, now),
+                    )
+                    conn.execute(
+                        "INSERT INTO groups (mechanism_json, count) VALUES (?, 1) "
+                        "ON CONFLICT (mechanism_json) DO UPDATE SET count = count + 1", (text,))
+                    self._totals.add(text)
+                    added = True
+                    write_state(conn, self._totals, head, self.policy.adjacency.value)
+                    if state is not None:
+                        conn.execute(
+                            "INSERT INTO job_state (job_id, query_id, state, updated_at) "
+                            "VALUES (?, ?, ?, ?) ON CONFLICT (job_id) DO UPDATE SET "
+                            "query_id = excluded.query_id, state = excluded.state, "
+                            "updated_at = excluded.updated_at",
+                            (job_id, query_id, state, now),
+                        )
+            except BaseException:
+                if added:  # not committed: the next use rebuilds from the rows
+                    self._reload_totals()
+                raise
+            self._head, self._last_id, self._last = head, cursor.lastrowid, (epsilon, method)
+            self._publish_head()
         return Charge(job_id, query_id, mechanism, epsilon, method, now)
 
-    def _refuse_unaffordable(
-        self, job_id: str, query_id: str, mechanism: Mechanism, after: Multiset
-    ) -> None:
-        """Refuse, before any PLD is built, a release the cap cannot afford by
-        a closed-form lower bound, or whose exact accounting would exceed the
-        accountant's size bound (a Laplace of epsilon 1e4 once asked for a
-        MemoryError, sigma 1e-300 a ZeroDivisionError). Depends only on the
-        query and the ledger's history, so a refusal reveals no data; and a
-        release the cap can afford passes to the exact figure unchanged."""
-        policy = self.policy
-        lower, points = cheap_bounds(after, policy)
-        if not self._within_cap(lower - _LOWER_BOUND_SLACK):
-            own = release_epsilon_lower_bound(
-                mechanism.in_adjacency(policy.adjacency), policy.delta_cap)
-            raise BudgetExceededError(
-                f"site {policy.site_name!r} refuses query {query_id!r} of job {job_id!r}: its "
-                f"privacy cap is epsilon={policy.epsilon_cap:g} at delta={policy.delta_cap:g} "
-                f"({policy.adjacency.value}); this release ({mechanism.summary}) alone costs "
-                f"epsilon={own:.6g} or more and would bring the total to epsilon={lower:.6g} "
-                "or more (closed-form bounds: no exact figure is computed for a release the "
-                "cap cannot afford). Nothing was released or charged; the job needs more "
-                "noise or fewer releases at this site."
-            )
-        if points > MAX_PLD_POINTS:
-            raise QueryRefusedError(
-                f"site {policy.site_name!r} refuses query {query_id!r} of job {job_id!r}: "
-                f"accounting this release ({mechanism.summary}) would build a privacy loss "
-                f"distribution of about {points:.3g} points (the site builds at most "
-                f"{MAX_PLD_POINTS}); nothing was released or charged. Send a release with "
-                "more noise."
-            )
-
-    def _within_cap(self, epsilon: float) -> bool:
-        cap = self.policy.epsilon_cap
-        return epsilon <= cap + _CAP_SLACK * cap
+    def _reload_totals(self) -> None:
+        """Forget the in-memory totals; the next charge rebuilds them from the rows."""
+        self._totals = LedgerTotals(self.policy.adjacency,
+                                    self.policy.accounting == AccountingMethod.PLD)
+        self._head, self._last_id, self._last = genesis(self.policy.site_name), 0, None
 
     def _refuse_replay(self, conn: sqlite3.Connection, job_id: str, query_id: str) -> None:
         row = conn.execute(
@@ -328,32 +410,35 @@ class PrivacyLedger:
                 "coordinator must send a fresh query id"
             )
 
-    def _budget_error(
-        self,
-        job_id: str,
-        query_id: str,
-        mechanism: Mechanism,
-        before: Multiset,
-        total: EpsilonReport,
-    ) -> BudgetExceededError:
-        policy = self.policy
-        spent = exact_report(before, policy)
-        own = exact_report({mechanism_json(mechanism): 1}, policy)
-        return BudgetExceededError(
-            f"site {policy.site_name!r} refuses query {query_id!r} of job {job_id!r}: its "
-            f"privacy cap is epsilon={policy.epsilon_cap:g} at delta={policy.delta_cap:g} "
-            f"({policy.adjacency.value}, {total.method.value.upper()}); it has spent "
-            f"epsilon={spent.epsilon:.6g}, this release alone costs epsilon={own.epsilon:.6g} "
-            f"and would bring the total to epsilon={total.epsilon:.6g}. Nothing was released "
-            "or charged; the job needs more noise or fewer releases at this site."
-        )
-
     # -- reading -------------------------------------------------------------
 
     def spent(self, delta: float | None = None) -> EpsilonReport:
         """The site's composed epsilon over every charge, at ``delta`` (default:
-        the cap's, the figure the cap is checked against)."""
-        return exact_report(_multiset(self._connection(), None), self.policy, delta)
+        the cap's, the figure the cap is checked against): the policy's exact
+        accountant over the groups, cached by them."""
+        with self._lock:
+            conn = self._connection()
+            with transaction(conn, write=False):
+                self._catch_up(conn)
+            groups = dict(self._totals.groups)
+        return exact_report(groups, self.policy, delta)
+
+    def verify(self) -> str:
+        """Check the hash chain over every row against the stored head and the
+        head file; a one-line account of it, or ``ConfigError``."""
+        with self._lock:
+            conn = self._connection()
+            with transaction(conn, write=False):
+                scratch = LedgerTotals(self.policy.adjacency, track_pld=False)
+                rebuilt = rebuild(conn, self.policy.site_name, scratch)
+                verify_derived(conn, self.path, rebuilt, self.policy.adjacency.value)
+            stored = read_head_file(head_file(self.path))
+            behind = check_head_file(self.path, stored, rebuilt.head, rebuilt.before)
+        state = ("one charge behind the database (a crash before it was synced; the site "
+                 "repairs it when it next opens the ledger)" if behind and stored is not None
+                 else "missing (no charge yet)" if behind else "in agreement")
+        return (f"hash chain verified: {rebuilt.head.count} charges, head "
+                f"{rebuilt.head.digest[:16]}; head file {head_file(self.path).name} {state}")
 
     def spent_by_job(self, job_id: str, delta: float | None = None) -> EpsilonReport:
         """The composed epsilon of one job's charges, at ``delta`` (default:
@@ -362,7 +447,7 @@ class PrivacyLedger:
 
     def charges(self, job_id: str | None = None) -> list[Charge]:
         """Every charge (of ``job_id`` if given), oldest first."""
-        sql = f"SELECT {_COLUMNS} FROM charges"
+        sql = f"SELECT {ROW_COLUMNS} FROM charges"
         args: tuple[str, ...] = ()
         if job_id is not None:
             sql, args = sql + " WHERE job_id = ?", (job_id,)

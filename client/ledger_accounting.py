@@ -97,3 +97,10 @@ def exact_report(
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
     return report
+
+
+def pld_points(multiset: Multiset, policy: SitePolicy) -> float:
+    """The size of the largest PLD :func:`exact_report` would build for
+    ``multiset`` (:meth:`PrivacyAccountant.pld_points`), with no lower bound
+    computed: what a charge admitted without the exact figure still checks."""
+    return _accountant(multiset, policy).pld_points()

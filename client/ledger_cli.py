@@ -1,8 +1,15 @@
-"""``privadapt ledger show``: print a site's privacy ledger for its operator.
+"""``privadapt ledger init`` and ``privadapt ledger show``: a site's privacy
+ledger for its operator.
 
-Reads the ledger database read-only, with the cap recorded in it (no policy
-file needed, and a running site daemon is not disturbed): one line per charge
-with the mechanism it was charged for and the running epsilon, then the
+``init`` creates a site's ledger, once, on purpose: a site daemon never
+creates one, so a ledger that was lost, emptied or replaced can never pass for
+a new one (issue 12). ``show`` reads the ledger read-only, with the cap
+recorded in it (no policy file needed, and a running site daemon is not
+disturbed): it first verifies the hash chain over every charge against the
+head stored in the database and the head file beside it, then prints one line
+per charge with every field that determines its cost (the stored mechanism,
+so a reader can recompute it: a Poisson-sampled Gaussian's sampling rate,
+each block's sensitivity and multiplier) and the running epsilon, then the
 composed epsilon per job and overall, naming the accounting method.
 """
 
@@ -15,6 +22,9 @@ from pathlib import Path
 from typing import TextIO
 
 from privadapt.client.ledger import Charge, PrivacyLedger
+from privadapt.client.ledger_accounting import mechanism_json
+from privadapt.client.ledger_chain import head_file
+from privadapt.client.policy import SitePolicy
 from privadapt.common.errors import ConfigError
 from privadapt.common.mechanisms import Adjacency, Mechanism
 
@@ -28,6 +38,25 @@ def describe_mechanism(mechanism: Mechanism, adjacency: Adjacency | None = None)
     if adjacency is not None and mechanism.adjacency != adjacency:
         text += f" [{mechanism.adjacency.value}]"
     return text
+
+
+def init_ledger(site_db: Path, policy_file: Path) -> int:
+    """Create the ledger ``site_db`` (and its head file) for the site of
+    ``policy_file``; refuse an existing one. Returns 0, or 2 after a one-line
+    message on stderr."""
+    try:
+        if site_db.exists() and site_db.stat().st_size > 0:
+            raise ConfigError(
+                f"ledger {site_db} already exists; `privadapt ledger init` never overwrites or "
+                "reopens a ledger (inspect it with `privadapt ledger show`)")
+        policy = SitePolicy.from_toml(policy_file)
+        PrivacyLedger(site_db, policy, create=True).close()
+    except ConfigError as err:
+        print(f"privadapt ledger init: {err}", file=sys.stderr)
+        return _EXIT_ERROR
+    print(f"created the privacy ledger of site {policy.site_name!r}: {site_db} "
+          f"(and its head file {head_file(site_db)}; keep both, and back them up together)")
+    return 0
 
 
 def _epsilon(value: float) -> str:
@@ -46,10 +75,11 @@ def _charge_table(charges: list[Charge], adjacency: Adjacency) -> list[str]:
             c.query_id,
             describe_mechanism(c.mechanism, adjacency),
             f"{_epsilon(c.epsilon_after)} ({c.method.value.upper()})",
+            mechanism_json(c.mechanism),  # every field its cost depends on
         )
         for c in charges
     ]
-    header = ("time (UTC)", "job", "query", "mechanism", "epsilon after")
+    header = ("time (UTC)", "job", "query", "mechanism", "epsilon after", "as stored")
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
             for row in [header, *rows]]
@@ -68,6 +98,11 @@ def show_ledger(site_db: Path, job: str | None = None, out: TextIO | None = None
         print(f"privadapt ledger show: {err}", file=sys.stderr)
         return _EXIT_ERROR
     with ledger:
+        try:
+            verified = ledger.verify()
+        except ConfigError as err:
+            print(f"privadapt ledger show: {err}", file=sys.stderr)
+            return _EXIT_ERROR
         jobs = ledger.jobs()
         if job is not None and job not in jobs:
             known = ", ".join(jobs) if jobs else "none"
@@ -78,6 +113,7 @@ def show_ledger(site_db: Path, job: str | None = None, out: TextIO | None = None
             )
             return _EXIT_ERROR
         _print_ledger(ledger, site_db, jobs if job is None else [job], job, out)
+        print(verified, file=out)
     return 0
 
 

@@ -137,7 +137,7 @@ class LocalFederation:
         sites = []
         for k, (name, data) in enumerate(zip(names, datasets, strict=True)):
             policy = SitePolicy(name, epsilon_cap, delta_cap, **policy_options)
-            ledger = PrivacyLedger(directory / f"{name}.ledger.db", policy)
+            ledger = PrivacyLedger(directory / f"{name}.ledger.db", policy, create=True)
             noise = (None if noise_seed is None
                      else SeededRandomBits(noise_seed * _NOISE_SEED_STRIDE + k))
             sites.append(Site(data, policy, ledger, noise))

@@ -95,9 +95,13 @@ class Site:
         policy: SitePolicy,
         ledger_path: str | Path,
         schema: Schema | None = None,
+        *,
+        create_ledger: bool = False,
     ) -> Site:
-        """A site over a data file, with its ledger database (created if absent)."""
-        return cls(load_dataset(data_path, schema), policy, PrivacyLedger(ledger_path, policy))
+        """A site over a data file, with its ledger database, which must exist
+        (``privadapt ledger init``) unless ``create_ledger``."""
+        ledger = PrivacyLedger(ledger_path, policy, create=create_ledger)
+        return cls(load_dataset(data_path, schema), policy, ledger)
 
     @property
     def name(self) -> str:

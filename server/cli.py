@@ -1,6 +1,9 @@
 """``privadapt``: operator and researcher commands.
 
-* ``privadapt ledger show --site-db PATH [--job JOB]``: print a site's privacy ledger.
+* ``privadapt ledger init --site-db PATH --policy POLICY.toml``: create a site's ledger
+  (once: a site daemon never creates one).
+* ``privadapt ledger show --site-db PATH [--job JOB]``: verify a site's privacy ledger
+  and print it.
 * ``privadapt certs init --dir DIR``: create the federation CA.
 * ``privadapt certs issue --dir DIR --role ROLE --name NAME [--days N] [--host H ...]``:
   issue a party's certificate and key from that CA.
@@ -36,8 +39,11 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"privadapt {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    ledger = commands.add_parser("ledger", help="inspect a site's privacy ledger")
+    ledger = commands.add_parser("ledger", help="create or inspect a site's privacy ledger")
     ledger_commands = ledger.add_subparsers(dest="ledger_command", metavar="SUBCOMMAND")
+    init = ledger_commands.add_parser("init", help="create a site's ledger and its head file")
+    init.add_argument("--site-db", required=True, type=Path, help="the ledger database to create")
+    init.add_argument("--policy", required=True, type=Path, help="the site's policy (TOML)")
     show = ledger_commands.add_parser("show", help="print every charge and the epsilon spent")
     show.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
     show.add_argument("--job", help="only this job's charges")
@@ -111,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
             from privadapt.client.ledger_cli import show_ledger
 
             return show_ledger(args.site_db, job=args.job)
+        if args.command == "ledger" and args.ledger_command == "init":
+            from privadapt.client.ledger_cli import init_ledger
+
+            return init_ledger(args.site_db, args.policy)
         if args.command == "certs" and args.certs_command is not None:
             return _run_certs(args)
         if args.command in OPERATOR_COMMANDS:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site_config import SiteConfig
 from privadapt.common import certs
@@ -100,8 +101,9 @@ class LocalDeployment:
                    schema: Path | None = None) -> Path:
         """The directory ``workdir/NAME`` of the site ``policy.site_name``: its
         data (a dataset is saved as ``data.npz``; a path, such as a CSV with
-        its ``schema``, is used where it is), ``policy.toml``, the ledger
-        ``site.db`` to be, and ``site.toml`` dialling ``coordinator``, whose
+        its ``schema``, is used where it is), ``policy.toml``, its new ledger
+        ``site.db`` (created here, as ``privadapt ledger init`` would), and
+        ``site.toml`` dialling ``coordinator``, whose
         path is returned. The site's certificate is issued by the CA unless
         one of that name exists."""
         name = policy.site_name
@@ -112,6 +114,8 @@ class LocalDeployment:
         if isinstance(data, Dataset):
             data = _save_npz(data, site_dir / "data.npz")
         policy_path = _write(site_dir / "policy.toml", policy.to_toml())
+        # What `privadapt ledger init` does: a site daemon never creates its ledger.
+        PrivacyLedger(site_dir / "site.db", policy, create=True).close()
         config = SiteConfig(coordinator=coordinator, data=Path(data).resolve(),
                             policy=policy_path, database=site_dir / "site.db",
                             schema=schema and Path(schema).resolve(), **self.tls_files(name))

@@ -45,7 +45,7 @@ def make_site(tmp_path) -> SiteFactory:
         if math.isinf(policy_fields["epsilon_cap"]):
             policy_fields.setdefault("allow_non_private", True)
         policy = SitePolicy(site_name=name, **policy_fields)
-        ledger = PrivacyLedger(tmp_path / f"{name}.db", policy)
+        ledger = PrivacyLedger(tmp_path / f"{name}.db", policy, create=True)
         source = None if noise_seed is None else SeededRandomBits(noise_seed)
         return Site(synthetic_dataset(num_records, dim, seed), policy, ledger, source)
 

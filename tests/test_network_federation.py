@@ -79,7 +79,8 @@ def test_noise_off_network_result_equals_local_federation(federation, tmp_path):
     local_sites = []
     for name, data in zip(SITES, datasets, strict=True):
         policy = SitePolicy(name, math.inf, 1e-5, allow_non_private=True)
-        local_sites.append(Site(data, policy, PrivacyLedger(tmp_path / f"local-{name}.db", policy)))
+        ledger = PrivacyLedger(tmp_path / f"local-{name}.db", policy, create=True)
+        local_sites.append(Site(data, policy, ledger))
     local = noisy_gd(LocalFederation(local_sites), dim=DIM, epsilon=math.inf, delta=1e-6, **HYPER)
     np.testing.assert_allclose(networked, local.weights, rtol=0, atol=1e-9)
     assert len(status.rounds) == HYPER["iterations"]
@@ -137,7 +138,8 @@ def test_pncnvx_adap_noise_off_networked_equals_in_process(tmp_path):
     local_sites = []
     for name, data in zip(SITES, datasets, strict=True):
         policy = SitePolicy(name, math.inf, 1e-5, allow_non_private=True)
-        local_sites.append(Site(data, policy, PrivacyLedger(tmp_path / f"l-{name}.db", policy)))
+        ledger = PrivacyLedger(tmp_path / f"l-{name}.db", policy, create=True)
+        local_sites.append(Site(data, policy, ledger))
     # The job runs the estimator's default plan (warm start, average iterate):
     # the same estimator in process, and the solver function it calls.
     local = PNCnvxAdap(epsilon=math.inf, delta=1e-6, seed=5, **hyper).fit(
@@ -146,7 +148,7 @@ def test_pncnvx_adap_noise_off_networked_equals_in_process(tmp_path):
     function = pncnvx_adap(
         LocalFederation([Site(d, SitePolicy(n, math.inf, 1e-5, allow_non_private=True),
                               PrivacyLedger(tmp_path / f"f-{n}.db", SitePolicy(
-                                  n, math.inf, 1e-5, allow_non_private=True)))
+                                  n, math.inf, 1e-5, allow_non_private=True), create=True))
                          for n, d in zip(SITES, datasets, strict=True)]),
         public.features, public.labels,
         hyper=ReweightingHyperparameters(alpha=0.5, k1=0.01, k2=0.01, kinf=0.01, mu=100.0,

@@ -64,7 +64,8 @@ def _local_weights(tmp_path, iterations: int) -> np.ndarray:
     sites = []
     for name, data in zip(SITES, _datasets(), strict=True):
         policy = SitePolicy(name, math.inf, 1e-5, allow_non_private=True)
-        sites.append(Site(data, policy, PrivacyLedger(tmp_path / f"local-{name}.db", policy)))
+        ledger = PrivacyLedger(tmp_path / f"local-{name}.db", policy, create=True)
+        sites.append(Site(data, policy, ledger))
     result = noisy_gd(LocalFederation(sites), dim=DIM, epsilon=math.inf, delta=1e-6,
                       **_hyper(iterations))
     return result.weights

@@ -47,7 +47,7 @@ _LEDGERS = itertools.count()
 
 def site(ledger_path: Path, data: Dataset, adjacency: Adjacency) -> Site:
     policy = SitePolicy("s", math.inf, 1e-5, adjacency=adjacency, allow_non_private=True)
-    return Site(data, policy, PrivacyLedger(ledger_path, policy))
+    return Site(data, policy, PrivacyLedger(ledger_path, policy, create=True))
 
 
 def neighbours(adjacency: Adjacency, record: tuple[np.ndarray, float]) -> tuple[Dataset, Dataset]:

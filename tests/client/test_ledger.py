@@ -46,7 +46,7 @@ def db(tmp_path):
 
 
 def test_ledger_refuses_release_over_cap_naming_site_cap_spent_and_asked(db):
-    with PrivacyLedger(db, policy(cap=1.0, delta=0.0)) as ledger:
+    with PrivacyLedger(db, policy(cap=1.0, delta=0.0), create=True) as ledger:
         ledger.charge("job-1", "q1", LaplaceMechanism(1.0, 1.25))  # epsilon 0.8
         with pytest.raises(BudgetExceededError) as err:
             ledger.charge("job-1", "q2", LaplaceMechanism(1.0, 2.0))  # epsilon 0.5
@@ -58,7 +58,7 @@ def test_ledger_refuses_release_over_cap_naming_site_cap_spent_and_asked(db):
 
 
 def test_refused_charge_leaves_no_row(db):
-    with PrivacyLedger(db, policy(cap=1.0)) as ledger:
+    with PrivacyLedger(db, policy(cap=1.0), create=True) as ledger:
         ledger.charge("job-1", "q1", LaplaceMechanism(1.0, 1.25))
         with pytest.raises(BudgetExceededError):
             ledger.charge("job-1", "q2", LaplaceMechanism(1.0, 2.0))
@@ -67,15 +67,15 @@ def test_refused_charge_leaves_no_row(db):
 
 
 def test_charge_survives_closing_and_reopening_the_database(db):
-    with PrivacyLedger(db, policy()) as ledger:
+    with PrivacyLedger(db, policy(), create=True) as ledger:
         first = ledger.charge("job-1", "q1", GAUSS)
-    with PrivacyLedger(db, policy()) as reopened:
+    with PrivacyLedger(db, policy(), create=True) as reopened:
         assert reopened.charges() == [first]
         assert reopened.spent() == epsilon_spent([GAUSS], DELTA)
 
 
 def test_replayed_query_is_refused_and_not_charged_twice(db):
-    with PrivacyLedger(db, policy()) as ledger:
+    with PrivacyLedger(db, policy(), create=True) as ledger:
         ledger.charge("job-1", "q1", GAUSS)
         with pytest.raises(ReplayError, match="'q1' of job 'job-1' was already charged"):
             ledger.charge("job-1", "q1", GAUSS)
@@ -83,7 +83,7 @@ def test_replayed_query_is_refused_and_not_charged_twice(db):
 
 
 def test_same_query_id_in_another_job_is_a_separate_charge(db):
-    with PrivacyLedger(db, policy()) as ledger:
+    with PrivacyLedger(db, policy(), create=True) as ledger:
         ledger.charge("job-1", "q1", GAUSS)
         ledger.charge("job-2", "q1", GAUSS)
         assert ledger.jobs() == ["job-1", "job-2"]
@@ -102,7 +102,8 @@ def _charge_many(ledger, worker, attempts, accepted, refused):
 def test_concurrent_threads_on_two_ledger_objects_never_overspend(db):
     n = 20
     cap_policy = policy(cap=n * LAPLACE.epsilon, delta=0.0)
-    ledgers = [PrivacyLedger(db, cap_policy), PrivacyLedger(db, cap_policy)]
+    ledgers = [PrivacyLedger(db, cap_policy, create=True),
+               PrivacyLedger(db, cap_policy, create=True)]
     accepted, refused = [], []
     threads = [
         threading.Thread(
@@ -123,7 +124,7 @@ def test_concurrent_threads_on_two_ledger_objects_never_overspend(db):
 
 def _charge_in_process(path: str, worker: int, attempts: int, cap: float, results) -> None:
     accepted, refused = [], []
-    with PrivacyLedger(path, policy(cap=cap, delta=0.0)) as ledger:
+    with PrivacyLedger(path, policy(cap=cap, delta=0.0), create=True) as ledger:
         _charge_many(ledger, worker, attempts, accepted, refused)
     results.put(len(accepted))
 
@@ -131,7 +132,7 @@ def _charge_in_process(path: str, worker: int, attempts: int, cap: float, result
 def test_concurrent_processes_never_overspend(db):
     n = 12
     cap = n * LAPLACE.epsilon
-    PrivacyLedger(db, policy(cap=cap, delta=0.0)).close()
+    PrivacyLedger(db, policy(cap=cap, delta=0.0), create=True).close()
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     workers = [
@@ -144,7 +145,7 @@ def test_concurrent_processes_never_overspend(db):
         worker.join(timeout=60)
     assert [worker.exitcode for worker in workers] == [0, 0]
     assert results.get() + results.get() == n
-    with PrivacyLedger(db, policy(cap=cap, delta=0.0)) as ledger:
+    with PrivacyLedger(db, policy(cap=cap, delta=0.0), create=True) as ledger:
         assert len(ledger.charges()) == n and ledger.spent().epsilon <= cap * (1 + 1e-12)
 
 
@@ -168,7 +169,7 @@ def _charge_all(ledger, mechanisms):
 @given(st.lists(_mechanisms, min_size=1, max_size=6), st.floats(0.3, 3.0))
 def test_spent_epsilon_never_exceeds_the_cap(mechanisms, cap):
     with tempfile.TemporaryDirectory() as tmp, PrivacyLedger(
-        Path(tmp) / "ledger.db", policy(cap=cap)
+        Path(tmp) / "ledger.db", policy(cap=cap), create=True
     ) as ledger:
         _charge_all(ledger, mechanisms)
         assert ledger.spent().epsilon <= cap * (1 + 1e-12)
@@ -178,7 +179,7 @@ def test_spent_epsilon_never_exceeds_the_cap(mechanisms, cap):
 @given(st.lists(_mechanisms, min_size=1, max_size=6), st.floats(0.3, 3.0))
 def test_running_epsilon_never_decreases_nor_understates_the_spend(mechanisms, cap):
     with tempfile.TemporaryDirectory() as tmp, PrivacyLedger(
-        Path(tmp) / "ledger.db", policy(cap=cap)
+        Path(tmp) / "ledger.db", policy(cap=cap), create=True
     ) as ledger:
         _charge_all(ledger, mechanisms)
         charges = ledger.charges()
@@ -191,7 +192,7 @@ def test_running_epsilon_never_decreases_nor_understates_the_spend(mechanisms, c
 
 def test_spent_matches_epsilon_spent_over_the_stored_mechanisms(db):
     mechanisms = [GAUSS, LaplaceMechanism(1.0, 5.0), GAUSS, GaussianMechanism.single(2.0, 7.0)]
-    with PrivacyLedger(db, policy()) as ledger:
+    with PrivacyLedger(db, policy(), create=True) as ledger:
         for i, mechanism in enumerate(mechanisms):
             ledger.charge("job", f"q{i}", mechanism)
         stored = [charge.mechanism for charge in ledger.charges()]
@@ -202,7 +203,7 @@ def test_spent_matches_epsilon_spent_over_the_stored_mechanisms(db):
 def test_job_calibrated_exactly_to_the_cap_runs_to_completion_and_no_further(db):
     # Far from the cap the Gaussian shortcut decides; at the cap, the PLD.
     cap = epsilon_spent([GAUSS] * 30, DELTA).epsilon
-    with PrivacyLedger(db, policy(cap=cap)) as ledger:
+    with PrivacyLedger(db, policy(cap=cap), create=True) as ledger:
         for i in range(30):
             ledger.charge("job", f"q{i}", GAUSS)
         with pytest.raises(BudgetExceededError):
@@ -211,53 +212,53 @@ def test_job_calibrated_exactly_to_the_cap_runs_to_completion_and_no_further(db)
 
 
 def test_non_private_release_is_refused_under_a_finite_cap(db):
-    with PrivacyLedger(db, policy(cap=1e6)) as ledger, pytest.raises(
+    with PrivacyLedger(db, policy(cap=1e6), create=True) as ledger, pytest.raises(
         BudgetExceededError, match="alone costs epsilon=inf"
     ):
         ledger.charge("job", "q1", NoNoise((2.0,)))
 
 
 def test_non_private_release_is_accepted_when_the_cap_is_infinite(db):
-    with PrivacyLedger(db, policy(cap=math.inf)) as ledger:
+    with PrivacyLedger(db, policy(cap=math.inf), create=True) as ledger:
         charge = ledger.charge("job", "q1", NoNoise((2.0,)))
         assert math.isinf(charge.epsilon_after) and math.isinf(ledger.spent().epsilon)
 
 
 def test_release_of_zero_sensitivity_costs_nothing(db):
-    with PrivacyLedger(db, policy(cap=0.0)) as ledger:
+    with PrivacyLedger(db, policy(cap=0.0), create=True) as ledger:
         assert ledger.charge("job", "count", NoNoise((0.0,))).epsilon_after == 0.0
 
 
 def test_add_remove_mechanism_is_charged_doubled_on_a_replace_one_policy(db):
     add_remove = LaplaceMechanism(1.0, 4.0, Adjacency.ADD_REMOVE_ONE)
-    with PrivacyLedger(db, policy(delta=0.0)) as ledger:
+    with PrivacyLedger(db, policy(delta=0.0), create=True) as ledger:
         charge = ledger.charge("job", "q1", add_remove)
     assert charge.epsilon_after == pytest.approx(2 * add_remove.epsilon)
 
 
 def test_add_remove_gaussian_is_charged_as_twice_the_sensitivity(db):
     add_remove = GaussianMechanism.single(1.0, 10.0, Adjacency.ADD_REMOVE_ONE)
-    with PrivacyLedger(db, policy()) as ledger:
+    with PrivacyLedger(db, policy(), create=True) as ledger:
         ledger.charge("job", "q1", add_remove)
         spent = ledger.spent().epsilon
     assert spent == epsilon_spent([GaussianMechanism.single(2.0, 5.0)], DELTA).epsilon
 
 
 def test_ledger_of_another_site_is_refused(db):
-    PrivacyLedger(db, policy(name="st-mary")).close()
+    PrivacyLedger(db, policy(name="st-mary"), create=True).close()
     with pytest.raises(ConfigError, match="belongs to site 'st-mary'"):
-        PrivacyLedger(db, policy(name="st-joseph"))
+        PrivacyLedger(db, policy(name="st-joseph"), create=True)
 
 
 def test_file_that_is_not_a_database_is_refused(tmp_path):
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"not a database" * 100)
     with pytest.raises(ConfigError, match="not a usable ledger database"):
-        PrivacyLedger(junk, policy())
+        PrivacyLedger(junk, policy(), create=True)
 
 
 def test_read_only_open_recovers_the_cap_without_the_policy_file(db):
-    with PrivacyLedger(db, policy(cap=2.5, delta=1e-6)) as ledger:
+    with PrivacyLedger(db, policy(cap=2.5, delta=1e-6), create=True) as ledger:
         ledger.charge("job", "q1", GAUSS)
     with PrivacyLedger.open_readonly(db) as reader:
         assert (reader.policy.site_name, reader.policy.epsilon_cap) == ("st-mary", 2.5)
@@ -265,7 +266,7 @@ def test_read_only_open_recovers_the_cap_without_the_policy_file(db):
 
 
 def test_read_only_ledger_cannot_charge(db):
-    PrivacyLedger(db, policy()).close()
+    PrivacyLedger(db, policy(), create=True).close()
     with PrivacyLedger.open_readonly(db) as reader, pytest.raises(RuntimeError, match="read-only"):
         reader.charge("job", "q1", GAUSS)
 
@@ -277,7 +278,7 @@ def test_read_only_ledger_cannot_charge(db):
 def test_gaussian_ledger_is_charged_the_exact_gaussian_epsilon(db, multipliers, count, delta):
     # The closed form must agree with dp-accounting's own (discretised) PLD.
     mechanisms = [GaussianMechanism.single(1.0, z) for z in multipliers]
-    with PrivacyLedger(db, policy(cap=100.0, delta=delta)) as ledger:
+    with PrivacyLedger(db, policy(cap=100.0, delta=delta), create=True) as ledger:
         for i, mechanism in enumerate(m for m in mechanisms for _ in range(count)):
             ledger.charge("job", f"q{i}", mechanism)
         charged = ledger.spent().epsilon

@@ -28,7 +28,7 @@ _FAST_S = 2.0
 
 def _ledger(tmp_path, cap=10.0, **fields):
     policy = SitePolicy(site_name="st-mary", epsilon_cap=cap, delta_cap=DELTA, **fields)
-    return PrivacyLedger(tmp_path / "ledger.db", policy)
+    return PrivacyLedger(tmp_path / "ledger.db", policy, create=True)
 
 
 def _peak_mib():

@@ -23,7 +23,7 @@ TWO_BLOCKS = GaussianMechanism((GaussianBlock(1.0, 4.0), GaussianBlock(1.0, 4.0)
 @pytest.fixture
 def site_db(tmp_path):
     path = tmp_path / "st-mary.db"
-    with PrivacyLedger(path, SitePolicy("st-mary", 5.0, 1e-5)) as ledger:
+    with PrivacyLedger(path, SitePolicy("st-mary", 5.0, 1e-5), create=True) as ledger:
         ledger.charge("job-1", "grad-1", TWO_BLOCKS)
         ledger.charge("job-1", "count-1", LaplaceMechanism(1.0, 2.0))
         ledger.charge("job-2", "grad-1", GaussianMechanism.single(1.0, 10.0))
@@ -82,7 +82,7 @@ def test_show_of_an_unknown_job_exits_2_and_lists_the_jobs(site_db, capsys):
 
 def test_show_of_an_empty_ledger_says_so(tmp_path):
     path = tmp_path / "empty.db"
-    PrivacyLedger(path, SitePolicy("st-mary", 5.0, 1e-5)).close()
+    PrivacyLedger(path, SitePolicy("st-mary", 5.0, 1e-5), create=True).close()
     code, text = show(path)
     assert code == 0 and "no charges yet" in text
 

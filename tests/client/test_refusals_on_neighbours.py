@@ -175,7 +175,8 @@ ADD_REMOVE_CASES = [
 def outcome(tmp_path, tag: str, data: Dataset, adjacency: Adjacency, case: Case) -> str:
     policy = SitePolicy("site-n", epsilon_cap=50.0, delta_cap=1e-5, adjacency=adjacency,
                         **case.policy)
-    site = Site(data, policy, PrivacyLedger(tmp_path / f"{tag}.db", policy), SeededRandomBits(0))
+    ledger = PrivacyLedger(tmp_path / f"{tag}.db", policy, create=True)
+    site = Site(data, policy, ledger, SeededRandomBits(0))
     try:
         site.answer(case.query(adjacency), case.participants)
     except QueryRefusedError as err:

@@ -142,7 +142,8 @@ def _site(features, labels, adjacency, tmp_path, ledger_name) -> Site:
     policy = SitePolicy("site", 1e6, 1e-6, adjacency=adjacency)
     data = Dataset(np.asarray(features, float), np.asarray(labels, float),
                    tuple(f"x{i}" for i in range(DIM)))
-    return Site(data, policy, PrivacyLedger(tmp_path / f"{ledger_name}.db", policy))
+    return Site(data, policy, PrivacyLedger(tmp_path / f"{ledger_name}.db", policy,
+                                              create=True))
 
 
 @settings(max_examples=25, deadline=None)
@@ -199,7 +200,7 @@ def test_selection_refusals_are_the_same_on_neighbours(tmp_path):
                                                              base.feature_names))):
             policy = SitePolicy("site", 1e6, 1e-6, adjacency=adjacency)
             site = Site(data, policy, PrivacyLedger(tmp_path / f"{name}-{adjacency}.db",
-                                                    policy))
+                                                    policy, create=True))
             outcome = []
             for query, participants in ((_query(ReportNoisyMin(4.0, 1.0)), 3),
                                         (_query(ReportNoisyMin(1.0, 1.0)), 1),

@@ -217,7 +217,7 @@ def test_site_opens_from_a_data_file_and_a_ledger_path(tmp_path):
     np.savez(tmp_path / "records.npz", features=rng.normal(size=(20, DIM)),
              labels=np.sign(rng.normal(size=20)))
     site = Site.open(tmp_path / "records.npz", SitePolicy("st-mary", 2.0, 1e-5),
-                     tmp_path / "ledger.db")
+                     tmp_path / "ledger.db", create_ledger=True)
     assert (site.name, site.num_records, site.dim) == ("st-mary", 20, DIM)
     site.answer(gradient_query(), 1)
     assert len(site.ledger.charges("job-1")) == 1

@@ -181,7 +181,7 @@ def test_a_restarted_site_resumes_the_job_state_its_ledger_paid_for(make_site, t
     restarted.ledger.close()
     # A new process: same data, policy and database, nothing in memory.
     reopened = Site(restarted._data, restarted.policy,
-                    PrivacyLedger(tmp_path / "restarted.db", restarted.policy))
+                    PrivacyLedger(tmp_path / "restarted.db", restarted.policy, create=True))
     after_restart = reopened.answer(reweighted_query("q2", 2), 2)
     uninterrupted = steady.answer(reweighted_query("q2", 2), 2)
     for a, b in zip(after_restart.blocks, uninterrupted.blocks, strict=True):

@@ -43,7 +43,7 @@ def make_sampling_site(tmp_path, *, num_records=3000, dim=3, noise_seed=0, adjac
     labels = rng.choice([-1.0, 1.0], size=num_records)
     data = Dataset(features, labels, tuple(f"x{i}" for i in range(dim)))
     policy = SitePolicy(name, epsilon_cap, DELTA, adjacency=adjacency)
-    ledger = PrivacyLedger(tmp_path / f"{name}-{noise_seed}.db", policy)
+    ledger = PrivacyLedger(tmp_path / f"{name}-{noise_seed}.db", policy, create=True)
     source = None if noise_seed is None else SeededRandomBits(noise_seed)
     return Site(data, policy, ledger, source)
 
@@ -168,7 +168,9 @@ def test_ledger_epsilon_after_sampled_releases_equals_dp_accounting(tmp_path):
     event = dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(charged.noise_multiplier))
     expected = reference.compose(event, releases).get_epsilon(DELTA)
     assert site.ledger.spent().epsilon == pytest.approx(expected, rel=1e-9)
-    assert charges[-1].epsilon_after == pytest.approx(expected, rel=1e-9)
+    # Far below the cap a charge is admitted by an upper bound on the exact
+    # figure (client/ledger_totals.py), and records that bound.
+    assert charges[-1].epsilon_after >= expected
 
 
 def test_sampled_release_under_replace_one_policy_is_refused(tmp_path, sampled_records):
@@ -180,7 +182,7 @@ def test_sampled_release_under_replace_one_policy_is_refused(tmp_path, sampled_r
 
 def test_replace_one_ledger_refuses_to_charge_a_sampled_release(tmp_path):
     policy = SitePolicy("site-a", 10.0, DELTA)
-    ledger = PrivacyLedger(tmp_path / "ledger.db", policy)
+    ledger = PrivacyLedger(tmp_path / "ledger.db", policy, create=True)
     mechanism = GaussianMechanism.single(1.0, 2.0, ADD_REMOVE, sampling_rate=0.1)
     with pytest.raises(QueryRefusedError, match="add/remove adjacency only"):
         ledger.charge("job", "q1", mechanism)
@@ -190,14 +192,21 @@ def test_replace_one_ledger_refuses_to_charge_a_sampled_release(tmp_path):
 def test_old_ledger_entry_without_sampling_field_loads_and_composes(tmp_path):
     policy = SitePolicy("site-a", 50.0, DELTA, adjacency=ADD_REMOVE)
     path = tmp_path / "ledger.db"
-    PrivacyLedger(path, policy).close()
+    # A ledger written by schema 1 (no hash chain, no head file yet).
     old = {"kind": "gaussian", "adjacency": "add_remove_one", "blocks": [[1.0, 3.0]]}
     with sqlite3.connect(path) as conn:
+        conn.executescript(
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+            "CREATE TABLE charges (id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL,"
+            " query_id TEXT NOT NULL, mechanism_json TEXT NOT NULL, epsilon_after REAL NOT NULL,"
+            " method TEXT NOT NULL, created_at REAL NOT NULL, UNIQUE (job_id, query_id));"
+            "INSERT INTO meta VALUES ('site_name', 'site-a'), ('schema_version', '1');")
         conn.execute(
             "INSERT INTO charges (job_id, query_id, mechanism_json, epsilon_after, method, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?)",
             ("old-job", "q1", json.dumps(old), gaussian_epsilon(3.0, DELTA), "pld", time.time()),
         )
+    conn.close()
     ledger = PrivacyLedger(path, policy)
     (charge,) = ledger.charges()
     assert charge.mechanism == GaussianMechanism.single(1.0, 3.0, ADD_REMOVE)

@@ -14,7 +14,7 @@ from privadapt.server import cli, coordinator
 
 def test_ledger_show_prints_charges_and_totals(tmp_path, capsys):
     policy = SitePolicy("st-mary", 3.0, 1e-5)
-    with PrivacyLedger(tmp_path / "ledger.db", policy) as ledger:
+    with PrivacyLedger(tmp_path / "ledger.db", policy, create=True) as ledger:
         ledger.charge("job-1", "q1", GaussianMechanism.single(2.0, 10.0))
     assert cli.main(["ledger", "show", "--site-db", str(tmp_path / "ledger.db")]) == 0
     out = capsys.readouterr().out

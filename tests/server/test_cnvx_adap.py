@@ -59,7 +59,8 @@ def federation(tmp_path, splits=(12,), epsilon_cap=math.inf, tag="f"):
                             allow_non_private=math.isinf(epsilon_cap))
         data = Dataset(SAMPLE.private_features[start:stop], SAMPLE.private_labels[start:stop],
                        tuple(f"x{i}" for i in range(DIM)))
-        sites.append(Site(data, policy, PrivacyLedger(tmp_path / f"{tag}-{k}.db", policy),
+        sites.append(Site(data, policy, PrivacyLedger(tmp_path / f"{tag}-{k}.db", policy,
+                                                        create=True),
                           SeededRandomBits(k)))
     return LocalFederation(sites)
 

@@ -50,7 +50,8 @@ def federation(tmp_path):
             policy = SitePolicy(f"site-{k}", epsilon_cap=epsilon_cap, delta_cap=delta_cap,
                                 allow_non_private=math.isinf(epsilon_cap))
             data = Dataset(PRIVATE[0][rows], PRIVATE[1][rows], ("x0", "x1"))
-            ledger = PrivacyLedger(tmp_path / f"build{build_number}-site-{k}.db", policy)
+            ledger = PrivacyLedger(tmp_path / f"build{build_number}-site-{k}.db", policy,
+                                   create=True)
             sites.append(Site(data, policy, ledger, SeededRandomBits(1000 * build_number + k)))
         return LocalFederation(sites)
 

@@ -75,7 +75,8 @@ def federation(tmp_path, sample=SAMPLE, labels=None, epsilon_cap=math.inf, tag="
                             allow_non_private=math.isinf(epsilon_cap))
         data = Dataset(sample.private_features[part], labels[part],
                        tuple(f"x{i}" for i in range(DIM)))
-        sites.append(Site(data, policy, PrivacyLedger(tmp_path / f"{tag}-{k}.db", policy),
+        sites.append(Site(data, policy, PrivacyLedger(tmp_path / f"{tag}-{k}.db", policy,
+                                                        create=True),
                           SeededRandomBits(k)))
     return LocalFederation(sites)
 

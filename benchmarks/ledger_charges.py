@@ -1,0 +1,147 @@
+"""Ledger charges per second against the size of its history (issue 12, section 3).
+
+    .venv/bin/python benchmarks/ledger_charges.py [--sizes 100 10000 100000]
+        [--charges 300] [--dir DIR ...]
+
+For each stored history size N and each directory (default: the system's
+temporary directory, on disk, and /dev/shm, in memory, when it exists), a
+ledger is given N charges of a mixed history, then timed over ``--charges``
+more charges, each committed (SQLite ``synchronous=FULL``) and its head file
+synced before the next. Two policies: *PLD* (Gaussian, Poisson-sampled
+Gaussian, Laplace and pure-epsilon events, accounted by PLD) and *RDP* (the
+same and zCDP events, which the accountant can account only by RDP). A
+selection mechanism kind (issue 12, section 1) joins ``_HISTORY`` once it
+exists.
+
+How the big histories are built: the rows are written with SQLite
+``executemany`` (their chain computed by the ledger's own
+:mod:`privadapt.client.ledger_chain`, their ``epsilon_after`` left at 0),
+then the derived state is written by the ledger's own
+:func:`privadapt.client.ledger_open.write_derived` and the head file by
+``write_head_file``. Opening the ledger then rebuilds everything from the
+rows and checks it, as every open does ("open" column).
+
+"recomputed": |spent() - full recomputation| / recomputation, where the
+recomputation composes every stored charge, one by one, in a fresh
+:class:`PrivacyAccountant`; "bound/exact": the last charge's recorded
+epsilon (the admitting upper bound) over the exact figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger_accounting import mechanism_json
+from privadapt.client.ledger_chain import extend, genesis, head_file, row_bytes, write_head_file
+from privadapt.client.ledger_open import ROW_COLUMNS, Rebuilt, write_derived
+from privadapt.client.ledger_totals import LedgerTotals
+from privadapt.client.policy import SitePolicy
+from privadapt.common.accounting import PrivacyAccountant
+from privadapt.common.mechanisms import (
+    Adjacency,
+    GaussianMechanism,
+    LaplaceMechanism,
+    PureDpEvent,
+    ZCdpEvent,
+)
+
+AR = Adjacency.ADD_REMOVE_ONE
+DELTA = 1e-5
+CAP = 1e4  # far above what the histories cost: the benchmark times admitted charges
+_HISTORY = {
+    "pld": (
+        GaussianMechanism.single(1.0, 200.0, AR),
+        GaussianMechanism.single(1.0, 2.0, AR, sampling_rate=0.001),
+        LaplaceMechanism(1.0, 2000.0, AR),
+        PureDpEvent(0.0005, AR),
+        # A selection kind (issue 12, section 1) goes here.
+    ),
+}
+_HISTORY["rdp"] = (*_HISTORY["pld"], ZCdpEvent(1e-6, AR))
+
+
+def _policy(name: str) -> SitePolicy:
+    return SitePolicy(name, CAP, DELTA, adjacency=AR)
+
+
+def build_history(path: Path, policy: SitePolicy, size: int, mechanisms) -> None:
+    """A ledger of ``size`` charges cycling through ``mechanisms`` (module docstring)."""
+    PrivacyLedger(path, policy, create=True).close()
+    texts = [mechanism_json(m) for m in mechanisms]
+    head = before = genesis(policy.site_name)
+    rows, groups, start = [], Counter(), time.time() - size
+    for i in range(size):
+        row = (f"history-{i // 1000}", f"q{i}", texts[i % len(texts)], 0.0, "pld", start + i)
+        before, head = head, extend(head, row_bytes(*row))
+        rows.append(row)
+        groups[row[2]] += 1
+    totals = LedgerTotals.from_groups(groups, policy.adjacency, track_pld=False)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(f"INSERT INTO charges ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", rows)
+        write_derived(conn, Rebuilt(head, before, totals, size, 0.0, "pld"),
+                      policy.adjacency.value)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    write_head_file(head_file(path), head)
+
+
+def measure(directory: Path, size: int, method: str, charges: int) -> dict[str, float]:
+    mechanisms = _HISTORY[method]
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        path = Path(tmp) / "site.db"
+        policy = _policy("bench")
+        build_history(path, policy, size, mechanisms)
+        opened = time.perf_counter()
+        ledger = PrivacyLedger(path, policy)
+        open_s = time.perf_counter() - opened
+        # The first charge of each mechanism builds its terms (once per process).
+        for k, mechanism in enumerate(mechanisms):
+            ledger.charge("warm", f"w{k}", mechanism)
+        started = time.perf_counter()
+        for i in range(charges):
+            last = ledger.charge("bench", f"b{i}", mechanisms[i % len(mechanisms)])
+        per_s = charges / (time.perf_counter() - started)
+        exact = ledger.spent().epsilon
+        accountant = PrivacyAccountant(AR, policy.accounting)
+        for charge in ledger.charges():
+            accountant.compose(charge.mechanism)
+        recomputed = accountant.report(DELTA).epsilon
+        ledger.close()
+    return {"per_s": per_s, "open_s": open_s, "exact": exact,
+            "recomputed": abs(exact - recomputed) / recomputed,
+            "bound_ratio": last.epsilon_after / exact}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 10_000, 100_000])
+    parser.add_argument("--charges", type=int, default=300)
+    default_dirs = [Path(tempfile.gettempdir())]
+    if os.path.isdir("/dev/shm"):
+        default_dirs.append(Path("/dev/shm"))
+    parser.add_argument("--dir", type=Path, nargs="+", default=default_dirs, dest="dirs")
+    args = parser.parse_args()
+    print(f"{'directory':<10} {'method':<6} {'stored':>8} {'charges/s':>10} {'open s':>7} "
+          f"{'epsilon':>9} {'recomputed':>10} {'bound/exact':>11}")
+    for directory in args.dirs:
+        for method in ("pld", "rdp"):
+            for size in args.sizes:
+                r = measure(directory, size, method, args.charges)
+                print(f"{directory!s:<10} {method:<6} {size:>8} {r['per_s']:>10.0f} "
+                      f"{r['open_s']:>7.2f} {r['exact']:>9.4g} {r['recomputed']:>10.1e} "
+                      f"{r['bound_ratio']:>11.3f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
