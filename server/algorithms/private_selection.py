@@ -41,6 +41,24 @@ probability 1 - beta the delivered model is no worse than the baseline on
 validation, at the price of missing improvements smaller than m / n. With
 collusion tolerance t > 0 the sites' shares add up to K_sites / (K_sites - t)
 times the variance sigma^2, so read sigma as that larger value there.
+
+A single data holder (``method="exponential"``, the default ``"auto"``'s
+choice when the federation has one site and no baseline margin is asked
+for): the site itself runs the exponential mechanism on its K clipped loss
+sums (a selection query, :mod:`privadapt.common.mechanisms.selection`) and
+releases only the index, P(k) proportional to exp(-epsilon s_k / (2 L)). Each
+sum moves by at most L (the kernel's per-candidate bound, not the vector's
+sqrt(K) L), so this is pure epsilon-DP, and with probability 1 - beta
+(Dwork and Roth 2014, Cor. 3.12)
+
+    S_j <= min_k S_k + 2 L (log K + log(1 / beta)) / (epsilon n):
+
+an error that grows with log K, where the Gaussian route's grows with
+sqrt(K log K) (its noise covers the whole vector). Seed 004 uses the
+generalized exponential mechanism for candidates of different sensitivities;
+with one loss bound for every candidate it is this mechanism. No noisy scores
+leave the site, so the baseline margin cannot be applied: ``"auto"`` keeps the
+secure sum when ``baseline_confidence`` is set.
 """
 
 from __future__ import annotations
@@ -54,22 +72,26 @@ from privadapt.common.calibration import calibrate_noise_multiplier
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.validation_loss import ValidationLoss, ValidationLossParams
 from privadapt.common.losses import Loss
-from privadapt.common.mechanisms import Adjacency, Mechanism
+from privadapt.common.mechanisms import Adjacency, ExponentialMechanism, Mechanism
 from privadapt.common.validation import check_positive
 
 KERNEL = ValidationLoss()
+#: How the K loss sums are privatised (module docstring).
+METHODS = ("auto", "secure_sum", "exponential")
 
 
 @dataclass
 class SelectionResult:
-    """The index chosen, the noisy sums it was chosen on, and what it cost."""
+    """The index chosen, the noisy sums it was chosen on (None when the site
+    selected itself: only the index left it), and what it cost."""
 
     best_index: int
-    noisy_loss_sums: np.ndarray
+    noisy_loss_sums: np.ndarray | None
     noise_std: float
     num_records: int
     margin: float
     privacy: dict[str, SitePrivacy] = field(default_factory=dict)
+    method: str = "secure_sum"
 
 
 def selection_mechanism(
@@ -94,6 +116,19 @@ def choose(noisy_sums: np.ndarray, margin: float) -> int:
     return best if noisy_sums[best] + margin < noisy_sums[0] else 0
 
 
+def resolve_method(method: str, num_sites: int, epsilon: float,
+                   baseline_confidence: float | None) -> str:
+    """``"auto"``: the exponential mechanism at a single site (tighter, module
+    docstring) unless the selection is non-private or needs the baseline
+    margin, else the secure sum; an explicit choice is kept."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method != "auto":
+        return method
+    single = num_sites == 1 and math.isfinite(epsilon) and baseline_confidence is None
+    return "exponential" if single else "secure_sum"
+
+
 def private_selection(
     federation: Federation,
     *,
@@ -103,12 +138,25 @@ def private_selection(
     epsilon: float,
     delta: float,
     baseline_confidence: float | None = None,
+    method: str = "auto",
 ) -> SelectionResult:
     """Score ``candidates`` ((K, d) or (K, d, C)) on the federation's records
-    with one noisy release and choose one (module docstring)."""
+    with one private release and choose one (module docstring)."""
     check_positive("epsilon", epsilon, infinity_means="inf for the non-private oracle")
     params = ValidationLossParams(candidates, loss, loss_bound)
     dim = params.candidates.shape[1]
+    method = resolve_method(method, federation.num_sites, epsilon, baseline_confidence)
+    num_records = sum(federation.site_sizes.values())
+    if method == "exponential":
+        if not math.isfinite(epsilon) or baseline_confidence is not None:
+            raise ValueError("the exponential mechanism needs a finite epsilon and no "
+                             "baseline_confidence (only the index leaves the site)")
+        mechanism = ExponentialMechanism(loss_bound, epsilon, minimize=True)
+        chosen = federation.select(KERNEL.name, params.to_wire(), mechanism)
+        return SelectionResult(
+            best_index=chosen.index, noisy_loss_sums=None, noise_std=math.nan,
+            num_records=num_records, margin=0.0,
+            privacy=federation.privacy_spent(delta), method=method)
     mechanism = selection_mechanism(params, epsilon, delta, dim=dim)
     answer = federation.query(KERNEL.name, params.to_wire(), mechanism)
     noisy = np.asarray(answer.value, dtype=float)
@@ -118,7 +166,8 @@ def private_selection(
         best_index=choose(noisy, margin),
         noisy_loss_sums=noisy,
         noise_std=noise_std,
-        num_records=sum(federation.site_sizes.values()),
+        num_records=num_records,
         margin=margin,
         privacy=federation.privacy_spent(None if math.isinf(epsilon) else delta),
+        method=method,
     )

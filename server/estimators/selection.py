@@ -30,7 +30,7 @@ import numpy as np
 
 from privadapt.common.federation import Federation
 from privadapt.common.losses import SOFTMAX_CROSS_ENTROPY
-from privadapt.server.algorithms.private_selection import private_selection
+from privadapt.server.algorithms.private_selection import METHODS, private_selection
 from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.estimators.base import (
     DELTA,
@@ -64,15 +64,19 @@ class PrivateSelection(LinearModelMixin, PrivateEstimator):
     ``public_source`` as candidate 0; needs ``radius``, its ball), and
     ``baseline_confidence`` (None: the plain argmin; beta in (0, 1): keep
     candidate 0 unless another beats it by the margin of
-    ``server/algorithms/private_selection.py``).
+    ``server/algorithms/private_selection.py``), and ``method``: ``"auto"``
+    (default: the exponential mechanism at the site when the federation has
+    a single site and no margin is asked for, a tighter, pure epsilon-DP
+    choice; else the secure sum), ``"secure_sum"`` or ``"exponential"``.
 
     Fitted: ``best_index_`` (into ``candidates_``: with the source-only model,
     0 is it and k >= 1 is ``candidates[k - 1]``), ``best_`` (the chosen
     candidate as given; the source-only coefficients for index 0),
     ``coef_`` (its coefficients; ``predict`` / ``score`` use them, as the
     chosen linear model's would), ``candidates_`` (all K stacked),
-    ``noisy_losses_`` (the noisy mean clipped losses, sums / n),
-    ``noise_std_`` (sigma on each sum), ``margin_``, ``num_records_`` (n),
+    ``noisy_losses_`` (the noisy mean clipped losses, sums / n; None when
+    the site selected itself), ``noise_std_`` (sigma on each sum),
+    ``margin_``, ``num_records_`` (n), ``method_`` (the method used),
     ``privacy_`` (each site's ledger)."""
 
     _parameter_constraints: ClassVar[dict[str, Constraints]] = {
@@ -81,6 +85,7 @@ class PrivateSelection(LinearModelMixin, PrivateEstimator):
         "loss": [Options("logistic", "squared", SOFTMAX_CROSS_ENTROPY)],
         "include_source_only": FLAG, "radius": [*POSITIVE, None],
         "baseline_confidence": [Interval(float, 0, 1, closed="neither"), None],
+        "method": [Options(*METHODS)],
     }
 
     def __init__(
@@ -94,6 +99,7 @@ class PrivateSelection(LinearModelMixin, PrivateEstimator):
         include_source_only: bool = True,
         radius: float | None = None,
         baseline_confidence: float | None = None,
+        method: str = "auto",
     ) -> None:
         self.candidates = candidates
         self.epsilon = epsilon
@@ -103,6 +109,7 @@ class PrivateSelection(LinearModelMixin, PrivateEstimator):
         self.include_source_only = include_source_only
         self.radius = radius
         self.baseline_confidence = baseline_confidence
+        self.method = method
 
     def _prediction_loss(self) -> str:
         return self.loss
@@ -156,15 +163,18 @@ class PrivateSelection(LinearModelMixin, PrivateEstimator):
             given, models = [source_only, *given], [source_only, *models]
         result = private_selection(
             federation, candidates=np.stack(given), loss=self.loss, loss_bound=self.loss_bound,
-            epsilon=self.epsilon, delta=self.delta, baseline_confidence=self.baseline_confidence)
+            epsilon=self.epsilon, delta=self.delta, baseline_confidence=self.baseline_confidence,
+            method=self.method)
         self.candidates_ = np.stack(given)
         self.best_index_ = result.best_index
         self.best_ = models[result.best_index]
         self.coef_ = given[result.best_index]
-        self.noisy_losses_ = result.noisy_loss_sums / result.num_records
+        self.noisy_losses_ = (None if result.noisy_loss_sums is None
+                              else result.noisy_loss_sums / result.num_records)
         self.noise_std_ = result.noise_std
         self.margin_ = result.margin
         self.num_records_ = result.num_records
+        self.method_ = result.method
         self.privacy_ = result.privacy
         self.n_features_in_ = dim
         return self
@@ -173,8 +183,9 @@ class PrivateSelection(LinearModelMixin, PrivateEstimator):
         """weights (the chosen model), candidates, best_index, noisy_losses."""
         self._check_is_fitted()
         model = {"weights": self.coef_, "candidates": self.candidates_,
-                 "best_index": np.asarray(self.best_index_),
-                 "noisy_losses": self.noisy_losses_}
-        if math.isfinite(self.epsilon):
-            model["noise_std"] = np.asarray(self.noise_std_)
+                 "best_index": np.asarray(self.best_index_)}
+        if self.noisy_losses_ is not None:  # none leave a site that selects itself
+            model["noisy_losses"] = self.noisy_losses_
+            if math.isfinite(self.epsilon):
+                model["noise_std"] = np.asarray(self.noise_std_)
         return model
