@@ -152,6 +152,12 @@ class Coordinator:
         public_source = (load_dataset(config.public_source, schema)
                          if config.public_source else None)
         self.store = CoordinatorStore(config.database)
+        for name in self.store.trim_oversized_registrations():
+            logger.warning("site %s: its stored registration was oversized (an older "
+                           "coordinator stored it unbounded); trimmed until it registers again",
+                           name)
+            self.store.audit("registration_trimmed", site_name=name,
+                             detail="oversized kernel list or policy version")
         self.registry = SiteRegistry()
         self.hub = RoundHub(self.registry, Path(config.ca).read_bytes())
         self.reports = reports = PrivacyReports(self.registry)

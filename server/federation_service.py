@@ -24,6 +24,7 @@ from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.wire import MAX_MESSAGE_BYTES
 from privadapt.server.network_federation import PrivacyReports
+from privadapt.server.rate_limit import RateLimit
 from privadapt.server.rounds import DeliveryError, RoundHub
 from privadapt.server.site_messages import (
     check_connect_request,
@@ -38,6 +39,9 @@ logger = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 10
 MAX_SITE_TEXT = 4000  # characters of a site's refusal message kept
+# Registrations one site identity may make in any window (a daemon that
+# reconnects with backoff needs a handful; a loop is refused).
+REGISTER_BURST, REGISTER_WINDOW_S = 10, 60.0
 
 
 class FederationServicer(rpc.FederationServiceServicer):
@@ -58,6 +62,9 @@ class FederationServicer(rpc.FederationServiceServicer):
         self._store = store
         self._name = coordinator_name
         self._insecure = insecure
+        # A daemon registers once per (re)connection, with backoff; a loop of
+        # registrations is refused per identity (server/rate_limit.py).
+        self._registrations = RateLimit(REGISTER_BURST, REGISTER_WINDOW_S)
 
     def _caller(self, context: grpc.ServicerContext, claimed: str) -> Identity:
         if self._insecure:  # --insecure: nobody is authenticated (warned at start)
@@ -78,6 +85,11 @@ class FederationServicer(rpc.FederationServiceServicer):
 
     def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext):
         identity = self._caller(context, request.site_name)
+        wait = self._registrations.allow(identity.name)
+        if wait > 0:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"site {identity.name!r} registered {REGISTER_BURST} times in the "
+                          f"last {REGISTER_WINDOW_S:g} s; retry in {wait:.0f} s")
         self._check(check_register_request, request, context)
         session = self._registry.register(identity.name, request)
         self._store.upsert_site(

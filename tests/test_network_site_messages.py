@@ -125,3 +125,16 @@ def test_malformed_protobuf_is_invalid_argument_without_a_traceback(pki, coordin
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
     channel.close()
     assert _register(stub, num_records=10).session_id  # still serving
+
+
+def test_a_registration_loop_is_refused_per_identity(stub, coordinator):
+    from privadapt.server.federation_service import REGISTER_BURST
+
+    for _ in range(REGISTER_BURST):
+        assert _register(stub).session_id
+    with pytest.raises(grpc.RpcError) as refused:
+        _register(stub)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "site-a" in refused.value.details() and "retry in" in refused.value.details()
+    audit = [e for e in coordinator.store.audit_log() if e.event == "site_registered"]
+    assert len(audit) == REGISTER_BURST  # the refused call wrote nothing

@@ -21,8 +21,27 @@ class SiteRecord:
     last_seen: float
 
 
+#: A stored registration larger than this (its kernel list or policy
+#: version, as stored) predates the coordinator's bounds on site messages
+#: (server/site_messages.py): a 38 MiB kernel list once made ``privadapt
+#: sites`` fail for good. Such rows are trimmed when the store opens.
+MAX_STORED_FIELD_CHARS = 8192
+
+
 class SiteTable(StoreDatabase):
     """The store's methods on registered sites."""
+
+    def trim_oversized_registrations(self) -> list[str]:
+        """Empty the kernel list and policy version of every stored
+        registration whose field exceeds :data:`MAX_STORED_FIELD_CHARS` (the
+        site registers again with bounded fields); returns their names."""
+        with self._transaction() as conn:
+            names = [name for (name,) in conn.execute(
+                "SELECT name FROM sites WHERE length(kernels) > ? OR length(policy_version) > ?",
+                (MAX_STORED_FIELD_CHARS, MAX_STORED_FIELD_CHARS))]
+            conn.executemany("UPDATE sites SET kernels = '[]', policy_version = '' "
+                             "WHERE name = ?", [(name,) for name in names])
+        return names
 
     def upsert_site(
         self, name: str, *, num_records: int, num_features: int, kernels: Sequence[str],
