@@ -239,7 +239,15 @@ class PrivacyLedger:
                     if statement.strip():
                         conn.execute(statement)
                 version = self._check_existing(conn)
-                self._rebuild_and_verify(conn, upgrading=version < 2)
+                # Schema 1 never had the derived tables: a file that claims
+                # version 1 but has them was edited (its chain must not restart).
+                genuine_v1 = version < 2 and not tables & {"ledger_state", "groups"}
+                if version < 2 and not genuine_v1:
+                    raise ConfigError(
+                        f"ledger {self.path}: it says it was written by schema 1 but holds "
+                        "tables schema 1 never had: it was altered; restore the site's "
+                        "ledger and its head file from backup")
+                self._rebuild_and_verify(conn, upgrading=genuine_v1)
                 policy = self.policy
                 meta = {
                     "site_name": policy.site_name,

@@ -65,7 +65,7 @@ from typing import Literal, get_args
 import numpy as np
 from scipy import special
 
-from privadapt.common.geometry import clip_residuals
+from privadapt.common.geometry import clip_residuals, record_products
 from privadapt.common.trust_region import quadratic_range_on_ball
 
 BinaryLoss = Literal["squared", "logistic"]
@@ -212,7 +212,7 @@ def clipped_softmax_terms(
     loss clipped to [0, B] (non-finite: 0) and its residual with
     ||x_i|| ||r_i|| <= G (:func:`privadapt.common.geometry.clip_residuals`)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        logits = features @ weights
+        logits = record_products(features, weights)
     losses, residuals = softmax_cross_entropy_terms(logits, classes)
     losses = np.clip(losses, 0.0, loss_bound)
     losses[~np.isfinite(losses)] = 0.0

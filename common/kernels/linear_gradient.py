@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from privadapt.common.data import Dataset
-from privadapt.common.geometry import clip_coefficients
+from privadapt.common.geometry import clip_coefficients, record_products
 from privadapt.common.kernels.base import (
     CHUNK_RECORDS,
     Kernel,
@@ -89,7 +89,8 @@ class LinearGradient(Kernel):
             features = data.features[start : start + CHUNK_RECORDS]
             labels = data.labels[start : start + CHUNK_RECORDS]
             with np.errstate(over="ignore", invalid="ignore"):
-                coefficients = loss_derivative(params.loss, features @ params.weights, labels)
+                margins = record_products(features, params.weights)
+                coefficients = loss_derivative(params.loss, margins, labels)
             clipped = clip_coefficients(coefficients, features, params.clip_norm)
             with np.errstate(over="ignore", invalid="ignore"):
                 terms = features * clipped[:, None]  # each row of norm <= C

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from privadapt.common.geometry import clip_coefficients, clip_rows_to_norm
+from privadapt.common.geometry import clip_coefficients, clip_rows_to_norm, record_products
 from privadapt.common.kernels.base import CHUNK_RECORDS
 from privadapt.common.kernels.exact_sum import ExactSum
 from privadapt.common.losses import clipped_softmax_terms, loss_derivative, loss_values
@@ -44,7 +44,7 @@ def binary_record_terms(
         clipped_labels = np.clip(labels[chunk], -label_bound, label_bound)
         ratio = ratios[chunk]
         with np.errstate(over="ignore", invalid="ignore"):
-            margins = clipped_features @ weights
+            margins = record_products(clipped_features, weights)
             losses = np.minimum(loss_values(loss, margins, clipped_labels), loss_bound)
             coefficients = loss_derivative(loss, margins, clipped_labels)
         clipped = clip_coefficients(coefficients, clipped_features, gradient_bound)

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from privadapt.common.data import Dataset
+from privadapt.common.geometry import record_products
 from privadapt.common.kernels.base import (
     CHUNK_RECORDS,
     Kernel,
@@ -118,12 +119,13 @@ def clipped_losses(
         classes, valid = masked_class_indices(labels, params.candidates.shape[2])
         with np.errstate(over="ignore", invalid="ignore"):
             losses = np.column_stack([
-                softmax_cross_entropy_terms(features @ weights, classes)[0]
+                softmax_cross_entropy_terms(record_products(features, weights), classes)[0]
                 for weights in params.candidates])
         losses = np.where(valid[:, None], losses, params.loss_bound)
     else:
         with np.errstate(over="ignore", invalid="ignore"):
-            losses = loss_values(params.loss, features @ params.candidates.T, labels[:, None])
+            losses = loss_values(params.loss, record_products(features, params.candidates.T),
+                                 labels[:, None])
     losses = np.where(np.isnan(losses), params.loss_bound, losses)
     return np.clip(losses, 0.0, params.loss_bound)
 

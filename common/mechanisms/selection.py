@@ -30,6 +30,13 @@ coordinator sent, since a plan claiming it would halve the site's charge.
 low-bit attack on noisy values has nothing to read; the site still rounds the
 scores onto its fixed-point grid first (and charges the rounding in the
 sensitivity), so the noise is applied to a grid value as the proofs assume.
+One gap remains (found by review): the Laplace and Gumbel samples are bounded
+(about 82 scales, since a half-uniform bottoms out near 2^-118), so a candidate
+whose scaled score trails another's by more than about 86 has probability
+exactly 0 on one dataset and may not on its neighbour: report-noisy-min and the
+exponential mechanism are (epsilon, ~1e-37)-DP rather than pure epsilon-DP.
+The exact integer samplers of :mod:`privadapt.common.discrete_noise` close it
+once wired in (issue 17).
 """
 
 from __future__ import annotations

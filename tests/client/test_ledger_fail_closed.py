@@ -236,3 +236,20 @@ def test_site_daemon_refuses_to_start_on_a_missing_ledger(tmp_path, capsys):
     head_file(tmp_path / "st-mary" / "site.db").unlink()
     assert main(["--config", str(config)]) == 2
     assert "privadapt ledger init" in capsys.readouterr().err
+
+
+def test_a_ledger_that_claims_schema_1_but_has_its_derived_tables_is_refused(tmp_path):
+    # Found by review: claim schema 1, empty the derived state, delete rows and
+    # the head file, and the chain restarted with the history forgotten.
+    db = tmp_path / "site.db"
+    with PrivacyLedger(db, policy(), create=True) as ledger:
+        for k in range(3):
+            ledger.charge("job", f"q{k}", GaussianMechanism.single(1.0, 2.0))
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM charges WHERE id > 1")
+        conn.execute("DELETE FROM ledger_state")
+        conn.execute("DELETE FROM groups")
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    head_file(db).unlink()
+    with pytest.raises(ConfigError, match="schema 1 never had"):
+        PrivacyLedger(db, policy())
