@@ -3,11 +3,13 @@ trainings at epsilon/2K on S1, one selection at epsilon/2 on S2, on every
 site's ledger), and on synthetic data with ||w*|| = 4 the chosen guess is
 4 or 8 in most seeds."""
 
+import inspect
 import math
 
 import numpy as np
 import pytest
 
+import privadapt
 from privadapt import Dataset, LocalFederation, NoisyGD
 from privadapt.common.mechanisms import GaussianMechanism, GeneralizedExponentialMechanism
 from privadapt.server.algorithms.private_grid_search import (
@@ -15,6 +17,7 @@ from privadapt.server.algorithms.private_grid_search import (
     penalty,
     private_grid_search,
 )
+from privadapt.server.estimators import InvalidParameterError, PrivateGridSearch, clone
 
 DIM, NORM, LABEL_BOUND, DELTA = 5, 4.0, 5.0, 1e-5
 ITERATIONS = 20
@@ -149,3 +152,59 @@ def test_bad_settings_are_refused(options, message):
     train, validation = federations(5)
     with train, validation, pytest.raises(ValueError, match=message):
         private_grid_search(train, validation, **{**settings, **options})
+
+
+# ----------------------------------------------------------------- the estimator
+
+
+def grid_search(**params):
+    settings = {"learner": LEARNER, "num_guesses": 5, "epsilon": 5.0, "delta": DELTA,
+                "loss": "squared", "label_bound": LABEL_BOUND, "feature_bound": 1.0}
+    return PrivateGridSearch(**{**settings, **params})
+
+
+def test_the_estimator_declares_its_signature_and_clones_its_learner():
+    names = [p for p in inspect.signature(PrivateGridSearch.__init__).parameters if p != "self"]
+    assert set(PrivateGridSearch._parameter_constraints) == set(names)
+    model = grid_search()
+    copy = clone(model)
+    assert copy.learner is not model.learner
+    assert copy.learner.get_params() == model.learner.get_params()
+    assert privadapt.PrivateGridSearch is PrivateGridSearch
+
+
+def test_the_estimator_fits_the_chosen_guess_and_predicts_with_it():
+    train, validation = federations(7)
+    with train, validation:
+        model = grid_search().fit(train, validation)
+    assert model.radius_ == model.radii_[model.best_index_ - 1]
+    np.testing.assert_array_equal(model.coef_, model.learners_[model.best_index_ - 1].coef_)
+    features, labels = records(500, seed=99)
+    assert model.score(features, labels) > 0.5  # R^2 of the chosen linear model
+    assert set(model.model_arrays()) == {"weights", "candidates", "radii", "best_index"}
+
+
+def test_the_estimator_needs_a_validation_federation():
+    train, validation = federations(8)
+    with train, validation, pytest.raises(InvalidParameterError, match="validation_federation"):
+        grid_search().fit(train)
+
+
+def test_the_source_only_model_can_be_candidate_zero():
+    train, validation = federations(9)
+    with train, validation:
+        model = grid_search(include_source_only=True, num_guesses=3).fit(
+            train, validation, records(1000, seed=123))
+    assert np.linalg.norm(model.candidates_[0]) > 3  # the public ERM, not the zero model
+    assert model.loss_bounds_[0] > 0  # scored privately
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"learner": "noisy_gd"}, "learner"),
+    ({"loss": "softmax_cross_entropy"}, "loss"),
+    ({"epsilon": math.inf}, "epsilon"),
+])
+def test_bad_hyperparameters_are_refused_at_fit(params, message):
+    train, validation = federations(10)
+    with train, validation, pytest.raises(InvalidParameterError, match=message):
+        grid_search(**params).fit(train, validation)
