@@ -29,6 +29,7 @@ _EXPORTS = {
     "PNCnvxAdap": "privadapt.server.estimators",
     "PrivateDiscrepancy": "privadapt.server.estimators",
     "PrivateSelection": "privadapt.server.estimators",
+    "PrivateGridSearch": "privadapt.server.estimators",
     "clone": "privadapt.server.estimators",
     "InvalidParameterError": "privadapt.server.estimators",
     "NotFittedError": "privadapt.server.estimators",

@@ -9,8 +9,8 @@ import privadapt
 
 EXPECTED = {"Dataset", "InvalidParameterError", "LocalFederation", "NoisyGD", "NoisySGD",
             "NotFittedError", "PCnvxAdap", "PNCnvxAdap", "PrivadaptError",
-            "PrivateDiscrepancy", "PrivateSelection", "SitePolicy", "SitePrivacy", "clone",
-            "load_adult_domains"}
+            "PrivateDiscrepancy", "PrivateGridSearch", "PrivateSelection", "SitePolicy",
+            "SitePrivacy", "clone", "load_adult_domains"}
 
 
 def test_every_exported_name_resolves():

@@ -22,6 +22,27 @@ whatever candidates the coordinator sends; the bound comes from the clip, not
 from the data, so features need no clipping here (the score is the loss of the
 model as it will be used).
 
+Per-candidate bounds (issue 13, seed 004's grid search). ``loss_bound`` may
+instead be an array of K bounds L_k >= 0 (at least one positive): candidate
+k's losses are clipped to [0, L_k], so by the argument above entry k moves by
+at most L_k, the score sensitivities are (L_1..L_K), and the L2 sensitivity is
+sqrt(sum_k L_k^2) (each entry's change bounded on its own, then the norm). A
+bound L_k = 0 makes entry k the constant 0: a candidate whose score is public,
+such as seed 004's zero model with its score Y^2 (below). A model of norm B
+on records of norm r and labels Y has losses within its own bound (squared:
+(B r + Y)^2), so clipping each guess at its own bound loses nothing, where one
+bound for all would clip the small models' losses no tighter than the largest's
+and charge every entry the largest's sensitivity.
+
+``score_offsets`` (optional, K public numbers): added once to the site's sums
+after they are computed, s_k + o_k. They are constants of the query, not per
+record, so they move no entry between neighbours and change no sensitivity:
+they carry seed 004's public penalties n tau_k and the zero model's public
+score Y^2 n into a selection that runs at one site (GEM compares penalised
+scores). Added once per site, they are meant for a single holder; a secure sum
+over several sites would add them once per site, so a coordinator adds them to
+the released total itself instead.
+
 Which records are scored: all of the site's records. The kernel does not split
 the data itself; a site's split would have to be private, fixed for the job and
 remembered across queries, which is state the site would need to manage. The
@@ -46,6 +67,7 @@ import numpy as np
 from privadapt.common.data import Dataset
 from privadapt.common.geometry import record_products
 from privadapt.common.kernels.base import (
+    BOUND_RANGE,
     CHUNK_RECORDS,
     Kernel,
     KernelParams,
@@ -54,7 +76,7 @@ from privadapt.common.kernels.base import (
     register,
     wire_values,
 )
-from privadapt.common.kernels.exact_sum import ExactSum
+from privadapt.common.kernels.exact_sum import ExactSum, conversion_error
 from privadapt.common.losses import (
     LOSSES,
     SOFTMAX_CROSS_ENTROPY,
@@ -71,11 +93,14 @@ from privadapt.common.validation import check_finite_array, check_one_of
 class ValidationLossParams(KernelParams):
     """``candidates``: K linear models, an array of shape (K, d) (squared or
     logistic ``loss``) or (K, d, C) with C >= 2 classes (softmax cross-entropy);
-    ``loss_bound`` L, the clip on each record's loss."""
+    ``loss_bound``: L, the clip on each record's loss, or K bounds L_k >= 0
+    (at least one positive), one per candidate; ``score_offsets``: None or
+    K public constants added to the sums (module docstring)."""
 
     candidates: np.ndarray
     loss: Loss
-    loss_bound: float
+    loss_bound: float | np.ndarray
+    score_offsets: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         check_one_of("parameter 'loss'", self.loss, LOSSES)
@@ -89,23 +114,57 @@ class ValidationLossParams(KernelParams):
                              f"cross-entropy, got shape {candidates.shape}")
         object.__setattr__(self, "candidates", readonly(candidates))
         object.__setattr__(self, "loss_bound",
-                           check_bound("parameter 'loss_bound'", self.loss_bound))
+                           _checked_loss_bound(self.loss_bound, candidates.shape[0]))
+        if self.score_offsets is not None:
+            offsets = check_finite_array("parameter 'score_offsets'", self.score_offsets,
+                                         (candidates.shape[0],))
+            object.__setattr__(self, "score_offsets", readonly(offsets))
 
     @classmethod
     def from_wire(cls, params: Mapping[str, Any], dim: int) -> ValidationLossParams:
         values = wire_values(params, ("candidates", "loss", "loss_bound"))
-        parsed = cls(values["candidates"], values["loss"], values["loss_bound"])
+        parsed = cls(values["candidates"], values["loss"], values["loss_bound"],
+                     params.get("score_offsets"))
         if parsed.candidates.shape[1] != dim:
             raise ValueError(f"parameter 'candidates' must have d = {dim} features per model "
                              f"(axis 1), got shape {parsed.candidates.shape}")
         return parsed
 
     def to_wire(self) -> dict[str, Any]:
-        return {"candidates": self.candidates, "loss": self.loss, "loss_bound": self.loss_bound}
+        wire = {"candidates": self.candidates, "loss": self.loss, "loss_bound": self.loss_bound}
+        if self.score_offsets is not None:
+            wire["score_offsets"] = self.score_offsets
+        return wire
 
     @property
     def num_candidates(self) -> int:
         return int(self.candidates.shape[0])
+
+    @property
+    def bounds(self) -> np.ndarray:
+        """L_k for every candidate, shape (K,), whether one bound was given or K."""
+        return np.broadcast_to(np.asarray(self.loss_bound, dtype=np.float64),
+                               (self.num_candidates,))
+
+    @property
+    def max_offset(self) -> float:
+        """max_k |o_k| (0 without offsets)."""
+        return 0.0 if self.score_offsets is None else float(np.abs(self.score_offsets).max())
+
+
+def _checked_loss_bound(value: Any, num_candidates: int) -> float | np.ndarray:
+    """One clip bound (a float, as before), or K bounds in [0, 2^200] with at
+    least one positive (a read-only float64 array: a tensor on the wire)."""
+    if np.ndim(value) == 0:
+        return check_bound("parameter 'loss_bound'", value)
+    bounds = check_finite_array("parameter 'loss_bound'", value, (num_candidates,))
+    if np.any(bounds < 0) or np.any(bounds > BOUND_RANGE[1]) or not np.any(bounds > 0):
+        raise ValueError(f"parameter 'loss_bound' must hold {num_candidates} bounds in "
+                         f"[0, 2^200], at least one positive, got {bounds.tolist()}")
+    positive = bounds[bounds > 0]
+    if np.any(positive < BOUND_RANGE[0]):
+        raise ValueError("parameter 'loss_bound' has a positive bound below 2^-200")
+    return readonly(bounds)
 
 
 def clipped_losses(
@@ -121,13 +180,13 @@ def clipped_losses(
             losses = np.column_stack([
                 softmax_cross_entropy_terms(record_products(features, weights), classes)[0]
                 for weights in params.candidates])
-        losses = np.where(valid[:, None], losses, params.loss_bound)
+        losses = np.where(valid[:, None], losses, params.bounds)
     else:
         with np.errstate(over="ignore", invalid="ignore"):
             losses = loss_values(params.loss, record_products(features, params.candidates.T),
                                  labels[:, None])
-    losses = np.where(np.isnan(losses), params.loss_bound, losses)
-    return np.clip(losses, 0.0, params.loss_bound)
+    losses = np.where(np.isnan(losses), params.bounds, losses)
+    return np.clip(losses, 0.0, params.bounds)
 
 
 @register
@@ -143,24 +202,45 @@ class ValidationLoss(Kernel):
     def l2_sensitivities(
         self, params: ValidationLossParams, adjacency: Adjacency
     ) -> tuple[float]:
-        # Module docstring: at most L per entry under either adjacency.
-        return (math.sqrt(params.num_candidates) * params.loss_bound,)
+        # Module docstring: at most L_k in entry k under either adjacency.
+        if np.ndim(params.loss_bound) == 0:
+            return (math.sqrt(params.num_candidates) * params.loss_bound,)
+        return (math.sqrt(math.fsum(float(b) ** 2 for b in params.bounds)),)
 
     def score_sensitivities(
         self, params: ValidationLossParams, adjacency: Adjacency, dim: int
     ) -> tuple[float, ...]:
-        # Module docstring: each entry moves by at most L under either adjacency.
-        return (params.loss_bound,) * params.num_candidates
+        # Module docstring: entry k moves by at most L_k under either adjacency.
+        return tuple(float(b) for b in params.bounds)
 
     def max_abs_sum(self, params: ValidationLossParams, num_records: int) -> float:
-        return num_records * params.loss_bound
+        return num_records * float(params.bounds.max()) + params.max_offset
+
+    def computation_errors(
+        self, params: ValidationLossParams, dim: int, max_records: int
+    ) -> tuple[float, ...]:
+        # Offsets add one more float64 rounding, of the offset sum: half an ulp.
+        (error,) = super().computation_errors(params, dim, max_records)
+        if params.score_offsets is None:
+            return (error,)
+        return (error + conversion_error(self.max_abs_sum(params, max_records)),)
 
     def compute(
         self, data: Dataset, params: ValidationLossParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray]:
-        total = ExactSum((params.num_candidates,))  # exact: issue 17
+        # Exact (issue 17), one sum per distinct bound so that each column sits
+        # on the grid of its own bound; columns of bound 0 are the constant 0.
+        bounds = params.bounds
+        groups = {float(b): np.flatnonzero(bounds == b) for b in np.unique(bounds) if b > 0}
+        totals = {b: ExactSum((len(columns),)) for b, columns in groups.items()}
         for start in range(0, data.num_records, CHUNK_RECORDS):
             stop = start + CHUNK_RECORDS
-            total.add_terms(clipped_losses(data.features[start:stop], data.labels[start:stop],
-                                           params), params.loss_bound)
-        return (total.value(),)
+            terms = clipped_losses(data.features[start:stop], data.labels[start:stop], params)
+            for bound, columns in groups.items():
+                totals[bound].add_terms(terms[:, columns], bound)
+        sums = np.zeros(params.num_candidates)
+        for bound, columns in groups.items():
+            sums[columns] = totals[bound].value()
+        if params.score_offsets is not None:
+            sums = sums + params.score_offsets
+        return (sums,)

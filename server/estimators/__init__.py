@@ -16,6 +16,7 @@ from privadapt.server.estimators.base import (
 )
 from privadapt.server.estimators.discrepancy import PrivateDiscrepancy
 from privadapt.server.estimators.gradient_descent import NoisyGD, NoisySGD
+from privadapt.server.estimators.grid_search import PrivateGridSearch
 from privadapt.server.estimators.reweighting import PCnvxAdap, PNCnvxAdap
 from privadapt.server.estimators.selection import PrivateSelection
 
@@ -28,6 +29,7 @@ __all__ = [
     "PNCnvxAdap",
     "PrivateDiscrepancy",
     "PrivateEstimator",
+    "PrivateGridSearch",
     "PrivateSelection",
     "clone",
 ]

@@ -1,0 +1,128 @@
+"""The validation_loss kernel with one loss bound per candidate (seed 004's
+grid search): each column clipped to its own L_k, moving by at most L_k on
+neighbours, a bound of 0 making a constant column, public score offsets that
+move nothing, and the float64 tensors on the wire."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from privadapt.common.data import Dataset
+from privadapt.common.kernels import get_kernel
+from privadapt.common.kernels.validation_loss import ValidationLossParams
+from privadapt.common.losses import loss_values
+from privadapt.common.mechanisms import Adjacency
+from privadapt.common.wire import param_from_proto, param_to_proto
+
+DIM = 3
+RNG = np.random.default_rng(5)
+CANDIDATES = RNG.normal(size=(4, DIM)) * 3
+BOUNDS = np.array([0.5, 2.0, 8.0, 2.0])
+FEATURES = RNG.normal(size=(30, DIM))
+LABELS = RNG.normal(size=30) * 2
+KERNEL = get_kernel("validation_loss")
+
+
+def params(bounds=BOUNDS, offsets=None, loss="squared"):
+    return ValidationLossParams(CANDIDATES, loss, bounds, offsets)
+
+
+def release(features, labels, p):
+    data = Dataset(np.atleast_2d(np.asarray(features, float)), np.asarray(labels, float),
+                   tuple(f"x{i}" for i in range(DIM)))
+    (value,) = KERNEL.compute(data, p, {})
+    return value
+
+
+def test_each_candidate_is_clipped_to_its_own_bound():
+    expected = [np.minimum(loss_values("squared", FEATURES @ w, LABELS), b).sum()
+                for w, b in zip(CANDIDATES, BOUNDS, strict=True)]
+    np.testing.assert_allclose(release(FEATURES, LABELS, params()), expected, rtol=1e-12)
+
+
+def test_sensitivities_are_the_bounds_and_their_euclidean_norm():
+    for adjacency in Adjacency:
+        assert KERNEL.score_sensitivities(params(), adjacency, DIM) == tuple(BOUNDS)
+        (l2,) = KERNEL.l2_sensitivities(params(), adjacency)
+        assert l2 == pytest.approx(math.sqrt(np.sum(BOUNDS**2)))
+    assert KERNEL.max_abs_sum(params(), 10) == 80.0
+
+
+def test_one_scalar_bound_keeps_its_old_sensitivity():
+    (l2,) = KERNEL.l2_sensitivities(params(2.0), Adjacency.REPLACE_ONE)
+    assert l2 == math.sqrt(4) * 2.0
+    assert params(2.0).to_wire()["loss_bound"] == 2.0
+
+
+values = st.floats(-1e3, 1e3, allow_nan=False)
+record = st.tuples(st.lists(values, min_size=DIM, max_size=DIM), values)
+
+
+@settings(max_examples=60, deadline=None)
+@given(old=record, new=record, position=st.integers(0, 29))
+def test_replace_one_moves_entry_k_by_at_most_its_bound(old, new, position):
+    features, labels = FEATURES.copy(), LABELS.copy()
+    features[position], labels[position] = old
+    before = release(features, labels, params())
+    features[position], labels[position] = new
+    change = np.abs(release(features, labels, params()) - before)
+    assert np.all(change <= BOUNDS * (1 + 1e-12))
+    assert np.linalg.norm(change) <= KERNEL.l2_sensitivities(params(), Adjacency.REPLACE_ONE)[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(extra=record)
+def test_adding_one_record_moves_entry_k_by_at_most_its_bound(extra):
+    before = release(FEATURES, LABELS, params())
+    after = release(np.vstack([FEATURES, extra[0]]), np.append(LABELS, extra[1]), params())
+    assert np.all(np.abs(after - before) <= BOUNDS * (1 + 1e-12))
+
+
+def test_a_bound_of_zero_makes_a_constant_column_and_offsets_are_added_once():
+    bounds = np.array([0.0, 2.0, 8.0, 2.0])
+    offsets = np.array([30.0, 1.0, 0.0, -1.0])
+    p = params(bounds, offsets)
+    plain = release(FEATURES, LABELS, params(bounds))
+    assert plain[0] == 0.0
+    np.testing.assert_array_equal(release(FEATURES, LABELS, p), plain + offsets)
+    assert KERNEL.score_sensitivities(p, Adjacency.ADD_REMOVE_ONE, DIM)[0] == 0.0
+    # Offsets are constants: neighbours differ exactly as without them.
+    moved = release(FEATURES[1:], LABELS[1:], p) - release(FEATURES, LABELS, p)
+    np.testing.assert_allclose(moved, release(FEATURES[1:], LABELS[1:], params(bounds))
+                               - plain)
+    (with_offsets,) = KERNEL.computation_errors(p, DIM, 100)
+    (without,) = KERNEL.computation_errors(params(bounds), DIM, 100)
+    assert with_offsets > without
+
+
+@pytest.mark.parametrize("offsets", [None, np.array([1.0, 2.0, 3.0, 4.0])])
+def test_per_candidate_bounds_round_trip_the_wire_as_float64_tensors(offsets):
+    sent = params(offsets=offsets)
+    wire = {key: param_from_proto(param_to_proto(value))
+            for key, value in sent.to_wire().items()}
+    assert np.asarray(wire["loss_bound"]).dtype == np.float64
+    again = ValidationLossParams.from_wire(wire, DIM)
+    np.testing.assert_array_equal(again.bounds, BOUNDS)
+    if offsets is None:
+        assert again.score_offsets is None and "score_offsets" not in wire
+    else:
+        np.testing.assert_array_equal(again.score_offsets, offsets)
+
+
+@pytest.mark.parametrize("bounds, message", [
+    (np.array([1.0, 2.0]), "shape"),
+    (np.array([1.0, -2.0, 1.0, 1.0]), "at least one positive"),
+    (np.zeros(4), "at least one positive"),
+    (np.array([1.0, np.inf, 1.0, 1.0]), "NaN or infinite"),
+])
+def test_bad_bounds_are_refused_naming_the_parameter(bounds, message):
+    with pytest.raises(ValueError, match=message):
+        params(bounds)
+
+
+def test_offsets_of_the_wrong_length_are_refused():
+    with pytest.raises(ValueError, match="score_offsets"):
+        params(offsets=np.ones(3))
