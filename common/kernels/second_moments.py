@@ -30,11 +30,15 @@ and (u.v)^2 <= sum_j u_j^2 v_j^2 + sum_{j != k} |u_j u_k v_j v_k| bounds the
 subtracted term below by (alpha beta)^2 (a = (u, alpha), b = (v, beta)), so
 the maximum is 2 r^4 + r^2 Y^2 + max(r^2 Y^2 + Y^4 / 2, Y^4), attained for
 d >= 2 (at u = r (cos t, sin t), v = r (sin t, cos t), sin 2t = Y^2 / (2 r^2),
-beta = -alpha = -Y when Y^2 <= 2 r^2; at (r e1, Y), (r e2, 0) otherwise). Its
-off-diagonal noise is that sensitivity times the multiplier, never less than
-the scaled triangle's sigma / sqrt(2) = s / sqrt(2) times it (add/remove:
-r^4 + r^2 Y^2 + Y^4 >= s^2 / 2), and up to sqrt(2) times more when Y << r;
-it only wins on the diagonal, which matters less as d grows.
+beta = -alpha = -Y when Y^2 <= 2 r^2; at (r e1, Y), (r e2, 0) otherwise).
+Its off-diagonal noise is that sensitivity times the multiplier, against
+sensitivity / sqrt(2) for the scaled triangle. Add/remove: never less
+(r^4 + r^2 Y^2 + Y^4 >= s^2 / 2), up to sqrt(2) times more when Y << r; it
+wins only on the diagonal, which matters less as d grows. Replace-one: the
+same for Y^2 <= sqrt(2) r^2 (2 r^4 + 2 r^2 Y^2 + Y^4 / 2 >= s^2); above
+that the unscaled maximum falls below s^2, but there the declared sqrt(2) s
+of the scaled triangle is itself not tight (it is attained only for Y <= r),
+so tightening that bound for Y > r is the open improvement.
 
 Computation (issue 17): the sum is one BLAS Gram matrix of the clipped rows
 (:mod:`.blocked_gram`), not an exact sum; ``computation_errors`` charges its
@@ -190,6 +194,14 @@ class SecondMoments(Kernel):
         blas = gram_error(max_records, rows_bound)
         scaling = 2.0**-52 * max_records * rows_bound
         return (clip_slack(term, size) + OFF_DIAGONAL_SCALE * blas * (1 + 2.0**-50) + scaling,)
+
+    def score_sensitivities(
+        self, params: SecondMomentsParams, adjacency: Adjacency, dim: int
+    ) -> tuple[float, ...]:
+        # The triangle is one vector now, but the entries of a matrix are no
+        # candidates' scores: a selection over them stays refused, as before.
+        raise ValueError(f"kernel {self.name!r} releases a moment matrix (as its triangle), "
+                         "not one vector of scores: it cannot answer a selection")
 
     def compute(
         self, data: Dataset, params: SecondMomentsParams, state: MutableMapping[str, Any]
