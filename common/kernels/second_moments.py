@@ -141,20 +141,17 @@ class SecondMomentsParams(KernelParams):
 def exact_moment_sum(data: Dataset, params: SecondMomentsParams) -> np.ndarray:
     """sum_i z_i z_i^T as a symmetric matrix, summed exactly
     (:class:`~privadapt.common.kernels.exact_sum.ExactSum`): each record's
-    upper triangle is rounded toward zero (so its norm bound still holds) and
-    the terms added without rounding, so a changed record moves the sum by its
-    own term only, however large n or the other records are (issue 17)."""
+    z z^T is rounded toward zero (so its norm bound still holds) and the terms
+    added without rounding, so a changed record moves the sum by its own term
+    only, however large n or the other records are (issue 17)."""
     size = data.dim + 1
-    rows, cols = np.triu_indices(size)
-    total = ExactSum((len(rows),))
-    chunk = max(1, CHUNK_RECORDS * 64 // len(rows))  # chunk x triangle products in memory
+    total = ExactSum((size, size))
+    chunk = max(1, CHUNK_RECORDS * 64 // size**2)  # chunk x size^2 products in memory
     for z in params.clipped_blocks(data, chunk):
-        # Each record's own z_j z_k (at most ||z||^2 <= s), summed exactly.
-        total.add_terms(z[:, rows] * z[:, cols], params.record_bound)
-    matrix = np.zeros((size, size))
-    matrix[rows, cols] = total.value()
-    matrix[cols, rows] = matrix[rows, cols]
-    return matrix
+        # Each record's own z z^T (entries at most ||z||^2 <= s), summed exactly.
+        # (Summing only its triangle halves the terms but ran 15% slower.)
+        total.add_terms(z[:, :, None] * z[:, None, :], params.record_bound)
+    return total.value()
 
 
 @register
