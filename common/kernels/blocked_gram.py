@@ -7,7 +7,10 @@ entry (j, k) is the dot product of two columns of Z, and any evaluation order
 of a dot product of length b satisfies |fl(x^T y) - x^T y| <= gamma_b |x|^T |y|,
 gamma_k = k u / (1 - k u), u = 2^-53 (Higham, *Accuracy and Stability of
 Numerical Algorithms*, 2nd ed., eq. (3.5) and its remark that it holds for any
-order; eq. (3.13) for a matrix product; an FMA only tightens it). Z is taken
+order; eq. (3.13) for a matrix product; an FMA only tightens it). It assumes
+IEEE double arithmetic rounding to nearest and a classical BLAS (every entry
+a sum of its n products in some order, as OpenBLAS, MKL and BLIS compute it;
+no Strassen-like scheme). Z is taken
 in fixed blocks of :data:`BLOCK_RECORDS` rows, each block's Z^T Z by BLAS, the
 m = ceil(n / b) block results added in order (gamma_{m-1} of the sum of their
 magnitudes), so with Lemma 3.3 (gamma_j + gamma_k + gamma_j gamma_k <=
