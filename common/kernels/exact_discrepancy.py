@@ -62,7 +62,11 @@ from privadapt.common.kernels.base import (
     register,
     wire_values,
 )
-from privadapt.common.kernels.second_moments import SecondMoments, SecondMomentsParams
+from privadapt.common.kernels.second_moments import (
+    SecondMoments,
+    SecondMomentsParams,
+    exact_moment_sum,
+)
 from privadapt.common.losses import loss_bounds, squared_loss_discrepancy, squared_loss_range
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.validation import check_finite_array
@@ -200,8 +204,9 @@ class ExactDiscrepancy(Kernel):
     def compute(
         self, data: Dataset, params: ExactDiscrepancyParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray]:
-        # The same clipping as the Gaussian route's kernel: one code path.
-        (private_sum,) = _SECOND_MOMENTS.compute(data, params.clipping, state)
+        # The same clipping as the Gaussian route's kernel, summed exactly: a
+        # float error here would be amplified by the coordinator's radius.
+        private_sum = exact_moment_sum(data, params.clipping)
         difference = data.num_records * params.public_moments - private_sum
         value = squared_loss_discrepancy(difference, params.radius)
         return (np.array([value]),)

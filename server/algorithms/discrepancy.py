@@ -14,10 +14,11 @@ loss each is a trust-region subproblem, solved here exactly
 (:mod:`privadapt.common.trust_region`). Two estimates (DESIGN.md section 5):
 
 * ``federated_discrepancy`` (any number of sites): one Gaussian release of the
-  private second-moment sum (kernel ``second_moments``, Frobenius sensitivity
-  sqrt(2) (r^2 + Y^2) under replace-one), its noise multiplier calibrated by the
-  accountant for exactly (epsilon, delta); the noisy sum, symmetrised and divided
-  by the public n, replaces M_priv, and d-hat follows as post-processing,
+  private second-moment sum (kernel ``second_moments``: its sqrt(2)-scaled upper
+  triangle, Frobenius sensitivity sqrt(2) (r^2 + Y^2) under replace-one), its
+  noise multiplier calibrated by the accountant for exactly (epsilon, delta);
+  the noisy sum, rebuilt as a symmetric matrix and divided by the public n,
+  replaces M_priv, and d-hat follows as post-processing,
   projected onto [0, B]. The paper states no sigma for this route, so there is
   no ``calibration="paper"``.
 * ``single_holder_discrepancy`` (one site holds the whole private sample): the
@@ -49,7 +50,11 @@ from privadapt.common.calibration import calibrate_noise_multiplier
 from privadapt.common.data import Dataset
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.exact_discrepancy import ExactDiscrepancy, ExactDiscrepancyParams
-from privadapt.common.kernels.second_moments import SecondMoments, SecondMomentsParams
+from privadapt.common.kernels.second_moments import (
+    SecondMoments,
+    SecondMomentsParams,
+    symmetric_from_triangle,
+)
 from privadapt.common.losses import loss_bounds, squared_loss_discrepancy
 from privadapt.common.mechanisms import Adjacency, Mechanism
 from privadapt.common.validation import check_positive, check_positive_finite, check_probability
@@ -92,14 +97,15 @@ def public_second_moments(
     features, labels = _checked_public(features, labels)
     names = tuple(f"x{i}" for i in range(features.shape[1]))
     params = SecondMomentsParams(feature_norm, label_bound)
-    (total,) = _MOMENTS.compute(Dataset(features, labels, names), params, {})
-    return total / features.shape[0]
+    (triangle,) = _MOMENTS.compute(Dataset(features, labels, names), params, {})
+    return symmetric_from_triangle(triangle) / features.shape[0]
 
 
 def moments_mechanism(
     epsilon: float, delta: float, dim: int, feature_norm: float, label_bound: float
 ) -> Mechanism:
-    """The one Gaussian release of the (d+1) x (d+1) private moment sum that
+    """The one Gaussian release of the private moment sum (its (d+1)(d+2)/2
+    scaled upper-triangular entries) that
     meets (epsilon, delta) under replace-one adjacency; ``NoNoise`` at epsilon = inf."""
     multiplier = math.inf if math.isinf(epsilon) else calibrate_noise_multiplier(epsilon, delta, 1)
     params = SecondMomentsParams(feature_norm, label_bound)
@@ -134,9 +140,9 @@ def federated_discrepancy(
     dim = public.shape[0] - 1
     mechanism = moments_mechanism(epsilon, delta, dim, feature_norm, label_bound)
     params = SecondMomentsParams(feature_norm, label_bound)
-    noisy_sum = federation.query(_MOMENTS.name, params.to_wire(), mechanism).value
-    _check_dim(noisy_sum.shape, public.shape)
-    private = 0.5 * (noisy_sum + noisy_sum.T) / num_records  # post-processing
+    noisy_triangle = federation.query(_MOMENTS.name, params.to_wire(), mechanism).value
+    private = symmetric_from_triangle(noisy_triangle) / num_records  # post-processing
+    _check_dim(private.shape, public.shape)
     estimate = squared_loss_discrepancy(public - private, radius)
     (sigma,) = mechanism.noise_scales  # 0 without noise
     return _result(estimate, radius, feature_norm, label_bound, sigma / num_records,

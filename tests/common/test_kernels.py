@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from privadapt.common.data import Dataset
 from privadapt.common.kernels import get_kernel, registered_kernels
+from privadapt.common.kernels.second_moments import symmetric_from_triangle
 from privadapt.common.mechanisms import Adjacency
 
 DIM = 4
@@ -124,7 +125,8 @@ def test_squared_gradient_without_active_clipping_is_the_plain_gradient():
 def test_second_moments_match_clipped_outer_products():
     params = {"feature_norm": 1.0, "label_bound": 0.5}
     data = dataset(BASE_FEATURES, BASE_LABELS * 3)
-    (moments,) = get_kernel("second_moments").compute(data, typed("second_moments", params), {})
+    (triangle,) = get_kernel("second_moments").compute(data, typed("second_moments", params), {})
+    moments = symmetric_from_triangle(triangle)
     x = BASE_FEATURES / np.maximum(1.0, np.linalg.norm(BASE_FEATURES, axis=1))[:, None]
     z = np.column_stack([x, np.clip(BASE_LABELS * 3, -0.5, 0.5)])
     np.testing.assert_allclose(moments, z.T @ z, rtol=1e-12)
@@ -155,7 +157,8 @@ def test_l1_sensitivity_bounds_l2_by_sqrt_of_size():
     kernel = get_kernel("second_moments")
     l2 = kernel.sensitivities(params, Adjacency.REPLACE_ONE, "l2", DIM)[0]
     l1 = kernel.sensitivities(params, Adjacency.REPLACE_ONE, "l1", DIM)[0]
-    assert l1 == pytest.approx(l2 * (DIM + 1))
+    # The released block is the (DIM+1)(DIM+2)/2 entries of the upper triangle.
+    assert l1 == pytest.approx(l2 * math.sqrt((DIM + 1) * (DIM + 2) / 2))
 
 
 @pytest.mark.parametrize(
