@@ -28,7 +28,10 @@ def test_simulate_runs_a_networked_job_and_reports_each_sites_ledger(tmp_path):
     out = result.stdout
     assert "short  noisy_gd  succeeded  rounds=20" in out
     accuracies = [float(a) for a in re.findall(r"\s(0\.\d{4})\n", out)]
-    assert len(accuracies) == 2 and all(0.85 < a < 1.0 for a in accuracies)
+    # majority class, source only, the job: the bar first, then the methods.
+    assert "majority class (public source)" in out
+    assert len(accuracies) == 3 and all(0.85 < a < 1.0 for a in accuracies)
+    assert accuracies[0] <= min(accuracies[1:])
     spent = re.findall(r"short site-\d: epsilon (\d\.\d{3}) at delta 1e-06", out)
     assert len(spent) == 2 and all(0.99 <= float(e) <= 1.0 for e in spent)
     assert (workdir / "site-1" / "site.db").exists()
