@@ -90,6 +90,9 @@ class ExactSum:
 
     def value(self) -> np.ndarray:
         """The float64 nearest the exact sum (in one rounding, half an ulp)."""
+        fast = self._value_from_two_limbs()
+        if fast is not None:
+            return fast
         for unit in list(self._pending):
             self._flush(unit)
         exact = np.zeros(self.shape, dtype=object)
@@ -99,6 +102,23 @@ class ExactSum:
         # int -> float is correctly rounded; multiplying by a power of two is exact.
         return np.array([float(v) for v in exact.reshape(-1)],
                         dtype=np.float64).reshape(self.shape) * finest
+
+    def _value_from_two_limbs(self) -> np.ndarray | None:
+        """The same correctly rounded value without Python integers, when the
+        sum is still two int64 limbs (one bound, fewer than 2^19 records) each
+        at most 2^53 in magnitude: then the high limb times a power of two and
+        the low limb are exact float64s, and one float addition rounds their
+        exact sum once, to nearest (IEEE 754). A round with 1e5 entries spent
+        30 ms in the general path's object arrays."""
+        if self._parts or len(self._pending) != 2:
+            return None
+        (high_unit, (high, _)), (low_unit, (low, _)) = sorted(
+            self._pending.items(), key=lambda item: item[0], reverse=True)
+        limit = 2**53
+        if np.any(np.abs(high) > limit) or np.any(np.abs(low) > limit):
+            return None
+        ratio = high_unit / low_unit  # a power of two: the scaling is exact
+        return (high.astype(np.float64) * ratio + low.astype(np.float64)) * low_unit
 
     def _accumulate(self, unit: float, chunk: np.ndarray) -> None:
         total, count = self._pending.get(unit, (np.zeros(self.shape, np.int64), 0))
