@@ -55,15 +55,6 @@ def _power_of_two_above(bound: float) -> float:
     return math.ldexp(1.0, exponent - 1 if mantissa == 0.5 else exponent)
 
 
-def _toward_zero(values: np.ndarray, unit: float) -> np.ndarray:
-    """``values`` as integers of ``unit`` (a power of two), rounded toward zero;
-    non-finite values count as 0 (a term that cannot be computed adds nothing)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        units = np.trunc(values / unit)
-    units[~np.isfinite(units)] = 0.0
-    return units
-
-
 class ExactSum:
     """An exact running sum of per-record terms of shape ``shape``."""
 
@@ -78,14 +69,22 @@ class ExactSum:
         (an entry over the bound, by float rounding, is cut back to it)."""
         top = _power_of_two_above(bound)
         high_unit, low_unit = top * 2.0**-_LIMB_BITS, top * 2.0 ** (-2 * _LIMB_BITS)
-        limit = 2.0**_LIMB_BITS
+        per_high_unit, limb = 1.0 / high_unit, 2.0**_LIMB_BITS  # powers of two: exact
         for start in range(0, len(terms), _TERM_CHUNK):
-            values = np.asarray(terms[start:start + _TERM_CHUNK], float)
-            values = np.where(np.isfinite(values), np.clip(values, -top, top), 0.0)
-            high = _toward_zero(values, high_unit)
-            # Exact: ``high`` is ``values`` cut at a bit position, same sign.
-            low = _toward_zero(values - high * high_unit, low_unit)
-            self._accumulate(high_unit, np.clip(high, -limit, limit).astype(np.int64).sum(axis=0))
+            # A clipped copy: an entry over the bound (float rounding) is cut
+            # back to it, and a non-finite one (a term that cannot be
+            # computed) counts as 0.
+            raw = np.asarray(terms[start:start + _TERM_CHUNK], float)
+            values = np.clip(raw, -top, top)
+            values[~np.isfinite(raw)] = 0.0
+            # In units of high_unit, |scaled| <= 2^42: the integer part is the
+            # high limb, the fraction (exact: a float minus its truncation)
+            # times 2^42 the low limb, both rounded toward zero: trunc(v / U)
+            # and trunc((v - high U) / (U 2^-42)).
+            scaled = values * per_high_unit
+            high = np.trunc(scaled)
+            low = np.trunc((scaled - high) * limb)
+            self._accumulate(high_unit, high.astype(np.int64).sum(axis=0))
             self._accumulate(low_unit, low.astype(np.int64).sum(axis=0))
 
     def value(self) -> np.ndarray:

@@ -39,3 +39,26 @@ def test_the_value_is_the_nearest_float_to_the_exact_sum_of_rounded_terms():
     fast, general = _both(terms, 2.0**41)
     exact = Fraction(1) + Fraction(2) ** -30
     assert fast[0] == general[0] == float(exact)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_limbs_are_each_terms_value_rounded_toward_zero(seed):
+    # By definition: high = trunc(v / U), low = trunc((v - high U) / (U 2^-42)),
+    # with non-finite terms counted as 0 and terms clipped to the bound's power
+    # of two; the sum of each limb over records is what the ExactSum holds.
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    scale = 2.0 ** int(rng.integers(-150, 150))
+    terms = rng.normal(size=(n, 3)) * scale * 10.0 ** rng.integers(-20, 2, size=(n, 3))
+    terms[0] = [np.inf, -np.inf, np.nan]
+    bound = float(np.abs(terms[1:]).max() if n > 1 else 1.0) * 0.75 or 1.0
+    total = ExactSum((3,))
+    total.add_terms(terms, bound)
+    top = 2.0 ** np.ceil(np.log2(bound))
+    unit = top * 2.0**-42
+    values = np.where(np.isfinite(terms), np.clip(terms, -top, top), 0.0)
+    high = np.trunc(values / unit)
+    low = np.trunc((values - high * unit) / (unit * 2.0**-42))
+    exact = [sum(Fraction(h) * Fraction(unit) + Fraction(lo) * Fraction(unit) * Fraction(2) ** -42
+                 for h, lo in zip(high[:, j], low[:, j], strict=True)) for j in range(3)]
+    np.testing.assert_array_equal(total.value(), [float(e) for e in exact])
