@@ -27,7 +27,6 @@ refuses it; so does a kernel with per-record state, which assumes every record.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +38,10 @@ from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query, ReleaseForm
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import Kernel, KernelParams, get_kernel
-from privadapt.common.kernels.grid_rounding import ACCEPTED_FRACTIONAL_BITS
+from privadapt.common.kernels.grid_rounding import (
+    ACCEPTED_FRACTIONAL_BITS,
+    score_rounding_charged,
+)
 from privadapt.common.mechanisms import (
     Adjacency,
     KernelMechanism,
@@ -257,10 +259,10 @@ class QueryAdmission:
         """The selection mechanism as this site accounts it: the query's
         randomisation against the kernel's own per-candidate score
         sensitivities under the policy's adjacency, each plus one grid step
-        2^-f and the floating-point error of computing it: the site rounds
-        every score onto the grid before it draws (so the scores it selects
-        on are a function of the rounded sums), and two rounded scores differ
-        by at most the true change plus one step plus that error."""
+        2^-f and the floating-point error of computing it
+        (:func:`~privadapt.common.kernels.grid_rounding.score_rounding_charged`):
+        the site rounds every score onto the grid before it draws (so the
+        scores it selects on are a function of the rounded sums)."""
         mechanism = query.mechanism
         if not isinstance(mechanism, SelectionMechanism):
             raise self.refusal(query, f"{type(mechanism).__name__} is not a selection mechanism")
@@ -283,16 +285,10 @@ class QueryAdmission:
                 raise self.refusal(
                     query, f"candidate {candidate} declares score sensitivity {said:g} but the "
                     f"kernel's clipping guarantees only {true:g}")
-        # Rounding: each score is the kernel's exact sum up to its computation
-        # error e (charged twice, once per neighbour, as for sums: grid_rounding),
-        # rounded onto the grid (one step), then decoded back to a float, which
-        # rounds once more by at most u B (u = 2^-53, B the public bound on the
-        # sum) on each neighbour; all from public bounds only.
-        step = 2.0 ** -codec.fractional_bits
+        # Rounding and float error, from public bounds only (grid_rounding).
         (error,) = kernel.computation_errors(params, self.dim, self.range_records)
-        decoding = 2.0 * 2.0**-53 * kernel.max_abs_sum(params, self.range_records)
-        charged_scores = tuple(math.nextafter(s + step + 2 * error + decoding, math.inf)
-                               for s in own)
+        charged_scores = score_rounding_charged(
+            own, codec.fractional_bits, error, kernel.max_abs_sum(params, self.range_records))
         if uniform:
             charged_scores = (max(charged_scores),)
         charged = mechanism.with_score_sensitivities(charged_scores, self.policy.adjacency)

@@ -15,6 +15,11 @@ float64 rounding of an exact sum, a solver's error) from a function whose
 sensitivity is the kernel's, so two neighbours differ by up to 2e more per
 coordinate; that is charged with the step.
 
+A selection (issue 12) charges per entry instead: each score is rounded onto
+the grid and decoded back to a float before the site draws, which rounds once
+more by at most u B on each neighbour (B the public bound on the sum):
+:func:`score_rounding_charged`.
+
 This is the one place the charge is written: the site charges it, and
 ``Kernel.mechanism`` sizes the noise an algorithm asks for with it. An
 algorithm does not know the federation's grid, so it sizes for the coarsest
@@ -25,7 +30,10 @@ charges less), and exactly the target on the coarsest.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Literal
+
+from privadapt.common.kernels.exact_sum import conversion_error
 
 Norm = Literal["l2", "l1"]
 
@@ -51,3 +59,14 @@ def rounding_charged(
         if s > 0 else 0.0
         for s, shape, e in zip(sensitivities, shapes, errors, strict=True)
     )
+
+
+def score_rounding_charged(
+    sensitivities: Sequence[float], fractional_bits: int, error: float, magnitude: float
+) -> tuple[float, ...]:
+    """Each score's sensitivity as a site charges it for a selection: plus one
+    grid step (rounding), twice the kernel's computation error ``error`` and
+    twice the decoding's rounding of a sum of at most ``magnitude`` (once per
+    neighbour each), rounded up so the float sum cannot fall below it."""
+    extra = 2.0**-fractional_bits + 2 * error + 2 * conversion_error(magnitude)
+    return tuple(math.nextafter(s + extra, math.inf) for s in sensitivities)
