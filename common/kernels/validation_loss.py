@@ -88,6 +88,10 @@ from privadapt.common.losses import (
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.validation import check_finite_array, check_one_of
 
+#: The most candidates one query may score: the site's time grows with K and
+#: a coordinator chooses K (the wire alone would let it send millions).
+MAX_CANDIDATES = 4096
+
 
 @dataclass(frozen=True, eq=False)
 class ValidationLossParams(KernelParams):
@@ -109,6 +113,9 @@ class ValidationLossParams(KernelParams):
         if candidates.shape[0] < 1 or candidates.shape[1] < 1:
             raise ValueError(f"parameter 'candidates' must hold at least one model of at least "
                              f"one feature, got shape {candidates.shape}")
+        if candidates.shape[0] > MAX_CANDIDATES:
+            raise ValueError(f"parameter 'candidates' holds {candidates.shape[0]} models, more "
+                             f"than the {MAX_CANDIDATES} a site scores in one query")
         if candidates.ndim == 3 and candidates.shape[2] < 2:
             raise ValueError(f"parameter 'candidates' must have C >= 2 classes for the softmax "
                              f"cross-entropy, got shape {candidates.shape}")
@@ -233,8 +240,11 @@ class ValidationLoss(Kernel):
         bounds = params.bounds
         groups = {float(b): np.flatnonzero(bounds == b) for b in np.unique(bounds) if b > 0}
         totals = {b: ExactSum((len(columns),)) for b, columns in groups.items()}
-        for start in range(0, data.num_records, CHUNK_RECORDS):
-            stop = start + CHUNK_RECORDS
+        # Rows per chunk so that the (rows, K) losses stay within the working
+        # memory of CHUNK_RECORDS records of one candidate, whatever K is sent.
+        rows = max(1, CHUNK_RECORDS // params.num_candidates)
+        for start in range(0, data.num_records, rows):
+            stop = start + rows
             terms = clipped_losses(data.features[start:stop], data.labels[start:stop], params)
             for bound, columns in groups.items():
                 totals[bound].add_terms(terms[:, columns], bound)

@@ -126,3 +126,13 @@ def test_bad_bounds_are_refused_naming_the_parameter(bounds, message):
 def test_offsets_of_the_wrong_length_are_refused():
     with pytest.raises(ValueError, match="score_offsets"):
         params(offsets=np.ones(3))
+
+
+def test_a_coordinator_cannot_make_a_site_score_millions_of_candidates():
+    # Time and memory grow with K, which the coordinator chooses; the refusal
+    # depends on the parameters only.
+    from privadapt.common.kernels.validation_loss import MAX_CANDIDATES, ValidationLossParams
+
+    with pytest.raises(ValueError, match="more than the 4096"):
+        ValidationLossParams(np.zeros((MAX_CANDIDATES + 1, 2)), "logistic", 1.0)
+    assert ValidationLossParams(np.zeros((MAX_CANDIDATES, 2)), "logistic", 1.0).num_candidates
