@@ -1,5 +1,6 @@
-"""A Gram matrix sum_i z_i z_i^T by BLAS, with a proved, data-independent bound
-on its float error (issue 17, without the cost of an exact sum).
+"""Sums of per-record products by BLAS (a Gram matrix sum_i z_i z_i^T, a
+weighted column sum X^T c), with a proved, data-independent bound on their
+float error (issue 17, without the cost of an exact sum).
 
 An exact sum (:mod:`.exact_sum`) makes one record move the result by its own
 term only, but costs a per-record outer product. A Gram matrix needs less: its
@@ -53,6 +54,21 @@ def gram(blocks: Iterable[np.ndarray], size: int) -> np.ndarray:
     return total
 
 
+def weighted_rows(blocks: Iterable[tuple[np.ndarray, np.ndarray]], size: int) -> np.ndarray:
+    """sum over ``blocks`` (pairs of at most :data:`BLOCK_RECORDS` rows X of
+    ``size`` finite columns and their coefficients c) of X^T c, added in
+    order. Every entry is a sum of the products x_ij c_i: the bound of
+    :func:`gram_error` holds with |x_ij c_i| <= ||c_i x_i|| in place of
+    ||z||^2, i.e. ``gram_error(N, bound on ||c_i x_i||)``."""
+    total = np.zeros(size)
+    for rows, coefficients in blocks:
+        if len(rows) > BLOCK_RECORDS:
+            raise ValueError(f"a product block has {len(rows)} rows, more than "
+                             f"{BLOCK_RECORDS}: its error bound would not hold")
+        total += rows.T @ coefficients
+    return total
+
+
 def gamma(count: int) -> float:
     """gamma_k = k u / (1 - k u); ``ValueError`` once k u >= 1/2 (no useful bound)."""
     product = count * FLOAT_UNIT_ROUNDOFF
@@ -63,7 +79,9 @@ def gamma(count: int) -> float:
 
 def gram_error(max_records: int, row_norm_squared: float) -> float:
     """A bound on |computed - exact| for every entry of :func:`gram` over at most
-    ``max_records`` rows, each of squared norm at most ``row_norm_squared``."""
+    ``max_records`` rows, each of squared norm at most ``row_norm_squared``
+    (and of :func:`weighted_rows` when every product |x_ij c_i| is at most
+    ``row_norm_squared``)."""
     records = max(1, int(max_records))
     blocks = math.ceil(records / BLOCK_RECORDS)
     count = min(records, BLOCK_RECORDS) + blocks - 1

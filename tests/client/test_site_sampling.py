@@ -162,8 +162,10 @@ def test_ledger_epsilon_after_sampled_releases_equals_dp_accounting(tmp_path):
     charges = site.ledger.charges("job")
     assert {c.mechanism for c in charges} == {charges[0].mechanism}
     charged = charges[0].mechanism
-    # The site charges its own sensitivity plus the grid rounding: a hair above z's.
-    assert charged.sampling_rate == q and charged.noise_multiplier == pytest.approx(z, rel=1e-8)
+    # The site charges its own sensitivity plus the grid rounding and the
+    # kernel's float error at its own record bound (below the 2^20 the query
+    # was sized for): a hair from z (blocked BLAS: about 2 sqrt(d) 5e-7 / C).
+    assert charged.sampling_rate == q and charged.noise_multiplier == pytest.approx(z, rel=1e-5)
     reference = pld_privacy_accountant.PLDAccountant(dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
     event = dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(charged.noise_multiplier))
     expected = reference.compose(event, releases).get_epsilon(DELTA)

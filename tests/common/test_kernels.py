@@ -139,8 +139,8 @@ def test_gradient_kernel_is_chunk_invariant(monkeypatch):
     data = dataset(rng.normal(size=(1000, DIM)), np.sign(rng.normal(size=1000)))
     kernel_name, params = QUERIES["linear_gradient/squared"]
     (whole,) = get_kernel(kernel_name).compute(data, typed(kernel_name, params), {})
-    monkeypatch.setattr("privadapt.common.kernels.linear_gradient.CHUNK_RECORDS", 7)
-    assert base.CHUNK_RECORDS != 7
+    monkeypatch.setattr("privadapt.common.kernels.linear_gradient.BLOCK_RECORDS", 7)
+    assert base.CHUNK_RECORDS != 7  # blocks of 7 records, summed in order: the same sum
     (chunked,) = get_kernel(kernel_name).compute(data, typed(kernel_name, params), {})
     np.testing.assert_allclose(chunked, whole, rtol=1e-10)
 

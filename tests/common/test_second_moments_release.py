@@ -11,7 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from privadapt.common.data import Dataset
-from privadapt.common.kernels.blocked_gram import BLOCK_RECORDS, gram, gram_error
+from privadapt.common.kernels.blocked_gram import (
+    BLOCK_RECORDS,
+    gram,
+    gram_error,
+    weighted_rows,
+)
 from privadapt.common.kernels.second_moments import (
     SecondMoments,
     SecondMomentsParams,
@@ -118,6 +123,26 @@ def test_the_blas_sum_is_within_its_proved_bound(seed, num, unit):
     for j in range(4):
         for k in range(4):
             assert abs(Fraction(float(computed[j, k])) - exact[j][k]) <= bound
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 60),
+       st.sampled_from([1.0, 2.0**-500, 2.0**300]))
+def test_the_blas_weighted_row_sum_is_within_its_proved_bound(seed, num, unit):
+    # linear_gradient's X^T c: products x_ij c_i over many binades, cancelling.
+    rng = np.random.default_rng(seed)
+    rows = rng.normal(size=(num, 5)) * 2.0 ** rng.integers(-40, 40, size=(num, 5)) * unit
+    coefficients = rng.normal(size=num) * 2.0 ** rng.integers(-30, 30, size=num)
+    rows[rng.random(size=rows.shape) < 0.2] = 0.0
+    largest = max(abs(Fraction(float(c)) * Fraction(float(v)))
+                  for row, c in zip(rows, coefficients, strict=True) for v in row)
+    computed = weighted_rows(((rows[i:i + 7], coefficients[i:i + 7])
+                              for i in range(0, num, 7)), 5)
+    bound = Fraction(gram_error(num, math.nextafter(float(largest), math.inf)))
+    for j in range(5):
+        exact = sum((Fraction(float(c)) * Fraction(float(row[j]))
+                     for row, c in zip(rows, coefficients, strict=True)), Fraction(0))
+        assert abs(Fraction(float(computed[j])) - exact) <= bound
 
 
 def test_gram_refuses_blocks_larger_than_its_bound_assumes():

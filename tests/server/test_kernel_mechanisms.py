@@ -66,10 +66,13 @@ def test_the_site_charges_the_noise_multiplier_the_algorithm_calibrated(make_sit
     if bits == COARSEST_FRACTIONAL_BITS:
         # The grid the algorithm sized for, at a site below the record bound it
         # sized the computation error for: the charge is what it declared, up
-        # to that (tiny) error, and never more.
-        assert planned <= charged.noise_multiplier <= planned * (1 + 1e-9)
+        # to that (tiny) error, and never more. Kernels summed by blocked BLAS
+        # (linear_gradient, second_moments) size a gamma_{b+m} bound at 2^20
+        # records, about 5e-7 of the clip bound per entry: a relative gap of a
+        # few 1e-6 at this dimension (1e-10 for exact sums).
+        assert planned <= charged.noise_multiplier <= planned * (1 + 1e-5)
         assert epsilon_of(charged) <= epsilon_of(mechanism)
-        assert epsilon_of(charged) == pytest.approx(epsilon_of(mechanism), rel=1e-9)
+        assert epsilon_of(charged) == pytest.approx(epsilon_of(mechanism), rel=1e-5)
     else:
         # A finer grid charges less rounding: a little more noise per sensitivity.
         assert planned <= charged.noise_multiplier <= planned * (1 + 1e-4)
@@ -104,7 +107,9 @@ def test_sampled_gaussian_keeps_its_rate_and_adjacency():
     mechanism = LinearGradient().mechanism(GRADIENT, 2.0, Adjacency.ADD_REMOVE_ONE, dim=DIM,
                                            sampling_rate=0.1)
     assert isinstance(mechanism, GaussianMechanism) and mechanism.sampling_rate == 0.1
-    assert mechanism.blocks[0].sensitivity == pytest.approx(1.0 + math.sqrt(DIM) * 2.0**-16)
+    (error,) = LinearGradient().computation_errors(GRADIENT, DIM, SIZING_RECORDS)
+    assert mechanism.blocks[0].sensitivity == pytest.approx(
+        1.0 + math.sqrt(DIM) * (2.0**-16 + 2 * error), rel=1e-15)
 
 
 def test_infinite_multiplier_asks_for_no_noise_with_the_kernels_sensitivities():
