@@ -13,6 +13,7 @@ from scipy import special, stats
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.noise import (
     NOISE_REACH,
+    SecureRandomBits,
     SeededRandomBits,
     gamma_noise,
     gaussian_noise,
@@ -39,6 +40,32 @@ def test_secure_source_gives_open_unit_interval_uniforms():
 
 def test_secure_source_never_repeats_a_draw():
     assert not np.array_equal(uniforms(16), uniforms(16))
+
+
+def test_secure_words_have_balanced_independent_bits():
+    words = SecureRandomBits().words(SAMPLES)
+    bits = np.unpackbits(words.view(np.uint8)).reshape(SAMPLES, 64)
+    # Every bit position is a fair coin (a stuck or biased bit fails by far).
+    per_position = bits.mean(axis=0)
+    assert np.all(np.abs(per_position - 0.5) < 5 * 0.5 / np.sqrt(SAMPLES))
+    # Consecutive words are uncorrelated.
+    high = (words >> np.uint64(32)).astype(np.float64)
+    assert abs(np.corrcoef(high[:-1], high[1:])[0, 1]) < 5 / np.sqrt(SAMPLES)
+
+
+def test_secure_words_take_a_fresh_os_key_every_call(monkeypatch):
+    import os
+
+    calls = []
+    real = os.urandom
+
+    def counting(size):
+        calls.append(size)
+        return real(size)
+
+    monkeypatch.setattr(os, "urandom", counting)
+    first, second = SecureRandomBits().words(8), SecureRandomBits().words(8)
+    assert calls == [32, 32] and not np.array_equal(first, second)
 
 
 def test_extreme_words_give_finite_noise():
