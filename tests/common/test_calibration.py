@@ -228,3 +228,36 @@ def test_laplace_scale_composes_to_exactly_epsilon_at_delta_zero():
 def test_laplace_scale_refuses_bad_input(epsilon, sensitivity, releases, message):
     with pytest.raises(ValueError, match=message):
         calibrate_laplace_scale(epsilon, sensitivity, releases)
+
+
+def _sampled_epsilon(z, releases, delta, rate, interval=None):
+    kwargs = {} if interval is None else {"value_discretization_interval": interval}
+    accountant = PrivacyAccountant(Adjacency.ADD_REMOVE_ONE, AccountingMethod.PLD, **kwargs)
+    mechanism = GaussianMechanism.single(1.0, z, Adjacency.ADD_REMOVE_ONE, rate)
+    return accountant.compose(mechanism, releases).get_epsilon(delta)
+
+
+@pytest.mark.parametrize(("epsilon", "releases", "rate"), [(1.0, 20, 0.1), (8.0, 50, 0.02)])
+def test_sampled_calibration_is_decided_on_the_accountants_own_grid(epsilon, releases, rate):
+    # The coarse search only guesses; the answer meets the target on the
+    # ledger's grid and is tight there.
+    z = calibrate_noise_multiplier(epsilon, 1e-5, releases, adjacency=Adjacency.ADD_REMOVE_ONE,
+                                   sampling_rate=rate, relative_tolerance=TOL)
+    assert _sampled_epsilon(z, releases, 1e-5, rate) <= epsilon
+    assert _sampled_epsilon(z * (1 - 2 * TOL), releases, 1e-5, rate) > epsilon
+
+
+def test_a_wrong_coarse_guess_cannot_change_the_answer(monkeypatch):
+    from privadapt.common import calibration
+
+    def calibrate():
+        return calibrate_noise_multiplier(2.0, 1e-5, 20, adjacency=Adjacency.ADD_REMOVE_ONE,
+                                          sampling_rate=0.1, relative_tolerance=TOL)
+
+    right = calibrate()
+    # A coarse grid so coarse that its guess is far off: the fine search widens.
+    monkeypatch.setattr(calibration, "_COARSE_DISCRETIZATION", 0.5)
+    wrong = calibrate()
+    assert _sampled_epsilon(wrong, 20, 1e-5, 0.1) <= 2.0
+    assert _sampled_epsilon(wrong * (1 - 2 * TOL), 20, 1e-5, 0.1) > 2.0
+    assert wrong == pytest.approx(right, rel=2 * TOL)
