@@ -11,6 +11,7 @@ from privadapt.common.kernels import (
     record_count,
     reweighted_gradient,
     second_moments,
+    smoothed_discrepancy_gradient,
     validation_loss,
 )
 from privadapt.common.kernels.base import (
@@ -34,5 +35,6 @@ __all__ = [
     "registered_kernels",
     "reweighted_gradient",
     "second_moments",
+    "smoothed_discrepancy_gradient",
     "validation_loss",
 ]

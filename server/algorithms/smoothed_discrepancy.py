@@ -17,7 +17,9 @@ Mohri (2014) (the DM baseline of seed 000, ``experiments/baselines/dm.py``).
   both signs of the spectrum the paper uses M~(q) = diag(M(q), -M(q)) and
   F~(q) = f(M~(q)), f(A) = (1/mu) log Tr exp(mu A). Since the eigenvalues of
   M~ are +-lambda_i(M), F~ = (1/mu) log sum_i 2 cosh(mu lambda_i); we compute
-  it from one ``eigh`` of the d x d matrix M(q) with a log-sum-exp (max-shift).
+  it from one ``eigh`` of the d x d matrix M(q) with a log-sum-exp (max-shift)
+  (the math lives in ``common/smoothed_spectral.py``, shared with the site
+  kernel that scores vertices on a private M_0).
 * Gradient (eq. (4) for F, App. C.2 for F~):
       [grad F~(q)]_i = -<grad f(M~), diag(M_i, -M_i)> = -x_i^T G x_i,
       G = V diag(w+ - w-) V^T,  w+-_k = exp(+-mu lambda_k) / sum_l 2 cosh(mu lambda_l),
@@ -64,7 +66,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-from scipy import optimize, special
+from scipy import optimize
+
+from privadapt.common.smoothed_spectral import (
+    smoothed_norm_and_vertex_gradient,
+    smoothed_spectral_norm_gradient,
+    smoothed_spectrum,
+)
 
 VertexSelector = Callable[[np.ndarray], int]
 StepRule = Literal["line_search", "open_loop"]
@@ -97,26 +105,7 @@ def smoothing_error_bound(dim: int, mu: float) -> float:
 
 def smoothed_spectral_norm(matrix: np.ndarray, mu: float) -> float:
     """F~ = f(diag(A, -A)) = (1/mu) log sum_k 2 cosh(mu lambda_k(A))."""
-    return _smoothed_and_gradient(matrix, mu)[0]
-
-
-def smoothed_spectral_norm_gradient(matrix: np.ndarray, mu: float) -> tuple[float, np.ndarray]:
-    """(F~(A), G) with G = dF~/dA = V diag(w+ - w-) V^T, the softmax-weighted
-    eigenprojector (App. C.2); d/dq_i of F~(M(q)) is then -x_i^T G x_i."""
-    return _smoothed_and_gradient(matrix, mu)
-
-
-def _smoothed_and_gradient(matrix: np.ndarray, mu: float) -> tuple[float, np.ndarray]:
-    eigenvalues, eigenvectors = np.linalg.eigh(matrix)
-    # The 2d eigenvalues of diag(A, -A); logsumexp shifts by the largest, ||A||_2,
-    # so no exponential overflows however large mu ||A|| is.
-    exponents = mu * np.concatenate([eigenvalues, -eigenvalues])
-    log_partition = special.logsumexp(exponents)
-    softmax = np.exp(exponents - log_partition)
-    d = len(eigenvalues)
-    signed = softmax[:d] - softmax[d:]
-    gradient_matrix = (eigenvectors * signed) @ eigenvectors.T
-    return float(log_partition / mu), gradient_matrix
+    return smoothed_spectrum(matrix, mu)[0]
 
 
 @dataclass(frozen=True)
@@ -172,11 +161,10 @@ class SmoothedDiscrepancy:
 
     def value_and_gradient(self, weights: np.ndarray) -> tuple[float, np.ndarray]:
         """F~^lambda(q) and its gradient, -x_i^T G x_i + lambda q_i (eq. (4), App. C.2)."""
-        smooth, gradient_matrix = smoothed_spectral_norm_gradient(self.matrix(weights), self.mu)
-        quadratic_forms = np.einsum("ij,jk,ik->i", self.source_features, gradient_matrix,
-                                    self.source_features)
+        smooth, vertex_gradient = smoothed_norm_and_vertex_gradient(
+            self.source_features, self.matrix(weights), self.mu)
         value = smooth + 0.5 * self.regularization * float(weights @ weights)
-        return value, -quadratic_forms + self.regularization * weights
+        return value, vertex_gradient + self.regularization * weights
 
 
 def exact_vertex(gradient: np.ndarray) -> int:

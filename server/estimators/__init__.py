@@ -15,6 +15,7 @@ from privadapt.server.estimators.base import (
     clone,
 )
 from privadapt.server.estimators.discrepancy import PrivateDiscrepancy
+from privadapt.server.estimators.discrepancy_minimization import PrivateDiscrepancyMinimization
 from privadapt.server.estimators.gradient_descent import NoisyGD, NoisySGD
 from privadapt.server.estimators.grid_search import PrivateGridSearch
 from privadapt.server.estimators.reweighting import PCnvxAdap, PNCnvxAdap
@@ -28,6 +29,7 @@ __all__ = [
     "PCnvxAdap",
     "PNCnvxAdap",
     "PrivateDiscrepancy",
+    "PrivateDiscrepancyMinimization",
     "PrivateEstimator",
     "PrivateGridSearch",
     "PrivateSelection",

@@ -169,6 +169,10 @@ SUM_KERNELS = {
     "validation_loss": lambda r, y, w: {"candidates": np.array([[w, -w, 1.0], [0.0, w, w]]),
                                         "loss": "logistic", "loss_bound": r},
     "record_count": lambda r, y, w: {},
+    "smoothed_discrepancy_gradient": lambda r, y, w: {
+        "feature_norm": r, "source_points": r * np.array([[1.0, 0, 0], [0, 0.6, 0.8]]),
+        "weights": np.array([0.5, 0.5]), "mu": w, "scale": 1.0, "regularization": 0.0,
+        "offset_bound": 0.0},
 }
 
 

@@ -35,6 +35,10 @@ WIRE = {
                                     "weights": np.arange(2.0 * DIM)},
     "validation_loss": {"candidates": np.arange(2.0 * DIM).reshape(2, DIM), "loss": "squared",
                         "loss_bound": 4.0},
+    "smoothed_discrepancy_gradient": {
+        "feature_norm": 1.5, "source_points": np.array([[1.0, 0.0, 0.5], [0.0, -1.0, 0.2]]),
+        "weights": np.array([0.25, 0.75]), "mu": 10.0, "scale": 4.0, "regularization": 0.001,
+        "offset_bound": 2.0, "offsets": np.array([1.5, -0.5])},
     "validation_loss/softmax": {"candidates": np.ones((2, DIM, 3)),
                                 "loss": "softmax_cross_entropy", "loss_bound": 2.0},
 }
