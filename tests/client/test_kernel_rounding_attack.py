@@ -169,6 +169,10 @@ SUM_KERNELS = {
     "validation_loss": lambda r, y, w: {"candidates": np.array([[w, -w, 1.0], [0.0, w, w]]),
                                         "loss": "logistic", "loss_bound": r},
     "record_count": lambda r, y, w: {},
+    "nearest_centre_sums": lambda r, y, w: {"centres": np.array([[0.6, 0.0, 0.0],
+                                                                  [-0.3, 0.2, 0.1]]) * r,
+                                            "clip_norm": r, "count_weight": w,
+                                            "moment_weight": w},
 }
 
 
