@@ -17,6 +17,8 @@ from privadapt.server.estimators.base import (
 from privadapt.server.estimators.discrepancy import PrivateDiscrepancy
 from privadapt.server.estimators.gradient_descent import NoisyGD, NoisySGD
 from privadapt.server.estimators.grid_search import PrivateGridSearch
+from privadapt.server.estimators.private_kmeans import PrivateLloydKMeans
+from privadapt.server.estimators.private_mixture import PrivateGaussianMixtureSampler
 from privadapt.server.estimators.reweighting import PCnvxAdap, PNCnvxAdap
 from privadapt.server.estimators.selection import PrivateSelection
 
@@ -29,7 +31,9 @@ __all__ = [
     "PNCnvxAdap",
     "PrivateDiscrepancy",
     "PrivateEstimator",
+    "PrivateGaussianMixtureSampler",
     "PrivateGridSearch",
+    "PrivateLloydKMeans",
     "PrivateSelection",
     "clone",
 ]
