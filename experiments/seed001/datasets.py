@@ -43,6 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privadapt.common.data import Dataset
+
 HALF = 0.5
 PROJECTED_DIM = 8
 DIGIT_PAIRS = ((1, 7), (7, 1), (5, 2), (2, 5), (9, 6), (6, 9))
@@ -167,6 +169,15 @@ def mnist_pair(pair: tuple[int, int], seed: int) -> SourceTarget:
 
     images, labels = mnist_data()
     return projected_pair("mnist", np.asarray(images, float), np.asarray(labels), pair, seed)
+
+
+def split_across_sites(source: np.ndarray, num_sites: int, seed: int) -> list[Dataset]:
+    """The private source dealt at random into ``num_sites`` near-equal sites
+    (labels unused: zeros), as an in-process federation takes it."""
+    order = np.random.default_rng(seed).permutation(len(source))
+    names = tuple(f"x{i}" for i in range(source.shape[1]))
+    return [Dataset(source[part], np.zeros(len(part)), names)
+            for part in np.array_split(order, num_sites)]
 
 
 SYNTHETIC: dict[str, Callable[[int], SourceTarget]] = {
