@@ -55,8 +55,8 @@ float clip, which the default ``computation_errors`` charges.
 Range checks: at most :data:`MAX_CENTRES` centres (a site's work is n K d and
 a coordinator chooses K), finite, each of norm at most r (every record lies in
 the clip ball, so a centre outside it is a coordinator error, and inside it
-every scaled squared distance is at most 4: nothing overflows); r, w and v
-within :data:`~.base.BOUND_RANGE`.
+every scaled squared distance is at most 4: nothing overflows); r, w, v and
+the moment columns' bound v r^2 within :data:`~.base.BOUND_RANGE`.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ import numpy as np
 from privadapt.common.data import Dataset
 from privadapt.common.geometry import clip_rows_to_norm, row_norms
 from privadapt.common.kernels.base import (
+    BOUND_RANGE,
     Kernel,
     KernelParams,
     check_bound,
@@ -109,8 +110,11 @@ class NearestCentreSumsParams(KernelParams):
         object.__setattr__(self, "count_weight",
                            check_bound("parameter 'count_weight'", self.count_weight))
         if self.moment_weight is not None:
-            object.__setattr__(self, "moment_weight",
-                               check_bound("parameter 'moment_weight'", self.moment_weight))
+            weight = check_bound("parameter 'moment_weight'", self.moment_weight)
+            if not weight * clip**2 <= BOUND_RANGE[1]:  # the moment columns' bound v r^2
+                raise ValueError(f"parameter 'moment_weight' times clip_norm^2 must be at most "
+                                 f"2^200, got {weight!r} * {clip!r}^2")
+            object.__setattr__(self, "moment_weight", weight)
         centres = check_finite_array("parameter 'centres'", self.centres, (None, None))
         if not 1 <= centres.shape[0] <= MAX_CENTRES or centres.shape[1] < 1:
             raise ValueError(f"parameter 'centres' must hold 1 to {MAX_CENTRES} centres of at "
@@ -149,14 +153,12 @@ class NearestCentreSumsParams(KernelParams):
     @property
     def entry_bound(self) -> float:
         """A bound on any entry of one record's row: w, |x_j| <= r, v x_j^2 <= v r^2."""
-        moment = 0.0 if self.moment_weight is None else self.moment_weight * self.clip_norm**2
-        return max(self.count_weight, self.clip_norm, moment)
+        return max(self.count_weight, self.clip_norm, self.moment_bound)
 
-    def record_norm_squares(self) -> tuple[float, float, float]:
-        """(w^2, r^2, v^2 r^4): the squared L2 bounds of one row's three parts."""
-        moment = 0.0 if self.moment_weight is None else (self.moment_weight
-                                                          * self.clip_norm**2) ** 2
-        return self.count_weight**2, self.clip_norm**2, moment
+    @property
+    def moment_bound(self) -> float:
+        """v r^2 >= ||v x (.) x||_2 (0 without moment columns)."""
+        return 0.0 if self.moment_weight is None else self.moment_weight * self.clip_norm**2
 
 
 def _scale_of(clip: float) -> float:
@@ -190,19 +192,18 @@ class NearestCentreSums(Kernel):
 
     def l2_sensitivities(self, params: NearestCentreSumsParams, adjacency: Adjacency
                          ) -> tuple[float]:
-        count, coordinates, moments = params.record_norm_squares()
-        one_row = count + coordinates + moments
+        # hypot: no square overflows for bounds up to 2^200.
+        w, r, m = params.count_weight, params.clip_norm, params.moment_bound
+        one_row = math.hypot(w, r, m)
         if adjacency == Adjacency.ADD_REMOVE_ONE:
-            return (math.sqrt(one_row),)
-        return (math.sqrt(max(2 * one_row, 4 * coordinates + 2 * moments)),)
+            return (one_row,)
+        return (max(math.sqrt(2.0) * one_row, math.hypot(2 * r, math.sqrt(2.0) * m)),)
 
     def sensitivities(self, params: NearestCentreSumsParams, adjacency: Adjacency, norm: Norm,
                       dim: int) -> tuple[float]:
         if norm == "l2":
             return self.l2_sensitivities(params, adjacency)
-        r = params.clip_norm
-        moment = 0.0 if params.moment_weight is None else params.moment_weight * r**2
-        one_row = params.count_weight + math.sqrt(dim) * r + moment
+        one_row = params.count_weight + math.sqrt(dim) * params.clip_norm + params.moment_bound
         return (one_row if adjacency == Adjacency.ADD_REMOVE_ONE else 2 * one_row,)
 
     def clip_bounds(self, params: NearestCentreSumsParams) -> dict[str, float]:

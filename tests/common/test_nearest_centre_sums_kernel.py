@@ -181,6 +181,10 @@ record = st.lists(coordinate, min_size=DIM, max_size=DIM).map(np.array)
 def test_generated_neighbours_stay_within_the_charge(tmp_path, old, new, adjacency,
                                                      count_weight, moment_weight, clip):
     params = wire(clip, count_weight, moment_weight, CENTRES * 2 * clip)
+    try:
+        KERNEL.Params.from_wire(params, DIM)
+    except ValueError:
+        return  # refused on its public parameters alone, before any record is read
     within_charge(tmp_path, params, adjacency, scaled(old, clip), scaled(new, clip))
 
 
@@ -208,6 +212,8 @@ def test_laplace_asks_for_the_kernels_own_l1_bound_not_sqrt_size_times_l2():
     ({"centres": np.array([[0.51, 0.0, 0.0]])}, "clip ball"),
     ({"clip_norm": 0.0}, "clip_norm"),
     ({"moment_weight": -1.0}, "moment_weight"),
+    ({"moment_weight": 2.0**150, "clip_norm": 2.0**30,
+      "centres": np.zeros((1, DIM))}, "moment_weight' times clip_norm"),
 ])
 def test_out_of_range_public_parameters_are_refused(change, message):
     with pytest.raises(ValueError, match=message):
