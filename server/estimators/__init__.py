@@ -18,6 +18,8 @@ from privadapt.server.estimators.discrepancy import PrivateDiscrepancy
 from privadapt.server.estimators.discrepancy_minimization import PrivateDiscrepancyMinimization
 from privadapt.server.estimators.gradient_descent import NoisyGD, NoisySGD
 from privadapt.server.estimators.grid_search import PrivateGridSearch
+from privadapt.server.estimators.private_kmeans import PrivateLloydKMeans
+from privadapt.server.estimators.private_mixture import PrivateGaussianMixtureSampler
 from privadapt.server.estimators.reweighting import PCnvxAdap, PNCnvxAdap
 from privadapt.server.estimators.selection import PrivateSelection
 
@@ -31,7 +33,9 @@ __all__ = [
     "PrivateDiscrepancy",
     "PrivateDiscrepancyMinimization",
     "PrivateEstimator",
+    "PrivateGaussianMixtureSampler",
     "PrivateGridSearch",
+    "PrivateLloydKMeans",
     "PrivateSelection",
     "clone",
 ]

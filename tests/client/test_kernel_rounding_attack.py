@@ -173,6 +173,10 @@ SUM_KERNELS = {
         "feature_norm": r, "source_points": r * np.array([[1.0, 0, 0], [0, 0.6, 0.8]]),
         "weights": np.array([0.5, 0.5]), "mu": w, "scale": 1.0, "regularization": 0.0,
         "offset_bound": 0.0},
+    "nearest_centre_sums": lambda r, y, w: {"centres": np.array([[0.6, 0.0, 0.0],
+                                                                  [-0.3, 0.2, 0.1]]) * r,
+                                            "clip_norm": r, "count_weight": w,
+                                            "moment_weight": w},
 }
 
 

@@ -1,0 +1,1 @@
+"""Seed 001 experiments (private source-target clustering)."""

@@ -1,0 +1,107 @@
+"""Seed 001's PrivateKmeans baseline as built here: DP Lloyd k-means as an estimator.
+
+Over ``server/algorithms/private_lloyd.py`` (what it is, how it differs from
+the paper's Balcan et al. 2017, and the accounting are there). The fitted
+``centres_`` are a private stand-in for the private source S: the experiment
+hands them to AkM as free centres.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from privadapt.common.federation import Federation
+from privadapt.server.algorithms.private_lloyd import private_lloyd
+from privadapt.server.estimators.base import (
+    EPSILON,
+    ITERATIONS,
+    NON_NEGATIVE,
+    POSITIVE,
+    Constraints,
+    Interval,
+    InvalidParameterError,
+    PrivateEstimator,
+)
+
+RHO = [Interval(float, 0, math.inf, closed="right")]  # inf: the noise-free version
+SHARE = [Interval(float, 0, 1, closed="neither")]
+COUNT = [Interval(int, 1, math.inf, closed="left")]
+SEED = [Interval(int, 0, math.inf, closed="left"), None]
+
+
+def check_one_budget(estimator: PrivateEstimator) -> None:
+    """InvalidParameterError unless exactly one of ``epsilon`` (pure DP,
+    Laplace) and ``rho`` (zCDP, Gaussian) is given."""
+    epsilon, rho = estimator.epsilon, estimator.rho  # type: ignore[attr-defined]
+    if (epsilon is None) == (rho is None):
+        raise InvalidParameterError(
+            f"{type(estimator).__name__}: give exactly one of 'epsilon' (pure epsilon-DP, "
+            f"Laplace noise) and 'rho' (rho-zCDP, Gaussian noise); got epsilon={epsilon!r}, "
+            f"rho={rho!r}")
+
+
+class PrivateLloydKMeans(PrivateEstimator):
+    """DP Lloyd k-means (Su et al. 2016) on the federation's records, clipped to
+    ||x|| <= ``clip_norm``: ``iterations`` secure-sum releases of per-centre
+    counts and sums, at ``epsilon`` / ``iterations`` each (Laplace, pure DP)
+    or ``rho`` / ``iterations`` (Gaussian, zCDP), add/remove adjacency.
+    ``count_share`` of each release's budget goes to the counts; centres whose
+    last noisy count is at most ``min_count`` (None: twice a count's noise
+    standard deviation) are dropped from ``centres_``.
+
+    Fitted: ``centres_`` (the kept centres, at most ``n_clusters``),
+    ``all_centres_``, ``counts_`` (last noisy counts), ``threshold_``,
+    ``history_``, ``mechanisms_`` (one per release, as planned), ``privacy_``."""
+
+    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
+        "n_clusters": COUNT, "iterations": ITERATIONS, "epsilon": [*EPSILON, None],
+        "rho": [*RHO, None], "clip_norm": POSITIVE, "count_share": SHARE,
+        "min_count": [*NON_NEGATIVE, None], "seed": SEED,
+    }
+
+    def __init__(
+        self,
+        *,
+        n_clusters: int = 100,
+        iterations: int = 5,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        clip_norm: float = 0.5,
+        count_share: float = 0.5,
+        min_count: float | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.n_clusters = n_clusters
+        self.iterations = iterations
+        self.epsilon = epsilon
+        self.rho = rho
+        self.clip_norm = clip_norm
+        self.count_share = count_share
+        self.min_count = min_count
+        self.seed = seed
+
+    def fit(self, federation: Federation, public_source: object = None, *,
+            initial_centres: np.ndarray | None = None) -> PrivateLloydKMeans:
+        """Cluster the federation's records; ``initial_centres`` (public,
+        (n_clusters, d), inside the clip ball) or uniform ones from ``seed``.
+        ``public_source`` is ignored (the baseline does not look at T)."""
+        self._validate_params()
+        check_one_budget(self)
+        result = private_lloyd(federation, **self.get_params(), initial_centres=initial_centres)
+        self.centres_ = result.centres
+        self.all_centres_ = result.all_centres
+        self.counts_ = result.counts
+        self.threshold_ = result.threshold
+        self.history_ = result.history
+        self.mechanisms_ = result.mechanisms
+        self.privacy_ = result.privacy
+        return self
+
+    def model_arrays(self) -> dict[str, np.ndarray]:
+        """The kept centres and every centre's last noisy count."""
+        self._check_is_fitted("centres_")
+        return {"centres": self.centres_, "all_centres": self.all_centres_,
+                "counts": self.counts_}
