@@ -19,9 +19,11 @@ from privadapt.server.estimators.gradient_descent import NoisyGD, NoisySGD
 from privadapt.server.estimators.grid_search import PrivateGridSearch
 from privadapt.server.estimators.reweighting import PCnvxAdap, PNCnvxAdap
 from privadapt.server.estimators.selection import PrivateSelection
+from privadapt.server.estimators.source_target_clustering import NeighborNoisyAverages
 
 __all__ = [
     "InvalidParameterError",
+    "NeighborNoisyAverages",
     "NoisyGD",
     "NoisySGD",
     "NotFittedError",

@@ -169,6 +169,8 @@ SUM_KERNELS = {
     "validation_loss": lambda r, y, w: {"candidates": np.array([[w, -w, 1.0], [0.0, w, w]]),
                                         "loss": "logistic", "loss_bound": r},
     "record_count": lambda r, y, w: {},
+    "nearest_target_sums": lambda r, y, w: {"targets": np.array([[0.3, -0.2, 0.1],
+                                                                [-0.1, 0.4, 0.2]]) * min(w, 1.0)},
 }
 
 
