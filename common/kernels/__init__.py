@@ -8,6 +8,7 @@ the mechanism an algorithm should ask for (``Kernel.mechanism``).
 from privadapt.common.kernels import (
     exact_discrepancy,
     linear_gradient,
+    nearest_source_averages,
     nearest_target_sums,
     record_count,
     reweighted_gradient,
@@ -30,6 +31,7 @@ __all__ = [
     "exact_discrepancy",
     "get_kernel",
     "linear_gradient",
+    "nearest_source_averages",
     "nearest_target_sums",
     "record_count",
     "register",

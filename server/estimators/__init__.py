@@ -19,11 +19,15 @@ from privadapt.server.estimators.gradient_descent import NoisyGD, NoisySGD
 from privadapt.server.estimators.grid_search import PrivateGridSearch
 from privadapt.server.estimators.reweighting import PCnvxAdap, PNCnvxAdap
 from privadapt.server.estimators.selection import PrivateSelection
-from privadapt.server.estimators.source_target_clustering import NeighborNoisyAverages
+from privadapt.server.estimators.source_target_clustering import (
+    NeighborNoisyAverages,
+    NoisyAverageSet,
+)
 
 __all__ = [
     "InvalidParameterError",
     "NeighborNoisyAverages",
+    "NoisyAverageSet",
     "NoisyGD",
     "NoisySGD",
     "NotFittedError",

@@ -30,6 +30,7 @@ from privadapt.server.algorithms.source_target_clustering import (
     target_coreset,
 )
 from privadapt.server.algorithms.source_target_clustering.distances import as_points
+from privadapt.server.algorithms.source_target_clustering.nas import VARIANTS, nas_sanitize
 from privadapt.server.algorithms.source_target_clustering.nna import nna_sanitize
 from privadapt.server.algorithms.source_target_clustering.privacy import (
     SanitizedSource,
@@ -55,7 +56,6 @@ _COMMON: dict[str, Constraints] = {
     "k": [Interval(int, 1, math.inf, closed="left")],
     "epsilon": EPSILON,
     "delta": [*DELTA, None],
-    "noise": [Options("laplace", "gaussian")],
     "rho": [Interval(float, 0, math.inf, closed="right"), None],
     "coreset": FLAG,
     "coreset_diameter": NON_NEGATIVE,
@@ -105,10 +105,10 @@ class _SourceTargetClustering(PrivateEstimator):
             target = arrays[0]
         return as_points(target, "target")
 
-    def _budget(self) -> tuple[float, float | None]:
+    def _budget(self, gaussian: bool) -> tuple[float, float | None]:
         """(epsilon, rho) to sanitise with: for Gaussian noise without rho,
         the rho whose zCDP guarantee is (epsilon, delta)-DP."""
-        if self.noise == "laplace":
+        if not gaussian:
             return self.epsilon, None
         if self.rho is not None:
             return self.epsilon, self.rho
@@ -139,7 +139,8 @@ class NeighborNoisyAverages(_SourceTargetClustering):
     Fitted (besides the module's list): ``threshold_``, ``noisy_counts_``."""
 
     _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        **_COMMON, "gamma": [Interval(float, 0, 1, closed="neither")]}
+        **_COMMON, "noise": [Options("laplace", "gaussian")],
+        "gamma": [Interval(float, 0, 1, closed="neither")]}
 
     def __init__(self, *, k: int, epsilon: float = 3.0, delta: float | None = 1e-6,
                  noise: str = "laplace", rho: float | None = None, gamma: float = 0.05,
@@ -159,7 +160,7 @@ class NeighborNoisyAverages(_SourceTargetClustering):
         self.seed = seed
 
     def _sanitize(self, federation: Federation, targets: np.ndarray) -> SanitizedSource:
-        epsilon, rho = self._budget()
+        epsilon, rho = self._budget(self.noise == "gaussian")
         result = nna_sanitize(federation, targets, noise=self.noise, epsilon=epsilon, rho=rho,
                               gamma=self.gamma, calibration=self.calibration,
                               adjacency=Adjacency(self.adjacency))
@@ -168,3 +169,47 @@ class NeighborNoisyAverages(_SourceTargetClustering):
         return result
 
 
+class NoisyAverageSet(_SourceTargetClustering):
+    """NAS (seed 001, Alg. 1; :mod:`...source_target_clustering.nas`): every
+    site releases, per target point, the noisy average of its own ``t``
+    nearest private points (a per-site release: parallel composition across
+    sites, a documented deviation from the paper's single curator), and S' is
+    their union. ``variant``: ``"laplace"`` (pure ``epsilon``-DP, Theorem
+    5.9), ``"laplace_approximate"`` ((``epsilon``, ``delta``)-DP, Theorem 5.3
+    with theta fixed by advanced composition; one release per target point)
+    or ``"gaussian"`` (``rho``-zCDP, Theorem 5.11; without ``rho``, the rho
+    that is (``epsilon``, ``delta``)-DP). Fitted (besides the module's list):
+    ``theta_`` (Theorem 5.3's theta; NaN for the other variants),
+    ``releases_`` (per site). For the approximate variant ``epsilon_`` is the
+    pure bound of basic composition; the guarantee is (epsilon, delta)."""
+
+    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
+        **_COMMON, "t": [Interval(int, 1, 4096, closed="both")],
+        "variant": [Options(*VARIANTS)]}
+
+    def __init__(self, *, k: int, t: int = 150, epsilon: float = 3.0,
+                 delta: float | None = 1e-6, variant: str = "laplace", rho: float | None = None,
+                 coreset: bool = True, coreset_diameter: float = 0.05,
+                 calibration: str = "accountant", adjacency: str = "add_remove_one",
+                 seed: int | None = 0) -> None:
+        self.k = k
+        self.t = t
+        self.epsilon = epsilon
+        self.delta = delta
+        self.variant = variant
+        self.rho = rho
+        self.coreset = coreset
+        self.coreset_diameter = coreset_diameter
+        self.calibration = calibration
+        self.adjacency = adjacency
+        self.seed = seed
+
+    def _sanitize(self, federation: Federation, targets: np.ndarray) -> SanitizedSource:
+        epsilon, rho = self._budget(self.variant == "gaussian")
+        result, plan = nas_sanitize(federation, targets, t=self.t, variant=self.variant,
+                                    epsilon=epsilon, delta=self.delta, rho=rho,
+                                    calibration=self.calibration,
+                                    adjacency=Adjacency(self.adjacency))
+        self.theta_ = plan.theta
+        self.releases_ = plan.releases
+        return result

@@ -171,6 +171,8 @@ SUM_KERNELS = {
     "record_count": lambda r, y, w: {},
     "nearest_target_sums": lambda r, y, w: {"targets": np.array([[0.3, -0.2, 0.1],
                                                                 [-0.1, 0.4, 0.2]]) * min(w, 1.0)},
+    "nearest_source_averages": lambda r, y, w: {"targets": np.array([[0.3, -0.2, 0.1]])
+                                                * min(w, 1.0), "t": 4},
 }
 
 
