@@ -26,6 +26,10 @@ from privadapt.common.federation import Federation
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.estimators import NoisyGD, PCnvxAdap, PNCnvxAdap, PrivateEstimator
 from privadapt.server.estimators.base import describe, satisfies
+from privadapt.server.estimators.source_target_clustering import (
+    NeighborNoisyAverages,
+    NoisyAverageSet,
+)
 
 Model = dict[str, np.ndarray]
 Checkpoint = Callable[[int, Model], None]
@@ -34,6 +38,8 @@ ALGORITHMS: dict[str, type[PrivateEstimator]] = {
     "noisy_gd": NoisyGD,
     "pcnvx_adap": PCnvxAdap,
     "pncnvx_adap": PNCnvxAdap,
+    "nna": NeighborNoisyAverages,  # seed 001: the coordinator's public source is the target T
+    "nas": NoisyAverageSet,  # seed 001: per-site releases (allow_per_site_releases)
 }
 
 # Estimator parameters a job takes from its JobSpec, never from [hyperparameters].

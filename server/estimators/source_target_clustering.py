@@ -35,6 +35,7 @@ from privadapt.server.algorithms.source_target_clustering.nna import nna_sanitiz
 from privadapt.server.algorithms.source_target_clustering.privacy import (
     SanitizedSource,
     rho_for,
+    zcdp_epsilon,
 )
 from privadapt.server.estimators.base import (
     CALIBRATION,
@@ -120,12 +121,30 @@ class _SourceTargetClustering(PrivateEstimator):
     def _sanitize(self, federation: Federation, targets: np.ndarray) -> SanitizedSource:
         raise NotImplementedError
 
+    def privacy_guarantee(self) -> tuple[float, float]:
+        """(epsilon, delta) the fitted release meets as planned: the pure
+        epsilon (delta 0) of a Laplace release, (epsilon, ``delta``) for
+        NAS's approximate variant, and a Gaussian release's rho-zCDP
+        converted at ``delta`` (Bun and Steinke 2016, Prop. 1.3). The sites'
+        own ledgers (``privacy_``) are the authority; this is the plan."""
+        self._check_is_fitted("indices_")
+        if math.isfinite(self.epsilon_) and getattr(self, "releases_", 1) == 1:
+            return self.epsilon_, 0.0
+        if math.isfinite(self.rho_):
+            if self.delta is None:
+                return math.inf, 0.0
+            return zcdp_epsilon(self.rho_, self.delta), self.delta
+        return self.epsilon, float(self.delta)  # advanced composition (NAS, Theorem 5.3)
+
     def model_arrays(self) -> dict[str, np.ndarray]:
         """indices (the k chosen target rows), sanitized_source, and the
-        planned epsilon or rho of the release."""
-        self._check_is_fitted("indices_")
+        planned guarantee: epsilon and delta (:meth:`privacy_guarantee`),
+        planned_epsilon (pure; inf for Gaussian noise) and planned_rho (inf for
+        Laplace noise)."""
+        epsilon, delta = self.privacy_guarantee()
         return {"indices": np.asarray(self.indices_, dtype=np.int64),
                 "sanitized_source": np.asarray(self.sanitized_source_),
+                "epsilon": np.asarray(epsilon), "delta": np.asarray(delta),
                 "planned_epsilon": np.asarray(self.epsilon_),
                 "planned_rho": np.asarray(self.rho_)}
 
