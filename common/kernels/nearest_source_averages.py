@@ -37,6 +37,11 @@ for distances <= 3/2), so the exact-order t nearest are always among them.
 The average of the chosen points is a float sum whose rounding depends on
 the chosen set; ``computation_errors`` charges it, (t + 2) 2^-53 per entry,
 plus the float clip's few ulps.
+
+Known limit: the candidates are every record within r_t + margin, so a site
+whose records sit at one point (many exact duplicates around a target)
+examines up to n candidates for that target; the work is bounded by
+m n (d + log n), and is about m t log n on spread-out data.
 """
 
 from __future__ import annotations

@@ -79,6 +79,11 @@ TARGET_NORM_BOUND = 1.0
 MAX_TARGETS = 2**16
 #: The most entries m (d + 1) of one release.
 MAX_RELEASE_ENTRIES = 2**22
+#: Targets per leaf of the k-d tree: in 8 dimensions, with thousands of
+#: clustered targets, leaves of 64 answered 2 to 6 times faster than scipy's
+#: default 16 (the tree cannot prune inside a cluster; a leaf is scanned in
+#: one tight loop).
+TREE_LEAF_SIZE = 64
 
 
 def check_targets(value: Any, dim: int | None = None) -> np.ndarray:
@@ -182,7 +187,7 @@ class NearestTargetSums(Kernel):
         self, data: Dataset, params: NearestTargetParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray]:
         m, dim = params.num_targets, data.dim
-        tree = cKDTree(params.targets)
+        tree = cKDTree(params.targets, leafsize=TREE_LEAF_SIZE)
         counts = np.zeros(m, dtype=np.int64)
         sums = ExactSum((m, dim))
         for start in range(0, data.num_records, CHUNK_RECORDS * 8):
