@@ -27,6 +27,10 @@ from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.estimators import NoisyGD, PCnvxAdap, PNCnvxAdap, PrivateEstimator
 from privadapt.server.estimators.base import describe, satisfies
 from privadapt.server.estimators.discrepancy_minimization import PrivateDiscrepancyMinimization
+from privadapt.server.estimators.source_target_clustering import (
+    NeighborNoisyAverages,
+    NoisyAverageSet,
+)
 
 Model = dict[str, np.ndarray]
 Checkpoint = Callable[[int, Model], None]
@@ -36,6 +40,8 @@ ALGORITHMS: dict[str, type[PrivateEstimator]] = {
     "pcnvx_adap": PCnvxAdap,
     "pncnvx_adap": PNCnvxAdap,
     "discrepancy_minimization": PrivateDiscrepancyMinimization,
+    "nna": NeighborNoisyAverages,  # seed 001: the coordinator's public source is the target T
+    "nas": NoisyAverageSet,  # seed 001: per-site releases (allow_per_site_releases)
 }
 
 # Estimator parameters a job takes from its JobSpec, never from [hyperparameters].

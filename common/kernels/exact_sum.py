@@ -55,6 +55,27 @@ def _power_of_two_above(bound: float) -> float:
     return math.ldexp(1.0, exponent - 1 if mantissa == 0.5 else exponent)
 
 
+def _limbs(terms: np.ndarray, top: float) -> tuple[tuple[float, np.ndarray], ...]:
+    """``terms`` (entries within ``top``, a power of two) as two int64 limbs,
+    (unit, limb) pairs whose sum of unit x limb is each entry rounded toward
+    zero onto top 2^-84."""
+    high_unit, low_unit = top * 2.0**-_LIMB_BITS, top * 2.0 ** (-2 * _LIMB_BITS)
+    per_high_unit, limb = 1.0 / high_unit, 2.0**_LIMB_BITS  # powers of two: exact
+    # A clipped copy: an entry over the bound (float rounding) is cut back to
+    # it, and a non-finite one (a term that cannot be computed) counts as 0.
+    raw = np.asarray(terms, float)
+    values = np.clip(raw, -top, top)
+    values[~np.isfinite(raw)] = 0.0
+    # In units of high_unit, |scaled| <= 2^42: the integer part is the high
+    # limb, the fraction (exact: a float minus its truncation) times 2^42 the
+    # low limb, both rounded toward zero: trunc(v / U) and trunc((v - high U)
+    # / (U 2^-42)).
+    scaled = values * per_high_unit
+    high = np.trunc(scaled)
+    low = np.trunc((scaled - high) * limb)
+    return (high_unit, high.astype(np.int64)), (low_unit, low.astype(np.int64))
+
+
 class ExactSum:
     """An exact running sum of per-record terms of shape ``shape``."""
 
@@ -68,24 +89,26 @@ class ExactSum:
         magnitude, rounded toward zero onto 2^-84 of ``bound``'s power of two
         (an entry over the bound, by float rounding, is cut back to it)."""
         top = _power_of_two_above(bound)
-        high_unit, low_unit = top * 2.0**-_LIMB_BITS, top * 2.0 ** (-2 * _LIMB_BITS)
-        per_high_unit, limb = 1.0 / high_unit, 2.0**_LIMB_BITS  # powers of two: exact
         for start in range(0, len(terms), _TERM_CHUNK):
-            # A clipped copy: an entry over the bound (float rounding) is cut
-            # back to it, and a non-finite one (a term that cannot be
-            # computed) counts as 0.
-            raw = np.asarray(terms[start:start + _TERM_CHUNK], float)
-            values = np.clip(raw, -top, top)
-            values[~np.isfinite(raw)] = 0.0
-            # In units of high_unit, |scaled| <= 2^42: the integer part is the
-            # high limb, the fraction (exact: a float minus its truncation)
-            # times 2^42 the low limb, both rounded toward zero: trunc(v / U)
-            # and trunc((v - high U) / (U 2^-42)).
-            scaled = values * per_high_unit
-            high = np.trunc(scaled)
-            low = np.trunc((scaled - high) * limb)
-            self._accumulate(high_unit, high.astype(np.int64).sum(axis=0))
-            self._accumulate(low_unit, low.astype(np.int64).sum(axis=0))
+            for unit, limbs in _limbs(terms[start:start + _TERM_CHUNK], top):
+                self._accumulate(unit, limbs.sum(axis=0))
+
+    def add_grouped_terms(self, terms: np.ndarray, groups: np.ndarray, bound: float) -> None:
+        """Add each row of ``terms`` (shape (r, e)) to row ``groups[i]`` of this
+        sum (shape (g, e)): a scatter-add, exact like :meth:`add_terms`, with
+        the same rounding of each entry toward zero onto 2^-84 of ``bound``'s
+        power of two. Each group's total is the exact sum of its own rows'
+        rounded terms, so rows of other groups never touch it."""
+        top = _power_of_two_above(bound)
+        num_groups, width = self.shape
+        for start in range(0, len(terms), _TERM_CHUNK):
+            flat = (np.asarray(groups[start:start + _TERM_CHUNK], np.int64)[:, None] * width
+                    + np.arange(width)).reshape(-1)
+            for unit, limbs in _limbs(terms[start:start + _TERM_CHUNK], top):
+                # Integer scatter-add: exact (a chunk's group total < 2^54 units).
+                total = np.zeros(num_groups * width, np.int64)
+                np.add.at(total, flat, limbs.reshape(-1))
+                self._accumulate(unit, total)
 
     def value(self) -> np.ndarray:
         """The float64 nearest the exact sum (in one rounding, half an ulp)."""

@@ -22,9 +22,15 @@ from privadapt.server.estimators.private_kmeans import PrivateLloydKMeans
 from privadapt.server.estimators.private_mixture import PrivateGaussianMixtureSampler
 from privadapt.server.estimators.reweighting import PCnvxAdap, PNCnvxAdap
 from privadapt.server.estimators.selection import PrivateSelection
+from privadapt.server.estimators.source_target_clustering import (
+    NeighborNoisyAverages,
+    NoisyAverageSet,
+)
 
 __all__ = [
     "InvalidParameterError",
+    "NeighborNoisyAverages",
+    "NoisyAverageSet",
     "NoisyGD",
     "NoisySGD",
     "NotFittedError",

@@ -177,6 +177,10 @@ SUM_KERNELS = {
                                                                   [-0.3, 0.2, 0.1]]) * r,
                                             "clip_norm": r, "count_weight": w,
                                             "moment_weight": w},
+    "nearest_target_sums": lambda r, y, w: {"targets": np.array([[0.3, -0.2, 0.1],
+                                                                [-0.1, 0.4, 0.2]]) * min(w, 1.0)},
+    "nearest_source_averages": lambda r, y, w: {"targets": np.array([[0.3, -0.2, 0.1]])
+                                                * min(w, 1.0), "t": 4},
 }
 
 

@@ -62,3 +62,21 @@ def test_the_limbs_are_each_terms_value_rounded_toward_zero(seed):
     exact = [sum(Fraction(h) * Fraction(unit) + Fraction(lo) * Fraction(unit) * Fraction(2) ** -42
                  for h, lo in zip(high[:, j], low[:, j], strict=True)) for j in range(3)]
     np.testing.assert_array_equal(total.value(), [float(e) for e in exact])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_grouped_terms_sum_each_group_exactly_and_alone(seed):
+    # A scatter-add (NNA's per-cell sums): each group's total equals the exact
+    # sum of its own rows, and equals what the group's rows alone give.
+    rng = np.random.default_rng(seed)
+    rows = rng.uniform(-0.5, 0.5, size=(9000, 2)) * 10.0 ** rng.integers(-8, 1, (9000, 1))
+    groups = rng.integers(0, 5, size=9000)
+    grouped = ExactSum((5, 2))
+    grouped.add_grouped_terms(rows, groups, 0.5)
+    for g in range(5):
+        alone = ExactSum((2,))
+        alone.add_terms(rows[groups == g], 0.5)
+        np.testing.assert_array_equal(grouped.value()[g], alone.value())
+        exact = [sum(Fraction(float(v)) for v in rows[groups == g, j]) for j in range(2)]
+        assert all(abs(float(e) - got) <= 2.0**-50 * 9000 * 0.5
+                   for e, got in zip(exact, grouped.value()[g], strict=True))

@@ -43,6 +43,8 @@ WIRE = {
                             "clip_norm": 0.5, "count_weight": 2.0, "moment_weight": 3.0},
     "validation_loss/softmax": {"candidates": np.ones((2, DIM, 3)),
                                 "loss": "softmax_cross_entropy", "loss_bound": 2.0},
+    "nearest_target_sums": {"targets": np.array([[0.1, 0.2, -0.3], [0.0, 0.5, 0.1]])},
+    "nearest_source_averages": {"targets": np.array([[0.1, 0.2, -0.3]]), "t": 3},
 }
 
 

@@ -12,6 +12,8 @@ from privadapt.client.local_federation import LocalFederation
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.estimators import (
+    NeighborNoisyAverages,
+    NoisyAverageSet,
     NoisyGD,
     PCnvxAdap,
     PNCnvxAdap,
@@ -39,7 +41,8 @@ ADAPT_HYPER = {"alpha": 0.5, "iterations": 5, "feature_norm": 1.0, "label_bound"
 def test_the_table_holds_estimator_classes():
     assert {"noisy_gd": NoisyGD, "pcnvx_adap": PCnvxAdap,
                           "pncnvx_adap": PNCnvxAdap,
-            "discrepancy_minimization": PrivateDiscrepancyMinimization} == ALGORITHMS
+            "discrepancy_minimization": PrivateDiscrepancyMinimization,
+            "nna": NeighborNoisyAverages, "nas": NoisyAverageSet} == ALGORITHMS
 
 
 def test_noisy_gd_schema_is_the_signature_minus_what_the_spec_sets():
@@ -136,3 +139,36 @@ def test_an_adaptation_job_without_a_public_source_fails_naming_the_setting(tmp_
                          checkpoint=lambda step, model: None)
     with pytest.raises(ConfigError, match=r"\[coordinator\] public_source"):
         run_job(context)
+
+
+def _stc_federation(tmp_path, name: str) -> LocalFederation:
+    return LocalFederation.from_datasets(DATASETS, epsilon_cap=50.0, delta_cap=1e-5,
+                                         ledger_dir=tmp_path / name, noise_seed=3,
+                                         adjacency="add_remove_one")
+
+
+@pytest.mark.parametrize("algorithm, hyper", [
+    ("nna", {"k": 4}),
+    ("nna", {"k": 4, "noise": "gaussian", "coreset": False}),
+    ("nas", {"k": 3, "t": 10, "variant": "gaussian", "rho": 1.0}),
+])
+def test_source_target_clustering_jobs_choose_k_rows_of_the_public_target(
+        tmp_path, algorithm, hyper):
+    validate_hyperparameters(algorithm, hyper)
+    spec = pb.JobSpec(algorithm=algorithm, epsilon=3.0, delta=1e-6)
+    context = JobContext(_stc_federation(tmp_path, "job"), spec, hyper, seed=4,
+                         checkpoint=lambda step, model: None, public_source=PUBLIC)
+    model = run_job(context)
+    expected = ALGORITHMS[algorithm](epsilon=3.0, delta=1e-6, seed=4, **hyper)
+    expected.fit(_stc_federation(tmp_path, "fit"), public_source=PUBLIC)
+    assert set(model) == {"indices", "sanitized_source", "epsilon", "delta",
+                          "planned_epsilon", "planned_rho"}
+    if hyper.get("noise", hyper.get("variant")) == "gaussian":  # zCDP stated at delta
+        rho = float(model["planned_rho"])
+        assert float(model["delta"]) == 1e-6
+        assert float(model["epsilon"]) == pytest.approx(rho + 2 * math.sqrt(rho * math.log(1e6)))
+    else:
+        assert float(model["delta"]) == 0.0 and float(model["epsilon"]) == pytest.approx(3.0)
+    np.testing.assert_array_equal(model["indices"], expected.indices_)
+    assert len(set(model["indices"].tolist())) == hyper["k"]
+    assert model["indices"].max() < len(PUBLIC.features)
