@@ -35,10 +35,12 @@ from privadapt.server.job_spec import (
     validate_spec,
 )
 from privadapt.server.launch_checks import (
+    JobPlan,
     check_delta_against_sizes,
     check_estimator,
     check_schema_agreement,
     dry_run_plan,
+    plan_job,
     registered_digest,
 )
 from privadapt.server.network_federation import (
@@ -47,6 +49,7 @@ from privadapt.server.network_federation import (
     NetworkJob,
     PrivacyReports,
 )
+from privadapt.server.privacy_plan import refuse_over_budget
 from privadapt.server.rounds import RoundHub
 from privadapt.server.site_registry import SiteRegistry
 from privadapt.server.store import CoordinatorStore, JobRecord, RoundRecord
@@ -108,17 +111,19 @@ class JobManager:
     def dry_run(self, spec: pb.JobSpec, job_id: str = "") -> str:
         """Every check :meth:`launch` makes, and what was checked, as text;
         nothing is stored or started. ``ConfigError`` for what launch refuses."""
-        self._check_launch(spec)
+        plan = self._check_launch(spec)
         record = self._store.job(job_id) if job_id else None
         if record is not None and record.state != "failed":
             raise ConfigError(f"job {job_id!r} already exists ({record.state}); choose another "
                               "job id (--id NAME)")
         return dry_run_plan(spec, job_id, self._store.sites(), self._registry.connected_names(),
-                            self._public_schema)
+                            self._public_schema, plan)
 
-    def _check_launch(self, spec: pb.JobSpec) -> None:
-        """Refuse ``spec`` for anything known before it starts; fills in its
-        sites (every registered one if it names none) and min_participants."""
+    def _check_launch(self, spec: pb.JobSpec) -> JobPlan:
+        """Refuse ``spec`` for anything known before it starts, including a job
+        that would exceed a site's reported remaining budget; fills in its
+        sites (every registered one if it names none) and min_participants.
+        Returns the job's privacy plan."""
         validate_spec(spec)
         validate_hyperparameters(spec.algorithm, hyperparameters(spec))
         check_estimator(spec, hyperparameters(spec), self._public_source is not None)
@@ -133,6 +138,10 @@ class JobManager:
         self._check_sites(spec)
         if not spec.min_participants:
             spec.min_participants = min(max(self._min_sites, 1), len(spec.sites))
+        plan = plan_job(spec, hyperparameters(spec), self._registry.sessions(),
+                        self._public_source)
+        refuse_over_budget(plan.previews)
+        return plan
 
     def _check_sites(self, spec: pb.JobSpec) -> None:
         """The checks of ``spec`` against its sites that are known now: the

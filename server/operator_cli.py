@@ -241,10 +241,24 @@ def _sites(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     for site in response.sites:
         seen = site.last_seen.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
         print(f"{site.site_name:<20} {'connected' if site.connected else 'away':<10} "
-              f"records={site.num_records:<8} last seen {seen}")
+              f"records={site.num_records:<8} last seen {seen}  {budget_text(site)}")
     if not response.sites:
         print("no site has registered yet")
+    else:
+        print("budgets as each site's ledger reported them (at its cap's delta); the ledger "
+              "checks every release against its cap")
     return 0
+
+
+def budget_text(site: pb.SiteInfo) -> str:
+    """``epsilon 0.81 spent of 3 at delta 1e-06 (2.19 left)``, from the
+    budget the site's ledger last reported."""
+    if not site.HasField("budget"):
+        return "budget not reported this run"
+    budget = site.budget
+    left = max(0.0, budget.epsilon_cap - budget.epsilon_spent)
+    return (f"epsilon {budget.epsilon_spent:.4g} spent of {budget.epsilon_cap:g} at delta "
+            f"{budget.delta_cap:g} ({left:.4g} left)")
 
 
 def _print_json(message) -> int:
