@@ -11,7 +11,7 @@
   ``result JOB --out DIR``, ``cancel JOB``, ``sites``: the operator API
   (server/operator_cli.py).
 * ``privadapt --version``: the installed version.
-* ``privadapt simulate [--sites N] [--workdir DIR] [--job JOB.toml ...]``: a coordinator
+* ``privadapt simulate [--sites N] [--workdir DIR | --keep] [--job JOB.toml ...]``: a coordinator
   and N sites as processes on this machine (server/simulate.py).
 
 Expected errors (missing file, bad database) print one line and exit 2, no traceback.
@@ -53,8 +53,10 @@ def _build_parser() -> argparse.ArgumentParser:
         "simulate", help="run a coordinator and N site daemons on this machine, over mutual "
         "TLS, on the bundled UCI Adult split")
     simulate.add_argument("--sites", type=int, default=3, help="number of sites (default 3)")
-    simulate.add_argument("--workdir", type=Path, help="where everything goes (default: new "
-                          "temporary directory)")
+    simulate.add_argument("--workdir", type=Path, help="where everything goes, kept at the "
+                          "end (default: a new temporary directory, removed at the end)")
+    simulate.add_argument("--keep", action="store_true", help="keep the temporary work "
+                          "directory (certificates, configs, data, ledgers, logs)")
     simulate.add_argument("--job", type=Path, action="append", default=[], dest="jobs",
                           help="a job TOML to run (repeatable; default: the demo jobs)")
     return parser
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "simulate":
             from privadapt.server.simulate import simulate
 
-            return simulate(args.sites, args.workdir, args.jobs)
+            return simulate(args.sites, args.workdir, args.jobs, keep=args.keep)
     except PrivadaptError as err:
         print(f"privadapt: {err}", file=sys.stderr)
         return 2
