@@ -4,6 +4,8 @@
   (once: a site daemon never creates one).
 * ``privadapt ledger show --site-db PATH [--job JOB]``: verify a site's privacy ledger
   and print it.
+* ``privadapt ledger report --site-db PATH --out REPORT.html``: verify a site's
+  ledger and write it as a self-contained HTML page for an auditor.
 * ``privadapt certs init --dir DIR``: create the federation CA.
 * ``privadapt certs issue --dir DIR --role ROLE --name NAME [--days N] [--host H ...]``:
   issue a party's certificate and key from that CA.
@@ -47,6 +49,10 @@ def _build_parser() -> argparse.ArgumentParser:
     show = ledger_commands.add_parser("show", help="print every charge and the epsilon spent")
     show.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
     show.add_argument("--job", help="only this job's charges")
+    report = ledger_commands.add_parser(
+        "report", help="write a self-contained HTML privacy report of a site's ledger")
+    report.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
+    report.add_argument("--out", required=True, type=Path, help="the HTML file to write")
     _add_certs_parser(commands)
     add_operator_commands(commands)
     simulate = commands.add_parser(
@@ -119,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
             from privadapt.client.ledger_cli import show_ledger
 
             return show_ledger(args.site_db, job=args.job)
+        if args.command == "ledger" and args.ledger_command == "report":
+            from privadapt.client.ledger_report import write_report
+
+            return write_report(args.site_db, args.out)
         if args.command == "ledger" and args.ledger_command == "init":
             from privadapt.client.ledger_cli import init_ledger
 
