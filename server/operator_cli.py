@@ -47,6 +47,7 @@ from privadapt.common.wire import channel_options, params_from_proto
 from privadapt.server.job_spec import job_spec_from_toml, job_state_name
 
 CALL_TIMEOUT_S = 30.0
+DRY_RUN_TIMEOUT_S = 600.0
 _TLS_KEYS = ("cert", "key", "ca")
 _LAYOUT: Layout = {
     "operator": {"coordinator": (str, True)},
@@ -142,8 +143,10 @@ def run_operator_command(args: argparse.Namespace) -> int:
 
 def _launch(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     spec, job_id = job_spec_from_toml(args.job_file, args.overrides, args.job_id)
+    # A dry run runs the job's estimator on stand-ins: the adaptation estimators'
+    # public warm start can take a while on a busy coordinator.
     response = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id, dry_run=args.dry_run),
-                           timeout=CALL_TIMEOUT_S)
+                           timeout=DRY_RUN_TIMEOUT_S if args.dry_run else CALL_TIMEOUT_S)
     if args.dry_run:
         print(response.plan)
         return 0

@@ -185,3 +185,20 @@ def test_a_launch_over_a_sites_remaining_budget_is_refused_naming_it(federation)
     assert "site 'site-b'" in message
     assert not stub.Status(pb.StatusRequest(), timeout=10).jobs
     assert "site 'site-a' has epsilon 10 left" in _refusal(stub, spec, dry_run=True)
+
+
+def test_a_slow_plan_refuses_the_job_before_its_first_round_instead(federation, monkeypatch):
+    """A plan not ready when the launch call returns (the adaptation
+    estimators' warm start) is waited for by the job before any key is
+    published: the job fails naming the site, no round ran, the id is free."""
+    monkeypatch.setattr("privadapt.server.launch_plans.PLAN_WAIT_S", 0.0)
+    start, _, _ = federation
+    stub = start()
+    spec = _spec()
+    spec.epsilon = 25.0
+    job_id = stub.Launch(pb.LaunchRequest(spec=spec, job_id="late"), timeout=10).job_id
+    failed = watch_until_done(stub, job_id)
+    assert failed.state == pb.JOB_STATE_FAILED and not failed.rounds
+    assert "site 'site-a' has epsilon 10 left of its cap 10" in failed.message
+    job_id = stub.Launch(pb.LaunchRequest(spec=_spec(), job_id="late"), timeout=10).job_id
+    assert watch_until_done(stub, job_id).state == pb.JOB_STATE_SUCCEEDED
