@@ -193,7 +193,18 @@ class SiteDaemon:
             kernels=sorted(policy.allowed_kernels or ()),
             policy_version=f"cap={policy.epsilon_cap:g}@{policy.delta_cap:g}",
             adjacency=policy.adjacency.value, schema=self.schema_digest.to_proto(),
+            budget=self.budget(),
         )
+
+    def budget(self) -> pb.SiteBudget:
+        """The cap and the epsilon spent over every job at the cap's delta, as
+        this site's ledger reads now: public (a ledger's epsilon depends on the
+        mechanisms charged only), sent so an operator sees what is left before
+        launching. The ledger still checks every release against the cap."""
+        policy = self.site.policy
+        spent = self.site.ledger.spent()
+        return pb.SiteBudget(epsilon_cap=policy.epsilon_cap, delta_cap=policy.delta_cap,
+                             epsilon_spent=spent.epsilon, accounting=policy.accounting.value)
 
     def _heartbeat(self, stub: rpc.FederationServiceStub, session_id: str, interval: float,
                    stream: grpc.Future, done: threading.Event) -> None:
@@ -204,7 +215,8 @@ class SiteDaemon:
             while not done.wait(interval):
                 try:
                     reply = stub.Heartbeat(pb.HeartbeatRequest(
-                        site_name=self.site.name, session_id=session_id), timeout=interval)
+                        site_name=self.site.name, session_id=session_id,
+                        budget=self.budget()), timeout=interval)
                 except grpc.RpcError:
                     return  # the stream's own error drives the reconnect
                 if not reply.session_known:

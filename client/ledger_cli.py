@@ -18,11 +18,12 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TextIO
 
 from privadapt.client.ledger import Charge, PrivacyLedger
-from privadapt.client.ledger_accounting import mechanism_json
+from privadapt.client.ledger_accounting import exact_report, mechanism_json, parse_mechanism
 from privadapt.client.ledger_chain import head_file
 from privadapt.client.policy import SitePolicy
 from privadapt.common.errors import ConfigError
@@ -157,3 +158,21 @@ def _print_ledger(
         f"epsilon={_epsilon(total.epsilon)} ({total.method.value.upper()}){used}",
         file=out,
     )
+    _print_groups(ledger, charges, out)
+
+
+def _print_groups(ledger: PrivacyLedger, charges: list[Charge], out: TextIO) -> None:
+    """Each distinct mechanism with its number of releases (steps) and their
+    epsilon alone: composing every group (count x mechanism) by the named
+    accountant gives the totals above, so they can be recomputed from this."""
+    policy = ledger.policy
+    groups = Counter(mechanism_json(c.mechanism) for c in charges)
+    print(file=out)
+    print(f"releases composed into these totals ({policy.adjacency.value} adjacency, "
+          f"{policy.accounting.value.upper()} at delta={policy.delta_cap:g}), one line per "
+          "distinct mechanism:", file=out)
+    for text, count in groups.items():
+        alone = exact_report({text: count}, policy)
+        summary = describe_mechanism(parse_mechanism(text), policy.adjacency)
+        print(f"  {count:>5} x {summary}: epsilon={_epsilon(alone.epsilon)} alone  {text}",
+              file=out)

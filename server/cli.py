@@ -4,6 +4,8 @@
   (once: a site daemon never creates one).
 * ``privadapt ledger show --site-db PATH [--job JOB]``: verify a site's privacy ledger
   and print it.
+* ``privadapt ledger report --site-db PATH --out REPORT.html``: verify a site's
+  ledger and write it as a self-contained HTML page for an auditor.
 * ``privadapt certs init --dir DIR``: create the federation CA.
 * ``privadapt certs issue --dir DIR --role ROLE --name NAME [--days N] [--host H ...]``:
   issue a party's certificate and key from that CA.
@@ -11,7 +13,7 @@
   ``result JOB --out DIR``, ``cancel JOB``, ``sites``: the operator API
   (server/operator_cli.py).
 * ``privadapt --version``: the installed version.
-* ``privadapt simulate [--sites N] [--workdir DIR] [--job JOB.toml ...]``: a coordinator
+* ``privadapt simulate [--sites N] [--workdir DIR | --keep] [--job JOB.toml ...]``: a coordinator
   and N sites as processes on this machine (server/simulate.py).
 
 Expected errors (missing file, bad database) print one line and exit 2, no traceback.
@@ -47,14 +49,20 @@ def _build_parser() -> argparse.ArgumentParser:
     show = ledger_commands.add_parser("show", help="print every charge and the epsilon spent")
     show.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
     show.add_argument("--job", help="only this job's charges")
+    report = ledger_commands.add_parser(
+        "report", help="write a self-contained HTML privacy report of a site's ledger")
+    report.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
+    report.add_argument("--out", required=True, type=Path, help="the HTML file to write")
     _add_certs_parser(commands)
     add_operator_commands(commands)
     simulate = commands.add_parser(
         "simulate", help="run a coordinator and N site daemons on this machine, over mutual "
         "TLS, on the bundled UCI Adult split")
     simulate.add_argument("--sites", type=int, default=3, help="number of sites (default 3)")
-    simulate.add_argument("--workdir", type=Path, help="where everything goes (default: new "
-                          "temporary directory)")
+    simulate.add_argument("--workdir", type=Path, help="where everything goes, kept at the "
+                          "end (default: a new temporary directory, removed at the end)")
+    simulate.add_argument("--keep", action="store_true", help="keep the temporary work "
+                          "directory (certificates, configs, data, ledgers, logs)")
     simulate.add_argument("--job", type=Path, action="append", default=[], dest="jobs",
                           help="a job TOML to run (repeatable; default: the demo jobs)")
     return parser
@@ -117,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
             from privadapt.client.ledger_cli import show_ledger
 
             return show_ledger(args.site_db, job=args.job)
+        if args.command == "ledger" and args.ledger_command == "report":
+            from privadapt.client.ledger_report import write_report
+
+            return write_report(args.site_db, args.out)
         if args.command == "ledger" and args.ledger_command == "init":
             from privadapt.client.ledger_cli import init_ledger
 
@@ -128,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "simulate":
             from privadapt.server.simulate import simulate
 
-            return simulate(args.sites, args.workdir, args.jobs)
+            return simulate(args.sites, args.workdir, args.jobs, keep=args.keep)
     except PrivadaptError as err:
         print(f"privadapt: {err}", file=sys.stderr)
         return 2

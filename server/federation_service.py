@@ -109,7 +109,8 @@ class FederationServicer(rpc.FederationServiceServicer):
     def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext):
         identity = self._caller(context, request.site_name)
         self._check(check_heartbeat_request, request, context)
-        known = self._registry.touch(identity.name, request.session_id)
+        known = self._registry.touch(identity.name, request.session_id,
+                                     request.budget if request.HasField("budget") else None)
         if known:
             self._store.touch_site(identity.name)
         return pb.HeartbeatResponse(next_interval=Duration(seconds=HEARTBEAT_INTERVAL_S),

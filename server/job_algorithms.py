@@ -12,6 +12,7 @@ Transport code never names an algorithm; this table is the only link
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
 from collections.abc import Callable, Mapping
@@ -100,32 +101,56 @@ def job_schema(estimator: type[PrivateEstimator]) -> JobSchema:
 
 
 def validate_hyperparameters(algorithm: str, values: Mapping[str, Any]) -> None:
-    """ConfigError for an unknown algorithm or a missing, unknown, mistyped or
-    out-of-range hyperparameter, before a job is stored."""
+    """ConfigError for an unknown algorithm, or one listing every missing,
+    unknown (with the closest known name), mistyped or out-of-range
+    hyperparameter at once, before a job is stored: a retry fixes them all."""
     if algorithm not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm {algorithm!r}; available: {sorted(ALGORITHMS)}")
+        close = difflib.get_close_matches(algorithm, ALGORITHMS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"unknown algorithm {algorithm!r}{hint}; available: "
+                          f"{sorted(ALGORITHMS)}")
     estimator = ALGORITHMS[algorithm]
     schema = job_schema(estimator)
     known = {**schema.required, **schema.optional}
-    for name in schema.required:
-        if name not in values:
-            raise ConfigError(f"algorithm {algorithm!r} needs hyperparameter {name!r}")
+    problems = []
+    missing = [name for name in schema.required if name not in values]
+    if missing:
+        plural = "s" * (len(missing) > 1)
+        problems.append(f"needs hyperparameter{plural} {', '.join(map(repr, missing))}")
+    unknown = False
     for name, value in values.items():
         if name not in known:
-            raise ConfigError(f"algorithm {algorithm!r} has no hyperparameter {name!r}; "
-                              f"known: {sorted(known)}")
-        expected = known[name]
-        if (isinstance(value, bool) and bool not in expected) or not isinstance(value, expected):
-            raise ConfigError(f"hyperparameter {name!r} has the wrong type: {value!r}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"hyperparameter {name!r} must be finite, got {value}")
-        constraints = estimator._parameter_constraints.get(name)
-        if constraints is not None and not satisfies(value, constraints):
-            raise ConfigError(f"hyperparameter {name!r} must be {describe(constraints)}, "
-                              f"got {value!r}")
-    if CHECKPOINT_EVERY in values and values[CHECKPOINT_EVERY] < 1:
-        raise ConfigError(f"hyperparameter {CHECKPOINT_EVERY!r} must be >= 1, "
-                          f"got {values[CHECKPOINT_EVERY]}")
+            problems.append(f"has no hyperparameter {name!r}{_unknown_hint(name, known)}")
+            unknown = True
+        else:
+            problems.extend(_value_problems(estimator, name, value, known[name]))
+    if problems:
+        known_list = f"; known: {sorted(known)}" if unknown else ""
+        raise ConfigError(f"algorithm {algorithm!r} {'; '.join(problems)}{known_list}")
+
+
+def _unknown_hint(name: str, known: Mapping[str, Any]) -> str:
+    """Where an unknown hyperparameter belongs, or the known one it is closest to."""
+    if name in _FROM_SPEC:
+        return " (it is a [job] key, not a hyperparameter)"
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _value_problems(estimator: type[PrivateEstimator], name: str, value: Any,
+                    expected: tuple[type, ...]) -> list[str]:
+    """What is wrong with one known hyperparameter's value (empty: nothing)."""
+    if (isinstance(value, bool) and bool not in expected) or not isinstance(value, expected):
+        kinds = " or ".join(t.__name__ for t in expected)
+        return [f"hyperparameter {name!r} has the wrong type: {value!r} (expected {kinds})"]
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"hyperparameter {name!r} must be finite, got {value}"]
+    constraints = estimator._parameter_constraints.get(name)
+    if constraints is not None and not satisfies(value, constraints):
+        return [f"hyperparameter {name!r} must be {describe(constraints)}, got {value!r}"]
+    if name == CHECKPOINT_EVERY and value < 1:
+        return [f"hyperparameter {CHECKPOINT_EVERY!r} must be >= 1, got {value}"]
+    return []
 
 
 def _as_declared(estimator: type[PrivateEstimator], name: str, value: Any) -> Any:

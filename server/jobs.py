@@ -35,18 +35,22 @@ from privadapt.server.job_spec import (
     validate_spec,
 )
 from privadapt.server.launch_checks import (
+    JobPlan,
     check_delta_against_sizes,
     check_estimator,
     check_schema_agreement,
     dry_run_plan,
+    plan_job,
     registered_digest,
 )
+from privadapt.server.launch_plans import LaunchPlans
 from privadapt.server.network_federation import (
     JobCancelledError,
     NetworkFederation,
     NetworkJob,
     PrivacyReports,
 )
+from privadapt.server.privacy_plan import refuse_over_budget
 from privadapt.server.rounds import RoundHub
 from privadapt.server.site_registry import SiteRegistry
 from privadapt.server.store import CoordinatorStore, JobRecord, RoundRecord
@@ -86,12 +90,15 @@ class JobManager:
         # Watchers (OperatorService.Watch) wait on this for a job's next change.
         self._changed = threading.Condition()
         self._versions: dict[str, int] = {}
+        self._plans = LaunchPlans(self._plan_and_refuse)
 
     def launch(self, spec: pb.JobSpec, job_id: str = "") -> str:
         """Check ``spec`` and start it; ``ConfigError`` (nothing stored, the id
         still free) for anything the checks refuse. A job id whose job failed
         before its first round is free again (nothing was spent under it)."""
         self._check_launch(spec)
+        # The budget check: at once when the plan is quick, else before round 1.
+        pending_plan = self._plans.check(spec)
         if job_id and self._store.discard_unstarted_failure(job_id):
             self._store.audit("job_id_reused", job_id=job_id,
                               detail="the earlier job of this id failed before its first round")
@@ -102,6 +109,7 @@ class JobManager:
         record = self._store.create_job(job_id, spec.algorithm, spec_to_json(spec), seed)
         detail = f"{spec.algorithm} epsilon={spec.epsilon:g} sites={list(spec.sites)}"
         self._store.audit("job_launched", job_id=job_id, detail=detail)
+        self._plans.adopt(job_id, pending_plan)
         self._start(record)
         return job_id
 
@@ -109,16 +117,18 @@ class JobManager:
         """Every check :meth:`launch` makes, and what was checked, as text;
         nothing is stored or started. ``ConfigError`` for what launch refuses."""
         self._check_launch(spec)
+        plan = self._plan_and_refuse(spec)
         record = self._store.job(job_id) if job_id else None
         if record is not None and record.state != "failed":
             raise ConfigError(f"job {job_id!r} already exists ({record.state}); choose another "
                               "job id (--id NAME)")
         return dry_run_plan(spec, job_id, self._store.sites(), self._registry.connected_names(),
-                            self._public_schema)
+                            self._public_schema, plan)
 
     def _check_launch(self, spec: pb.JobSpec) -> None:
         """Refuse ``spec`` for anything known before it starts; fills in its
-        sites (every registered one if it names none) and min_participants."""
+        sites (every registered one if it names none) and min_participants.
+        The budget check is :meth:`_plan_and_refuse`."""
         validate_spec(spec)
         validate_hyperparameters(spec.algorithm, hyperparameters(spec))
         check_estimator(spec, hyperparameters(spec), self._public_source is not None)
@@ -133,6 +143,14 @@ class JobManager:
         self._check_sites(spec)
         if not spec.min_participants:
             spec.min_participants = min(max(self._min_sites, 1), len(spec.sites))
+
+    def _plan_and_refuse(self, spec: pb.JobSpec) -> JobPlan:
+        """The job's privacy plan over its registered sites; ConfigError if it
+        would exceed a site's reported remaining budget (server/privacy_plan.py)."""
+        plan = plan_job(spec, hyperparameters(spec), self._registry.sessions(),
+                        self._public_source)
+        refuse_over_budget(plan.previews)
+        return plan
 
     def _check_sites(self, spec: pb.JobSpec) -> None:
         """The checks of ``spec`` against its sites that are known now: the
@@ -178,6 +196,7 @@ class JobManager:
         """The coordinator is shutting down: leave running jobs 'running' so
         the next start resumes them."""
         self._stopping.set()
+        self._plans.close()
         with self._lock:
             jobs = list(self._threads)
         for job_id in jobs:
@@ -233,8 +252,10 @@ class JobManager:
                 cancelled=cancelled, on_round=self._on_round,
             )
             federation.wait_for_sites()
-            # Before any key is published: every site that came must agree.
+            # Before any key is published: every site that came must agree,
+            # and a plan that outlasted the launch call must fit every budget.
             self._check_sites(spec)
+            self._plans.wait_before_first_round(job_id, cancelled)
             self._broadcast(spec, job_start=pb.JobStart(
                 job_id=job_id, algorithm=spec.algorithm,
                 collusion_tolerance=spec.collusion_tolerance,

@@ -12,23 +12,36 @@ published), never as an internal error after rounds were charged:
   disagreeing sites and the first field each differs in;
 * the estimator must accept its hyperparameters together (the checks its
   ``fit`` would make before the first round) and have the public sample it
-  needs.
+  needs;
+* the job must fit in what every registered site reports it has left: its
+  releases (its own algorithm, run on stand-ins: server/planning_federation.py)
+  are previewed at each site's cap delta (server/privacy_plan.py), and a job
+  that would exceed a site's remaining budget is refused, naming the site.
 
 Each check raises ``ConfigError`` with a message an operator can act on.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from privadapt.common.errors import ConfigError
+from privadapt.common.data import Dataset
+from privadapt.common.errors import ConfigError, PrivadaptError
+from privadapt.common.mechanisms import Adjacency
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.schema_digest import SchemaDigest, describe_names
 from privadapt.server.estimators.base import InvalidParameterError
 from privadapt.server.job_algorithms import ALGORITHMS, estimator_for
+from privadapt.server.planning_federation import PlannedRelease, plan_releases
+from privadapt.server.privacy_plan import SiteBudgetPreview, plan_lines, previews_for
+from privadapt.server.site_registry import SiteSession
 from privadapt.server.store import SiteRecord
+
+logger = logging.getLogger(__name__)
 
 #: The reference a site is compared with when there is no public sample.
 PUBLIC_SAMPLE = "the coordinator's public sample"
@@ -99,6 +112,44 @@ def check_estimator(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
                           "configuration")
 
 
+@dataclass(frozen=True)
+class JobPlan:
+    """The job's releases and each registered site's preview; ``note`` says
+    why there is none (no named site has registered yet, or the algorithm
+    could not be run on stand-ins)."""
+
+    releases: Sequence[PlannedRelease] = ()
+    previews: list[SiteBudgetPreview] = field(default_factory=list)
+    note: str = ""
+
+
+def plan_job(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
+             sessions: Sequence[SiteSession], public_source: Dataset | None) -> JobPlan:
+    """The privacy plan of ``spec`` over its registered sites: their public
+    sizes (None under add/remove), dimension, adjacency and reported budget.
+    ConfigError for what the algorithm itself refuses on these sites."""
+    named = [s for s in sessions if s.name in set(spec.sites)]
+    if not named:
+        return JobPlan(note="no plan yet: none of the job's sites has registered")
+    registrations = {s.name: s.registration for s in named}
+    adjacencies = {name: Adjacency(r.adjacency or Adjacency.REPLACE_ONE.value)
+                   for name, r in registrations.items()}
+    sizes = {name: (None if adjacencies[name] == Adjacency.ADD_REMOVE_ONE
+                    else int(r.num_records)) for name, r in registrations.items()}
+    dim = max(int(r.num_features) for r in registrations.values())
+    try:
+        releases = plan_releases(spec, hyperparameters, sizes, dim, public_source)
+    except PrivadaptError as err:
+        raise ConfigError(f"job: {err}") from None
+    except Exception as err:  # the preview must not stop a launch the sites would check
+        logger.warning("dry run of %s: the algorithm could not be run on stand-ins: %s",
+                       spec.algorithm, err)
+        return JobPlan(note=f"no plan: the algorithm could not be previewed ({err}); each "
+                       "site's ledger still refuses any release over its cap")
+    budgets = {s.name: s.budget for s in named if s.budget is not None}
+    return JobPlan(releases, previews_for(releases, spec.sites, adjacencies, budgets, dim))
+
+
 def registered_digest(registration: pb.RegisterRequest) -> SchemaDigest | None:
     """The schema digest a site registered (checked at Register), if any."""
     if not registration.HasField("schema"):
@@ -107,9 +158,9 @@ def registered_digest(registration: pb.RegisterRequest) -> SchemaDigest | None:
 
 
 def dry_run_plan(spec: pb.JobSpec, job_id: str, registered: Sequence[SiteRecord],
-                 connected: set[str], public: SchemaDigest | None) -> str:
+                 connected: set[str], public: SchemaDigest | None, plan: JobPlan) -> str:
     """What ``privadapt launch --dry-run`` prints: the job, each named site as
-    the coordinator knows it, and the checks that passed."""
+    the coordinator knows it, the checks that passed and the privacy plan."""
     records = {site.name: site for site in registered}
     sizes = [records[n].num_records for n in spec.sites if n in records
              and records[n].num_records > 0]
@@ -129,7 +180,7 @@ def dry_run_plan(spec: pb.JobSpec, job_id: str, registered: Sequence[SiteRecord]
     reference = PUBLIC_SAMPLE if public is not None else "each other"
     lines.append(f"checked: hyperparameters and estimator; delta below 1e-3"
                  f"{' (allowed larger)' if spec.allow_large_delta else ''} and below "
-                 f"{smallest}; schemas of the registered sites against {reference}")
-    lines.append("not shown yet: the per-release privacy plan and each site's remaining "
-                 "budget (each site's ledger still refuses any release over its cap)")
+                 f"{smallest}; schemas of the registered sites against {reference}; "
+                 "the plan against each reported budget")
+    lines.extend(plan_lines(plan.releases, plan.previews) if not plan.note else [plan.note])
     return "\n".join(lines)

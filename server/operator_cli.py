@@ -47,6 +47,7 @@ from privadapt.common.wire import channel_options, params_from_proto
 from privadapt.server.job_spec import job_spec_from_toml, job_state_name
 
 CALL_TIMEOUT_S = 30.0
+DRY_RUN_TIMEOUT_S = 600.0
 _TLS_KEYS = ("cert", "key", "ca")
 _LAYOUT: Layout = {
     "operator": {"coordinator": (str, True)},
@@ -142,8 +143,10 @@ def run_operator_command(args: argparse.Namespace) -> int:
 
 def _launch(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     spec, job_id = job_spec_from_toml(args.job_file, args.overrides, args.job_id)
+    # A dry run runs the job's estimator on stand-ins: the adaptation estimators'
+    # public warm start can take a while on a busy coordinator.
     response = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id, dry_run=args.dry_run),
-                           timeout=CALL_TIMEOUT_S)
+                           timeout=DRY_RUN_TIMEOUT_S if args.dry_run else CALL_TIMEOUT_S)
     if args.dry_run:
         print(response.plan)
         return 0
@@ -241,10 +244,24 @@ def _sites(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     for site in response.sites:
         seen = site.last_seen.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
         print(f"{site.site_name:<20} {'connected' if site.connected else 'away':<10} "
-              f"records={site.num_records:<8} last seen {seen}")
+              f"records={site.num_records:<8} last seen {seen}  {budget_text(site)}")
     if not response.sites:
         print("no site has registered yet")
+    else:
+        print("budgets as each site's ledger reported them (at its cap's delta); the ledger "
+              "checks every release against its cap")
     return 0
+
+
+def budget_text(site: pb.SiteInfo) -> str:
+    """``epsilon 0.81 spent of 3 at delta 1e-06 (2.19 left)``, from the
+    budget the site's ledger last reported."""
+    if not site.HasField("budget"):
+        return "budget not reported this run"
+    budget = site.budget
+    left = max(0.0, budget.epsilon_cap - budget.epsilon_spent)
+    return (f"epsilon {budget.epsilon_spent:.4g} spent of {budget.epsilon_cap:g} at delta "
+            f"{budget.delta_cap:g} ({left:.4g} left)")
 
 
 def _print_json(message) -> int:

@@ -118,11 +118,17 @@ class OperatorServicer(rpc.OperatorServiceServicer):
     def ListSites(self, request: pb.ListSitesRequest, context: grpc.ServicerContext):
         self._authorise(context)
         connected = self._registry.connected_names()
+        sessions = {session.name: session for session in self._registry.sessions()}
         response = pb.ListSitesResponse()
         for site in self._store.sites():
-            response.sites.add(
+            info = response.sites.add(
                 site_name=site.name, connected=site.name in connected,
                 last_seen=timestamp_to_proto(site.last_seen), num_records=site.num_records,
                 kernels=site.kernels,
             )
+            session = sessions.get(site.name)
+            if session is not None:
+                info.adjacency = session.registration.adjacency
+                if session.budget is not None:
+                    info.budget.CopyFrom(session.budget)
         return response

@@ -1,6 +1,6 @@
 """``privadapt simulate``: a whole federation on this machine, as separate processes.
 
-    privadapt simulate [--sites 3] [--workdir DIR] [--job job.toml ...]
+    privadapt simulate [--sites 3] [--workdir DIR | --keep] [--job job.toml ...]
 
 Creates a federation CA and certificates (coordinator, operator, one per site)
 in a work directory, splits the bundled UCI Adult target domain (women) over
@@ -12,13 +12,16 @@ operator API's Watch stream, prints each model's accuracy on the held-out
 target (women of adult.test) next to the source-only model, and each site's
 epsilon as its own ledger reports it -- then stops every process it started.
 Nothing is polled: the coordinator's port is read from its stdout, the sites
-are awaited by the job itself, progress arrives on a stream.
+are awaited by the job itself, progress arrives on a stream. A temporary work
+directory (no ``--workdir``) is removed at the end unless ``--keep``; the last
+lines say where the ledgers are kept, or that they went with it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -88,10 +91,14 @@ def write_demo_jobs(workdir: Path, site_names: Sequence[str]) -> list[Path]:
     return jobs
 
 
-def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path]) -> int:
+def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path],
+             keep: bool = False) -> int:
+    """Run the simulation; a temporary work directory (no ``workdir``) is
+    removed at the end unless ``keep``."""
     if num_sites < 1:
         raise ConfigError(f"--sites must be >= 1, got {num_sites}")
     launched_at = time.perf_counter()
+    temporary = workdir is None
     workdir = workdir or Path(tempfile.mkdtemp(prefix="privadapt-simulate-"))
     workdir = workdir.resolve()
     if workdir.exists() and any(workdir.iterdir()):
@@ -108,7 +115,10 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path]) ->
           + ", ".join(f"{n}={d.num_records}" for n, d in zip(names, domains.target_sites,
                                                              strict=True))
           + f"; held-out target {domains.target_test.num_records}; d={domains.source.dim}")
-    print(f"work directory: {workdir} (certificates, configs, site data, ledgers, logs)")
+    fate = ("a temporary one, removed at the end; --keep or --workdir DIR keeps it"
+            if temporary and not keep else "kept")
+    print(f"work directory: {workdir} (certificates, configs, site data, ledgers, logs; "
+          f"{fate})")
     processes = Processes()
     started_at = time.perf_counter()  # the clock of "first round within 2 s of launch"
     try:
@@ -133,11 +143,23 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path]) ->
         memory = processes.peak_memory_mib()
     finally:
         processes.stop()
+        if temporary and not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
     report(domains, results, memory)
-    print(f"Inspect a site's ledger: privadapt ledger show --site-db "
-          f"{SiteConfig.from_toml(site_configs[0]).database}")
+    print(closing_note(workdir, temporary and not keep, site_configs[0]))
     print(f"Done in {time.perf_counter() - launched_at:.1f} s.")
     return 0 if all(r.state == pb.JOB_STATE_SUCCEEDED for r in results) else 1
+
+
+def closing_note(workdir: Path, removed: bool, site_config: Path) -> str:
+    """Where the ledgers are kept, or that they went with the temporary work
+    directory (never a path to a directory that no longer exists)."""
+    if removed:
+        return (f"The temporary work directory {workdir} was removed, ledgers included; run "
+                "with --keep (or --workdir DIR) to inspect them with privadapt ledger show.")
+    database = SiteConfig.from_toml(site_config).database
+    return (f"Everything is kept in {workdir}. Inspect a site's ledger: privadapt ledger show "
+            f"--site-db {database}")
 
 
 @dataclass

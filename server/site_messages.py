@@ -15,8 +15,10 @@ site's error and changes nothing on the coordinator.
 
 from __future__ import annotations
 
+import math
 import re
 
+from privadapt.common.accounting import AccountingMethod
 from privadapt.common.errors import WireError
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.proto import federation_pb2 as pb
@@ -69,6 +71,25 @@ def check_register_request(request: pb.RegisterRequest) -> None:
     check_kernel_names(request.kernels)
     if request.HasField("schema"):
         check_schema_digest(request.schema)
+    if request.HasField("budget"):
+        check_site_budget(request.budget)
+
+
+def check_site_budget(budget: pb.SiteBudget) -> None:
+    """A budget a ledger could state: a positive cap (inf only at a
+    simulation site), a delta in (0, 1), a spend that is a number >= 0 (inf
+    after a non-private release), a known accounting method. It is shown to
+    operators and can only make a launch be refused (server/privacy_plan.py)."""
+    if math.isnan(budget.epsilon_cap) or budget.epsilon_cap <= 0:
+        raise WireError(f"budget.epsilon_cap must be > 0, got {budget.epsilon_cap}")
+    if not 0 < budget.delta_cap < 1:
+        raise WireError(f"budget.delta_cap must be in (0, 1), got {budget.delta_cap}")
+    if math.isnan(budget.epsilon_spent) or budget.epsilon_spent < 0:
+        raise WireError(f"budget.epsilon_spent must be >= 0, got {budget.epsilon_spent}")
+    methods = [m.value for m in AccountingMethod]
+    if budget.accounting not in methods:
+        raise WireError(f"budget.accounting {budget.accounting[:MAX_KERNEL_NAME_CHARS]!r} is "
+                        f"not one of {methods}")
 
 
 def check_schema_digest(message: pb.SchemaDigest) -> None:
@@ -125,6 +146,8 @@ def check_heartbeat_request(request: pb.HeartbeatRequest) -> None:
                         f"{MAX_JOBS_PER_CONNECT})")
     for job_id in request.active_job_ids:
         check_name(job_id, "active_job_ids")
+    if request.HasField("budget"):
+        check_site_budget(request.budget)
 
 
 def check_round_message(message: pb.KeyAnnouncement | pb.MaskedShare | pb.Refusal) -> None:

@@ -44,6 +44,9 @@ class SiteSession:
     # Highest round the site says it has closed, per job (from ConnectRequest):
     # a resumed job starts above it, so no site ever sees a round number twice.
     closed_rounds: dict[str, int] = field(default_factory=dict)
+    # The site's budget as its ledger last stated it (Register, then every
+    # Heartbeat); None if it sent none. Shown, and used only to refuse launches.
+    budget: pb.SiteBudget | None = None
     _sequence: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def send(self, **item: object) -> bool:
@@ -81,7 +84,8 @@ class SiteRegistry:
 
     def register(self, name: str, request: pb.RegisterRequest) -> SiteSession:
         """A new session for ``name``; an older one (a restarted site) is closed."""
-        session = SiteSession(name, secrets.token_hex(16), request)
+        session = SiteSession(name, secrets.token_hex(16), request,
+                              budget=request.budget if request.HasField("budget") else None)
         with self._changed:
             old = self._sessions.get(name)
             self._sessions[name] = session
@@ -124,14 +128,23 @@ class SiteRegistry:
         for listener in self._listeners:
             listener(session.name)
 
-    def touch(self, name: str, session_id: str) -> bool:
-        """Heartbeat: True if ``session_id`` is the live session of ``name``."""
+    def touch(self, name: str, session_id: str, budget: pb.SiteBudget | None = None) -> bool:
+        """Heartbeat: True if ``session_id`` is the live session of ``name``;
+        its ``budget``, if sent, replaces the one it stated before."""
         with self._changed:
             session = self._sessions.get(name)
             if session is None or session.session_id != session_id or session.closed:
                 return False
             session.last_seen = time.time()
+            if budget is not None:
+                session.budget = budget
             return True
+
+    def budgets(self) -> dict[str, pb.SiteBudget]:
+        """Each registered site's last stated budget (sites that stated one)."""
+        with self._changed:
+            return {name: s.budget for name, s in self._sessions.items()
+                    if s.budget is not None}
 
     def session(self, name: str) -> SiteSession | None:
         """The connected session of ``name``, if any."""

@@ -142,3 +142,63 @@ def test_a_job_that_failed_before_its_first_round_frees_its_id(federation):
     assert failed.state == pb.JOB_STATE_FAILED and "ghost" in failed.message
     job_id = stub.Launch(pb.LaunchRequest(spec=_spec(), job_id="retry"), timeout=10).job_id
     assert watch_until_done(stub, job_id).state == pb.JOB_STATE_SUCCEEDED
+
+
+def test_sites_report_their_budget_and_the_dry_run_prints_the_plan(federation):
+    start, _, _ = federation
+    stub = start()
+    listed = {s.site_name: s for s in stub.ListSites(pb.ListSitesRequest(), timeout=10).sites}
+    for site in listed.values():
+        assert (site.budget.epsilon_cap, site.budget.delta_cap, site.budget.epsilon_spent,
+                site.budget.accounting) == (10.0, 1e-5, 0.0, "pld")
+        assert site.adjacency == "replace_one"
+    reply = stub.Launch(pb.LaunchRequest(spec=_spec(), job_id="plan", dry_run=True), timeout=10)
+    assert "privacy plan: 2 release(s)" in reply.plan
+    assert "releases 1-2 (2x): kernel linear_gradient, secure_sum, gaussian z=" in reply.plan
+    assert "blocks=[[2.00" in reply.plan  # sensitivity 2C plus rounding, then sigma
+    assert "a preview: each site's own ledger" in reply.plan
+    job_epsilon = {}
+    for name in SITES:
+        (line,) = [row for row in reply.plan.splitlines() if row.strip().startswith(name)
+                   and "this job" in row]
+        job_epsilon[name] = float(line.split("this job ")[1].split()[0])
+        assert "at delta 1e-05 (PLD, replace_one); spent 0 of cap 10, left 10" in line
+    # The job runs and each ledger charges what the plan previewed.
+    job_id = stub.Launch(pb.LaunchRequest(spec=_spec(), job_id="ran"), timeout=10).job_id
+    assert watch_until_done(stub, job_id).state == pb.JOB_STATE_SUCCEEDED
+    reports = stub.Result(pb.ResultRequest(job_id=job_id), timeout=10).privacy
+    assert len(reports) == 2
+    for report in reports:
+        # The only job so far: its total is this job's epsilon at the cap's delta.
+        assert report.total_delta == 1e-5
+        assert report.total_epsilon == pytest.approx(job_epsilon[report.site_name], rel=1e-3)
+
+
+def test_a_launch_over_a_sites_remaining_budget_is_refused_naming_it(federation):
+    start, _, _ = federation
+    stub = start()
+    spec = _spec()
+    spec.epsilon = 25.0  # above both sites' cap of 10, also at their delta 1e-5
+    message = _refusal(stub, spec)
+    assert "would exceed the remaining privacy budget of 2 site(s)" in message
+    assert "site 'site-a' has epsilon 10 left of its cap 10 at delta 1e-05" in message
+    assert "site 'site-b'" in message
+    assert not stub.Status(pb.StatusRequest(), timeout=10).jobs
+    assert "site 'site-a' has epsilon 10 left" in _refusal(stub, spec, dry_run=True)
+
+
+def test_a_slow_plan_refuses_the_job_before_its_first_round_instead(federation, monkeypatch):
+    """A plan not ready when the launch call returns (the adaptation
+    estimators' warm start) is waited for by the job before any key is
+    published: the job fails naming the site, no round ran, the id is free."""
+    monkeypatch.setattr("privadapt.server.launch_plans.PLAN_WAIT_S", 0.0)
+    start, _, _ = federation
+    stub = start()
+    spec = _spec()
+    spec.epsilon = 25.0
+    job_id = stub.Launch(pb.LaunchRequest(spec=spec, job_id="late"), timeout=10).job_id
+    failed = watch_until_done(stub, job_id)
+    assert failed.state == pb.JOB_STATE_FAILED and not failed.rounds
+    assert "site 'site-a' has epsilon 10 left of its cap 10" in failed.message
+    job_id = stub.Launch(pb.LaunchRequest(spec=_spec(), job_id="late"), timeout=10).job_id
+    assert watch_until_done(stub, job_id).state == pb.JOB_STATE_SUCCEEDED

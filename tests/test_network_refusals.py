@@ -150,12 +150,19 @@ def test_bad_messages_get_clear_errors_and_the_coordinator_keeps_serving(pki, co
 
 
 def test_budget_exhausted_at_one_site_fails_the_job_naming_the_site_and_cap(pki, coordinator,
-                                                                           sites):
+                                                                           sites, monkeypatch):
     sites(caps={"site-b": 0.5})
     operator = operator_stub(pki, coordinator.port)
     spec = pb.JobSpec(algorithm="noisy_gd", epsilon=2.0, delta=1e-6, sites=SITES)
     params_to_proto({"loss": "logistic", "iterations": 20, "learning_rate": 1.0, "radius": 5.0,
                      "clip_norm": 1.0}, spec.hyperparameters)
+    # The coordinator's preview of the reported budgets refuses it up front ...
+    with pytest.raises(grpc.RpcError) as refused:
+        operator.Launch(pb.LaunchRequest(spec=spec), timeout=TIMEOUT)
+    assert "site 'site-b' has epsilon 0.5 left of its cap 0.5" in refused.value.details()
+    # ... but the site's ledger is the authority: with that check skipped (a
+    # coordinator that does not make it), the ledger still refuses mid-job.
+    monkeypatch.setattr("privadapt.server.jobs.refuse_over_budget", lambda previews: None)
     job_id = operator.Launch(pb.LaunchRequest(spec=spec), timeout=TIMEOUT).job_id
     status = watch_until_done(operator, job_id)
     assert status.state == pb.JOB_STATE_FAILED

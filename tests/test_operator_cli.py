@@ -72,7 +72,10 @@ def test_launch_follow_status_result_and_sites(running, tmp_path, capsys):
     report = json.loads((tmp_path / "out" / "privacy_report.json").read_text())
     assert sorted(report["sites"]) == list(SITES) and report["aborted_rounds"] == []
     assert cli.main(["sites", *config]) == 0
-    assert capsys.readouterr().out.count("connected") == 3
+    listed = capsys.readouterr().out
+    assert listed.count("connected") == 3
+    # Each site's budget as its ledger reported it at registration (cap 50 at 1e-5).
+    assert listed.count("spent of 50 at delta 1e-05") == 3
 
 
 def test_cancel_stops_a_running_job(running, tmp_path, capsys):
@@ -156,6 +159,8 @@ def test_json_output_of_status_sites_and_result(running, tmp_path, capsys):
     sites = json.loads(capsys.readouterr().out)["sites"]
     assert sorted(s["site_name"] for s in sites) == list(SITES)
     assert all(s["connected"] for s in sites)
+    assert all(s["budget"]["epsilon_cap"] == 50.0 and s["budget"]["accounting"] == "pld"
+               for s in sites)
     assert cli.main(["result", "json-job", "--out", str(tmp_path / "r"), "--json", *config]) == 0
     result = json.loads(capsys.readouterr().out)
     assert sorted(result["privacy_report"]["sites"]) == list(SITES)

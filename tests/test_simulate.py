@@ -50,3 +50,34 @@ def test_simulate_runs_a_networked_job_and_reports_each_sites_ledger(tmp_path):
     again = _simulate("--sites", "2", "--workdir", str(workdir), "--job", str(job))
     assert again.returncode == 2 and "is not empty" in again.stderr
     assert "Traceback" not in again.stderr
+
+
+def test_the_closing_note_never_names_a_removed_directory(tmp_path):
+    from privadapt.server.simulate import closing_note
+
+    gone = closing_note(tmp_path / "privadapt-simulate-x", True, tmp_path / "unused.toml")
+    assert "was removed, ledgers included" in gone and "--keep" in gone
+    assert "--site-db" not in gone
+
+
+def test_without_workdir_the_temporary_directory_is_removed_unless_kept(tmp_path):
+    job = tmp_path / "job.toml"
+    job.write_text('[job]\nid = "tiny"\nalgorithm = "noisy_gd"\nepsilon = 1.0\n'
+                   'delta = 1e-6\n[hyperparameters]\nloss = "logistic"\niterations = 2\n'
+                   "learning_rate = 16.0\nradius = 20.0\nclip_norm = 1.0\n")
+    from pathlib import Path
+
+    for keep in (False, True):
+        result = _simulate("--sites", "2", "--job", str(job), *(["--keep"] if keep else []))
+        assert result.returncode == 0, result.stdout + result.stderr
+        workdir = Path(re.search(r"work directory: (\S+) ", result.stdout).group(1))
+        assert workdir.exists() == keep
+        if keep:
+            assert f"Everything is kept in {workdir}" in result.stdout
+            assert (workdir / "site-1" / "site.db").exists()
+            import shutil
+
+            shutil.rmtree(workdir)
+        else:
+            assert "was removed, ledgers included" in result.stdout
+            assert "--site-db" not in result.stdout

@@ -139,7 +139,10 @@ class GaussianMechanism(KernelMechanism):
     @property
     def summary(self) -> str:
         count = len(self.all_blocks)
-        return f"gaussian z={self.noise_multiplier:.3g} ({count} block{'s' * (count > 1)})"
+        # A sampled release costs far less than its z alone says: name q too.
+        sampled = f"poisson-sampled gaussian q={self.sampling_rate:.3g} " if self.is_sampled \
+            else "gaussian "
+        return f"{sampled}z={self.noise_multiplier:.3g} ({count} block{'s' * (count > 1)})"
 
     def with_sensitivities(
         self, sensitivities: Sequence[float], adjacency: Adjacency

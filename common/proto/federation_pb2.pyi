@@ -191,7 +191,7 @@ class Query(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., kernel: _Optional[str] = ..., params: _Optional[_Mapping[str, ParamValue]] = ..., mechanism: _Optional[_Union[Mechanism, _Mapping]] = ..., collusion_tolerance: _Optional[int] = ..., fractional_bits: _Optional[int] = ..., form: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("site_name", "software_version", "num_records", "num_features", "kernels", "policy_version", "adjacency", "schema")
+    __slots__ = ("site_name", "software_version", "num_records", "num_features", "kernels", "policy_version", "adjacency", "schema", "budget")
     SITE_NAME_FIELD_NUMBER: _ClassVar[int]
     SOFTWARE_VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_RECORDS_FIELD_NUMBER: _ClassVar[int]
@@ -200,6 +200,7 @@ class RegisterRequest(_message.Message):
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     ADJACENCY_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
     site_name: str
     software_version: str
     num_records: int
@@ -208,7 +209,20 @@ class RegisterRequest(_message.Message):
     policy_version: str
     adjacency: str
     schema: SchemaDigest
-    def __init__(self, site_name: _Optional[str] = ..., software_version: _Optional[str] = ..., num_records: _Optional[int] = ..., num_features: _Optional[int] = ..., kernels: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ..., adjacency: _Optional[str] = ..., schema: _Optional[_Union[SchemaDigest, _Mapping]] = ...) -> None: ...
+    budget: SiteBudget
+    def __init__(self, site_name: _Optional[str] = ..., software_version: _Optional[str] = ..., num_records: _Optional[int] = ..., num_features: _Optional[int] = ..., kernels: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ..., adjacency: _Optional[str] = ..., schema: _Optional[_Union[SchemaDigest, _Mapping]] = ..., budget: _Optional[_Union[SiteBudget, _Mapping]] = ...) -> None: ...
+
+class SiteBudget(_message.Message):
+    __slots__ = ("epsilon_cap", "delta_cap", "epsilon_spent", "accounting")
+    EPSILON_CAP_FIELD_NUMBER: _ClassVar[int]
+    DELTA_CAP_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_SPENT_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNTING_FIELD_NUMBER: _ClassVar[int]
+    epsilon_cap: float
+    delta_cap: float
+    epsilon_spent: float
+    accounting: str
+    def __init__(self, epsilon_cap: _Optional[float] = ..., delta_cap: _Optional[float] = ..., epsilon_spent: _Optional[float] = ..., accounting: _Optional[str] = ...) -> None: ...
 
 class SchemaField(_message.Message):
     __slots__ = ("name", "digest")
@@ -241,14 +255,16 @@ class RegisterResponse(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_message_bytes: _Optional[int] = ..., coordinator_name: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("site_name", "session_id", "active_job_ids")
+    __slots__ = ("site_name", "session_id", "active_job_ids", "budget")
     SITE_NAME_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
     site_name: str
     session_id: str
     active_job_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, site_name: _Optional[str] = ..., session_id: _Optional[str] = ..., active_job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    budget: SiteBudget
+    def __init__(self, site_name: _Optional[str] = ..., session_id: _Optional[str] = ..., active_job_ids: _Optional[_Iterable[str]] = ..., budget: _Optional[_Union[SiteBudget, _Mapping]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("next_interval", "session_known")
@@ -621,7 +637,7 @@ class ListSitesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SiteInfo(_message.Message):
-    __slots__ = ("site_name", "connected", "last_seen", "num_records", "kernels", "active_job_ids", "certificate_expiry")
+    __slots__ = ("site_name", "connected", "last_seen", "num_records", "kernels", "active_job_ids", "certificate_expiry", "budget", "adjacency")
     SITE_NAME_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
     LAST_SEEN_FIELD_NUMBER: _ClassVar[int]
@@ -629,6 +645,8 @@ class SiteInfo(_message.Message):
     KERNELS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_JOB_IDS_FIELD_NUMBER: _ClassVar[int]
     CERTIFICATE_EXPIRY_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    ADJACENCY_FIELD_NUMBER: _ClassVar[int]
     site_name: str
     connected: bool
     last_seen: _timestamp_pb2.Timestamp
@@ -636,7 +654,9 @@ class SiteInfo(_message.Message):
     kernels: _containers.RepeatedScalarFieldContainer[str]
     active_job_ids: _containers.RepeatedScalarFieldContainer[str]
     certificate_expiry: _timestamp_pb2.Timestamp
-    def __init__(self, site_name: _Optional[str] = ..., connected: _Optional[bool] = ..., last_seen: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., num_records: _Optional[int] = ..., kernels: _Optional[_Iterable[str]] = ..., active_job_ids: _Optional[_Iterable[str]] = ..., certificate_expiry: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    budget: SiteBudget
+    adjacency: str
+    def __init__(self, site_name: _Optional[str] = ..., connected: _Optional[bool] = ..., last_seen: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., num_records: _Optional[int] = ..., kernels: _Optional[_Iterable[str]] = ..., active_job_ids: _Optional[_Iterable[str]] = ..., certificate_expiry: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., budget: _Optional[_Union[SiteBudget, _Mapping]] = ..., adjacency: _Optional[str] = ...) -> None: ...
 
 class ListSitesResponse(_message.Message):
     __slots__ = ("sites",)

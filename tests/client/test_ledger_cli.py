@@ -2,19 +2,21 @@
 and a wrong path gets a one-line message and exit code 2."""
 
 import io
+import json
 
 import pytest
 
 from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.ledger_cli import describe_mechanism, show_ledger
 from privadapt.client.policy import SitePolicy
-from privadapt.common.accounting import epsilon_spent
+from privadapt.common.accounting import PrivacyAccountant, epsilon_spent
 from privadapt.common.mechanisms import (
     Adjacency,
     GaussianBlock,
     GaussianMechanism,
     LaplaceMechanism,
     NoNoise,
+    mechanism_from_dict,
 )
 
 TWO_BLOCKS = GaussianMechanism((GaussianBlock(1.0, 4.0), GaussianBlock(1.0, 4.0)))
@@ -96,6 +98,10 @@ def test_show_does_not_create_a_missing_ledger(tmp_path):
     ("mechanism", "summary"),
     [
         (GaussianMechanism.single(1.0, 3.21), "gaussian z=3.21 (1 block)"),
+        (
+            GaussianMechanism.single(1.0, 1.73, Adjacency.ADD_REMOVE_ONE, 0.01),
+            "poisson-sampled gaussian q=0.01 z=1.73 (1 block) [add_remove_one]",
+        ),
         (LaplaceMechanism(1.0, 2.0), "laplace eps=0.5"),
         (NoNoise((0.0,)), "no noise (free)"),
         (NoNoise((1.0,)), "no noise (NOT PRIVATE)"),
@@ -107,3 +113,32 @@ def test_show_does_not_create_a_missing_ledger(tmp_path):
 )
 def test_mechanism_summary(mechanism, summary):
     assert describe_mechanism(mechanism, Adjacency.REPLACE_ONE) == summary
+
+
+def test_every_field_of_a_charge_is_printed_so_the_totals_can_be_recomputed(tmp_path):
+    """Issue 18: a Poisson-sampled charge printed as its z alone made a
+    reader's recomputation far larger than the totals; each line and each
+    group names the sampling rate, and the groups' counts x mechanisms
+    compose to the printed site total."""
+    path = tmp_path / "sgd.db"
+    sampled = GaussianMechanism.single(1.0, 1.73, Adjacency.ADD_REMOVE_ONE, 0.01)
+    plain = GaussianMechanism.single(1.0, 10.0, Adjacency.ADD_REMOVE_ONE)
+    policy = SitePolicy("sgd", 5.0, 1e-5, adjacency=Adjacency.ADD_REMOVE_ONE)
+    with PrivacyLedger(path, policy, create=True) as ledger:
+        for step in range(20):
+            ledger.charge("job-1", f"step-{step}", sampled)
+        ledger.charge("job-2", "once", plain)
+        total = ledger.spent().epsilon
+    _, text = show(path)
+    assert text.count("poisson-sampled gaussian q=0.01 z=1.73 (1 block)") >= 21
+    groups = [line for line in text.splitlines() if " x " in line and "alone" in line]
+    assert len(groups) == 2
+    accountant = PrivacyAccountant(Adjacency.ADD_REMOVE_ONE)
+    for line in groups:
+        count = int(line.split(" x ")[0])
+        stored = json.loads(line[line.index("{"):])
+        assert stored.get("sampling_rate") in (None, 0.01)
+        accountant.compose(mechanism_from_dict(stored), count)
+    assert "   20 x poisson-sampled gaussian q=0.01" in text
+    assert accountant.get_epsilon(1e-5) == pytest.approx(total, rel=1e-9)
+    assert f"21 charges  epsilon={total:.4g} (PLD)" in text

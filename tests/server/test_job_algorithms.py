@@ -93,6 +93,25 @@ def test_bad_hyperparameters_are_refused_at_launch(algorithm, values, message):
         validate_hyperparameters(algorithm, values)
 
 
+def test_every_problem_is_listed_at_once_with_the_closest_known_name():
+    values = {"loss": "logistic", "iteratons": 5, "learning_rate": "fast", "clip_norm": 1.0,
+              "epsilon": 1.0, "zzz": 1}
+    with pytest.raises(ConfigError) as refused:
+        validate_hyperparameters("noisy_gd", values)
+    message = str(refused.value)
+    assert message.startswith("algorithm 'noisy_gd' needs hyperparameters 'iterations', "
+                              "'radius'; ")
+    assert "has no hyperparameter 'iteratons' (did you mean 'iterations'?)" in message
+    assert "has no hyperparameter 'epsilon' (it is a [job] key, not a hyperparameter)" in message
+    assert "has no hyperparameter 'zzz'; " in message  # nothing close: no guess
+    assert "hyperparameter 'learning_rate' has the wrong type: 'fast' (expected" in message
+    assert message.endswith("known: ['checkpoint_every', 'clip_norm', 'iterations', "
+                            "'learning_rate', 'loss', 'radius']")
+    with pytest.raises(ConfigError, match=r"unknown algorithm 'noisy-gd' \(did you mean "
+                                          r"'noisy_gd'\?\)"):
+        validate_hyperparameters("noisy-gd", {})
+
+
 def test_good_hyperparameters_pass():
     validate_hyperparameters("noisy_gd", {**GD_HYPER, "checkpoint_every": 2})
     validate_hyperparameters("pncnvx_adap", {**ADAPT_HYPER, "weight_noise": False})

@@ -1,0 +1,126 @@
+"""The releases a job will make, found by running its own algorithm on stand-ins.
+
+Why not a planner per algorithm: every algorithm already decides its
+mechanisms itself (``calibrate_noise_multiplier`` for its T, its kernels'
+``mechanism`` for the sensitivities) before and while it queries. A second
+description of the same choices would drift from the code that runs. So a
+dry run fits the job's estimator exactly as a job does (``run_job``, through
+``estimator_for``) on a :class:`PlanningFederation`: a ``Federation`` with the
+job's public sizes and dimension that records every query and answers it with
+zeros of the kernel's released shapes (index 0 for a selection). Nothing is
+sent, stored or charged; no site is contacted.
+
+What this can miss: an algorithm whose later mechanisms depend on the
+*values* of earlier answers (none of the job algorithms today: their noise is
+fixed by epsilon, delta, T and the clipping) would be previewed along the
+zero-answer path. The sites' ledgers remain the authority on every charge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from privadapt.common.data import Dataset
+from privadapt.common.errors import QueryRefusedError
+from privadapt.common.federation import (
+    AggregateAnswer,
+    PerSiteAnswer,
+    ReleaseForm,
+    SelectionAnswer,
+    SitePrivacy,
+)
+from privadapt.common.kernels import get_kernel
+from privadapt.common.mechanisms import Mechanism
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.server.job_algorithms import JobContext, run_job
+
+
+@dataclass(frozen=True)
+class PlannedRelease:
+    """One query the algorithm will ask: what every participating site is
+    charged for (its own answer, or its share of a secure sum)."""
+
+    kernel: str
+    params: Mapping[str, Any]
+    mechanism: Mechanism
+    form: ReleaseForm
+
+
+class PlanningFederation:
+    """A ``Federation`` that records queries and answers them with zeros
+    (module docstring). ``sizes``: each site's public n, None where it is
+    private (an add/remove site), as the networked federation has them."""
+
+    def __init__(self, job_id: str, sizes: Mapping[str, int | None], dim: int) -> None:
+        self._job_id = job_id
+        self._sizes = dict(sizes)
+        self._dim = dim
+        self.releases: list[PlannedRelease] = []
+
+    @property
+    def job_id(self) -> str:
+        return self._job_id
+
+    @property
+    def site_sizes(self) -> dict[str, int]:
+        private = sorted(name for name, n in self._sizes.items() if n is None)
+        if private:
+            # As NetworkFederation.site_sizes refuses it at run time.
+            raise QueryRefusedError(
+                f"site {private[0]!r} accounts under add/remove adjacency, where its size is "
+                "private: query record_count with noise instead")
+        return {name: int(n) for name, n in self._sizes.items() if n is not None}
+
+    @property
+    def num_sites(self) -> int:
+        return len(self._sizes)
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def _record(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
+                form: ReleaseForm) -> tuple[str, tuple[np.ndarray, ...]]:
+        self.releases.append(PlannedRelease(kernel, dict(params), mechanism, form))
+        found = get_kernel(kernel)
+        shapes = found.output_shapes(found.Params.from_wire(params, self._dim), self._dim)
+        return f"plan-{len(self.releases)}", tuple(np.zeros(shape) for shape in shapes)
+
+    def query(self, kernel: str, params: Mapping[str, Any],
+              mechanism: Mechanism) -> AggregateAnswer:
+        query_id, blocks = self._record(kernel, params, mechanism, ReleaseForm.SECURE_SUM)
+        return AggregateAnswer(query_id, blocks, tuple(self._sizes))
+
+    def query_per_site(self, kernel: str, params: Mapping[str, Any],
+                       mechanism: Mechanism) -> PerSiteAnswer:
+        query_id, blocks = self._record(kernel, params, mechanism, ReleaseForm.PER_SITE)
+        return PerSiteAnswer(query_id, {name: blocks for name in self._sizes})
+
+    def select(self, kernel: str, params: Mapping[str, Any],
+               mechanism: Mechanism) -> SelectionAnswer:
+        if len(self._sizes) != 1:
+            raise QueryRefusedError(
+                f"job {self._job_id!r}: a selection is answered only when one site holds all "
+                f"of the job's private data, and this job has {len(self._sizes)} sites")
+        query_id, _ = self._record(kernel, params, mechanism, ReleaseForm.PER_SITE)
+        return SelectionAnswer(query_id, 0, next(iter(self._sizes)))
+
+    def privacy_spent(self, delta: float | None = None) -> dict[str, SitePrivacy]:
+        return {}  # nothing was charged; the preview is server/privacy_plan.py's
+
+
+def plan_releases(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
+                  sizes: Mapping[str, int | None], dim: int,
+                  public_source: Dataset | None) -> Sequence[PlannedRelease]:
+    """Every release the job's algorithm makes, in order, from running it as
+    a job runs (``run_job``) on a :class:`PlanningFederation`; raises what the
+    algorithm raises (a refusal it would meet at run time, a bad value)."""
+    federation = PlanningFederation("dry-run", sizes, dim)
+    seed = spec.seed if spec.HasField("seed") else 0
+    run_job(JobContext(federation, spec, hyperparameters, seed, lambda step, model: None,
+                       public_source))
+    return federation.releases
