@@ -72,7 +72,7 @@ ADULT_COLUMNS = (
     "hours-per-week", "native-country", "income",
 )
 MISSING = "?"
-SOURCE_SEX, TARGET_SEX = "Male", "Female"
+SOURCE_SEX, TARGET_SEX = "Male", "Female"  # the domains of the ``sex`` split
 # adult.names' order; a feature of every split but ``sex`` (a test checks the list).
 SEX_CATEGORIES = ("Female", "Male")
 
@@ -112,7 +112,6 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
 }
 LABEL_MAP = {">50K": 1.0, "<=50K": -1.0}
 ROW_NORM_DIVISOR = math.sqrt(len(NUMERIC_COLUMNS) + len(CATEGORIES) + 1)
-
 
 
 @dataclass(frozen=True)
@@ -225,8 +224,8 @@ class AdultDomains:
     target_test: Dataset
     feature_names: tuple[str, ...]
     target_site_rows: tuple[np.ndarray, ...] = field(repr=False)
-    split: AdultSplit = field(default=SPLITS[DEFAULT_SPLIT])
-    schema: Schema = field(default=ADULT_SCHEMA, repr=False)
+    split: AdultSplit
+    schema: Schema = field(repr=False)
 
 
 def load_adult_domains(
