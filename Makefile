@@ -17,8 +17,11 @@ $(STAMP): pyproject.toml
 
 # A coordinator and 3 site daemons as processes on 127.0.0.1, mutual TLS and
 # secure aggregation, on the bundled UCI Adult split.
+# Single-threaded BLAS: the coordinator-side source-only fit shares 2 cores
+# with 4 daemons, and OpenBLAS's busy-waiting threads made it 50 s instead of
+# 1.5 s under load (common/blas_threads.py).
 demo: $(STAMP)
-	@$(BIN)/privadapt simulate --sites 3
+	@OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/privadapt simulate --sites 3
 
 # The same algorithms with the sites in this process (LocalFederation).
 demo-local: $(STAMP)

@@ -13,8 +13,8 @@
   ``result JOB --out DIR``, ``cancel JOB``, ``sites``: the operator API
   (server/operator_cli.py).
 * ``privadapt --version``: the installed version.
-* ``privadapt simulate [--sites N] [--workdir DIR | --keep] [--job JOB.toml ...]``: a coordinator
-  and N sites as processes on this machine (server/simulate.py).
+* ``privadapt simulate [--sites N] [--workdir DIR | --keep] [--job JOB.toml ...] [--split NAME]``:
+  a coordinator and N sites as processes on this machine (server/simulate.py).
 
 Expected errors (missing file, bad database) print one line and exit 2, no traceback.
 """
@@ -65,6 +65,8 @@ def _build_parser() -> argparse.ArgumentParser:
                           "directory (certificates, configs, data, ledgers, logs)")
     simulate.add_argument("--job", type=Path, action="append", default=[], dest="jobs",
                           help="a job TOML to run (repeatable; default: the demo jobs)")
+    simulate.add_argument("--split", help="the UCI Adult split (default: the demo's; "
+                          "names in privadapt.common.datasets.adult.SPLITS, e.g. sex)")
     return parser
 
 
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "simulate":
             from privadapt.server.simulate import simulate
 
-            return simulate(args.sites, args.workdir, args.jobs, keep=args.keep)
+            return simulate(args.sites, args.workdir, args.jobs, args.split, keep=args.keep)
     except PrivadaptError as err:
         print(f"privadapt: {err}", file=sys.stderr)
         return 2

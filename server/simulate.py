@@ -1,15 +1,18 @@
 """``privadapt simulate``: a whole federation on this machine, as separate processes.
 
-    privadapt simulate [--sites 3] [--workdir DIR | --keep] [--job job.toml ...]
+    privadapt simulate [--sites 3] [--workdir DIR | --keep] [--job job.toml ...] [--split NAME]
 
 Creates a federation CA and certificates (coordinator, operator, one per site)
-in a work directory, splits the bundled UCI Adult target domain (women) over
-the sites as CSV files with their schema, writes each site's policy and
+in a work directory, splits the private target of a bundled UCI Adult split
+(default ``DEMO_SPLIT``: source = the married, target = everyone else; see
+experiments/adult_splits.py) over the sites as CSV files with their schema, at
+most ``DEMO_RECORDS_PER_SITE`` records each, writes each site's policy and
 configuration, starts one ``privadapt-coordinator`` and N ``privadapt-site``
 processes on 127.0.0.1 over mutual TLS, launches the jobs (by default noisy
 projected GD at epsilon 1 and 3), follows them round by round over the
 operator API's Watch stream, prints each model's accuracy on the held-out
-target (women of adult.test) next to the source-only model, and each site's
+target (the target's rows of adult.test) next to the majority label and the
+source-only model, and each site's
 epsilon as its own ledger reports it -- then stops every process it started.
 Nothing is polled: the coordinator's port is read from its stdout, the sites
 are awaited by the job itself, progress arrives on a stream. A temporary work
@@ -33,7 +36,14 @@ import numpy as np
 
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site_config import SiteConfig
-from privadapt.common.datasets.adult import load_adult_domains, site_schema_path, write_site_csvs
+from privadapt.common.datasets.adult import (
+    DEMO_RECORDS_PER_SITE,
+    DEMO_SPLIT,
+    SPLITS,
+    load_adult_domains,
+    site_schema_path,
+    write_site_csvs,
+)
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire import params_from_proto
@@ -92,11 +102,14 @@ def write_demo_jobs(workdir: Path, site_names: Sequence[str]) -> list[Path]:
 
 
 def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path],
-             keep: bool = False) -> int:
+             split: str | None = None, keep: bool = False) -> int:
     """Run the simulation; a temporary work directory (no ``workdir``) is
     removed at the end unless ``keep``."""
     if num_sites < 1:
         raise ConfigError(f"--sites must be >= 1, got {num_sites}")
+    split = split or DEMO_SPLIT
+    if split not in SPLITS:
+        raise ConfigError(f"--split {split!r} is not an Adult split; known: {', '.join(SPLITS)}")
     launched_at = time.perf_counter()
     temporary = workdir is None
     workdir = workdir or Path(tempfile.mkdtemp(prefix="privadapt-simulate-"))
@@ -108,10 +121,12 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path],
     logs.mkdir(parents=True, exist_ok=True)
     names = [f"site-{k}" for k in range(1, num_sites + 1)]
     deployment = LocalDeployment(workdir, write_pki(workdir / "pki"))
-    domains = load_adult_domains(num_sites=num_sites, seed=0)
+    domains = load_adult_domains(num_sites=num_sites, seed=0, split=split,
+                                 max_records_per_site=DEMO_RECORDS_PER_SITE)
     csvs = write_site_csvs(domains, workdir / "data")
-    print(f"UCI Adult: public source (men) {domains.source.num_records} records; private "
-          f"target (women) over {num_sites} sites: "
+    print(f"UCI Adult, split {split}: public source ({domains.split.source_label}) "
+          f"{domains.source.num_records} records; private target ({domains.split.target_label})"
+          f" over {num_sites} sites: "
           + ", ".join(f"{n}={d.num_records}" for n, d in zip(names, domains.target_sites,
                                                              strict=True))
           + f"; held-out target {domains.target_test.num_records}; d={domains.source.dim}")
@@ -209,7 +224,7 @@ def run_job(stub, path: Path, launched_at: float, site_names: Sequence[str]) -> 
 def report(domains, results: Sequence[JobOutcome], memory: dict[str, float]) -> None:
     test = domains.target_test
     source_weights = fit_linear(domains.source.features, domains.source.labels, "logistic", 20.0)
-    print("\nTarget test accuracy (women, adult.test)")
+    print(f"\nTarget test accuracy ({domains.split.target_label}, adult.test)")
     print(f"  {'method':<44} {'epsilon':>8} {'accuracy':>9}")
     # The bar every method must clear: the public source's most common label.
     majority = 1.0 if np.mean(domains.source.labels > 0) > 0.5 else -1.0

@@ -16,7 +16,10 @@ from privadapt.common.datasets import adult
 from privadapt.common.datasets.adult import (
     ADULT_COLUMNS,
     ADULT_SCHEMA,
+    DEMO_SPLIT,
+    SPLITS,
     AdultDomains,
+    adult_schema,
     load_adult_domains,
     site_schema_path,
     write_site_csvs,
@@ -141,6 +144,7 @@ def test_declared_categories_are_those_listed_in_adult_names():
     listed = dict(re.findall(r"^([a-z-]+): (.+)\.$", names.read_text(), flags=re.MULTILINE))
     for column, categories in adult.CATEGORIES.items():
         assert tuple(listed[column].split(", ")) == categories
+    assert tuple(listed["sex"].split(", ")) == adult.SEX_CATEGORIES
 
 
 def test_site_csvs_load_back_into_the_same_arrays(domains, tmp_path):
@@ -164,3 +168,68 @@ def test_bundled_files_ship_with_their_attribution():
     assert "Ronny Kohavi and Barry Becker (1996)" in readme and "CC BY 4.0" in readme
     assert all(folder.joinpath(name).is_file()
                for name in ("adult.data.gz", "adult.test.gz", "adult.names"))
+
+
+# Named splits: one public rule on one raw column each.
+COMPLETE_TRAIN, COMPLETE_TEST = SOURCE_SIZE + TARGET_SIZE, 15_060
+
+
+@pytest.fixture(scope="module", params=sorted(SPLITS))
+def split_domains(request) -> AdultDomains:
+    return load_adult_domains(num_sites=2, seed=0, split=request.param)
+
+
+def test_the_default_split_is_sex_and_encodes_as_before():
+    assert adult_schema("sex") == ADULT_SCHEMA == adult_schema()
+    assert load_adult_domains(num_sites=1).split is SPLITS["sex"]
+    assert DEMO_SPLIT in SPLITS
+
+
+def test_every_split_partitions_the_complete_rows(split_domains):
+    rule = split_domains.split
+    column = ADULT_COLUMNS.index(rule.column)
+    target = np.concatenate(split_domains.target_site_rows)
+    assert rule.in_target(target[:, column]).all()
+    sizes = split_domains.source.num_records + len(target)
+    assert sizes == COMPLETE_TRAIN
+    one = load_adult_domains(num_sites=1, split=rule.name)
+    assert one.target_test.num_records + _source_test_size(rule) == COMPLETE_TEST
+
+
+def _source_test_size(rule) -> int:
+    table, _ = adult._read_raw(adult.TEST_FILE)
+    complete = ~(table == adult.MISSING).any(axis=1)
+    chosen = rule.in_target(table[:, ADULT_COLUMNS.index(rule.column)])
+    return int(np.sum(complete & ~chosen))
+
+
+def test_every_split_bounds_its_records_by_one(split_domains):
+    for part in all_parts(split_domains):
+        assert np.linalg.norm(part.features, axis=1).max() <= 1.0
+        assert part.dim == len(split_domains.feature_names) == len(split_domains.schema
+                                                                  .feature_names())
+
+
+def test_a_split_column_is_dropped_exactly_when_constant_in_the_target(split_domains):
+    rule = split_domains.split
+    target = np.concatenate(split_domains.target_site_rows)
+    constant = len(set(target[:, ADULT_COLUMNS.index(rule.column)].tolist())) == 1
+    assert (rule.column not in split_domains.schema.columns()) == constant
+    assert "fnlwgt" not in split_domains.schema.columns()
+    # sex is a feature wherever the split does not make it constant
+    assert ("sex" in split_domains.schema.columns()) == (rule.name != "sex")
+
+
+def test_every_split_round_trips_through_its_site_csvs(split_domains, tmp_path):
+    for path, site in zip(write_site_csvs(split_domains, tmp_path), split_domains.target_sites,
+                          strict=True):
+        schema = Schema.from_toml(site_schema_path(path))
+        assert schema == split_domains.schema
+        loaded = load_dataset(path, schema, expected_dim=site.dim)
+        np.testing.assert_array_equal(loaded.features, site.features)
+        np.testing.assert_array_equal(loaded.labels, site.labels)
+
+
+def test_an_unknown_split_is_refused_with_the_known_names():
+    with pytest.raises(ValueError, match="marital-not-married"):
+        load_adult_domains(split="height")
