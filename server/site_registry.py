@@ -133,6 +133,12 @@ class SiteRegistry:
             session.last_seen = time.time()
             return True
 
+    def is_registered(self, name: str) -> bool:
+        """``name`` holds a live registration (connected or about to connect)."""
+        with self._changed:
+            session = self._sessions.get(name)
+            return session is not None and not session.closed
+
     def session(self, name: str) -> SiteSession | None:
         """The connected session of ``name``, if any."""
         with self._changed:
