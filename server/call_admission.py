@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import inspect
 import threading
 from collections.abc import Callable, Iterator
@@ -51,17 +52,20 @@ Privileged = Callable[[Identity | None], bool]
 
 
 @functools.lru_cache(maxsize=1024)
-def _identity_of(pem: bytes) -> Identity | None:
+def _caller_of_certificate(pem: bytes) -> tuple[str, Identity | None]:
     try:
-        return certificate_identity(certificate_from_pem(pem))
-    except CertificateError:  # the handler's own role check refuses it, with its message
-        return None
+        identity = certificate_identity(certificate_from_pem(pem))
+    except CertificateError:
+        # Counted by its digest; the handler's role check refuses it, with its message.
+        return f"certificate sha256:{hashlib.sha256(pem).hexdigest()[:16]}", None
+    return identity.name, identity
 
 
-def caller_of(context: grpc.aio.ServicerContext) -> Identity | None:
-    """The caller's identity, if its certificate names one."""
+def caller_of(context: grpc.aio.ServicerContext) -> tuple[str | None, Identity | None]:
+    """The name the caller's calls are counted under, and its identity if its
+    certificate names one; (None, None) without a certificate (--insecure)."""
     pems = context.auth_context().get(_PEM_KEY) or []
-    return _identity_of(pems[0]) if pems else None
+    return _caller_of_certificate(pems[0]) if pems else (None, None)
 
 
 class ThreadContext:
@@ -135,9 +139,8 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
             response_serializer=handler.response_serializer)
 
     async def _admit(self, method: str, context: grpc.aio.ServicerContext) -> Any:
-        identity = caller_of(context)
-        admission = self._limits.admit(None if identity is None else identity.name,
-                                       method_group(method))
+        name, identity = caller_of(context)
+        admission = self._limits.admit(name, method_group(method))
         if isinstance(admission, str):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, admission)
         context.add_done_callback(lambda _: self._limits.release(admission))

@@ -15,6 +15,7 @@ import time
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from privadapt.common import tls
 from privadapt.common.proto import federation_pb2 as pb
@@ -98,6 +99,14 @@ class HalfSentCalls:
         self._loop.close()
 
 
+def _health(pki, port: int) -> int:
+    credentials = tls.channel_credentials(pki / "operator.crt", pki / "operator.key",
+                                          pki / "ca.crt")
+    with grpc.secure_channel(f"127.0.0.1:{port}", credentials) as channel:
+        request = health_pb2.HealthCheckRequest(service="privadapt.v1.OperatorService")
+        return health_pb2_grpc.HealthStub(channel).Check(request, timeout=TIMEOUT).status
+
+
 def _wait_for(predicate, timeout: float = TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -122,6 +131,7 @@ def test_a_flood_of_half_sent_calls_leaves_operators_and_sites_served(tmp_path, 
 
         operator = operator_stub(pki, coordinator.port)
         assert operator.Status(pb.StatusRequest(), timeout=TIMEOUT).jobs == []
+        assert _health(pki, coordinator.port) == health_pb2.HealthCheckResponse.SERVING
         for k, name in enumerate(SITES):
             sites.start(write_site(tmp_path, pki, name, synthetic_dataset(60, 4, seed=k),
                                    coordinator.port))
