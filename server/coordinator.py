@@ -12,7 +12,8 @@ start. Configuration::
     name = "coordinator"          # optional; default: the certificate's common name
     listen = "0.0.0.0:50051"      # port 0: a free port, printed on stdout once serving
     database = "coordinator.db"   # sites, jobs, rounds, answers, checkpoints, audit log
-    round_timeout_s = 30          # a round's deadline (keys and shares)
+    round_timeout_s = 30          # a round's deadline (keys and shares), and how long
+                                  # any caller may take to send a request
     site_wait_timeout_s = 120     # how long a job waits for enough sites
     min_sites = 1                 # default min_participants of a job
     max_sites = 200               # connected sites served at once (one thread each)
@@ -39,7 +40,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from privadapt.common import tls
-from privadapt.common.certcheck import certificate_identity
+from privadapt.common.certcheck import Identity, certificate_identity
 from privadapt.common.certs import load_certificate
 from privadapt.common.config import Layout, read_sections, read_toml, render_layout
 from privadapt.common.daemon_cli import daemon_arguments
@@ -49,11 +50,13 @@ from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.schema import Schema
 from privadapt.common.schema_digest import SchemaDigest
 from privadapt.common.wire import channel_options
+from privadapt.server.call_admission import AdmissionInterceptor
+from privadapt.server.call_limits import CallLimits
+from privadapt.server.event_loop_thread import EventLoopThread
 from privadapt.server.federation_service import FederationServicer
 from privadapt.server.jobs import JobManager
 from privadapt.server.network_federation import PrivacyReports
 from privadapt.server.operator_service import OperatorServicer
-from privadapt.server.request_decoding import MalformedRequestInterceptor
 from privadapt.server.rounds import RoundHub
 from privadapt.server.site_registry import SiteRegistry
 from privadapt.server.store import CoordinatorStore
@@ -63,6 +66,9 @@ logger = logging.getLogger("privadapt.coordinator")
 SERVICE_NAMES = ("privadapt.v1.FederationService", "privadapt.v1.OperatorService")
 # Threads for unary calls (keys, shares, operator calls) beside the streams.
 _SPARE_WORKERS = 32
+# Of the call slots (one per thread), those only operators and registered
+# sites may take (server/call_limits.py).
+_RESERVED_SLOTS = 16
 _SERVER_OPTIONS = [
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_timeout_ms", 10_000),
@@ -71,6 +77,9 @@ _SERVER_OPTIONS = [
     # gRPC sets SO_REUSEPORT by default: a second coordinator on a port in use
     # then binds too and the two answer calls alternately. Refuse instead.
     ("grpc.so_reuseport", 0),
+    # HTTP/2 streams one connection may open; a caller's own limits
+    # (server/call_limits.py) are lower, so this only bounds grpc's memory.
+    ("grpc.max_concurrent_streams", 100),
 ]
 
 _LAYOUT: Layout = {
@@ -152,11 +161,11 @@ class Coordinator:
         public_source = (load_dataset(config.public_source, schema)
                          if config.public_source else None)
         self.store = CoordinatorStore(config.database)
-        for name in self.store.trim_oversized_registrations():
+        for site_name in self.store.trim_oversized_registrations():
             logger.warning("site %s: its stored registration was oversized (an older "
                            "coordinator stored it unbounded); trimmed until it registers again",
-                           name)
-            self.store.audit("registration_trimmed", site_name=name,
+                           site_name)
+            self.store.audit("registration_trimmed", site_name=site_name,
                              detail="oversized kernel list or policy version")
         self.registry = SiteRegistry()
         self.hub = RoundHub(self.registry, Path(config.ca).read_bytes())
@@ -170,39 +179,71 @@ class Coordinator:
                            else SchemaDigest.of(schema, public_source.dim)),
         )
         # Each connected site holds one thread (its Connect stream; one per
-        # site, see SiteRegistry.attach); above the limit gRPC refuses calls
-        # with RESOURCE_EXHAUSTED instead of queueing them forever.
+        # site, see SiteRegistry.attach). Calls are admitted per caller and
+        # method group, up to one per thread, before they take one (the
+        # server runs on grpc.aio: a call whose request is still in flight
+        # costs no thread); see server/call_admission.py.
         workers = config.max_sites + _SPARE_WORKERS
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
-                                  options=channel_options() + _SERVER_OPTIONS,
-                                  maximum_concurrent_rpcs=workers,
-                                  interceptors=[MalformedRequestInterceptor()])
-        rpc.add_FederationServiceServicer_to_server(
-            FederationServicer(self.registry, self.hub, reports, self.store, name, insecure),
-            self.server)
-        rpc.add_OperatorServiceServicer_to_server(
-            OperatorServicer(self.jobs, self.store, self.registry, insecure), self.server)
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self._executor = futures.ThreadPoolExecutor(max_workers=workers,
+                                                    thread_name_prefix="coordinator-call")
+        self.limits = CallLimits(capacity=workers, reserve=_RESERVED_SLOTS)
+        self._loop = EventLoopThread("coordinator-grpc")
         try:
-            if insecure:
-                self.port = self.server.add_insecure_port(config.listen)
-            else:
-                credentials = tls.server_credentials(config.cert, config.key, config.ca)
-                self.port = self.server.add_secure_port(config.listen, credentials)
-        except RuntimeError:  # newer grpcio raises where older ones return 0
-            self.port = 0
+            self.port = self._loop.run(self._serve(name, insecure))
+        except BaseException:
+            self._loop.close()
+            self._executor.shutdown(wait=False)
+            self.store.close()
+            raise
         if not self.port:
+            self._loop.run(self.server.stop(None))
+            self._loop.close()
+            self._executor.shutdown(wait=False)
             self.store.close()
             raise ConfigError(
                 f"cannot listen on {config.listen}: the address is in use (another "
                 "coordinator?) or invalid; stop the other process or choose another port")
         self._stopped = threading.Event()
 
-    def start(self) -> None:
-        self.server.start()
+    async def _serve(self, name: str, insecure: bool) -> int:
+        """Build the server on the loop (grpc.aio needs a running one); its port, or 0."""
+        config = self.config
+        admission = AdmissionInterceptor(self.limits, self._privileged, self._executor,
+                                         arrival_timeout_s=config.round_timeout_s)
+        self.server = grpc.aio.server(migration_thread_pool=self._executor,
+                                      options=channel_options() + _SERVER_OPTIONS,
+                                      interceptors=[admission])
+        rpc.add_FederationServiceServicer_to_server(
+            FederationServicer(self.registry, self.hub, self.reports, self.store, name,
+                               insecure),
+            self.server)
+        rpc.add_OperatorServiceServicer_to_server(
+            OperatorServicer(self.jobs, self.store, self.registry, insecure), self.server)
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        try:
+            if insecure:
+                return self.server.add_insecure_port(config.listen)
+            credentials = tls.server_credentials(config.cert, config.key, config.ca)
+            return self.server.add_secure_port(config.listen, credentials)
+        except RuntimeError:  # newer grpcio raises where older ones return 0
+            return 0
+
+    def _privileged(self, identity: Identity | None) -> bool:
+        """May use the reserved call slots: operators, and sites with a live
+        registration (the sites that take part in jobs)."""
+        if identity is None:
+            return False
+        return identity.role == "operator" or (
+            identity.role == "site" and self.registry.is_registered(identity.name))
+
+    async def _start_serving(self) -> None:
+        await self.server.start()
         for service in (*SERVICE_NAMES, ""):
-            self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+            await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+
+    def start(self) -> None:
+        self._loop.run(self._start_serving())
         resumed = self.jobs.resume_unfinished()
         logger.info("listening on port %d; resumed %d unfinished job(s)%s", self.port,
                     len(resumed), f": {', '.join(resumed)}" if resumed else "")
@@ -211,10 +252,12 @@ class Coordinator:
         if self._stopped.is_set():
             return
         self._stopped.set()
-        self.health.enter_graceful_shutdown()
+        self._loop.run(self.health.enter_graceful_shutdown())
         self.jobs.stop()
         self.registry.close_all()
-        self.server.stop(grace).wait()
+        self._loop.run(self.server.stop(grace))
+        self._loop.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
         self.store.close()
         logger.info("stopped")
 

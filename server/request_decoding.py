@@ -1,17 +1,23 @@
-"""Malformed requests are the caller's error: INVALID_ARGUMENT, not INTERNAL.
+"""A call's one request: it must arrive in time, and bytes that do not parse
+are the caller's error (INVALID_ARGUMENT), not the server's (INTERNAL).
 
-gRPC Python decodes a request with the handler's ``request_deserializer``
-before any handler runs; when the bytes do not parse it logs "Exception
-deserializing message!" with a traceback and answers INTERNAL (issue 17,
-section 2), so anyone able to connect could fill the coordinator's log and
-the status said the fault was the server's. This interceptor swaps in a
-deserializer that never raises: bytes that do not parse become a
-:class:`MalformedRequest`, and the call is answered INVALID_ARGUMENT naming
-the message type and the parser's complaint, logged at most as one line.
+gRPC Python decodes a request with the handler's ``request_deserializer``;
+when the bytes do not parse it logs "Exception deserializing message!" with a
+traceback and answers INTERNAL (issue 17, section 2), so anyone able to
+connect could fill the coordinator's log and the status said the fault was the
+server's. :func:`tolerant` wraps a deserializer so that it never raises: bytes
+that do not parse become a :class:`MalformedRequest`, and
+:func:`receive_request` answers INVALID_ARGUMENT naming the message type and
+the parser's complaint, logged at most as one line.
+
+:func:`receive_request` also bounds how long a caller may take to send its
+request: a call whose request never comes holds a slot of the caller's
+budget (``call_limits``) and is ended when its time is up.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +40,8 @@ class MalformedRequest:
     error: str
 
 
-def _tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+def tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """``deserializer``, returning a :class:`MalformedRequest` where it would raise."""
     message_type = getattr(getattr(deserializer, "__self__", None), "__name__", "request")
 
     def deserialize(data: bytes) -> Any:
@@ -46,30 +53,29 @@ def _tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return deserialize
 
 
-def _refusing(behavior: Callable[[Any, grpc.ServicerContext], Any], method: str
-              ) -> Callable[[Any, grpc.ServicerContext], Any]:
-    def handle(request: Any, context: grpc.ServicerContext) -> Any:
-        if isinstance(request, MalformedRequest):
-            logger.info("%s: malformed %s from %s: %s", method, request.message_type,
-                        context.peer(), request.error)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"malformed {request.message_type}: {request.error}")
-        return behavior(request, context)
+async def receive_request(context: grpc.aio.ServicerContext, method: str,
+                          timeout: float) -> Any:
+    """The call's request (read with a :func:`tolerant` deserializer), or the
+    call aborted: DEADLINE_EXCEEDED if it has not arrived within ``timeout``
+    seconds, INVALID_ARGUMENT if it is missing or does not parse."""
+    read = asyncio.ensure_future(context.read())
+    done, _ = await asyncio.wait({read}, timeout=timeout)
+    if not done:
+        # Not cancelled: the read ends by itself once the call is finished.
+        read.add_done_callback(_discard_outcome)
+        await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                            f"the request of {method} did not arrive within {timeout:g} s")
+    request = read.result()
+    if request is grpc.aio.EOF:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{method} needs a request message")
+    if isinstance(request, MalformedRequest):
+        logger.info("%s: malformed %s from %s: %s", method, request.message_type,
+                    context.peer(), request.error)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                            f"malformed {request.message_type}: {request.error}")
+    return request
 
-    return handle
 
-
-class MalformedRequestInterceptor(grpc.ServerInterceptor):
-    """Answers requests that do not parse with INVALID_ARGUMENT (unary and
-    server-streaming methods: every method privadapt serves takes one request)."""
-
-    def intercept_service(self, continuation, handler_call_details):
-        handler = continuation(handler_call_details)
-        if handler is None or handler.request_streaming or handler.request_deserializer is None:
-            return handler
-        method = handler_call_details.method
-        kind = "unary_stream" if handler.response_streaming else "unary_unary"
-        return handler._replace(**{
-            "request_deserializer": _tolerant(handler.request_deserializer),
-            kind: _refusing(getattr(handler, kind), method),
-        })
+def _discard_outcome(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()

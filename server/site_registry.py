@@ -146,6 +146,12 @@ class SiteRegistry:
             return {name: s.budget for name, s in self._sessions.items()
                     if s.budget is not None}
 
+    def is_registered(self, name: str) -> bool:
+        """``name`` holds a live registration (connected or about to connect)."""
+        with self._changed:
+            session = self._sessions.get(name)
+            return session is not None and not session.closed
+
     def session(self, name: str) -> SiteSession | None:
         """The connected session of ``name``, if any."""
         with self._changed:
