@@ -15,6 +15,8 @@ import numpy as np
 
 # Below this (or above its inverse) the plain sqrt(sum x^2) under- or overflows.
 _SAFE_NORM = 1e-150
+# Below this a float has lost relative precision (the subnormal range).
+_SMALLEST_NORMAL = float(np.finfo(np.float64).tiny)
 
 
 def record_products(features: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -69,22 +71,31 @@ def _clip_factors(norms: np.ndarray, bound: float) -> np.ndarray:
 def clip_coefficients(coefficients: np.ndarray, rows: np.ndarray, bound: float) -> np.ndarray:
     """a_i with ||a_i x_i|| <= ``bound``: each per-record gradient c_i x_i of a
     linear model scaled down to the bound. A record whose gradient cannot be
-    computed in floating point (overflow) contributes zero, which keeps the bound."""
+    computed in floating point (overflow) contributes zero, which keeps the bound.
+
+    A clipped coefficient in the subnormal range is set to zero too: there it
+    has lost its relative precision (an adversarial review built c' = 2 x the
+    least subnormal against x = 1.1e308, so ||c' x|| = 2.67 C), and the
+    kernels' clip slack assumes a few ulps of relative error."""
     with np.errstate(over="ignore", invalid="ignore"):
         norms = np.abs(coefficients) * row_norms(rows)
         clipped = coefficients * _clip_factors(norms, bound)
     clipped[~(np.isfinite(clipped) & np.isfinite(norms))] = 0.0
+    clipped[np.abs(clipped) < _SMALLEST_NORMAL] = 0.0
     return clipped
 
 
 def clip_residuals(residuals: np.ndarray, rows: np.ndarray, bound: float) -> np.ndarray:
     """Residual rows r_i scaled so that ||x_i r_i^T||_F = ||x_i|| ||r_i|| <= ``bound``
     (the multi-output form of :func:`clip_coefficients`); a row whose norm
-    cannot be computed in floating point contributes zero."""
+    cannot be computed in floating point contributes zero; a subnormal entry is
+    set to zero, as in :func:`clip_coefficients` (it has lost its relative
+    precision, and x_i times it could exceed the bound)."""
     with np.errstate(over="ignore", invalid="ignore"):
         norms = row_norms(rows) * row_norms(residuals)
         clipped = residuals * _clip_factors(norms, bound)[:, None]
     clipped[~(np.all(np.isfinite(clipped), axis=1) & np.isfinite(norms))] = 0.0
+    clipped[np.abs(clipped) < _SMALLEST_NORMAL] = 0.0
     return clipped
 
 

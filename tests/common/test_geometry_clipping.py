@@ -1,0 +1,33 @@
+"""Clipping keeps its bound at the edges of floating point (common/geometry.py)."""
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from privadapt.common.geometry import clip_coefficients, clip_residuals
+from privadapt.common.kernels.exact_sum import clip_slack
+
+HUGE = 1.1e308
+
+
+def test_a_coefficient_clipped_into_the_subnormals_is_zero_not_over_the_bound():
+    # The adversarial review's case: c' = C / ||x|| lands at 2 x the least
+    # subnormal, which made ||c' x|| = 2.67 C before the fix.
+    bound = 0.5000001 * math.ldexp(1.5 * HUGE, -1074)
+    (clipped,) = clip_coefficients(np.array([1.5]), np.array([[HUGE]]), bound)
+    assert abs(clipped) * HUGE <= bound + clip_slack(bound, 1)
+
+
+def test_a_residual_entry_clipped_into_the_subnormals_is_zero_not_over_the_bound():
+    bound = 0.5000001 * math.ldexp(1.5 * HUGE, -1074)
+    clipped = clip_residuals(np.array([[1.5, 0.0]]), np.array([[HUGE]]), bound)
+    assert np.linalg.norm(clipped) * HUGE <= bound + clip_slack(bound, 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(-1e300, 1e300), st.floats(1e-300, 1e308), st.floats(2.0**-200, 2.0**200))
+def test_every_clipped_term_is_within_its_slack_of_the_bound(coefficient, norm, bound):
+    (clipped,) = clip_coefficients(np.array([coefficient]), np.array([[norm]]), bound)
+    assert abs(clipped) * norm <= bound + clip_slack(bound, 1)
