@@ -7,7 +7,9 @@ the mechanism an algorithm should ask for (``Kernel.mechanism``).
 
 from privadapt.common.kernels import (
     exact_discrepancy,
+    l1_vertex_scores,
     linear_gradient,
+    linf_gradient,
     record_count,
     reweighted_gradient,
     second_moments,
@@ -28,7 +30,9 @@ __all__ = [
     "NoParams",
     "exact_discrepancy",
     "get_kernel",
+    "l1_vertex_scores",
     "linear_gradient",
+    "linf_gradient",
     "record_count",
     "register",
     "registered_kernels",

@@ -169,6 +169,11 @@ SUM_KERNELS = {
     "validation_loss": lambda r, y, w: {"candidates": np.array([[w, -w, 1.0], [0.0, w, w]]),
                                         "loss": "logistic", "loss_bound": r},
     "record_count": lambda r, y, w: {},
+    "linf_gradient": lambda r, y, w: {"weights": np.full(DIM, w), "loss": "squared",
+                                      "clip_norm": r},
+    "l1_vertex_scores": lambda r, y, w: {"offset": np.array([w, -w, 0.0]) / 2, "radius": w,
+                                         "clip_norm": r, "loss": "squared",
+                                         "center": np.full(DIM, y)},
 }
 
 
