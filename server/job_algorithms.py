@@ -26,6 +26,7 @@ from privadapt.common.federation import Federation
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.estimators import NoisyGD, PCnvxAdap, PNCnvxAdap, PrivateEstimator
 from privadapt.server.estimators.base import describe, satisfies
+from privadapt.server.estimators.frank_wolfe import DPFrankWolfeTransfer
 
 Model = dict[str, np.ndarray]
 Checkpoint = Callable[[int, Model], None]
@@ -34,6 +35,7 @@ ALGORITHMS: dict[str, type[PrivateEstimator]] = {
     "noisy_gd": NoisyGD,
     "pcnvx_adap": PCnvxAdap,
     "pncnvx_adap": PNCnvxAdap,
+    "dp_frank_wolfe_transfer": DPFrankWolfeTransfer,
 }
 
 # Estimator parameters a job takes from its JobSpec, never from [hyperparameters].

@@ -15,7 +15,7 @@ from privadapt.server.estimators.base import (
     clone,
 )
 from privadapt.server.estimators.discrepancy import PrivateDiscrepancy
-from privadapt.server.estimators.frank_wolfe import DPFrankWolfe
+from privadapt.server.estimators.frank_wolfe import DPFrankWolfe, DPFrankWolfeTransfer
 from privadapt.server.estimators.gradient_descent import NoisyGD, NoisySGD
 from privadapt.server.estimators.grid_search import PrivateGridSearch
 from privadapt.server.estimators.reweighting import PCnvxAdap, PNCnvxAdap
@@ -23,6 +23,7 @@ from privadapt.server.estimators.selection import PrivateSelection
 
 __all__ = [
     "DPFrankWolfe",
+    "DPFrankWolfeTransfer",
     "InvalidParameterError",
     "NoisyGD",
     "NoisySGD",

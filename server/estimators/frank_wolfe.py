@@ -4,13 +4,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
+from privadapt.common.data import Dataset
 from privadapt.common.federation import Federation
 from privadapt.server.algorithms.dp_frank_wolfe import ROUTES, dp_frank_wolfe
+from privadapt.server.algorithms.dp_fw_transfer import dp_fw_transfer
 from privadapt.server.estimators.base import (
     CALIBRATION,
     DELTA,
@@ -18,10 +20,13 @@ from privadapt.server.estimators.base import (
     ITERATIONS,
     POSITIVE,
     Constraints,
+    InstanceOf,
+    Interval,
     Options,
     PrivateEstimator,
     PublicSource,
     feature_dim,
+    require_public_arrays,
 )
 from privadapt.server.estimators.linear_model import LinearModelMixin
 
@@ -98,3 +103,121 @@ class DPFrankWolfe(LinearModelMixin, PrivateEstimator):
             model["noise_scale"] = np.asarray(self.noise_scale_)
         return model
 
+
+
+def sources_by_column(
+    public_source: PublicSource, column: str, who: str
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[float]]:
+    """One public sample split into sources by the values of its feature
+    ``column`` (dropped from the features), in increasing order of the value:
+    how a coordinator, which has one public source file, names several."""
+    if not isinstance(public_source, Dataset):
+        raise ValueError(f"{who}: splitting by source_column {column!r} needs a Dataset "
+                         "with feature names; pass public_sources=[...] instead")
+    if column not in public_source.feature_names:
+        raise ValueError(f"{who}: the public source has no column {column!r} naming the "
+                         f"source of each record; its columns: {list(public_source.feature_names)}")
+    position = public_source.feature_names.index(column)
+    groups = public_source.features[:, position]
+    features = np.delete(public_source.features, position, axis=1)
+    values = sorted(set(groups.tolist()))
+    return ([(features[groups == v], public_source.labels[groups == v]) for v in values],
+            values)
+
+
+class DPFrankWolfeTransfer(LinearModelMixin, PrivateEstimator):
+    """Transfer regression from public auxiliary sources with a private target
+    (seed 002; Trans-Lasso in spirit): a DP Frank-Wolfe pilot on the target
+    (``pilot_fraction`` of the budget), the informative sources
+    A_q = {k : ||w_k - pilot||_q <= ``informative_threshold``}, w_A fitted on
+    them, then DP Frank-Wolfe for the offset in the l1 ball of ``radius``
+    around w_A. The sources are ``fit(..., public_sources=[...])``, or the
+    ``public_source`` sample split by its column ``source_column``.
+
+    Fitted: ``coef_`` (beta-hat), ``informative_set_`` (source indices, or the
+    column's values when split by it), ``pilot_coef_``, ``source_coefs_``,
+    ``center_`` (w_A), ``route_``, ``privacy_`` (both runs, one job)."""
+
+    requires_public_source: ClassVar[bool] = True
+    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
+        "radius": POSITIVE, "pilot_radius": POSITIVE, "informative_threshold": POSITIVE,
+        "clip_norm": POSITIVE, "epsilon": EPSILON, "delta": DELTA, "iterations": ITERATIONS,
+        "pilot_iterations": ITERATIONS,
+        "pilot_fraction": [Interval(float, 0, 1, closed="neither")],
+        "norm": [Options("l1", "l2")], "calibration": CALIBRATION, "route": ROUTE,
+        "source_column": [InstanceOf(str)],
+    }
+
+    def __init__(
+        self,
+        *,
+        radius: float,
+        pilot_radius: float,
+        informative_threshold: float,
+        clip_norm: float,
+        epsilon: float,
+        delta: float,
+        iterations: int,
+        pilot_iterations: int = 50,
+        pilot_fraction: float = 0.3,
+        norm: str = "l1",
+        calibration: str = "accountant",
+        route: str = "auto",
+        source_column: str = "source",
+    ) -> None:
+        self.radius = radius
+        self.pilot_radius = pilot_radius
+        self.informative_threshold = informative_threshold
+        self.clip_norm = clip_norm
+        self.epsilon = epsilon
+        self.delta = delta
+        self.iterations = iterations
+        self.pilot_iterations = pilot_iterations
+        self.pilot_fraction = pilot_fraction
+        self.norm = norm
+        self.calibration = calibration
+        self.route = route
+        self.source_column = source_column
+
+    def _prediction_loss(self) -> str:
+        return "squared"
+
+    def fit(
+        self,
+        federation: Federation,
+        public_source: PublicSource | None = None,
+        *,
+        public_sources: Sequence[PublicSource] | None = None,
+        checkpoint: Checkpoint | None = None,
+    ) -> DPFrankWolfeTransfer:
+        """Fit on the federation's private target and the public sources."""
+        self._validate_params()
+        who = type(self).__name__
+        if public_sources is not None:
+            sources = [require_public_arrays(source, who) for source in public_sources]
+            labels: list[Any] = list(range(len(sources)))
+        elif public_source is not None:
+            sources, labels = sources_by_column(public_source, self.source_column, who)
+        else:
+            raise ValueError(f"{who} needs public sources: fit(federation, public_source) with "
+                             f"a {self.source_column!r} column, or public_sources=[...]")
+        params = self.get_params()
+        del params["source_column"]
+        result = dp_fw_transfer(federation, sources=sources, dim=federation.dim,
+                                progress=checkpoint, **params)
+        self.coef_ = result.weights
+        self.informative_set_ = [labels[k] for k in result.informative_set]
+        self.pilot_coef_ = result.pilot
+        self.source_coefs_ = result.source_weights
+        self.center_ = result.center
+        self.route_ = result.route
+        self.privacy_ = result.privacy
+        self.n_features_in_ = federation.dim
+        return self
+
+    def model_arrays(self) -> dict[str, np.ndarray]:
+        """weights (beta-hat), informative_set, pilot_weights, center (w_A)."""
+        self._check_is_fitted()
+        return {"weights": self.coef_,
+                "informative_set": np.asarray(self.informative_set_, dtype=np.float64),
+                "pilot_weights": self.pilot_coef_, "center": self.center_}

@@ -37,6 +37,12 @@ WIRE = {
                         "loss_bound": 4.0},
     "validation_loss/softmax": {"candidates": np.ones((2, DIM, 3)),
                                 "loss": "softmax_cross_entropy", "loss_bound": 2.0},
+    "linf_gradient": {"weights": np.array([0.5, -1.0, 2.0]), "loss": "squared",
+                      "clip_norm": 0.7},
+    "l1_vertex_scores": {"offset": np.array([0.5, 0.0, -0.25]), "radius": 1.0,
+                         "clip_norm": 0.7, "loss": "squared"},
+    "l1_vertex_scores/centered": {"offset": np.zeros(DIM), "radius": 1.0, "clip_norm": 0.7,
+                                  "loss": "logistic", "center": np.array([1.0, 2.0, 3.0])},
 }
 
 

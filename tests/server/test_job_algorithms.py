@@ -11,7 +11,7 @@ import pytest
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server.estimators import NoisyGD, PCnvxAdap, PNCnvxAdap
+from privadapt.server.estimators import DPFrankWolfeTransfer, NoisyGD, PCnvxAdap, PNCnvxAdap
 from privadapt.server.job_algorithms import (
     ALGORITHMS,
     JobContext,
@@ -33,7 +33,8 @@ ADAPT_HYPER = {"alpha": 0.5, "iterations": 5, "feature_norm": 1.0, "label_bound"
 
 def test_the_table_holds_estimator_classes():
     assert {"noisy_gd": NoisyGD, "pcnvx_adap": PCnvxAdap,
-                          "pncnvx_adap": PNCnvxAdap} == ALGORITHMS
+                          "pncnvx_adap": PNCnvxAdap,
+                          "dp_frank_wolfe_transfer": DPFrankWolfeTransfer} == ALGORITHMS
 
 
 def test_noisy_gd_schema_is_the_signature_minus_what_the_spec_sets():
