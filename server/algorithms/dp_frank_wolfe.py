@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -128,11 +128,15 @@ def resolve_route(route: str, num_sites: int, epsilon: float) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def selection_multiplier(epsilon: float, delta: float, iterations: int) -> float:
-    """z = b / Delta such that T report-noisy-min selections of per-step
-    epsilon 2 / z compose to (epsilon, delta) under the site's accountant."""
+def selection_multiplier(epsilon: float, delta: float, iterations: int,
+                         already_spent: tuple[Mechanism, ...] = ()) -> float:
+    """z = b / Delta such that ``already_spent`` then T report-noisy-min
+    selections of per-step epsilon 2 / z (whatever Delta: the charge depends
+    on b / Delta only) compose to (epsilon, delta) under the site's accountant.
+    Cached: a pilot's charges recur across fits, and the search costs seconds."""
     return calibrate_noise_multiplier(epsilon, delta, iterations,
-                                      lambda z: ReportNoisyMin(1.0, z))
+                                      lambda z: ReportNoisyMin(1.0, z),
+                                      already_spent=already_spent)
 
 
 def planned_score_sensitivity(params: L1VertexScoresParams, max_records: int) -> float:
@@ -149,8 +153,11 @@ def planned_score_sensitivity(params: L1VertexScoresParams, max_records: int) ->
 def plan_queries(
     *, route: str, dim: int, radius: float, clip_norm: float, epsilon: float, delta: float,
     iterations: int, calibration: Calibration, num_records: int,
+    already_spent: Sequence[Mechanism] = (),
 ) -> FrankWolfePlan:
-    """The one mechanism every step uses (module docstring)."""
+    """The one mechanism every step uses (module docstring). With the
+    accountant, ``already_spent`` (this job's earlier releases, e.g. a pilot)
+    is composed first, so that everything together meets (epsilon, delta)."""
     if calibration not in ("accountant", "paper"):
         raise ValueError(f"calibration must be 'accountant' or 'paper', got {calibration!r}")
     gradient_params = LinfGradientParams(np.zeros(dim), "squared", clip_norm)
@@ -163,12 +170,20 @@ def plan_queries(
         if calibration == "paper":
             scale = clip_norm * radius * math.sqrt(8 * iterations * math.log(1 / delta)) / epsilon
         else:
-            scale = selection_multiplier(epsilon, delta, iterations) * sensitivity
+            scale = sensitivity * selection_multiplier(epsilon, delta, iterations,
+                                                       tuple(already_spent))
         return FrankWolfePlan(route, ReportNoisyMin(sensitivity, scale), scale, iterations)
-    multiplier = (paper_noise_multiplier(epsilon, delta, iterations) if calibration == "paper"
-                  else calibrate_noise_multiplier(epsilon, delta, iterations))
-    mechanism = GRADIENT.mechanism(gradient_params, multiplier, Adjacency.REPLACE_ONE, dim=dim,
-                                   max_records=max(num_records, SIZING_RECORDS))
+
+    def gaussian(multiplier: float) -> Mechanism:
+        return GRADIENT.mechanism(gradient_params, multiplier, Adjacency.REPLACE_ONE, dim=dim,
+                                  max_records=max(num_records, SIZING_RECORDS))
+
+    if calibration == "paper":
+        multiplier = paper_noise_multiplier(epsilon, delta, iterations)
+    else:
+        multiplier = calibrate_noise_multiplier(epsilon, delta, iterations, gaussian,
+                                                already_spent=tuple(already_spent))
+    mechanism = gaussian(multiplier)
     return FrankWolfePlan(route, mechanism, float(mechanism.noise_scales[0]), iterations)
 
 
@@ -208,11 +223,13 @@ def dp_frank_wolfe(
     calibration: Calibration = "accountant",
     route: Route = "auto",
     center: np.ndarray | None = None,
+    already_spent: Sequence[Mechanism] = (),
     progress: Callable[[int, np.ndarray], None] | None = None,
 ) -> FrankWolfeResult:
     """Fit theta = center + offset, ||offset||_1 <= ``radius``, on the
     federation's private records (module docstring); ``progress`` gets
-    (iteration, theta) after every step."""
+    (iteration, theta) after every step. ``already_spent``: this job's
+    earlier releases, composed first so the whole job meets (epsilon, delta)."""
     check_int_at_least("iterations", iterations, 1)
     check_positive("radius", radius)
     check_positive("clip_norm", clip_norm)
@@ -220,7 +237,7 @@ def dp_frank_wolfe(
     chosen_route = resolve_route(route, federation.num_sites, epsilon)
     plan = plan_queries(route=chosen_route, dim=dim, radius=radius, clip_norm=clip_norm,
                         epsilon=epsilon, delta=delta, iterations=iterations,
-                        calibration=calibration,
+                        calibration=calibration, already_spent=already_spent,
                         num_records=sum(federation.site_sizes.values()))
     center = None if center is None else np.asarray(center, dtype=float)
     offset = np.zeros(dim)

@@ -17,8 +17,8 @@ beta is private, so A_q is chosen against a private pilot estimate:
    of the pilot: free);
 3. w_A: least squares on the pooled informative sources (public);
 4. DP Frank-Wolfe on the target for the offset delta in the l1 ball of radius
-   ``radius`` around w_A (theta = w_A + delta), at ((1 - f) epsilon,
-   (1 - f) delta); output beta-hat = w_A + delta-hat.
+   ``radius`` around w_A (theta = w_A + delta), calibrated so that the pilot
+   and this run together meet (epsilon, delta); output beta-hat = w_A + delta-hat.
 
 The slides' own code fits each source by gradient descent with Laplace noise
 (their step 1); their sources are public, so here the source fits are exact,
@@ -26,10 +26,14 @@ and only the two accesses to the target are private. When no source is
 informative, step 4 runs on the whole ball of radius ``pilot_radius`` around 0
 (target-only DP Frank-Wolfe, Trans-Lasso's fallback).
 
-Privacy. The target is touched by the pilot and by the main run only; by basic
-composition the job is (epsilon, delta)-DP (the two runs are calibrated to
-their shares), and the sites' ledgers, which compose every release with the
-accountant, report at most that. Both runs are charged to the same job.
+Privacy. The target is touched by the pilot and by the main run only, both
+charged to the same job. With the accountant (default) the main run's noise is
+calibrated with the pilot's releases composed first, so the two together are
+exactly (epsilon, delta) under the accountant the sites' ledgers use (tighter
+than splitting: at epsilon = 1 a split left the job at 0.78). With
+``calibration="paper"`` the runs take (f epsilon, f delta) and the rest, a
+basic-composition split. The source fits and A_q are free: public data and
+post-processing of the pilot.
 """
 
 from __future__ import annotations
@@ -37,12 +41,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from privadapt.common.federation import Federation, SitePrivacy
-from privadapt.server.algorithms.dp_frank_wolfe import Calibration, Route, dp_frank_wolfe
+from privadapt.server.algorithms.dp_frank_wolfe import (
+    Calibration,
+    FrankWolfeResult,
+    Route,
+    dp_frank_wolfe,
+)
 
 Norm = Literal["l1", "l2"]
 Source = tuple[np.ndarray, np.ndarray]
@@ -66,9 +75,11 @@ def least_squares(sources: Sequence[Source], dim: int) -> np.ndarray:
     """The minimum-norm least-squares fit on the pooled ``sources`` (0 if none)."""
     if not sources:
         return np.zeros(dim)
-    features = np.vstack([features for features, _ in sources])
-    labels = np.concatenate([labels for _, labels in sources])
-    return np.linalg.lstsq(features, labels, rcond=None)[0]
+    # The normal equations' minimum-norm solution is the least-squares one;
+    # from the d x d Gram matrix it is ~100 times faster than an SVD of X.
+    gram = sum(features.T @ features for features, _ in sources)
+    moments = sum(features.T @ labels for features, labels in sources)
+    return np.linalg.lstsq(gram, moments, rcond=None)[0]
 
 
 def informative_set(
@@ -78,6 +89,21 @@ def informative_set(
     order = 1 if norm == "l1" else 2
     distances = np.linalg.norm(source_weights - pilot[None, :], ord=order, axis=1)
     return [int(k) for k in np.flatnonzero(distances <= threshold)]
+
+
+def main_budget(
+    epsilon: float, delta: float, pilot_fraction: float, calibration: Calibration,
+    pilot: FrankWolfeResult,
+) -> dict[str, Any]:
+    """The main run's target: with the accountant, the whole (epsilon, delta)
+    with the pilot's releases composed first (tighter than splitting); with the
+    paper's calibration, the rest of a basic-composition split."""
+    if math.isinf(epsilon):
+        return {"epsilon": epsilon, "delta": 0.0}
+    if calibration == "accountant":
+        spent = (pilot.plan.mechanism,) * pilot.plan.iterations
+        return {"epsilon": epsilon, "delta": delta, "already_spent": spent}
+    return {"epsilon": (1 - pilot_fraction) * epsilon, "delta": (1 - pilot_fraction) * delta}
 
 
 def dp_fw_transfer(
@@ -110,16 +136,18 @@ def dp_fw_transfer(
                              f"got {features.shape} and {np.shape(labels)}")
     shared = {"dim": dim, "clip_norm": clip_norm, "calibration": calibration, "route": route}
     pilot_delta = 0.0 if math.isinf(epsilon) else pilot_fraction * delta
-    pilot = dp_frank_wolfe(federation, radius=pilot_radius, epsilon=pilot_fraction * epsilon,
-                           delta=pilot_delta, iterations=pilot_iterations, **shared).weights
+    pilot_run = dp_frank_wolfe(federation, radius=pilot_radius,
+                               epsilon=pilot_fraction * epsilon, delta=pilot_delta,
+                               iterations=pilot_iterations, **shared)
+    pilot = pilot_run.weights
     source_weights = np.array([least_squares([source], dim) for source in sources]).reshape(
         len(sources), dim)
     chosen = informative_set(source_weights, pilot, informative_threshold, norm)
     center = least_squares([sources[k] for k in chosen], dim)
     main_radius = radius if chosen else pilot_radius
     main = dp_frank_wolfe(
-        federation, radius=main_radius, epsilon=(1 - pilot_fraction) * epsilon,
-        delta=delta - pilot_delta, iterations=iterations, center=center if chosen else None,
-        progress=progress, **shared)
+        federation, radius=main_radius, iterations=iterations,
+        center=center if chosen else None, progress=progress,
+        **main_budget(epsilon, delta, pilot_fraction, calibration, pilot_run), **shared)
     return TransferResult(main.weights, chosen, pilot, source_weights, center, main.offset,
                           main.plan.route, main.privacy)
