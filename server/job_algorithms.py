@@ -59,6 +59,7 @@ class JobContext:
     seed: int
     checkpoint: Checkpoint
     public_source: Dataset | None = None  # the coordinator's public sample, if configured
+    public_sources: tuple[Dataset, ...] = ()  # its several public samples, if configured
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,9 @@ def run_job(job: JobContext) -> Model:
             raise ConfigError(f"{algorithm} needs the public source sample: set "
                               "[coordinator] public_source in the coordinator's configuration")
         fit_options["public_source"] = job.public_source
+    if "public_sources" in inspect.signature(estimator_class.fit).parameters:
+        fit_options["public_sources"] = list(job.public_sources) or None
+        fit_options.setdefault("public_source", job.public_source)
     if _takes_checkpoint(estimator_class):
         def checkpoint(iteration: int, weights: np.ndarray) -> None:
             if iteration % every == 0:

@@ -69,6 +69,7 @@ class JobManager:
         min_sites: int,
         public_source: Dataset | None = None,
         public_schema: SchemaDigest | None = None,
+        public_sources: tuple[Dataset, ...] = (),
     ) -> None:
         self._store = store
         self._registry = registry
@@ -79,6 +80,7 @@ class JobManager:
         self._min_sites = min_sites
         self._public_source = public_source
         self._public_schema = public_schema
+        self._public_sources = public_sources
         self._lock = threading.Lock()
         self._threads: dict[str, threading.Thread] = {}
         self._cancel: dict[str, threading.Event] = {}
@@ -242,7 +244,7 @@ class JobManager:
             context = JobContext(
                 federation, spec, hyperparameters(spec), record.seed,
                 lambda step, model: self._store.save_checkpoint(job_id, step, model),
-                self._public_source,
+                self._public_source, self._public_sources,
             )
             model = run_job(context)
             privacy = federation.privacy_spent(None if math.isinf(spec.epsilon) else spec.delta)

@@ -131,14 +131,18 @@ class DPFrankWolfeTransfer(LinearModelMixin, PrivateEstimator):
     (``pilot_fraction`` of the budget), the informative sources
     A_q = {k : ||w_k - pilot||_q <= ``informative_threshold``}, w_A fitted on
     them, then DP Frank-Wolfe for the offset in the l1 ball of ``radius``
-    around w_A. The sources are ``fit(..., public_sources=[...])``, or the
-    ``public_source`` sample split by its column ``source_column``.
+    around w_A. The sources are ``fit(..., public_sources=[...])`` (a networked
+    job: the coordinator's ``[coordinator] public_sources`` files), or the
+    ``public_source`` sample split by its column ``source_column`` (in-process
+    only: a networked job's public sample must have the sites' schema).
 
     Fitted: ``coef_`` (beta-hat), ``informative_set_`` (source indices, or the
     column's values when split by it), ``pilot_coef_``, ``source_coefs_``,
     ``center_`` (w_A), ``route_``, ``privacy_`` (both runs, one job)."""
 
-    requires_public_source: ClassVar[bool] = True
+    # The sources come from public_sources or from the public sample split by
+    # its column (fit says which is missing), so neither alone is required.
+    requires_public_source: ClassVar[bool] = False
     _parameter_constraints: ClassVar[dict[str, Constraints]] = {
         "radius": POSITIVE, "pilot_radius": POSITIVE, "informative_threshold": POSITIVE,
         "clip_norm": POSITIVE, "epsilon": EPSILON, "delta": DELTA, "iterations": ITERATIONS,
@@ -193,14 +197,15 @@ class DPFrankWolfeTransfer(LinearModelMixin, PrivateEstimator):
         """Fit on the federation's private target and the public sources."""
         self._validate_params()
         who = type(self).__name__
-        if public_sources is not None:
+        if public_sources:
             sources = [require_public_arrays(source, who) for source in public_sources]
             labels: list[Any] = list(range(len(sources)))
         elif public_source is not None:
             sources, labels = sources_by_column(public_source, self.source_column, who)
         else:
-            raise ValueError(f"{who} needs public sources: fit(federation, public_source) with "
-                             f"a {self.source_column!r} column, or public_sources=[...]")
+            raise ValueError(f"{who} needs public sources: fit(federation, public_sources=[...]) "
+                             f"or a public_source with a {self.source_column!r} column; a "
+                             "networked job reads them from [coordinator] public_sources")
         params = self.get_params()
         del params["source_column"]
         result = dp_fw_transfer(federation, sources=sources, dim=federation.dim,

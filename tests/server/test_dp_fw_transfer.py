@@ -125,3 +125,37 @@ def test_a_job_splits_the_public_source_by_its_source_column():
 def test_a_public_source_without_the_column_is_refused_naming_it():
     with target(0) as sites, pytest.raises(ValueError, match="no column 'source'"):
         transfer().fit(sites, Dataset(*sources(0)[0], NAMES))
+
+
+def test_a_job_takes_the_coordinators_several_public_sources():
+    spec = pb.JobSpec(algorithm="dp_frank_wolfe_transfer", epsilon=2.0, delta=1e-6)
+    hyper = {"radius": 0.5, "pilot_radius": 3.0, "informative_threshold": 4.0,
+             "clip_norm": 2.0, "iterations": 10, "pilot_iterations": 30}
+    files = tuple(Dataset(features, labels, NAMES) for features, labels in sources(0))
+    with target(0) as sites:
+        model = run_job(JobContext(sites, spec, hyper, seed=0, checkpoint=lambda *_: None,
+                                   public_sources=files))
+    np.testing.assert_array_equal(model["informative_set"], [0.0, 2.0, 4.0])
+
+
+def test_a_job_without_public_sources_fails_naming_the_setting():
+    spec = pb.JobSpec(algorithm="dp_frank_wolfe_transfer", epsilon=2.0, delta=1e-6)
+    hyper = {"radius": 0.5, "pilot_radius": 3.0, "informative_threshold": 4.0,
+             "clip_norm": 2.0, "iterations": 10}
+    with target(0) as sites, pytest.raises(ValueError, match=r"\[coordinator\] public_sources"):
+        run_job(JobContext(sites, spec, hyper, seed=0, checkpoint=lambda *_: None))
+
+
+def test_the_coordinator_reads_public_sources_relative_to_its_config(tmp_path):
+    from privadapt.common.errors import ConfigError
+    from privadapt.server.coordinator import CoordinatorConfig
+
+    base = ('[coordinator]\nlisten = "127.0.0.1:0"\ndatabase = "c.db"\n{extra}\n'
+            '[tls]\ncert = "c.crt"\nkey = "c.key"\nca = "ca.crt"\n')
+    path = tmp_path / "coordinator.toml"
+    path.write_text(base.format(extra='public_sources = ["a.npz", "more/b.npz"]'))
+    config = CoordinatorConfig.from_toml(path)
+    assert config.public_sources == (tmp_path / "a.npz", tmp_path / "more" / "b.npz")
+    path.write_text(base.format(extra="public_sources = []"))
+    with pytest.raises(ConfigError, match="public_sources must be a non-empty list"):
+        CoordinatorConfig.from_toml(path)
