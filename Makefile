@@ -40,6 +40,7 @@ bench: $(STAMP)
 	@$(BIN)/python benchmarks/pcnvx_adap.py
 	@$(BIN)/python benchmarks/discrete_noise.py
 	@$(BIN)/python benchmarks/ledger_charges.py
+	@$(BIN)/python benchmarks/dp_frank_wolfe.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

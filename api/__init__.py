@@ -30,6 +30,8 @@ _EXPORTS = {
     "PrivateDiscrepancy": "privadapt.server.estimators",
     "PrivateSelection": "privadapt.server.estimators",
     "PrivateGridSearch": "privadapt.server.estimators",
+    "DPFrankWolfe": "privadapt.server.estimators",
+    "DPFrankWolfeTransfer": "privadapt.server.estimators",
     "clone": "privadapt.server.estimators",
     "InvalidParameterError": "privadapt.server.estimators",
     "NotFittedError": "privadapt.server.estimators",

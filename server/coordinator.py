@@ -19,6 +19,7 @@ start. Configuration::
     max_sites = 200               # connected sites served at once (one thread each)
     public_source = "source.csv"  # optional: the public source sample (.csv needs a schema)
     public_source_schema = "source.schema.toml"
+    public_sources = ["a.csv", "b.csv"]  # optional: several public source samples (same schema)
     [tls]
     cert = "coordinator.crt"
     key = "coordinator.key"
@@ -88,6 +89,7 @@ _LAYOUT: Layout = {
         "round_timeout_s": ((int, float), False), "site_wait_timeout_s": ((int, float), False),
         "min_sites": (int, False), "public_source": (str, False),
         "public_source_schema": (str, False), "max_sites": (int, False),
+        "public_sources": (list, False),
     },
     "tls": {"cert": (str, True), "key": (str, True), "ca": (str, True)},
 }
@@ -107,6 +109,7 @@ class CoordinatorConfig:
     public_source: Path | None = None
     public_source_schema: Path | None = None
     max_sites: int = 200
+    public_sources: tuple[Path, ...] | None = None
 
     def __post_init__(self) -> None:
         check_listen_address(self.listen)
@@ -124,6 +127,12 @@ class CoordinatorConfig:
         for key in ("database", "cert", "key", "ca", "public_source", "public_source_schema"):
             if key in values:
                 values[key] = path.parent / values[key]
+        if "public_sources" in values:
+            files = values["public_sources"]
+            if not files or not all(isinstance(f, str) and f for f in files):
+                raise ConfigError(f"{source}: [coordinator] public_sources must be a non-empty "
+                                  f"list of file names, got {files!r}")
+            values["public_sources"] = tuple(path.parent / f for f in files)
         return cls(**values)
 
     def to_toml(self, relative_to: Path | None = None) -> str:
@@ -160,6 +169,9 @@ class Coordinator:
                   if config.public_source_schema else None)
         public_source = (load_dataset(config.public_source, schema)
                          if config.public_source else None)
+        # Several public samples (seed 002's transfer), read with the same schema.
+        public_sources = tuple(load_dataset(f, schema) for f in config.public_sources or ())
+        described = public_source or (public_sources[0] if public_sources else None)
         self.store = CoordinatorStore(config.database)
         for site_name in self.store.trim_oversized_registrations():
             logger.warning("site %s: its stored registration was oversized (an older "
@@ -174,9 +186,9 @@ class Coordinator:
             self.store, self.registry, self.hub, reports,
             round_timeout=config.round_timeout_s,
             site_wait_timeout=config.site_wait_timeout_s, min_sites=config.min_sites,
-            public_source=public_source,
-            public_schema=(None if public_source is None
-                           else SchemaDigest.of(schema, public_source.dim)),
+            public_source=public_source, public_sources=public_sources,
+            public_schema=(None if described is None
+                           else SchemaDigest.of(schema, described.dim)),
         )
         # Each connected site holds one thread (its Connect stream; one per
         # site, see SiteRegistry.attach). Calls are admitted per caller and

@@ -28,6 +28,7 @@ from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.estimators import NoisyGD, PCnvxAdap, PNCnvxAdap, PrivateEstimator
 from privadapt.server.estimators.base import describe, satisfies
 from privadapt.server.estimators.discrepancy_minimization import PrivateDiscrepancyMinimization
+from privadapt.server.estimators.frank_wolfe import DPFrankWolfeTransfer
 from privadapt.server.estimators.source_target_clustering import (
     NeighborNoisyAverages,
     NoisyAverageSet,
@@ -43,6 +44,7 @@ ALGORITHMS: dict[str, type[PrivateEstimator]] = {
     "discrepancy_minimization": PrivateDiscrepancyMinimization,
     "nna": NeighborNoisyAverages,  # seed 001: the coordinator's public source is the target T
     "nas": NoisyAverageSet,  # seed 001: per-site releases (allow_per_site_releases)
+    "dp_frank_wolfe_transfer": DPFrankWolfeTransfer,
 }
 
 # Estimator parameters a job takes from its JobSpec, never from [hyperparameters].
@@ -66,6 +68,7 @@ class JobContext:
     seed: int
     checkpoint: Checkpoint
     public_source: Dataset | None = None  # the coordinator's public sample, if configured
+    public_sources: tuple[Dataset, ...] = ()  # its several public samples, if configured
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,9 @@ def run_job(job: JobContext) -> Model:
             raise ConfigError(f"{algorithm} needs the public source sample: set "
                               "[coordinator] public_source in the coordinator's configuration")
         fit_options["public_source"] = job.public_source
+    if "public_sources" in inspect.signature(estimator_class.fit).parameters:
+        fit_options["public_sources"] = list(job.public_sources) or None
+        fit_options.setdefault("public_source", job.public_source)
     if _takes_checkpoint(estimator_class):
         def checkpoint(iteration: int, weights: np.ndarray) -> None:
             if iteration % every == 0:

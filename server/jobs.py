@@ -73,6 +73,7 @@ class JobManager:
         min_sites: int,
         public_source: Dataset | None = None,
         public_schema: SchemaDigest | None = None,
+        public_sources: tuple[Dataset, ...] = (),
     ) -> None:
         self._store = store
         self._registry = registry
@@ -83,6 +84,7 @@ class JobManager:
         self._min_sites = min_sites
         self._public_source = public_source
         self._public_schema = public_schema
+        self._public_sources = public_sources
         self._lock = threading.Lock()
         self._threads: dict[str, threading.Thread] = {}
         self._cancel: dict[str, threading.Event] = {}
@@ -263,7 +265,7 @@ class JobManager:
             context = JobContext(
                 federation, spec, hyperparameters(spec), record.seed,
                 lambda step, model: self._store.save_checkpoint(job_id, step, model),
-                self._public_source,
+                self._public_source, self._public_sources,
             )
             model = run_job(context)
             privacy = federation.privacy_spent(None if math.isinf(spec.epsilon) else spec.delta)

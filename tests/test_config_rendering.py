@@ -52,7 +52,8 @@ def test_coordinator_config_reads_back_equal(tmp_path: Path) -> None:
                              round_timeout_s=2.5, site_wait_timeout_s=7.0, min_sites=3,
                              public_source=tmp_path / "data" / "source.csv",
                              public_source_schema=Path("/etc/source.schema.toml"),
-                             max_sites=9)
+                             max_sites=9,
+                             public_sources=(tmp_path / "data" / "a.csv", tmp_path / "b.csv"))
     for config in (minimal, full):
         path = _write(tmp_path, "coordinator.toml", config.to_toml(relative_to=tmp_path))
         assert CoordinatorConfig.from_toml(path) == config

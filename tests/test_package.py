@@ -7,7 +7,8 @@ import pytest
 
 import privadapt
 
-EXPECTED = {"Dataset", "InvalidParameterError", "LocalFederation", "NoisyGD", "NoisySGD",
+EXPECTED = {"DPFrankWolfe", "DPFrankWolfeTransfer",
+            "Dataset", "InvalidParameterError", "LocalFederation", "NoisyGD", "NoisySGD",
             "NotFittedError", "PCnvxAdap", "PNCnvxAdap", "PrivadaptError",
             "PrivateDiscrepancy", "PrivateGridSearch", "PrivateSelection", "SitePolicy",
             "SitePrivacy", "clone", "load_adult_domains"}

@@ -7,7 +7,9 @@ the mechanism an algorithm should ask for (``Kernel.mechanism``).
 
 from privadapt.common.kernels import (
     exact_discrepancy,
+    l1_vertex_scores,
     linear_gradient,
+    linf_gradient,
     nearest_centre_sums,
     nearest_source_averages,
     nearest_target_sums,
@@ -32,7 +34,9 @@ __all__ = [
     "NoParams",
     "exact_discrepancy",
     "get_kernel",
+    "l1_vertex_scores",
     "linear_gradient",
+    "linf_gradient",
     "nearest_centre_sums",
     "nearest_source_averages",
     "nearest_target_sums",

@@ -16,6 +16,7 @@ from privadapt.server.estimators.base import (
 )
 from privadapt.server.estimators.discrepancy import PrivateDiscrepancy
 from privadapt.server.estimators.discrepancy_minimization import PrivateDiscrepancyMinimization
+from privadapt.server.estimators.frank_wolfe import DPFrankWolfe, DPFrankWolfeTransfer
 from privadapt.server.estimators.gradient_descent import NoisyGD, NoisySGD
 from privadapt.server.estimators.grid_search import PrivateGridSearch
 from privadapt.server.estimators.private_kmeans import PrivateLloydKMeans
@@ -28,6 +29,8 @@ from privadapt.server.estimators.source_target_clustering import (
 )
 
 __all__ = [
+    "DPFrankWolfe",
+    "DPFrankWolfeTransfer",
     "InvalidParameterError",
     "NeighborNoisyAverages",
     "NoisyAverageSet",

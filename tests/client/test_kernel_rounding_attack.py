@@ -181,6 +181,11 @@ SUM_KERNELS = {
                                                                 [-0.1, 0.4, 0.2]]) * min(w, 1.0)},
     "nearest_source_averages": lambda r, y, w: {"targets": np.array([[0.3, -0.2, 0.1]])
                                                 * min(w, 1.0), "t": 4},
+    "linf_gradient": lambda r, y, w: {"weights": np.full(DIM, w), "loss": "squared",
+                                      "clip_norm": r},
+    "l1_vertex_scores": lambda r, y, w: {"offset": np.array([w, -w, 0.0]) / 2, "radius": w,
+                                         "clip_norm": r, "loss": "squared",
+                                         "center": np.full(DIM, y)},
 }
 
 

@@ -45,6 +45,12 @@ WIRE = {
                                 "loss": "softmax_cross_entropy", "loss_bound": 2.0},
     "nearest_target_sums": {"targets": np.array([[0.1, 0.2, -0.3], [0.0, 0.5, 0.1]])},
     "nearest_source_averages": {"targets": np.array([[0.1, 0.2, -0.3]]), "t": 3},
+    "linf_gradient": {"weights": np.array([0.5, -1.0, 2.0]), "loss": "squared",
+                      "clip_norm": 0.7},
+    "l1_vertex_scores": {"offset": np.array([0.5, 0.0, -0.25]), "radius": 1.0,
+                         "clip_norm": 0.7, "loss": "squared"},
+    "l1_vertex_scores/centered": {"offset": np.zeros(DIM), "radius": 1.0, "clip_norm": 0.7,
+                                  "loss": "logistic", "center": np.array([1.0, 2.0, 3.0])},
 }
 
 

@@ -12,6 +12,7 @@ from privadapt.client.local_federation import LocalFederation
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.estimators import (
+    DPFrankWolfeTransfer,
     NeighborNoisyAverages,
     NoisyAverageSet,
     NoisyGD,
@@ -42,7 +43,8 @@ def test_the_table_holds_estimator_classes():
     assert {"noisy_gd": NoisyGD, "pcnvx_adap": PCnvxAdap,
                           "pncnvx_adap": PNCnvxAdap,
             "discrepancy_minimization": PrivateDiscrepancyMinimization,
-            "nna": NeighborNoisyAverages, "nas": NoisyAverageSet} == ALGORITHMS
+            "nna": NeighborNoisyAverages, "nas": NoisyAverageSet,
+            "dp_frank_wolfe_transfer": DPFrankWolfeTransfer} == ALGORITHMS
 
 
 def test_noisy_gd_schema_is_the_signature_minus_what_the_spec_sets():
