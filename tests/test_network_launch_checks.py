@@ -191,14 +191,30 @@ def test_a_slow_plan_refuses_the_job_before_its_first_round_instead(federation, 
     """A plan not ready when the launch call returns (the adaptation
     estimators' warm start) is waited for by the job before any key is
     published: the job fails naming the site, no round ran, the id is free."""
+    import threading
+
+    from privadapt.server.jobs import JobManager
+
+    # The plan is held until the launch call has returned: "not ready in
+    # time" by construction, not by a race against a fast plan.
+    launched = threading.Event()
+    plan = JobManager._plan_and_refuse
+
+    def slow_plan(self, spec):
+        launched.wait(30)
+        return plan(self, spec)
+
+    monkeypatch.setattr(JobManager, "_plan_and_refuse", slow_plan)
     monkeypatch.setattr("privadapt.server.launch_plans.PLAN_WAIT_S", 0.0)
     start, _, _ = federation
     stub = start()
     spec = _spec()
     spec.epsilon = 25.0
     job_id = stub.Launch(pb.LaunchRequest(spec=spec, job_id="late"), timeout=10).job_id
+    launched.set()
     failed = watch_until_done(stub, job_id)
     assert failed.state == pb.JOB_STATE_FAILED and not failed.rounds
     assert "site 'site-a' has epsilon 10 left of its cap 10" in failed.message
     job_id = stub.Launch(pb.LaunchRequest(spec=_spec(), job_id="late"), timeout=10).job_id
     assert watch_until_done(stub, job_id).state == pb.JOB_STATE_SUCCEEDED
+    assert launched.is_set()
