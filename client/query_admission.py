@@ -40,7 +40,6 @@ from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import Kernel, KernelParams, get_kernel
 from privadapt.common.kernels.grid_rounding import (
     ACCEPTED_FRACTIONAL_BITS,
-    score_rounding_charged,
 )
 from privadapt.common.mechanisms import (
     Adjacency,
@@ -270,7 +269,10 @@ class QueryAdmission:
             raise self.refusal(query, "a kernel with local blocks cannot answer a selection")
         try:
             actual = kernel.score_sensitivities(params, mechanism.adjacency, self.dim)
-            own = kernel.score_sensitivities(params, self.policy.adjacency, self.dim)
+            # Rounding and float error, from public bounds only (grid_rounding).
+            charged_scores = kernel.charged_score_sensitivities(
+                params, self.policy.adjacency, self.dim, codec.fractional_bits,
+                self.range_records)
         except ValueError as err:
             raise self.refusal(query, str(err)) from None
         declared = mechanism.score_sensitivities
@@ -285,10 +287,6 @@ class QueryAdmission:
                 raise self.refusal(
                     query, f"candidate {candidate} declares score sensitivity {said:g} but the "
                     f"kernel's clipping guarantees only {true:g}")
-        # Rounding and float error, from public bounds only (grid_rounding).
-        (error,) = kernel.computation_errors(params, self.dim, self.range_records)
-        charged_scores = score_rounding_charged(
-            own, codec.fractional_bits, error, kernel.max_abs_sum(params, self.range_records))
         if uniform:
             charged_scores = (max(charged_scores),)
         charged = mechanism.with_score_sensitivities(charged_scores, self.policy.adjacency)

@@ -44,7 +44,12 @@ import numpy as np
 
 from privadapt.common.data import Dataset
 from privadapt.common.kernels.exact_sum import clip_slack, conversion_error
-from privadapt.common.kernels.grid_rounding import COARSEST_FRACTIONAL_BITS, Norm, rounding_charged
+from privadapt.common.kernels.grid_rounding import (
+    COARSEST_FRACTIONAL_BITS,
+    Norm,
+    rounding_charged,
+    score_rounding_charged,
+)
 from privadapt.common.mechanisms import (
     Adjacency,
     GaussianBlock,
@@ -291,6 +296,22 @@ class Kernel(ABC):
                              "not one vector of scores: it cannot answer a selection")
         (l2,) = self.l2_sensitivities(params, adjacency)
         return (l2,) * shapes[0][0]
+
+    def charged_score_sensitivities(
+        self, params: Any, adjacency: Adjacency, dim: int,
+        fractional_bits: int = COARSEST_FRACTIONAL_BITS, max_records: int = SIZING_RECORDS,
+    ) -> tuple[float, ...]:
+        """Each score's sensitivity as a site on the grid 2^-``fractional_bits``
+        holding at most ``max_records`` records charges it for a selection:
+        :meth:`score_sensitivities` plus the grid step, twice the kernel's
+        computation error and the decoding's rounding
+        (:func:`~.grid_rounding.score_rounding_charged`). The site admits a
+        selection with it, and an algorithm sizes its noise with it (by
+        default for the coarsest grid and :data:`SIZING_RECORDS`)."""
+        (error,) = self.computation_errors(params, dim, max_records)
+        return score_rounding_charged(self.score_sensitivities(params, adjacency, dim),
+                                      fractional_bits, error,
+                                      self.max_abs_sum(params, max_records))
 
 
 _REGISTRY: dict[str, Kernel] = {}

@@ -70,7 +70,6 @@ from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.base import SIZING_RECORDS
 from privadapt.common.kernels.grid_rounding import (
     COARSEST_FRACTIONAL_BITS,
-    score_rounding_charged,
 )
 from privadapt.common.kernels.l1_vertex_scores import (
     L1VertexScores,
@@ -146,10 +145,8 @@ def planned_score_sensitivity(params: L1VertexScoresParams, max_records: int) ->
     """Delta as a site on the coarsest grid charges it (replace-one, sized for
     ``max_records``): 2hC plus the grid step and float errors, the same public
     bounds the site's admission adds (``score_rounding_charged``)."""
-    (own,) = set(SCORES.score_sensitivities(params, Adjacency.REPLACE_ONE, params.dim))
-    (error,) = SCORES.computation_errors(params, params.dim, max_records)
-    (charged,) = score_rounding_charged((own,), COARSEST_FRACTIONAL_BITS, error,
-                                        SCORES.max_abs_sum(params, max_records))
+    (charged,) = set(SCORES.charged_score_sensitivities(
+        params, Adjacency.REPLACE_ONE, params.dim, COARSEST_FRACTIONAL_BITS, max_records))
     return charged
 
 

@@ -45,7 +45,7 @@ import numpy as np
 from privadapt.common.calibration import calibrate_noise_multiplier
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.base import SIZING_RECORDS
-from privadapt.common.kernels.grid_rounding import COARSEST_FRACTIONAL_BITS, score_rounding_charged
+from privadapt.common.kernels.grid_rounding import COARSEST_FRACTIONAL_BITS
 from privadapt.common.kernels.smoothed_discrepancy_gradient import (
     SmoothedDiscrepancyGradient,
     SmoothedDiscrepancyGradientParams,
@@ -88,10 +88,7 @@ def gradient_params(points: np.ndarray, weights: np.ndarray, *, feature_norm: fl
 def planned_score_sensitivity(params: SmoothedDiscrepancyGradientParams) -> float:
     """The largest per-score sensitivity a site charges (coarsest grid, default record bound)."""
     dim = params.source_points.shape[1]
-    (error,) = KERNEL.computation_errors(params, dim, SIZING_RECORDS)
-    return max(score_rounding_charged(
-        KERNEL.score_sensitivities(params, Adjacency.REPLACE_ONE, dim),
-        COARSEST_FRACTIONAL_BITS, error, KERNEL.max_abs_sum(params, SIZING_RECORDS)))
+    return max(KERNEL.charged_score_sensitivities(params, Adjacency.REPLACE_ONE, dim))
 
 
 def _paper_numerator(points: np.ndarray, feature_norm: float, mu: float) -> float:
