@@ -28,20 +28,22 @@ sensitivity n sqrt(d)/t at scale b), and Theorem 5.11's sigma =
 
 Determinism (issue 17). The order must not depend on other records: each
 (record, target) squared distance is computed from that pair alone
-(coordinate by coordinate, elementwise), ties go to the earlier record, and
-a k-d tree over the site's records (scipy's, whose distances may round
-differently) only proposes candidates: every record within r_t + margin of
-x, where r_t is the tree's t-th distance and the margin covers both
-arithmetics' error (8 (d + 4) 2^-53, four times a bound on either's error
-for distances <= 3/2), so the exact-order t nearest are always among them.
+(coordinate by coordinate, elementwise), ties go to the earlier record.
 The average of the chosen points is a float sum whose rounding depends on
 the chosen set; ``computation_errors`` charges it, (t + 2) 2^-53 per entry,
 plus the float clip's few ulps.
 
-Known limit: the candidates are every record within r_t + margin, so a site
-whose records sit at one point (many exact duplicates around a target)
-examines up to n candidates for that target; the work is bounded by
-m n (d + log n), and is about m t log n on spread-out data.
+Work that does not depend on the data. An earlier version let a k-d tree
+propose candidates (every record within the t-th distance plus a margin);
+an adversarial review sent 2^16 targets at one point with t = 1, which made
+every record clipped onto the sphere a candidate of every target: 4.3 GB and
+23 s at n = 20,000, a MemoryError whose occurrence depended on the private
+norms, and a running time that told how many copies of a guessed record the
+site held (0.27 s for one, 6.3 s for 128). Now every target block meets
+every record chunk once (brute force: m n d coordinate operations, the same
+for any records), keeping a running top t by (distance, index); memory is
+bounded by the chunk sizes. The work is bounded before any record is read:
+m d <= :data:`MAX_TARGET_COORDINATES`.
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.spatial import cKDTree
 
 from privadapt.common.data import Dataset
 from privadapt.common.geometry import clip_rows_to_norm
@@ -62,8 +63,11 @@ from privadapt.common.mechanisms import Adjacency
 
 #: The largest t a site averages over (its work per target grows with t).
 MAX_NEIGHBOURS = 4096
-#: Targets handled together (bounds the (targets, t, d) working array).
-_TARGET_CHUNK_ENTRIES = 2**22
+#: The most target coordinates (m d) one query may ask for: the site's work
+#: is m n d, about a minute at n = 2^20 records at this bound.
+MAX_TARGET_COORDINATES = 2**16
+#: Pairs (targets x records) per working block: bounds the site's memory.
+_BLOCK_PAIRS = 2**18
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,6 +86,11 @@ class NearestSourceParams(KernelParams):
             raise ValueError(f"parameter 't' must be an integer in [1, {MAX_NEIGHBOURS}], "
                              f"got {t!r}")
         object.__setattr__(self, "t", int(t))
+        m, d = self.targets.shape
+        if m * d > MAX_TARGET_COORDINATES:
+            raise ValueError(f"parameter 'targets' holds {m} points of {d} features; a site "
+                             f"averages for at most {MAX_TARGET_COORDINATES} target "
+                             "coordinates (m d) per query (its work is m n d)")
 
     @classmethod
     def from_wire(cls, params: Mapping[str, Any], dim: int) -> NearestSourceParams:
@@ -92,33 +101,33 @@ class NearestSourceParams(KernelParams):
         return {"targets": self.targets, "t": self.t}
 
 
-def pair_squared_distances(points: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """||points_i - targets_i||^2 row by row, coordinate by coordinate: each
-    entry from its own pair alone, in a fixed order."""
-    total = np.zeros(len(points))
-    for j in range(points.shape[1]):
-        difference = points[:, j] - targets[:, j]
-        total = total + difference * difference
-    return total
-
-
 def nearest_indices(records: np.ndarray, targets: np.ndarray, t: int) -> np.ndarray:
     """For each target, the indices of its min(t, n) nearest ``records`` in
-    the order (pair distance, index), shape (m, min(t, n))."""
-    count = min(t, len(records))
-    tree = cKDTree(records)
-    distances, _ = tree.query(targets, k=count)
-    radius = np.asarray(distances).reshape(len(targets), count)[:, -1]
-    margin = 8.0 * (records.shape[1] + 4) * FLOAT_UNIT_ROUNDOFF
-    proposals = tree.query_ball_point(targets, radius + margin, return_sorted=False)
-    sizes = np.array([len(p) for p in proposals], dtype=np.int64)
-    candidates = np.concatenate([np.asarray(p, dtype=np.int64) for p in proposals])
-    owners = np.repeat(np.arange(len(targets)), sizes)
-    squared = pair_squared_distances(records[candidates], targets[owners])
-    order = np.lexsort((candidates, squared, owners))  # by target, distance, index
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    picks = order[(starts[:, None] + np.arange(count)[None, :]).reshape(-1)]
-    return candidates[picks].reshape(len(targets), count)
+    the order (pair distance, index), shape (m, min(t, n)): every target
+    against every record, in blocks (module docstring)."""
+    n, m = len(records), len(targets)
+    count = min(t, n)
+    target_block = max(1, min(m, _BLOCK_PAIRS // max(count, 1024)))
+    record_chunk = max(1, _BLOCK_PAIRS // target_block)
+    chosen = np.empty((m, count), dtype=np.int64)
+    for first in range(0, m, target_block):
+        block = targets[first:first + target_block]
+        best_squared = np.empty((len(block), 0))
+        best_index = np.empty((len(block), 0), dtype=np.int64)
+        for start in range(0, n, record_chunk):
+            chunk = records[start:start + record_chunk]
+            squared = np.zeros((len(block), len(chunk)))
+            for j in range(records.shape[1]):  # coordinate by coordinate: per pair
+                difference = chunk[None, :, j] - block[:, None, j]
+                squared += difference * difference
+            index = np.broadcast_to(np.arange(start, start + len(chunk)), squared.shape)
+            merged_squared = np.concatenate([best_squared, squared], axis=1)
+            merged_index = np.concatenate([best_index, index], axis=1)
+            order = np.lexsort((merged_index, merged_squared), axis=-1)[:, :count]
+            best_squared = np.take_along_axis(merged_squared, order, axis=1)
+            best_index = np.take_along_axis(merged_index, order, axis=1)
+        chosen[first:first + len(block)] = best_index
+    return chosen
 
 
 @register
@@ -156,9 +165,9 @@ class NearestSourceAverages(Kernel):
         if data.num_records == 0:
             return (out,)
         records = clip_rows_to_norm(data.features, CLIP_NORM)
-        count = min(params.t, len(records))
-        chunk = max(1, _TARGET_CHUNK_ENTRIES // (count * records.shape[1]))
-        for start in range(0, len(targets), chunk):
-            chosen = nearest_indices(records, targets[start:start + chunk], params.t)
-            out[start:start + chunk] = records[chosen].sum(axis=1) / params.t
+        chosen = nearest_indices(records, targets, params.t)
+        step = max(1, _BLOCK_PAIRS // chosen.shape[1])
+        for first in range(0, len(targets), step):
+            rows = chosen[first:first + step]
+            out[first:first + len(rows)] = records[rows].sum(axis=1) / params.t
         return (out,)

@@ -128,3 +128,32 @@ def test_random_neighbours_differ_by_at_most_the_charge(tmp_path, record, positi
                                                         adjacency, t, duplicate):
     base = np.vstack([FEATURES, FEATURES[:10]]) if duplicate else FEATURES  # ties
     check(tmp_path, adjacency, np.array(record), position, t, 40, base)
+
+
+def test_a_query_whose_work_is_unbounded_is_refused_from_its_parameters():
+    from privadapt.common.kernels.nearest_source_averages import MAX_TARGET_COORDINATES
+
+    too_many = np.zeros((MAX_TARGET_COORDINATES // DIM + 1, DIM))
+    with pytest.raises(ValueError, match="target coordinates"):
+        KERNEL.Params.from_wire({"targets": too_many, "t": 1}, DIM)
+
+
+def test_every_record_tied_for_every_target_is_answered_by_the_earliest_in_bounded_work():
+    # The adversarial review's memory attack: targets at the origin and every
+    # record clipped onto the sphere (all tie for every target); the k-d tree
+    # version made each record a candidate of each target (4.3 GB at
+    # n = 20,000, m = 1,024). Brute force in blocks gives the exact answer.
+    rng = np.random.default_rng(0)
+    records = rng.normal(size=(3000, DIM))
+    records *= 3.0 / np.linalg.norm(records, axis=1, keepdims=True)
+    data = Dataset(records, np.zeros(len(records)), tuple(f"x{i}" for i in range(DIM)))
+    params = KERNEL.Params.from_wire({"targets": np.zeros((512, DIM)), "t": 2}, DIM)
+    (out,) = KERNEL.compute(data, params, {})
+    clipped = clip_rows_to_norm(records, 0.5)
+    # Ties on the sphere are exact only up to each pair's rounding; the
+    # chosen two are the nearest by (pair distance, index).
+    squared = np.zeros(len(clipped))
+    for j in range(DIM):
+        squared = squared + clipped[:, j] * clipped[:, j]
+    first_two = np.lexsort((np.arange(len(clipped)), squared))[:2]
+    np.testing.assert_array_equal(out, np.tile(clipped[first_two].sum(axis=0) / 2, (512, 1)))
