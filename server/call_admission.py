@@ -138,28 +138,38 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
             request_deserializer=tolerant(handler.request_deserializer),
             response_serializer=handler.response_serializer)
 
-    async def _admit(self, method: str, context: grpc.aio.ServicerContext) -> Any:
+    async def _admit(self, method: str, context: grpc.aio.ServicerContext,
+                     needs_thread: bool) -> Any:
+        """The call's request, once the caller's budget admits it and, for a
+        handler that runs on a pool thread (``needs_thread``), a server-wide
+        slot is free. A handler that runs on the event loop (a coroutine or
+        async generator, e.g. health's Watch) holds no thread, so it takes no
+        slot: an adversarial review held every slot with idle Watch streams,
+        4 per certificate, and starved new registrations."""
         name, identity = caller_of(context)
         admission = self._limits.admit(name, method_group(method))
         if isinstance(admission, str):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, admission)
         context.add_done_callback(lambda _: self._limits.release(admission))
         request = await receive_request(context, method, self._arrival_timeout_s)
-        refusal = self._limits.take_slot(admission, self._privileged(identity))
-        if refusal is not None:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
+        if needs_thread:
+            refusal = self._limits.take_slot(admission, self._privileged(identity))
+            if refusal is not None:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
         return request
 
     async def _unary(self, method: str, behavior, _requests, context: grpc.aio.ServicerContext):
-        request = await self._admit(method, context)
-        if inspect.iscoroutinefunction(behavior):
+        on_loop = inspect.iscoroutinefunction(behavior)
+        request = await self._admit(method, context, needs_thread=not on_loop)
+        if on_loop:
             return await behavior(request, context)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, behavior, request,
                                           ThreadContext(context, loop, self._executor))
 
     async def _stream(self, method: str, behavior, _requests, context: grpc.aio.ServicerContext):
-        request = await self._admit(method, context)
+        on_loop = inspect.iscoroutinefunction(behavior) or inspect.isasyncgenfunction(behavior)
+        request = await self._admit(method, context, needs_thread=not on_loop)
         if inspect.iscoroutinefunction(behavior):  # writes its items itself
             await behavior(request, context)
             return
