@@ -193,18 +193,19 @@ def test_a_slow_plan_refuses_the_job_before_its_first_round_instead(federation, 
     published: the job fails naming the site, no round ran, the id is free."""
     import threading
 
-    from privadapt.server.jobs import JobManager
+    from privadapt.server import jobs
 
     # The plan is held until the launch call has returned: "not ready in
-    # time" by construction, not by a race against a fast plan.
+    # time" by construction, not by a race against a fast plan. (plan_job is
+    # looked up at each call; the coordinator already exists.)
     launched = threading.Event()
-    plan = JobManager._plan_and_refuse
+    plan = jobs.plan_job
 
-    def slow_plan(self, spec):
+    def slow_plan(*args, **kwargs):
         launched.wait(30)
-        return plan(self, spec)
+        return plan(*args, **kwargs)
 
-    monkeypatch.setattr(JobManager, "_plan_and_refuse", slow_plan)
+    monkeypatch.setattr(jobs, "plan_job", slow_plan)
     monkeypatch.setattr("privadapt.server.launch_plans.PLAN_WAIT_S", 0.0)
     start, _, _ = federation
     stub = start()
