@@ -8,7 +8,6 @@ the mechanism an algorithm should ask for (``Kernel.mechanism``).
 from privadapt.common.kernels import (
     exact_discrepancy,
     linear_gradient,
-    nearest_centre_sums,
     nearest_source_averages,
     nearest_target_sums,
     record_count,
@@ -33,7 +32,6 @@ __all__ = [
     "exact_discrepancy",
     "get_kernel",
     "linear_gradient",
-    "nearest_centre_sums",
     "nearest_source_averages",
     "nearest_target_sums",
     "record_count",
