@@ -12,7 +12,8 @@ SuLQ k-means; in the form studied by Su, Cao, Li, Bertino and Jin 2016,
 
     1. every site assigns each of its records (clipped to ||x|| <= r) to the
        nearest of the K public centres and releases, per centre, its count and
-       its coordinate sum (kernel ``nearest_centre_sums``), noised, summed
+       its coordinate sum (kernel ``nearest_target_sums``, the one NNA uses,
+       with the centres as its public points), noised, summed
        securely across the sites;
     2. the coordinator moves each centre to noisy sum / noisy count, projected
        onto the clip ball (post-processing), where the noisy count exceeds a
@@ -57,14 +58,11 @@ import numpy as np
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.geometry import clip_rows_to_norm
 from privadapt.common.kernels.base import NoiseKind
-from privadapt.common.kernels.nearest_centre_sums import (
-    NearestCentreSums,
-    NearestCentreSumsParams,
-)
+from privadapt.common.kernels.nearest_target_sums import NearestTargetParams, NearestTargetSums
 from privadapt.common.mechanisms import Adjacency, LaplaceMechanism, Mechanism
 from privadapt.common.validation import check_positive
 
-KERNEL = NearestCentreSums()
+KERNEL = NearestTargetSums()
 ADJACENCY = Adjacency.ADD_REMOVE_ONE  # seed 001's neighbours add or remove a record
 
 
@@ -142,7 +140,7 @@ def noisy_cell_statistics(federation: Federation, centres: np.ndarray, *, clip_n
                           ) -> CellStatistics:
     """One secure-sum release of the kernel at ``centres``, read per centre."""
     count_weight, moment_weight = weights
-    params = NearestCentreSumsParams(centres, clip_norm, count_weight, moment_weight)
+    params = NearestTargetParams(centres, clip_norm, count_weight, moment_weight)
     dim = centres.shape[1]
     mechanism = KERNEL.mechanism(params, plan.noise_multiplier, ADJACENCY, dim=dim,
                                  noise=plan.noise)

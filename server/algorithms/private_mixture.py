@@ -10,7 +10,7 @@ release of per-component counts, sums and squared sums), from which
 ``n_samples`` points are drawn. It is named for what it is; its numbers are
 not DP-GAN's.
 
-Steps (T = ``iterations`` releases in all, kernel ``nearest_centre_sums``):
+Steps (T = ``iterations`` releases in all, kernel ``nearest_target_sums``):
 
 1. T - 1 DP Lloyd rounds (:mod:`.private_lloyd`) from public initial centres
    move K = ``n_components`` centres towards the records' clusters;

@@ -173,12 +173,13 @@ SUM_KERNELS = {
         "feature_norm": r, "source_points": r * np.array([[1.0, 0, 0], [0, 0.6, 0.8]]),
         "weights": np.array([0.5, 0.5]), "mu": w, "scale": 1.0, "regularization": 0.0,
         "offset_bound": 0.0},
-    "nearest_centre_sums": lambda r, y, w: {"centres": np.array([[0.6, 0.0, 0.0],
-                                                                  [-0.3, 0.2, 0.1]]) * r,
-                                            "clip_norm": r, "count_weight": w,
-                                            "moment_weight": w},
-    "nearest_target_sums": lambda r, y, w: {"targets": np.array([[0.3, -0.2, 0.1],
-                                                                [-0.1, 0.4, 0.2]]) * min(w, 1.0)},
+    # NNA's form (the default clip 1/2, no weights) when y < 1 (y is unused
+    # here); the DP Lloyd baselines' form (a clip radius, count and moment
+    # weights) otherwise.
+    "nearest_target_sums": lambda r, y, w: (
+        {"targets": np.array([[0.3, -0.2, 0.1], [-0.1, 0.4, 0.2]]) * min(w, 1.0)} if y < 1 else
+        {"targets": np.array([[0.6, 0.0, 0.0], [-0.3, 0.2, 0.1]]) * r, "clip_norm": r,
+         "count_weight": w, "moment_weight": w}),
     "nearest_source_averages": lambda r, y, w: {"targets": np.array([[0.3, -0.2, 0.1]])
                                                 * min(w, 1.0), "t": 4},
     "linf_gradient": lambda r, y, w: {"weights": np.full(DIM, w), "loss": "squared",

@@ -39,8 +39,9 @@ WIRE = {
         "feature_norm": 1.5, "source_points": np.array([[1.0, 0.0, 0.5], [0.0, -1.0, 0.2]]),
         "weights": np.array([0.25, 0.75]), "mu": 10.0, "scale": 4.0, "regularization": 0.001,
         "offset_bound": 2.0, "offsets": np.array([1.5, -0.5])},
-    "nearest_centre_sums": {"centres": np.array([[0.1, 0.2, 0.0], [-0.3, 0.0, 0.2]]),
-                            "clip_norm": 0.5, "count_weight": 2.0, "moment_weight": 3.0},
+    "nearest_target_sums/weighted": {"targets": np.array([[0.1, 0.2, 0.0], [-0.3, 0.0, 0.2]]),
+                                     "clip_norm": 0.5, "count_weight": 2.0,
+                                     "moment_weight": 3.0},
     "validation_loss/softmax": {"candidates": np.ones((2, DIM, 3)),
                                 "loss": "softmax_cross_entropy", "loss_bound": 2.0},
     "nearest_target_sums": {"targets": np.array([[0.1, 0.2, -0.3], [0.0, 0.5, 0.1]])},
@@ -103,9 +104,9 @@ def test_a_missing_parameter_is_named(case):
     ("reweighted_gradient", "step", 1.0),
     ("reweighted_gradient", "kinf", -0.1),
     ("reweighted_gradient/softmax", "num_classes", 3),
-    ("nearest_centre_sums", "centres", np.array([[0.6, 0.0, 0.0]])),  # outside the clip ball
-    ("nearest_centre_sums", "centres", np.zeros((2, DIM + 1))),
-    ("nearest_centre_sums", "count_weight", 0.0),  # weights then have the wrong size
+    ("nearest_target_sums/weighted", "targets", np.array([[1.1, 0.0, 0.0]])),  # beyond 2 r
+    ("nearest_target_sums/weighted", "targets", np.zeros((2, DIM + 1))),
+    ("nearest_target_sums/weighted", "count_weight", 0.0),  # weights then have the wrong size
 ])
 def test_malformed_input_is_refused_naming_the_parameter(case, key, value):
     with pytest.raises(ValueError, match="weights" if key == "num_classes" else key):

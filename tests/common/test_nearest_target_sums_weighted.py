@@ -1,6 +1,7 @@
-"""The nearest-centre sums kernel (seed 001's DP Lloyd and DP mixture baselines):
-its release is the per-centre weighted count, sums and squared sums of the
-clipped records; on adversarial neighbouring datasets, run through the real
+"""The NNA kernel ``nearest_target_sums`` as seed 001's DP Lloyd and DP mixture
+baselines query it (centres as its public points, a clip radius, count and
+moment weights): its release is the per-centre weighted count, sums and
+squared sums of the clipped records; on adversarial neighbouring datasets, run through the real
 ``Site.answer``, the release never moves by more than what the site charges,
 in L1 (Laplace) and L2 (Gaussian), and the worst cases reach the bound."""
 
@@ -22,12 +23,12 @@ from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
-from privadapt.common.kernels.nearest_centre_sums import MAX_CENTRES, nearest_centres
+from privadapt.common.kernels.nearest_target_sums import MAX_TARGETS
 from privadapt.common.mechanisms import Adjacency, LaplaceMechanism
 
 DIM = 3
 NAMES = tuple(f"x{i}" for i in range(DIM))
-KERNEL = get_kernel("nearest_centre_sums")
+KERNEL = get_kernel("nearest_target_sums")
 CENTRES = np.array([[0.3, 0.0, 0.0], [-0.3, 0.0, 0.0], [0.0, 0.25, -0.1]])
 BASE = np.random.default_rng(5).normal(scale=0.2, size=(10, DIM))
 FRACTIONAL_BITS = 48
@@ -37,7 +38,7 @@ _LEDGERS = itertools.count()
 
 def wire(clip: float = 0.5, count_weight: float = 1.0, moment_weight: float | None = 2.0,
          centres: np.ndarray = CENTRES) -> dict:
-    params = {"centres": centres, "clip_norm": clip, "count_weight": count_weight}
+    params = {"targets": centres, "clip_norm": clip, "count_weight": count_weight}
     if moment_weight is not None:
         params["moment_weight"] = moment_weight
     return params
@@ -120,17 +121,6 @@ def test_the_release_is_each_centres_weighted_count_sums_and_squared_sums(tmp_pa
     np.testing.assert_allclose(got, expected, atol=1e-12)
 
 
-def test_without_moments_the_release_has_one_plus_d_columns(tmp_path):
-    got = release(tmp_path, BASE, wire(moment_weight=None), Adjacency.REPLACE_ONE)
-    assert got.shape == (3, 1 + DIM)
-    assert got[:, 0].sum() == len(BASE)
-
-
-def test_nearest_centre_breaks_ties_by_the_lowest_index():
-    centres = np.array([[0.1, 0.0, 0.0], [-0.1, 0.0, 0.0]])
-    assert nearest_centres(np.zeros((1, DIM)), centres, 1.0).tolist() == [0]
-
-
 CORNER = np.full(DIM, 0.5 / math.sqrt(DIM))  # ||x||_1 = sqrt(d) r on the clip sphere
 
 
@@ -207,13 +197,15 @@ def test_laplace_asks_for_the_kernels_own_l1_bound_not_sqrt_size_times_l2():
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ({"centres": np.zeros((MAX_CENTRES + 1, DIM))}, "centres"),
-    ({"centres": np.array([[0.0, 0.0, np.nan]])}, "centres"),
-    ({"centres": np.array([[0.51, 0.0, 0.0]])}, "clip ball"),
+    ({"targets": np.zeros((MAX_TARGETS + 1, DIM))}, "targets"),
+    ({"targets": np.array([[0.0, 0.0, np.nan]])}, "targets"),
+    ({"targets": np.array([[1.01, 0.0, 0.0]])}, "norm above 1.0"),  # beyond 2 r
+    ({"targets": np.array([[0.7, 0.0, 0.0]]), "clip_norm": 0.3}, "norm above 0.6"),
+    ({"count_weight": 2.0**201}, "count_weight"),
     ({"clip_norm": 0.0}, "clip_norm"),
     ({"moment_weight": -1.0}, "moment_weight"),
     ({"moment_weight": 2.0**150, "clip_norm": 2.0**30,
-      "centres": np.zeros((1, DIM))}, "moment_weight' times clip_norm"),
+      "targets": np.zeros((1, DIM))}, "moment_weight' times clip_norm"),
 ])
 def test_out_of_range_public_parameters_are_refused(change, message):
     with pytest.raises(ValueError, match=message):

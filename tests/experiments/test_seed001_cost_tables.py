@@ -1,0 +1,40 @@
+"""Seed 001's cost-table script runs end to end with ``--quick``: a CSV with a
+row per (dataset, method, privacy, coreset, sites, k), finite costs inside
+[0, 1] (every point is in the ball of radius 1/2), the non-private STC never
+worse than ClusterT, NNA over 3 sites present, a PNG and a printed table."""
+
+import csv
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_quick_cost_tables(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.seed001.cost_tables", "--quick", "--out",
+         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "cost_tables_quick.png").stat().st_size > 1000
+    with open(tmp_path / "cost_tables_quick.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["dataset"] for r in rows} == {"synthetic_2", "digits_1to7"}
+    assert {r["method"] for r in rows} == {"NNA", "NAS", "ClusterT", "PrivateKmeans (DP Lloyd)",
+                                           "DP mixture (for DP-GAN)", "STC (non-private)"}
+    assert all(0 <= float(r["cost_mean"]) <= 1 and math.isfinite(float(r["cost_mean"]))
+               for r in rows)
+    for dataset in ("synthetic_2", "digits_1to7"):
+        for privacy in ("eps=3", "rho=3"):
+            nna = {(r["coreset"], r["sites"]) for r in rows if r["dataset"] == dataset
+                   and r["method"] == "NNA" and r["privacy"] == privacy}
+            assert nna == {("yes", "1"), ("no", "1"), ("yes", "3")}
+        for k in ("10", "70"):
+            cost = {r["method"]: float(r["cost_mean"]) for r in rows
+                    if r["dataset"] == dataset and r["k"] == k and r["privacy"] == "none"}
+            assert cost["STC (non-private)"] <= cost["ClusterT"] + 1e-12
+    assert "k=70" in result.stdout
