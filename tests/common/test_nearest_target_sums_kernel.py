@@ -154,3 +154,11 @@ def test_honest_laplace_shares_sum_to_laplace(sites, colluding):
     honest = sites - colluding
     total = sum(laplace_share(0.7, sites, colluding, 4000, source) for _ in range(honest))
     assert stats.kstest(total, stats.laplace(scale=0.7).cdf).pvalue > 0.01
+
+
+def test_targets_whose_work_is_unbounded_are_refused_from_their_shape():
+    from privadapt.common.kernels.nearest_target_sums import MAX_TARGET_COORDINATES, check_targets
+
+    check_targets(np.zeros((10_000, 8)))  # the benchmark size stays allowed
+    with pytest.raises(ValueError, match="target coordinates"):
+        check_targets(np.zeros((MAX_TARGET_COORDINATES // 63 + 1, 63)))
