@@ -14,7 +14,10 @@ For each shift, private size n, epsilon in {1, 3, 10} and repeated splits
   experiments did;
 * ``+ <lever>``: ``before`` with one lever changed (each alone);
 * ``after``: the new defaults (all levers; ``PCnvxAdap(...)`` as constructed
-  with no plan arguments).
+  with no plan arguments);
+* ``after, smooth step``: ``after`` with ``step_sizes="noise_aware_smooth"``
+  (the noise-aware cap without the Lipschitz G^2 term, which keeps the
+  default's step at D / (G sqrt(T)) whatever epsilon is).
 
 Every lever is a public rule (n, epsilon, delta, d, the clip region, the public
 source) and changes neither kernel nor mechanism; the ledger charges each
@@ -27,7 +30,11 @@ while looking at these same shifts, so this table is not a held-out test of it.
 Datasets (experiments/selection.py's loaders): UCI Adult men -> women
 (logistic, PNCnvxAdap; test: women of adult.test), scikit-learn's diabetes
 sex 1 -> sex 2 (squared, PCnvxAdap; n = 100 of its 207 target records, the
-rest is the test), and the synthetic concept-shift regression (PCnvxAdap).
+rest is the test), the synthetic concept-shift regression (PCnvxAdap), and
+(full run only) the demo's Adult split ``marital-not-married`` (PNCnvxAdap with
+the settings of the men -> women task; n = 3000 of its target records over 3
+sites; test: its target rows of adult.test), where source-only is worse than
+the majority label and the warm start is far from the target's optimum.
 
 Run from the repository root:
     .venv/bin/python -m experiments.adapter_study [--splits 5] [--quick]
@@ -48,7 +55,8 @@ from experiments.seed000.diabetes import load_diabetes_domains
 from experiments.seed000.reporting import mean_std, print_table, write_csv
 from experiments.seed000.synthetic import make_shifted_regression
 from experiments.selection import Task, adult_task, metric, regression_task
-from privadapt import Dataset, LocalFederation, NoisyGD
+from privadapt import Dataset, LocalFederation, NoisyGD, load_adult_domains
+from privadapt.common.datasets.adult import DEMO_SPLIT
 from privadapt.server.algorithms.public_erm import fit_linear
 
 EPSILONS = (1.0, 3.0, 10.0)
@@ -63,7 +71,8 @@ LEVERS = {
     "+ auto T": {"iterations": "auto"},
     "+ noise-aware step": {"step_sizes": "noise_aware"},
 }
-METHODS = ("source-only", "noisy GD", "non-private", "before", *LEVERS, "after")
+SMOOTH = "after, smooth step"
+METHODS = ("source-only", "noisy GD", "non-private", "before", *LEVERS, "after", SMOOTH)
 
 
 def federation(features: np.ndarray, labels: np.ndarray, parts: int, seed: int,
@@ -103,7 +112,8 @@ def one_split(task: Task, size: int, split: int, warm: np.ndarray,
     for eps in EPSILONS:
         results["non-private", eps] = metric(task, model.coef_, test)
     plans = {"before": BEFORE, **{name: {**BEFORE, **lever} for name, lever in LEVERS.items()},
-             "after": {"iterations": "auto"}}
+             "after": {"iterations": "auto"},
+             SMOOTH: {"iterations": "auto", "step_sizes": "noise_aware_smooth"}}
     for eps in EPSILONS:
         seed = 100 * split + int(eps)
         if "noisy GD" in methods:
@@ -116,7 +126,7 @@ def one_split(task: Task, size: int, split: int, warm: np.ndarray,
                 continue
             with federation(*private, task.num_sites, seed + 1, private=True) as sites:
                 # "after" starts from its own default warm start (the same source-only fit).
-                warm_start = None if name == "after" else warm
+                warm_start = None if name in ("after", SMOOTH) else warm
                 model = adapter(task, eps, seed, options).fit(sites, task.source,
                                                              initial_weights=warm_start)
             results[name, eps] = metric(task, model.coef_, test)
@@ -133,7 +143,16 @@ def study_tasks(quick: bool) -> list[tuple[Task, int]]:
         return [(diabetes, 100), (regression, 200)]
     adult = adult_task(quick)
     return [(adult, 200), (adult, 2000), (diabetes, 100), (regression, 200),
-            (regression, 2000)]
+            (regression, 2000), (demo_split_task(adult), 3000)]
+
+
+def demo_split_task(adult: Task) -> Task:
+    """The demo's Adult split with the men -> women task's settings."""
+    domains = load_adult_domains(num_sites=1, seed=0, split=DEMO_SPLIT)
+    pool, test = domains.target_sites[0], domains.target_test
+    return replace(adult, name=f"adult {DEMO_SPLIT}",
+                   source=(domains.source.features, domains.source.labels),
+                   pool=(pool.features, pool.labels), test=(test.features, test.labels))
 
 
 def summarise(task: Task, size: int, runs: list[dict], methods) -> list[list]:
@@ -154,11 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--splits", type=int, default=5)
     parser.add_argument("--quick", action="store_true",
-                        help="2 splits, the two small regressions, before/after only")
+                        help="2 splits, the two small regressions, before/after/smooth only")
     parser.add_argument("--out", type=Path, default=Path("experiments/results"))
     args = parser.parse_args(argv)
     splits = 2 if args.quick else args.splits
-    methods = ("source-only", "non-private", "before", "after") if args.quick else METHODS
+    methods = ("source-only", "non-private", "before", "after", SMOOTH) if args.quick \
+        else METHODS
     started = time.perf_counter()
     rows = []
     for task, size in study_tasks(args.quick):

@@ -85,7 +85,8 @@ from privadapt.server.algorithms.reweighted_descent import (
     run_reweighted_descent,
 )
 
-StepSizeChoice = Literal["noise_aware", "curvature", "paper"] | StepSizes
+StepSizeChoice = Literal["noise_aware", "noise_aware_smooth", "curvature", "paper"] \
+    | StepSizes
 
 
 def paper_step_sizes(
@@ -154,10 +155,10 @@ def pcnvx_adap(
                                        iterations, noise.noise_multiplier, weight_noise),
         curvature=lambda: curvature_step_sizes("convex", "squared", hyper, bounds, m, n,
                                                step_scale),
-        noise_aware=lambda: noise_aware_step_sizes(
+        noise_aware=lambda smooth: noise_aware_step_sizes(
             curvature_step_sizes("convex", "squared", hyper, bounds, m, n, step_scale),
             "squared", hyper, bounds, n, public_features.shape[1], iterations,
-            noise.noise_multiplier, distance),
+            noise.noise_multiplier, distance, smooth),
     )
     return run_reweighted_descent(
         federation, public_features, public_labels, objective="convex", loss="squared",

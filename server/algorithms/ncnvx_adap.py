@@ -63,7 +63,8 @@ from privadapt.server.algorithms.reweighted_descent import (
     run_reweighted_descent,
 )
 
-StepSizeChoice = Literal["noise_aware", "curvature", "paper"] | StepSizes
+StepSizeChoice = Literal["noise_aware", "noise_aware_smooth", "curvature", "paper"] \
+    | StepSizes
 
 
 def smoothness_bound(
@@ -128,10 +129,10 @@ def pncnvx_adap(
         step_sizes,
         paper=lambda: StepSizes(*[1.0 / smoothness_bound(loss, hyper, bounds, m, n)] * 3),
         curvature=lambda: curvature_step_sizes("smooth", loss, hyper, bounds, m, n, step_scale),
-        noise_aware=lambda: noise_aware_step_sizes(
+        noise_aware=lambda smooth: noise_aware_step_sizes(
             curvature_step_sizes("smooth", loss, hyper, bounds, m, n, step_scale), loss, hyper,
             bounds, n, public_features.shape[1], iterations, noise.noise_multiplier,
-            distance),
+            distance, smooth),
     )
     output_iteration = None if return_average else \
         int(np.random.default_rng(seed).integers(1, iterations + 1))

@@ -22,6 +22,9 @@ no better with epsilon.
 * ``noise_aware_step_sizes``: Alg. 1 line 4's eta_w = D / sqrt(T (G^2 + d
   sigma_w^2)) with D the distance the model is allowed to travel, capping the
   curvature step (which ignores the noise); without noise the curvature step.
+  With ``smooth=True`` (``step_sizes="noise_aware_smooth"``) the cap is
+  D / sqrt(T d sigma_w^2): noisy descent's step on a smooth objective, which
+  tends to the curvature step as the noise vanishes (see the function).
 * ``auto_clip_radius``: for the squared loss the sites' gradient bound is
   G = 2 r (Lambda' r + Y); the least Lambda' whose G covers every public
   record's gradient at the warm start (the noise is set by G, not by the
@@ -70,16 +73,34 @@ def noise_aware_step_sizes(
     iterations: int,
     noise_multiplier: float,
     distance: float,
+    smooth: bool = False,
 ) -> StepSizes:
     """The curvature steps with eta_w capped at D / sqrt(T (G^2 + d sigma_w^2)),
     sigma_w = z 2 (1-alpha) G / n the noise on the w-gradient (G at the clip
-    radius, D = ``distance``); the curvature steps unchanged without noise."""
+    radius, D = ``distance``); the curvature steps unchanged without noise.
+
+    ``smooth``: the cap D / sqrt(T d sigma_w^2), without G^2. G^2 is the price
+    of a non-smooth objective, whose (sub)gradient does not shrink near the
+    optimum; in w both F and J are beta_w-smooth (every loss here is), and
+    projected descent with steps eta <= 1/beta and gradient noise of variance
+    V = d sigma_w^2 per step leaves the average iterate within
+    D^2 / (2 eta T) + eta V / 2 of the optimum, best at eta = D / sqrt(T V).
+    With G^2 the cap stays at D / (G sqrt(T)) however small the noise, so it
+    neither improves with epsilon nor tends to the non-private step; but when
+    the start is much nearer the optimum than D it is the safer step (the
+    adapter study's small regressions at epsilon 1-3). Which is better
+    depends on the unknown ||w_0 - w*||, so it is a candidate for a private
+    choice (issue 13, section 2), not the default. Both read public
+    quantities only, so both are free in privacy."""
     if math.isinf(noise_multiplier):
         return curvature
     _, gradient_bound = bounds.loss_and_gradient_bounds(loss)
     sigma = noise_multiplier * 2.0 * (1.0 - hyper.alpha) * gradient_bound / num_private
     size = bounds.model_size(loss, dim)
-    capped = distance / math.sqrt(iterations * (gradient_bound**2 + size * sigma**2))
+    lipschitz = 0.0 if smooth else gradient_bound**2
+    if lipschitz + size * sigma**2 == 0.0:
+        return curvature
+    capped = distance / math.sqrt(iterations * (lipschitz + size * sigma**2))
     return StepSizes(min(curvature.weights, capped), curvature.public_weights,
                      curvature.private_weights)
 

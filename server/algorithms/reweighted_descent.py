@@ -389,16 +389,18 @@ def choose_step_sizes(
     *,
     paper: Callable[[], StepSizes],
     curvature: Callable[[], StepSizes],
-    noise_aware: Callable[[], StepSizes],
+    noise_aware: Callable[[bool], StepSizes],
 ) -> StepSizes:
-    """``"noise_aware"``, ``"paper"``, ``"curvature"`` or explicit ``StepSizes``."""
+    """``"noise_aware"``, ``"noise_aware_smooth"`` (``noise_aware(smooth)``),
+    ``"paper"``, ``"curvature"`` or explicit ``StepSizes``."""
     if isinstance(choice, StepSizes):
         return choice
-    if choice == "noise_aware":
-        return noise_aware()
+    if choice in ("noise_aware", "noise_aware_smooth"):
+        return noise_aware(choice == "noise_aware_smooth")
     if choice == "paper":
         return paper()
     if choice == "curvature":
         return curvature()
-    raise ValueError("step_sizes must be 'noise_aware', 'curvature', 'paper' or StepSizes, "
+    raise ValueError("step_sizes must be 'noise_aware', 'noise_aware_smooth', 'curvature', "
+                     "'paper' or StepSizes, "
                      f"got {choice!r}")

@@ -80,7 +80,8 @@ _SHARED = {
     "iterations": [*ITERATIONS, Options("auto")], "feature_norm": POSITIVE,
     "label_bound": POSITIVE, "radius": POSITIVE,
     "clip_radius": [*POSITIVE, Options("auto"), None], "discrepancy": NON_NEGATIVE,
-    "step_sizes": [Options("noise_aware", "curvature", "paper"), InstanceOf(StepSizes)],
+    "step_sizes": [Options("noise_aware", "noise_aware_smooth", "curvature", "paper"),
+                   InstanceOf(StepSizes)],
     "step_scale": POSITIVE, "step_distance": [*POSITIVE, None], "calibration": CALIBRATION,
     "aggregate_noise_ratio": POSITIVE, "weight_noise": FLAG, "warm_start": FLAG,
 }

@@ -21,11 +21,14 @@ def test_adapter_study_quick_writes_the_table(tmp_path):
         rows = list(csv.DictReader(handle))
     cell = {(r["dataset"], r["method"], float(r["epsilon"])): r for r in rows}
     datasets = {r["dataset"] for r in rows}
-    assert len(datasets) == 2 and len(rows) == 2 * 4 * 3
+    assert len(datasets) == 2 and len(rows) == 2 * 5 * 3  # 5 methods with the smooth step
     for dataset in datasets:  # both regressions: lower MSE is better
         mse = {(m, e): float(cell[dataset, m, e]["metric_mean"])
                for m in ("before", "after") for e in (1.0, 3.0, 10.0)}
         for epsilon in (1.0, 3.0, 10.0):
             assert mse["after", epsilon] < mse["before", epsilon]
         assert mse["after", 1.0] >= mse["after", 3.0] >= mse["after", 10.0]
+        smooth = [float(cell[dataset, "after, smooth step", e]["metric_mean"])
+                  for e in (1.0, 3.0, 10.0)]
+        assert smooth[0] >= smooth[1] >= smooth[2]
         assert float(cell[dataset, "after", 10.0]["gap_to_nonprivate_percent"]) < 10.0

@@ -139,3 +139,29 @@ def test_the_default_plan_is_the_function_with_the_public_rules_spelt_out(federa
         n: p.job.epsilon for n, p in expected.privacy.items()}
     assert all(p.job.epsilon <= 3.0 for p in model.privacy_.values())
     assert PNCnvxAdap.parameter_defaults()["return_average"] is True
+
+
+def test_the_smooth_noise_aware_step_is_a_public_plan_choice(federation):
+    """``step_sizes="noise_aware_smooth"`` changes only the w step (larger, a public
+    rule): the same releases, so each site's ledger charges the same spend, and
+    the estimator still runs the function."""
+    settings = dict(alpha=0.4, epsilon=3.0, delta=1e-5, **BOUNDS)
+    default = PCnvxAdap(**settings).fit(federation("default"), PUBLIC)
+    smooth = PCnvxAdap(**settings, step_sizes="noise_aware_smooth")
+    smooth.fit(federation("smooth"), PUBLIC)
+    assert smooth.step_sizes_.weights > default.step_sizes_.weights
+    assert smooth.noise_multiplier_ == default.noise_multiplier_
+    assert {n: p.job.epsilon for n, p in smooth.privacy_.items()} == {
+        n: p.job.epsilon for n, p in default.privacy_.items()}
+    warm = fit_linear(PUBLIC.features, PUBLIC.labels, "squared", BOUNDS["radius"])
+    expected = pcnvx_adap(federation("function"), PUBLIC.features, PUBLIC.labels,
+                          hyper=ReweightingHyperparameters(alpha=0.4),
+                          bounds=replace(DataBounds(**BOUNDS), clip_radius=smooth.clip_radius_),
+                          epsilon=3.0, delta=1e-5, iterations=smooth.iterations_,
+                          step_sizes="noise_aware_smooth", weight_noise=False,
+                          initial_weights=warm)
+    np.testing.assert_array_equal(smooth.coef_, expected.weights)
+    with pytest.raises(ValueError, match="noise_aware_smooth"):
+        pcnvx_adap(federation("refused"), PUBLIC.features, PUBLIC.labels,
+                   hyper=ReweightingHyperparameters(alpha=0.4), bounds=DataBounds(**BOUNDS),
+                   epsilon=3.0, delta=1e-5, iterations=2, step_sizes="smooth")
