@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privadapt.server.algorithms.simplex_iterate import SimplexIterate
 from privadapt.server.algorithms.smoothed_discrepancy import SmoothedDiscrepancy, exact_vertex
 
 
@@ -80,13 +81,15 @@ def single_stage_frank_wolfe(
     features = objective.source_features
     labels = np.asarray(labels, dtype=float)
     weight_on_discrepancy = 4.0 * radius * radius
-    q = np.full(objective.num_source, 1.0 / objective.num_source)
+    # M(q) by rank-one updates (simplex_iterate.py): the step is q <- (1 - eta) q + eta e_j.
+    iterate = SimplexIterate(objective, np.full(objective.num_source, 1.0 / objective.num_source))
+    q = iterate.weights
     w = np.zeros(features.shape[1])
-    best = (math.inf, -1, q, w)
+    best = (math.inf, -1, q.copy(), w)
     gaps = np.empty(iterations)
     for k in range(iterations):
         residuals = features @ w - labels
-        _, discrepancy_gradient = objective.value_and_gradient(q)
+        _, discrepancy_gradient = iterate.value_and_gradient()
         q_gradient = residuals * residuals + weight_on_discrepancy * discrepancy_gradient
         vertex = select_vertex(q_gradient)
         gap_q = float(q_gradient @ q - q_gradient[vertex])
@@ -96,8 +99,7 @@ def single_stage_frank_wolfe(
         gaps[k] = gap_q + gap_w
         if gaps[k] < best[0]:
             best = (gaps[k], k, q.copy(), w.copy())
-        q = (1.0 - eta) * q
-        q[vertex] += eta
+        iterate.step_toward(vertex, eta)  # updates q in place
         w = (1.0 - eta) * w + eta * target
     gap, index, best_q, best_w = best
     return SingleStageResult(best_q, best_w, index, float(gap), gaps)

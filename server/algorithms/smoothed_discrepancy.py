@@ -73,6 +73,7 @@ from privadapt.common.smoothed_spectral import (
     smoothed_spectral_norm_gradient,
     smoothed_spectrum,
 )
+from privadapt.server.algorithms.simplex_iterate import SimplexIterate
 
 VertexSelector = Callable[[np.ndarray], int]
 StepRule = Literal["line_search", "open_loop"]
@@ -179,23 +180,28 @@ def open_loop_step(iteration: int) -> float:
 
 
 def line_search_step(objective: SmoothedDiscrepancy, weights: np.ndarray,
-                     direction: np.ndarray, max_step: float = 1.0) -> float:
+                     direction: np.ndarray, max_step: float = 1.0,
+                     change: np.ndarray | None = None, start: np.ndarray | None = None
+                     ) -> float:
     """argmin over eta in [0, max_step] of F~^lambda(q + eta d), exact to ~1e-12.
 
-    M is affine in q, so along the segment M = M(q) - eta sum_i d_i x_i x_i^T and
-    phi(eta) is convex; its derivative <G(eta), dM> + lambda <q + eta d, d> is
-    increasing, and its root is found by Brent's method. The Frank-Wolfe
-    direction is d = e_j - q (max_step 1); the away direction d = q - e_a
-    (max_step q_a / (1 - q_a)).
+    M is affine in q, so along the segment M = M(q) + eta C with
+    C = -sum_i d_i x_i x_i^T, and phi(eta) is convex; its derivative
+    <G(eta), C> + lambda <q + eta d, d> is increasing, and its root is found by
+    Brent's method. The Frank-Wolfe direction is d = e_j - q (max_step 1); the
+    away direction d = q - e_a (max_step q_a / (1 - q_a)). ``start`` M(q) and
+    ``change`` C may be passed from a :class:`SimplexIterate` (O(d^2) each
+    there); by default they are rebuilt (O(m d^2) each).
     """
-    start = objective.matrix(weights)
-    change = -second_moment(objective.source_features, direction)
+    start = objective.matrix(weights) if start is None else start
+    change = -second_moment(objective.source_features, direction) if change is None else change
+    along = float(weights @ direction)  # <q + eta d, d> = along + eta * squared
+    squared = float(direction @ direction)
 
     def slope(eta: float) -> float:
         _, gradient_matrix = smoothed_spectral_norm_gradient(start + eta * change, objective.mu)
-        point = weights + eta * direction
         return (float(np.sum(gradient_matrix * change))
-                + objective.regularization * float(point @ direction))
+                + objective.regularization * (along + eta * squared))
 
     if slope(0.0) >= 0.0:
         return 0.0
@@ -228,6 +234,7 @@ def frank_wolfe(
     step_rule: StepRule = "line_search",
     away_steps: bool = False,
     select_vertex: VertexSelector = exact_vertex,
+    rank_one: bool = True,
 ) -> FrankWolfeResult:
     """Minimise ``objective`` over the simplex by Frank-Wolfe (Alg. 2 without noise).
 
@@ -245,6 +252,10 @@ def frank_wolfe(
     shrink a coordinate geometrically and zig-zags towards a minimiser on a
     face of the simplex at rate O(1/k); away steps empty coordinates and
     reach such a minimiser far sooner, which the non-private DM baseline wants.
+
+    ``rank_one`` (default): M(q) and the line search's direction of change are
+    kept by O(d^2) rank-one updates (``simplex_iterate.py``, derived there);
+    False rebuilds them by O(m d^2) GEMMs each step (the tested reference).
     """
     if iterations < 0:
         raise ValueError(f"iterations must be >= 0, got {iterations!r}")
@@ -254,24 +265,26 @@ def frank_wolfe(
         raise ValueError(f"step_rule must be 'line_search' or 'open_loop', got {step_rule!r}")
     if away_steps and step_rule != "line_search":
         raise ValueError("away_steps needs step_rule='line_search'")
-    weights = _checked_initial(initial_weights, objective.num_source)
+    iterate = SimplexIterate(objective, _checked_initial(initial_weights, objective.num_source),
+                             rank_one=rank_one)
     values: list[float] = []
     gaps: list[float] = []
     for iteration in range(iterations + 1):
-        value, gradient = objective.value_and_gradient(weights)
-        gap = float(gradient @ weights - gradient.min())
+        value, gradient = iterate.value_and_gradient()
+        gap = float(gradient @ iterate.weights - gradient.min())
         values.append(value)
         gaps.append(gap)
         if iteration == iterations or gap <= tolerance:
             break
         vertex = select_vertex(gradient)
         if away_steps:
-            weights = _away_or_toward_step(objective, weights, gradient, vertex)
+            _away_or_toward_step(iterate, gradient, vertex)
             continue
-        step = (line_search_step(objective, weights, _toward(vertex, weights))
+        step = (line_search_step(objective, iterate.weights, _toward(vertex, iterate.weights),
+                                 change=iterate.toward_change(vertex), start=iterate.matrix)
                 if step_rule == "line_search" else open_loop_step(iteration))
-        weights = (1.0 - step) * weights
-        weights[vertex] += step
+        iterate.step_toward(vertex, step)
+    weights = iterate.weights
     return FrankWolfeResult(weights=weights, value=values[-1], gap=gaps[-1],
                             iterations=len(values) - 1, converged=gaps[-1] <= tolerance,
                             values=values, gaps=gaps)
@@ -284,25 +297,26 @@ def _toward(vertex: int, weights: np.ndarray) -> np.ndarray:
     return direction
 
 
-def _away_or_toward_step(objective: SmoothedDiscrepancy, weights: np.ndarray,
-                         gradient: np.ndarray, vertex: int) -> np.ndarray:
+def _away_or_toward_step(iterate: SimplexIterate, gradient: np.ndarray, vertex: int) -> None:
     """One step of away-step Frank-Wolfe (Lacoste-Julien and Jaggi, 2015, Alg. 1)."""
+    weights = iterate.weights
     support = np.flatnonzero(weights > 0)
     away = int(support[np.argmax(gradient[support])])
     toward_gain = float(gradient @ weights - gradient[vertex])
     away_gain = float(gradient[away] - gradient @ weights)
     if toward_gain >= away_gain or weights[away] >= 1.0:
-        direction, max_step, dropped = _toward(vertex, weights), 1.0, None
-    else:
-        # Away from e_a: d = q - e_a, feasible up to q_a / (1 - q_a), where q_a hits 0.
-        direction = weights.copy()
-        direction[away] -= 1.0
-        max_step, dropped = float(weights[away] / (1.0 - weights[away])), away
-    step = line_search_step(objective, weights, direction, max_step=max_step)
-    weights = weights + step * direction
-    if dropped is not None and step >= max_step:
-        weights[dropped] = 0.0  # a "drop" step empties the coordinate exactly
-    return np.maximum(weights, 0.0)
+        step = line_search_step(iterate.objective, weights, _toward(vertex, weights),
+                                change=iterate.toward_change(vertex), start=iterate.matrix)
+        iterate.step_toward(vertex, step)
+        return
+    # Away from e_a: d = q - e_a, feasible up to q_a / (1 - q_a), where q_a hits 0.
+    direction = weights.copy()
+    direction[away] -= 1.0
+    max_step = float(weights[away] / (1.0 - weights[away]))
+    step = line_search_step(iterate.objective, weights, direction, max_step=max_step,
+                            change=iterate.away_change(away), start=iterate.matrix)
+    # A "drop" step empties the coordinate exactly.
+    iterate.step_away(away, step, drop=step >= max_step)
 
 
 def _checked_initial(initial_weights: np.ndarray | None, num_source: int) -> np.ndarray:

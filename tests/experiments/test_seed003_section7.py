@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -25,3 +27,17 @@ def test_section7_quick_writes_both_figures(tmp_path):
         assert expected <= {row["method"] for row in rows}
         assert all(math.isfinite(float(row["mean"])) for row in rows)
         assert (tmp_path / f"{name}.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_section7_quick_networked_runs_the_federated_route_over_site_daemons(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.seed003.section7", "--quick", "--networked",
+         "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=180,
+        check=False)
+    assert result.returncode == 0, result.stderr
+    assert "site daemons on 127.0.0.1" in result.stdout
+    with open(tmp_path / "figure1.csv", newline="") as handle:
+        federated = [row for row in csv.DictReader(handle) if row["method"] == "federated_fw"]
+    assert {row["epsilon"] for row in federated} == {"1.0", "10.0"}
+    assert all(math.isfinite(float(row["mean"])) for row in federated)
