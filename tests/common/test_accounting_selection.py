@@ -201,3 +201,38 @@ def test_selection_pld_size_is_predicted(mechanism):
 def test_a_huge_selection_is_bounded_in_closed_form_for_the_cheap_refusal(mechanism):
     bound = release_epsilon_lower_bound(mechanism, DELTA)
     assert 0.99 * mechanism.pure_epsilon <= bound <= mechanism.pure_epsilon
+
+
+def test_pure_dp_figures_are_monotone_in_epsilon_and_exact_on_the_grid():
+    # dp-accounting's pure-DP pair rounds an off-grid epsilon outwards by a
+    # whole loss interval: 1000 x 0.0099986 composed to 1.0323 where 1000 x
+    # 0.01 gave 0.9876, and a site charging a hair less than a job planned
+    # refused it at release 948 (seed 003). Now: never more for less, and the
+    # exact optimal composition (Kairouz et al.) at grid values.
+    import numpy as np
+    from scipy import optimize, stats
+
+    from privadapt.common.accounting import PrivacyAccountant
+    from privadapt.common.mechanisms import Adjacency
+    from privadapt.common.mechanisms.selection import ReportNoisyMin
+
+    def exact(eps0: float, k: int, delta: float) -> float:
+        p = np.exp(eps0) / (1 + np.exp(eps0))
+        b = np.arange(k + 1)
+        pmf, loss = stats.binom.pmf(b, k, p), eps0 * (2 * b - k)
+        return optimize.brentq(
+            lambda e: np.sum(pmf * np.clip(1 - np.exp(e - loss), 0, None)) - delta, 0, 50)
+
+    previous = 0.0
+    for per_release in np.linspace(0.0095, 0.0105, 21):
+        mechanism = ReportNoisyMin(1.0, 2.0 / per_release)  # replace-one: pure 2 / scale
+        got = PrivacyAccountant(Adjacency.REPLACE_ONE).compose(mechanism, 1000).get_epsilon(
+            1 / 8000)
+        assert got >= previous
+        assert got >= exact(mechanism.pure_epsilon, 1000, 1 / 8000) - 1e-9
+        previous = got
+    below = ReportNoisyMin(69.3538, 69.3538 * 200.027)  # pure 0.0099986
+    at = ReportNoisyMin(69.3538, 69.3538 * 200.0)  # pure 0.01
+    figures = [PrivacyAccountant(Adjacency.REPLACE_ONE).compose(m, 1000).get_epsilon(1 / 8000)
+               for m in (below, at)]
+    assert figures[0] <= figures[1] == pytest.approx(exact(0.01, 1000, 1 / 8000), rel=1e-9)
