@@ -133,19 +133,31 @@ def pure_epsilon_on_grid(epsilon: float, interval: float) -> float:
     site charging a hair less than a job was calibrated for was then refused
     at release 948 of 1000 (seed 003's noisy Frank-Wolfe). The pair of a
     larger epsilon dominates a smaller one's, so e is a sound upper bound, and
-    the composed figure is now exact at e and monotone in ``epsilon``."""
+    the composed figure is now exact at e and monotone in ``epsilon``. Not
+    every multiple of the interval has a float whose ratio to it is exact
+    (above 1, the floats are coarser than the quotient's ulp), so e may lie a
+    few steps up: at most 5 steps of 1e-4 in 25,000 values measured, 3 below 1."""
     if not epsilon > 0:
         return 0.0
-    steps = max(1, math.ceil(Fraction(epsilon) / Fraction(interval)))
-    while True:
+    first = max(1, math.ceil(epsilon / interval))  # dp-accounting's own rounding
+    for steps in range(first, first + _GRID_SEARCH_STEPS):
+        # The floats within a few ulps of steps * interval whose ratio to the
+        # interval is exactly steps (there may be none: then the next step).
         guess = float(Fraction(steps) * Fraction(interval))
-        for candidate in (guess, math.nextafter(guess, math.inf),
-                          math.nextafter(guess, 0.0), math.nextafter(
-                              math.nextafter(guess, math.inf), math.inf)):
-            if (candidate >= epsilon and math.ceil(candidate / interval) == steps
-                    and math.ceil(-candidate / interval) == -steps):
-                return candidate
-        steps += 1
+        near, up, down = [guess], guess, guess
+        for _ in range(4):
+            up, down = math.nextafter(up, math.inf), math.nextafter(down, 0.0)
+            near += [up, down]
+        exact = [c for c in near if c >= epsilon and c / interval == steps]
+        if exact:
+            return max(exact)
+    # No float lies exactly on the grid nearby: dp-accounting's own rounding
+    # of this (larger) epsilon, still a sound upper bound and monotone.
+    return float(Fraction(first + _GRID_SEARCH_STEPS) * Fraction(interval))
+
+
+#: How many grid steps above epsilon to look for a float exactly on the grid.
+_GRID_SEARCH_STEPS = 8
 
 
 def _pure_dp_pld(mechanism: Mechanism, count: int, interval: float):

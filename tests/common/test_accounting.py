@@ -178,10 +178,10 @@ def test_pure_events_compose_to_at_most_sum_of_epsilons_at_small_delta(epsilons)
     accountant = PrivacyAccountant()
     for epsilon in epsilons:
         accountant.compose(PureDpEvent(epsilon))
-    # Each epsilon is first lifted to the loss grid (pure_epsilon_on_grid, at
-    # most one step, so the figure is monotone in epsilon), and the PLD's
-    # pessimistic epsilon for delta may add one more step per event.
-    slack = 2 * len(epsilons) * accountant.value_discretization_interval
+    # Each epsilon is first lifted to the nearest float exactly on the loss
+    # grid (pure_epsilon_on_grid: at most 5 steps above it, so the figure is
+    # monotone in epsilon and exact there), plus one step of the PLD's own.
+    slack = 6 * len(epsilons) * accountant.value_discretization_interval
     assert accountant.get_epsilon(1e-9) <= sum(epsilons) + slack
 
 
@@ -398,3 +398,13 @@ def test_gaussian_delta_matches_dp_accounting_privacy_loss(noise_multiplier, eps
     expected = loss.get_delta_for_epsilon(epsilon)
     actual = gaussian_delta(noise_multiplier, epsilon)
     assert actual == pytest.approx(expected, rel=1e-9, abs=1e-300)
+
+
+@given(st.floats(min_value=1e-6, max_value=8.0))
+def test_pure_epsilon_is_lifted_to_a_float_exactly_on_the_loss_grid(epsilon):
+    from privadapt.common.accounting import pure_epsilon_on_grid
+
+    lifted = pure_epsilon_on_grid(epsilon, 1e-4)
+    assert epsilon <= lifted <= epsilon + 5 * 1e-4
+    assert lifted / 1e-4 == round(lifted / 1e-4)  # dp-accounting rounds neither loss
+    assert pure_epsilon_on_grid(lifted, 1e-4) == lifted
