@@ -25,8 +25,7 @@ other record's rounding moves the sum when one changes (issue 17).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
+from collections.abc import MutableMapping
 from typing import Any
 
 import numpy as np
@@ -36,16 +35,12 @@ from privadapt.common.geometry import record_products
 from privadapt.common.kernels.base import (
     CHUNK_RECORDS,
     Kernel,
-    KernelParams,
-    check_bound,
-    readonly,
     register,
-    wire_values,
 )
 from privadapt.common.kernels.exact_sum import ExactSum
-from privadapt.common.losses import BINARY_LOSSES, BinaryLoss, loss_derivative
+from privadapt.common.kernels.linear_gradient import LinearGradientParams
+from privadapt.common.losses import BinaryLoss, loss_derivative
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.validation import check_finite_array, check_one_of
 
 
 def linf_clipped_terms(
@@ -87,65 +82,40 @@ def exact_clipped_gradient_sum(
     return total.value()
 
 
-@dataclass(frozen=True, eq=False)
-class LinfGradientParams(KernelParams):
-    """``weights`` w (d,), ``loss`` in {"squared", "logistic"}, ``clip_norm`` C
-    (the infinity-norm clip of each per-record gradient)."""
-
-    weights: np.ndarray
-    loss: BinaryLoss
-    clip_norm: float
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "weights", readonly(
-            check_finite_array("parameter 'weights'", self.weights, (None,))))
-        object.__setattr__(self, "clip_norm",
-                           check_bound("parameter 'clip_norm'", self.clip_norm))
-        check_one_of("parameter 'loss'", self.loss, BINARY_LOSSES)
-
-    @classmethod
-    def from_wire(cls, params: Mapping[str, Any], dim: int) -> LinfGradientParams:
-        values = wire_values(params, ("weights", "loss", "clip_norm"))
-        weights = check_finite_array("parameter 'weights'", values["weights"], (dim,))
-        return cls(weights, values["loss"], values["clip_norm"])
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"weights": self.weights, "loss": self.loss, "clip_norm": self.clip_norm}
-
-
 @register
 class LinfGradient(Kernel):
     """Sum over records of clip_inf,C(grad_w loss(w; x_i, y_i)): one block (d,)."""
 
     name = "linf_gradient"
-    Params = LinfGradientParams
+    # The same parameters as linear_gradient's; clip_norm C is an infinity-norm clip here.
+    Params = LinearGradientParams
 
-    def output_shapes(self, params: LinfGradientParams, dim: int) -> tuple[tuple[int, ...]]:
+    def output_shapes(self, params: LinearGradientParams, dim: int) -> tuple[tuple[int, ...]]:
         return ((dim,),)
 
-    def l2_sensitivities(self, params: LinfGradientParams, adjacency: Adjacency) -> tuple[float]:
+    def l2_sensitivities(self, params: LinearGradientParams, adjacency: Adjacency) -> tuple[float]:
         # Module docstring: sqrt(d) C per record, twice that for a replacement.
         dim = params.weights.shape[0]
         factor = 2.0 if adjacency == Adjacency.REPLACE_ONE else 1.0
         return (factor * math.sqrt(dim) * params.clip_norm,)
 
     def sensitivities(
-        self, params: LinfGradientParams, adjacency: Adjacency, norm: str, dim: int
+        self, params: LinearGradientParams, adjacency: Adjacency, norm: str, dim: int
     ) -> tuple[float, ...]:
         if norm == "l2":
             return self.l2_sensitivities(params, adjacency)
         factor = 2.0 if adjacency == Adjacency.REPLACE_ONE else 1.0
         return (factor * dim * params.clip_norm,)  # d entries of at most C (2C) each
 
-    def clip_bounds(self, params: LinfGradientParams) -> dict[str, float]:
+    def clip_bounds(self, params: LinearGradientParams) -> dict[str, float]:
         # The policy's clip_norm bounds a per-record gradient's L2 norm: sqrt(d) C here.
         return {"clip_norm": math.sqrt(params.weights.shape[0]) * params.clip_norm}
 
-    def max_abs_sum(self, params: LinfGradientParams, num_records: int) -> float:
+    def max_abs_sum(self, params: LinearGradientParams, num_records: int) -> float:
         return num_records * params.clip_norm
 
     def compute(
-        self, data: Dataset, params: LinfGradientParams, state: MutableMapping[str, Any]
+        self, data: Dataset, params: LinearGradientParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray]:
         return (exact_clipped_gradient_sum(data, params.weights, params.loss, 1.0,
                                            params.clip_norm),)

@@ -77,7 +77,8 @@ from privadapt.common.kernels.l1_vertex_scores import (
     scores_from_gradient,
     vertex,
 )
-from privadapt.common.kernels.linf_gradient import LinfGradient, LinfGradientParams
+from privadapt.common.kernels.linear_gradient import LinearGradientParams
+from privadapt.common.kernels.linf_gradient import LinfGradient
 from privadapt.common.losses import BinaryLoss
 from privadapt.common.mechanisms import Adjacency, Mechanism, ReportNoisyMin
 from privadapt.common.validation import check_int_at_least, check_positive
@@ -160,7 +161,7 @@ def plan_queries(
     is composed first, so that everything together meets (epsilon, delta)."""
     if calibration not in ("accountant", "paper"):
         raise ValueError(f"calibration must be 'accountant' or 'paper', got {calibration!r}")
-    gradient_params = LinfGradientParams(np.zeros(dim), "squared", clip_norm)
+    gradient_params = LinearGradientParams(np.zeros(dim), "squared", clip_norm)
     if math.isinf(epsilon):
         mechanism = GRADIENT.mechanism(gradient_params, math.inf, Adjacency.REPLACE_ONE, dim=dim)
         return FrankWolfePlan("secure_sum", mechanism, 0.0, iterations)
@@ -196,7 +197,7 @@ def select_vertex(
         params = L1VertexScoresParams(offset, radius, clip_norm, loss, center)
         return federation.select(SCORES.name, params.to_wire(), plan.mechanism).index
     point = offset if center is None else center + offset
-    params = LinfGradientParams(point, loss, clip_norm)
+    params = LinearGradientParams(point, loss, clip_norm)
     answer = federation.query(GRADIENT.name, params.to_wire(), plan.mechanism)
     return int(np.argmin(scores_from_gradient(answer.value, radius)))
 

@@ -25,7 +25,8 @@ from privadapt.common.kernels.l1_vertex_scores import (
     scores_from_gradient,
     vertex,
 )
-from privadapt.common.kernels.linf_gradient import LinfGradient, LinfGradientParams
+from privadapt.common.kernels.linear_gradient import LinearGradientParams
+from privadapt.common.kernels.linf_gradient import LinfGradient
 from privadapt.common.mechanisms import Adjacency, ReportNoisyMin
 
 DIM = 4
@@ -51,7 +52,7 @@ def clipped_gradients(features, labels, weights, clip):
 
 def test_the_gradient_is_the_sum_of_infinity_norm_clipped_gradients():
     weights = np.array([0.5, -1.0, 2.0, 0.0])
-    params = LinfGradientParams(weights, "squared", 0.3)
+    params = LinearGradientParams(weights, "squared", 0.3)
     (value,) = GRADIENT.compute(dataset(), params, {})
     np.testing.assert_allclose(value, clipped_gradients(FEATURES, LABELS, weights, 0.3).sum(0))
 
@@ -71,7 +72,7 @@ def test_the_scores_are_plus_and_minus_h_times_the_clipped_gradient_at_center_pl
 def test_each_record_term_is_within_the_clip_in_every_entry():
     record = (np.array([1e8, -3.0, 0.0, 1e-9]), -1e12)
     data = dataset(record[0][None, :], [record[1]])
-    (value,) = GRADIENT.compute(data, LinfGradientParams(np.ones(DIM), "squared", 0.7), {})
+    (value,) = GRADIENT.compute(data, LinearGradientParams(np.ones(DIM), "squared", 0.7), {})
     assert np.max(np.abs(value)) == pytest.approx(0.7)
     params = L1VertexScoresParams(np.zeros(DIM), 3.0, 0.7)
     (scores,) = SCORES.compute(data, params, {})
@@ -84,7 +85,7 @@ def test_sensitivities_follow_the_clip():
     assert SCORES.score_sensitivities(params, Adjacency.ADD_REMOVE_ONE, DIM) == (1.0,) * (2 * DIM)
     assert SCORES.l2_sensitivities(params, Adjacency.REPLACE_ONE) == (
         pytest.approx(2.0 * math.sqrt(2 * DIM)),)
-    gradient = LinfGradientParams(np.zeros(DIM), "squared", 0.5)
+    gradient = LinearGradientParams(np.zeros(DIM), "squared", 0.5)
     assert GRADIENT.l2_sensitivities(gradient, Adjacency.ADD_REMOVE_ONE) == (0.5 * 2.0,)
     assert GRADIENT.l2_sensitivities(gradient, Adjacency.REPLACE_ONE) == (2.0,)
     assert GRADIENT.sensitivities(gradient, Adjacency.REPLACE_ONE, "l1", DIM) == (4.0,)
