@@ -19,6 +19,8 @@ import math
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
@@ -86,6 +88,27 @@ def _charge_table(charges: list[Charge], adjacency: Adjacency) -> list[str]:
             for row in [header, *rows]]
 
 
+@contextmanager
+def verified_ledger(site_db: Path, command: str) -> Iterator[tuple[PrivacyLedger, str] | None]:
+    """The ledger at ``site_db`` opened read-only with its verification line,
+    or None after a one-line message naming ``command`` on stderr (missing,
+    not a ledger, or altered): what ``ledger show`` and ``ledger report`` read."""
+    try:
+        ledger = PrivacyLedger.open_readonly(site_db)
+    except ConfigError as err:
+        print(f"privadapt {command}: {err}", file=sys.stderr)
+        yield None
+        return
+    with ledger:
+        try:
+            verified = ledger.verify()
+        except ConfigError as err:
+            print(f"privadapt {command}: {err}", file=sys.stderr)
+            yield None
+            return
+        yield ledger, verified
+
+
 def show_ledger(site_db: Path, job: str | None = None, out: TextIO | None = None) -> int:
     """Print the ledger at ``site_db`` (only ``job``'s charges if given) to ``out``
     (default: the current ``sys.stdout``, looked up at call time).
@@ -93,17 +116,10 @@ def show_ledger(site_db: Path, job: str | None = None, out: TextIO | None = None
     Returns 0, or 2 after a one-line message on stderr when the file is missing,
     is not a ledger, or holds no charge for ``job``."""
     out = sys.stdout if out is None else out
-    try:
-        ledger = PrivacyLedger.open_readonly(site_db)
-    except ConfigError as err:
-        print(f"privadapt ledger show: {err}", file=sys.stderr)
-        return _EXIT_ERROR
-    with ledger:
-        try:
-            verified = ledger.verify()
-        except ConfigError as err:
-            print(f"privadapt ledger show: {err}", file=sys.stderr)
+    with verified_ledger(site_db, "ledger show") as opened:
+        if opened is None:
             return _EXIT_ERROR
+        ledger, verified = opened
         jobs = ledger.jobs()
         if job is not None and job not in jobs:
             known = ", ".join(jobs) if jobs else "none"

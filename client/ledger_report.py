@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import html
 import math
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from privadapt.client.ledger import Charge, PrivacyLedger
 from privadapt.client.ledger_accounting import exact_report, mechanism_json
-from privadapt.common.errors import ConfigError
+from privadapt.client.ledger_cli import verified_ledger
 from privadapt.common.mechanisms import KernelMechanism, Mechanism
 
 _EXIT_ERROR = 2
@@ -51,17 +50,10 @@ _WIDTH, _HEIGHT, _MARGIN = 720, 300, 50
 def write_report(site_db: Path, out: Path) -> int:
     """Write the report of the ledger ``site_db`` to ``out``; 0, or 2 after a
     one-line message on stderr (missing or altered ledger)."""
-    try:
-        ledger = PrivacyLedger.open_readonly(site_db)
-    except ConfigError as err:
-        print(f"privadapt ledger report: {err}", file=sys.stderr)
-        return _EXIT_ERROR
-    with ledger:
-        try:
-            verified = ledger.verify()
-        except ConfigError as err:
-            print(f"privadapt ledger report: {err}", file=sys.stderr)
+    with verified_ledger(site_db, "ledger report") as opened:
+        if opened is None:
             return _EXIT_ERROR
+        ledger, verified = opened
         page = render_report(ledger, verified, site_db)
         count = len(ledger.charges())
     out.write_text(page, encoding="utf-8")
