@@ -95,6 +95,17 @@ def loss_derivative(loss: str, margins: np.ndarray, labels: np.ndarray) -> np.nd
     return -labels * special.expit(-labels * margins)
 
 
+def record_loss_derivatives(
+    loss: str, features: np.ndarray, weights: np.ndarray, labels: np.ndarray
+) -> np.ndarray:
+    """:func:`loss_derivative` at each record's own margin w.x_i
+    (:func:`~privadapt.common.geometry.record_products`: no other record's
+    rounding), the coefficient of each per-record gradient c_i x_i; an
+    overflowing margin gives a non-finite c_i, which the kernels' clipping zeroes."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return loss_derivative(loss, record_products(features, weights), labels)
+
+
 def loss_bounds(
     loss: str, feature_norm: float, label_bound: float, radius: float, num_classes: int = 2
 ) -> tuple[float, float]:

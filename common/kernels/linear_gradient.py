@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from privadapt.common.data import Dataset
-from privadapt.common.geometry import clip_coefficients, record_products
+from privadapt.common.geometry import clip_coefficients
 from privadapt.common.kernels.base import (
     Kernel,
     KernelParams,
@@ -39,7 +39,7 @@ from privadapt.common.kernels.base import (
 )
 from privadapt.common.kernels.blocked_gram import BLOCK_RECORDS, gram_error, weighted_rows
 from privadapt.common.kernels.exact_sum import clip_slack
-from privadapt.common.losses import BINARY_LOSSES, BinaryLoss, loss_derivative
+from privadapt.common.losses import BINARY_LOSSES, BinaryLoss, record_loss_derivatives
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.validation import check_finite_array, check_one_of
 
@@ -113,7 +113,5 @@ class LinearGradient(Kernel):
         for start in range(0, data.num_records, BLOCK_RECORDS):
             features = data.features[start : start + BLOCK_RECORDS]
             labels = data.labels[start : start + BLOCK_RECORDS]
-            with np.errstate(over="ignore", invalid="ignore"):
-                margins = record_products(features, params.weights)
-                coefficients = loss_derivative(params.loss, margins, labels)
+            coefficients = record_loss_derivatives(params.loss, features, params.weights, labels)
             yield features, clip_coefficients(coefficients, features, params.clip_norm)

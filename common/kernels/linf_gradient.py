@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from privadapt.common.data import Dataset
-from privadapt.common.geometry import record_products
 from privadapt.common.kernels.base import (
     CHUNK_RECORDS,
     Kernel,
@@ -39,7 +38,7 @@ from privadapt.common.kernels.base import (
 )
 from privadapt.common.kernels.exact_sum import ExactSum
 from privadapt.common.kernels.linear_gradient import LinearGradientParams
-from privadapt.common.losses import BinaryLoss, loss_derivative
+from privadapt.common.losses import BinaryLoss, record_loss_derivatives
 from privadapt.common.mechanisms import Adjacency
 
 
@@ -59,14 +58,6 @@ def linf_clipped_terms(
     return np.clip(terms, -bound, bound)
 
 
-def gradient_coefficients(
-    features: np.ndarray, labels: np.ndarray, weights: np.ndarray, loss: BinaryLoss
-) -> np.ndarray:
-    """d loss / d (w.x) per record, each from its own record (``record_products``)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return loss_derivative(loss, record_products(features, weights), labels)
-
-
 def exact_clipped_gradient_sum(
     data: Dataset, weights: np.ndarray, loss: BinaryLoss, scale: float, bound: float
 ) -> np.ndarray:
@@ -77,7 +68,7 @@ def exact_clipped_gradient_sum(
         features = data.features[start : start + CHUNK_RECORDS]
         labels = data.labels[start : start + CHUNK_RECORDS]
         with np.errstate(over="ignore", invalid="ignore"):
-            coefficients = scale * gradient_coefficients(features, labels, weights, loss)
+            coefficients = scale * record_loss_derivatives(loss, features, weights, labels)
         total.add_terms(linf_clipped_terms(features, coefficients, bound), bound)
     return total.value()
 
