@@ -24,6 +24,7 @@ from typing import ClassVar
 import numpy as np
 
 from privadapt.common.federation import Federation
+from privadapt.common.kernels.nearest_source_averages import MAX_NEIGHBOURS
 from privadapt.common.mechanisms import Adjacency
 from privadapt.server.algorithms.source_target_clustering import (
     accelerated_k_medoids,
@@ -203,7 +204,7 @@ class NoisyAverageSet(_SourceTargetClustering):
     pure bound of basic composition; the guarantee is (epsilon, delta)."""
 
     _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        **_COMMON, "t": [Interval(int, 1, 4096, closed="both")],
+        **_COMMON, "t": [Interval(int, 1, MAX_NEIGHBOURS, closed="both")],
         "variant": [Options(*VARIANTS)]}
 
     def __init__(self, *, k: int, t: int = 150, epsilon: float = 3.0,
