@@ -92,6 +92,10 @@ class SiteWorker:
         if identity.name != site.name:
             raise ValueError(f"certificate is for {identity.name!r} but the policy for "
                              f"{site.name!r}")
+        if progress.path.resolve() != site.ledger.path.resolve():
+            # Round progress is synced by the ledger's commits (client/round_progress.py).
+            raise ValueError(f"round progress must be kept in the ledger's database "
+                             f"{site.ledger.path}, not {progress.path}")
         self.site = site
         self.identity = identity
         self.progress = progress
