@@ -43,6 +43,7 @@ import contextlib
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +164,8 @@ class PrivacyLedger:
         self._head = genesis(policy.site_name)
         self._last_id = 0
         self._last: tuple[float, AccountingMethod] | None = None
+        # Per job asked about: mechanism JSON -> charges, kept up to _last_id.
+        self._job_groups: dict[str, Counter[str]] = {}
         if not read_only:
             refuse_missing(self.path, create)
         self._connections = ThreadConnections(self._connect, f"ledger {self.path}")
@@ -322,6 +325,7 @@ class PrivacyLedger:
         for row_id, job, query, text, epsilon, method, created in rows:
             self._head = extend(self._head, row_bytes(job, query, text, epsilon, method, created))
             self._totals.add(text)
+            self._count_for_job(job, text)
             self._last_id, self._last = row_id, (epsilon, AccountingMethod(method))
 
     def _publish_head(self) -> None:
@@ -397,6 +401,7 @@ class PrivacyLedger:
                     self._reload_totals()
                 raise
             self._head, self._last_id, self._last = head, cursor.lastrowid, (epsilon, method)
+            self._count_for_job(job_id, text)
             self._publish_head()
         return Charge(job_id, query_id, mechanism, epsilon, method, now)
 
@@ -405,6 +410,14 @@ class PrivacyLedger:
         self._totals = LedgerTotals(self.policy.adjacency,
                                     self.policy.accounting == AccountingMethod.PLD)
         self._head, self._last_id, self._last = genesis(self.policy.site_name), 0, None
+        self._job_groups = {}
+
+    def _count_for_job(self, job_id: str, text: str) -> None:
+        """One more charge of mechanism ``text`` in ``job_id``'s groups, if
+        they are kept (a job's groups are read once, when first asked for)."""
+        groups = self._job_groups.get(job_id)
+        if groups is not None:
+            groups[text] += 1
 
     def _refuse_replay(self, conn: sqlite3.Connection, job_id: str, query_id: str) -> None:
         row = conn.execute(
@@ -450,8 +463,19 @@ class PrivacyLedger:
 
     def spent_by_job(self, job_id: str, delta: float | None = None) -> EpsilonReport:
         """The composed epsilon of one job's charges, at ``delta`` (default:
-        the cap's)."""
-        return exact_report(_multiset(self._connection(), job_id), self.policy, delta)
+        the cap's). Asked after every charge (the share reports it), so its
+        cost must not grow with the job's length: the job's groups are counted
+        from its rows once, then kept up to date from each new row (charged
+        here or caught up from another process), like the ledger's totals."""
+        with self._lock:
+            conn = self._connection()
+            with transaction(conn, write=False):
+                self._catch_up(conn)
+                if job_id not in self._job_groups:
+                    # Same snapshot as the catch-up: every row up to _last_id.
+                    self._job_groups[job_id] = Counter(_multiset(conn, job_id))
+            groups = dict(self._job_groups[job_id])
+        return exact_report(groups, self.policy, delta)
 
     def charges(self, job_id: str | None = None) -> list[Charge]:
         """Every charge (of ``job_id`` if given), oldest first."""

@@ -45,11 +45,11 @@ from privadapt.common.query_digest import query_digest
 from privadapt.common.roster import RosterError, SigningKey, verify_roster
 from privadapt.common.secagg import RoundKeys, mask_integrity_check, mask_share
 from privadapt.common.wire import (
+    fill_tensor,
     query_from_proto,
     signed_key_from_proto,
     signed_key_to_proto,
     site_privacy_to_proto,
-    tensor_to_proto,
 )
 
 logger = logging.getLogger(__name__)
@@ -92,6 +92,10 @@ class SiteWorker:
         if identity.name != site.name:
             raise ValueError(f"certificate is for {identity.name!r} but the policy for "
                              f"{site.name!r}")
+        if progress.path.resolve() != site.ledger.path.resolve():
+            # Round progress is synced by the ledger's commits (client/round_progress.py).
+            raise ValueError(f"round progress must be kept in the ledger's database "
+                             f"{site.ledger.path}, not {progress.path}")
         self.site = site
         self.identity = identity
         self.progress = progress
@@ -222,14 +226,16 @@ class SiteWorker:
         except QueryRefusedError as err:
             self._refuse(calls, job_id, round, query_id, pb.Refusal.POLICY, str(err))
             return
-        calls.SubmitShare(pb.MaskedShare(
+        submitted = pb.MaskedShare(
             job_id=job_id, round=round, query_id=query_id, site_name=self.site.name,
-            blocks=[tensor_to_proto(b, f"share block {i}") for i, b in enumerate(masked)],
             fractional_bits=opened.query.fractional_bits, roster_sites=roster.names,
             job_epsilon=self.site.ledger.spent_by_job(job_id).epsilon,
             # Masked the check only: lets the coordinator verify this site's check.
             check_private_key=opened.keys.check_private_bytes(),
-        ), timeout=CALL_TIMEOUT_S)
+        )
+        for index, block in enumerate(masked):
+            fill_tensor(submitted.blocks.add(), block, f"share block {index}")
+        calls.SubmitShare(submitted, timeout=CALL_TIMEOUT_S)
 
     def _refuse(self, calls: CoordinatorCalls, job_id: str, round: int, query_id: str,
                 reason: int, message: str, last_round: int = 0) -> None:

@@ -37,6 +37,9 @@ import numpy as np
 from privadapt.common.federation import Query
 from privadapt.common.mechanisms import mechanism_to_dict
 
+Buffer = bytes | memoryview
+"""A piece of an encoding: bytes, or a view of an array's own memory."""
+
 QUERY_DIGEST_BYTES = 32
 """Length of a query digest (SHA-256)."""
 
@@ -48,6 +51,10 @@ def query_digest(query: Query, round: int) -> bytes:
 
     ``TypeError`` for a parameter of a type with no canonical encoding (what
     the wire decodes -- bool, int, float, str, numpy arrays -- always has one).
+    The encoding is hashed piece by piece (:func:`_encode`): a parameter
+    array's bytes go to the hash straight from the array, never copied into
+    one joined string (the query of a 1e5-float round is 0.8 MB, digested by
+    every site and by the coordinator every round).
     """
     fields = {
         "job_id": query.job_id,
@@ -60,46 +67,72 @@ def query_digest(query: Query, round: int) -> bytes:
         "fractional_bits": query.fractional_bits,
         "form": str(query.form),
     }
-    return hashlib.sha256(_QUERY_DIGEST_TAG + canonical_encoding(fields)).digest()
+    hasher = hashlib.sha256(_QUERY_DIGEST_TAG)
+    pieces: list[Buffer] = []
+    _encode(fields, pieces)
+    for piece in pieces:
+        hasher.update(piece)
+    return hasher.digest()
 
 
 def canonical_encoding(value: Any) -> bytes:
     """One unambiguous byte string per value: a one-byte type tag, an 8-byte
     length, then the payload (containers hold their items' encodings)."""
-    tag, payload = _tagged(value)
-    return tag + struct.pack(">Q", len(payload)) + payload
+    pieces: list[Buffer] = []
+    _encode(value, pieces)
+    return b"".join(pieces)
 
 
-def _tagged(value: Any) -> tuple[bytes, bytes]:
+def _encode(value: Any, pieces: list[Buffer]) -> int:
+    """Append the canonical encoding of ``value`` to ``pieces`` (as buffers
+    whose concatenation it is); return its length in bytes."""
+    header = len(pieces)
+    pieces.append(b"")  # the tag and length, once the payload's length is known
+    tag, length = _payload(value, pieces)
+    pieces[header] = tag + struct.pack(">Q", length)
+    return 1 + 8 + length
+
+
+def _payload(value: Any, pieces: list[Buffer]) -> tuple[bytes, int]:
+    """Append ``value``'s payload to ``pieces``; its type tag and length."""
     # Order matters: numpy scalars before float (np.float64 subclasses float),
     # bool before int (bool subclasses int).
     if value is None:
-        return b"n", b""
+        return b"n", 0
     if isinstance(value, np.ndarray | np.generic):
-        return b"a", _array_payload(np.asarray(value))
+        return b"a", _array_payload(np.asarray(value), pieces)
     if isinstance(value, bool):
-        return b"?", b"\x01" if value else b"\x00"
-    if isinstance(value, int):
-        return b"i", value.to_bytes(value.bit_length() // 8 + 1, "big", signed=True)
-    if isinstance(value, float):
-        return b"f", struct.pack(">d", value)
-    if isinstance(value, str):
-        return b"s", value.encode("utf-8")
-    if isinstance(value, bytes):
-        return b"b", value
-    if isinstance(value, Mapping):
+        raw = b"\x01" if value else b"\x00"
+        tag = b"?"
+    elif isinstance(value, int):
+        raw, tag = value.to_bytes(value.bit_length() // 8 + 1, "big", signed=True), b"i"
+    elif isinstance(value, float):
+        raw, tag = struct.pack(">d", value), b"f"
+    elif isinstance(value, str):
+        raw, tag = value.encode("utf-8"), b"s"
+    elif isinstance(value, bytes):
+        raw, tag = value, b"b"
+    elif isinstance(value, Mapping):
         if not all(isinstance(key, str) for key in value):
             raise TypeError("canonical encoding needs string keys in every mapping")
-        items = sorted(value.items())
-        return b"m", b"".join(canonical_encoding(k) + canonical_encoding(v) for k, v in items)
-    if isinstance(value, list | tuple):
-        return b"l", b"".join(canonical_encoding(item) for item in value)
-    raise TypeError(f"no canonical encoding for a {type(value).__name__}")
+        return b"m", sum(_encode(k, pieces) + _encode(v, pieces)
+                         for k, v in sorted(value.items()))
+    elif isinstance(value, list | tuple):
+        return b"l", sum(_encode(item, pieces) for item in value)
+    else:
+        raise TypeError(f"no canonical encoding for a {type(value).__name__}")
+    pieces.append(raw)
+    return tag, len(raw)
 
 
-def _array_payload(array: np.ndarray) -> bytes:
+def _array_payload(array: np.ndarray, pieces: list[Buffer]) -> int:
+    """dtype (little-endian), shape, then the C-order bytes -- encoded as a
+    ``bytes`` value, but appended as a view of a C-contiguous little-endian
+    array (copied only when the array is not one already)."""
     if array.dtype.kind not in "biuf":
         raise TypeError(f"no canonical encoding for an array of dtype {array.dtype}")
-    little = array.astype(array.dtype.newbyteorder("<"), copy=False)
-    return (canonical_encoding(little.dtype.str) + canonical_encoding(list(array.shape))
-            + canonical_encoding(little.tobytes(order="C")))
+    little = np.ascontiguousarray(array.astype(array.dtype.newbyteorder("<"), copy=False))
+    length = _encode(little.dtype.str, pieces) + _encode(list(array.shape), pieces)
+    pieces.append(b"b" + struct.pack(">Q", little.nbytes))
+    pieces.append(little.reshape(-1).view(np.uint8).data)
+    return length + 1 + 8 + little.nbytes

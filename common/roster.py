@@ -26,6 +26,16 @@ intermediates) with :mod:`privadapt.common.certcheck`: issued and signed by it
 (which must be a CA certificate, BasicConstraints ca=True), valid at the given
 time, common name equal to the claimed site name, and organizational unit (OU)
 ``site`` -- the role marker ``privadapt certs issue --role`` writes.
+
+Cost per round (the speed bar, benchmarks/network_round.py): a roster is
+verified every round by every site and, entry by entry, by the coordinator,
+with the same few certificates each time. What does not depend on the round
+is remembered per process: the parsed CA and the federation id, and each
+certificate the CA's signature was verified on (:func:`_issued_by_ca`, keyed
+by the exact PEM bytes of both, successes only). Whatever depends on the
+round or the time is checked every time: the validity window of the CA and of
+each certificate, the identity, the round-key signature, the query digest and
+the low-order check of every key.
 """
 
 from __future__ import annotations
@@ -88,11 +98,38 @@ def federation_id(ca_certificate_pem: bytes) -> bytes:
     """The federation's id: SHA-256 of its CA certificate (DER).
     :class:`~privadapt.common.certcheck.CertificateError` if the PEM is not a
     certificate."""
-    return _federation_id(certificate_from_pem(ca_certificate_pem))
+    return _federation(ca_certificate_pem)[1]
 
 
-def _federation_id(ca: x509.Certificate) -> bytes:
-    return hashlib.sha256(ca.public_bytes(serialization.Encoding.DER)).digest()
+@functools.lru_cache(maxsize=16)
+def _federation(ca_certificate_pem: bytes) -> tuple[x509.Certificate, bytes]:
+    """The parsed CA certificate and the federation id (cached: the same
+    every round; a PEM that is no certificate raises and is not cached)."""
+    ca = certificate_from_pem(ca_certificate_pem)
+    return ca, hashlib.sha256(ca.public_bytes(serialization.Encoding.DER)).digest()
+
+
+@functools.lru_cache(maxsize=1024)
+def _issued_by_ca(certificate_pem: bytes, ca_certificate_pem: bytes) -> x509.Certificate:
+    """``certificate_pem`` parsed, once the federation CA's signature on it
+    has been verified; remembered per exact PEM pair only when it verified
+    (a signature does not change with time). The validity window is not
+    decided here: the check is made at the certificate's own start time, and
+    :func:`_trusted_certificate` checks the window at every use."""
+    cert = certificate_from_pem(certificate_pem)
+    verify_issued_by(cert, _federation(ca_certificate_pem)[0], now=cert.not_valid_before_utc)
+    return cert
+
+
+def _trusted_certificate(certificate_pem: bytes, ca_certificate_pem: bytes,
+                         now: datetime) -> x509.Certificate:
+    """The certificate, if the federation CA issued it and it is valid at
+    ``now``; ``CertificateError`` naming it and saying why otherwise."""
+    cert = _issued_by_ca(certificate_pem, ca_certificate_pem)
+    if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
+        # Raises, naming the certificate and what is wrong with the time.
+        verify_issued_by(cert, _federation(ca_certificate_pem)[0], now)
+    return cert
 
 
 def key_context(
@@ -266,12 +303,11 @@ def verify_roster(
         raise ValueError("now must be timezone-aware (UTC)")
     where = f"roster of job {job_id!r} round {round}"
     try:
-        ca = certificate_from_pem(ca_certificate_pem)
+        ca, federation = _federation(ca_certificate_pem)
     except CertificateError as err:
         raise RosterError(f"{where}: the federation CA certificate is unreadable: {err}") from None
     if not ca.not_valid_before_utc <= now <= ca.not_valid_after_utc:
         raise RosterError(f"{where}: the federation CA certificate is not valid at {now:%Y-%m-%d}")
-    federation = _federation_id(ca)
 
     members: dict[str, x25519.X25519PublicKey] = {}
     checks: dict[str, x25519.X25519PublicKey] = {}
@@ -293,7 +329,7 @@ def verify_roster(
                 )
             seen_keys[key] = entry.site_name
         members[entry.site_name], checks[entry.site_name] = _verify_entry(
-            entry, ca, federation, job_id, round, now, where, query_digest)
+            entry, ca_certificate_pem, federation, job_id, round, now, where, query_digest)
 
     if own_name not in members:
         raise RosterError(
@@ -313,7 +349,7 @@ def verify_roster(
 
 def _verify_entry(
     entry: SignedKey,
-    ca: x509.Certificate,
+    ca_certificate_pem: bytes,
     federation: bytes,
     job_id: str,
     round: int,
@@ -327,10 +363,9 @@ def _verify_entry(
     if (entry.job_id, entry.round) != (job_id, round):
         raise refuse(f"its key is for job {entry.job_id!r} round {entry.round}")
     try:
-        cert = certificate_from_pem(entry.certificate_pem)
         # Untrusted (not signed by the CA, or the CA is no CA), expired or not
         # yet valid; each message names the certificate and says why.
-        verify_issued_by(cert, ca, now)
+        cert = _trusted_certificate(entry.certificate_pem, ca_certificate_pem, now)
         identity = certificate_identity(cert)  # exactly one CN, a known role in OU
     except CertificateError as err:
         raise refuse(str(err)) from None
@@ -369,11 +404,20 @@ def _verify_entry(
         try:
             # A low-order point gives every peer an all-zero shared secret: caught
             # here, before any site answers (and charges) the round's query.
-            x25519.X25519PrivateKey.generate().exchange(key)
+            # Any private key shows it (clamped scalars are multiples of the
+            # cofactor 8), so one probe key serves the whole process.
+            _low_order_probe().exchange(key)
         except ValueError:
             raise refuse("its X25519 key is a low-order point with no shared secret") from None
         keys.append(key)
     return keys[0], keys[1]
+
+
+@functools.cache
+def _low_order_probe() -> x25519.X25519PrivateKey:
+    """A private key whose exchange with a low-order point fails (any key's
+    does); its shared secrets are thrown away."""
+    return x25519.X25519PrivateKey.generate()
 
 
 def _verify_signature(key: object, signature: bytes, message: bytes) -> None:

@@ -94,6 +94,18 @@ class Processes:
                         peaks[name] = int(line.split()[1]) / 1024
         return peaks
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) each live process has used so far (Linux)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        used = {}
+        for name, process in self.started:
+            stat = Path(f"/proc/{process.pid}/stat")
+            if process.poll() is None and stat.exists():
+                # Fields after the parenthesised command name; utime and stime are 14 and 15.
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                used[name] = (int(fields[11]) + int(fields[12])) / tick
+        return used
+
     def stop(self) -> None:
         terminate([process for _, process in reversed(self.started)])
         self.started.clear()

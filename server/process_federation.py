@@ -97,6 +97,10 @@ class SiteProcesses:
         """Peak resident memory of the current site daemons, in MiB."""
         return self._sites.peak_memory_mib()
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time the current site daemons have used so far, in seconds."""
+        return self._sites.cpu_seconds()
+
     def close(self) -> None:
         self._sites.stop()
         self._coordinator.stop(grace=SITE_STOP_GRACE_S)

@@ -176,7 +176,10 @@ class RoundHub:
         active = _ActiveRound(query, round, names, threading.Condition())
         active.expected_shapes = None if expected_shapes is None else tuple(
             tuple(shape) for shape in expected_shapes)
-        active.query_digest = query_digest(*query_from_proto(query_to_proto(query, round)))
+        # One encoding of the query serves the announcement and the digest,
+        # which is of the query as the sites decode it from exactly these bytes.
+        encoded = query_to_proto(query, round)
+        active.query_digest = query_digest(*query_from_proto(encoded))
         key = (query.job_id, round)
         with self._lock:
             if round <= self._closed.get(query.job_id, 0):
@@ -184,7 +187,7 @@ class RoundHub:
             self._active[key] = active
         deadline = time.monotonic() + timeout
         try:
-            self._announce(active, deadline_s=time.time() + timeout)
+            self._announce(active, encoded, deadline_s=time.time() + timeout)
             self._wait(active, lambda: len(active.keys) == len(names), deadline, "keys")
             self._send_roster(active)
             self._wait(active, lambda: len(active.shares) == len(names), deadline, "shares")
@@ -209,13 +212,13 @@ class RoundHub:
                 active.cancelled = reason
                 active.condition.notify_all()
 
-    def _announce(self, active: _ActiveRound, deadline_s: float) -> None:
+    def _announce(self, active: _ActiveRound, encoded: pb.Query, deadline_s: float) -> None:
         query = active.query
         announcement = pb.RoundAnnouncement(
             job_id=query.job_id,
             round=active.round,
             query_id=query.query_id,
-            query=query_to_proto(query, active.round),
+            query=encoded,
             deadline=timestamp_to_proto(deadline_s),
             fractional_bits=query.fractional_bits,
         )

@@ -129,6 +129,29 @@ def test_a_second_process_charges_are_caught_up_without_reading_the_history(tmp_
         assert second.spent() == epsilon_spent([POOL[3], POOL[5], POOL[7]], DELTA, AR)
 
 
+def test_a_jobs_spend_is_kept_up_to_date_without_reading_the_jobs_history(tmp_path):
+    # Asked after every charge (each share reports it): the job's rows are
+    # counted once, then each new row is added, whoever charged it.
+    db = tmp_path / "ledger.db"
+    with PrivacyLedger(db, policy(1e3), create=True) as first, \
+            PrivacyLedger(db, policy(1e3)) as second:
+        first.charge("job", "q0", POOL[1])
+        first.charge("other", "q0", POOL[2])
+        assert first.spent_by_job("job") == epsilon_spent([POOL[1]], DELTA, AR)
+        statements: list[str] = []
+        first._connection().set_trace_callback(statements.append)
+        mechanisms = [POOL[1]]
+        for i in range(1, 6):
+            ledger = first if i % 2 else second  # another process's charges are caught up
+            ledger.charge("job", f"q{i}", POOL[i])
+            mechanisms.append(POOL[i])
+            assert first.spent_by_job("job") == epsilon_spent(mechanisms, DELTA, AR)
+        assert not [s for s in statements if "GROUP BY" in s]
+        assert second.spent_by_job("job") == first.spent_by_job("job")
+        assert first.spent_by_job("other") == epsilon_spent([POOL[2]], DELTA, AR)
+        assert first.spent_by_job("none").epsilon == 0
+
+
 @pytest.mark.parametrize("event", [PureDpEvent(0.25, AR), ZCdpEvent(0.005, AR)],
                          ids=["pure", "zcdp"])
 def test_pure_and_zcdp_events_are_stored_and_accounted(tmp_path, event):

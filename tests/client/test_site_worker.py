@@ -67,7 +67,7 @@ def make_worker(make_site, pki: Path, tmp_path: Path, name: str, **policy) -> Si
     identity = SiteIdentity(name, (pki / f"{name}.crt").read_bytes(),
                             certs.load_private_key(pki / f"{name}.key"),
                             (pki / "ca.crt").read_bytes())
-    return SiteWorker(site, identity, RoundProgress(tmp_path / f"{name}.progress.db"))
+    return SiteWorker(site, identity, RoundProgress(site.ledger.path))
 
 
 def announcement(round: int, mechanism=None, params=None) -> pb.WorkItem:
@@ -197,7 +197,7 @@ def test_worker_refuses_a_certificate_for_another_site(make_site, pki, tmp_path)
     site = make_site(name="site-a", dim=DIM)
     identity = SiteIdentity("site-b", b"", certs.load_private_key(pki / "site-b.key"), b"")
     with pytest.raises(ValueError, match="certificate is for 'site-b'"):
-        SiteWorker(site, identity, RoundProgress(tmp_path / "p.db"))
+        SiteWorker(site, identity, RoundProgress(site.ledger.path))
 
 
 def test_low_order_key_in_roster_is_refused_before_any_charge(make_site, pki, tmp_path):

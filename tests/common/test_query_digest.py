@@ -5,6 +5,7 @@ changes the answer."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import numpy as np
 import pytest
@@ -82,3 +83,48 @@ def test_encoding_is_unambiguous_across_container_boundaries():
 def test_unencodable_parameters_are_refused():
     with pytest.raises(TypeError, match="canonical encoding"):
         query_digest(make_query(params={"model": object()}), 1)
+
+
+# Digests of the encoding as first released (a joined byte string per value),
+# pinned: sites and coordinators of different versions must agree on every
+# digest, however the encoding is computed (it is now hashed piece by piece).
+_PINNED = {
+    "scalars": "8037f48075f84117d253a9bdd60b35fff2732aaca5434677ae1992051f4c4a11",
+    "numpy scalars": "491a4e628d2ba7147e673f608ae334cee786c6b8db7cafbb93f2ecd0fada476e",
+    "arrays": "fd1f3079b7aea43056fe0792717ceb64a7b6f302659ee8e61a27f09375d88307",
+    "mapping": "d4635df6cf63eff222937a27ba940fb2ad063d1e866d36dcceb6f464fd7fb5cf",
+}
+
+
+def _pinned_values() -> dict:
+    rng = np.random.default_rng(7)
+    grid = np.arange(12, dtype=np.float64).reshape(3, 4)
+    return {
+        "scalars": [None, True, False, 0, -1, 255, 2**80, -(2**70), 0.0, -0.0, 0.1, 1e308, "",
+                    "é", b"\x00\xff"],
+        "numpy scalars": [np.float64(2.5), np.int64(-3), np.bool_(True), np.uint64(2**63)],
+        # Transposed, strided and big-endian arrays encode as their C-order
+        # little-endian values; 0-d and empty arrays too.
+        "arrays": [grid, grid.T, grid[:, ::2], grid.astype(">f8"), np.zeros((0, 3)),
+                   np.array(4.0), np.arange(5, dtype=np.int64), np.arange(5, dtype=np.uint64),
+                   np.array([True, False]), grid.astype(np.float32), rng.normal(size=1000)],
+        "mapping": {"b": {"z": [1, 2.0, "x"], "a": ()}, "a": np.ones(3)},
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_PINNED))
+def test_encoding_is_the_one_first_released(name):
+    assert hashlib.sha256(canonical_encoding(_pinned_values()[name])).hexdigest() == _PINNED[name]
+
+
+def test_query_digests_are_the_ones_first_released():
+    weights = np.random.default_rng(3).normal(size=100_000)
+    big = Query("job", "s000001-r000002", "linear_gradient",
+                {"weights": weights, "loss": "logistic", "clip_norm": 1.0},
+                GaussianMechanism.single(2.0, 50.0, Adjacency.REPLACE_ONE))
+    small = Query("job-b", "q", "record_count", {}, LaplaceMechanism(1.0, 2.0),
+                  collusion_tolerance=1, fractional_bits=20, form=ReleaseForm.PER_SITE)
+    assert query_digest(big, 2).hex() == (
+        "13282b9015a6a4dcaf4506e2fbd60e6819b6e0522dbbbdc60a9cc4faf5192b25")
+    assert query_digest(small, 7).hex() == (
+        "b6ba0b0a2ce583a1057350d4158f1c8698d51e0b62bc3959a76700e200de7e72")

@@ -417,6 +417,38 @@ def test_roster_refuses_an_expired_certificate():
         verify([*honest_entries(1), entry])
 
 
+def test_a_certificate_verified_once_is_still_refused_once_it_expires():
+    # The CA's signature is verified once per process; the window never is.
+    ca, _ = federation()
+    pem, key = ca.issue("site-b", not_before=NOW - timedelta(days=1),
+                        not_after=NOW + timedelta(days=1))
+    entry = sign_round_key(*key_pair(), site_name="site-b", job_id=JOB, round=ROUND,
+                           query_digest=QUERY_DIGEST, certificate_pem=pem, signing_key=key,
+                           ca_certificate_pem=ca.pem)
+    entries = [*honest_entries(1), entry]
+    assert verify(entries).size == 2
+    later = NOW + timedelta(days=2)
+    with pytest.raises(RosterError, match=r"'site-b'.*expired"):
+        verify_roster(entries, ca.pem, JOB, ROUND, 2, "site-a", now=later,
+                      query_digest=QUERY_DIGEST)
+    with pytest.raises(RosterError, match=r"'site-b'.*not valid before"):
+        verify_roster(entries, ca.pem, JOB, ROUND, 2, "site-a", now=NOW - timedelta(days=2),
+                      query_digest=QUERY_DIGEST)
+
+
+def test_a_refused_certificate_is_refused_again():
+    # Only verified certificates are remembered: an untrusted one is checked
+    # (and refused) every time.
+    pem, key = Authority().issue("site-b")
+    ca, _ = federation()
+    intruder = sign_round_key(*key_pair(), site_name="site-b", job_id=JOB, round=ROUND,
+                              query_digest=QUERY_DIGEST, certificate_pem=pem, signing_key=key,
+                              ca_certificate_pem=ca.pem)
+    for _ in range(2):
+        with pytest.raises(RosterError, match=r"'site-b'.*not issued by the federation CA"):
+            verify([*honest_entries(1), intruder])
+
+
 def test_roster_refuses_a_tampered_public_key():
     entries = honest_entries(3)
     entries[1] = replace(entries[1], public_key=RoundKeys.generate().public_bytes)

@@ -29,6 +29,7 @@ from privadapt.common.wire import (
     WireError,
     channel_options,
     ensure_fits,
+    fill_tensor,
     mechanism_from_proto,
     mechanism_to_proto,
     param_from_proto,
@@ -468,3 +469,12 @@ def test_tensor_with_an_unusable_shape_is_a_wire_error():
 
     with pytest.raises(WireError, match="not usable"):
         decode(pb_.Tensor(dtype="float64", shape=[2**62, 2**62, 0], data=b""))
+
+
+def test_fill_tensor_writes_what_tensor_to_proto_returns():
+    array = np.arange(6, dtype=np.uint64).reshape(2, 3)
+    share = pb.MaskedShare()
+    fill_tensor(share.blocks.add(), array, "share block 0")
+    assert share.blocks[0] == tensor_to_proto(array)
+    with pytest.raises(WireError, match="share block 1: 1 NaN"):
+        fill_tensor(share.blocks.add(), np.array([np.nan]), "share block 1")
