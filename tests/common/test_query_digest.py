@@ -12,6 +12,7 @@ import pytest
 from privadapt.common.federation import Query, ReleaseForm
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, LaplaceMechanism
 from privadapt.common.query_digest import QUERY_DIGEST_BYTES, canonical_encoding, query_digest
+from privadapt.common.record_parts import RecordPart
 from privadapt.common.wire import query_from_proto, query_to_proto
 
 MECHANISM = GaussianMechanism.single(2.0, 4.0, Adjacency.REPLACE_ONE)
@@ -82,3 +83,30 @@ def test_encoding_is_unambiguous_across_container_boundaries():
 def test_unencodable_parameters_are_refused():
     with pytest.raises(TypeError, match="canonical encoding"):
         query_digest(make_query(params={"model": object()}), 1)
+
+
+# --- record parts (common/record_parts.py) ----------------------------------------------------
+
+
+PARTS = (RecordPart("validation", 0.25, "salt"), RecordPart("train", 0.25, "salt"),
+         RecordPart("validation", 0.25000000000000006, "salt"),
+         RecordPart("validation", 0.25, "salt2"))
+
+
+def test_the_record_part_changes_the_digest():
+    """Sites shown different parts (or salts, or fractions) under one query id
+    would sum statistics of different records: the split-query attack."""
+    digests = {query_digest(make_query(records=r), 1) for r in (RecordPart.ALL, *PARTS)}
+    assert len(digests) == 1 + len(PARTS)
+
+
+@pytest.mark.parametrize("records", PARTS)
+def test_a_record_part_survives_the_wire_with_its_digest(records):
+    decoded, round = query_from_proto(query_to_proto(make_query(records=records), 3))
+    assert decoded.records == records
+    assert query_digest(decoded, round) == query_digest(make_query(records=records), 3)
+
+
+def test_every_record_is_one_digest_whatever_the_ignored_fields():
+    assert (query_digest(make_query(records=RecordPart("all", 0.3, "x")), 1)
+            == query_digest(make_query(), 1))
