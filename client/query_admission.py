@@ -71,9 +71,9 @@ class AdmittedQuery:
     that copy parsed into the kernel's ``Params``; ``charged`` is the
     mechanism as this site accounts it (the query's noise against the site's
     own sensitivities under its policy's adjacency: a ``KernelMechanism`` for
-    sums, a ``SelectionMechanism`` for a selection); ``released_shapes`` and
-    ``released_shapes`` are the kernel's released blocks (its local blocks, if
-    any, have one entry per record of the part the site runs it on).
+    sums, a ``SelectionMechanism`` for a selection); ``released_shapes`` are
+    the kernel's released blocks at this site (its local blocks, if any, have
+    one entry per record of the part the site runs it on).
     """
 
     query: Query

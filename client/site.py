@@ -140,13 +140,13 @@ class Site:
         released."""
         admitted = self._admission.admit(query, num_participants)
         query, kernel, params = admitted.query, admitted.kernel, admitted.params
+        if admitted.charged.releases_index:
+            return self._select(admitted, self._splitter.records(query.records))
         # A working copy: the job's state changes only once the charge commits.
         state = copy.deepcopy(self._job_state(query.job_id))
         if kernel.per_record_state:
             self._bind_state_to_part(admitted, state)
         records = self._splitter.records(query.records)
-        if admitted.charged.releases_index:
-            return self._select(admitted, records)
         self._update_local_state(admitted, state, records)
         blocks = kernel.compute(self._sampled(admitted, records), params, state)
         # A per-site answer carries the whole noise: no other site adds any.
