@@ -16,7 +16,7 @@ from privadapt.client.site import Site
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query, ReleaseForm
 from privadapt.common.fixed_point import FixedPointCodec
-from privadapt.common.kernels import get_kernel
+from privadapt.common.kernels import Kernel, NoParams, get_kernel, register
 from privadapt.common.kernels.reweighted_gradient import ReweightedGradient
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, NoNoise, ReportNoisyMin
 from privadapt.common.record_parts import RecordPart, record_hashes
@@ -171,3 +171,38 @@ def test_a_gaussian_query_on_a_part_is_charged_the_worse_adjacency(make_site):
     (charge,) = site.ledger.charges()
     assert charge.mechanism.adjacency == Adjacency.REPLACE_ONE
     assert charge.mechanism.sensitivities[0] >= 1.0
+
+
+@register
+class ReplaceOnlyMean(Kernel):
+    """Test kernel: the mean label, whose sensitivity is defined (1/n with n
+    public) under replace-one only, as a kernel normalised by the site's n
+    would be; under add/remove it has none."""
+
+    name = "test_replace_only_mean"
+    Params = NoParams
+
+    def output_shapes(self, params, dim):
+        return ((1,),)
+
+    def l2_sensitivities(self, params, adjacency):
+        if adjacency != Adjacency.REPLACE_ONE:
+            raise ValueError("the mean over a private n has no add/remove sensitivity")
+        return (1.0,)
+
+    def max_abs_sum(self, params, num_records):
+        return 1e6
+
+    def compute(self, data, params, state):
+        return (np.array([float(np.mean(data.labels))]),)
+
+
+def test_a_kernel_without_an_add_remove_sensitivity_is_refused_on_a_part(make_site):
+    site = make_site(epsilon_cap=math.inf)
+    query = Query("job-1", "q1", "test_replace_only_mean", {}, NoNoise((1.0,)),
+                  records=VALIDATION)
+    with pytest.raises(QueryRefusedError, match=r"add_remove_one sensitivity too .* does not "
+                       r"define .* ask on every record instead"):
+        site.answer(query, 1)
+    assert site.ledger.charges() == []
+    site.answer(dataclasses.replace(query, records=RecordPart.ALL), 1)
