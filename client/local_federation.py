@@ -35,6 +35,7 @@ from privadapt.common.federation import (
     AggregateAnswer,
     PerSiteAnswer,
     Query,
+    RecordPartView,
     ReleaseForm,
     SelectionAnswer,
     SitePrivacy,
@@ -43,6 +44,7 @@ from privadapt.common.federation import (
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.mechanisms import Adjacency, Mechanism
 from privadapt.common.noise import SeededRandomBits
+from privadapt.common.record_parts import RecordPart
 from privadapt.common.wire import query_from_proto, query_to_proto
 
 # Site k of a federation seeded with s draws from SeededRandomBits(s * stride + k):
@@ -201,10 +203,15 @@ class LocalFederation:
                             "they must share one schema")
         return dims.pop()
 
+    def restricted_to(self, part: RecordPart) -> RecordPartView:
+        """This job on ``part`` of every site's records (common/federation.py)."""
+        return RecordPartView(self, part)
+
     def query(
-        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
+        *, records: RecordPart = RecordPart.ALL,
     ) -> AggregateAnswer:
-        query, shares = self._ask(kernel, params, mechanism, ReleaseForm.SECURE_SUM)
+        query, shares = self._ask(kernel, params, mechanism, ReleaseForm.SECURE_SUM, records)
         blocks = tuple(
             self.codec.decode(self.codec.add(s.blocks[b] for s in shares))
             for b in range(len(shares[0].blocks))
@@ -212,23 +219,26 @@ class LocalFederation:
         return AggregateAnswer(query.query_id, blocks, tuple(s.site_name for s in shares))
 
     def query_per_site(
-        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
+        *, records: RecordPart = RecordPart.ALL,
     ) -> PerSiteAnswer:
-        query, shares = self._ask(kernel, params, mechanism, ReleaseForm.PER_SITE)
+        query, shares = self._ask(kernel, params, mechanism, ReleaseForm.PER_SITE, records)
         return PerSiteAnswer(query.query_id, {
             share.site_name: tuple(self.codec.decode(block) for block in share.blocks)
             for share in shares
         })
 
     def select(
-        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
+        *, records: RecordPart = RecordPart.ALL,
     ) -> SelectionAnswer:
-        query, shares = self._ask(kernel, params, mechanism, ReleaseForm.PER_SITE)
+        query, shares = self._ask(kernel, params, mechanism, ReleaseForm.PER_SITE, records)
         (share,) = shares  # a site answers a selection only as the job's only site
         return SelectionAnswer(query.query_id, int(share.blocks[0][0]), share.site_name)
 
     def _ask(
-        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism, form: ReleaseForm
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism, form: ReleaseForm,
+        records: RecordPart,
     ) -> tuple[Query, list[SiteShare]]:
         query = Query(
             job_id=self._job_id,
@@ -239,6 +249,7 @@ class LocalFederation:
             collusion_tolerance=self.collusion_tolerance,
             fractional_bits=self.codec.fractional_bits,
             form=form,
+            records=records,
         )
         # Through the wire encoding and back, so a query that could not cross the
         # network (an unsupported parameter type, a non-finite value) fails here too.

@@ -22,12 +22,19 @@ is private, so the range check uses the policy's public bound on it
 Poisson sampling (a Gaussian with ``sampling_rate`` q < 1) is accounted under
 add/remove adjacency only, so a site whose cap is stated under replace-one
 refuses it; so does a kernel with per-record state, which assumes every record.
+
+Record parts (:mod:`privadapt.common.record_parts`): a query on one part of
+the records under a replace-one policy is charged, block by block (score by
+score for a selection), the larger of the kernel's replace-one and add/remove
+sensitivities, since replacing a record can move it into or out of the part;
+a kernel without an add/remove sensitivity is refused on a part. This is the
+one place a site computes what it charges (:meth:`QueryAdmission._worst`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +55,7 @@ from privadapt.common.mechanisms import (
     SelectionMechanism,
 )
 from privadapt.common.noise import NOISE_REACH, honest_share_count, max_grid_safe_noise
+from privadapt.common.record_parts import charged_adjacencies, worst_case
 
 # Declared sensitivities may differ from the site's by float rounding only.
 _SENSITIVITY_SLACK = 1e-9
@@ -63,8 +71,9 @@ class AdmittedQuery:
     that copy parsed into the kernel's ``Params``; ``charged`` is the
     mechanism as this site accounts it (the query's noise against the site's
     own sensitivities under its policy's adjacency: a ``KernelMechanism`` for
-    sums, a ``SelectionMechanism`` for a selection); ``released_shapes`` and
-    ``local_shapes`` are the kernel's blocks at this site.
+    sums, a ``SelectionMechanism`` for a selection); ``released_shapes`` are
+    the kernel's released blocks at this site (its local blocks, if any, have
+    one entry per record of the part the site runs it on).
     """
 
     query: Query
@@ -73,7 +82,6 @@ class AdmittedQuery:
     codec: FixedPointCodec
     charged: Mechanism
     released_shapes: tuple[Shape, ...]
-    local_shapes: tuple[Shape, ...]
 
 
 class QueryAdmission:
@@ -106,14 +114,13 @@ class QueryAdmission:
                 charged = self._charged_mechanism(kernel, params, query, codec)
             released = kernel.output_shapes(params, self.dim)
             self._check_range(kernel, params, query, num_participants, codec, len(released))
-            local = kernel.local_block_shapes(params, self.num_records)
         except (ArithmeticError, ValueError) as err:
             # Valid but extreme public parameters (a clip norm of 1e300) can make
             # a kernel's bounds overflow; nothing has touched the data yet, so it
             # is a refusal like any other (QueryRefusedError is neither type).
             raise self.refusal(query, f"the kernel's bounds cannot be computed for these "
                                f"parameters: {err}") from None
-        return AdmittedQuery(query, kernel, params, codec, charged, released, local)
+        return AdmittedQuery(query, kernel, params, codec, charged, released)
 
     def refusal(self, query: Query, reason: str) -> QueryRefusedError:
         return QueryRefusedError(
@@ -225,8 +232,9 @@ class QueryAdmission:
         norm = mechanism.noise_norm
         declared = mechanism.sensitivities
         # What the query's own adjacency implies, block by block (released, then local).
-        actual = kernel.sensitivities(params, mechanism.adjacency, norm, self.dim) \
-            + kernel.local_l2_sensitivities(params, mechanism.adjacency)
+        actual = self._worst(query, mechanism.adjacency, lambda adjacency: (
+            kernel.sensitivities(params, adjacency, norm, self.dim)
+            + kernel.local_l2_sensitivities(params, adjacency)))
         if len(declared) != len(actual):
             raise self.refusal(
                 query, f"the mechanism has {len(declared)} blocks, the kernel {len(actual)}"
@@ -246,8 +254,9 @@ class QueryAdmission:
                     f"clipping guarantees only {true:g}",
                 )
         # The kernel's own float rounding grows with n: charged at the public bound.
-        own = kernel.charged_sensitivities(params, self.policy.adjacency, norm, self.dim,
-                                           codec.fractional_bits, self.range_records)
+        own = self._worst(query, self.policy.adjacency, lambda adjacency: (
+            kernel.charged_sensitivities(params, adjacency, norm, self.dim,
+                                         codec.fractional_bits, self.range_records)))
         charged = mechanism.with_sensitivities(own, self.policy.adjacency)
         self._check_noise(query, charged, codec, released)
         return charged
@@ -268,11 +277,12 @@ class QueryAdmission:
         if kernel.per_record_state or kernel.local_block_shapes(params, self.range_records):
             raise self.refusal(query, "a kernel with local blocks cannot answer a selection")
         try:
-            actual = kernel.score_sensitivities(params, mechanism.adjacency, self.dim)
+            actual = self._worst(query, mechanism.adjacency, lambda adjacency: (
+                kernel.score_sensitivities(params, adjacency, self.dim)))
             # Rounding and float error, from public bounds only (grid_rounding).
-            charged_scores = kernel.charged_score_sensitivities(
-                params, self.policy.adjacency, self.dim, codec.fractional_bits,
-                self.range_records)
+            charged_scores = self._worst(query, self.policy.adjacency, lambda adjacency: (
+                kernel.charged_score_sensitivities(params, adjacency, self.dim,
+                                                   codec.fractional_bits, self.range_records)))
         except ValueError as err:
             raise self.refusal(query, str(err)) from None
         declared = mechanism.score_sensitivities
@@ -302,6 +312,29 @@ class QueryAdmission:
                 f"{1.0 / epsilon:.4g} (1/epsilon), below the policy's minimum "
                 f"{self.policy.min_noise_multiplier:g}")
         return charged
+
+    def _worst(
+        self, query: Query, adjacency: Adjacency,
+        sensitivities: Callable[[Adjacency], tuple[float, ...]],
+    ) -> tuple[float, ...]:
+        """``sensitivities`` under ``adjacency`` or, for a query on a part of
+        the records under replace-one, the larger of its replace-one and
+        add/remove values entry by entry (common/record_parts.py derives
+        why); a refusal when a part needs an add/remove sensitivity the
+        kernel does not define."""
+        values = []
+        for each in charged_adjacencies(query.records, adjacency):
+            try:
+                values.append(tuple(sensitivities(each)))
+            except (ArithmeticError, ValueError) as err:
+                if each == adjacency:
+                    raise
+                raise self.refusal(
+                    query, f"a query on the {query.records.part!r} part of the records under "
+                    f"{adjacency} adjacency is charged the kernel's {each} sensitivity too "
+                    f"(replacing a record can move it into or out of the part), which this "
+                    f"kernel does not define ({err}); ask on every record instead") from None
+        return worst_case(values)
 
     def _check_noise(
         self, query: Query, charged: KernelMechanism, codec: FixedPointCodec, num_released: int

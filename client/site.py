@@ -43,6 +43,16 @@ form of the amplification, see :mod:`privadapt.common.accounting`) and for
 kernels with per-record state, which assumes every record.
 Known limit: the kernel's running time grows with the sample's size.
 
+Record parts (a query's ``records``, :mod:`privadapt.common.record_parts`):
+the site runs everything of the query -- local blocks and the job's state
+update, the released sums, a selection's scores, and Poisson sampling (which
+then samples within the part) -- on that part of its records only; the
+admission charges what a part costs. A kernel with per-record state keeps one
+value per record of the part its state was created on, so the site binds the
+job's state to that part and refuses a query of the job on another one
+(rather than refusing parts for such kernels: a selection job trains
+PCnvxAdap-style candidates on the training part).
+
 Release forms (common/federation.py). A ``per_site`` query runs the same
 pipeline with the *full* noise (one share among one site) and its answer is
 not masked by the site worker. A selection (a mechanism that releases an
@@ -54,6 +64,7 @@ ledger, and only then returns the index (a block of shape (1,)).
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -67,6 +78,12 @@ from privadapt.client.query_admission import AdmittedQuery, QueryAdmission
 from privadapt.common.data import Dataset, Schema, load_dataset
 from privadapt.common.federation import Query, ReleaseForm, SitePrivacy, SiteShare
 from privadapt.common.noise import RandomBits, uniforms
+from privadapt.common.query_digest import canonical_encoding
+from privadapt.common.record_parts import RecordPart, RecordSplitter
+
+# Where a job's per-record state records the part it was created on (absent:
+# every record, as for state from before record parts).
+_STATE_PART_KEY = "record_part"
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +103,7 @@ class Site:
         self.ledger = ledger
         self._noise_source = noise_source
         self._admission = QueryAdmission(policy, data.dim, data.num_records)
+        self._splitter = RecordSplitter(data)
         self._job_states: dict[str, dict[str, Any]] = {}
 
     @classmethod
@@ -121,13 +139,16 @@ class Site:
         ``BudgetExceededError``) when the policy forbids it, before anything is
         released."""
         admitted = self._admission.admit(query, num_participants)
-        if admitted.charged.releases_index:
-            return self._select(admitted)
         query, kernel, params = admitted.query, admitted.kernel, admitted.params
+        if admitted.charged.releases_index:
+            return self._select(admitted, self._splitter.records(query.records))
         # A working copy: the job's state changes only once the charge commits.
         state = copy.deepcopy(self._job_state(query.job_id))
-        self._update_local_state(admitted, state)
-        blocks = kernel.compute(self._records_for(admitted), params, state)
+        if kernel.per_record_state:
+            self._bind_state_to_part(admitted, state)
+        records = self._splitter.records(query.records)
+        self._update_local_state(admitted, state, records)
+        blocks = kernel.compute(self._sampled(admitted, records), params, state)
         # A per-site answer carries the whole noise: no other site adds any.
         sharing = (1, 0) if query.form == ReleaseForm.PER_SITE else (
             num_participants, query.collusion_tolerance)
@@ -150,12 +171,12 @@ class Site:
         )
         return SiteShare(self.name, query.query_id, shares)
 
-    def _select(self, admitted: AdmittedQuery) -> SiteShare:
+    def _select(self, admitted: AdmittedQuery, records: Dataset) -> SiteShare:
         """A selection: the index the charged mechanism picks among the
         kernel's scores (rounded onto the grid, as charged), released only
         once the ledger has committed the charge."""
         query, codec = admitted.query, admitted.codec
-        (scores,) = admitted.kernel.compute(self._data, admitted.params, {})
+        (scores,) = admitted.kernel.compute(records, admitted.params, {})
         rounded = codec.decode(codec.encode(scores))
         index = admitted.charged.select(rounded, self._noise_source)
         charge = self.ledger.charge(query.job_id, query.query_id, admitted.charged)
@@ -165,32 +186,51 @@ class Site:
         )
         return SiteShare(self.name, query.query_id, (np.array([index], dtype=np.uint64),))
 
-    def _records_for(self, admitted: AdmittedQuery) -> Dataset:
-        """All records, or this query's own Poisson sample of them: record i is
-        in when its fresh uniform u_i < q (P = q exactly, up to 2^-53)."""
+    def _sampled(self, admitted: AdmittedQuery, records: Dataset) -> Dataset:
+        """``records`` (the query's part), or this query's own Poisson sample
+        of them: record i is in when its fresh uniform u_i < q (P = q
+        exactly, up to 2^-53)."""
         mechanism = admitted.charged
         if not mechanism.is_sampled:
-            return self._data
-        chosen = uniforms(self.num_records, self._noise_source) < mechanism.sampling_rate
-        data = self._data
-        return Dataset(data.features[chosen], data.labels[chosen], data.feature_names)
+            return records
+        chosen = uniforms(records.num_records, self._noise_source) < mechanism.sampling_rate
+        return Dataset(records.features[chosen], records.labels[chosen], records.feature_names)
 
-    def _update_local_state(self, admitted: AdmittedQuery, state: dict[str, Any]) -> None:
+    def _bind_state_to_part(self, admitted: AdmittedQuery, state: dict[str, Any]) -> None:
+        """Record in a new per-record state the part it is created on, or
+        refuse a query on another part than the existing state's (its values
+        belong to those records). Depends only on the job's earlier queries."""
+        part = admitted.query.records
+        stored = state.get(_STATE_PART_KEY)
+        if stored is None and not state:  # a new state: bound to this part
+            if not part.is_all:
+                state[_STATE_PART_KEY] = _part_fingerprint(part)
+            return
+        bound = _part_fingerprint(RecordPart.ALL) if stored is None else np.asarray(stored)
+        if not np.array_equal(bound, _part_fingerprint(part)):
+            raise self._admission.refusal(
+                admitted.query, "this job's per-record state was created on another part of "
+                "the records than this query's; a kernel with per-record state must see the "
+                "same records for the whole job (start a new job for another part)")
+
+    def _update_local_state(
+        self, admitted: AdmittedQuery, state: dict[str, Any], records: Dataset
+    ) -> None:
         """Noise the kernel's local blocks at the full sigma (nobody else adds
         noise to them) and let the kernel update ``state`` with them; nothing
         happens for a kernel without local blocks."""
         kernel, params = admitted.kernel, admitted.params
         try:
-            local = kernel.compute_local(self._data, params, state)
+            local = kernel.compute_local(records, params, state)
         except ValueError as err:  # e.g. a step out of order
             raise self._admission.refusal(admitted.query, str(err)) from None
-        shapes = admitted.local_shapes
+        shapes = kernel.local_block_shapes(params, records.num_records)
         if tuple(value.shape for value in local) != tuple(shapes):
             raise self._admission.refusal(
                 admitted.query, f"the kernel's local blocks are not of shapes {shapes}")
         noise = admitted.charged.local_noise(shapes, self._noise_source)
         noised = tuple(value + n for value, n in zip(local, noise, strict=True))
-        kernel.apply_local(self._data, params, state, noised)
+        kernel.apply_local(records, params, state, noised)
 
     def _job_state(self, job_id: str) -> dict[str, Any]:
         """The job's state, read back from the site database after a restart."""
@@ -209,3 +249,9 @@ class Site:
             cap_epsilon=self.policy.epsilon_cap,
             mechanisms=tuple(c.mechanism for c in self.ledger.charges(job_id)),
         )
+
+
+def _part_fingerprint(part: RecordPart) -> np.ndarray:
+    """SHA-256 of the part's canonical description, as bytes a job state can hold."""
+    digest = hashlib.sha256(canonical_encoding(part.to_dict())).digest()
+    return np.frombuffer(digest, dtype=np.uint8).copy()

@@ -42,6 +42,7 @@ import numpy as np
 from privadapt.common.accounting import EpsilonReport
 from privadapt.common.fixed_point import DEFAULT_FRACTIONAL_BITS
 from privadapt.common.mechanisms import Mechanism
+from privadapt.common.record_parts import RecordPart
 
 
 class ReleaseForm(StrEnum):
@@ -59,7 +60,8 @@ class Query:
     is the job's t, which sizes every site's noise share (sigma^2 / (K - t));
     ``fractional_bits`` fixes the aggregation grid 2^-f every share is rounded to;
     ``form`` says whether the answers are summed securely or seen one per site
-    (:class:`ReleaseForm`).
+    (:class:`ReleaseForm`); ``records`` which of its records each site runs
+    the kernel on (:mod:`privadapt.common.record_parts`; default every one).
     """
 
     job_id: str
@@ -70,6 +72,7 @@ class Query:
     collusion_tolerance: int = 0
     fractional_bits: int = DEFAULT_FRACTIONAL_BITS
     form: ReleaseForm = ReleaseForm.SECURE_SUM
+    records: RecordPart = RecordPart.ALL
 
 
 @dataclass(frozen=True)
@@ -178,3 +181,69 @@ class Federation(Protocol):
         """Each site's spend for this job at ``delta`` (default: each site's
         cap delta) and in total, as read from its own ledger."""
         ...
+
+    def restricted_to(self, part: RecordPart) -> Federation:
+        """A view of this federation whose every query runs, at every site,
+        on ``part`` of its records only (same job, sites and ledgers;
+        :class:`RecordPartView`)."""
+        ...
+
+
+class RecordPartView:
+    """The federation ``base`` restricted to one part of every site's records
+    (:mod:`privadapt.common.record_parts`): every query it makes carries the
+    part, which each site applies to its own records and which is bound into
+    every site's signed query digest. ``site_sizes`` are PUBLIC estimates of
+    the parts' sizes (:meth:`RecordPart.public_size`), for normalisation
+    only, never true counts (those are private).
+
+    ``base`` is a federation whose ``query``, ``query_per_site`` and
+    ``select`` take a keyword ``records`` (LocalFederation,
+    NetworkFederation, PlanningFederation); its query ids, rounds and store
+    are shared with the view, so a job may alternate between them.
+    """
+
+    def __init__(self, base: Any, part: RecordPart) -> None:
+        if not isinstance(part, RecordPart):
+            raise TypeError(f"part must be a RecordPart, got {type(part).__name__}")
+        self._base = base
+        self.records = part
+
+    @property
+    def job_id(self) -> str:
+        return self._base.job_id
+
+    @property
+    def site_sizes(self) -> dict[str, int]:
+        """Public estimates of each site's part size (class docstring)."""
+        return {name: self.records.public_size(n) for name, n in self._base.site_sizes.items()}
+
+    @property
+    def num_sites(self) -> int:
+        return self._base.num_sites
+
+    @property
+    def dim(self) -> int:
+        return self._base.dim
+
+    def query(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+    ) -> AggregateAnswer:
+        return self._base.query(kernel, params, mechanism, records=self.records)
+
+    def query_per_site(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+    ) -> PerSiteAnswer:
+        return self._base.query_per_site(kernel, params, mechanism, records=self.records)
+
+    def select(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+    ) -> SelectionAnswer:
+        return self._base.select(kernel, params, mechanism, records=self.records)
+
+    def privacy_spent(self, delta: float | None = None) -> dict[str, SitePrivacy]:
+        return self._base.privacy_spent(delta)
+
+    def restricted_to(self, part: RecordPart) -> RecordPartView:
+        """The base federation restricted to ``part`` instead (not nested)."""
+        return RecordPartView(self._base, part)

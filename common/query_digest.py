@@ -14,9 +14,13 @@ The digest is computed from the :class:`~privadapt.common.federation.Query`
 the site will actually answer (after decoding it from the wire), over every
 field that changes the answer: job id, round, query id, kernel, every
 parameter, the mechanism (its :func:`mechanism_to_dict` description),
-collusion tolerance t, fractional bits and the release form (secure sum
+collusion tolerance t, fractional bits, the release form (secure sum
 or per site: a site must not be shown one form while another is shown the
-other, since only the secure sum hides each site's answer). The encoding is canonical: every
+other, since only the secure sum hides each site's answer) and, for a query
+not on every record, the record part (:mod:`privadapt.common.record_parts`: sites shown different parts, or
+the same part under different salts or fractions, would sum statistics of
+different records, and one of them could be shown a part where its
+records are few). The encoding is canonical: every
 value is tagged by type and length-prefixed; mappings are encoded in sorted
 key order (independent of insertion order); floats by their exact IEEE-754
 bits (so 0.1 and the next float differ, and so do 0.0 and -0.0); integers
@@ -67,6 +71,11 @@ def query_digest(query: Query, round: int) -> bytes:
         "fractional_bits": query.fractional_bits,
         "form": str(query.form),
     }
+    if not query.records.is_all:
+        # Absent for every record, as before parts existed: such digests are
+        # unchanged across versions (pinned in tests), and a mapping with the
+        # key never encodes like one without it.
+        fields["records"] = query.records.to_dict()
     hasher = hashlib.sha256(_QUERY_DIGEST_TAG)
     pieces: list[Buffer] = []
     _encode(fields, pieces)

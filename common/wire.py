@@ -42,6 +42,7 @@ from privadapt.common.mechanisms import (
     mechanism_to_dict,
 )
 from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.record_parts import MAX_SALT_CHARS, RecordPart
 from privadapt.common.roster import SignedKey
 
 __all__ = [
@@ -394,6 +395,10 @@ def query_to_proto(query: Query, round: int) -> pb.Query:
         fractional_bits=query.fractional_bits,
         form=str(query.form),
     )
+    if not query.records.is_all:  # absent means every record (and old senders)
+        msg.records.CopyFrom(pb.RecordPart(
+            part=query.records.part, validation_fraction=query.records.validation_fraction,
+            salt=query.records.salt))
     params_to_proto(query.params, msg.params, f"query {query.query_id!r} params")
     return msg
 
@@ -422,5 +427,20 @@ def query_from_proto(msg: pb.Query) -> tuple[Query, int]:
         collusion_tolerance=msg.collusion_tolerance,
         fractional_bits=msg.fractional_bits,
         form=form,
+        records=record_part_from_proto(msg, where),
     )
     return query, msg.round
+
+
+def record_part_from_proto(msg: pb.Query, where: str) -> RecordPart:
+    """The query's record part (every record when absent or "all"), range
+    checked: :class:`WireError` for an unknown part, a fraction outside
+    [1/64, 1/2] or NaN, or a salt that is too long or not printable ASCII."""
+    if not msg.HasField("records") or msg.records.part in ("", "all"):
+        return RecordPart.ALL
+    records = msg.records
+    try:
+        return RecordPart(records.part[:64], records.validation_fraction,
+                          records.salt[:MAX_SALT_CHARS + 1])
+    except ValueError as err:
+        raise WireError(f"{where}: {err}") from None

@@ -45,6 +45,7 @@ from privadapt.common.federation import (
     AggregateAnswer,
     PerSiteAnswer,
     Query,
+    RecordPartView,
     ReleaseForm,
     SelectionAnswer,
     SitePrivacy,
@@ -53,6 +54,7 @@ from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, Mechanism
 from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.record_parts import RecordPart
 from privadapt.common.wire import query_to_proto, site_privacy_from_proto
 from privadapt.server.per_site_answers import per_site_answer, selection_answer
 from privadapt.server.rounds import DeliveryError, RoundFailedError, RoundHub
@@ -175,27 +177,35 @@ class NetworkFederation:
             sizes[name] = int(registration.num_records)
         return sizes
 
+    def restricted_to(self, part: RecordPart) -> RecordPartView:
+        """This job on ``part`` of every site's records (common/federation.py)."""
+        return RecordPartView(self, part)
+
     def query(
-        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
+        *, records: RecordPart = RecordPart.ALL,
     ) -> AggregateAnswer:
         query_id, blocks, participants = self._step(kernel, params, mechanism,
-                                                    ReleaseForm.SECURE_SUM)
+                                                    ReleaseForm.SECURE_SUM, records)
         return AggregateAnswer(query_id, blocks, participants)
 
     def query_per_site(
-        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
+        *, records: RecordPart = RecordPart.ALL,
     ) -> PerSiteAnswer:
-        return per_site_answer(*self._step(kernel, params, mechanism, ReleaseForm.PER_SITE))
+        return per_site_answer(*self._step(kernel, params, mechanism, ReleaseForm.PER_SITE,
+                                           records))
 
     def select(
-        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
+        *, records: RecordPart = RecordPart.ALL,
     ) -> SelectionAnswer:
         if len(self._job.sites) != 1:
             raise QueryRefusedError(
                 f"job {self.job_id!r}: a selection is answered only when one site holds all of "
                 f"the job's private data, and this job has {len(self._job.sites)} sites; ask "
                 "for the secure-sum form of the same kernel and select on the noisy sum")
-        step = self._step(kernel, params, mechanism, ReleaseForm.PER_SITE)
+        step = self._step(kernel, params, mechanism, ReleaseForm.PER_SITE, records)
         (shape,) = self._expected_shapes(kernel, params)
         try:
             return selection_answer(*step, num_candidates=shape[0])
@@ -203,12 +213,13 @@ class NetworkFederation:
             raise JobFailedError(f"job {self.job_id!r}: {err}") from None
 
     def _step(
-        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism, form: ReleaseForm
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism, form: ReleaseForm,
+        records: RecordPart,
     ) -> tuple[str, tuple[Any, ...], tuple[str, ...]]:
         """One algorithm step: its (query id, blocks, participants), from the
         store while a resumed job replays, else from a new round."""
         step = next(self._steps)
-        fingerprint = self._fingerprint(kernel, params, mechanism, form)
+        fingerprint = self._fingerprint(kernel, params, mechanism, form, records)
         # Steps are answered in order, so once one is not stored none after it
         # is: the store is read only while a resumed job is replaying.
         stored = self._store.answer(self.job_id, step) if self._replaying else None
@@ -222,7 +233,7 @@ class NetworkFederation:
                 )
             return stored.query_id, stored.blocks, stored.participants
         for _attempt in range(MAX_ATTEMPTS_PER_STEP):
-            answer = self._attempt(step, fingerprint, kernel, params, mechanism, form)
+            answer = self._attempt(step, fingerprint, kernel, params, mechanism, form, records)
             if answer is not None:
                 return answer
         raise JobFailedError(
@@ -250,7 +261,7 @@ class NetworkFederation:
 
     def _attempt(
         self, step: int, fingerprint: str, kernel: str, params: Mapping[str, Any],
-        mechanism: Mechanism, form: ReleaseForm,
+        mechanism: Mechanism, form: ReleaseForm, records: RecordPart,
     ) -> tuple[str, tuple[Any, ...], tuple[str, ...]] | None:
         participants = self._wait_for_participants()
         round = self._next_round(participants)
@@ -258,7 +269,7 @@ class NetworkFederation:
             job_id=self.job_id, query_id=f"s{step:06d}-r{round:06d}", kernel=kernel,
             params=params, mechanism=mechanism,
             collusion_tolerance=self._job.collusion_tolerance,
-            fractional_bits=self.codec.fractional_bits, form=form,
+            fractional_bits=self.codec.fractional_bits, form=form, records=records,
         )
         expected_shapes = ([(1,)] if mechanism.releases_index
                            else self._expected_shapes(kernel, params))
@@ -397,9 +408,9 @@ class NetworkFederation:
         return [tuple(s) for s in found.output_shapes(found.Params.from_wire(params, dim), dim)]
 
     def _fingerprint(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
-                     form: ReleaseForm) -> str:
+                     form: ReleaseForm, records: RecordPart) -> str:
         probe = Query(self.job_id, "fingerprint", kernel, params, mechanism,
-                      self._job.collusion_tolerance, self.codec.fractional_bits, form)
+                      self._job.collusion_tolerance, self.codec.fractional_bits, form, records)
         encoded = query_to_proto(probe, round=0).SerializeToString(deterministic=True)
         return hashlib.sha256(encoded).hexdigest()
 

@@ -29,6 +29,7 @@ from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import (
     AggregateAnswer,
     PerSiteAnswer,
+    RecordPartView,
     ReleaseForm,
     SelectionAnswer,
     SitePrivacy,
@@ -36,6 +37,7 @@ from privadapt.common.federation import (
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Mechanism
 from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.record_parts import RecordPart
 from privadapt.server.job_algorithms import JobContext, run_job
 
 
@@ -48,6 +50,7 @@ class PlannedRelease:
     params: Mapping[str, Any]
     mechanism: Mechanism
     form: ReleaseForm
+    records: RecordPart = RecordPart.ALL
 
 
 class PlanningFederation:
@@ -83,30 +86,35 @@ class PlanningFederation:
     def dim(self) -> int:
         return self._dim
 
+    def restricted_to(self, part: RecordPart) -> RecordPartView:
+        return RecordPartView(self, part)
+
     def _record(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
-                form: ReleaseForm) -> tuple[str, tuple[np.ndarray, ...]]:
-        self.releases.append(PlannedRelease(kernel, dict(params), mechanism, form))
+                form: ReleaseForm, records: RecordPart) -> tuple[str, tuple[np.ndarray, ...]]:
+        self.releases.append(PlannedRelease(kernel, dict(params), mechanism, form, records))
         found = get_kernel(kernel)
         shapes = found.output_shapes(found.Params.from_wire(params, self._dim), self._dim)
         return f"plan-{len(self.releases)}", tuple(np.zeros(shape) for shape in shapes)
 
-    def query(self, kernel: str, params: Mapping[str, Any],
-              mechanism: Mechanism) -> AggregateAnswer:
-        query_id, blocks = self._record(kernel, params, mechanism, ReleaseForm.SECURE_SUM)
+    def query(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
+              *, records: RecordPart = RecordPart.ALL) -> AggregateAnswer:
+        query_id, blocks = self._record(kernel, params, mechanism, ReleaseForm.SECURE_SUM,
+                                        records)
         return AggregateAnswer(query_id, blocks, tuple(self._sizes))
 
-    def query_per_site(self, kernel: str, params: Mapping[str, Any],
-                       mechanism: Mechanism) -> PerSiteAnswer:
-        query_id, blocks = self._record(kernel, params, mechanism, ReleaseForm.PER_SITE)
+    def query_per_site(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
+                       *, records: RecordPart = RecordPart.ALL) -> PerSiteAnswer:
+        query_id, blocks = self._record(kernel, params, mechanism, ReleaseForm.PER_SITE,
+                                        records)
         return PerSiteAnswer(query_id, {name: blocks for name in self._sizes})
 
-    def select(self, kernel: str, params: Mapping[str, Any],
-               mechanism: Mechanism) -> SelectionAnswer:
+    def select(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
+               *, records: RecordPart = RecordPart.ALL) -> SelectionAnswer:
         if len(self._sizes) != 1:
             raise QueryRefusedError(
                 f"job {self._job_id!r}: a selection is answered only when one site holds all "
                 f"of the job's private data, and this job has {len(self._sizes)} sites")
-        query_id, _ = self._record(kernel, params, mechanism, ReleaseForm.PER_SITE)
+        query_id, _ = self._record(kernel, params, mechanism, ReleaseForm.PER_SITE, records)
         return SelectionAnswer(query_id, 0, next(iter(self._sizes)))
 
     def privacy_spent(self, delta: float | None = None) -> dict[str, SitePrivacy]:

@@ -58,6 +58,7 @@ from privadapt.common.mechanisms import (
     Mechanism,
     NoNoise,
 )
+from privadapt.common.record_parts import RecordPart, charged_adjacencies, worst_case
 from privadapt.common.validation import check_positive, check_positive_finite
 
 NoiseKind = Literal["gaussian", "laplace"]
@@ -236,6 +237,7 @@ class Kernel(ABC):
         sampling_rate: float = 1.0,
         fractional_bits: int = COARSEST_FRACTIONAL_BITS,
         max_records: int = SIZING_RECORDS,
+        records: RecordPart = RecordPart.ALL,
     ) -> Mechanism:
         """The mechanism an algorithm asks for: each block declares the
         sensitivity the site charges on the grid 2^-``fractional_bits``
@@ -249,17 +251,23 @@ class Kernel(ABC):
         ``block_ratios`` (one per block, released then local; default all 1).
         Gaussian: sigma_b = z ratio_b charged_b; Laplace (one block only):
         scale = z charged L1 sensitivity, i.e. z = 1/epsilon; ``noise_multiplier
-        = inf``: ``NoNoise`` with the kernel's own sensitivities."""
+        = inf``: ``NoNoise`` with the kernel's own sensitivities. For a query
+        on a part of the records (``records``) under replace-one, every
+        sensitivity is the larger of its replace-one and add/remove values, as
+        a site charges it (common/record_parts.py)."""
         adjacency = Adjacency(adjacency)
+        adjacencies = charged_adjacencies(records, adjacency)
         check_positive("noise_multiplier", noise_multiplier, infinity_means="inf for no noise")
         if noise not in ("gaussian", "laplace"):
             raise ValueError(f"noise must be 'gaussian' or 'laplace', got {noise!r}")
         norm: Norm = "l1" if noise == "laplace" else "l2"
         if math.isinf(noise_multiplier):
-            own = self.sensitivities(params, adjacency, norm, dim)
-            return NoNoise(own + self.local_l2_sensitivities(params, adjacency), adjacency)
-        charged = self.charged_sensitivities(params, adjacency, norm, dim, fractional_bits,
-                                             max_records)
+            own = worst_case([self.sensitivities(params, each, norm, dim)
+                              + self.local_l2_sensitivities(params, each) for each in adjacencies])
+            return NoNoise(own, adjacency)
+        charged = worst_case([self.charged_sensitivities(params, each, norm, dim,
+                                                         fractional_bits, max_records)
+                              for each in adjacencies])
         ratios = (1.0,) * len(charged) if block_ratios is None else tuple(block_ratios)
         if len(ratios) != len(charged):
             raise ValueError(f"{len(ratios)} block_ratios for the {len(charged)} blocks of "

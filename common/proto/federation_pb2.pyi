@@ -162,7 +162,7 @@ class GeneralizedExponentialMechanism(_message.Message):
     def __init__(self, sensitivities: _Optional[_Iterable[float]] = ..., epsilon: _Optional[float] = ..., beta: _Optional[float] = ..., minimize: _Optional[bool] = ...) -> None: ...
 
 class Query(_message.Message):
-    __slots__ = ("job_id", "round", "query_id", "kernel", "params", "mechanism", "collusion_tolerance", "fractional_bits", "form")
+    __slots__ = ("job_id", "round", "query_id", "kernel", "params", "mechanism", "collusion_tolerance", "fractional_bits", "form", "records")
     class ParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +179,7 @@ class Query(_message.Message):
     COLLUSION_TOLERANCE_FIELD_NUMBER: _ClassVar[int]
     FRACTIONAL_BITS_FIELD_NUMBER: _ClassVar[int]
     FORM_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     query_id: str
@@ -188,7 +189,18 @@ class Query(_message.Message):
     collusion_tolerance: int
     fractional_bits: int
     form: str
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., kernel: _Optional[str] = ..., params: _Optional[_Mapping[str, ParamValue]] = ..., mechanism: _Optional[_Union[Mechanism, _Mapping]] = ..., collusion_tolerance: _Optional[int] = ..., fractional_bits: _Optional[int] = ..., form: _Optional[str] = ...) -> None: ...
+    records: RecordPart
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., kernel: _Optional[str] = ..., params: _Optional[_Mapping[str, ParamValue]] = ..., mechanism: _Optional[_Union[Mechanism, _Mapping]] = ..., collusion_tolerance: _Optional[int] = ..., fractional_bits: _Optional[int] = ..., form: _Optional[str] = ..., records: _Optional[_Union[RecordPart, _Mapping]] = ...) -> None: ...
+
+class RecordPart(_message.Message):
+    __slots__ = ("part", "validation_fraction", "salt")
+    PART_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    SALT_FIELD_NUMBER: _ClassVar[int]
+    part: str
+    validation_fraction: float
+    salt: str
+    def __init__(self, part: _Optional[str] = ..., validation_fraction: _Optional[float] = ..., salt: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("site_name", "software_version", "num_records", "num_features", "kernels", "policy_version", "adjacency", "schema", "budget")

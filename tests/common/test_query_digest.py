@@ -13,6 +13,7 @@ import pytest
 from privadapt.common.federation import Query, ReleaseForm
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, LaplaceMechanism
 from privadapt.common.query_digest import QUERY_DIGEST_BYTES, canonical_encoding, query_digest
+from privadapt.common.record_parts import RecordPart
 from privadapt.common.wire import query_from_proto, query_to_proto
 
 MECHANISM = GaussianMechanism.single(2.0, 4.0, Adjacency.REPLACE_ONE)
@@ -128,3 +129,30 @@ def test_query_digests_are_the_ones_first_released():
         "13282b9015a6a4dcaf4506e2fbd60e6819b6e0522dbbbdc60a9cc4faf5192b25")
     assert query_digest(small, 7).hex() == (
         "b6ba0b0a2ce583a1057350d4158f1c8698d51e0b62bc3959a76700e200de7e72")
+
+
+# --- record parts (common/record_parts.py) ----------------------------------------------------
+
+
+PARTS = (RecordPart("validation", 0.25, "salt"), RecordPart("train", 0.25, "salt"),
+         RecordPart("validation", 0.25000000000000006, "salt"),
+         RecordPart("validation", 0.25, "salt2"))
+
+
+def test_the_record_part_changes_the_digest():
+    """Sites shown different parts (or salts, or fractions) under one query id
+    would sum statistics of different records: the split-query attack."""
+    digests = {query_digest(make_query(records=r), 1) for r in (RecordPart.ALL, *PARTS)}
+    assert len(digests) == 1 + len(PARTS)
+
+
+@pytest.mark.parametrize("records", PARTS)
+def test_a_record_part_survives_the_wire_with_its_digest(records):
+    decoded, round = query_from_proto(query_to_proto(make_query(records=records), 3))
+    assert decoded.records == records
+    assert query_digest(decoded, round) == query_digest(make_query(records=records), 3)
+
+
+def test_every_record_is_one_digest_whatever_the_ignored_fields():
+    assert (query_digest(make_query(records=RecordPart("all", 0.3, "x")), 1)
+            == query_digest(make_query(), 1))

@@ -24,6 +24,7 @@ from privadapt.common.mechanisms import (
 )
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as pb_grpc
+from privadapt.common.record_parts import RecordPart
 from privadapt.common.wire import (
     MAX_MESSAGE_BYTES,
     WireError,
@@ -478,3 +479,33 @@ def test_fill_tensor_writes_what_tensor_to_proto_returns():
     assert share.blocks[0] == tensor_to_proto(array)
     with pytest.raises(WireError, match="share block 1: 1 NaN"):
         fill_tensor(share.blocks.add(), np.array([np.nan]), "share block 1")
+
+
+# --------------------------------------------------------------- record parts
+
+
+def test_a_query_on_every_record_sends_no_record_part() -> None:
+    msg = query_to_proto(make_query(), round=1)
+    assert not msg.HasField("records")  # old sites read it as before
+    assert query_from_proto(msg)[0].records == RecordPart.ALL
+
+
+@pytest.mark.parametrize("part, fraction, salt, message", [
+    ("holdout", 0.25, "s", "part must be one of"),
+    ("validation", math.nan, "s", "validation_fraction"),
+    ("validation", 0.0, "s", "validation_fraction"),
+    ("train", 0.75, "s", "validation_fraction"),
+    ("validation", 0.25, "s" * 10_000, "salt must be printable ASCII"),
+    ("validation", 0.25, "\x1b[2J", "salt must be printable ASCII"),
+])
+def test_a_malformed_record_part_is_a_wire_error(part, fraction, salt, message) -> None:
+    msg = query_to_proto(make_query(), round=1)
+    msg.records.CopyFrom(pb.RecordPart(part=part, validation_fraction=fraction, salt=salt))
+    with pytest.raises(WireError, match=f"query 'q000007' of job 'job-1': records: {message}"):
+        query_from_proto(msg)
+
+
+def test_a_record_part_named_all_is_every_record_whatever_else_it_says() -> None:
+    msg = query_to_proto(make_query(), round=1)
+    msg.records.CopyFrom(pb.RecordPart(part="all", validation_fraction=math.nan, salt="\x00"))
+    assert query_from_proto(msg)[0].records == RecordPart.ALL
