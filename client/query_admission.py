@@ -249,6 +249,12 @@ class QueryAdmission:
         own = kernel.charged_sensitivities(params, self.policy.adjacency, norm, self.dim,
                                            codec.fractional_bits, self.range_records)
         charged = mechanism.with_sensitivities(own, self.policy.adjacency)
+        grid = charged.noise_grid_bits
+        if grid is not None and grid != codec.fractional_bits:
+            # Integer noise on another grid than the value's leaves the value's
+            # low bits in the clear (common/mechanisms/discrete_laplace.py).
+            raise self.refusal(query, f"the mechanism's integer noise is on the grid 2^-{grid} "
+                               f"but the query rounds onto 2^-{codec.fractional_bits}")
         self._check_noise(query, charged, codec, released)
         return charged
 

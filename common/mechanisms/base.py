@@ -152,6 +152,13 @@ class KernelMechanism(Mechanism):
     def is_free(self) -> bool:
         return math.isinf(self.noise_multiplier)
 
+    @property
+    def noise_grid_bits(self) -> int | None:
+        """The grid 2^-f its noise is exact integers on (a discrete mechanism),
+        which must be the query's own grid; None for float noise, which the
+        site rounds onto whatever grid the query uses."""
+        return None
+
     def with_sensitivities(
         self, sensitivities: Sequence[float], adjacency: Adjacency
     ) -> KernelMechanism:
