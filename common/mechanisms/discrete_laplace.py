@@ -29,14 +29,17 @@ value rounded to 2^-32 leaves the value's low bits in the clear), so a site
 refuses the mechanism unless it equals the query's (``noise_grid_bits``).
 
 Scale. ``scale_steps`` t is a float whose exact binary value has numerator and
-denominator at most 2^48 (what the exact samplers take) and t <= 2^40 steps, so
-every sample is below 2^53 (and exactly a float) except with probability
-exp(-2^13). The expected work per sample is then bounded by a constant for
-*every* admissible t: Algorithm 2 of Canonne, Kamath and Steinke keeps its
-uniform with probability at least 1 - 1/e, each Bernoulli(exp(-gamma)) takes
-at most e expected words, the geometric run e/(e - 1), and the sign rejection
-keeps at least half (:func:`expected_words_per_sample`); nothing a coordinator
-sends can make a site sample for long.
+denominator at most 2^48 (what the exact samplers take) and t <= 2^45 steps,
+so every sample is below 2^53 (and exactly a float) except with probability
+exp(-256), when the site refuses with an error that depends on no data. On the
+grid 2^-f that is a scale of at most 2^(45 - f) data units, the bound the
+float samplers have too: more noise needs a coarser grid. The expected work
+per sample is bounded by a constant for *every* admissible t: Algorithm 2 of
+Canonne, Kamath and Steinke keeps its uniform with probability at least 1 -
+1/e, each Bernoulli(exp(-gamma)) takes at most e expected words, the geometric
+run e/(e - 1), and the sign rejection keeps at least half
+(:func:`expected_words_per_sample`); nothing a coordinator sends can make a
+site sample for long.
 
 Distributed shares (DESIGN.md section 2): with K - t = 1 honest share the
 site adds the whole exact discrete Laplace; with more, each site adds a Polya
@@ -61,8 +64,10 @@ from privadapt.common.mechanisms.base import Adjacency, KernelMechanism, Shape
 from privadapt.common.noise import RandomBits, SecureRandomBits, honest_share_count
 from privadapt.common.validation import check_nonnegative_finite
 
-#: The largest noise scale, in grid steps: samples stay below 2^53 (exact floats).
-MAX_SCALE_STEPS = 2.0**40
+#: The largest noise scale, in grid steps: samples stay below 2^53 (exact
+#: floats) but with probability exp(-256). In data units 2^(45 - f), the same
+#: bound as the float samplers' (``noise.max_grid_safe_noise``).
+MAX_SCALE_STEPS = 2.0**45
 #: Grids a discrete mechanism can live on (the codec's range of fractional bits).
 _GRID_BITS = (0, 52)
 # Float error allowance of a charged sensitivity (a sum of a few floats).
@@ -83,10 +88,10 @@ def dyadic_scale_at_least(scale_steps: float) -> float:
     exact samplers take, never less noise than asked for."""
     exact = Fraction(scale_steps)
     if not 0 < exact <= MAX_SCALE_STEPS:
-        raise ValueError(f"a discrete Laplace scale must be in (0, 2^40] grid steps, got "
+        raise ValueError(f"a discrete Laplace scale must be in (0, 2^45] grid steps, got "
                          f"{scale_steps!r}")
-    exponent = min(48, 40 - math.floor(math.log2(exact)))
-    return float(Fraction(math.ceil(exact * 2**exponent), 2**exponent))
+    unit = Fraction(2) ** min(48, 40 - math.floor(math.log2(exact)))
+    return float(math.ceil(exact * unit) / unit)
 
 
 def expected_words_per_sample() -> float:
@@ -125,7 +130,7 @@ class DiscreteLaplaceMechanism(KernelMechanism):
         object.__setattr__(self, "sensitivity", float(self.sensitivity))
         object.__setattr__(self, "scale_steps", float(self.scale_steps))
         if not 0 < self.scale_steps <= MAX_SCALE_STEPS:
-            raise ValueError(f"DiscreteLaplaceMechanism.scale_steps must be in (0, 2^40], "
+            raise ValueError(f"DiscreteLaplaceMechanism.scale_steps must be in (0, 2^45], "
                              f"got {self.scale_steps!r}")
         as_rational(self.scale_steps, "DiscreteLaplaceMechanism.scale_steps",
                     MAX_PARAMETER_PART)
@@ -228,7 +233,7 @@ class DiscreteLaplaceMechanism(KernelMechanism):
         out = []
         for shape in shapes:
             steps = self.noise_steps(shape, num_sites, collusion_tolerance, source)
-            if steps.size and int(np.max(np.abs(steps))) >= 2**53:  # probability exp(-2^13)
+            if steps.size and int(np.max(np.abs(steps))) >= 2**53:  # probability exp(-256)
                 raise OverflowError("a discrete Laplace sample left the exact float range")
             out.append(np.ldexp(steps.astype(np.float64), -self.fractional_bits))
         return tuple(out)
