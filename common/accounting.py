@@ -189,6 +189,7 @@ _PLD_BY_KIND = {
     "pure_dp": _pure_dp_pld,
     "report_noisy_laplace": _pure_dp_pld,
     "exponential": _pure_dp_pld,
+    "discrete_exponential": _pure_dp_pld,
     "generalized_exponential": _pure_dp_pld,
 }
 
@@ -198,7 +199,8 @@ _PLD_BY_KIND = {
 #: ((epsilon^2/8)-zCDP, Cesar and Rogers 2021), and over many releases that is
 #: the smaller figure. Both are valid upper bounds, so a PLD accountant holding
 #: one of these reports the smaller (:meth:`PrivacyAccountant.report`).
-_BOUNDED_RANGE_KINDS = frozenset({"exponential", "generalized_exponential"})
+_BOUNDED_RANGE_KINDS = frozenset({"exponential", "discrete_exponential",
+                                  "generalized_exponential"})
 
 
 def _pld(mechanism: Mechanism, count: int, interval: float):  # -> PrivacyLossDistribution
@@ -426,6 +428,7 @@ _RDP_BY_KIND = {
     "zcdp": lambda m, orders: orders * m.rho,
     "report_noisy_laplace": _pure_dp_rdp,
     "exponential": _bounded_range_rdp,
+    "discrete_exponential": _bounded_range_rdp,
     "generalized_exponential": _bounded_range_rdp,
 }
 

@@ -16,7 +16,8 @@ Three families. *Kernel mechanisms* (:class:`GaussianMechanism`,
 ``releases_kernel_sums``) describe noise a site adds to a kernel's sums (the
 discrete one exact integers on the fixed-point grid). *Selection mechanisms*
 (:class:`ReportNoisyMin`, :class:`ExponentialMechanism`,
-:class:`GeneralizedExponentialMechanism`; ``releases_index``) describe how a
+:class:`DiscreteExponentialMechanism`, :class:`GeneralizedExponentialMechanism`;
+``releases_index``) describe how a
 site that holds all of a job's data picks a candidate from a kernel's score
 vector and releases only its index (:mod:`.selection`). *Events*
 (:class:`PureDpEvent`, :class:`ZCdpEvent`) only describe a privacy cost for the
@@ -43,6 +44,7 @@ from typing import Any
 
 from privadapt.common.mechanisms.base import Adjacency, KernelMechanism, Mechanism
 from privadapt.common.mechanisms.discrete_laplace import DiscreteLaplaceMechanism
+from privadapt.common.mechanisms.discrete_selection import DiscreteExponentialMechanism
 from privadapt.common.mechanisms.events import PureDpEvent, ZCdpEvent
 from privadapt.common.mechanisms.gaussian import GaussianBlock, GaussianMechanism
 from privadapt.common.mechanisms.laplace import LaplaceMechanism
@@ -57,6 +59,7 @@ from privadapt.common.mechanisms.selection import (
 __all__ = [
     "MECHANISM_KINDS",
     "Adjacency",
+    "DiscreteExponentialMechanism",
     "DiscreteLaplaceMechanism",
     "ExponentialMechanism",
     "GaussianBlock",
@@ -85,6 +88,7 @@ MECHANISM_KINDS: dict[str, type[Mechanism]] = {
     "no_noise": NoNoise,
     "report_noisy_laplace": ReportNoisyMin,
     "exponential": ExponentialMechanism,
+    "discrete_exponential": DiscreteExponentialMechanism,
     "generalized_exponential": GeneralizedExponentialMechanism,
 }
 

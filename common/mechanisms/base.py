@@ -74,6 +74,13 @@ class Mechanism:
         """A short human description, e.g. ``laplace eps=0.5``."""
         raise NotImplementedError
 
+    @property
+    def noise_grid_bits(self) -> int | None:
+        """The grid 2^-f it randomises exactly on, in integer steps (a discrete
+        mechanism), which must be the query's own grid; None for float noise,
+        which the site rounds onto whatever grid the query uses."""
+        return None
+
     def in_adjacency(self, adjacency: Adjacency) -> Mechanism:
         """The same mechanism, accounted under ``adjacency``.
 
@@ -151,13 +158,6 @@ class KernelMechanism(Mechanism):
     @property
     def is_free(self) -> bool:
         return math.isinf(self.noise_multiplier)
-
-    @property
-    def noise_grid_bits(self) -> int | None:
-        """The grid 2^-f its noise is exact integers on (a discrete mechanism),
-        which must be the query's own grid; None for float noise, which the
-        site rounds onto whatever grid the query uses."""
-        return None
 
     def with_sensitivities(
         self, sensitivities: Sequence[float], adjacency: Adjacency

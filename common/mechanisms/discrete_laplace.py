@@ -74,6 +74,14 @@ _GRID_BITS = (0, 52)
 _FLOAT_SLACK = Fraction(1, 2**50)
 
 
+def check_grid_bits(name: str, bits: Any) -> int:
+    """``bits`` as the integer f of a grid 2^-f a codec can have, or ValueError."""
+    if isinstance(bits, bool) or not isinstance(bits, int | np.integer) or not (
+            _GRID_BITS[0] <= bits <= _GRID_BITS[1]):
+        raise ValueError(f"{name} must be an integer in {list(_GRID_BITS)}, got {bits!r}")
+    return int(bits)
+
+
 def grid_steps(sensitivity: float, fractional_bits: int) -> int:
     """The integer L1 sensitivity, in steps of 2^-``fractional_bits``, of a
     release whose charged float sensitivity (rounding included) is
@@ -121,12 +129,8 @@ class DiscreteLaplaceMechanism(KernelMechanism):
 
     def __post_init__(self) -> None:
         check_nonnegative_finite("DiscreteLaplaceMechanism.sensitivity", self.sensitivity)
-        bits = self.fractional_bits
-        if isinstance(bits, bool) or not isinstance(bits, int | np.integer) or not (
-                _GRID_BITS[0] <= bits <= _GRID_BITS[1]):
-            raise ValueError(f"DiscreteLaplaceMechanism.fractional_bits must be an integer in "
-                             f"{list(_GRID_BITS)}, got {bits!r}")
-        object.__setattr__(self, "fractional_bits", int(bits))
+        object.__setattr__(self, "fractional_bits", check_grid_bits(
+            "DiscreteLaplaceMechanism.fractional_bits", self.fractional_bits))
         object.__setattr__(self, "sensitivity", float(self.sensitivity))
         object.__setattr__(self, "scale_steps", float(self.scale_steps))
         if not 0 < self.scale_steps <= MAX_SCALE_STEPS:
@@ -251,8 +255,5 @@ class DiscreteLaplaceMechanism(KernelMechanism):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DiscreteLaplaceMechanism:
-        bits = data["fractional_bits"]
-        if isinstance(bits, bool) or not isinstance(bits, int):
-            raise ValueError(f"fractional_bits must be an integer, got {bits!r}")
-        return cls(float(data["sensitivity"]), float(data["scale_steps"]), bits,
-                   Adjacency(data["adjacency"]))
+        return cls(float(data["sensitivity"]), float(data["scale_steps"]),
+                   data["fractional_bits"], Adjacency(data["adjacency"]))

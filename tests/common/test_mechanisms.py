@@ -13,6 +13,7 @@ from privadapt.common.accounting import PrivacyAccountant
 from privadapt.common.mechanisms import (
     MECHANISM_KINDS,
     Adjacency,
+    DiscreteExponentialMechanism,
     DiscreteLaplaceMechanism,
     ExponentialMechanism,
     GaussianBlock,
@@ -43,6 +44,7 @@ ONE_OF_EACH_KIND = [
     NoNoise((0.0, 3.0)),
     ReportNoisyMin(1.0, 4.0, monotone=True, adjacency=ADD_REMOVE),
     ExponentialMechanism(0.5, 0.2, minimize=False),
+    DiscreteExponentialMechanism(0.5, 0.2, 20, minimize=False),
     GeneralizedExponentialMechanism((0.0, 1.0, 4.0), 0.5, 0.1),
 ]
 WITH_LOCAL_BLOCKS = GaussianMechanism(
