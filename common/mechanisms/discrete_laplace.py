@@ -170,12 +170,15 @@ class DiscreteLaplaceMechanism(KernelMechanism):
 
     @property
     def epsilon(self) -> float:
-        return float(self.exact_epsilon)
+        return self.pure_epsilon
 
     @property
     def pure_epsilon(self) -> float:
-        # Rounded up so the float never understates the exact rational.
+        # Rounded up so the float never understates the exact rational; a
+        # sensitivity of 1e300 (a policy without a clip limit) is inf, refused.
         exact = self.exact_epsilon
+        if exact > 2**1000:
+            return math.inf
         value = float(exact)
         return value if Fraction(value) >= exact else math.nextafter(value, math.inf)
 

@@ -185,3 +185,9 @@ def test_replace_one_doubles_the_charged_sensitivity():
     replace = mechanism.in_adjacency(Adjacency.REPLACE_ONE)
     assert replace.grid_sensitivity >= 2 * mechanism.grid_sensitivity - 1
     assert replace.grid_sensitivity <= 2 * mechanism.grid_sensitivity
+
+
+def test_an_absurd_sensitivity_costs_infinite_epsilon_not_an_exception():
+    mechanism = DiscreteLaplaceMechanism(1e300, 1.0, 48)
+    assert mechanism.pure_epsilon == math.inf and mechanism.noise_multiplier == 0.0
+    assert release_epsilon_lower_bound(mechanism, 1e-6) == math.inf
