@@ -205,8 +205,8 @@ def test_the_release_is_the_rounded_value_plus_integer_noise(tmp_path):
 def test_an_absurd_clip_is_refused_not_raised(tmp_path):
     policy = SitePolicy("s", 10.0, 1e-6)  # no clip limit in the policy
     site = make_site(tmp_path / "l.db", dataset(), policy)
-    huge = {"feature_norm": 1e300, "label_bound": 1e300}
-    mechanism = DiscreteLaplaceMechanism(1.0, 4.0, 32)
+    huge = {"feature_norm": 2.0**199, "label_bound": 2.0**199}  # the kernels' limit
+    mechanism = DiscreteLaplaceMechanism(2.0**300, 4.0, 32)  # declares what it needs
     with pytest.raises(QueryRefusedError):
         site.answer(Query("j", "q", "second_moments", huge, mechanism, fractional_bits=32), 1)
     assert site.ledger.charges() == []
