@@ -8,7 +8,13 @@ time over float time (target: at most 2):
 * discrete Laplace (scale 1000 grid steps) and Polya shares vs
   :func:`privadapt.common.noise.laplace_share`;
 * discrete Gaussian (sigma = 1000 grid steps) and Skellam shares vs
-  :func:`privadapt.common.noise.gaussian_share`.
+  :func:`privadapt.common.noise.gaussian_share`;
+* the wired mechanism (issue 17): one site's release noise for a block of 1e5
+  coordinates as ``Site.answer`` draws and encodes it
+  (``mechanism.noise_shares`` then ``codec.encode``), the
+  :class:`~privadapt.common.mechanisms.DiscreteLaplaceMechanism` against the
+  float :class:`~privadapt.common.mechanisms.LaplaceMechanism` and
+  :class:`~privadapt.common.mechanisms.GaussianMechanism` of the same scale.
 
 Run: ``.venv/bin/python benchmarks/discrete_noise.py``. Compare ratios, not
 absolute rates across machines.
@@ -26,11 +32,31 @@ from privadapt.common.discrete_noise import (
     discrete_laplace,
 )
 from privadapt.common.discrete_shares import polya_share, skellam_share
+from privadapt.common.fixed_point import FixedPointCodec
+from privadapt.common.mechanisms import (
+    DiscreteLaplaceMechanism,
+    GaussianMechanism,
+    KernelMechanism,
+    LaplaceMechanism,
+)
 from privadapt.common.noise import gaussian_share, laplace_share
 
 SAMPLES = 100_000
 REPEATS = 7
 K, T = 5, 1  # participants and collusion tolerance of the share rows
+
+
+BITS = 32
+CODEC = FixedPointCodec(BITS)
+# Scale 1000 grid steps of 2^-32 on a block of L1 sensitivity 1 (data units).
+DISCRETE = DiscreteLaplaceMechanism(1.0, 1000.0, BITS)
+LAPLACE = LaplaceMechanism(1.0, DISCRETE.scale)
+GAUSSIAN = GaussianMechanism.single(1.0, DISCRETE.scale)
+
+
+def release(mechanism: KernelMechanism, num_sites: int, tolerance: int) -> Callable[[], object]:
+    """One site's noise for one block of SAMPLES coordinates, encoded."""
+    return lambda: CODEC.encode(mechanism.noise_shares([(SAMPLES,)], num_sites, tolerance)[0])
 
 
 def rows() -> list[tuple[str, Callable[[], object], Callable[[], object]]]:
@@ -44,6 +70,11 @@ def rows() -> list[tuple[str, Callable[[], object], Callable[[], object]]]:
          float_gaussian),
         (f"Skellam share, K={K} t={T}", lambda: skellam_share(2 * 10**6, K, T, SAMPLES),
          lambda: gaussian_share(1000.0, K, T, SAMPLES)),
+        ("release, discrete vs Laplace", release(DISCRETE, 1, 0), release(LAPLACE, 1, 0)),
+        ("release, discrete vs Gaussian", release(DISCRETE, 1, 0), release(GAUSSIAN, 1, 0)),
+        (f"release K={K} t={T}, vs Laplace", release(DISCRETE, K, T), release(LAPLACE, K, T)),
+        (f"release K={K} t={T}, vs Gaussian", release(DISCRETE, K, T),
+         release(GAUSSIAN, K, T)),
     ]
 
 

@@ -106,6 +106,13 @@ class QueryAdmission:
         kernel, params = self._kernel_and_params(query, num_participants)
         self._check_form(query, num_participants)
         codec = self._codec(query)
+        grid = query.mechanism.noise_grid_bits
+        if grid is not None and grid != codec.fractional_bits:
+            # Integer noise on another grid than the value's leaves the value's
+            # low bits in the clear; scores read on another grid are rounded
+            # again, uncharged (common/mechanisms/discrete_laplace.py).
+            raise self.refusal(query, f"the mechanism is exact on the grid 2^-{grid} but the "
+                               f"query rounds onto 2^-{codec.fractional_bits}")
         try:
             charged: Mechanism
             if query.mechanism.releases_index:

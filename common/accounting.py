@@ -121,6 +121,15 @@ def _laplace_pld(mechanism: Mechanism, count: int, interval: float):
     return single.self_compose(count)
 
 
+def _discrete_laplace_pld(mechanism: Mechanism, count: int, interval: float):
+    # The exact integer mechanism's own PLD, in grid steps (Delta, t), built in
+    # closed form: its cost grows with epsilon / interval, not with Delta.
+    from privadapt.common.discrete_accounting import discrete_laplace_pld
+
+    return discrete_laplace_pld(mechanism.exact_scale, mechanism.grid_sensitivity, count,
+                                interval)
+
+
 def pure_epsilon_on_grid(epsilon: float, interval: float) -> float:
     """The least float e >= ``epsilon`` that dp-accounting's PLD of the pure
     e-DP pair puts exactly on its loss grid (both losses +-k ``interval``).
@@ -176,9 +185,11 @@ _PLD_BY_KIND = {
     "gaussian": _gaussian_pld,
     "poisson_sampled_gaussian": _sampled_gaussian_pld_composed,
     "laplace": _laplace_pld,
+    "discrete_laplace": _discrete_laplace_pld,
     "pure_dp": _pure_dp_pld,
     "report_noisy_laplace": _pure_dp_pld,
     "exponential": _pure_dp_pld,
+    "discrete_exponential": _pure_dp_pld,
     "generalized_exponential": _pure_dp_pld,
 }
 
@@ -188,7 +199,8 @@ _PLD_BY_KIND = {
 #: ((epsilon^2/8)-zCDP, Cesar and Rogers 2021), and over many releases that is
 #: the smaller figure. Both are valid upper bounds, so a PLD accountant holding
 #: one of these reports the smaller (:meth:`PrivacyAccountant.report`).
-_BOUNDED_RANGE_KINDS = frozenset({"exponential", "generalized_exponential"})
+_BOUNDED_RANGE_KINDS = frozenset({"exponential", "discrete_exponential",
+                                  "generalized_exponential"})
 
 
 def _pld(mechanism: Mechanism, count: int, interval: float):  # -> PrivacyLossDistribution
@@ -309,6 +321,8 @@ def release_epsilon_lower_bound(mechanism: Mechanism, delta: float) -> float:
     * Gaussian of multiplier z: :func:`gaussian_epsilon` (exact);
     * Laplace of pure epsilon e: e + 2 log(1 - delta), from its exact
       delta(epsilon) = 1 - exp((epsilon - e) / 2);
+    * discrete Laplace of pure epsilon e: e + log(1 - 2 delta) (its mass
+      1/(1 + q) >= 1/2 at loss e);
     * a pure e-DP event or a report-noisy-min (the tight pair):
       log(e^e - delta (1 + e^e));
     * an e-bounded-range selection (exponential mechanisms): the exact
@@ -326,6 +340,10 @@ def release_epsilon_lower_bound(mechanism: Mechanism, delta: float) -> float:
     pure = mechanism.pure_epsilon
     if mechanism.kind == "laplace":
         return max(0.0, pure + 2.0 * math.log1p(-delta))
+    if mechanism.kind == "discrete_laplace":
+        # Mass 1/(1 + q) >= 1/2 sits at loss exactly e (outputs at or beyond
+        # the far centre), so delta(epsilon') >= (1 - e^(epsilon' - e)) / 2.
+        return max(0.0, pure + math.log1p(-min(1.0, 2.0 * delta)))
     if mechanism.kind in ("pure_dp", "report_noisy_laplace"):
         return _randomized_response_epsilon(pure, delta)
     if mechanism.kind in _BOUNDED_RANGE_KINDS:
@@ -366,7 +384,8 @@ def _pld_loss_width(mechanism: Mechanism) -> float:
             return math.inf
         inverse = 1.0 / mechanism.noise_multiplier
         return 2.0 * _GAUSSIAN_TAIL_SIGMAS * inverse + inverse * inverse
-    if mechanism.kind == "laplace" or _PLD_BY_KIND.get(mechanism.kind) is _pure_dp_pld:
+    if mechanism.kind in ("laplace", "discrete_laplace") \
+            or _PLD_BY_KIND.get(mechanism.kind) is _pure_dp_pld:
         return 2.0 * mechanism.pure_epsilon  # losses in [-e, e]
     return 0.0
 
@@ -403,10 +422,13 @@ _RDP_BY_KIND = {
         m.noise_multiplier, m.sampling_rate, orders
     ),
     "laplace": lambda m, orders: _laplace_rdp(m.scale / m.sensitivity, orders),
+    # Pure epsilon-DP's RDP bound: sound for the discrete Laplace (exactly pure).
+    "discrete_laplace": _pure_dp_rdp,
     "pure_dp": _pure_dp_rdp,
     "zcdp": lambda m, orders: orders * m.rho,
     "report_noisy_laplace": _pure_dp_rdp,
     "exponential": _bounded_range_rdp,
+    "discrete_exponential": _bounded_range_rdp,
     "generalized_exponential": _bounded_range_rdp,
 }
 

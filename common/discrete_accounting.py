@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
@@ -74,13 +75,71 @@ def discrete_laplace_pure_epsilon(scale: int | Fraction | float, sensitivity: in
 
 def discrete_laplace_pld(scale: int | Fraction | float, sensitivity: int, count: int = 1,
                          value_discretization_interval: float = DEFAULT_VALUE_DISCRETIZATION):
-    """The (pessimistic) PLD of ``count`` discrete Laplace releases."""
+    """The (pessimistic) PLD of ``count`` discrete Laplace releases: the
+    privacy-buckets PLD dp-accounting's ``from_discrete_laplace_mechanism``
+    builds, computed in closed form (:func:`discrete_laplace_rounded_pmf`)."""
     _check_release(sensitivity, count)
     exact = as_rational(scale, "the discrete Laplace scale")
-    single = pld.from_discrete_laplace_mechanism(
-        1.0 / float(exact), sensitivity=sensitivity,
-        value_discretization_interval=value_discretization_interval)
+    single = pld.PrivacyLossDistribution.create_from_rounded_probability(
+        discrete_laplace_rounded_pmf(exact, sensitivity, value_discretization_interval),
+        0.0, value_discretization_interval, pessimistic_estimate=True, symmetric=True)
     return single.self_compose(count)
+
+
+def discrete_laplace_rounded_pmf(scale: Fraction, sensitivity: int,
+                                 interval: float) -> dict[int, float]:
+    """The privacy loss distribution of one discrete Laplace release of scale
+    t and integer sensitivity Delta, its losses rounded *up* to multiples of
+    ``interval`` h (the pessimistic privacy buckets): bucket j -> mass.
+
+    Why not dp-accounting's ``from_discrete_laplace_mechanism``: it visits
+    every integer output between the two centres, Delta of them, and on the
+    fixed-point grid Delta is the sensitivity times 2^f (2^32 for a sum of
+    sensitivity 1 at f = 32: hours). Its loss takes at most 2 epsilon / h + 2
+    rounded values, so this sums the geometric masses of each bucket in closed
+    form instead, in exact integer arithmetic for which x falls in which
+    bucket.
+
+    With q = exp(-1/t) and X ~ DL(t) (P(x) = (1 - q)/(1 + q) q^|x|), the loss
+    of output x against the shift by Delta is L(x) = (|x - Delta| - |x|) / t:
+    epsilon = Delta/t for x <= 0 (mass 1/(1 + q)), -epsilon for x >= Delta
+    (mass q^Delta/(1 + q)), and (Delta - 2x)/t in between, where bucket j
+    (ceil(L/h) = j) holds x from B(j) = ceil((Delta - j h t)/2) to
+    B(j - 1) - 1, of mass (q^lo - q^(hi + 1))/(1 + q). The loss law is the
+    same for the shift by -Delta (symmetry), so one pmf serves add and
+    remove."""
+    delta = int(sensitivity)
+    step = Fraction(interval)
+    a_over_h = 1 / (scale * step)  # loss per unit x, in buckets: L(x)/h = (Delta - 2x) a/h
+    epsilon_buckets = delta * a_over_h
+    a = 1.0 / float(scale)
+    log_q = -a
+    one_plus_q = 1.0 + math.exp(log_q)
+    pmf: dict[int, float] = {}
+
+    def add(bucket: int, mass: float) -> None:
+        if mass > 0:
+            pmf[bucket] = pmf.get(bucket, 0.0) + mass
+
+    add(math.ceil(epsilon_buckets), 1.0 / one_plus_q)
+    add(math.ceil(-epsilon_buckets), math.exp(log_q * delta) / one_plus_q)
+    if delta >= 2:
+        # Interior x in [1, Delta - 1]: buckets from ceil(L(Delta-1)/h) to ceil(L(1)/h).
+        top = math.ceil((delta - 2) * a_over_h)
+        bottom = math.ceil((2 - delta) * a_over_h)
+        t_h = scale * step  # h t: B(j) = ceil((Delta - j h t) / 2)
+        num, den = t_h.numerator, t_h.denominator
+        buckets = range(bottom, top + 1)
+        # B(j) = ceil((Delta den - j num) / (2 den)), exactly, for j - 1 and j.
+        edges = np.array([max(1, min(delta, -((j * num - delta * den) // (2 * den))))
+                          for j in range(bottom - 1, top + 1)], dtype=np.float64)
+        lo, after_hi = edges[1:], edges[:-1]  # bucket j: x in [B(j), B(j - 1) - 1]
+        widths = after_hi - lo
+        masses = np.where(widths > 0, np.exp(log_q * lo) * -np.expm1(log_q * widths), 0.0) \
+            / one_plus_q
+        for bucket, mass in zip(buckets, masses.tolist(), strict=True):
+            add(bucket, mass)
+    return pmf
 
 
 def discrete_laplace_epsilon(scale: int | Fraction | float, sensitivity: int, delta: float,

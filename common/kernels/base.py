@@ -52,6 +52,7 @@ from privadapt.common.kernels.grid_rounding import (
 )
 from privadapt.common.mechanisms import (
     Adjacency,
+    DiscreteLaplaceMechanism,
     GaussianBlock,
     GaussianMechanism,
     LaplaceMechanism,
@@ -61,7 +62,7 @@ from privadapt.common.mechanisms import (
 from privadapt.common.record_parts import RecordPart, charged_adjacencies, worst_case
 from privadapt.common.validation import check_positive, check_positive_finite
 
-NoiseKind = Literal["gaussian", "laplace"]
+NoiseKind = Literal["gaussian", "laplace", "discrete_laplace"]
 
 #: The record count an algorithm sizes a mechanism's computation error for
 #: (``Kernel.mechanism``): the same public bound a site's policy assumes when
@@ -250,17 +251,21 @@ class Kernel(ABC):
         than the algorithm planned), times its entry of
         ``block_ratios`` (one per block, released then local; default all 1).
         Gaussian: sigma_b = z ratio_b charged_b; Laplace (one block only):
-        scale = z charged L1 sensitivity, i.e. z = 1/epsilon; ``noise_multiplier
-        = inf``: ``NoNoise`` with the kernel's own sensitivities. For a query
-        on a part of the records (``records``) under replace-one, every
-        sensitivity is the larger of its replace-one and add/remove values, as
-        a site charges it (common/record_parts.py)."""
+        scale = z charged L1 sensitivity, i.e. z = 1/epsilon; discrete Laplace
+        (one block): the same in integer steps of the grid 2^-``fractional_bits``,
+        which must then be the federation's own (the noise is exact only on the
+        grid the value is rounded to); ``noise_multiplier = inf``: ``NoNoise``
+        with the kernel's own sensitivities. For a query on a part of the
+        records (``records``) under replace-one, every sensitivity is the
+        larger of its replace-one and add/remove values, as a site charges it
+        (common/record_parts.py)."""
         adjacency = Adjacency(adjacency)
         adjacencies = charged_adjacencies(records, adjacency)
         check_positive("noise_multiplier", noise_multiplier, infinity_means="inf for no noise")
-        if noise not in ("gaussian", "laplace"):
-            raise ValueError(f"noise must be 'gaussian' or 'laplace', got {noise!r}")
-        norm: Norm = "l1" if noise == "laplace" else "l2"
+        if noise not in ("gaussian", "laplace", "discrete_laplace"):
+            raise ValueError(f"noise must be 'gaussian', 'laplace' or 'discrete_laplace', "
+                             f"got {noise!r}")
+        norm: Norm = "l2" if noise == "gaussian" else "l1"
         if math.isinf(noise_multiplier):
             own = worst_case([self.sensitivities(params, each, norm, dim)
                               + self.local_l2_sensitivities(params, each) for each in adjacencies])
@@ -272,10 +277,13 @@ class Kernel(ABC):
         if len(ratios) != len(charged):
             raise ValueError(f"{len(ratios)} block_ratios for the {len(charged)} blocks of "
                              f"kernel {self.name!r}")
-        if noise == "laplace":
+        if noise != "gaussian":
             if len(charged) != 1 or self.per_record_state:
                 raise ValueError(f"Laplace noise takes one released block; kernel "
                                  f"{self.name!r} has {len(charged)} (or keeps per-record state)")
+            if noise == "discrete_laplace":
+                return DiscreteLaplaceMechanism.for_noise_multiplier(
+                    charged[0], noise_multiplier * ratios[0], fractional_bits, adjacency)
             return LaplaceMechanism(charged[0], noise_multiplier * ratios[0] * charged[0],
                                     adjacency)
         if 0.0 in charged:

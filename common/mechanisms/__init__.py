@@ -12,10 +12,12 @@ it declares are the largest change of the released sum when one record is
 replaced (``REPLACE_ONE``) or added/removed (``ADD_REMOVE_ONE``).
 
 Three families. *Kernel mechanisms* (:class:`GaussianMechanism`,
-:class:`LaplaceMechanism`, :class:`NoNoise`; ``releases_kernel_sums``) describe
-noise a site adds to a kernel's sums. *Selection mechanisms*
+:class:`LaplaceMechanism`, :class:`DiscreteLaplaceMechanism`, :class:`NoNoise`;
+``releases_kernel_sums``) describe noise a site adds to a kernel's sums (the
+discrete one exact integers on the fixed-point grid). *Selection mechanisms*
 (:class:`ReportNoisyMin`, :class:`ExponentialMechanism`,
-:class:`GeneralizedExponentialMechanism`; ``releases_index``) describe how a
+:class:`DiscreteExponentialMechanism`, :class:`GeneralizedExponentialMechanism`;
+``releases_index``) describe how a
 site that holds all of a job's data picks a candidate from a kernel's score
 vector and releases only its index (:mod:`.selection`). *Events*
 (:class:`PureDpEvent`, :class:`ZCdpEvent`) only describe a privacy cost for the
@@ -41,6 +43,8 @@ from __future__ import annotations
 from typing import Any
 
 from privadapt.common.mechanisms.base import Adjacency, KernelMechanism, Mechanism
+from privadapt.common.mechanisms.discrete_laplace import DiscreteLaplaceMechanism
+from privadapt.common.mechanisms.discrete_selection import DiscreteExponentialMechanism
 from privadapt.common.mechanisms.events import PureDpEvent, ZCdpEvent
 from privadapt.common.mechanisms.gaussian import GaussianBlock, GaussianMechanism
 from privadapt.common.mechanisms.laplace import LaplaceMechanism
@@ -55,6 +59,8 @@ from privadapt.common.mechanisms.selection import (
 __all__ = [
     "MECHANISM_KINDS",
     "Adjacency",
+    "DiscreteExponentialMechanism",
+    "DiscreteLaplaceMechanism",
     "ExponentialMechanism",
     "GaussianBlock",
     "GaussianMechanism",
@@ -76,11 +82,13 @@ MECHANISM_KINDS: dict[str, type[Mechanism]] = {
     "gaussian": GaussianMechanism,
     "poisson_sampled_gaussian": GaussianMechanism,
     "laplace": LaplaceMechanism,
+    "discrete_laplace": DiscreteLaplaceMechanism,
     "pure_dp": PureDpEvent,
     "zcdp": ZCdpEvent,
     "no_noise": NoNoise,
     "report_noisy_laplace": ReportNoisyMin,
     "exponential": ExponentialMechanism,
+    "discrete_exponential": DiscreteExponentialMechanism,
     "generalized_exponential": GeneralizedExponentialMechanism,
 }
 

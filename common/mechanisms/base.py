@@ -74,6 +74,13 @@ class Mechanism:
         """A short human description, e.g. ``laplace eps=0.5``."""
         raise NotImplementedError
 
+    @property
+    def noise_grid_bits(self) -> int | None:
+        """The grid 2^-f it randomises exactly on, in integer steps (a discrete
+        mechanism), which must be the query's own grid; None for float noise,
+        which the site rounds onto whatever grid the query uses."""
+        return None
+
     def in_adjacency(self, adjacency: Adjacency) -> Mechanism:
         """The same mechanism, accounted under ``adjacency``.
 

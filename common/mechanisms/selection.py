@@ -35,8 +35,8 @@ One gap remains (found by review): the Laplace and Gumbel samples are bounded
 whose scaled score trails another's by more than about 86 has probability
 exactly 0 on one dataset and may not on its neighbour: report-noisy-min and the
 exponential mechanism are (epsilon, ~1e-37)-DP rather than pure epsilon-DP.
-The exact integer samplers of :mod:`privadapt.common.discrete_noise` close it
-once wired in (issue 17).
+:class:`~privadapt.common.mechanisms.discrete_selection.DiscreteExponentialMechanism`
+closes it for the exponential mechanism (exact sampling on the grid, issue 17).
 """
 
 from __future__ import annotations

@@ -30,7 +30,10 @@ kernel's block; the T releases compose:
 
 * ``epsilon`` (pure epsilon-DP): Laplace on each round at epsilon / T, scale =
   (charged L1 sensitivity) T / epsilon, so the ledger's pure epsilon is
-  exactly epsilon (basic composition of pure DP).
+  exactly epsilon (basic composition of pure DP). With ``noise="discrete"``
+  the same budget is spent by the exact discrete Laplace on the federation's
+  fixed-point grid (issue 17; :class:`~privadapt.common.mechanisms.DiscreteLaplaceMechanism`):
+  exactly pure, where the float Laplace is (epsilon, ~1e-300).
 * ``rho`` (rho-zCDP): Gaussian on each round with multiplier
   z = sqrt(T / (2 rho)), i.e. rho / T per round (rho = 1 / (2 z^2) for a
   Gaussian of L2 sensitivity 1 and sigma z), rho in all (zCDP composes
@@ -59,7 +62,12 @@ from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.geometry import clip_rows_to_norm
 from privadapt.common.kernels.base import NoiseKind
 from privadapt.common.kernels.nearest_target_sums import NearestTargetParams, NearestTargetSums
-from privadapt.common.mechanisms import Adjacency, LaplaceMechanism, Mechanism
+from privadapt.common.mechanisms import (
+    Adjacency,
+    DiscreteLaplaceMechanism,
+    LaplaceMechanism,
+    Mechanism,
+)
 from privadapt.common.validation import check_positive
 
 KERNEL = NearestTargetSums()
@@ -76,10 +84,12 @@ class PrivacyPlan:
     queries: int
 
     @classmethod
-    def split(cls, epsilon: float | None, rho: float | None, queries: int) -> PrivacyPlan:
-        """Laplace at epsilon / ``queries`` per release (pure epsilon-DP), or
-        Gaussian at rho / ``queries`` per release (rho-zCDP); exactly one of
-        ``epsilon`` and ``rho`` (module docstring)."""
+    def split(cls, epsilon: float | None, rho: float | None, queries: int,
+              discrete: bool = False) -> PrivacyPlan:
+        """Laplace at epsilon / ``queries`` per release (pure epsilon-DP; the
+        exact discrete Laplace when ``discrete``), or Gaussian at rho /
+        ``queries`` per release (rho-zCDP); exactly one of ``epsilon`` and
+        ``rho`` (module docstring)."""
         if (epsilon is None) == (rho is None):
             raise ValueError("give exactly one of epsilon (pure DP, Laplace noise) and rho "
                              f"(zCDP, Gaussian noise); got epsilon={epsilon!r}, rho={rho!r}")
@@ -87,8 +97,11 @@ class PrivacyPlan:
             raise ValueError(f"a plan needs at least one query, got {queries!r}")
         if epsilon is not None:
             check_positive("epsilon", epsilon, infinity_means="inf for no noise")
-            return cls("laplace", queries / epsilon if math.isfinite(epsilon) else math.inf,
-                       queries)
+            return cls("discrete_laplace" if discrete else "laplace",
+                       queries / epsilon if math.isfinite(epsilon) else math.inf, queries)
+        if discrete:
+            raise ValueError("discrete noise is the discrete Laplace, for an epsilon budget; "
+                             "a rho budget takes Gaussian noise")
         assert rho is not None
         check_positive("rho", rho, infinity_means="inf for no noise")
         multiplier = math.sqrt(queries / (2 * rho)) if math.isfinite(rho) else math.inf
@@ -107,7 +120,7 @@ def column_weights(noise: NoiseKind, dim: int, clip_norm: float, count_share: fl
         raise ValueError(f"count_share and moment_share must be in (0, 1) with a positive "
                          f"rest for the sums, got {count_share!r} and {moment_share!r}")
     r = clip_norm
-    if noise == "laplace":
+    if noise != "gaussian":  # the Laplace noises, exact or not: L1
         unit = math.sqrt(dim) * r / sum_share  # the L1 budget in units of the sums' share
         return count_share * unit, (moment_share * unit / r**2 if moment_share else None)
     unit = r**2 / sum_share
@@ -131,7 +144,8 @@ class CellStatistics:
     def count_noise_std(self) -> float:
         """The standard deviation of one count's noise (0 without noise)."""
         (scale,) = self.mechanism.noise_scales or (0.0,)
-        std = math.sqrt(2.0) * scale if isinstance(self.mechanism, LaplaceMechanism) else scale
+        laplace = isinstance(self.mechanism, LaplaceMechanism | DiscreteLaplaceMechanism)
+        std = math.sqrt(2.0) * scale if laplace else scale
         return std / self.count_weight
 
 
@@ -142,12 +156,24 @@ def noisy_cell_statistics(federation: Federation, centres: np.ndarray, *, clip_n
     count_weight, moment_weight = weights
     params = NearestTargetParams(centres, clip_norm, count_weight, moment_weight)
     dim = centres.shape[1]
+    grid = {"fractional_bits": federation_grid_bits(federation)} \
+        if plan.noise == "discrete_laplace" else {}
     mechanism = KERNEL.mechanism(params, plan.noise_multiplier, ADJACENCY, dim=dim,
-                                 noise=plan.noise)
+                                 noise=plan.noise, **grid)
     block = federation.query(KERNEL.name, params.to_wire(), mechanism).value
     moments = None if moment_weight is None else block[:, 1 + dim:] / moment_weight
     return CellStatistics(block[:, 0] / count_weight, block[:, 1:1 + dim], moments, mechanism,
                           count_weight)
+
+
+def federation_grid_bits(federation: Federation) -> int:
+    """The fixed-point grid 2^-f the federation's sites round onto, which
+    integer noise must live on (both federations keep it in their codec)."""
+    codec = getattr(federation, "codec", None)
+    if codec is None:
+        raise ValueError("discrete noise needs the federation's fixed-point grid, and this "
+                         "federation has no codec")
+    return int(codec.fractional_bits)
 
 
 def uniform_ball_points(count: int, dim: int, radius: float,
@@ -211,11 +237,13 @@ def private_lloyd(federation: Federation, *, n_clusters: int = 100, iterations: 
                   epsilon: float | None = None, rho: float | None = None,
                   clip_norm: float = 0.5, count_share: float = 0.5,
                   min_count: float | None = None, initial_centres: np.ndarray | None = None,
-                  seed: int | None = None) -> PrivateLloydResult:
+                  seed: int | None = None, noise: str = "continuous") -> PrivateLloydResult:
     """DP Lloyd on the federation's records (module docstring): ``iterations``
-    releases at ``epsilon`` / ``iterations`` (Laplace) or ``rho`` /
-    ``iterations`` (Gaussian) each."""
-    plan = PrivacyPlan.split(epsilon, rho, iterations)
+    releases at ``epsilon`` / ``iterations`` (Laplace; with ``noise="discrete"``
+    the exact discrete Laplace) or ``rho`` / ``iterations`` (Gaussian) each."""
+    if noise not in ("continuous", "discrete"):
+        raise ValueError(f"noise must be 'continuous' or 'discrete', got {noise!r}")
+    plan = PrivacyPlan.split(epsilon, rho, iterations, discrete=noise == "discrete")
     dim = federation.dim
     if initial_centres is None:
         centres = uniform_ball_points(n_clusters, dim, clip_norm, np.random.default_rng(seed))

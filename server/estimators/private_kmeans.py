@@ -23,6 +23,7 @@ from privadapt.server.estimators.base import (
     Constraints,
     Interval,
     InvalidParameterError,
+    Options,
     PrivateEstimator,
 )
 
@@ -48,6 +49,8 @@ class PrivateLloydKMeans(PrivateEstimator):
     ||x|| <= ``clip_norm``: ``iterations`` secure-sum releases of per-centre
     counts and sums, at ``epsilon`` / ``iterations`` each (Laplace, pure DP)
     or ``rho`` / ``iterations`` (Gaussian, zCDP), add/remove adjacency.
+    ``noise="discrete"`` spends an ``epsilon`` budget with the exact discrete
+    Laplace on the federation's fixed-point grid instead of the float Laplace.
     ``count_share`` of each release's budget goes to the counts; centres whose
     last noisy count is at most ``min_count`` (None: twice a count's noise
     standard deviation) are dropped from ``centres_``.
@@ -60,6 +63,7 @@ class PrivateLloydKMeans(PrivateEstimator):
         "n_clusters": COUNT, "iterations": ITERATIONS, "epsilon": [*EPSILON, None],
         "rho": [*RHO, None], "clip_norm": POSITIVE, "count_share": SHARE,
         "min_count": [*NON_NEGATIVE, None], "seed": SEED,
+        "noise": [Options("continuous", "discrete")],
     }
 
     def __init__(
@@ -73,6 +77,7 @@ class PrivateLloydKMeans(PrivateEstimator):
         count_share: float = 0.5,
         min_count: float | None = None,
         seed: int | None = None,
+        noise: str = "continuous",
     ) -> None:
         self.n_clusters = n_clusters
         self.iterations = iterations
@@ -82,6 +87,7 @@ class PrivateLloydKMeans(PrivateEstimator):
         self.count_share = count_share
         self.min_count = min_count
         self.seed = seed
+        self.noise = noise
 
     def fit(self, federation: Federation, public_source: object = None, *,
             initial_centres: np.ndarray | None = None) -> PrivateLloydKMeans:
@@ -90,6 +96,10 @@ class PrivateLloydKMeans(PrivateEstimator):
         ``public_source`` is ignored (the baseline does not look at T)."""
         self._validate_params()
         check_one_budget(self)
+        if self.noise == "discrete" and self.rho is not None:
+            raise InvalidParameterError(
+                "PrivateLloydKMeans: noise='discrete' is the discrete Laplace, for an "
+                "'epsilon' budget; a 'rho' budget takes Gaussian noise")
         result = private_lloyd(federation, **self.get_params(), initial_centres=initial_centres)
         self.centres_ = result.centres
         self.all_centres_ = result.all_centres

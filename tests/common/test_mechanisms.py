@@ -13,6 +13,8 @@ from privadapt.common.accounting import PrivacyAccountant
 from privadapt.common.mechanisms import (
     MECHANISM_KINDS,
     Adjacency,
+    DiscreteExponentialMechanism,
+    DiscreteLaplaceMechanism,
     ExponentialMechanism,
     GaussianBlock,
     GaussianMechanism,
@@ -36,11 +38,13 @@ ONE_OF_EACH_KIND = [
     GaussianMechanism((GaussianBlock(1.0, 2.5), GaussianBlock(0.0, 1e-3))),
     GaussianMechanism.single(0.5, 1.7, ADD_REMOVE, sampling_rate=0.01),
     LaplaceMechanism(2.0, 0.25, ADD_REMOVE),
+    DiscreteLaplaceMechanism(2.0, 1024.5, 10, ADD_REMOVE),
     PureDpEvent(0.3),
     ZCdpEvent(0.125, ADD_REMOVE),
     NoNoise((0.0, 3.0)),
     ReportNoisyMin(1.0, 4.0, monotone=True, adjacency=ADD_REMOVE),
     ExponentialMechanism(0.5, 0.2, minimize=False),
+    DiscreteExponentialMechanism(0.5, 0.2, 20, minimize=False),
     GeneralizedExponentialMechanism((0.0, 1.0, 4.0), 0.5, 0.1),
 ]
 WITH_LOCAL_BLOCKS = GaussianMechanism(

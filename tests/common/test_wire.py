@@ -15,6 +15,7 @@ from privadapt.common.federation import Query
 from privadapt.common.mechanisms import (
     MECHANISM_KINDS,
     Adjacency,
+    DiscreteLaplaceMechanism,
     GaussianBlock,
     GaussianMechanism,
     LaplaceMechanism,
@@ -48,6 +49,8 @@ MECHANISMS = [
     GaussianMechanism.single(0.5, 1.7, Adjacency.ADD_REMOVE_ONE, sampling_rate=0.01),
     LaplaceMechanism(2.0, 0.25),
     LaplaceMechanism(0.0, 1.0, Adjacency.ADD_REMOVE_ONE),
+    DiscreteLaplaceMechanism(2.0, 1024.5, 10),
+    DiscreteLaplaceMechanism(0.0, 2.0**-20, 48, Adjacency.ADD_REMOVE_ONE),
     PureDpEvent(0.3),
     PureDpEvent(0.0, Adjacency.ADD_REMOVE_ONE),
     ZCdpEvent(0.125),
@@ -212,8 +215,8 @@ def test_mechanism_round_trips(mechanism: object) -> None:
 
 def test_mechanism_kinds_cover_every_kind() -> None:
     kinds = {mechanism_to_proto(m).WhichOneof("kind") for m in MECHANISMS}
-    assert kinds == {"gaussian", "poisson_sampled_gaussian", "laplace", "pure_dp", "zcdp",
-                     "no_noise"}
+    assert kinds == {"gaussian", "poisson_sampled_gaussian", "laplace", "discrete_laplace",
+                     "pure_dp", "zcdp", "no_noise"}
 
 
 def test_every_mechanism_kind_has_its_oneof_field() -> None:

@@ -1,0 +1,177 @@
+"""The exponential mechanism sampled exactly on the fixed-point grid (issue 17).
+
+Why: :class:`~privadapt.common.mechanisms.selection.ExponentialMechanism`
+draws through float Gumbel noise, whose samples are bounded, so a candidate
+far behind has probability exactly 0 on one dataset and not on its neighbour:
+(epsilon, ~1e-37)-DP rather than pure (selection.py, module docstring). Here
+the site's scores, already rounded onto its grid 2^-f, are read as integers
+of grid steps, and the index is drawn with probability exactly
+exp(-c g_k) / sum_j exp(-c g_j), g_k the integer gap of candidate k's utility
+below the best, c = epsilon / (2 Delta) (epsilon / Delta for monotone scores)
+a rational, by a uniform proposal kept with probability exp(-c g_k) from the
+exact Bernoulli of Canonne, Kamath and Steinke
+(:func:`privadapt.common.discrete_noise.exponential_mechanism_index`). No
+float enters a probability.
+
+Sensitivity in steps. The site charges a float score sensitivity S that holds
+the rounding onto the grid and the float errors
+(:func:`~privadapt.common.kernels.grid_rounding.score_rounding_charged`); the
+scores' integer steps then move by at most S 2^f between neighbours, so by at
+most Delta = ceil(S 2^f (1 + 2^-50)) (:func:`.discrete_laplace.grid_steps`).
+The guarantee is then exactly the exponential mechanism's on integer
+utilities of sensitivity Delta: pure epsilon-DP and epsilon-bounded-range,
+accounted as :class:`ExponentialMechanism` is (same derivation; its
+docstring). The grid is the mechanism's field ``fractional_bits`` and a site
+refuses it unless it is the query's: read on a coarser grid, the scores would
+be rounded once more, by a step nobody charged.
+
+Work: expected proposals at most K (the best candidate is always kept), each
+an exact Bernoulli of O(1) expected words; the scores' size K is the kernel's,
+fixed by public parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, ClassVar
+
+import numpy as np
+
+from privadapt.common.discrete_noise import exponential_mechanism_index, uniform_index
+from privadapt.common.mechanisms.base import Adjacency
+from privadapt.common.mechanisms.discrete_laplace import check_grid_bits, grid_steps
+from privadapt.common.mechanisms.selection import (
+    SelectionMechanism,
+    _check_monotone_adjacency,
+    _checked_sensitivities,
+)
+from privadapt.common.noise import RandomBits
+from privadapt.common.validation import (
+    check_bool,
+    check_nonnegative_finite,
+    check_positive_finite,
+)
+
+
+@dataclass(frozen=True)
+class DiscreteExponentialMechanism(SelectionMechanism):
+    """The exponential mechanism at ``epsilon`` on scores of charged
+    sensitivity ``sensitivity`` read in integer steps of the grid
+    2^-``fractional_bits``, sampled exactly (module docstring)."""
+
+    sensitivity: float
+    epsilon: float
+    fractional_bits: int
+    minimize: bool = True
+    monotone: bool = False
+    adjacency: Adjacency = Adjacency.REPLACE_ONE
+
+    kind: ClassVar[str] = "discrete_exponential"
+
+    def __post_init__(self) -> None:
+        name = "DiscreteExponentialMechanism"
+        object.__setattr__(self, "sensitivity", check_nonnegative_finite(
+            f"{name}.sensitivity", self.sensitivity))
+        object.__setattr__(self, "epsilon",
+                           check_positive_finite(f"{name}.epsilon", self.epsilon))
+        object.__setattr__(self, "fractional_bits",
+                           check_grid_bits(f"{name}.fractional_bits", self.fractional_bits))
+        object.__setattr__(self, "minimize", check_bool(f"{name}.minimize", self.minimize))
+        object.__setattr__(self, "monotone", check_bool(f"{name}.monotone", self.monotone))
+        object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
+        _check_monotone_adjacency(name, self.monotone, self.adjacency)
+
+    @property
+    def grid_sensitivity(self) -> int:
+        """Delta: the scores' sensitivity in grid steps."""
+        return 0 if self.sensitivity == 0 else grid_steps(self.sensitivity,
+                                                           self.fractional_bits)
+
+    @property
+    def coefficient(self) -> Fraction | None:
+        """c = epsilon / (2 Delta) (or / Delta, monotone), exactly, per grid
+        step of utility; None when the scores do not depend on the data."""
+        if self.is_free:
+            return None
+        return Fraction(self.epsilon) / ((1 if self.monotone else 2) * self.grid_sensitivity)
+
+    @property
+    def noise_grid_bits(self) -> int:
+        return self.fractional_bits
+
+    @property
+    def is_free(self) -> bool:
+        return self.sensitivity == 0
+
+    @property
+    def pure_epsilon(self) -> float:
+        return 0.0 if self.is_free else self.epsilon
+
+    @property
+    def score_sensitivities(self) -> tuple[float, ...]:
+        return (self.sensitivity,)
+
+    @property
+    def summary(self) -> str:
+        monotone = ", monotone" if self.monotone else ""
+        return (f"discrete exponential {self._direction} eps={self.epsilon:.3g}{monotone} "
+                f"(Delta={self.grid_sensitivity} steps of 2^-{self.fractional_bits})")
+
+    def with_score_sensitivities(
+        self, sensitivities: Sequence[float], adjacency: Adjacency, *, monotone: bool = False
+    ) -> DiscreteExponentialMechanism:
+        sensitivity = max(_checked_sensitivities("score sensitivities", sensitivities))
+        return DiscreteExponentialMechanism(sensitivity, self.epsilon, self.fractional_bits,
+                                            self.minimize, monotone, adjacency)
+
+    def _as_replace_one(self) -> DiscreteExponentialMechanism:
+        # Group privacy of size 2, as ExponentialMechanism reads it.
+        sensitivity = self.sensitivity if self.monotone else 2 * self.sensitivity
+        return DiscreteExponentialMechanism(sensitivity, 2 * self.epsilon, self.fractional_bits,
+                                            self.minimize, False, Adjacency.REPLACE_ONE)
+
+    def utility_steps(self, scores: np.ndarray) -> list[int]:
+        """The utilities in integer grid steps (scores negated for
+        ``minimize``), as exact Python integers."""
+        steps = np.rint(np.ldexp(np.asarray(scores, dtype=np.float64), self.fractional_bits))
+        if not np.all(np.abs(steps) < 2.0**63):
+            raise ValueError("scores do not fit the fixed-point grid")
+        values = [int(v) for v in steps.astype(np.int64)]
+        return [-v for v in values] if self.minimize else values
+
+    def select(self, scores: np.ndarray, source: RandomBits | None = None) -> int:
+        utilities = self.utility_steps(self._checked_scores(scores))
+        best = max(utilities)
+        gaps = [best - u for u in utilities]
+        coefficient = self.coefficient
+        if coefficient is None:  # data-independent scores: any maximiser, uniformly
+            winners = [k for k, gap in enumerate(gaps) if gap == 0]
+            return winners[uniform_index(len(winners), source)]
+        return exponential_mechanism_index(gaps, coefficient, source)
+
+    def _fields(self) -> dict[str, Any]:
+        return {"sensitivity": self.sensitivity, "epsilon": self.epsilon,
+                "fractional_bits": self.fractional_bits, "minimize": self.minimize,
+                "monotone": self.monotone}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DiscreteExponentialMechanism:
+        return cls(data["sensitivity"], data["epsilon"], data["fractional_bits"],
+                   data["minimize"], data["monotone"], Adjacency(data["adjacency"]))
+
+
+def exact_probabilities(mechanism: DiscreteExponentialMechanism,
+                        scores: np.ndarray) -> np.ndarray:
+    """The law :meth:`DiscreteExponentialMechanism.select` samples, in floats
+    (for tests and reports): exp(-c g_k) normalised."""
+    utilities = mechanism.utility_steps(np.asarray(scores, dtype=float))
+    best = max(utilities)
+    coefficient = mechanism.coefficient
+    if coefficient is None:
+        weights = np.array([1.0 if u == best else 0.0 for u in utilities])
+    else:
+        weights = np.array([math.exp(-float(coefficient * (best - u))) for u in utilities])
+    return weights / weights.sum()
