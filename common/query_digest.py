@@ -17,10 +17,10 @@ parameter, the mechanism (its :func:`mechanism_to_dict` description),
 collusion tolerance t, fractional bits, the release form (secure sum
 or per site: a site must not be shown one form while another is shown the
 other, since only the secure sum hides each site's answer) and, for a query
-not on every record, the record part (:mod:`privadapt.common.record_parts`: sites shown different parts, or
-the same part under different salts or fractions, would sum statistics of
-different records, and one of them could be shown a part where its
-records are few). The encoding is canonical: every
+not on every record, the record part (:mod:`privadapt.common.record_parts`:
+sites shown different parts, or the same part under different salts or
+fractions, would sum statistics of different records, and one of them could
+be shown a part where its records are few). The encoding is canonical: every
 value is tagged by type and length-prefixed; mappings are encoded in sorted
 key order (independent of insertion order); floats by their exact IEEE-754
 bits (so 0.1 and the next float differ, and so do 0.0 and -0.0); integers
