@@ -40,6 +40,7 @@ from google.protobuf import json_format
 
 from privadapt.common import tls
 from privadapt.common.config import Layout, read_sections, read_toml, render_layout
+from privadapt.common.dial_diagnosis import explain_unreachable
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
@@ -90,6 +91,7 @@ class OperatorConfig:
             channel = grpc.insecure_channel(self.coordinator, options=channel_options())
         else:
             assert self.cert is not None and self.key is not None and self.ca is not None
+            tls.check_own_certificate(self.cert, self.ca, "operator")
             credentials = tls.channel_credentials(self.cert, self.key, self.ca)
             channel = grpc.secure_channel(self.coordinator, credentials,
                                           options=channel_options())
@@ -138,7 +140,11 @@ def run_operator_command(args: argparse.Namespace) -> int:
     try:
         return _COMMANDS[args.command](stub, args)
     except grpc.RpcError as err:
-        raise ConfigError(f"coordinator: {err.code().name}: {err.details()}") from None
+        reason = None
+        if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            config = OperatorConfig.locate(args.config, args.insecure)
+            reason = explain_unreachable(config.coordinator, config.ca)
+        raise ConfigError(reason or f"coordinator: {err.code().name}: {err.details()}") from None
 
 
 def _launch(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
