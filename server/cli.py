@@ -12,6 +12,9 @@
 * ``privadapt launch JOB.toml [--follow]``, ``status [JOB] [--follow]``,
   ``result JOB --out DIR``, ``cancel JOB``, ``sites``: the operator API
   (server/operator_cli.py).
+* ``privadapt provision FEDERATION.toml [--out DIR] [--force]``: a startup kit per
+  participant (certificate, key, CA certificate, configuration, policy template,
+  systemd unit; server/provision.py).
 * ``privadapt --version``: the installed version.
 * ``privadapt simulate [--sites N] [--workdir DIR | --keep] [--job JOB.toml ...] [--split NAME]``:
   a coordinator and N sites as processes on this machine (server/simulate.py).
@@ -54,6 +57,14 @@ def _build_parser() -> argparse.ArgumentParser:
     report.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
     report.add_argument("--out", required=True, type=Path, help="the HTML file to write")
     _add_certs_parser(commands)
+    provision = commands.add_parser(
+        "provision", help="write a startup kit per participant from one federation file")
+    provision.add_argument("federation_file", type=Path,
+                           help="the federation TOML naming the coordinator, sites and operators")
+    provision.add_argument("--out", type=Path,
+                           help="where the kits go (default: kits/ beside the federation file)")
+    provision.add_argument("--force", action="store_true",
+                           help="replace existing kits (their certificates are issued again)")
     add_operator_commands(commands)
     simulate = commands.add_parser(
         "simulate", help="run a coordinator and N site daemons on this machine, over mutual "
@@ -137,6 +148,12 @@ def main(argv: list[str] | None = None) -> int:
             return init_ledger(args.site_db, args.policy)
         if args.command == "certs" and args.certs_command is not None:
             return _run_certs(args)
+        if args.command == "provision":
+            from privadapt.server.provision import provision
+
+            for kit in provision(args.federation_file, args.out, force=args.force):
+                print(f"wrote the {kit.role} kit of {kit.name!r} in {kit.directory}")
+            return 0
         if args.command in OPERATOR_COMMANDS:
             return run_operator_command(args)
         if args.command == "simulate":
