@@ -2,15 +2,15 @@
 
 * ``privadapt ledger init --site-db PATH --policy POLICY.toml``: create a site's ledger
   (once: a site daemon never creates one).
-* ``privadapt ledger show --site-db PATH [--job JOB]``: verify a site's privacy ledger
-  and print it.
+* ``privadapt ledger show --site-db PATH [--job JOB] [--json]``: verify a site's privacy
+  ledger and print it.
 * ``privadapt ledger report --site-db PATH --out REPORT.html``: verify a site's
   ledger and write it as a self-contained HTML page for an auditor.
 * ``privadapt certs init --dir DIR``: create the federation CA.
 * ``privadapt certs issue --dir DIR --role ROLE --name NAME [--days N] [--host H ...]``:
   issue a party's certificate and key from that CA.
 * ``privadapt launch JOB.toml [--follow]``, ``status [JOB] [--follow]``,
-  ``result JOB --out DIR``, ``cancel JOB``, ``sites``: the operator API
+  ``result JOB --out DIR``, ``cancel JOB``, ``sites``, ``logs JOB``: the operator API
   (server/operator_cli.py).
 * ``privadapt provision FEDERATION.toml [--out DIR] [--force]``: a startup kit per
   participant (certificate, key, CA certificate, configuration, policy template,
@@ -34,7 +34,7 @@ from privadapt.common import certs
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.server.operator_cli import add_operator_commands, run_operator_command
 
-OPERATOR_COMMANDS = ("launch", "status", "result", "cancel", "sites")
+OPERATOR_COMMANDS = ("launch", "status", "result", "cancel", "sites", "logs")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -52,6 +52,8 @@ def _build_parser() -> argparse.ArgumentParser:
     show = ledger_commands.add_parser("show", help="print every charge and the epsilon spent")
     show.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
     show.add_argument("--job", help="only this job's charges")
+    show.add_argument("--json", action="store_true",
+                      help="print one JSON document instead of the table, for scripts")
     report = ledger_commands.add_parser(
         "report", help="write a self-contained HTML privacy report of a site's ledger")
     report.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
@@ -137,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             # The operator CLI reads a site's ledger file directly; it never runs a site.
             from privadapt.client.ledger_cli import show_ledger
 
-            return show_ledger(args.site_db, job=args.job)
+            return show_ledger(args.site_db, job=args.job, as_json=args.json)
         if args.command == "ledger" and args.ledger_command == "report":
             from privadapt.client.ledger_report import write_report
 

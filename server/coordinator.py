@@ -193,6 +193,7 @@ class Coordinator:
             public_source=public_source, public_sources=public_sources,
             public_schema=(None if described is None
                            else SchemaDigest.of(schema, described.dim)),
+            public_feature_names=(None if described is None else described.feature_names),
         )
         # Each connected site holds one thread (its Connect stream; one per
         # site, see SiteRegistry.attach). Calls are admitted per caller and

@@ -63,10 +63,11 @@ def check_delta_against_sizes(spec: pb.JobSpec, sizes: Mapping[str, int]) -> Non
 
 
 def check_schema_agreement(public: SchemaDigest | None,
-                           sites: Mapping[str, SchemaDigest | None]) -> None:
+                           sites: Mapping[str, SchemaDigest | None]) -> SchemaDigest | None:
     """Refuse unless every site (and the public sample, if any) agree on the
     meaning of the features. The reference is the public sample, else the
-    digest most sites hold (ties: the first site by name holding one)."""
+    digest most sites hold (ties: the first site by name holding one); it is
+    returned (None when there is nothing to compare)."""
     missing = sorted(name for name, digest in sites.items() if digest is None)
     if missing:
         raise ConfigError(
@@ -82,7 +83,7 @@ def check_schema_agreement(public: SchemaDigest | None,
                                                      -sorted(digests).index(n)))
         reference, reference_name = digests[reference_name], f"site {reference_name!r}"
     else:
-        return
+        return None
     problems = []
     for name, digest in digests.items():
         differing = reference.differing_fields(digest)
@@ -94,6 +95,7 @@ def check_schema_agreement(public: SchemaDigest | None,
             f"job: the sites do not agree on what the data means; compared with "
             f"{reference_name}: {'; '.join(problems)}. Give every site (and the coordinator's "
             "public_source_schema) the same schema TOML")
+    return reference
 
 
 def check_estimator(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],

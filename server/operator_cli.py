@@ -1,6 +1,6 @@
-"""Operator commands: ``privadapt launch | status | result | cancel | sites``.
+"""Operator commands: ``privadapt launch | status | result | cancel | sites | logs``.
 
-``status``, ``sites`` and ``result`` take ``--json`` for scripts: one JSON
+``status``, ``sites``, ``result`` and ``logs`` take ``--json`` for scripts: one JSON
 document with the reply's proto field names (``result``: the model's path and
 the privacy report).
 
@@ -33,9 +33,9 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import grpc
-import numpy as np
 from google.protobuf import json_format
 
 from privadapt.common import tls
@@ -45,7 +45,15 @@ from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.wire import channel_options, params_from_proto
+from privadapt.server.job_progress import (
+    job_line,
+    log_lines,
+    new_round_lines,
+    progress_bar,
+    round_lines,
+)
 from privadapt.server.job_spec import job_spec_from_toml, job_state_name
+from privadapt.server.result_files import REPORT_FILE, claim_output, write_model
 
 CALL_TIMEOUT_S = 30.0
 DRY_RUN_TIMEOUT_S = 600.0
@@ -128,7 +136,9 @@ def add_operator_commands(commands: argparse._SubParsersAction) -> None:
     cancel.add_argument("job_id")
     cancel.add_argument("--reason", default="cancelled by the operator")
     sites = command("sites", "list the sites the coordinator knows")
-    for parser in (status, result, sites):
+    logs = command("logs", "a job's audit events and rounds from the coordinator's store")
+    logs.add_argument("job_id")
+    for parser in (status, result, sites, logs):
         parser.add_argument("--json", action="store_true",
                             help="print one JSON document instead of lines, for scripts")
 
@@ -175,16 +185,24 @@ def _status(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     return 0
 
 
-def _follow(stub: rpc.OperatorServiceStub, job_id: str) -> int:
+def _follow(stub: rpc.OperatorServiceStub, job_id: str, out: TextIO | None = None) -> int:
+    """Print the job's progress from the Watch stream until it ends: a
+    progress bar redrawn in place on a terminal, else one line per round."""
+    out = out or sys.stdout
+    on_terminal = out.isatty()
     job = None
     printed = 0
     for job in watch(stub, job_id):
-        lines = round_lines(job.rounds)
-        for line in lines[printed:]:
-            print(line, flush=True)
-        printed = len(lines)
+        if on_terminal:
+            print(f"\r{progress_bar(job)}\x1b[K", end="", file=out, flush=True)
+            continue
+        lines, printed = new_round_lines(job, printed)
+        for line in lines:
+            print(line, file=out, flush=True)
     if job is not None:
-        print(job_line(job))
+        if on_terminal:
+            print(file=out)
+        print(job_line(job), file=out)
     return 0 if job is not None and job.state == pb.JOB_STATE_SUCCEEDED else 1
 
 
@@ -193,43 +211,23 @@ def watch(stub: rpc.OperatorServiceStub, job_id: str) -> Iterator[pb.JobStatus]:
     yield from stub.Watch(pb.StatusRequest(job_id=job_id))
 
 
-def job_line(job: pb.JobStatus) -> str:
-    state = job_state_name(job.state)
-    done = sum(1 for r in job.rounds if not r.aborted)
-    aborted = len(job.rounds) - done
-    text = f"{job.job_id}  {job.algorithm}  {state}  rounds={done}"
-    if aborted:
-        text += f" (+{aborted} aborted)"
-    return text + (f"  {job.message}" if job.message else "")
-
-
-def round_lines(rounds) -> list[str]:
-    lines = []
-    for r in rounds:
-        ms = r.duration.ToTimedelta() / dt.timedelta(milliseconds=1)
-        if r.aborted:
-            lines.append(f"  round {r.round:>5}  ABORTED  {r.abort_reason}")
-        else:
-            lines.append(f"  round {r.round:>5}  sites={len(r.participants)}  {ms:8.1f} ms  "
-                         f"epsilon so far {r.epsilon_so_far:.4g}")
-    return lines
-
-
 def _result(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     response = stub.Result(pb.ResultRequest(job_id=args.job_id), timeout=CALL_TIMEOUT_S)
     if not response.privacy_report_json:
         state = job_state_name(response.state)
         raise ConfigError(f"job {args.job_id!r} has no result (state: {state})")
-    args.out.mkdir(parents=True, exist_ok=True)
-    model = params_from_proto(response.model, "model")
-    np.savez(args.out / "model.npz", **model)
-    (args.out / "privacy_report.json").write_text(response.privacy_report_json + "\n")
+    claim_output(args.out, response.job_id)
+    model_path = write_model(args.out, response.job_id,
+                             params_from_proto(response.model, "model"),
+                             response.schema_digest, response.feature_names)
+    report_path = args.out / REPORT_FILE
+    report_path.write_text(response.privacy_report_json + "\n")
     if args.json:
-        print(json.dumps({"model": str(args.out / "model.npz"),
+        print(json.dumps({"model": str(model_path),
                           "privacy_report": json.loads(response.privacy_report_json)},
                          indent=2))
         return 0
-    print(f"wrote {args.out / 'model.npz'} and {args.out / 'privacy_report.json'}")
+    print(f"wrote {model_path} and {report_path}")
     for name, site in json.loads(response.privacy_report_json)["sites"].items():
         print(f"  {name}: epsilon {site['job_epsilon']:.4g} at delta {site['delta']:g} "
               f"(cap {site['cap_epsilon']:g}; all jobs {site['total_epsilon']:.4g})")
@@ -278,5 +276,14 @@ def _print_json(message) -> int:
     return 0
 
 
+def _logs(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
+    log = stub.Logs(pb.StatusRequest(job_id=args.job_id), timeout=CALL_TIMEOUT_S)
+    if args.json:
+        return _print_json(log)
+    for line in log_lines(log):
+        print(line)
+    return 0
+
+
 _COMMANDS = {"launch": _launch, "status": _status, "result": _result, "cancel": _cancel,
-             "sites": _sites}
+             "sites": _sites, "logs": _logs}
