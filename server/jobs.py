@@ -317,8 +317,9 @@ class JobManager:
             return
         if cancelled.is_set() and state == "failed":
             state = "cancelled"
-        self._set_state(job_id, state, message)
+        # The event first: a watcher told the job ended then finds it in the log.
         self._store.audit(f"job_{state}", job_id=job_id, detail=message)
+        self._set_state(job_id, state, message)
         self._broadcast(spec, job_end=pb.JobEnd(job_id=job_id, state=job_state_to_proto(state),
                                                 message=message))
         log = logger.info if state == "succeeded" else logger.warning

@@ -52,8 +52,9 @@ from privadapt.server.job_progress import (
     progress_bar,
     round_lines,
 )
+from privadapt.server.job_report import render_job_report
 from privadapt.server.job_spec import job_spec_from_toml, job_state_name
-from privadapt.server.result_files import REPORT_FILE, claim_output, write_model
+from privadapt.server.result_files import PAGE_FILE, REPORT_FILE, claim_output, write_model
 
 CALL_TIMEOUT_S = 30.0
 DRY_RUN_TIMEOUT_S = 600.0
@@ -129,7 +130,7 @@ def add_operator_commands(commands: argparse._SubParsersAction) -> None:
     status = command("status", "a job's state and per-round progress (or every job)")
     status.add_argument("job_id", nargs="?", default="")
     status.add_argument("--follow", action="store_true", help="print progress until it ends")
-    result = command("result", "write a finished job's model and privacy report")
+    result = command("result", "write a finished job's model, privacy report and its HTML page")
     result.add_argument("job_id")
     result.add_argument("--out", type=Path, required=True, help="directory to write into")
     cancel = command("cancel", "cancel a running job")
@@ -222,13 +223,16 @@ def _result(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
                              response.schema_digest, response.feature_names)
     report_path = args.out / REPORT_FILE
     report_path.write_text(response.privacy_report_json + "\n")
+    report = json.loads(response.privacy_report_json)
+    log = stub.Logs(pb.StatusRequest(job_id=response.job_id), timeout=CALL_TIMEOUT_S)
+    page_path = args.out / PAGE_FILE
+    page_path.write_text(render_job_report(log, report), encoding="utf-8")
     if args.json:
-        print(json.dumps({"model": str(model_path),
-                          "privacy_report": json.loads(response.privacy_report_json)},
-                         indent=2))
+        print(json.dumps({"model": str(model_path), "page": str(page_path),
+                          "privacy_report": report}, indent=2))
         return 0
-    print(f"wrote {model_path} and {report_path}")
-    for name, site in json.loads(response.privacy_report_json)["sites"].items():
+    print(f"wrote {model_path}, {report_path} and {page_path}")
+    for name, site in report["sites"].items():
         print(f"  {name}: epsilon {site['job_epsilon']:.4g} at delta {site['delta']:g} "
               f"(cap {site['cap_epsilon']:g}; all jobs {site['total_epsilon']:.4g})")
     return 0
