@@ -202,6 +202,9 @@ class SiteDaemon:
             policy_version=f"cap={policy.epsilon_cap:g}@{policy.delta_cap:g}",
             adjacency=policy.adjacency.value, schema=self.schema_digest.to_proto(),
             budget=self.budget(),
+            terms=pb.SitePolicyTerms(peers_listed=policy.peers is not None,
+                                     peers=sorted(policy.peers or ()),
+                                     min_participants=policy.min_participants),
         )
 
     def budget(self) -> pb.SiteBudget:

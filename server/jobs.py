@@ -40,6 +40,7 @@ from privadapt.server.launch_checks import (
     check_delta_against_sizes,
     check_estimator,
     check_schema_agreement,
+    check_site_policies,
     dry_run_plan,
     plan_job,
     registered_digest,
@@ -187,9 +188,10 @@ class JobManager:
         named = set(spec.sites)
         check_delta_against_sizes(spec, {site.name: site.num_records
                                          for site in self._store.sites() if site.name in named})
+        sessions = [s for s in self._registry.sessions() if s.name in named]
+        check_site_policies(spec, {s.name: s.registration for s in sessions})
         return check_schema_agreement(self._public_schema, {
-            session.name: registered_digest(session.registration)
-            for session in self._registry.sessions() if session.name in named})
+            s.name: registered_digest(s.registration) for s in sessions})
 
     def resume_unfinished(self) -> list[str]:
         """Start a thread for every job a previous run left pending or running."""

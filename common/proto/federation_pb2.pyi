@@ -191,7 +191,7 @@ class Query(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., query_id: _Optional[str] = ..., kernel: _Optional[str] = ..., params: _Optional[_Mapping[str, ParamValue]] = ..., mechanism: _Optional[_Union[Mechanism, _Mapping]] = ..., collusion_tolerance: _Optional[int] = ..., fractional_bits: _Optional[int] = ..., form: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("site_name", "software_version", "num_records", "num_features", "kernels", "policy_version", "adjacency", "schema", "budget")
+    __slots__ = ("site_name", "software_version", "num_records", "num_features", "kernels", "policy_version", "adjacency", "schema", "budget", "terms")
     SITE_NAME_FIELD_NUMBER: _ClassVar[int]
     SOFTWARE_VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_RECORDS_FIELD_NUMBER: _ClassVar[int]
@@ -201,6 +201,7 @@ class RegisterRequest(_message.Message):
     ADJACENCY_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
+    TERMS_FIELD_NUMBER: _ClassVar[int]
     site_name: str
     software_version: str
     num_records: int
@@ -210,7 +211,18 @@ class RegisterRequest(_message.Message):
     adjacency: str
     schema: SchemaDigest
     budget: SiteBudget
-    def __init__(self, site_name: _Optional[str] = ..., software_version: _Optional[str] = ..., num_records: _Optional[int] = ..., num_features: _Optional[int] = ..., kernels: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ..., adjacency: _Optional[str] = ..., schema: _Optional[_Union[SchemaDigest, _Mapping]] = ..., budget: _Optional[_Union[SiteBudget, _Mapping]] = ...) -> None: ...
+    terms: SitePolicyTerms
+    def __init__(self, site_name: _Optional[str] = ..., software_version: _Optional[str] = ..., num_records: _Optional[int] = ..., num_features: _Optional[int] = ..., kernels: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ..., adjacency: _Optional[str] = ..., schema: _Optional[_Union[SchemaDigest, _Mapping]] = ..., budget: _Optional[_Union[SiteBudget, _Mapping]] = ..., terms: _Optional[_Union[SitePolicyTerms, _Mapping]] = ...) -> None: ...
+
+class SitePolicyTerms(_message.Message):
+    __slots__ = ("peers_listed", "peers", "min_participants")
+    PEERS_LISTED_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    MIN_PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
+    peers_listed: bool
+    peers: _containers.RepeatedScalarFieldContainer[str]
+    min_participants: int
+    def __init__(self, peers_listed: _Optional[bool] = ..., peers: _Optional[_Iterable[str]] = ..., min_participants: _Optional[int] = ...) -> None: ...
 
 class SiteBudget(_message.Message):
     __slots__ = ("epsilon_cap", "delta_cap", "epsilon_spent", "accounting")
