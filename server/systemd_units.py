@@ -40,32 +40,13 @@ Group=privadapt-coordinator
 ExecStart=${venv}/bin/privadapt-coordinator --config ${etc}/coordinator.toml
 # SIGTERM stops it cleanly: running jobs stay "running" in the store and
 # resume from their last finished round at the next start.
-KillSignal=SIGTERM
-TimeoutStopSec=30
-Restart=on-failure
-RestartSec=5
-# The SQLite store (coordinator.toml: database) lives here, mode 0700.
+${restart}# The SQLite store (coordinator.toml: database) lives here, mode 0700.
 StateDirectory=privadapt-coordinator
 StateDirectoryMode=0700
 UMask=0077
 
 # Hardening: the whole file system is read-only except the state directory.
-NoNewPrivileges=true
-ProtectSystem=strict
-ReadWritePaths=/var/lib/privadapt-coordinator
-PrivateTmp=true
-ProtectHome=true
-PrivateDevices=true
-ProtectKernelTunables=true
-ProtectKernelModules=true
-ProtectControlGroups=true
-RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX
-RestrictSUIDSGID=true
-LockPersonality=true
-
-[Install]
-WantedBy=multi-user.target
-""")
+${hardening}""")
 
 _SITE = Template("""\
 # systemd unit for a privadapt site daemon (one per site machine).
@@ -92,20 +73,22 @@ Group=privadapt-site
 ExecStart=${venv}/bin/privadapt-site --config ${etc}/site.toml
 # SIGTERM: the round in hand is finished or refused, the ledger is closed,
 # the daemon exits 0. It reconnects by itself when the coordinator is away.
-KillSignal=SIGTERM
-TimeoutStopSec=30
-Restart=on-failure
-RestartSec=5
-# The privacy ledger and round progress (site.toml: database), mode 0700.
+${restart}# The privacy ledger and round progress (site.toml: database), mode 0700.
 StateDirectory=privadapt-site
 StateDirectoryMode=0700
 UMask=0077
 
 # Hardening: read-only file system except the state directory; outbound
 # network only is needed (the site dials the coordinator).
+${hardening}""")
+
+# What both units end with: restart on failure, and the same hardening with
+# only their state directory writable.
+_RESTART = "KillSignal=SIGTERM\nTimeoutStopSec=30\nRestart=on-failure\nRestartSec=5\n"
+_HARDENING = Template("""\
 NoNewPrivileges=true
 ProtectSystem=strict
-ReadWritePaths=/var/lib/privadapt-site
+ReadWritePaths=/var/lib/privadapt-${daemon}
 PrivateTmp=true
 ProtectHome=true
 PrivateDevices=true
@@ -119,7 +102,6 @@ LockPersonality=true
 [Install]
 WantedBy=multi-user.target
 """)
-
 _UNITS = {"coordinator": _COORDINATOR, "site": _SITE}
 
 
@@ -132,7 +114,9 @@ def render_unit(daemon: Daemon, config_dir: str = DEFAULT_CONFIG_DIR,
                 venv: str = DEFAULT_VENV) -> str:
     """The unit of ``daemon`` reading its configuration from ``config_dir``
     (where the kit is installed) and running from the virtual environment ``venv``."""
-    return _UNITS[daemon].substitute(etc=config_dir.rstrip("/"), venv=venv.rstrip("/"))
+    return _UNITS[daemon].substitute(etc=config_dir.rstrip("/"), venv=venv.rstrip("/"),
+                                     restart=_RESTART,
+                                     hardening=_HARDENING.substitute(daemon=daemon))
 
 
 def write_examples(deploy_dir: Path) -> None:

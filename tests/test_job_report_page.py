@@ -15,6 +15,7 @@ import pytest
 
 from privadapt.client.ledger import PrivacyLedger
 from privadapt.server import cli
+from privadapt.server.local_deployment import LocalDeployment
 from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
@@ -59,10 +60,7 @@ def finished(tmp_path_factory):
         for k, name in enumerate(SITES):
             sites.start(write_site(tmp_path, pki, name, synthetic_dataset(40, 3, seed=k),
                                    coordinator.port, epsilon_cap=20.0))
-        operator = tmp_path / "operator.toml"
-        operator.write_text(
-            f'[operator]\ncoordinator = "127.0.0.1:{coordinator.port}"\n[tls]\n'
-            f'cert = "pki/operator.crt"\nkey = "pki/operator.key"\nca = "pki/ca.crt"\n')
+        operator = LocalDeployment(tmp_path, pki).write_operator(f"127.0.0.1:{coordinator.port}")
         job = tmp_path / "job.toml"
         job.write_text(
             f'[job]\nid = "{JOB}"\nalgorithm = "noisy_gd"\nepsilon = 1.0\ndelta = 1e-6\n'
