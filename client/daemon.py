@@ -41,6 +41,7 @@ from privadapt.common import tls
 from privadapt.common.certcheck import certificate_identity
 from privadapt.common.certs import load_certificate, load_private_key
 from privadapt.common.daemon_cli import daemon_arguments
+from privadapt.common.dial_diagnosis import explain_unreachable
 from privadapt.common.errors import ConfigError, PrivadaptError, WireError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
@@ -60,6 +61,8 @@ KEEPALIVE_OPTIONS = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeou
                      # that is starting up is found within 0.1 s instead.
                      ("grpc.initial_reconnect_backoff_ms", 100),
                      ("grpc.min_reconnect_backoff_ms", 100)]
+# Failures to reach the coordinator, explained by dialling it (dial_diagnosis).
+_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class Backoff:
@@ -83,8 +86,10 @@ class SiteDaemon:
 
     def __init__(self, config: SiteConfig, insecure: bool = False) -> None:
         policy = SitePolicy.from_toml(config.policy)
-        certificate = load_certificate(config.cert)
-        identity = certificate_identity(certificate)
+        # Checked against the configured CA at start (not only by the
+        # coordinator's handshake, whose refusal the site never sees explained).
+        identity = (certificate_identity(load_certificate(config.cert)) if insecure
+                    else tls.check_own_certificate(config.cert, config.ca, "site"))
         if identity.role != "site" or identity.name != policy.site_name:
             raise ConfigError(
                 f"{config.cert} is a {identity.role} certificate for {identity.name!r}, but the "
@@ -126,10 +131,13 @@ class SiteDaemon:
             except grpc.RpcError as err:
                 if self._stop.is_set():
                     break
+                reason = (explain_unreachable(self.config.coordinator, self.config.ca)
+                          if err.code() in _UNREACHABLE else None)
                 logger.warning(
-                    "site=%s coordinator %s: %s (%s); reconnecting. If this persists, read the "
-                    "coordinator's log: a refused TLS handshake is explained only there.",
-                    self.site.name, self.config.coordinator, err.code().name, err.details(),
+                    "site=%s coordinator %s: %s (%s); reconnecting. %s",
+                    self.site.name, self.config.coordinator, err.code().name,
+                    err.details(), reason or "If this persists, read the coordinator's log: a "
+                    "refused TLS handshake is explained only there.",
                 )
             except WireError as err:
                 logger.warning("site=%s coordinator %s sent an invalid reply (%s); "
@@ -155,10 +163,10 @@ class SiteDaemon:
     def _session(self, backoff: Backoff) -> None:
         with self._channel() as channel:
             stub = rpc.FederationServiceStub(channel)
-            # wait_for_ready: a coordinator still starting is waited for (gRPC
-            # connects the moment its port opens) instead of failing at once.
-            registered = stub.Register(self._registration(), timeout=REGISTER_TIMEOUT_S,
-                                       wait_for_ready=True)
+            # Not wait_for_ready: a coordinator that is down is reported at once
+            # ("connection refused"), not as DEADLINE_EXCEEDED after the timeout;
+            # one still starting is found by the backoff's first short retries.
+            registered = stub.Register(self._registration(), timeout=REGISTER_TIMEOUT_S)
             interval = check_register_response(registered)
             backoff.reset()
             jobs = [pb.JobProgress(job_id=job, last_closed_round=last)
@@ -194,6 +202,9 @@ class SiteDaemon:
             policy_version=f"cap={policy.epsilon_cap:g}@{policy.delta_cap:g}",
             adjacency=policy.adjacency.value, schema=self.schema_digest.to_proto(),
             budget=self.budget(),
+            terms=pb.SitePolicyTerms(peers_listed=policy.peers is not None,
+                                     peers=sorted(policy.peers or ()),
+                                     min_participants=policy.min_participants),
         )
 
     def budget(self) -> pb.SiteBudget:

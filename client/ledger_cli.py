@@ -15,6 +15,7 @@ composed epsilon per job and overall, naming the accounting method.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
@@ -22,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from privadapt.client.ledger import Charge, PrivacyLedger
 from privadapt.client.ledger_accounting import exact_report, mechanism_json, parse_mechanism
@@ -109,9 +110,11 @@ def verified_ledger(site_db: Path, command: str) -> Iterator[tuple[PrivacyLedger
         yield ledger, verified
 
 
-def show_ledger(site_db: Path, job: str | None = None, out: TextIO | None = None) -> int:
+def show_ledger(site_db: Path, job: str | None = None, out: TextIO | None = None,
+                as_json: bool = False) -> int:
     """Print the ledger at ``site_db`` (only ``job``'s charges if given) to ``out``
-    (default: the current ``sys.stdout``, looked up at call time).
+    (default: the current ``sys.stdout``, looked up at call time), as one JSON
+    document if ``as_json`` (:func:`ledger_document`).
 
     Returns 0, or 2 after a one-line message on stderr when the file is missing,
     is not a ledger, or holds no charge for ``job``."""
@@ -129,9 +132,38 @@ def show_ledger(site_db: Path, job: str | None = None, out: TextIO | None = None
                 file=sys.stderr,
             )
             return _EXIT_ERROR
+        if as_json:
+            document = ledger_document(ledger, site_db, jobs if job is None else [job], job)
+            print(json.dumps({**document, "verified": verified}, indent=2), file=out)
+            return 0
         _print_ledger(ledger, site_db, jobs if job is None else [job], job, out)
         print(verified, file=out)
     return 0
+
+
+def ledger_document(ledger: PrivacyLedger, site_db: Path, jobs: list[str],
+                    job: str | None) -> dict[str, Any]:
+    """What ``ledger show`` prints, for scripts: the cap, every charge with
+    its stored mechanism (every field its cost depends on) and running
+    epsilon, the composed epsilon per job and over all jobs."""
+    policy = ledger.policy
+    charges = ledger.charges(job)
+    total = ledger.spent()
+    return {
+        "site": policy.site_name, "database": str(site_db),
+        "cap": {"epsilon": policy.epsilon_cap, "delta": policy.delta_cap,
+                "adjacency": policy.adjacency.value, "accounting": policy.accounting.value},
+        "charges": [{"time": c.timestamp, "job_id": c.job_id, "query_id": c.query_id,
+                     "summary": describe_mechanism(c.mechanism, policy.adjacency),
+                     "mechanism": json.loads(mechanism_json(c.mechanism)),
+                     "epsilon_after": c.epsilon_after, "method": c.method.value}
+                    for c in charges],
+        "jobs": {name: {"charges": sum(c.job_id == name for c in charges),
+                        "epsilon": (report := ledger.spent_by_job(name)).epsilon,
+                        "method": report.method.value} for name in jobs},
+        "total": {"charges": len(ledger.charges()), "epsilon": total.epsilon,
+                  "method": total.method.value},
+    }
 
 
 def _print_ledger(

@@ -33,20 +33,10 @@ from pathlib import Path
 from privadapt.client.ledger import Charge, PrivacyLedger
 from privadapt.client.ledger_accounting import exact_report, mechanism_json
 from privadapt.client.ledger_cli import verified_ledger
+from privadapt.common.html_page import cell, number, page, row, step_plot, when
 from privadapt.common.mechanisms import KernelMechanism, Mechanism
 
 _EXIT_ERROR = 2
-_STYLE = """
-body { font-family: sans-serif; margin: 2em; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
-th, td { border: 1px solid #bbb; padding: 0.25em 0.5em; text-align: left; }
-td.n { text-align: right; font-variant-numeric: tabular-nums; }
-code { font-size: 0.85em; }
-.note { color: #555; max-width: 60em; }
-"""
-_WIDTH, _HEIGHT, _MARGIN = 720, 300, 50
-
-
 def write_report(site_db: Path, out: Path) -> int:
     """Write the report of the ledger ``site_db`` to ``out``; 0, or 2 after a
     one-line message on stderr (missing or altered ledger)."""
@@ -69,23 +59,20 @@ def render_report(ledger: PrivacyLedger, verified: str, site_db: Path) -> str:
     cap = policy.epsilon_cap
     remaining = max(0.0, cap - total.epsilon) if math.isfinite(total.epsilon) else 0.0
     site = html.escape(policy.site_name)
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>Privacy report: site {site}</title><style>{_STYLE}</style></head><body>",
+    return page(f"Privacy report: site {policy.site_name}", [
         f"<h1>Privacy report of site {site}</h1>",
-        f'<p class="note">Generated {_when(time.time())} from the ledger '
+        f'<p class="note">Generated {when(time.time())} from the ledger '
         f"<code>{html.escape(str(site_db))}</code> only. {html.escape(verified)}.</p>",
         "<h2>Budget</h2><table>",
-        _row("cap (epsilon)", _number(cap), "cap_epsilon", cap),
-        _row("at delta", f"{policy.delta_cap:g}", "delta_cap", policy.delta_cap),
-        _row("adjacency", policy.adjacency.value),
-        _row("accounting", policy.accounting.value.upper()),
-        _row("charges", str(len(charges)), "charges", len(charges)),
-        _row(f"epsilon spent, all jobs ({total.method.value.upper()})",
-             _number(total.epsilon), "total_epsilon", total.epsilon),
-        _row("epsilon remaining (cap minus spent)", _number(remaining), "remaining_epsilon",
-             remaining),
+        row("cap (epsilon)", number(cap), "cap_epsilon", cap),
+        row("at delta", f"{policy.delta_cap:g}", "delta_cap", policy.delta_cap),
+        row("adjacency", policy.adjacency.value),
+        row("accounting", policy.accounting.value.upper()),
+        row("charges", str(len(charges)), "charges", len(charges)),
+        row(f"epsilon spent, all jobs ({total.method.value.upper()})",
+            number(total.epsilon), "total_epsilon", total.epsilon),
+        row("epsilon remaining (cap minus spent)", number(remaining), "remaining_epsilon",
+            remaining),
         "</table>",
         "<h2>Cumulative epsilon over time</h2>",
         _plot(charges, cap),
@@ -96,9 +83,7 @@ def render_report(ledger: PrivacyLedger, verified: str, site_db: Path) -> str:
         _jobs_table(ledger, charges),
         "<h2>Releases</h2>",
         _releases_table(ledger, charges),
-        "</body></html>",
-    ]
-    return "\n".join(parts) + "\n"
+    ])
 
 
 def _jobs_table(ledger: PrivacyLedger, charges: Sequence[Charge]) -> str:
@@ -109,9 +94,9 @@ def _jobs_table(ledger: PrivacyLedger, charges: Sequence[Charge]) -> str:
         spent = ledger.spent_by_job(job)
         rows.append(
             f'<tr data-job="{html.escape(job)}"><td>{html.escape(job)}</td>'
-            f'<td class="n">{len(mine)}</td><td>{_when(mine[0].timestamp)}</td>'
-            f"<td>{_when(mine[-1].timestamp)}</td>"
-            f"{_cell(spent.epsilon, 'job_epsilon')}</tr>")
+            f'<td class="n">{len(mine)}</td><td>{when(mine[0].timestamp)}</td>'
+            f"<td>{when(mine[-1].timestamp)}</td>"
+            f"{cell(spent.epsilon, 'job_epsilon')}</tr>")
     rows.append("</table>")
     return "\n".join(rows)
 
@@ -124,18 +109,18 @@ def _releases_table(ledger: PrivacyLedger, charges: Sequence[Charge]) -> str:
             "<th>mechanism</th><th>sensitivity</th><th>noise</th>"
             f"<th>epsilon alone at delta {policy.delta_cap:g}</th><th>running epsilon</th>"
             "<th>as stored</th></tr>"]
-    for number, charge in enumerate(charges, 1):
+    for index, charge in enumerate(charges, 1):
         text = mechanism_json(charge.mechanism)
         alone = exact_report({text: 1}, policy).epsilon
         sensitivity, noise = _sensitivity_and_noise(charge.mechanism)
         rows.append(
             f'<tr class="release" data-job="{html.escape(charge.job_id)}">'
-            f'<td class="n">{number}</td><td>{_when(charge.timestamp)}</td>'
+            f'<td class="n">{index}</td><td>{when(charge.timestamp)}</td>'
             f"<td>{html.escape(charge.job_id)}</td><td>{html.escape(charge.query_id)}</td>"
             f"<td>not recorded</td><td>{html.escape(charge.mechanism.summary)}"
             f" [{charge.mechanism.adjacency.value}]</td>"
             f"<td>{html.escape(sensitivity)}</td><td>{html.escape(noise)}</td>"
-            f"{_cell(alone, 'release_epsilon')}{_cell(charge.epsilon_after, 'running_epsilon')}"
+            f"{cell(alone, 'release_epsilon')}{cell(charge.epsilon_after, 'running_epsilon')}"
             f"<td><code>{html.escape(text)}</code></td></tr>")
     rows.append("</table>")
     return "\n".join(rows)
@@ -160,63 +145,7 @@ def _plot(charges: Sequence[Charge], cap: float) -> str:
     if not charges:
         return "<p>No charges yet.</p>"
     times = [c.timestamp for c in charges]
-    values = [c.epsilon_after for c in charges]
-    finite = [v for v in values if math.isfinite(v)]
-    top = max([*finite, cap if math.isfinite(cap) else 0.0, 1e-12]) * 1.1
-    start, end = times[0], max(times[-1], times[0] + 1e-9)
-
-    def x(t: float) -> float:
-        return _MARGIN + (t - start) / (end - start) * (_WIDTH - 2 * _MARGIN)
-
-    def y(v: float) -> float:
-        return _HEIGHT - _MARGIN - min(v, top) / top * (_HEIGHT - 2 * _MARGIN)
-
-    points, previous = [f"{x(start):.1f},{y(0.0):.1f}"], 0.0
-    for t, v in zip(times, values, strict=True):
-        points.append(f"{x(t):.1f},{y(previous):.1f}")
-        points.append(f"{x(t):.1f},{y(v):.1f}")
-        previous = v
-    base = _HEIGHT - _MARGIN
-    # Inline SVG in HTML needs no namespace declaration: the page names no URL at all.
-    parts = [f'<svg width="{_WIDTH}" height="{_HEIGHT}" '
-             f'viewBox="0 0 {_WIDTH} {_HEIGHT}" role="img" '
-             'aria-label="cumulative epsilon over time against the cap">',
-             f'<line x1="{_MARGIN}" y1="{base}" x2="{_WIDTH - _MARGIN}" y2="{base}" '
-             'stroke="#444"/>',
-             f'<line x1="{_MARGIN}" y1="{_MARGIN}" x2="{_MARGIN}" y2="{base}" stroke="#444"/>',
-             f'<polyline class="cumulative" fill="none" stroke="#1f77b4" stroke-width="2" '
-             f'points="{" ".join(points)}"/>']
-    if math.isfinite(cap):
-        parts.append(f'<line class="cap" x1="{_MARGIN}" y1="{y(cap):.1f}" '
-                     f'x2="{_WIDTH - _MARGIN}" y2="{y(cap):.1f}" stroke="#d62728" '
-                     'stroke-dasharray="6 4"/>')
-        parts.append(f'<text x="{_WIDTH - _MARGIN}" y="{y(cap) - 4:.1f}" text-anchor="end" '
-                     f'font-size="12" fill="#d62728">cap {cap:g}</text>')
-    parts += [f'<text x="{_MARGIN - 6}" y="{base}" text-anchor="end" font-size="12">0</text>',
-              f'<text x="{_MARGIN - 6}" y="{_MARGIN + 4}" text-anchor="end" '
-              f'font-size="12">{top:.3g}</text>',
-              f'<text x="{_MARGIN}" y="{base + 18}" font-size="12">{_when(start)}</text>',
-              f'<text x="{_WIDTH - _MARGIN}" y="{base + 18}" text-anchor="end" '
-              f'font-size="12">{_when(end)}</text>',
-              f'<text x="14" y="{_HEIGHT / 2:.0f}" font-size="12" '
-              f'transform="rotate(-90 14 {_HEIGHT / 2:.0f})" text-anchor="middle">'
-              "epsilon</text>",
-              "</svg>"]
-    return "\n".join(parts)
-
-
-def _row(label: str, shown: str, field: str | None = None, value: float | None = None) -> str:
-    data = f' data-field="{field}" data-value="{value!r}"' if field is not None else ""
-    return f"<tr><th>{html.escape(label)}</th><td{data}>{html.escape(shown)}</td></tr>"
-
-
-def _cell(value: float, field: str) -> str:
-    return f'<td class="n" data-field="{field}" data-value="{value!r}">{_number(value)}</td>'
-
-
-def _number(value: float) -> str:
-    return "inf" if math.isinf(value) else f"{value:.4g}"
-
-
-def _when(timestamp: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(timestamp))
+    end = max(times[-1], times[0] + 1e-9)
+    return step_plot(times, [c.epsilon_after for c in charges], cap,
+                     (when(times[0]), when(end)),
+                     "cumulative epsilon over time against the cap")

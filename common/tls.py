@@ -29,6 +29,7 @@ from privadapt.common.certs import (
     certificate_identity,
     load_certificate,
     load_private_key,
+    verify_issued_by,
 )
 from privadapt.common.errors import ConfigError
 
@@ -53,6 +54,31 @@ def channel_credentials(cert_path: Path, key_path: Path, ca_path: Path) -> grpc.
     return grpc.ssl_channel_credentials(
         root_certificates=ca, private_key=key, certificate_chain=cert
     )
+
+
+def check_own_certificate(cert_path: Path, ca_path: Path, role: Role) -> Identity:
+    """The identity of a daemon's (or operator's) own certificate, checked at
+    start against its configured CA and its role, so a wrong file is named
+    with its fix instead of surfacing as a failed handshake on the other side.
+
+    ``ConfigError`` if ``cert_path`` was not issued by the CA in ``ca_path``,
+    is outside its validity, or is not a ``role`` certificate.
+    """
+    cert, ca = load_certificate(cert_path), load_certificate(ca_path)
+    try:
+        verify_issued_by(cert, ca)
+    except CertificateError as err:
+        raise ConfigError(
+            f"{cert_path} does not chain to the configured CA {ca_path}: {err}. Point [tls] "
+            "ca at the CA that issued it, or issue a new certificate from this CA") from None
+    identity = certificate_identity(cert)
+    if identity.role != role:
+        raise ConfigError(
+            f"{cert_path} is a {identity.role} certificate for {identity.name!r}, but this "
+            f"needs {'an' if role == 'operator' else 'a'} {role} certificate: issue one with "
+            f"`privadapt certs issue --role {role} --name NAME"
+            f"{' --host HOST' if role == 'coordinator' else ''}` and name it in [tls] cert")
+    return identity
 
 
 def peer_identity(context: grpc.ServicerContext) -> Identity:

@@ -2,16 +2,19 @@
 
 * ``privadapt ledger init --site-db PATH --policy POLICY.toml``: create a site's ledger
   (once: a site daemon never creates one).
-* ``privadapt ledger show --site-db PATH [--job JOB]``: verify a site's privacy ledger
-  and print it.
+* ``privadapt ledger show --site-db PATH [--job JOB] [--json]``: verify a site's privacy
+  ledger and print it.
 * ``privadapt ledger report --site-db PATH --out REPORT.html``: verify a site's
   ledger and write it as a self-contained HTML page for an auditor.
 * ``privadapt certs init --dir DIR``: create the federation CA.
 * ``privadapt certs issue --dir DIR --role ROLE --name NAME [--days N] [--host H ...]``:
   issue a party's certificate and key from that CA.
 * ``privadapt launch JOB.toml [--follow]``, ``status [JOB] [--follow]``,
-  ``result JOB --out DIR``, ``cancel JOB``, ``sites``: the operator API
+  ``result JOB --out DIR``, ``cancel JOB``, ``sites``, ``logs JOB``: the operator API
   (server/operator_cli.py).
+* ``privadapt provision FEDERATION.toml [--out DIR] [--force]``: a startup kit per
+  participant (certificate, key, CA certificate, configuration, policy template,
+  systemd unit; server/provision.py).
 * ``privadapt --version``: the installed version.
 * ``privadapt simulate [--sites N] [--workdir DIR | --keep] [--job JOB.toml ...] [--split NAME]``:
   a coordinator and N sites as processes on this machine (server/simulate.py).
@@ -31,7 +34,7 @@ from privadapt.common import certs
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.server.operator_cli import add_operator_commands, run_operator_command
 
-OPERATOR_COMMANDS = ("launch", "status", "result", "cancel", "sites")
+OPERATOR_COMMANDS = ("launch", "status", "result", "cancel", "sites", "logs")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -49,11 +52,21 @@ def _build_parser() -> argparse.ArgumentParser:
     show = ledger_commands.add_parser("show", help="print every charge and the epsilon spent")
     show.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
     show.add_argument("--job", help="only this job's charges")
+    show.add_argument("--json", action="store_true",
+                      help="print one JSON document instead of the table, for scripts")
     report = ledger_commands.add_parser(
         "report", help="write a self-contained HTML privacy report of a site's ledger")
     report.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
     report.add_argument("--out", required=True, type=Path, help="the HTML file to write")
     _add_certs_parser(commands)
+    provision = commands.add_parser(
+        "provision", help="write a startup kit per participant from one federation file")
+    provision.add_argument("federation_file", type=Path,
+                           help="the federation TOML naming the coordinator, sites and operators")
+    provision.add_argument("--out", type=Path,
+                           help="where the kits go (default: kits/ beside the federation file)")
+    provision.add_argument("--force", action="store_true",
+                           help="replace existing kits (their certificates are issued again)")
     add_operator_commands(commands)
     simulate = commands.add_parser(
         "simulate", help="run a coordinator and N site daemons on this machine, over mutual "
@@ -126,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             # The operator CLI reads a site's ledger file directly; it never runs a site.
             from privadapt.client.ledger_cli import show_ledger
 
-            return show_ledger(args.site_db, job=args.job)
+            return show_ledger(args.site_db, job=args.job, as_json=args.json)
         if args.command == "ledger" and args.ledger_command == "report":
             from privadapt.client.ledger_report import write_report
 
@@ -137,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
             return init_ledger(args.site_db, args.policy)
         if args.command == "certs" and args.certs_command is not None:
             return _run_certs(args)
+        if args.command == "provision":
+            from privadapt.server.provision import provision
+
+            for kit in provision(args.federation_file, args.out, force=args.force):
+                print(f"wrote the {kit.role} kit of {kit.name!r} in {kit.directory}")
+            return 0
         if args.command in OPERATOR_COMMANDS:
             return run_operator_command(args)
         if args.command == "simulate":

@@ -162,7 +162,11 @@ class Coordinator:
 
     def __init__(self, config: CoordinatorConfig, insecure: bool = False) -> None:
         self.config = config
-        name = config.name or certificate_identity(load_certificate(config.cert)).name
+        # Its own certificate is checked first: a site's or operator's, or one
+        # the configured CA did not issue, would only fail every handshake.
+        identity = (certificate_identity(load_certificate(config.cert)) if insecure
+                    else tls.check_own_certificate(config.cert, config.ca, "coordinator"))
+        name = config.name or identity.name
         # Loaded (and validated) at start, so a bad file stops the coordinator
         # before it accepts a job, with the loader's message naming row and column.
         schema = (Schema.from_toml(config.public_source_schema)
@@ -189,6 +193,7 @@ class Coordinator:
             public_source=public_source, public_sources=public_sources,
             public_schema=(None if described is None
                            else SchemaDigest.of(schema, described.dim)),
+            public_feature_names=(None if described is None else described.feature_names),
         )
         # Each connected site holds one thread (its Connect stream; one per
         # site, see SiteRegistry.attach). Calls are admitted per caller and

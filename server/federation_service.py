@@ -32,7 +32,7 @@ from privadapt.server.site_messages import (
     check_register_request,
     check_round_message,
 )
-from privadapt.server.site_registry import SiteRegistry
+from privadapt.server.site_registry import IdentityInUseError, SiteRegistry
 from privadapt.server.store import CoordinatorStore
 
 logger = logging.getLogger(__name__)
@@ -91,7 +91,14 @@ class FederationServicer(rpc.FederationServiceServicer):
                           f"site {identity.name!r} registered {REGISTER_BURST} times in the "
                           f"last {REGISTER_WINDOW_S:g} s; retry in {wait:.0f} s")
         self._check(check_register_request, request, context)
-        session = self._registry.register(identity.name, request)
+        try:
+            session = self._registry.register(identity.name, request)
+        except IdentityInUseError as err:
+            logger.warning("site=%s: registration from %s refused: %s", identity.name,
+                           context.peer(), err)
+            self._store.audit("site_identity_in_use", site_name=identity.name,
+                              detail=f"refused a second registration from {context.peer()}")
+            context.abort(grpc.StatusCode.ALREADY_EXISTS, str(err))
         self._store.upsert_site(
             identity.name, num_records=request.num_records, num_features=request.num_features,
             kernels=list(request.kernels), policy_version=request.policy_version,

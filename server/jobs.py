@@ -13,6 +13,7 @@ twice.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import math
@@ -25,7 +26,7 @@ from privadapt.common.data import Dataset
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.federation import SitePrivacy
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.schema_digest import SchemaDigest
+from privadapt.common.schema_digest import SchemaDigest, placeholder_feature_names
 from privadapt.server.job_algorithms import JobContext, run_job, validate_hyperparameters
 from privadapt.server.job_spec import (
     hyperparameters,
@@ -39,6 +40,7 @@ from privadapt.server.launch_checks import (
     check_delta_against_sizes,
     check_estimator,
     check_schema_agreement,
+    check_site_policies,
     dry_run_plan,
     plan_job,
     registered_digest,
@@ -74,6 +76,7 @@ class JobManager:
         public_source: Dataset | None = None,
         public_schema: SchemaDigest | None = None,
         public_sources: tuple[Dataset, ...] = (),
+        public_feature_names: tuple[str, ...] | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -93,6 +96,9 @@ class JobManager:
         self._changed = threading.Condition()
         self._versions: dict[str, int] = {}
         self._plans = LaunchPlans(self._plan_and_refuse)
+        self._public_feature_names = public_feature_names
+        # Each launched job's privacy plan (this run), for its planned round count.
+        self._job_plans: dict[str, concurrent.futures.Future] = {}
 
     def launch(self, spec: pb.JobSpec, job_id: str = "") -> str:
         """Check ``spec`` and start it; ``ConfigError`` (nothing stored, the id
@@ -112,6 +118,8 @@ class JobManager:
         detail = f"{spec.algorithm} epsilon={spec.epsilon:g} sites={list(spec.sites)}"
         self._store.audit("job_launched", job_id=job_id, detail=detail)
         self._plans.adopt(job_id, pending_plan)
+        with self._lock:
+            self._job_plans[job_id] = pending_plan
         self._start(record)
         return job_id
 
@@ -154,16 +162,36 @@ class JobManager:
         refuse_over_budget(plan.previews)
         return plan
 
-    def _check_sites(self, spec: pb.JobSpec) -> None:
+    def planned_rounds(self, job_id: str) -> int:
+        """Releases in the job's privacy plan (rounds without aborts); 0 if
+        this run made no plan for it (resumed) or has none yet."""
+        with self._lock:
+            future = self._job_plans.get(job_id)
+        if future is None or not future.done() or future.exception() is not None:
+            return 0
+        return len(future.result().releases)
+
+    def model_features(self, agreed: SchemaDigest | None, dim: int) -> tuple[str, tuple[str, ...]]:
+        """The schema digest a job's parties agreed on, and the names of its
+        model's features: the public schema's when the public sample was the
+        reference, else placeholders (the sites' schemas travel only as digests)."""
+        names = (self._public_feature_names
+                 if agreed is not None and agreed == self._public_schema
+                 and self._public_feature_names is not None
+                 else placeholder_feature_names(dim))
+        return ("" if agreed is None else agreed.digest), tuple(names)
+
+    def _check_sites(self, spec: pb.JobSpec) -> SchemaDigest | None:
         """The checks of ``spec`` against its sites that are known now: the
         delta against each public size (the store's registrations), the
         schemas against each other and the public sample (this run's)."""
         named = set(spec.sites)
         check_delta_against_sizes(spec, {site.name: site.num_records
                                          for site in self._store.sites() if site.name in named})
-        check_schema_agreement(self._public_schema, {
-            session.name: registered_digest(session.registration)
-            for session in self._registry.sessions() if session.name in named})
+        sessions = [s for s in self._registry.sessions() if s.name in named]
+        check_site_policies(spec, {s.name: s.registration for s in sessions})
+        return check_schema_agreement(self._public_schema, {
+            s.name: registered_digest(s.registration) for s in sessions})
 
     def resume_unfinished(self) -> list[str]:
         """Start a thread for every job a previous run left pending or running."""
@@ -256,7 +284,7 @@ class JobManager:
             federation.wait_for_sites()
             # Before any key is published: every site that came must agree,
             # and a plan that outlasted the launch call must fit every budget.
-            self._check_sites(spec)
+            agreed = self._check_sites(spec)
             self._plans.wait_before_first_round(job_id, cancelled)
             self._broadcast(spec, job_start=pb.JobStart(
                 job_id=job_id, algorithm=spec.algorithm,
@@ -269,8 +297,10 @@ class JobManager:
             )
             model = run_job(context)
             privacy = federation.privacy_spent(None if math.isinf(spec.epsilon) else spec.delta)
+            dims = [s.num_features for s in self._store.sites() if s.name in set(spec.sites)]
             self._store.save_result(job_id, model, privacy_report_json(
-                job_id, spec, privacy, self._store.rounds(job_id)))
+                job_id, spec, privacy, self._store.rounds(job_id),
+                self.model_features(agreed, max(dims, default=0))))
             state, message = "succeeded", ""
         except JobCancelledError as err:
             state, message = "cancelled", str(err)
@@ -289,8 +319,9 @@ class JobManager:
             return
         if cancelled.is_set() and state == "failed":
             state = "cancelled"
-        self._set_state(job_id, state, message)
+        # The event first: a watcher told the job ended then finds it in the log.
         self._store.audit(f"job_{state}", job_id=job_id, detail=message)
+        self._set_state(job_id, state, message)
         self._broadcast(spec, job_end=pb.JobEnd(job_id=job_id, state=job_state_to_proto(state),
                                                 message=message))
         log = logger.info if state == "succeeded" else logger.warning
@@ -314,7 +345,8 @@ class JobManager:
 
 
 def privacy_report_json(
-    job_id: str, spec: pb.JobSpec, privacy: dict[str, SitePrivacy], rounds: list[RoundRecord]
+    job_id: str, spec: pb.JobSpec, privacy: dict[str, SitePrivacy], rounds: list[RoundRecord],
+    features: tuple[str, tuple[str, ...]] = ("", ()),
 ) -> str:
     """The report ``privadapt result`` writes: each site's spend as its own
     ledger states it, every aborted round (already charged by the sites
@@ -349,6 +381,10 @@ def privacy_report_json(
             else "every release was a secure sum: the coordinator saw only noisy sums "
             "over the participating sites"),
         "aborted_rounds": aborted,
+        # What the model's weights mean: the schema digest the parties agreed
+        # on, and its feature names (see JobManager.model_features).
+        "schema_digest": features[0],
+        "feature_names": list(features[1]),
         "note": ("every aborted round was charged by the ledgers of the sites that answered "
                  "it before the abort; the epsilons above include those charges"
                  if aborted else "no round was aborted"),

@@ -10,6 +10,11 @@ published), never as an internal error after rounds were charged:
 * every participating site and the coordinator's public sample must agree on
   what the features mean (common/schema_digest.py): the refusal names the
   disagreeing sites and the first field each differs in;
+* no site's registered policy terms may be certain to refuse every round
+  (a ``peers`` list leaving out another of the job's sites, a
+  ``min_participants`` above the job's number of sites), and every kernel
+  the job's plan queries must be allowed by each site's policy: the refusal
+  names the site;
 * the estimator must accept its hyperparameters together (the checks its
   ``fit`` would make before the first round) and have the public sample it
   needs;
@@ -63,10 +68,11 @@ def check_delta_against_sizes(spec: pb.JobSpec, sizes: Mapping[str, int]) -> Non
 
 
 def check_schema_agreement(public: SchemaDigest | None,
-                           sites: Mapping[str, SchemaDigest | None]) -> None:
+                           sites: Mapping[str, SchemaDigest | None]) -> SchemaDigest | None:
     """Refuse unless every site (and the public sample, if any) agree on the
     meaning of the features. The reference is the public sample, else the
-    digest most sites hold (ties: the first site by name holding one)."""
+    digest most sites hold (ties: the first site by name holding one); it is
+    returned (None when there is nothing to compare)."""
     missing = sorted(name for name, digest in sites.items() if digest is None)
     if missing:
         raise ConfigError(
@@ -82,7 +88,7 @@ def check_schema_agreement(public: SchemaDigest | None,
                                                      -sorted(digests).index(n)))
         reference, reference_name = digests[reference_name], f"site {reference_name!r}"
     else:
-        return
+        return None
     problems = []
     for name, digest in digests.items():
         differing = reference.differing_fields(digest)
@@ -94,6 +100,53 @@ def check_schema_agreement(public: SchemaDigest | None,
             f"job: the sites do not agree on what the data means; compared with "
             f"{reference_name}: {'; '.join(problems)}. Give every site (and the coordinator's "
             "public_source_schema) the same schema TOML")
+    return reference
+
+
+def check_site_policies(spec: pb.JobSpec, registrations: Mapping[str, pb.RegisterRequest]
+                        ) -> None:
+    """Refuse a job one of its registered sites would refuse every round of,
+    under the policy terms it registered (none: not checked): a ``peers``
+    list that leaves out another of the job's sites (its roster check
+    refuses any round with that site), or a ``min_participants`` above the
+    job's number of sites. Checked before any key is published, so no site
+    is charged for rounds another site's policy was certain to abort."""
+    problems = []
+    for name, registration in sorted(registrations.items()):
+        if not registration.HasField("terms"):
+            continue
+        terms = registration.terms
+        strangers = sorted(set(spec.sites) - set(terms.peers) - {name})
+        if terms.peers_listed and strangers:
+            problems.append(
+                f"site {name!r} masks only with its peers ({', '.join(terms.peers) or 'none'}) "
+                f"and would refuse every round with {', '.join(repr(s) for s in strangers)}: "
+                f"leave them out of [job] sites, or ask site {name!r} to add them to "
+                "[federation] peers in its policy")
+        if terms.min_participants > len(spec.sites):
+            problems.append(
+                f"site {name!r} answers only rounds of at least {terms.min_participants} sites "
+                f"(its policy's min_participants) and the job names {len(spec.sites)}")
+    if problems:
+        raise ConfigError(f"job: {'; '.join(problems)}")
+
+
+def check_kernels_allowed(releases: Sequence[PlannedRelease],
+                          sessions: Sequence[SiteSession]) -> None:
+    """Refuse a job whose privacy plan queries a kernel that one of its sites'
+    policies does not allow (a site registers its allowed kernels; none
+    listed: any), naming the site and the kernels it allows."""
+    planned = sorted({release.kernel for release in releases})
+    problems = []
+    for session in sorted(sessions, key=lambda s: s.name):
+        allowed = set(session.registration.kernels)
+        missing = [k for k in planned if allowed and k not in allowed]
+        if missing:
+            problems.append(f"site {session.name!r} allows only {sorted(allowed)}, and the job "
+                            f"queries {missing}")
+    if problems:
+        raise ConfigError(f"job: {'; '.join(problems)}: its policy would refuse those rounds "
+                          "(ask the site to add the kernel to [queries] allowed_kernels)")
 
 
 def check_estimator(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
@@ -146,6 +199,7 @@ def plan_job(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
                        spec.algorithm, err)
         return JobPlan(note=f"no plan: the algorithm could not be previewed ({err}); each "
                        "site's ledger still refuses any release over its cap")
+    check_kernels_allowed(releases, named)
     budgets = {s.name: s.budget for s in named if s.budget is not None}
     return JobPlan(releases, previews_for(releases, spec.sites, adjacencies, budgets, dim))
 

@@ -14,6 +14,7 @@ site was charged) if the plan refuses it. The plan is made once either way.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Callable
 
@@ -36,21 +37,20 @@ class LaunchPlans:
         self._lock = threading.Lock()
         self._pending: dict[str, concurrent.futures.Future] = {}
 
-    def check(self, spec: pb.JobSpec) -> concurrent.futures.Future | None:
+    def check(self, spec: pb.JobSpec) -> concurrent.futures.Future:
         """Raise what the plan raises if it is ready within ``wait_s``; else
-        the plan still running, for :meth:`adopt`."""
+        the plan's future (done, or still running: for :meth:`adopt`)."""
         snapshot = pb.JobSpec()
         snapshot.CopyFrom(spec)  # the launch goes on to fill in the seed
         future = self._executor.submit(self._plan_and_refuse, snapshot)
-        try:
+        # A refusal ready in time is raised here; a slower plan goes on.
+        with contextlib.suppress(concurrent.futures.TimeoutError):
             future.result(timeout=PLAN_WAIT_S if self._wait_s is None else self._wait_s)
-        except concurrent.futures.TimeoutError:
-            return future
-        return None
+        return future
 
     def adopt(self, job_id: str, future: concurrent.futures.Future | None) -> None:
-        """Keep ``future`` for the job's first start."""
-        if future is not None:
+        """Keep ``future``, if it is still running, for the job's first start."""
+        if future is not None and not future.done():
             with self._lock:
                 self._pending[job_id] = future
 

@@ -320,7 +320,10 @@ class NetworkFederation:
                 raise BudgetExceededError(refusal.message)
         for refusal in failure.refusals:
             if refusal.reason != pb.Refusal.REPLAY:
-                raise QueryRefusedError(refusal.message)
+                # The operator's message names the site whose policy refused.
+                reason = pb.Refusal.Reason.Name(refusal.reason).lower().replace("_", " ")
+                raise QueryRefusedError(f"site {refusal.site_name!r} refused the round "
+                                        f"({reason}): {refusal.message}")
 
     def _skip_replayed_rounds(self, failure: RoundFailedError) -> None:
         """A site that refused a round as a replay says the last round it saw

@@ -1,6 +1,6 @@
-"""Operator commands: ``privadapt launch | status | result | cancel | sites``.
+"""Operator commands: ``privadapt launch | status | result | cancel | sites | logs``.
 
-``status``, ``sites`` and ``result`` take ``--json`` for scripts: one JSON
+``status``, ``sites``, ``result`` and ``logs`` take ``--json`` for scripts: one JSON
 document with the reply's proto field names (``result``: the model's path and
 the privacy report).
 
@@ -33,18 +33,28 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import grpc
-import numpy as np
 from google.protobuf import json_format
 
 from privadapt.common import tls
 from privadapt.common.config import Layout, read_sections, read_toml, render_layout
+from privadapt.common.dial_diagnosis import explain_unreachable
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.wire import channel_options, params_from_proto
+from privadapt.server.job_progress import (
+    job_line,
+    log_lines,
+    new_round_lines,
+    progress_bar,
+    round_lines,
+)
+from privadapt.server.job_report import render_job_report
 from privadapt.server.job_spec import job_spec_from_toml, job_state_name
+from privadapt.server.result_files import PAGE_FILE, REPORT_FILE, claim_output, write_model
 
 CALL_TIMEOUT_S = 30.0
 DRY_RUN_TIMEOUT_S = 600.0
@@ -90,6 +100,7 @@ class OperatorConfig:
             channel = grpc.insecure_channel(self.coordinator, options=channel_options())
         else:
             assert self.cert is not None and self.key is not None and self.ca is not None
+            tls.check_own_certificate(self.cert, self.ca, "operator")
             credentials = tls.channel_credentials(self.cert, self.key, self.ca)
             channel = grpc.secure_channel(self.coordinator, credentials,
                                           options=channel_options())
@@ -119,14 +130,16 @@ def add_operator_commands(commands: argparse._SubParsersAction) -> None:
     status = command("status", "a job's state and per-round progress (or every job)")
     status.add_argument("job_id", nargs="?", default="")
     status.add_argument("--follow", action="store_true", help="print progress until it ends")
-    result = command("result", "write a finished job's model and privacy report")
+    result = command("result", "write a finished job's model, privacy report and its HTML page")
     result.add_argument("job_id")
     result.add_argument("--out", type=Path, required=True, help="directory to write into")
     cancel = command("cancel", "cancel a running job")
     cancel.add_argument("job_id")
     cancel.add_argument("--reason", default="cancelled by the operator")
     sites = command("sites", "list the sites the coordinator knows")
-    for parser in (status, result, sites):
+    logs = command("logs", "a job's audit events and rounds from the coordinator's store")
+    logs.add_argument("job_id")
+    for parser in (status, result, sites, logs):
         parser.add_argument("--json", action="store_true",
                             help="print one JSON document instead of lines, for scripts")
 
@@ -138,7 +151,11 @@ def run_operator_command(args: argparse.Namespace) -> int:
     try:
         return _COMMANDS[args.command](stub, args)
     except grpc.RpcError as err:
-        raise ConfigError(f"coordinator: {err.code().name}: {err.details()}") from None
+        reason = None
+        if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            config = OperatorConfig.locate(args.config, args.insecure)
+            reason = explain_unreachable(config.coordinator, config.ca)
+        raise ConfigError(reason or f"coordinator: {err.code().name}: {err.details()}") from None
 
 
 def _launch(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
@@ -169,16 +186,24 @@ def _status(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     return 0
 
 
-def _follow(stub: rpc.OperatorServiceStub, job_id: str) -> int:
+def _follow(stub: rpc.OperatorServiceStub, job_id: str, out: TextIO | None = None) -> int:
+    """Print the job's progress from the Watch stream until it ends: a
+    progress bar redrawn in place on a terminal, else one line per round."""
+    out = out or sys.stdout
+    on_terminal = out.isatty()
     job = None
     printed = 0
     for job in watch(stub, job_id):
-        lines = round_lines(job.rounds)
-        for line in lines[printed:]:
-            print(line, flush=True)
-        printed = len(lines)
+        if on_terminal:
+            print(f"\r{progress_bar(job)}\x1b[K", end="", file=out, flush=True)
+            continue
+        lines, printed = new_round_lines(job, printed)
+        for line in lines:
+            print(line, file=out, flush=True)
     if job is not None:
-        print(job_line(job))
+        if on_terminal:
+            print(file=out)
+        print(job_line(job), file=out)
     return 0 if job is not None and job.state == pb.JOB_STATE_SUCCEEDED else 1
 
 
@@ -187,44 +212,27 @@ def watch(stub: rpc.OperatorServiceStub, job_id: str) -> Iterator[pb.JobStatus]:
     yield from stub.Watch(pb.StatusRequest(job_id=job_id))
 
 
-def job_line(job: pb.JobStatus) -> str:
-    state = job_state_name(job.state)
-    done = sum(1 for r in job.rounds if not r.aborted)
-    aborted = len(job.rounds) - done
-    text = f"{job.job_id}  {job.algorithm}  {state}  rounds={done}"
-    if aborted:
-        text += f" (+{aborted} aborted)"
-    return text + (f"  {job.message}" if job.message else "")
-
-
-def round_lines(rounds) -> list[str]:
-    lines = []
-    for r in rounds:
-        ms = r.duration.ToTimedelta() / dt.timedelta(milliseconds=1)
-        if r.aborted:
-            lines.append(f"  round {r.round:>5}  ABORTED  {r.abort_reason}")
-        else:
-            lines.append(f"  round {r.round:>5}  sites={len(r.participants)}  {ms:8.1f} ms  "
-                         f"epsilon so far {r.epsilon_so_far:.4g}")
-    return lines
-
-
 def _result(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     response = stub.Result(pb.ResultRequest(job_id=args.job_id), timeout=CALL_TIMEOUT_S)
     if not response.privacy_report_json:
         state = job_state_name(response.state)
         raise ConfigError(f"job {args.job_id!r} has no result (state: {state})")
-    args.out.mkdir(parents=True, exist_ok=True)
-    model = params_from_proto(response.model, "model")
-    np.savez(args.out / "model.npz", **model)
-    (args.out / "privacy_report.json").write_text(response.privacy_report_json + "\n")
+    claim_output(args.out, response.job_id)
+    model_path = write_model(args.out, response.job_id,
+                             params_from_proto(response.model, "model"),
+                             response.schema_digest, response.feature_names)
+    report_path = args.out / REPORT_FILE
+    report_path.write_text(response.privacy_report_json + "\n")
+    report = json.loads(response.privacy_report_json)
+    log = stub.Logs(pb.StatusRequest(job_id=response.job_id), timeout=CALL_TIMEOUT_S)
+    page_path = args.out / PAGE_FILE
+    page_path.write_text(render_job_report(log, report), encoding="utf-8")
     if args.json:
-        print(json.dumps({"model": str(args.out / "model.npz"),
-                          "privacy_report": json.loads(response.privacy_report_json)},
-                         indent=2))
+        print(json.dumps({"model": str(model_path), "page": str(page_path),
+                          "privacy_report": report}, indent=2))
         return 0
-    print(f"wrote {args.out / 'model.npz'} and {args.out / 'privacy_report.json'}")
-    for name, site in json.loads(response.privacy_report_json)["sites"].items():
+    print(f"wrote {model_path}, {report_path} and {page_path}")
+    for name, site in report["sites"].items():
         print(f"  {name}: epsilon {site['job_epsilon']:.4g} at delta {site['delta']:g} "
               f"(cap {site['cap_epsilon']:g}; all jobs {site['total_epsilon']:.4g})")
     return 0
@@ -272,5 +280,14 @@ def _print_json(message) -> int:
     return 0
 
 
+def _logs(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
+    log = stub.Logs(pb.StatusRequest(job_id=args.job_id), timeout=CALL_TIMEOUT_S)
+    if args.json:
+        return _print_json(log)
+    for line in log_lines(log):
+        print(line)
+    return 0
+
+
 _COMMANDS = {"launch": _launch, "status": _status, "result": _result, "cancel": _cancel,
-             "sites": _sites}
+             "sites": _sites, "logs": _logs}

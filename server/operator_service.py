@@ -1,4 +1,4 @@
-"""The coordinator's ``OperatorService``: launch, status, cancel, result, sites.
+"""The coordinator's ``OperatorService``: launch, status, cancel, result, sites, logs.
 
 Only operator certificates may call it (``tls.require_role``): a site
 certificate can never launch a job or read a result. Expected errors (a bad
@@ -59,6 +59,7 @@ class OperatorServicer(rpc.OperatorServiceServicer):
             job_id=record.job_id, algorithm=record.algorithm,
             state=job_state_to_proto(record.state), message=record.message,
             created=timestamp_to_proto(record.created), updated=timestamp_to_proto(record.updated),
+            planned_rounds=self._jobs.planned_rounds(record.job_id),
         )
         for r in self._store.rounds(record.job_id):
             duration = Duration()
@@ -106,7 +107,10 @@ class OperatorServicer(rpc.OperatorServiceServicer):
         model, report_json = stored
         params_to_proto(model, response.model, "model")
         response.privacy_report_json = report_json
-        for name, site in json.loads(report_json).get("sites", {}).items():
+        report = json.loads(report_json)
+        response.schema_digest = report.get("schema_digest", "")
+        response.feature_names.extend(report.get("feature_names", []))
+        for name, site in report.get("sites", {}).items():
             response.privacy.add(
                 job_id=record.job_id, site_name=name, job_epsilon=site["job_epsilon"],
                 total_epsilon=site["total_epsilon"], delta=site["delta"],
@@ -114,6 +118,15 @@ class OperatorServicer(rpc.OperatorServiceServicer):
                 total_delta=site["total_delta"],
             )
         return response
+
+    def Logs(self, request: pb.StatusRequest, context: grpc.ServicerContext):
+        self._authorise(context)
+        record = self._job(request.job_id, context)
+        log = pb.JobLog(status=self._status(record))
+        for entry in self._store.audit_log(record.job_id):
+            log.events.add(time=timestamp_to_proto(entry.timestamp), event=entry.event,
+                           site_name=entry.site_name or "", detail=entry.detail)
+        return log
 
     def ListSites(self, request: pb.ListSitesRequest, context: grpc.ServicerContext):
         self._authorise(context)

@@ -48,6 +48,7 @@ from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire import params_from_proto
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
+from privadapt.server.job_progress import job_line
 from privadapt.server.job_spec import job_spec_from_toml
 from privadapt.server.local_deployment import LOCALHOST, LocalDeployment, free_port, write_pki
 from privadapt.server.local_processes import (
@@ -56,7 +57,7 @@ from privadapt.server.local_processes import (
     start_coordinator,
     start_site,
 )
-from privadapt.server.operator_cli import OperatorConfig, job_line, watch
+from privadapt.server.operator_cli import OperatorConfig, watch
 
 SITE_CAP_EPSILON, SITE_CAP_DELTA = 10.0, 1e-5
 DEMO_DELTA = 1e-6

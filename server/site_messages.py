@@ -33,6 +33,8 @@ MAX_RECORDS = 2**53
 MAX_FEATURES = 2**20
 #: A site lists the kernels its policy allows: at most this many names ...
 MAX_KERNELS = 64
+#: A site's policy names at most this many peers (sites it masks with).
+MAX_PEERS = 1024
 #: ... of at most this many characters, each a Python-identifier-like name.
 MAX_KERNEL_NAME_CHARS = 64
 KERNEL_NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -73,6 +75,24 @@ def check_register_request(request: pb.RegisterRequest) -> None:
         check_schema_digest(request.schema)
     if request.HasField("budget"):
         check_site_budget(request.budget)
+    if request.HasField("terms"):
+        check_policy_terms(request.terms)
+
+
+def check_policy_terms(terms: pb.SitePolicyTerms) -> None:
+    """At most MAX_PEERS distinct, well-formed peer names (none unless
+    ``peers_listed``); a minimum of at most MAX_PEERS + 1 participants."""
+    if len(terms.peers) > MAX_PEERS:
+        raise WireError(f"terms.peers lists {len(terms.peers)} sites (at most {MAX_PEERS})")
+    if terms.peers and not terms.peers_listed:
+        raise WireError("terms.peers is given but terms.peers_listed is false")
+    if len(set(terms.peers)) != len(terms.peers):
+        raise WireError("terms.peers names a site twice")
+    for peer in terms.peers:
+        check_name(peer, "terms.peers entry")
+    if terms.min_participants > MAX_PEERS + 1:
+        raise WireError(f"terms.min_participants {terms.min_participants} is above "
+                        f"{MAX_PEERS + 1}")
 
 
 def check_site_budget(budget: pb.SiteBudget) -> None:

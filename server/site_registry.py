@@ -29,6 +29,17 @@ logger = logging.getLogger(__name__)
 
 DisconnectListener = Callable[[str], None]
 
+# A connected session heard from within this many seconds is live: a site
+# heartbeats every 10 s (federation_service.HEARTBEAT_INTERVAL_S), so three
+# missed heartbeats mark a session whose stream died unnoticed as stale.
+LIVE_SESSION_S = 35.0
+
+
+class IdentityInUseError(ValueError):
+    """A second daemon registered with the identity of a site whose session is
+    live. The first keeps its session: replacing it made the two daemons evict
+    each other every 200 ms, neither able to finish a round."""
+
 
 @dataclass
 class SiteSession:
@@ -74,7 +85,8 @@ class SiteSession:
 class SiteRegistry:
     """Registered sites by name; thread-safe, shared by every gRPC handler."""
 
-    def __init__(self) -> None:
+    def __init__(self, live_session_s: float = LIVE_SESSION_S) -> None:
+        self._live_session_s = live_session_s
         self._changed = threading.Condition()
         self._sessions: dict[str, SiteSession] = {}
         self._listeners: list[DisconnectListener] = []
@@ -83,11 +95,24 @@ class SiteRegistry:
         self._listeners.append(listener)
 
     def register(self, name: str, request: pb.RegisterRequest) -> SiteSession:
-        """A new session for ``name``; an older one (a restarted site) is closed."""
+        """A new session for ``name``; an older one (a restarted site) is closed.
+
+        :class:`IdentityInUseError` if the older one is connected and was heard
+        from within ``live_session_s``: another daemon is running as this site.
+        """
         session = SiteSession(name, secrets.token_hex(16), request,
                               budget=request.budget if request.HasField("budget") else None)
         with self._changed:
             old = self._sessions.get(name)
+            if old is not None and old.connected and not old.closed:
+                quiet = time.time() - old.last_seen
+                if quiet < self._live_session_s:
+                    raise IdentityInUseError(
+                        f"site {name!r} is already connected (its session was heard from "
+                        f"{quiet:.0f} s ago): another privadapt-site runs with this site's "
+                        "certificate. Stop one of the two daemons; this registration is "
+                        f"refused while the other one's session lives (it is replaced "
+                        f"{self._live_session_s:g} s after that daemon falls silent)")
             self._sessions[name] = session
             self._changed.notify_all()
         if old is not None:

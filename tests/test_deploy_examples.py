@@ -102,7 +102,7 @@ def test_operator_config(deploy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_every_example_toml_is_tested() -> None:
     tested = {"coordinator.toml", "site.toml", "policy.toml", "job.toml", "operator.toml",
-              "adult.schema.toml"}
+              "adult.schema.toml", "federation.toml"}  # federation.toml: tests/test_provision.py
     assert {p.name for p in DEPLOY.glob("*.toml")} == tested
 
 

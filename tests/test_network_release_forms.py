@@ -80,8 +80,11 @@ def test_a_policy_that_forbids_per_site_releases_refuses_them_over_the_network(n
     start_sites(epsilon_cap=1e6, allow_per_site_releases=False)
     federation = direct_federation(coordinator, "forbidden", SITES)
     federation.wait_for_sites()
-    with pytest.raises(QueryRefusedError, match="allow_per_site_releases"):
+    with pytest.raises(QueryRefusedError, match="allow_per_site_releases") as refused:
         federation.query_per_site("validation_loss", SCORES, NoNoise((math.sqrt(3) * 4.0,)))
+    # The operator's message names the site whose policy refused (issue 18).
+    assert str(refused.value).startswith("site 'site-") and "refused the round (policy)" in \
+        str(refused.value)
 
 
 def test_a_single_site_selects_over_the_network_and_its_ledger_is_charged(network):

@@ -178,3 +178,36 @@ def test_launch_with_id_and_set_overrides_the_file(running, tmp_path, capsys):
     assert cli.main(["launch", job, "--id", "retry", "--set", "iterations=2", "--follow",
                      *config]) == 0
     assert "launched retry" in capsys.readouterr().out
+
+
+def test_logs_planned_rounds_and_result_files_of_a_job(running, tmp_path, capsys):
+    coordinator, operator, _ = running
+    config = ["--config", str(operator)]
+    assert cli.main(["launch", _job_file(tmp_path, "logged-job", 3), "--follow", *config]) == 0
+    assert cli.main(["launch", _job_file(tmp_path, "other-job", 2), "--follow", *config]) == 0
+    capsys.readouterr()
+    assert cli.main(["status", "logged-job", "--json", *config]) == 0
+    assert json.loads(capsys.readouterr().out)["jobs"][0]["planned_rounds"] == "3"
+    assert cli.main(["logs", "logged-job", *config]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("logged-job  noisy_gd  succeeded  rounds=3")
+    stored = [e.event for e in coordinator.store.audit_log("logged-job")]
+    assert [line.split()[2] for line in lines[1:1 + len(stored)]] == stored
+    assert "job_launched" in stored and "job_succeeded" in stored
+    assert sum(line.lstrip().startswith("round ") for line in lines) == 3
+    assert cli.main(["logs", "logged-job", "--json", *config]) == 0
+    log = json.loads(capsys.readouterr().out)
+    assert [e["event"] for e in log["events"]] == stored
+    out = tmp_path / "results"
+    assert cli.main(["result", "logged-job", "--out", str(out), *config]) == 0
+    with np.load(out / "model.npz", allow_pickle=False) as model:
+        assert str(model["job_id"]) == "logged-job"
+        # No public sample: the sites' .npz arrays agree on placeholder names.
+        assert list(model["feature_names"]) == ["x0", "x1", "x2", "x3"]
+        digest = coordinator.registry.session("site-a").registration.schema.digest
+        assert str(model["schema_digest"]) == digest
+    capsys.readouterr()
+    assert cli.main(["result", "other-job", "--out", str(out), *config]) == 2
+    assert "already holds the result of job 'logged-job'" in capsys.readouterr().err
+    with np.load(out / "model.npz", allow_pickle=False) as model:
+        assert str(model["job_id"]) == "logged-job"  # untouched

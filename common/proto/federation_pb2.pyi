@@ -231,7 +231,7 @@ class RecordPart(_message.Message):
     def __init__(self, part: _Optional[str] = ..., validation_fraction: _Optional[float] = ..., salt: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("site_name", "software_version", "num_records", "num_features", "kernels", "policy_version", "adjacency", "schema", "budget")
+    __slots__ = ("site_name", "software_version", "num_records", "num_features", "kernels", "policy_version", "adjacency", "schema", "budget", "terms")
     SITE_NAME_FIELD_NUMBER: _ClassVar[int]
     SOFTWARE_VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_RECORDS_FIELD_NUMBER: _ClassVar[int]
@@ -241,6 +241,7 @@ class RegisterRequest(_message.Message):
     ADJACENCY_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
+    TERMS_FIELD_NUMBER: _ClassVar[int]
     site_name: str
     software_version: str
     num_records: int
@@ -250,7 +251,18 @@ class RegisterRequest(_message.Message):
     adjacency: str
     schema: SchemaDigest
     budget: SiteBudget
-    def __init__(self, site_name: _Optional[str] = ..., software_version: _Optional[str] = ..., num_records: _Optional[int] = ..., num_features: _Optional[int] = ..., kernels: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ..., adjacency: _Optional[str] = ..., schema: _Optional[_Union[SchemaDigest, _Mapping]] = ..., budget: _Optional[_Union[SiteBudget, _Mapping]] = ...) -> None: ...
+    terms: SitePolicyTerms
+    def __init__(self, site_name: _Optional[str] = ..., software_version: _Optional[str] = ..., num_records: _Optional[int] = ..., num_features: _Optional[int] = ..., kernels: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ..., adjacency: _Optional[str] = ..., schema: _Optional[_Union[SchemaDigest, _Mapping]] = ..., budget: _Optional[_Union[SiteBudget, _Mapping]] = ..., terms: _Optional[_Union[SitePolicyTerms, _Mapping]] = ...) -> None: ...
+
+class SitePolicyTerms(_message.Message):
+    __slots__ = ("peers_listed", "peers", "min_participants")
+    PEERS_LISTED_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    MIN_PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
+    peers_listed: bool
+    peers: _containers.RepeatedScalarFieldContainer[str]
+    min_participants: int
+    def __init__(self, peers_listed: _Optional[bool] = ..., peers: _Optional[_Iterable[str]] = ..., min_participants: _Optional[int] = ...) -> None: ...
 
 class SiteBudget(_message.Message):
     __slots__ = ("epsilon_cap", "delta_cap", "epsilon_spent", "accounting")
@@ -608,7 +620,7 @@ class RoundProgress(_message.Message):
     def __init__(self, round: _Optional[int] = ..., query_id: _Optional[str] = ..., participants: _Optional[_Iterable[str]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., epsilon_so_far: _Optional[float] = ..., aborted: _Optional[bool] = ..., abort_reason: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "algorithm", "state", "rounds", "message", "created", "updated")
+    __slots__ = ("job_id", "algorithm", "state", "rounds", "message", "created", "updated", "planned_rounds")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -616,6 +628,7 @@ class JobStatus(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
     UPDATED_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_ROUNDS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     algorithm: str
     state: JobState
@@ -623,7 +636,28 @@ class JobStatus(_message.Message):
     message: str
     created: _timestamp_pb2.Timestamp
     updated: _timestamp_pb2.Timestamp
-    def __init__(self, job_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., rounds: _Optional[_Iterable[_Union[RoundProgress, _Mapping]]] = ..., message: _Optional[str] = ..., created: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    planned_rounds: int
+    def __init__(self, job_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., rounds: _Optional[_Iterable[_Union[RoundProgress, _Mapping]]] = ..., message: _Optional[str] = ..., created: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., planned_rounds: _Optional[int] = ...) -> None: ...
+
+class JobEvent(_message.Message):
+    __slots__ = ("time", "event", "site_name", "detail")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    SITE_NAME_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    time: _timestamp_pb2.Timestamp
+    event: str
+    site_name: str
+    detail: str
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., event: _Optional[str] = ..., site_name: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class JobLog(_message.Message):
+    __slots__ = ("status", "events")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    status: JobStatus
+    events: _containers.RepeatedCompositeFieldContainer[JobEvent]
+    def __init__(self, status: _Optional[_Union[JobStatus, _Mapping]] = ..., events: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
     __slots__ = ("jobs",)
@@ -652,7 +686,7 @@ class ResultRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class ResultResponse(_message.Message):
-    __slots__ = ("job_id", "state", "model", "privacy", "privacy_report_json")
+    __slots__ = ("job_id", "state", "model", "privacy", "privacy_report_json", "schema_digest", "feature_names")
     class ModelEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -665,12 +699,16 @@ class ResultResponse(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PRIVACY_FIELD_NUMBER: _ClassVar[int]
     PRIVACY_REPORT_JSON_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_NAMES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: JobState
     model: _containers.MessageMap[str, ParamValue]
     privacy: _containers.RepeatedCompositeFieldContainer[SitePrivacyReport]
     privacy_report_json: str
-    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., model: _Optional[_Mapping[str, ParamValue]] = ..., privacy: _Optional[_Iterable[_Union[SitePrivacyReport, _Mapping]]] = ..., privacy_report_json: _Optional[str] = ...) -> None: ...
+    schema_digest: str
+    feature_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., model: _Optional[_Mapping[str, ParamValue]] = ..., privacy: _Optional[_Iterable[_Union[SitePrivacyReport, _Mapping]]] = ..., privacy_report_json: _Optional[str] = ..., schema_digest: _Optional[str] = ..., feature_names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListSitesRequest(_message.Message):
     __slots__ = ()

@@ -397,6 +397,11 @@ class OperatorServiceStub:
                 request_serializer=privadapt_dot_v1_dot_federation__pb2.ListSitesRequest.SerializeToString,
                 response_deserializer=privadapt_dot_v1_dot_federation__pb2.ListSitesResponse.FromString,
                 _registered_method=True)
+        self.Logs = channel.unary_unary(
+                '/privadapt.v1.OperatorService/Logs',
+                request_serializer=privadapt_dot_v1_dot_federation__pb2.StatusRequest.SerializeToString,
+                response_deserializer=privadapt_dot_v1_dot_federation__pb2.JobLog.FromString,
+                _registered_method=True)
 
 
 class OperatorServiceServicer:
@@ -440,6 +445,13 @@ class OperatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Logs(self, request, context):
+        """A job's state, rounds and audit events from the coordinator's store.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -472,6 +484,11 @@ def add_OperatorServiceServicer_to_server(servicer, server):
                     servicer.ListSites,
                     request_deserializer=privadapt_dot_v1_dot_federation__pb2.ListSitesRequest.FromString,
                     response_serializer=privadapt_dot_v1_dot_federation__pb2.ListSitesResponse.SerializeToString,
+            ),
+            'Logs': grpc.unary_unary_rpc_method_handler(
+                    servicer.Logs,
+                    request_deserializer=privadapt_dot_v1_dot_federation__pb2.StatusRequest.FromString,
+                    response_serializer=privadapt_dot_v1_dot_federation__pb2.JobLog.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -636,6 +653,33 @@ class OperatorService:
             '/privadapt.v1.OperatorService/ListSites',
             privadapt_dot_v1_dot_federation__pb2.ListSitesRequest.SerializeToString,
             privadapt_dot_v1_dot_federation__pb2.ListSitesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Logs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/privadapt.v1.OperatorService/Logs',
+            privadapt_dot_v1_dot_federation__pb2.StatusRequest.SerializeToString,
+            privadapt_dot_v1_dot_federation__pb2.JobLog.FromString,
             options,
             channel_credentials,
             insecure,

@@ -142,3 +142,30 @@ def test_every_field_of_a_charge_is_printed_so_the_totals_can_be_recomputed(tmp_
     assert "   20 x poisson-sampled gaussian q=0.01" in text
     assert accountant.get_epsilon(1e-5) == pytest.approx(total, rel=1e-9)
     assert f"21 charges  epsilon={total:.4g} (PLD)" in text
+
+
+def test_show_json_holds_every_charge_and_the_ledgers_own_totals(site_db):
+    out = io.StringIO()
+    assert show_ledger(site_db, out=out, as_json=True) == 0
+    document = json.loads(out.getvalue())
+    with PrivacyLedger.open_readonly(site_db) as ledger:
+        assert document["total"]["epsilon"] == ledger.spent().epsilon
+        assert document["jobs"]["job-1"]["epsilon"] == ledger.spent_by_job("job-1").epsilon
+        stored = ledger.charges()
+    assert document["cap"] == {"epsilon": 5.0, "delta": 1e-5, "adjacency": "replace_one",
+                               "accounting": "pld"}
+    assert [(c["job_id"], c["query_id"]) for c in document["charges"]] == \
+        [(c.job_id, c.query_id) for c in stored]
+    # The stored mechanism is every field its cost depends on: it reads back equal.
+    assert [mechanism_from_dict(c["mechanism"]) for c in document["charges"]] == \
+        [c.mechanism for c in stored]
+    assert document["charges"][0]["summary"] == "gaussian z=2.83 (2 blocks)"
+    assert document["verified"].startswith("hash chain verified: 3 charges")
+
+
+def test_show_json_of_one_job(site_db):
+    out = io.StringIO()
+    assert show_ledger(site_db, job="job-2", out=out, as_json=True) == 0
+    document = json.loads(out.getvalue())
+    assert list(document["jobs"]) == ["job-2"] and len(document["charges"]) == 1
+    assert document["total"]["charges"] == 3
