@@ -69,3 +69,13 @@ def test_non_private_single_stage_fw_beats_public_only_at_the_papers_size():
                                      iterations=1000, step_size=step).coef
             for step in (None, 1000**-0.5))
         assert section7.test_error(default, test) < public < section7.test_error(generic, test)
+
+
+def test_single_stage_steps_quick_writes_its_table(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.seed003.single_stage_steps", "--quick", "--out",
+         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    with open(tmp_path / "single_stage_steps.csv", newline="") as handle:
+        lines = {row["line"] for row in csv.DictReader(handle)}
+    assert lines == {"public_only", "oracle", "eta=corollary2", "eta=1/sqrt(K)"}
