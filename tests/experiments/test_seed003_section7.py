@@ -7,7 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from experiments.seed003 import section7
+from privadapt.server.algorithms.single_stage_frank_wolfe import single_stage_frank_wolfe
+from privadapt.server.algorithms.smoothed_discrepancy import SmoothedDiscrepancy, second_moment
+from privadapt.server.algorithms.unlabeled_adaptation import weighted_ridge
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,3 +47,35 @@ def test_section7_quick_networked_runs_the_federated_route_over_site_daemons(tmp
         federated = [row for row in csv.DictReader(handle) if row["method"] == "federated_fw"]
     assert {row["epsilon"] for row in federated} == {"1.0", "10.0"}
     assert all(math.isfinite(float(row["mean"])) for row in federated)
+
+
+def test_non_private_single_stage_fw_beats_public_only_at_the_papers_size():
+    """Alg. 1 without noise at m = 1,000, n = 1,000, K = 1,000 on Section 7's
+    data (drawn as ``one_run`` draws it): with Corollary 2's step (the default)
+    its w-hat has lower target test MSE than the public-only ridge; with the
+    former default 1 / sqrt(K) it was worse."""
+    for seed in (0, 1):
+        rng = np.random.default_rng(seed)
+        points, labels = section7.source_sample(1000, rng)
+        target = section7.gaussian(1000, section7.TARGET_SIGNS, rng)
+        test_x = section7.gaussian(5000, section7.TARGET_SIGNS, rng)
+        test = (test_x, section7.label(test_x))
+        objective = SmoothedDiscrepancy(points, second_moment(target),
+                                        section7.mu_for(points, 1000, 1000), 0.0)
+        public = section7.test_error(
+            weighted_ridge(points, labels, np.full(1000, 1e-3), section7.RIDGE), test)
+        default, generic = (
+            single_stage_frank_wolfe(objective, labels, radius=section7.RADIUS,
+                                     iterations=1000, step_size=step).coef
+            for step in (None, 1000**-0.5))
+        assert section7.test_error(default, test) < public < section7.test_error(generic, test)
+
+
+def test_single_stage_steps_quick_writes_its_table(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.seed003.single_stage_steps", "--quick", "--out",
+         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    with open(tmp_path / "single_stage_steps.csv", newline="") as handle:
+        lines = {row["line"] for row in csv.DictReader(handle)}
+    assert lines == {"public_only", "oracle", "eta=corollary2", "eta=1/sqrt(K)"}

@@ -16,7 +16,10 @@ from privadapt.server.algorithms.pnorm_mirror_descent import (
     mirror_step,
     potential_gradient,
 )
-from privadapt.server.algorithms.single_stage_frank_wolfe import single_stage_frank_wolfe
+from privadapt.server.algorithms.single_stage_frank_wolfe import (
+    corollary2_step_size,
+    single_stage_frank_wolfe,
+)
 from privadapt.server.algorithms.smoothed_discrepancy import (
     SmoothedDiscrepancy,
     frank_wolfe,
@@ -90,6 +93,26 @@ def test_single_stage_fw_without_noise_is_alg1_on_the_exact_moment():
     np.testing.assert_allclose(result.weights, direct.weights, atol=1e-8)
     np.testing.assert_allclose(result.coef, direct.coef, atol=1e-8)
     assert np.linalg.norm(result.coef) <= RADIUS + 1e-12
+
+
+def test_single_stage_default_step_is_corollary2s_from_public_quantities():
+    features, labels = SOURCE
+    r_hat = max(np.linalg.norm(features, axis=1))
+    label_range = labels.max() - labels.min()
+    eta = math.sqrt(2) * (RADIUS * r_hat + label_range) / (
+        RADIUS * r_hat * math.sqrt((1 + 2 * MU * r_hat**2) * 300))
+    assert corollary2_step_size(features, labels, radius=RADIUS, mu=MU,
+                                iterations=300) == pytest.approx(eta, rel=1e-12)
+    default = single_stage_frank_wolfe(exact_objective(0.0), labels, radius=RADIUS,
+                                       iterations=300)
+    explicit = single_stage_frank_wolfe(exact_objective(0.0), labels, radius=RADIUS,
+                                        iterations=300, step_size=eta)
+    np.testing.assert_array_equal(default.weights, explicit.weights)
+    np.testing.assert_array_equal(default.coef, explicit.coef)
+    # Capped at 1 (tiny K), and 1 for an all-zero source.
+    assert corollary2_step_size(features, labels, radius=RADIUS, mu=1e-3, iterations=1) == 1
+    assert corollary2_step_size(np.zeros((4, DIM)), np.zeros(4), radius=RADIUS, mu=MU,
+                                iterations=10) == 1
 
 
 def test_single_stage_gap_estimate_shrinks():

@@ -86,11 +86,12 @@ def test_single_stage_frank_wolfe_equals_alg1_with_rebuilt_moments():
     objective = SmoothedDiscrepancy(POINTS, second_moment(TARGET), mu=15.0)
     labels = POINTS.sum(axis=1)
     iterations = 400
-    result = single_stage_frank_wolfe(objective, labels, radius=1.0, iterations=iterations)
+    eta = 1 / np.sqrt(iterations)
+    result = single_stage_frank_wolfe(objective, labels, radius=1.0, iterations=iterations,
+                                      step_size=eta)
     # The reference: Alg. 1 with every gradient from a rebuilt M(q).
     q = np.full(len(POINTS), 1 / len(POINTS))
     w = np.zeros(POINTS.shape[1])
-    eta = 1 / np.sqrt(iterations)
     gaps, iterates = [], []
     for _ in range(iterations):
         residuals = POINTS @ w - labels
