@@ -44,10 +44,12 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -91,19 +93,22 @@ def problem(run: int, num_auxiliary: int) -> tuple:
     return beta, target, sources
 
 
+@contextlib.contextmanager
 def federation(target: tuple, epsilon: float, seed: int, ledgers: Path,
-               sites: Federations | None = None) -> Federation:
+               sites: Federations | None = None) -> Iterator[Federation]:
     """The target at one site: in-process (seeded noise), or a site daemon
-    when ``sites`` is networked."""
+    when ``sites`` is networked (stopped when the next one starts)."""
     if sites is not None and sites.networked:
-        return sites.make(*target, private=not math.isinf(epsilon), epsilon_cap=10.0,
-                          num_sites=1, tag=ledgers.name)
+        yield sites.make(*target, private=not math.isinf(epsilon), epsilon_cap=10.0,
+                         num_sites=1, tag=ledgers.name)
+        return
     names = tuple(f"x{i}" for i in range(DIM))
     options = {"allow_non_private": True} if math.isinf(epsilon) else {}
-    return LocalFederation.from_datasets(
-        [Dataset(*target, names)], epsilon_cap=math.inf if math.isinf(epsilon) else 10.0,
-        delta_cap=1e-4, noise_seed=seed, ledger_dir=ledgers / f"run-{seed}-{epsilon}",
-        **options)
+    with LocalFederation.from_datasets(
+            [Dataset(*target, names)], epsilon_cap=math.inf if math.isinf(epsilon) else 10.0,
+            delta_cap=1e-4, noise_seed=seed, ledger_dir=ledgers / f"run-{seed}-{epsilon}",
+            **options) as local:
+        yield local
 
 
 def privacy(epsilon: float) -> dict:
