@@ -158,7 +158,7 @@ class JobManager:
         """The job's privacy plan over its registered sites; ConfigError if it
         would exceed a site's reported remaining budget (server/privacy_plan.py)."""
         plan = plan_job(spec, hyperparameters(spec), self._registry.sessions(),
-                        self._public_source)
+                        self._public_source, self._public_sources)
         refuse_over_budget(plan.previews)
         return plan
 

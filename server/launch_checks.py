@@ -177,7 +177,8 @@ class JobPlan:
 
 
 def plan_job(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
-             sessions: Sequence[SiteSession], public_source: Dataset | None) -> JobPlan:
+             sessions: Sequence[SiteSession], public_source: Dataset | None,
+             public_sources: tuple[Dataset, ...] = ()) -> JobPlan:
     """The privacy plan of ``spec`` over its registered sites: their public
     sizes (None under add/remove), dimension, adjacency and reported budget.
     ConfigError for what the algorithm itself refuses on these sites."""
@@ -191,7 +192,8 @@ def plan_job(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
                     else int(r.num_records)) for name, r in registrations.items()}
     dim = max(int(r.num_features) for r in registrations.values())
     try:
-        releases = plan_releases(spec, hyperparameters, sizes, dim, public_source)
+        releases = plan_releases(spec, hyperparameters, sizes, dim, public_source,
+                                 public_sources)
     except PrivadaptError as err:
         raise ConfigError(f"job: {err}") from None
     except Exception as err:  # the preview must not stop a launch the sites would check

@@ -123,12 +123,14 @@ class PlanningFederation:
 
 def plan_releases(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
                   sizes: Mapping[str, int | None], dim: int,
-                  public_source: Dataset | None) -> Sequence[PlannedRelease]:
+                  public_source: Dataset | None,
+                  public_sources: tuple[Dataset, ...] = ()) -> Sequence[PlannedRelease]:
     """Every release the job's algorithm makes, in order, from running it as
-    a job runs (``run_job``) on a :class:`PlanningFederation`; raises what the
-    algorithm raises (a refusal it would meet at run time, a bad value)."""
+    a job runs (``run_job``, with the coordinator's public sample and
+    sources) on a :class:`PlanningFederation`; raises what the algorithm
+    raises (a refusal it would meet at run time, a bad value)."""
     federation = PlanningFederation("dry-run", sizes, dim)
     seed = spec.seed if spec.HasField("seed") else 0
     run_job(JobContext(federation, spec, hyperparameters, seed, lambda step, model: None,
-                       public_source))
+                       public_source, public_sources))
     return federation.releases

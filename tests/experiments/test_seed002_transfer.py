@@ -34,3 +34,32 @@ def test_quick_run_writes_every_cell_within_its_epsilon(tmp_path):
     # The informative sources are found whenever there are some.
     assert all(float(r["informative_recall"]) == 1.0 for r in rows
                if r["method"] == "transfer" and r["k"] != "0")
+
+
+
+def _run(out: Path, *options: str) -> dict[tuple, dict]:
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.seed002.transfer", "--quick", "--epsilons", "inf",
+         "--auxiliary", "5", "--out", str(out), *options],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    with open(out / "transfer.csv", newline="") as handle:
+        return {(r["method"], r["k"], float(r["epsilon"])): r for r in csv.DictReader(handle)}
+
+
+@pytest.mark.slow
+def test_networked_run_prints_the_same_rows_as_in_process_without_noise(tmp_path):
+    """Through site daemons (one per fit, each a new process: about 7 s a fit
+    on a loaded machine, so only epsilon = inf and k = 5 here; the finite
+    epsilons' networked ledgers are tested on the job itself in
+    tests/test_network_dp_frank_wolfe_transfer.py)."""
+    networked = _run(tmp_path / "net", "--networked")
+    local = _run(tmp_path / "local")
+    assert networked.keys() == local.keys() == {
+        ("dp_fw", "", math.inf), ("dp_fw_sum", "", math.inf), ("noisy_gd", "", math.inf),
+        ("transfer", "5", math.inf)}
+    for key, row in networked.items():
+        # Without noise the site daemons compute what in-process sites do.
+        assert float(row["sse_mean"]) == pytest.approx(float(local[key]["sse_mean"]),
+                                                       rel=1e-9, abs=1e-12)
+    assert float(networked[("transfer", "5", math.inf)]["informative_recall"]) == 1.0
