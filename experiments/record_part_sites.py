@@ -37,34 +37,44 @@ def split_rows(num_records: int, validation_fraction: float, rng: np.random.Gene
     return np.sort(order[cut:]), np.sort(order[:cut])
 
 
+def split_datasets(datasets: Sequence[Dataset], validation_fraction: float, seed: int
+                   ) -> tuple[list[Dataset], list[Dataset]]:
+    """(training parts, validation parts) of every site's records (split_rows)."""
+    rng = np.random.default_rng(seed)
+    train, validation = [], []
+    for data in datasets:
+        for parts, rows in zip((train, validation),
+                               split_rows(data.num_records, validation_fraction, rng),
+                               strict=True):
+            parts.append(Dataset(data.features[rows], data.labels[rows], data.feature_names))
+    return train, validation
+
+
 @contextmanager
 def record_part_federations(
-    datasets: Sequence[Dataset],
+    train_parts: Sequence[Dataset],
+    validation_parts: Sequence[Dataset],
     *,
-    validation_fraction: float,
-    split_seed: int,
     noise_seed: int,
     epsilon_cap: float,
     delta_cap: float,
     **policy_options: Any,
 ) -> Iterator[tuple[LocalFederation, LocalFederation]]:
-    """(train, validation) federations over each site's two record parts,
-    one policy, ledger and job id per site shared by both (module docstring).
-    The noise streams of the two views differ (seeds ``noise_seed`` and
-    ``noise_seed + 1``, per site as ``LocalFederation.from_datasets``)."""
-    rng = np.random.default_rng(split_seed)
+    """(train, validation) federations over each site's two record parts
+    (``split_datasets``), one policy, ledger and job id per site shared by
+    both (module docstring). The two views draw different noise streams
+    (seeds ``noise_seed`` and ``noise_seed + 1``, per site as
+    ``LocalFederation.from_datasets`` does)."""
     job_id = f"job-{uuid.uuid4().hex[:12]}"
     with tempfile.TemporaryDirectory(prefix="privadapt-parts-") as directory:
         ledgers, views = [], ([], [])
-        for k, data in enumerate(datasets):
+        for k, own_parts in enumerate(zip(train_parts, validation_parts, strict=True)):
             name = f"site-{k + 1}"
             policy = SitePolicy(name, epsilon_cap, delta_cap, **policy_options)
             ledger = PrivacyLedger(Path(directory) / f"{name}.ledger.db", policy, create=True)
             ledgers.append(ledger)
-            for view, rows, seed in zip(views, split_rows(data.num_records, validation_fraction,
-                                                          rng), (noise_seed, noise_seed + 1),
+            for view, part, seed in zip(views, own_parts, (noise_seed, noise_seed + 1),
                                         strict=True):
-                part = Dataset(data.features[rows], data.labels[rows], data.feature_names)
                 view.append(Site(part, policy, ledger, SeededRandomBits(seed * 100 + k)))
         train, validation = (LocalFederation(view, job_id=job_id) for view in views)
         # One job numbers its queries once: the sites refuse a query id

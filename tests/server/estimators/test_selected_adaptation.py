@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from experiments.record_part_sites import record_part_federations
+from experiments.record_part_sites import record_part_federations, split_datasets
 from privadapt import Dataset
 from privadapt.server.estimators import InvalidParameterError, clone
 from privadapt.server.estimators.selected_adaptation import (
@@ -39,8 +39,8 @@ def sites(n, seed, num_sites=3):
 
 
 def parts(n, seed, num_sites=3):
-    return record_part_federations(sites(n, seed, num_sites), validation_fraction=0.25,
-                                   split_seed=seed, noise_seed=seed, epsilon_cap=20.0,
+    train, validation = split_datasets(sites(n, seed, num_sites), 0.25, seed)
+    return record_part_federations(train, validation, noise_seed=seed, epsilon_cap=20.0,
                                    delta_cap=1e-3)
 
 
