@@ -131,7 +131,7 @@ def selection_settings(task: Task, epsilon: float, seed: int,
     params = adapter.get_params()
     name = "pncnvx_adap_smooth" if "l1" in params else "pcnvx_adap_smooth"
     return {"loss": task.loss, "radius": task.radius, "epsilon": epsilon, "delta": DELTA,
-            "loss_bound": task.loss_bound, "clip_norm": task.noisy_gd["clip_norm"],
+            "clip_norm": task.noisy_gd["clip_norm"],
             "learning_rate": task.noisy_gd["learning_rate"], "iterations": task.iterations,
             "feature_norm": params["feature_norm"], "label_bound": params["label_bound"],
             "alpha": params["alpha"], "penalty": params.get("l1", params.get("k1")),
@@ -154,7 +154,7 @@ def selected(task: Task, private: tuple[np.ndarray, np.ndarray], epsilon: float,
             train_sites, validation_sites, task.source)
     features = np.concatenate([part.features for part in validation])
     labels = np.concatenate([part.labels for part in validation])
-    losses = [np.minimum(loss_values(task.loss, features @ w, labels), task.loss_bound).mean()
+    losses = [np.minimum(loss_values(task.loss, features @ w, labels), model.loss_bound_).mean()
               for w in model.candidates_]
     return model.coef_, model.candidates_[int(np.argmin(losses))]
 

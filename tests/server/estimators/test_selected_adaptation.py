@@ -148,5 +148,14 @@ def test_every_hyperparameter_is_a_scalar_a_job_can_carry():
     from privadapt.server.job_algorithms import job_schema
     schema = job_schema(SelectedAdaptation)
     assert schema.optional["candidates"] == (str,)
-    assert set(schema.required) == {"loss", "radius", "loss_bound"}
+    assert set(schema.required) == {"loss", "radius"}
+    assert schema.optional["loss_bound"] == (int, float, str)
     assert SelectedAdaptation.requires_public_source
+
+
+def test_the_automatic_clip_is_a_quantile_of_the_free_models_public_losses():
+    with parts(300, seed=2) as (train, validation):
+        model = selector(loss_bound="auto").fit(train, validation, PUBLIC)
+    margins = PUBLIC[0] @ model.candidates_[0]
+    losses = np.logaddexp(0.0, -PUBLIC[1] * margins)
+    assert model.loss_bound_ == pytest.approx(np.quantile(losses, 0.95))
