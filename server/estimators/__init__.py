@@ -22,6 +22,7 @@ from privadapt.server.estimators.grid_search import PrivateGridSearch
 from privadapt.server.estimators.private_kmeans import PrivateLloydKMeans
 from privadapt.server.estimators.private_mixture import PrivateGaussianMixtureSampler
 from privadapt.server.estimators.reweighting import PCnvxAdap, PNCnvxAdap
+from privadapt.server.estimators.selected_adaptation import SelectedAdaptation
 from privadapt.server.estimators.selection import PrivateSelection
 from privadapt.server.estimators.source_target_clustering import (
     NeighborNoisyAverages,
@@ -46,5 +47,6 @@ __all__ = [
     "PrivateGridSearch",
     "PrivateLloydKMeans",
     "PrivateSelection",
+    "SelectedAdaptation",
     "clone",
 ]
