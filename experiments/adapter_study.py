@@ -19,9 +19,9 @@ For each shift, private size n, epsilon in {1, 3, 10} and repeated splits
   (the noise-aware cap without the Lipschitz G^2 term, which keeps the
   default's step at D / (G sqrt(T)) whatever epsilon is);
 * ``selected (private)``: ``SelectedAdaptation`` (issue 13, section 2), one
-  job at (epsilon, 1e-5) in all: each site's private records split at random
-  into a training and a validation part (``VALIDATION_FRACTION``; a
-  simulation of record parts, experiments/record_part_sites.py), noisy GD and
+  job at (epsilon, 1e-5) in all: each site splits its private records into a
+  training and a validation record part by a content hash
+  (``VALIDATION_FRACTION``; common/record_parts.py), noisy GD and
   the task's adapter with the smooth step trained on the training parts, and
   the free source-only model kept unless one of them beats it on one private
   release of the clipped validation losses by the baseline margin;
@@ -62,7 +62,6 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.record_part_sites import record_part_federations, split_datasets
 from experiments.seed000.diabetes import load_diabetes_domains
 from experiments.seed000.reporting import mean_std, print_table, write_csv
 from experiments.seed000.synthetic import make_shifted_regression
@@ -70,6 +69,7 @@ from experiments.selection import Task, adult_task, metric, regression_task
 from privadapt import Dataset, LocalFederation, NoisyGD, load_adult_domains
 from privadapt.common.datasets.adult import DEMO_SPLIT
 from privadapt.common.losses import loss_values
+from privadapt.common.record_parts import VALIDATION, RecordPart, RecordSplitter
 from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.estimators.selected_adaptation import SelectedAdaptation
 
@@ -144,14 +144,15 @@ def selection_settings(task: Task, epsilon: float, seed: int,
 def selected(task: Task, private: tuple[np.ndarray, np.ndarray], epsilon: float, seed: int,
              selection_share: float | None) -> tuple[np.ndarray, np.ndarray]:
     """(the private selection's model, the non-private oracle's choice among
-    the same candidates) of one SelectedAdaptation job at epsilon."""
-    train, validation = split_datasets(site_datasets(*private, task.num_sites),
-                                       VALIDATION_FRACTION, seed)
-    with record_part_federations(train, validation, noise_seed=seed, epsilon_cap=100.0,
-                                 delta_cap=0.05) as (train_sites, validation_sites):
-        settings = selection_settings(task, epsilon, seed, selection_share)
-        model = SelectedAdaptation(**settings).fit(
-            train_sites, validation_sites, task.source)
+    the same candidates) of one SelectedAdaptation job at epsilon, each site
+    splitting its records into record parts as a networked job's sites do."""
+    settings = {**selection_settings(task, epsilon, seed, selection_share),
+                "validation_fraction": VALIDATION_FRACTION}
+    with federation(*private, task.num_sites, seed, private=True) as sites:
+        model = SelectedAdaptation(**settings).fit(sites, public_source=task.source)
+        part = RecordPart(VALIDATION, VALIDATION_FRACTION, sites.job_id)
+    validation = [RecordSplitter(data).records(part)
+                  for data in site_datasets(*private, task.num_sites)]
     features = np.concatenate([part.features for part in validation])
     labels = np.concatenate([part.labels for part in validation])
     losses = [np.minimum(loss_values(task.loss, features @ w, labels), model.loss_bound_).mean()

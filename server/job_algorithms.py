@@ -29,6 +29,7 @@ from privadapt.server.estimators import NoisyGD, PCnvxAdap, PNCnvxAdap, PrivateE
 from privadapt.server.estimators.base import describe, satisfies
 from privadapt.server.estimators.discrepancy_minimization import PrivateDiscrepancyMinimization
 from privadapt.server.estimators.frank_wolfe import DPFrankWolfeTransfer
+from privadapt.server.estimators.selected_adaptation import SelectedAdaptation
 from privadapt.server.estimators.source_target_clustering import (
     NeighborNoisyAverages,
     NoisyAverageSet,
@@ -45,6 +46,8 @@ ALGORITHMS: dict[str, type[PrivateEstimator]] = {
     "nna": NeighborNoisyAverages,  # seed 001: the coordinator's public source is the target T
     "nas": NoisyAverageSet,  # seed 001: per-site releases (allow_per_site_releases)
     "dp_frank_wolfe_transfer": DPFrankWolfeTransfer,
+    # issue 13: candidates on the sites' train record part, chosen on their validation part
+    "selected_adaptation": SelectedAdaptation,
 }
 
 # Estimator parameters a job takes from its JobSpec, never from [hyperparameters].

@@ -76,6 +76,7 @@ import numpy as np
 from privadapt.common.accounting import epsilon_spent
 from privadapt.common.federation import Federation
 from privadapt.common.losses import loss_values
+from privadapt.common.record_parts import TRAIN, VALIDATION, VALIDATION_FRACTION_RANGE, RecordPart
 from privadapt.server.algorithms.private_selection import private_selection
 from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.estimators.base import (
@@ -212,6 +213,8 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         "loss_bound": [*POSITIVE, Options("auto")],
         "baseline_confidence": [Interval(float, 0, 1, closed="neither"), None],
         "calibration": CALIBRATION, "seed": [Interval(int, 0, math.inf, closed="left"), None],
+        "validation_fraction": [Interval(float, VALIDATION_FRACTION_RANGE[0],
+                                         VALIDATION_FRACTION_RANGE[1], closed="both")],
     }
 
     def __init__(
@@ -237,6 +240,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         baseline_confidence: float | None = 0.1,
         calibration: str = "accountant",
         seed: int | None = None,
+        validation_fraction: float = 0.25,
     ) -> None:
         self.loss = loss
         self.radius = radius
@@ -258,6 +262,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         self.baseline_confidence = baseline_confidence
         self.calibration = calibration
         self.seed = seed
+        self.validation_fraction = validation_fraction
 
     def _prediction_loss(self) -> str:
         return self.loss
@@ -301,18 +306,20 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
     ) -> SelectedAdaptation:
         """Fit the source-only model on ``public_source`` (required), every
         named candidate on ``train_federation`` and select on
-        ``validation_federation`` (required: records other than the training
-        ones, e.g. each site's validation record part)."""
+        ``validation_federation``: records other than the training ones. When
+        it is not given (a networked job), the two are the "train" and
+        "validation" record parts of the one federation given, split at
+        ``validation_fraction`` under the job id as salt
+        (common/record_parts.py: each site splits its own records by a
+        content hash; the coordinator never learns which record is where)."""
         name = type(self).__name__
         if isinstance(self.candidates, str):  # first: its message names the bad candidate
             parse_candidates(self.candidates, self.loss, name)
         self._validate_params()
         names = parse_candidates(self.candidates, self.loss, name)
         if validation_federation is None:
-            raise InvalidParameterError(
-                f"{name}: fit needs a validation_federation over records other than the "
-                "train_federation's (seed 004's S2: the selection's utility bound needs "
-                "validation records the candidates were not trained on)")
+            train_federation, validation_federation = record_parts(
+                train_federation, self.validation_fraction, name)
         features, labels = require_public_arrays(public_source, name)
         source_only = fit_linear(features, labels, self.loss, self.radius)  # free: public only
         plan = self.budget_plan()
@@ -409,3 +416,18 @@ def _step_epsilon(federation: Federation, before: dict[str, int], delta: float
     return {site: epsilon_spent(spent[site].mechanisms[before.get(site, 0):], delta).epsilon
             for site in spent}
 
+
+def record_parts(federation: Federation, validation_fraction: float,
+                 name: str) -> tuple[Federation, Federation]:
+    """The "train" and "validation" record parts of ``federation``'s sites,
+    salted with its job id (seed 004's S1 and S2; ``InvalidParameterError``
+    for a federation that cannot restrict its queries to a part)."""
+    restrict = getattr(federation, "restricted_to", None)
+    if restrict is None:
+        raise InvalidParameterError(
+            f"{name}: fit needs a validation_federation, or a federation whose sites split "
+            "their records into parts (restricted_to): the selection's utility bound needs "
+            "validation records the candidates were not trained on (seed 004's S2)")
+    salt = federation.job_id
+    return (restrict(RecordPart(TRAIN, validation_fraction, salt)),
+            restrict(RecordPart(VALIDATION, validation_fraction, salt)))

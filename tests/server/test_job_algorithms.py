@@ -19,6 +19,7 @@ from privadapt.server.estimators import (
     PCnvxAdap,
     PNCnvxAdap,
     PrivateDiscrepancyMinimization,
+    SelectedAdaptation,
 )
 from privadapt.server.job_algorithms import (
     ALGORITHMS,
@@ -44,7 +45,8 @@ def test_the_table_holds_estimator_classes():
                           "pncnvx_adap": PNCnvxAdap,
             "discrepancy_minimization": PrivateDiscrepancyMinimization,
             "nna": NeighborNoisyAverages, "nas": NoisyAverageSet,
-            "dp_frank_wolfe_transfer": DPFrankWolfeTransfer} == ALGORITHMS
+            "dp_frank_wolfe_transfer": DPFrankWolfeTransfer,
+            "selected_adaptation": SelectedAdaptation} == ALGORITHMS
 
 
 def test_noisy_gd_schema_is_the_signature_minus_what_the_spec_sets():

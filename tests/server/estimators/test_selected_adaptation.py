@@ -4,12 +4,13 @@ private candidate is taken where target-only learning clearly wins, unknown
 or conflicting candidate names are refused, and the estimator clones."""
 
 import math
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
-from experiments.record_part_sites import record_part_federations, split_datasets
-from privadapt import Dataset
+from privadapt import Dataset, LocalFederation
+from privadapt.common.record_parts import RecordPart
 from privadapt.server.estimators import InvalidParameterError, clone
 from privadapt.server.estimators.selected_adaptation import (
     CANDIDATE_IDS,
@@ -38,10 +39,15 @@ def sites(n, seed, num_sites=3):
             for rows in np.array_split(np.arange(n), num_sites)]
 
 
+@contextmanager
 def parts(n, seed, num_sites=3):
-    train, validation = split_datasets(sites(n, seed, num_sites), 0.25, seed)
-    return record_part_federations(train, validation, noise_seed=seed, epsilon_cap=20.0,
-                                   delta_cap=1e-3)
+    """(train, validation) record-part views of one job over the sites: each
+    site splits its own records by content hash (common/record_parts.py)."""
+    with LocalFederation.from_datasets(sites(n, seed, num_sites), noise_seed=seed,
+                                       epsilon_cap=20.0, delta_cap=1e-3) as federation:
+        salt = federation.job_id
+        yield (federation.restricted_to(RecordPart("train", 0.25, salt)),
+               federation.restricted_to(RecordPart("validation", 0.25, salt)))
 
 
 def selector(**params):
@@ -121,9 +127,27 @@ def test_bad_candidate_lists_are_refused_before_any_query(candidates, message):
         assert not train.privacy_spent()["site-1"].mechanisms
 
 
-def test_a_validation_federation_is_required():
-    with parts(60, seed=0) as (train, _), pytest.raises(InvalidParameterError, match="S2"):
-        selector().fit(train, None, PUBLIC)
+def test_a_validation_federation_or_record_parts_are_required():
+    class NoParts:  # a federation whose sites cannot split their records
+        job_id = "job"
+
+    with pytest.raises(InvalidParameterError, match="S2"):
+        selector().fit(NoParts(), None, PUBLIC)
+
+
+def test_one_federation_is_split_into_its_sites_record_parts_under_the_job_id():
+    """fit(federation) (a networked job) is fit(train part, validation part)
+    of that federation, salted with its job id: same queries, same answers."""
+    models = []
+    for explicit in (False, True):
+        with LocalFederation.from_datasets(sites(300, 2), noise_seed=2, epsilon_cap=20.0,
+                                           delta_cap=1e-3, job_id="job-parts") as federation:
+            given = ((federation.restricted_to(RecordPart("train", 0.25, "job-parts")),
+                      federation.restricted_to(RecordPart("validation", 0.25, "job-parts")))
+                     if explicit else (federation, None))
+            models.append(selector(validation_fraction=0.25).fit(*given, PUBLIC))
+    np.testing.assert_array_equal(models[0].coef_, models[1].coef_)
+    np.testing.assert_array_equal(models[0].noisy_losses_, models[1].noisy_losses_)
 
 
 def test_get_params_set_params_and_clone():
