@@ -77,9 +77,15 @@ def clip_coefficients(coefficients: np.ndarray, rows: np.ndarray, bound: float) 
     has lost its relative precision (an adversarial review built c' = 2 x the
     least subnormal against x = 1.1e308, so ||c' x|| = 2.67 C), and the
     kernels' clip slack assumes a few ulps of relative error."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        norms = np.abs(coefficients) * row_norms(rows)
-        clipped = coefficients * _clip_factors(norms, bound)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        row_norm = row_norms(rows)
+        norms = np.abs(coefficients) * row_norm
+        over = norms > bound
+        clipped = np.array(coefficients, dtype=np.float64, copy=True)
+        # c' = sign(c) C / ||x||, one division: the factor C / (|c| ||x||)
+        # can itself fall into the subnormals (c = 8.8e213, ||x|| = 2.1e84,
+        # C = 1.1e-24 gave ||c' x|| = 1.0096 C) while c' is a normal number.
+        clipped[over] = np.copysign(bound / row_norm[over], coefficients[over])
     clipped[~(np.isfinite(clipped) & np.isfinite(norms))] = 0.0
     clipped[np.abs(clipped) < _SMALLEST_NORMAL] = 0.0
     return clipped
@@ -91,9 +97,15 @@ def clip_residuals(residuals: np.ndarray, rows: np.ndarray, bound: float) -> np.
     cannot be computed in floating point contributes zero; a subnormal entry is
     set to zero, as in :func:`clip_coefficients` (it has lost its relative
     precision, and x_i times it could exceed the bound)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        norms = row_norms(rows) * row_norms(residuals)
-        clipped = residuals * _clip_factors(norms, bound)[:, None]
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        row_norm, residual_norm = row_norms(rows), row_norms(residuals)
+        norms = row_norm * residual_norm
+        over = norms > bound
+        clipped = np.array(residuals, dtype=np.float64, copy=True)
+        # (r / ||r||) (C / ||x||): a unit row times a normal number, never a
+        # subnormal factor (as in clip_coefficients).
+        clipped[over] = (residuals[over] / residual_norm[over, None]
+                         * (bound / row_norm[over])[:, None])
     clipped[~(np.all(np.isfinite(clipped), axis=1) & np.isfinite(norms))] = 0.0
     clipped[np.abs(clipped) < _SMALLEST_NORMAL] = 0.0
     return clipped
