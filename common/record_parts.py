@@ -90,6 +90,8 @@ MAX_SALT_CHARS = 128
 CACHED_SALTS = 4
 
 _TAG = b"privadapt/record-part/v1\x00"
+#: Rows hashed per block (bytes of their float64 encoding).
+_HASH_BLOCK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -190,19 +192,25 @@ def record_hashes(data: Dataset, salt: str) -> np.ndarray:
     (module docstring); the salt must be one a :class:`RecordPart` accepts."""
     features, labels = data.features, data.labels
     dim = features.shape[1]
-    rows = np.empty((len(labels), dim + 1), dtype="<f8")
-    rows[:, :dim] = features  # float64 -> float64: every bit as stored
-    rows[:, dim] = labels
     encoded = salt.encode("ascii")
     prefix = hashlib.sha256(_TAG + struct.pack(">H", len(encoded)) + encoded
                             + struct.pack(">Q", dim))
     width = 8 * (dim + 1)
-    view = memoryview(rows.tobytes())
     digests = bytearray(8 * len(labels))
-    for i in range(len(labels)):
-        hasher = prefix.copy()
-        hasher.update(view[i * width:(i + 1) * width])
-        digests[8 * i:8 * i + 8] = hasher.digest()[:8]
+    # Rows are laid out [x_i, y_i] in blocks of at most _HASH_BLOCK_BYTES, so
+    # hashing needs a bounded buffer, not two copies of the whole dataset.
+    block = max(1, _HASH_BLOCK_BYTES // width)
+    rows = np.empty((min(block, len(labels)), dim + 1), dtype="<f8")
+    for start in range(0, len(labels), block):
+        stop = min(start + block, len(labels))
+        chunk = rows[:stop - start]
+        chunk[:, :dim] = features[start:stop]  # float64 -> float64: every bit as stored
+        chunk[:, dim] = labels[start:stop]
+        view = memoryview(chunk).cast("B")
+        for i in range(stop - start):
+            hasher = prefix.copy()
+            hasher.update(view[i * width:(i + 1) * width])
+            digests[8 * (start + i):8 * (start + i) + 8] = hasher.digest()[:8]
     return np.frombuffer(bytes(digests), dtype=">u8").astype(np.uint64)
 
 
