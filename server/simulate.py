@@ -48,6 +48,7 @@ from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire import params_from_proto
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
+from privadapt.server.estimators.selected_adaptation import candidate_names
 from privadapt.server.job_progress import job_line
 from privadapt.server.job_spec import job_spec_from_toml
 from privadapt.server.local_deployment import LOCALHOST, LocalDeployment, free_port, write_pki
@@ -70,10 +71,18 @@ DEMO_JOBS = (
     ("pncnvx-adap", "pncnvx_adap", "alpha = 0.5\niterations = 100\nfeature_norm = 1.0\n"
      "label_bound = 1.0\nradius = 20.0\nl1 = 0.01\nl2 = 0.01\nlinf = 0.01\nmu = 100.0\n"
      "discrepancy = 0.05\nstep_scale = 100.0\n"),
+    # Issue 13: no hand-picked method. Noisy GD and PNCnvxAdap (smooth step)
+    # are trained on each site's "train" record part at 3/8 of epsilon each,
+    # and one private release of their clipped losses on the "validation"
+    # part picks one of them or the free source-only model (1/4 of epsilon).
+    ("selected", "selected_adaptation", 'loss = "logistic"\nradius = 20.0\niterations = 100\n'
+     "learning_rate = 16.0\nclip_norm = 1.0\nalpha = 0.5\npenalty = 0.01\nmu = 100.0\n"
+     "step_scale = 100.0\n"),
 )
-_LABELS = {"noisy_gd": "noisy GD, target only", "pncnvx_adap": "PNCnvxAdap, source + target"}
+_LABELS = {"noisy_gd": "noisy GD, target only", "pncnvx_adap": "PNCnvxAdap, source + target",
+           "selected_adaptation": "private selection"}
 DEMO_KERNELS = frozenset({"linear_gradient", "reweighted_gradient", "second_moments",
-                          "record_count"})
+                          "record_count", "validation_loss"})
 COORDINATOR_SETTINGS = {"round_timeout_s": 30.0, "site_wait_timeout_s": 60.0, "min_sites": 2}
 
 
@@ -239,6 +248,8 @@ def report(domains, results: Sequence[JobOutcome], memory: dict[str, float]) -> 
         else:
             value = f"{'failed':>9}"
         label = f"{_LABELS.get(r.algorithm, r.algorithm)}, networked"
+        if "chosen_id" in r.model:  # which candidate the private selection chose
+            label = f"{_LABELS[r.algorithm]}: {candidate_names([int(r.model['chosen_id'])])[0]}"
         print(f"  {label:<44} {r.epsilon:>8g} {value}")
     print("\nPrivacy spent, as each site's own ledger reports it")
     for r in results:
