@@ -39,6 +39,7 @@ from privadapt.server.algorithms.dp_frank_wolfe import plan_queries
 from privadapt.server.estimators import DPFrankWolfeTransfer
 from privadapt.server.local_deployment import LocalDeployment
 from privadapt.server.planning_federation import plan_releases
+from privadapt.server.result_files import METADATA_ARRAYS
 from tests.network_harness import (
     ThreadSites,
     in_process_coordinator,
@@ -176,7 +177,9 @@ def test_each_sites_ledger_holds_exactly_the_dry_run_plan(tmp_path, capsys, num_
     assert len(planned) == iterations and {r.kernel for r in planned} == {kernel}
     # privadapt result: beta-hat, the informative set and the privacy report.
     model = run["model"]
-    assert set(model) == {"weights", "informative_set", "pilot_weights", "center"}
+    # The estimator's arrays, and the model file's metadata (server/result_files.py).
+    assert set(model) == {"weights", "informative_set", "pilot_weights", "center",
+                          *METADATA_ARRAYS}
     assert model["weights"].shape == (DIM,)
     np.testing.assert_array_equal(model["informative_set"], INFORMATIVE)
     assert math.fsum(np.abs(model["weights"] - model["center"])) <= HYPER["radius"] * (1 + 1e-9)
