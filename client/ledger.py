@@ -55,7 +55,7 @@ from privadapt.client.ledger_accounting import (
     mechanism_json,
     parse_mechanism,
 )
-from privadapt.client.ledger_admission import admit
+from privadapt.client.ledger_admission import CheckedCharge, admit
 from privadapt.client.ledger_chain import (
     check_head_file,
     extend,
@@ -346,8 +346,30 @@ class PrivacyLedger:
 
     # -- charging ------------------------------------------------------------
 
+    def check_charge(self, job_id: str, query_id: str, mechanism: Mechanism) -> CheckedCharge:
+        """Refuse now, reading only the ledger, what :meth:`charge` would
+        refuse now (``ReplayError``, ``BudgetExceededError``, an oversized
+        accounting); else what it would record, for ``charge`` to reuse.
+
+        A site calls this before it touches any private data (issue 17): a
+        refusal is unpriced, so one decided after the kernel ran would leak
+        the kernel's data-dependent running time for free. Read-only: the
+        committing charge still decides under its write lock, reusing this
+        result only when nothing was charged in between."""
+        text = self._checked_text(job_id, query_id, mechanism)
+        with self._lock:
+            conn = self._connection()
+            with transaction(conn, write=False):
+                self._catch_up(conn)
+                self._refuse_replay(conn, job_id, query_id)
+                epsilon, method = admit(self.policy, self._totals, self._last, job_id,
+                                         query_id, mechanism, text)
+                head = self._head.digest
+        return CheckedCharge(job_id, query_id, text, head, self.policy, epsilon, method)
+
     def charge(
-        self, job_id: str, query_id: str, mechanism: Mechanism, state: bytes | None = None
+        self, job_id: str, query_id: str, mechanism: Mechanism, state: bytes | None = None,
+        checked: CheckedCharge | None = None,
     ) -> Charge:
         """Record one release, or refuse it. Returns only after the charge is
         committed and the head file synced; raises ``ReplayError`` for a
@@ -355,17 +377,10 @@ class PrivacyLedger:
         composed epsilon would pass the cap, in which case nothing is stored.
         ``state`` (the job's site-side state after this release,
         client/job_state.py) is stored in the same transaction, so a site that
-        restarts has exactly the state its ledger paid for."""
-        if self.read_only:
-            raise RuntimeError(f"ledger {self.path} was opened read-only; it cannot charge")
-        for name, value in (("job_id", job_id), ("query_id", query_id)):
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"{name} must be a non-empty string, got {value!r}")
-        text = mechanism_json(mechanism)
-        try:
-            mechanism.in_adjacency(self.policy.adjacency)
-        except ValueError as err:
-            raise QueryRefusedError(f"site {self.policy.site_name!r}: {err}") from None
+        restarts has exactly the state its ledger paid for. ``checked``: this
+        release's :meth:`check_charge`, whose figure is reused if the ledger
+        has not changed since (the cap is not composed twice per query)."""
+        text = self._checked_text(job_id, query_id, mechanism)
         with self._lock:
             added = False
             try:
@@ -373,8 +388,12 @@ class PrivacyLedger:
                     self._catch_up(conn)
                     self._sync_head_file()
                     self._refuse_replay(conn, job_id, query_id)
-                    epsilon, method = admit(self.policy, self._totals, self._last, job_id,
-                                             query_id, mechanism, text)
+                    if checked is not None and checked.applies(
+                            job_id, query_id, text, self._head.digest, self.policy):
+                        epsilon, method = checked.epsilon, checked.method
+                    else:
+                        epsilon, method = admit(self.policy, self._totals, self._last,
+                                                 job_id, query_id, mechanism, text)
                     now = time.time()
                     head = extend(self._head, row_bytes(job_id, query_id, text, epsilon,
                                                         method.value, now))
@@ -404,6 +423,20 @@ class PrivacyLedger:
             self._count_for_job(job_id, text)
             self._publish_head()
         return Charge(job_id, query_id, mechanism, epsilon, method, now)
+
+    def _checked_text(self, job_id: str, query_id: str, mechanism: Mechanism) -> str:
+        """The stored form of ``mechanism``, once the release's ids and
+        adjacency are checked; refuses on a read-only ledger."""
+        if self.read_only:
+            raise RuntimeError(f"ledger {self.path} was opened read-only; it cannot charge")
+        for name, value in (("job_id", job_id), ("query_id", query_id)):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+        try:
+            mechanism.in_adjacency(self.policy.adjacency)
+        except ValueError as err:
+            raise QueryRefusedError(f"site {self.policy.site_name!r}: {err}") from None
+        return mechanism_json(mechanism)
 
     def _reload_totals(self) -> None:
         """Forget the in-memory totals; the next charge rebuilds them from the rows."""

@@ -10,6 +10,8 @@ only near the cap.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from privadapt.client.ledger_accounting import (
     Multiset,
     cheap_bounds,
@@ -33,6 +35,31 @@ _CAP_SLACK = 1e-12
 # A closed-form lower bound may sit this far above the exact figure (the
 # Gaussian root tolerance, float rounding); a cheap refusal leaves it room.
 _LOWER_BOUND_SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class CheckedCharge:
+    """What :meth:`~privadapt.client.ledger.PrivacyLedger.check_charge` found
+    admissible: the epsilon and method :func:`admit` gave for this release
+    with the ledger at chain ``head`` under ``policy``. The committing charge
+    reuses them only if its own ledger is still at that head (nothing charged
+    in between) under the same policy, for the same release; otherwise it
+    decides afresh. Either way the charge's decision is the one it would
+    have made alone."""
+
+    job_id: str
+    query_id: str
+    text: str
+    head: str
+    policy: SitePolicy
+    epsilon: float
+    method: AccountingMethod
+
+    def applies(self, job_id: str, query_id: str, text: str, head: str,
+                policy: SitePolicy) -> bool:
+        """Whether this check was made for this release on this ledger state."""
+        return (self.job_id, self.query_id, self.text, self.head) == (
+            job_id, query_id, text, head) and self.policy == policy
 
 
 def admit(

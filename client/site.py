@@ -21,7 +21,10 @@ their noise with too). The noise sampler resolves the grid
 for every noise level the site accepts (``max_grid_safe_noise``).
 
 One pipeline for every kernel: :mod:`privadapt.client.query_admission` checks
-the query against the policy and says what it costs; then local blocks
+the query against the policy and says what it costs; the ledger checks that it
+can afford it (``check_charge``) and the kernel that the job's state admits it
+(``Kernel.check_state``), all before any record is read, so that no unpriced
+refusal takes data-dependent time (issue 17); then local blocks
 (``Kernel.local_block_shapes``, empty for most kernels; e.g. the per-record
 weights of PCnvxAdap) are noised by the site itself at the full sigma of the
 mechanism's local group and handed back to the kernel to update the job's
@@ -73,6 +76,7 @@ import numpy as np
 
 from privadapt.client.job_state import decode_state, encode_state
 from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger_admission import CheckedCharge
 from privadapt.client.policy import SitePolicy
 from privadapt.client.query_admission import AdmittedQuery, QueryAdmission
 from privadapt.common.data import Dataset, Schema, load_dataset
@@ -140,13 +144,24 @@ class Site:
         released."""
         admitted = self._admission.admit(query, num_participants)
         query, kernel, params = admitted.query, admitted.kernel, admitted.params
+        # Every refusal the query and the job's state decide comes before any
+        # private data is read (records split, kernel): a refusal is unpriced,
+        # so it must not take data-dependent time (issue 17).
+        checked = self.ledger.check_charge(query.job_id, query.query_id, admitted.charged)
         if admitted.charged.releases_index:
-            return self._select(admitted, self._splitter.records(query.records))
-        # A working copy: the job's state changes only once the charge commits.
-        state = copy.deepcopy(self._job_state(query.job_id))
+            return self._select(admitted, checked)
+        stored = self._job_state(query.job_id)
         if kernel.per_record_state:
-            self._bind_state_to_part(admitted, state)
+            self._refuse_other_part(admitted, stored)
+        try:
+            kernel.check_state(params, stored)
+        except ValueError as err:  # e.g. a step out of order
+            raise self._admission.refusal(query, str(err)) from None
         records = self._splitter.records(query.records)
+        # A working copy: the job's state changes only once the charge commits.
+        state = copy.deepcopy(stored)
+        if kernel.per_record_state and not state and not query.records.is_all:
+            state[_STATE_PART_KEY] = _part_fingerprint(query.records)
         self._update_local_state(admitted, state, records)
         blocks = kernel.compute(self._sampled(admitted, records), params, state)
         # A per-site answer carries the whole noise: no other site adds any.
@@ -162,7 +177,8 @@ class Site:
         # The new state is committed with the charge, in one transaction.
         kept = kernel.per_record_state
         charge = self.ledger.charge(query.job_id, query.query_id, admitted.charged,
-                                    state=encode_state(state) if kept else None)
+                                    state=encode_state(state) if kept else None,
+                                    checked=checked)
         if kept:
             self._job_states[query.job_id] = state
         logger.info(
@@ -171,15 +187,17 @@ class Site:
         )
         return SiteShare(self.name, query.query_id, shares)
 
-    def _select(self, admitted: AdmittedQuery, records: Dataset) -> SiteShare:
+    def _select(self, admitted: AdmittedQuery, checked: CheckedCharge) -> SiteShare:
         """A selection: the index the charged mechanism picks among the
         kernel's scores (rounded onto the grid, as charged), released only
         once the ledger has committed the charge."""
         query, codec = admitted.query, admitted.codec
+        records = self._splitter.records(query.records)
         (scores,) = admitted.kernel.compute(records, admitted.params, {})
         rounded = codec.decode(codec.encode(scores))
         index = admitted.charged.select(rounded, self._noise_source)
-        charge = self.ledger.charge(query.job_id, query.query_id, admitted.charged)
+        charge = self.ledger.charge(query.job_id, query.query_id, admitted.charged,
+                                    checked=checked)
         logger.info(
             "site=%s job=%s query=%s kernel=%s selection epsilon_spent=%.4g",
             self.name, query.job_id, query.query_id, query.kernel, charge.epsilon_after,
@@ -196,15 +214,14 @@ class Site:
         chosen = uniforms(records.num_records, self._noise_source) < mechanism.sampling_rate
         return Dataset(records.features[chosen], records.labels[chosen], records.feature_names)
 
-    def _bind_state_to_part(self, admitted: AdmittedQuery, state: dict[str, Any]) -> None:
-        """Record in a new per-record state the part it is created on, or
-        refuse a query on another part than the existing state's (its values
-        belong to those records). Depends only on the job's earlier queries."""
+    def _refuse_other_part(self, admitted: AdmittedQuery, state: dict[str, Any]) -> None:
+        """Refuse a query on another part than the one the job's existing
+        per-record state was created on (its values belong to those records;
+        ``answer`` binds a new state to its query's part). Depends only on the
+        job's earlier queries."""
         part = admitted.query.records
         stored = state.get(_STATE_PART_KEY)
-        if stored is None and not state:  # a new state: bound to this part
-            if not part.is_all:
-                state[_STATE_PART_KEY] = _part_fingerprint(part)
+        if stored is None and not state:  # a new state: any part will do
             return
         bound = _part_fingerprint(RecordPart.ALL) if stored is None else np.asarray(stored)
         if not np.array_equal(bound, _part_fingerprint(part)):

@@ -185,6 +185,14 @@ class Kernel(ABC):
         shapes = self.output_shapes(params, dim)
         return tuple(s * math.sqrt(math.prod(shape)) for s, shape in zip(l2, shapes, strict=True))
 
+    def check_state(self, params: Any, state: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` if this query cannot run on the job's
+        ``state`` (e.g. a step out of order). Reads only the query and the
+        state, never the records: the site calls it before it touches them,
+        so such a refusal costs no data-dependent time (issue 17). Default:
+        every state will do."""
+        return None
+
     # Local blocks (module docstring): none by default.
 
     def local_block_shapes(self, params: Any, num_records: int) -> tuple[tuple[int, ...], ...]:

@@ -273,7 +273,7 @@ class ReweightedGradient(Kernel):
         self, data: Dataset, params: ReweightedGradientParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray, ...]:
         lower = params.lower_bound
-        own = self._begin_step(state, params.step, data.num_records, lower)
+        own = self._begin_step(state, params, data.num_records)
         u_now = np.fmax(own["u_before"], lower)
         gradient_sum, scaled_losses = self._per_record_terms(data, params, u_now)
         own[_PENDING_GRADIENT] = gradient_sum
@@ -320,28 +320,40 @@ class ReweightedGradient(Kernel):
         partition.add_terms(np.exp((mu / lower) * (ratio - 1.0))[:, None], 1.0)
         return (own.pop(_PENDING_GRADIENT), inverse_squares.value(), partition.value())
 
-    @staticmethod
-    def _begin_step(
-        state: MutableMapping[str, Any], step: int, num_records: int, lower: float
-    ) -> MutableMapping[str, Any]:
-        """Make ``u_before`` the weights at the start of ``step``: the current
-        ones for the next step, the kept snapshot for a retried one."""
-        own = state.setdefault(_STATE_KEY, {})
+    def check_state(
+        self, params: ReweightedGradientParams, state: Mapping[str, Any]
+    ) -> None:
+        """Refuse a step the job's weights are not at (the site asks before it
+        reads any record): step 0 on a new job, else the next step or a retry
+        of the last one."""
+        own = state.get(_STATE_KEY) or {}
+        step = params.step
         if not own:
             if step != 0:
                 raise ValueError(
                     f"this site has no weights for the job yet: expected step 0, got {step}"
                 )
-            own.update(u=np.full(num_records, lower), next_step=0)
-        if step == own["next_step"]:
-            own["u_before"] = own["u"].copy()
-            own["next_step"] = step + 1
-        elif step == own["next_step"] - 1:
-            own["u"] = own["u_before"].copy()  # retried step: restart from its snapshot
-        else:
+        elif step not in (own["next_step"], own["next_step"] - 1):
             raise ValueError(
                 f"step {step} out of order: the site's weights are at step {own['next_step']}"
             )
+
+    def _begin_step(
+        self, state: MutableMapping[str, Any], params: ReweightedGradientParams,
+        num_records: int,
+    ) -> MutableMapping[str, Any]:
+        """Make ``u_before`` the weights at the start of ``step``: the current
+        ones for the next step, the kept snapshot for a retried one."""
+        self.check_state(params, state)
+        step = params.step
+        own = state.setdefault(_STATE_KEY, {})
+        if not own:
+            own.update(u=np.full(num_records, params.lower_bound), next_step=0)
+        if step == own["next_step"]:
+            own["u_before"] = own["u"].copy()
+            own["next_step"] = step + 1
+        else:  # a retried step (check_state): restart from its snapshot
+            own["u"] = own["u_before"].copy()
         return own
 
     @staticmethod
