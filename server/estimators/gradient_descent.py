@@ -104,12 +104,14 @@ class _ProjectedDescent(AutoRadiusMixin, LinearModelMixin, PrivateEstimator):
     ) -> _ProjectedDescent:
         """Fit on the federation's private records (one job of the federation).
         ``progress`` gets an ``IterationRecord`` every ``progress_every``
-        iterations; ``checkpoint`` gets (iteration, weights) after each."""
+        iterations; ``checkpoint`` gets (iteration, weights) after each
+        (not with radius="auto": the search's K runs would overwrite each
+        other's steps, and none of their iterates is the delivered model)."""
         self._validate_params()
-        if self.radius == AUTO:
+        if self.radius == AUTO:  # no checkpoints: the K candidates' iterates are not the model
             return self._fit_auto_radius(federation, public_source, {
                 "initial_weights": initial_weights, "progress": progress,
-                "progress_every": progress_every, "checkpoint": checkpoint})
+                "progress_every": progress_every})
         dim = feature_dim(federation, public_source, type(self).__name__)
         result = self._solve(federation, dim=dim, initial_weights=initial_weights,
                              progress=progress, progress_every=progress_every,

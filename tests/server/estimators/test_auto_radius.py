@@ -125,6 +125,15 @@ def test_the_fitted_learner_reports_the_chosen_radius_and_clones():
     assert copy.get_params() == model.get_params() and not hasattr(copy, "radius_")
 
 
+def test_the_search_stores_no_checkpoints_and_reports_every_runs_progress():
+    checkpoints, progress = [], []
+    with federation(6) as sites:
+        learner(num_guesses=2).fit(sites, checkpoint=lambda *step: checkpoints.append(step),
+                                   progress=progress.append, progress_every=10)
+    assert checkpoints == []  # K runs would overwrite each other's steps
+    assert [record.iteration for record in progress] == [10, 20, 10, 20]
+
+
 def test_noisy_sgd_on_add_remove_sites_takes_the_public_n_and_stays_within_epsilon(make_site):
     sites = [make_site(f"site-{k}", num_records=600, seed=k, epsilon_cap=10.0, delta_cap=1e-4,
                        adjacency=Adjacency.ADD_REMOVE_ONE) for k in range(2)]
