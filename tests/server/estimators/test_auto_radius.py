@@ -125,6 +125,23 @@ def test_the_fitted_learner_reports_the_chosen_radius_and_clones():
     assert copy.get_params() == model.get_params() and not hasattr(copy, "radius_")
 
 
+def test_when_no_guess_beats_the_zero_model_the_learner_delivers_the_zero_model():
+    """Logistic labels independent of the features: the zero model's exact
+    loss log 2 (its public score) beats every penalised guess."""
+    rng = np.random.default_rng(7)
+    features = rng.normal(size=(2000, DIM)) / np.sqrt(DIM)
+    labels = rng.choice([-1.0, 1.0], size=2000)
+    model = learner(loss="logistic", feature_bound=None, label_bound=None, clip_norm=1.0,
+                    num_guesses=3)
+    with LocalFederation.from_datasets([Dataset(features, labels, NAMES)], epsilon_cap=20.0,
+                                       delta_cap=1e-3, noise_seed=7) as sites:
+        model.fit(sites)
+    assert model.radius_ == 0.0 and model.norm_search_.best_index_ == 0
+    np.testing.assert_array_equal(model.coef_, np.zeros(DIM))
+    np.testing.assert_array_equal(model.average_coef_, np.zeros(DIM))
+    assert model.history_ == [] and float(model.model_arrays()["radius"]) == 0.0
+
+
 def test_the_search_stores_no_checkpoints_and_reports_every_runs_progress():
     checkpoints, progress = [], []
     with federation(6) as sites:
