@@ -97,7 +97,11 @@ from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.validation_loss import ValidationLoss, ValidationLossParams
 from privadapt.common.losses import loss_bounds
 from privadapt.common.mechanisms import Adjacency, GeneralizedExponentialMechanism
-from privadapt.common.validation import check_positive_finite, check_probability
+from privadapt.common.validation import (
+    check_int_at_least,
+    check_positive_finite,
+    check_probability,
+)
 from privadapt.server.algorithms.private_selection import resolve_method
 from privadapt.server.estimators.base import PrivateEstimator, clone
 
@@ -166,9 +170,14 @@ def private_grid_search(
     source_model: np.ndarray | None = None,
     method: str = "auto",
     fit_options: dict[str, Any] | None = None,
+    num_validation_records: int | None = None,
 ) -> GridSearchResult:
     """Algorithm 1 (module docstring): K guesses trained on ``train_federation``
-    (S1), selected on ``validation_federation`` (S2), (epsilon, delta)-DP."""
+    (S1), selected on ``validation_federation`` (S2), (epsilon, delta)-DP.
+    ``num_validation_records``: a public n of S2 for the penalties and the
+    zero model's score, for sites whose sizes are private (add/remove
+    adjacency); default the federation's public site sizes. A wrong n costs
+    accuracy only: n is a public parameter of the selection."""
     if loss not in GRID_LOSSES:
         raise ValueError(f"loss must be one of {GRID_LOSSES}, got {loss!r}")
     if not (isinstance(num_guesses, int) and num_guesses >= 1):
@@ -183,7 +192,8 @@ def private_grid_search(
                                 fit_options or {})
     weights = [np.asarray(m.coef_, dtype=float) for m in learners]
     dim = weights[0].shape[0]
-    n = int(sum(validation_federation.site_sizes.values()))
+    n = (int(sum(validation_federation.site_sizes.values())) if num_validation_records is None
+         else check_int_at_least("num_validation_records", num_validation_records, 1))
     zero_bound = loss_bound(loss, 0.0, feature_bound, label_bound)
     bounds = [loss_bound(loss, float(b), feature_bound, label_bound) for b in radii]
     if source_model is None:

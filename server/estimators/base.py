@@ -25,6 +25,7 @@ import numpy as np
 
 from privadapt.common.data import Dataset
 from privadapt.common.federation import Federation
+from privadapt.common.record_parts import TRAIN, VALIDATION, VALIDATION_FRACTION_RANGE, RecordPart
 
 # The value types a job's hyperparameter can carry over the wire (common/wire.py).
 WIRE_TYPES: tuple[type, ...] = (bool, int, float, str)
@@ -268,6 +269,23 @@ def feature_dim(federation: Federation, public_source: PublicSource | None, who:
     return int(features.shape[1])
 
 
+def record_parts(federation: Federation, validation_fraction: float,
+                 name: str) -> tuple[Federation, Federation]:
+    """The "train" and "validation" record parts of ``federation``'s sites,
+    salted with its job id (seed 004's S1 and S2; ``InvalidParameterError``
+    for a federation that cannot restrict its queries to a part)."""
+    restrict = getattr(federation, "restricted_to", None)
+    if restrict is None:
+        raise InvalidParameterError(
+            f"{name}: fit needs a federation whose sites split their records into parts "
+            "(restricted_to), or a separate validation federation where the fit takes one: "
+            "the selection's utility bound needs validation records the candidates were not "
+            "trained on (seed 004's S2)")
+    salt = federation.job_id
+    return (restrict(RecordPart(TRAIN, validation_fraction, salt)),
+            restrict(RecordPart(VALIDATION, validation_fraction, salt)))
+
+
 # The constraints the estimators share, so one name means one range everywhere.
 POSITIVE = [Interval(float, 0, math.inf, closed="neither")]  # finite and > 0
 NON_NEGATIVE = [Interval(float, 0, math.inf, closed="left")]  # finite and >= 0
@@ -276,3 +294,5 @@ DELTA = [Interval(float, 0, 1, closed="left")]  # 0 only with epsilon = inf (che
 ITERATIONS = [Interval(int, 1, math.inf, closed="left")]
 FLAG = [InstanceOf(bool)]
 CALIBRATION = [Options("accountant", "paper")]
+# The share of each site's records that validates (common/record_parts.py).
+VALIDATION_FRACTION = [Interval(float, *VALIDATION_FRACTION_RANGE, closed="both")]

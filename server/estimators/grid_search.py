@@ -17,6 +17,7 @@ Bernstein step needs S2 independent of the models.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -40,6 +41,8 @@ from privadapt.server.estimators.base import (
 )
 from privadapt.server.estimators.linear_model import LinearModelMixin
 
+NUM_GUESSES = [Interval(int, 1, 30, closed="both")]  # K: guesses 2^1..2^K
+
 
 class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     """Seed 004, Algorithm 1: the norm bound of ``learner`` chosen privately.
@@ -55,7 +58,8 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     fitted for free on ``public_source`` instead of the zero model, scored
     privately with its own bound) and ``method`` (as
     :class:`PrivateSelection`: ``"auto"`` runs GEM at a single site, the
-    secure sum across several).
+    secure sum across several), ``num_validation_records`` (a public size
+    of S2 where the sites keep theirs private, add/remove adjacency).
 
     Fitted: ``coef_`` (the chosen model), ``best_index_`` (0: zero or source
     model; j >= 1: guess 2^j), ``radius_`` (the chosen 2^j, 0.0 for
@@ -66,13 +70,14 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
 
     _parameter_constraints: ClassVar[dict[str, Constraints]] = {
         "learner": [InstanceOf(PrivateEstimator)],
-        "num_guesses": [Interval(int, 1, 30, closed="both")],
+        "num_guesses": NUM_GUESSES,
         "epsilon": POSITIVE, "delta": DELTA,
         "loss": [Options(*GRID_LOSSES)],
         "label_bound": POSITIVE, "feature_bound": POSITIVE,
         "beta": [Interval(float, 0, 1, closed="neither")],
         "include_source_only": FLAG,
         "method": [Options(*METHODS)],
+        "num_validation_records": [Interval(int, 1, math.inf, closed="left"), None],
     }
 
     def __init__(
@@ -88,6 +93,7 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
         beta: float = 0.1,
         include_source_only: bool = False,
         method: str = "auto",
+        num_validation_records: int | None = None,
     ) -> None:
         self.learner = learner
         self.num_guesses = num_guesses
@@ -99,6 +105,7 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
         self.beta = beta
         self.include_source_only = include_source_only
         self.method = method
+        self.num_validation_records = num_validation_records
 
     def _prediction_loss(self) -> str:
         return self.loss
@@ -120,7 +127,8 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     ) -> PrivateGridSearch:
         """Train the K guesses on ``train_federation`` (S1) and select on
         ``validation_federation`` (S2, required: module docstring);
-        ``fit_options`` go to every learner's ``fit``."""
+        ``public_source`` (when given) and ``fit_options`` go to every
+        learner's ``fit`` (the adapters need the source; noisy GD reads d)."""
         self._validate_params()
         self._check_learner()
         name = type(self).__name__
@@ -137,7 +145,10 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
             train_federation, validation_federation, num_guesses=self.num_guesses,
             learner=self.learner, loss=self.loss, label_bound=self.label_bound,
             feature_bound=self.feature_bound, epsilon=self.epsilon, delta=self.delta,
-            beta=self.beta, source_model=source, method=self.method, fit_options=fit_options)
+            beta=self.beta, source_model=source, method=self.method,
+            num_validation_records=self.num_validation_records,
+            fit_options=fit_options if public_source is None
+            else {"public_source": public_source, **fit_options})
         self.coef_ = result.weights
         self.best_index_ = result.best_index
         self.radii_ = result.radii

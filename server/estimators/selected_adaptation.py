@@ -76,7 +76,6 @@ import numpy as np
 from privadapt.common.accounting import epsilon_spent
 from privadapt.common.federation import Federation
 from privadapt.common.losses import loss_values
-from privadapt.common.record_parts import TRAIN, VALIDATION, VALIDATION_FRACTION_RANGE, RecordPart
 from privadapt.server.algorithms.private_selection import private_selection
 from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.estimators.base import (
@@ -86,6 +85,7 @@ from privadapt.server.estimators.base import (
     ITERATIONS,
     NON_NEGATIVE,
     POSITIVE,
+    VALIDATION_FRACTION,
     Constraint,
     Constraints,
     Interval,
@@ -93,6 +93,7 @@ from privadapt.server.estimators.base import (
     Options,
     PrivateEstimator,
     PublicSource,
+    record_parts,
     require_public_arrays,
 )
 from privadapt.server.estimators.gradient_descent import NoisyGD
@@ -213,8 +214,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         "loss_bound": [*POSITIVE, Options("auto")],
         "baseline_confidence": [Interval(float, 0, 1, closed="neither"), None],
         "calibration": CALIBRATION, "seed": [Interval(int, 0, math.inf, closed="left"), None],
-        "validation_fraction": [Interval(float, VALIDATION_FRACTION_RANGE[0],
-                                         VALIDATION_FRACTION_RANGE[1], closed="both")],
+        "validation_fraction": VALIDATION_FRACTION,
     }
 
     def __init__(
@@ -415,19 +415,3 @@ def _step_epsilon(federation: Federation, before: dict[str, int], delta: float
     spent = federation.privacy_spent()
     return {site: epsilon_spent(spent[site].mechanisms[before.get(site, 0):], delta).epsilon
             for site in spent}
-
-
-def record_parts(federation: Federation, validation_fraction: float,
-                 name: str) -> tuple[Federation, Federation]:
-    """The "train" and "validation" record parts of ``federation``'s sites,
-    salted with its job id (seed 004's S1 and S2; ``InvalidParameterError``
-    for a federation that cannot restrict its queries to a part)."""
-    restrict = getattr(federation, "restricted_to", None)
-    if restrict is None:
-        raise InvalidParameterError(
-            f"{name}: fit needs a validation_federation, or a federation whose sites split "
-            "their records into parts (restricted_to): the selection's utility bound needs "
-            "validation records the candidates were not trained on (seed 004's S2)")
-    salt = federation.job_id
-    return (restrict(RecordPart(TRAIN, validation_fraction, salt)),
-            restrict(RecordPart(VALIDATION, validation_fraction, salt)))

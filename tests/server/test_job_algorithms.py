@@ -52,9 +52,13 @@ def test_the_table_holds_estimator_classes():
 def test_noisy_gd_schema_is_the_signature_minus_what_the_spec_sets():
     schema = job_schema(NoisyGD)
     assert schema.required == {"loss": (str,), "iterations": (int,), "learning_rate": NUMBER,
-                               "radius": NUMBER, "clip_norm": NUMBER}
-    assert schema.optional == {"checkpoint_every": (int,)}  # calibration comes from the spec
-    assert schema.defaults == {"checkpoint_every": 10}
+                               "radius": (*NUMBER, str), "clip_norm": NUMBER}  # str: "auto"
+    # calibration comes from the spec; the rest serve radius="auto" (issue 13)
+    assert schema.optional == {"checkpoint_every": (int,), "num_guesses": (int,),
+                               "feature_bound": NUMBER, "label_bound": NUMBER,
+                               "validation_fraction": NUMBER}
+    assert schema.defaults == {"checkpoint_every": 10, "num_guesses": 5, "feature_bound": None,
+                               "label_bound": None, "validation_fraction": 0.25}
 
 
 @pytest.mark.parametrize("estimator", [PCnvxAdap, PNCnvxAdap])
@@ -109,8 +113,9 @@ def test_every_problem_is_listed_at_once_with_the_closest_known_name():
     assert "has no hyperparameter 'epsilon' (it is a [job] key, not a hyperparameter)" in message
     assert "has no hyperparameter 'zzz'; " in message  # nothing close: no guess
     assert "hyperparameter 'learning_rate' has the wrong type: 'fast' (expected" in message
-    assert message.endswith("known: ['checkpoint_every', 'clip_norm', 'iterations', "
-                            "'learning_rate', 'loss', 'radius']")
+    assert message.endswith("known: ['checkpoint_every', 'clip_norm', 'feature_bound', "
+                            "'iterations', 'label_bound', 'learning_rate', 'loss', "
+                            "'num_guesses', 'radius', 'validation_fraction']")
     with pytest.raises(ConfigError, match=r"unknown algorithm 'noisy-gd' \(did you mean "
                                           r"'noisy_gd'\?\)"):
         validate_hyperparameters("noisy-gd", {})

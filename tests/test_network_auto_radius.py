@@ -1,0 +1,79 @@
+"""radius="auto" as a networked noisy_gd job: through a real coordinator and
+two site daemons (threads, mutual-TLS gRPC on 127.0.0.1) the dry run plans
+it, the job succeeds on the sites' train and validation record parts, the
+result carries the chosen radius, and every site's ledger holds as many
+charges as the in-process job's and at most the job's epsilon."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.local_federation import LocalFederation
+from privadapt.client.site_config import SiteConfig
+from privadapt.common.data import Dataset
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.wire import param_from_proto, params_to_proto
+from privadapt.server.estimators import NoisyGD
+from tests.network_harness import (
+    ThreadSites,
+    in_process_coordinator,
+    make_pki,
+    operator_stub,
+    watch_until_done,
+    write_coordinator_config,
+    write_site,
+)
+
+SITES = ("site-a", "site-b")
+DIM = 4
+NAMES = tuple(f"x{i}" for i in range(DIM))
+EPSILON, DELTA = 3.0, 1e-6
+HYPER = {"loss": "logistic", "radius": "auto", "iterations": 5, "learning_rate": 2.0,
+         "clip_norm": 1.0, "num_guesses": 3}
+
+
+def _logistic(n: int, seed: int) -> Dataset:
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(n, DIM)) / np.sqrt(DIM)
+    labels = np.where(features @ np.array([1.0, -2.0, 0.5, 1.0]) >= 0, 1.0, -1.0)
+    return Dataset(features, labels, NAMES)
+
+
+TARGETS = [_logistic(300, seed) for seed in range(2)]
+
+
+def test_noisy_gd_with_an_auto_radius_runs_as_a_job_on_the_sites_record_parts(tmp_path):
+    pki = make_pki(tmp_path / "pki", SITES)
+    spec = pb.JobSpec(algorithm="noisy_gd", epsilon=EPSILON, delta=DELTA, sites=SITES, seed=5)
+    params_to_proto(HYPER, spec.hyperparameters)
+    sites = ThreadSites()
+    config = write_coordinator_config(tmp_path, pki)
+    with in_process_coordinator(config) as coordinator:
+        try:
+            configs = [write_site(tmp_path, pki, name, data, coordinator.port, epsilon_cap=10.0)
+                       for name, data in zip(SITES, TARGETS, strict=True)]
+            for path in configs:
+                sites.start(path)
+            stub = operator_stub(pki, coordinator.port)
+            plan = stub.Launch(pb.LaunchRequest(spec=spec, dry_run=True), timeout=60).plan
+            assert "site-a" in plan
+            job_id = stub.Launch(pb.LaunchRequest(spec=spec, job_id="auto"), timeout=60).job_id
+            status = watch_until_done(stub, job_id)
+            assert status.state == pb.JOB_STATE_SUCCEEDED, status.message
+            result = stub.Result(pb.ResultRequest(job_id=job_id), timeout=10)
+        finally:
+            sites.stop()
+    model = {name: param_from_proto(value) for name, value in result.model.items()}
+    assert float(model["radius"]) in (0.0, 2.0, 4.0, 8.0)
+    assert np.linalg.norm(model["weights"]) <= float(model["radius"]) + 1e-9
+
+    with LocalFederation.from_datasets(TARGETS, names=SITES, epsilon_cap=10.0,
+                                       delta_cap=1e-5, noise_seed=1) as local:
+        NoisyGD(epsilon=EPSILON, delta=DELTA, **HYPER).fit(local)
+        charges_in_process = len(local.privacy_spent()["site-a"].mechanisms)
+    assert charges_in_process == 3 * 5 + 3  # K trainings of T steps, K noisy sums
+    for path in configs:
+        with PrivacyLedger.open_readonly(SiteConfig.from_toml(path).database) as ledger:
+            assert len(ledger.charges("auto")) == charges_in_process
+            assert ledger.spent_by_job("auto", DELTA).epsilon <= EPSILON
