@@ -29,6 +29,8 @@ from privadapt.server.estimators import NoisyGD, PCnvxAdap, PNCnvxAdap, PrivateE
 from privadapt.server.estimators.base import describe, satisfies
 from privadapt.server.estimators.discrepancy_minimization import PrivateDiscrepancyMinimization
 from privadapt.server.estimators.frank_wolfe import DPFrankWolfeTransfer
+from privadapt.server.estimators.private_kmeans import PrivateLloydKMeans
+from privadapt.server.estimators.private_mixture import PrivateGaussianMixtureSampler
 from privadapt.server.estimators.selected_adaptation import SelectedAdaptation
 from privadapt.server.estimators.source_target_clustering import (
     NeighborNoisyAverages,
@@ -48,6 +50,9 @@ ALGORITHMS: dict[str, type[PrivateEstimator]] = {
     "dp_frank_wolfe_transfer": DPFrankWolfeTransfer,
     # issue 13: candidates on the sites' train record part, chosen on their validation part
     "selected_adaptation": SelectedAdaptation,
+    # seed 001's baselines: the job's epsilon as a pure epsilon-DP (Laplace) budget
+    "dp_lloyd_kmeans": PrivateLloydKMeans,
+    "dp_mixture": PrivateGaussianMixtureSampler,
 }
 
 # Estimator parameters a job takes from its JobSpec, never from [hyperparameters].

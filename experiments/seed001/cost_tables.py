@@ -4,6 +4,10 @@ stand-in for DP-GAN and non-private STC, for k = 10, 20, ..., 70, at
 epsilon = 3 (Laplace) and rho = 3 (Gaussian), NNA and NAS with and without
 the coreset of T, on the three synthetic datasets and the scikit-learn digit
 pairs; plus NNA with the private source split over 3 in-process sites.
+``--networked`` also runs NNA through 3 real site daemons on one small
+configuration (:mod:`experiments.seed001.networked`): the noise-free result
+must equal the in-process one (the script fails otherwise), and one private
+release is costed.
 
 Per run (``--runs``, the paper's 30 by default) every private method makes
 one release (its own plan: NNA one secure sum, NAS one per-site release,
@@ -13,19 +17,22 @@ AkM (seed = run) picks k targets for every k from that release
 the paper's fixed datasets; the cost is averaged over runs.
 
 Run from the repository root:
-    .venv/bin/python -m experiments.seed001.cost_tables [--runs 30] [--quick]
+    .venv/bin/python -m experiments.seed001.cost_tables [--runs 30] [--quick] [--networked]
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from experiments.seed000.federation import add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from experiments.seed001 import datasets as ds
+from experiments.seed001 import networked
 from experiments.seed001.sources import METHODS, PRIVACY, nna
 from privadapt.client.local_federation import LocalFederation
 from privadapt.server.algorithms.source_target_clustering import (
@@ -128,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="names to keep (default: the synthetic ones and the digit pairs)")
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     parser.add_argument("--out", type=Path, default=Path("experiments/seed001/results"))
+    add_networked_flag(parser)
     args = parser.parse_args(argv)
     ks = QUICK_KS if args.quick else tuple(args.ks)
     runs = 1 if args.quick else args.runs
@@ -146,6 +154,24 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(args.out / f"{stem}.csv", HEADER, rows)
     maybe_png(args.out / f"{stem}.png", draw(rows, [d.name for d in chosen]))
     print_table(*pivot(rows, ks))
+    if args.networked:
+        return networked_check(chosen[0], ks[0], args.out / f"{stem}_networked.csv")
+    return 0
+
+
+def networked_check(data: ds.SourceTarget, k: int, path: Path) -> int:
+    """NNA through site daemons (:mod:`experiments.seed001.networked`); 1 when
+    the noise-free daemon result differs from the in-process one."""
+    start = time.perf_counter()
+    workdir = Path(tempfile.mkdtemp(prefix="privadapt-seed001-"))
+    row = networked.nna_through_daemons(data, workdir, k)
+    write_csv(path, networked.HEADER, [row])
+    print(f"\nNNA through {networked.SITES} site daemons "
+          f"({time.perf_counter() - start:.1f} s):")
+    print_table(list(networked.HEADER), [list(row)])
+    if not row[4]:
+        print("the daemons' noise-free NNA differs from the in-process one")
+        return 1
     return 0
 
 

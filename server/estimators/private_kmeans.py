@@ -4,6 +4,14 @@ Over ``server/algorithms/private_lloyd.py`` (what it is, how it differs from
 the paper's Balcan et al. 2017, and the accounting are there). The fitted
 ``centres_`` are a private stand-in for the private source S: the experiment
 hands them to AkM as free centres.
+
+As a job (``dp_lloyd_kmeans``; ``dp_mixture`` for the mixture sampler) the
+budget is the job's ``epsilon``, spent as pure epsilon-DP with Laplace noise:
+a job always passes epsilon (and its delta, which these estimators do not
+take), and pure epsilon-DP implies (epsilon, delta)-DP for every delta, so
+the job meets what its spec states, with delta 0 to spare. A zCDP budget
+(``rho``) is for library use; a job that also sets ``rho`` is refused
+(exactly one budget).
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ def check_one_budget(estimator: PrivateEstimator) -> None:
         raise InvalidParameterError(
             f"{type(estimator).__name__}: give exactly one of 'epsilon' (pure epsilon-DP, "
             f"Laplace noise) and 'rho' (rho-zCDP, Gaussian noise); got epsilon={epsilon!r}, "
-            f"rho={rho!r}")
+            f"rho={rho!r} (a job always gives epsilon: leave 'rho' out of its hyperparameters)")
 
 
 class PrivateLloydKMeans(PrivateEstimator):

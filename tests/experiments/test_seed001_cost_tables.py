@@ -38,3 +38,18 @@ def test_quick_cost_tables(tmp_path):
                     if r["dataset"] == dataset and r["k"] == k and r["privacy"] == "none"}
             assert cost["STC (non-private)"] <= cost["ClusterT"] + 1e-12
     assert "k=70" in result.stdout
+
+
+@pytest.mark.slow
+def test_quick_networked_nna_through_site_daemons_equals_in_process_without_noise(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.seed001.cost_tables", "--quick", "--networked",
+         "--datasets", "synthetic_2", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 0, result.stderr
+    with open(tmp_path / "cost_tables_quick_networked.csv", newline="") as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert row["dataset"] == "synthetic_2" and row["sites"] == "3"
+    assert row["noise_free_equal"] == "True" and float(row["max_abs_difference"]) == 0.0
+    assert int(row["targets_sent"]) > 0 and 0 <= float(row["private_cost"]) <= 1
+    assert "site daemons" in result.stdout

@@ -10,6 +10,7 @@ import pytest
 
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.errors import ConfigError
+from privadapt.common.mechanisms import LaplaceMechanism
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.estimators import (
     DPFrankWolfeTransfer,
@@ -21,6 +22,8 @@ from privadapt.server.estimators import (
     PrivateDiscrepancyMinimization,
     SelectedAdaptation,
 )
+from privadapt.server.estimators.private_kmeans import PrivateLloydKMeans
+from privadapt.server.estimators.private_mixture import PrivateGaussianMixtureSampler
 from privadapt.server.job_algorithms import (
     ALGORITHMS,
     JobContext,
@@ -28,6 +31,7 @@ from privadapt.server.job_algorithms import (
     run_job,
     validate_hyperparameters,
 )
+from privadapt.server.planning_federation import plan_releases
 from tests.conftest import synthetic_dataset
 
 DIM = 3
@@ -46,7 +50,9 @@ def test_the_table_holds_estimator_classes():
             "discrepancy_minimization": PrivateDiscrepancyMinimization,
             "nna": NeighborNoisyAverages, "nas": NoisyAverageSet,
             "dp_frank_wolfe_transfer": DPFrankWolfeTransfer,
-            "selected_adaptation": SelectedAdaptation} == ALGORITHMS
+            "selected_adaptation": SelectedAdaptation,
+            "dp_lloyd_kmeans": PrivateLloydKMeans,
+            "dp_mixture": PrivateGaussianMixtureSampler} == ALGORITHMS
 
 
 def test_noisy_gd_schema_is_the_signature_minus_what_the_spec_sets():
@@ -200,3 +206,44 @@ def test_source_target_clustering_jobs_choose_k_rows_of_the_public_target(
     np.testing.assert_array_equal(model["indices"], expected.indices_)
     assert len(set(model["indices"].tolist())) == hyper["k"]
     assert model["indices"].max() < len(PUBLIC.features)
+
+
+BASELINE_JOBS = [
+    ("dp_lloyd_kmeans", {"n_clusters": 5, "iterations": 3}, "centres"),
+    ("dp_lloyd_kmeans", {"n_clusters": 5, "iterations": 2, "noise": "discrete"}, "centres"),
+    ("dp_mixture", {"n_components": 4, "iterations": 3, "n_samples": 20}, "samples"),
+]
+
+
+@pytest.mark.parametrize("algorithm, hyper, output", BASELINE_JOBS)
+def test_seed_001_baseline_jobs_spend_the_jobs_epsilon_as_pure_dp(
+        tmp_path, algorithm, hyper, output):
+    validate_hyperparameters(algorithm, hyper)
+    spec = pb.JobSpec(algorithm=algorithm, epsilon=2.0, delta=1e-6)
+    federation = _stc_federation(tmp_path, "job")
+    context = JobContext(federation, spec, hyper, seed=4, checkpoint=lambda step, model: None)
+    model = run_job(context)
+    expected = ALGORITHMS[algorithm](epsilon=2.0, seed=4, **hyper)
+    expected.fit(_stc_federation(tmp_path, "fit"))
+    np.testing.assert_array_equal(model[output], getattr(expected, f"{output}_"))
+    for spent in federation.privacy_spent(0.0).values():  # pure: epsilon at delta 0
+        assert 2.0 * (1 - 1e-2) <= spent.job.epsilon <= 2.0
+    if hyper.get("noise") == "discrete":  # the planning stand-in has no fixed-point grid
+        with pytest.raises(ValueError, match="no codec"):
+            plan_releases(spec, hyper, {"a": None, "b": None}, DIM, None)
+        return
+    plan = plan_releases(spec, hyper, {"a": None, "b": None}, DIM, None)
+    assert len(plan) == hyper["iterations"]
+    assert {r.kernel for r in plan} == {"nearest_target_sums"}
+    assert all(isinstance(r.mechanism, LaplaceMechanism) for r in plan)
+    assert [m.noise_scales for m in expected.mechanisms_] == [r.mechanism.noise_scales
+                                                               for r in plan]
+
+
+@pytest.mark.parametrize("algorithm", ["dp_lloyd_kmeans", "dp_mixture"])
+def test_a_baseline_job_with_a_zcdp_budget_too_is_refused_naming_it(tmp_path, algorithm):
+    spec = pb.JobSpec(algorithm=algorithm, epsilon=2.0, delta=1e-6)
+    context = JobContext(_stc_federation(tmp_path, "job"), spec, {"rho": 1.0}, seed=4,
+                         checkpoint=lambda step, model: None)
+    with pytest.raises(ValueError, match="leave 'rho' out"):
+        run_job(context)
