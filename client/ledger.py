@@ -91,6 +91,8 @@ from privadapt.common.transactions import ThreadConnections, transaction
 SCHEMA_VERSION = 2
 # Waiting for another writer (thread or process) to commit its charge.
 _BUSY_TIMEOUT_S = 60.0
+#: Issued, unconsumed budget checks a ledger remembers (one per query in flight).
+_MAX_ISSUED_CHECKS = 256
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -159,6 +161,10 @@ class PrivacyLedger:
         self.policy = policy
         self.read_only = read_only
         self._lock = threading.RLock()
+        # The checks this ledger issued and has not consumed, by identity: a
+        # CheckedCharge is reused only if it is one of them (never a copy or
+        # a forgery handed back by a caller; adversarial review 4).
+        self._issued_checks: dict[int, CheckedCharge] = {}
         self._totals = LedgerTotals(policy.adjacency,
                                     policy.accounting == AccountingMethod.PLD)
         self._head = genesis(policy.site_name)
@@ -365,7 +371,11 @@ class PrivacyLedger:
                 epsilon, method = admit(self.policy, self._totals, self._last, job_id,
                                          query_id, mechanism, text)
                 head = self._head.digest
-        return CheckedCharge(job_id, query_id, text, head, self.policy, epsilon, method)
+            checked = CheckedCharge(job_id, query_id, text, head, self.policy, epsilon, method)
+            if len(self._issued_checks) >= _MAX_ISSUED_CHECKS:  # unconsumed: forget the oldest
+                self._issued_checks.pop(next(iter(self._issued_checks)))
+            self._issued_checks[id(checked)] = checked
+        return checked
 
     def charge(
         self, job_id: str, query_id: str, mechanism: Mechanism, state: bytes | None = None,
@@ -388,7 +398,9 @@ class PrivacyLedger:
                     self._catch_up(conn)
                     self._sync_head_file()
                     self._refuse_replay(conn, job_id, query_id)
-                    if checked is not None and checked.applies(
+                    issued = (checked is not None
+                              and self._issued_checks.pop(id(checked), None) is checked)
+                    if issued and checked.applies(
                             job_id, query_id, text, self._head.digest, self.policy):
                         epsilon, method = checked.epsilon, checked.method
                     else:

@@ -150,3 +150,26 @@ def test_the_committing_charge_reuses_the_check_and_decides_afresh_after_another
     with pytest.raises(BudgetExceededError):
         ledger.charge("job", "q3", mechanism, checked=first)
     assert [c.query_id for c in ledger.charges()] == ["q1"]
+
+
+def test_a_forged_or_copied_check_is_never_reused(tmp_path):
+    """Adversarial review 4: a CheckedCharge is a plain value; a copy with a
+    smaller epsilon must not switch the cap check off. Only the very object
+    the ledger issued (once) is reused; anything else is decided afresh."""
+    import dataclasses
+
+    from privadapt.client.ledger_accounting import mechanism_json
+    from privadapt.client.policy import SitePolicy
+    from privadapt.common.mechanisms import LaplaceMechanism
+
+    policy = SitePolicy("site", 1.0, 1e-6)
+    ledger = ledger_module.PrivacyLedger(tmp_path / "l.db", policy, create=True)
+    costly = LaplaceMechanism(1.0, 1.25, Adjacency.REPLACE_ONE)  # epsilon 0.8
+    ledger.charge("job", "q1", costly)
+    cheap = LaplaceMechanism(1.0, 1e6, Adjacency.REPLACE_ONE)
+    genuine = ledger.check_charge("job", "q2", cheap)
+    forged = dataclasses.replace(genuine, text=mechanism_json(costly), epsilon=0.0)
+    with pytest.raises(BudgetExceededError):
+        ledger.charge("job", "q2", costly, checked=forged)
+    assert ledger.spent().epsilon < 1.0
+    ledger.close()
