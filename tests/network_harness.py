@@ -26,7 +26,7 @@ from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.wire import channel_options
 from privadapt.server.coordinator import Coordinator, CoordinatorConfig
 from privadapt.server.local_deployment import LOCALHOST, LocalDeployment
-from privadapt.server.local_deployment import write_pki as make_pki  # noqa: F401 -- for the tests
+from privadapt.server.local_deployment import write_pki as make_pki
 from privadapt.server.local_processes import (
     await_coordinator,
     start_coordinator,
@@ -130,3 +130,31 @@ def direct_federation(coordinator: Coordinator, job_id: str, sites: Sequence[str
     job = NetworkJob(job_id, tuple(sites), **job_fields)
     return NetworkFederation(job, coordinator.registry, coordinator.hub, coordinator.store,
                              coordinator.reports)
+
+
+def run_job(workdir: Path, spec: pb.JobSpec, job_id: str, sites: Sequence[str],
+            datasets: Sequence[Dataset], public_source: Path | None = None,
+            epsilon_cap: float = 10.0) -> tuple[str, pb.ResultResponse, list[Path]]:
+    """(the dry run's plan, the result, the site configs) of ``spec`` launched
+    as ``job_id`` through an in-process coordinator and one thread daemon per
+    site, after a dry run; the job must succeed."""
+    pki = make_pki(workdir / "pki", sites)
+    daemons = ThreadSites()
+    config = (write_coordinator_config(workdir, pki) if public_source is None
+              else write_coordinator_config(workdir, pki, public_source=public_source))
+    with in_process_coordinator(config) as coordinator:
+        try:
+            configs = [write_site(workdir, pki, name, data, coordinator.port,
+                                  epsilon_cap=epsilon_cap)
+                       for name, data in zip(sites, datasets, strict=True)]
+            for path in configs:
+                daemons.start(path)
+            stub = operator_stub(pki, coordinator.port)
+            plan = stub.Launch(pb.LaunchRequest(spec=spec, dry_run=True), timeout=60).plan
+            launched = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id), timeout=60).job_id
+            status = watch_until_done(stub, launched)
+            assert status.state == pb.JOB_STATE_SUCCEEDED, status.message
+            result = stub.Result(pb.ResultRequest(job_id=launched), timeout=10)
+        finally:
+            daemons.stop()
+    return plan, result, configs

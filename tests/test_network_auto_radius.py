@@ -15,15 +15,7 @@ from privadapt.common.data import Dataset
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire import param_from_proto, params_to_proto
 from privadapt.server.estimators import NoisyGD
-from tests.network_harness import (
-    ThreadSites,
-    in_process_coordinator,
-    make_pki,
-    operator_stub,
-    watch_until_done,
-    write_coordinator_config,
-    write_site,
-)
+from tests.network_harness import run_job
 
 SITES = ("site-a", "site-b")
 DIM = 4
@@ -44,26 +36,10 @@ TARGETS = [_logistic(300, seed) for seed in range(2)]
 
 
 def test_noisy_gd_with_an_auto_radius_runs_as_a_job_on_the_sites_record_parts(tmp_path):
-    pki = make_pki(tmp_path / "pki", SITES)
     spec = pb.JobSpec(algorithm="noisy_gd", epsilon=EPSILON, delta=DELTA, sites=SITES, seed=5)
     params_to_proto(HYPER, spec.hyperparameters)
-    sites = ThreadSites()
-    config = write_coordinator_config(tmp_path, pki)
-    with in_process_coordinator(config) as coordinator:
-        try:
-            configs = [write_site(tmp_path, pki, name, data, coordinator.port, epsilon_cap=10.0)
-                       for name, data in zip(SITES, TARGETS, strict=True)]
-            for path in configs:
-                sites.start(path)
-            stub = operator_stub(pki, coordinator.port)
-            plan = stub.Launch(pb.LaunchRequest(spec=spec, dry_run=True), timeout=60).plan
-            assert "site-a" in plan
-            job_id = stub.Launch(pb.LaunchRequest(spec=spec, job_id="auto"), timeout=60).job_id
-            status = watch_until_done(stub, job_id)
-            assert status.state == pb.JOB_STATE_SUCCEEDED, status.message
-            result = stub.Result(pb.ResultRequest(job_id=job_id), timeout=10)
-        finally:
-            sites.stop()
+    plan, result, configs = run_job(tmp_path, spec, "auto", SITES, TARGETS)
+    assert "site-a" in plan
     model = {name: param_from_proto(value) for name, value in result.model.items()}
     assert float(model["radius"]) in (0.0, 2.0, 4.0, 8.0)
     assert np.linalg.norm(model["weights"]) <= float(model["radius"]) + 1e-9

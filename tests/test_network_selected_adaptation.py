@@ -23,15 +23,7 @@ from privadapt.server.estimators.selected_adaptation import (
     candidate_names,
 )
 from privadapt.server.job_algorithms import ALGORITHMS
-from tests.network_harness import (
-    ThreadSites,
-    in_process_coordinator,
-    make_pki,
-    operator_stub,
-    watch_until_done,
-    write_coordinator_config,
-    write_site,
-)
+from tests.network_harness import run_job
 
 SITES = ("site-a", "site-b", "site-c")
 DIM = 4
@@ -55,28 +47,13 @@ PUBLIC = _logistic(500, np.array([-1.0, 2.0, 0.5, 1.0]), 9)
 
 def test_selected_adaptation_runs_as_a_job_on_the_sites_record_parts(tmp_path):
     assert ALGORITHMS["selected_adaptation"] is SelectedAdaptation
-    pki = make_pki(tmp_path / "pki", SITES)
     np.savez(tmp_path / "public.npz", features=PUBLIC.features, labels=PUBLIC.labels)
     spec = pb.JobSpec(algorithm="selected_adaptation", epsilon=EPSILON, delta=DELTA,
                       sites=SITES, seed=5)
     params_to_proto(HYPER, spec.hyperparameters)
-    sites = ThreadSites()
-    config = write_coordinator_config(tmp_path, pki, public_source=tmp_path / "public.npz")
-    with in_process_coordinator(config) as coordinator:
-        try:
-            configs = [write_site(tmp_path, pki, name, data, coordinator.port, epsilon_cap=10.0)
-                       for name, data in zip(SITES, TARGETS, strict=True)]
-            for path in configs:
-                sites.start(path)
-            stub = operator_stub(pki, coordinator.port)
-            plan = stub.Launch(pb.LaunchRequest(spec=spec, dry_run=True), timeout=60).plan
-            assert "site-a" in plan
-            job_id = stub.Launch(pb.LaunchRequest(spec=spec, job_id="sel"), timeout=60).job_id
-            status = watch_until_done(stub, job_id)
-            assert status.state == pb.JOB_STATE_SUCCEEDED, status.message
-            result = stub.Result(pb.ResultRequest(job_id=job_id), timeout=10)
-        finally:
-            sites.stop()
+    plan, result, configs = run_job(tmp_path, spec, "sel", SITES, TARGETS,
+                                    public_source=tmp_path / "public.npz")
+    assert "site-a" in plan
     model = {name: param_from_proto(value) for name, value in result.model.items()}
     names = candidate_names(model["candidate_ids"])
     assert names[0] == CANDIDATE_IDS[0] and len(names) == 3
