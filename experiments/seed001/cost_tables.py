@@ -14,7 +14,8 @@ privacy, coreset, sites, run, with its cost at every k) is appended at once
 (flushed, fsync'd; experiments/run_log.py) to ``results/cost_tables_runs.csv``,
 and a restart with the same k list skips the units already there, recomputing
 nothing; the summary CSV and PNG are derived from that log after every run
-and at the end. Units run run by run across the datasets, so a table cut
+and at the end (``--tables-only`` prints the table of the units logged so
+far, computing and writing nothing). Units run run by run across the datasets, so a table cut
 short has about as many runs for every dataset (column ``runs``).
 
 Per run (``--runs``, the paper's 30 by default) every private method makes
@@ -168,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="names to keep (default: the synthetic ones and the digit pairs)")
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     parser.add_argument("--out", type=Path, default=Path("experiments/seed001/results"))
+    parser.add_argument("--tables-only", action="store_true",
+                        help="print the table of the units logged so far; compute and write "
+                             "nothing (safe while another process is writing the log)")
     add_networked_flag(parser)
     args = parser.parse_args(argv)
     ks = QUICK_KS if args.quick else tuple(args.ks)
@@ -179,12 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [d for d in every if d.name in wanted]
     stem = "cost_tables_quick" if args.quick else "cost_tables"
     log = RunLog(args.out / f"{stem}_runs.csv", (*LOG_KEY, *(f"cost_k{k}" for k in ks)),
-                 LOG_KEY, f"k {' '.join(map(str, ks))}; in-process")
+                 LOG_KEY, f"k {' '.join(map(str, ks))}; in-process",
+                 read_only=args.tables_only)
+    names = [d.name for d in every]
+    if args.tables_only:
+        print_table(*pivot(summary_rows(log, ks, names), ks))
+        return 0
     todo = [(run, data, job) for run in range(runs) for data in chosen for job in jobs()
             if (data.name, job[0], job[1], coreset_label(job[0], job[2]), job[3], run)
             not in log]
     print(f"{log.path}: {len(log)} units already done, {len(todo)} to do", flush=True)
-    names = [d.name for d in every]
     start = time.perf_counter()
     for number, (run, data, job) in enumerate(todo, 1):
         log.append(unit_row(data, job, ks, run))

@@ -40,7 +40,9 @@ seeded by the run, with a ledger of its own, so a resumed table equals a
 from-scratch one. The summary CSV ``transfer.csv`` (mean and std over the
 runs in the log; column ``runs``) and the PNG are derived from the log after
 every run and at the end. ``--quick`` and ``--networked`` write
-``transfer_quick*`` / ``transfer_networked*`` instead. ``--networked``:
+``transfer_quick*`` / ``transfer_networked*`` instead. ``--tables-only``
+prints the tables of the units logged so far and changes nothing (the log
+is locked by its writer; a reader does not need the lock). ``--networked``:
 every federation is real site daemons on 127.0.0.1 (mutual TLS, secure
 aggregation; experiments/seed000/federation.py); their noise comes from the
 operating system, so networked numbers are not bit-reproducible.
@@ -227,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--auxiliary", type=int, nargs="+", default=list(AUXILIARY),
                         help="the k values (numbers of informative sources)")
     parser.add_argument("--out", type=Path, default=Path("experiments/seed002/results"))
+    parser.add_argument("--tables-only", action="store_true",
+                        help="print the tables of the runs logged so far; compute and write "
+                             "nothing (safe while another process is writing the log)")
     add_networked_flag(parser)
     args = parser.parse_args(argv)
     runs = 1 if args.quick else args.runs
@@ -235,7 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     stem = "transfer" + ("_quick" if args.quick else "") + ("_networked" if args.networked else "")
     setting = (f"iterations {iterations['main']}+{iterations['pilot']} gd {iterations['gd']}; "
                + ("networked" if args.networked else "in-process"))
-    log = RunLog(args.out / f"{stem}_runs.csv", LOG_HEADER, LOG_KEY, setting)
+    log = RunLog(args.out / f"{stem}_runs.csv", LOG_HEADER, LOG_KEY, setting,
+                 read_only=args.tables_only)
+    if args.tables_only:
+        print_tables(summary_rows(log))
+        return 0
     todo = [u for u in units(runs, args.epsilons, args.auxiliary)
             if (u["design"], u["method"], u["k"], u["epsilon"], u["run"]) not in log]
     print(f"{log.path}: {len(log)} units already done, {len(todo)} to do", file=sys.stderr,
@@ -255,9 +264,28 @@ def main(argv: list[str] | None = None) -> int:
                 if number < len(todo) and todo[number]["run"] != unit["run"]:
                     write_tables(log, args.out, stem)
     write_tables(log, args.out, stem)
-    print_table(HEADER, summary_rows(log))
+    print_tables(summary_rows(log))
     print(f"total {time.time() - started:.0f} s")
     return 0
+
+
+def print_tables(rows: list[list]) -> None:
+    """The summary table, then the README's: mean +- std of the SSE per
+    epsilon (rows) and method (columns)."""
+    print_table(HEADER, rows)
+    cells = {(r[1], r[2], r[3]): (r[4], r[5], r[9]) for r in rows}
+    ks = sorted({int(r[2]) for r in rows if r[1] == "transfer"})
+    columns = [*(("transfer", str(k), f"transfer k = {k}") for k in ks),
+               ("dp_fw", "", "DP FW (selection)"), ("dp_fw_sum", "", "DP FW (secure sum)"),
+               ("noisy_gd", "", "noisy GD")]
+    print(f"\nmean +- std of the target SSE over the runs "
+          f"({min((r[9] for r in rows), default=0)} to {max((r[9] for r in rows), default=0)})")
+    print("| epsilon | " + " | ".join(c[2] for c in columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    for epsilon in sorted({r[3] for r in rows}):
+        texts = [f"{cells[(m, k, epsilon)][0]:.3g} +- {cells[(m, k, epsilon)][1]:.2g}"
+                 if (m, k, epsilon) in cells else "" for m, k, _ in columns]
+        print(f"| {epsilon:g} | " + " | ".join(texts) + " |")
 
 
 def write_tables(log: RunLog, out: Path, stem: str) -> None:

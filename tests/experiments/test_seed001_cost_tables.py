@@ -79,6 +79,8 @@ def test_a_restart_does_no_work_and_a_resumed_table_equals_one_from_scratch(tmp_
     second = _quick(out, "--datasets", "synthetic_2")
     assert "16 units already done, 0 to do" in second.stdout and "[1/" not in second.stdout
     assert log.read_bytes() == whole_log and table.read_bytes() == whole_table
+    printed = _quick(out, "--datasets", "synthetic_2", "--tables-only")
+    assert "k=70" in printed.stdout and printed.stdout in second.stdout
 
     log.write_text("\n".join([header, *units[:4]]) + "\n" + units[4][:25])
     third = _quick(out, "--datasets", "synthetic_2")

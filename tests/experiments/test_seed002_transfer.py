@@ -77,24 +77,28 @@ def _quick(out: Path, *options: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_a_restart_does_no_work_and_a_resumed_table_equals_one_from_scratch(tmp_path):
-    out = tmp_path / "out"
-    first = _quick(out)
+    """On 2 epsilons and 2 values of k (10 units; 20-50 s on a loaded machine)."""
+    out, cells = tmp_path / "out", ("--epsilons", "1", "inf", "--auxiliary", "0", "5")
+    first = _quick(out, *cells)
     log, table = out / "transfer_quick_runs.csv", out / "transfer_quick.csv"
     whole_log, whole_table = log.read_bytes(), table.read_bytes()
     units = whole_log.decode().splitlines()[1:]
-    assert len(units) == 4 * (3 + 5) and "[32/32]" in first.stderr
+    assert len(units) == 2 * (3 + 2) and "[10/10]" in first.stderr
 
-    second = _quick(out)
-    assert "32 units already done, 0 to do" in second.stderr
+    second = _quick(out, *cells)
+    assert "10 units already done, 0 to do" in second.stderr
     assert "] dp_fw" not in second.stderr and "] transfer" not in second.stderr  # no fit ran
     assert log.read_bytes() == whole_log and table.read_bytes() == whole_table
     assert second.stdout.split("total")[0] == first.stdout.split("total")[0]
+    printed = _quick(out, "--tables-only")
+    assert printed.stdout in second.stdout
+    assert "| inf | " in printed.stdout and log.read_bytes() == whole_log
 
-    # Cut short: the first 13 units finished, the 14th torn mid-line by a kill.
+    # Cut short: the first 4 units finished, the 5th torn mid-line by a kill.
     header = whole_log.decode().splitlines()[0]
-    log.write_text("\n".join([header, *units[:13]]) + "\n" + units[13][:20])
-    third = _quick(out)
-    assert "13 units already done, 19 to do" in third.stderr
+    log.write_text("\n".join([header, *units[:4]]) + "\n" + units[4][:20])
+    third = _quick(out, *cells)
+    assert "4 units already done, 6 to do" in third.stderr
     assert sorted(log.read_text().splitlines()) == sorted(whole_log.decode().splitlines())
     assert table.read_bytes() == whole_table
 
