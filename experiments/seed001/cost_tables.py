@@ -9,6 +9,15 @@ configuration (:mod:`experiments.seed001.networked`): the noise-free result
 must equal the in-process one (the script fails otherwise), and one private
 release is costed.
 
+Resumable: every finished unit (one run of one row: dataset, method,
+privacy, coreset, sites, run, with its cost at every k) is appended at once
+(flushed, fsync'd; experiments/run_log.py) to ``results/cost_tables_runs.csv``,
+and a restart with the same k list skips the units already there, recomputing
+nothing; the summary CSV and PNG are derived from that log after every run
+and at the end (``--tables-only`` prints the table of the units logged so
+far, computing and writing nothing). Units run run by run across the datasets, so a table cut
+short has about as many runs for every dataset (column ``runs``).
+
 Per run (``--runs``, the paper's 30 by default) every private method makes
 one release (its own plan: NNA one secure sum, NAS one per-site release,
 the baselines 5 rounds), on a fresh federation with a fresh noise seed, and
@@ -29,11 +38,12 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.run_log import RunLog
 from experiments.seed000.federation import add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from experiments.seed001 import datasets as ds
 from experiments.seed001 import networked
-from experiments.seed001.sources import METHODS, PRIVACY, nna
+from experiments.seed001.sources import METHODS, PRIVACY
 from privadapt.client.local_federation import LocalFederation
 from privadapt.server.algorithms.source_target_clustering import (
     accelerated_k_medoids,
@@ -46,6 +56,7 @@ QUICK_DATASETS = ["synthetic_2", "digits_1to7"]
 SITES = 3
 HEADER = ("dataset", "method", "privacy", "coreset", "sites", "k", "cost_mean", "cost_std",
           "runs")
+LOG_KEY = ("dataset", "method", "privacy", "coreset", "sites", "run")
 # Each run's federation: caps far above one run's spend (the experiment, not
 # the ledger's refusals, is what is measured here).
 EPSILON_CAP, DELTA_CAP = 1e6, 1e-5
@@ -65,31 +76,54 @@ def settings(name: str) -> list[tuple[str, bool]]:
     return [(p, c) for p in privacies for c in coresets]
 
 
-def run_rows(data: ds.SourceTarget, ks: tuple[int, ...], runs: int
-             ) -> list[tuple[object, ...]]:
-    """One dataset's CSV rows: every method and setting, and NNA over 3 sites."""
-    jobs = [(name, method, privacy, coreset, 1)
-            for name, (method, _, _) in METHODS.items()
+def jobs() -> list[tuple[str, str, bool, int]]:
+    """(method name, privacy, coreset, sites) of every row, in table order:
+    every method and setting on one site, then NNA over 3 sites."""
+    rows = [(name, privacy, coreset, 1) for name in METHODS
             for privacy, coreset in settings(name)]
-    jobs += [("NNA", nna, privacy, True, SITES) for privacy in PRIVACY]
-    costs: dict[tuple[str, str, bool, int], dict[int, list[float]]] = {}
-    for run in range(runs):
-        for name, method, privacy, coreset, sites in jobs:
-            fed = federation(data.source, sites, seed=1000 * run + sites)
-            source = method(data, fed, privacy, coreset, run)
-            source = None if source is None or len(source) == 0 else source
-            per_k = costs.setdefault((name, privacy, coreset, sites), {})
-            for k in ks:
-                chosen = accelerated_k_medoids(data.target, k, source=source, seed=run)
-                per_k.setdefault(k, []).append(
-                    stc_cost(data.target, data.source, data.target[chosen]))
+    return rows + [("NNA", privacy, True, SITES) for privacy in PRIVACY]
+
+
+def coreset_label(name: str, coreset: bool) -> str:
+    return ("yes" if coreset else "no") if METHODS[name][2] else "-"
+
+
+def unit_row(data: ds.SourceTarget, job: tuple[str, str, bool, int], ks: tuple[int, ...],
+             run: int) -> dict[str, object]:
+    """One unit: one private release (one run of one row) and the cost at
+    every k from it. Its randomness depends on its key only: the federation's
+    noise is seeded by (run, sites) and AkM by run, whatever ran before."""
+    name, privacy, coreset, sites = job
+    with federation(data.source, sites, seed=1000 * run + sites) as fed:
+        source = METHODS[name][0](data, fed, privacy, coreset, run)
+    source = None if source is None or len(source) == 0 else source
+    row: dict[str, object] = {"dataset": data.name, "method": name, "privacy": privacy,
+                              "coreset": coreset_label(name, coreset), "sites": sites,
+                              "run": run}
+    for k in ks:
+        chosen = accelerated_k_medoids(data.target, k, source=source, seed=run)
+        row[f"cost_k{k}"] = stc_cost(data.target, data.source, data.target[chosen])
+    return row
+
+
+def summary_rows(log: RunLog, ks: tuple[int, ...], names: list[str]
+                 ) -> list[tuple[object, ...]]:
+    """The CSV rows (mean and std of the cost over the runs in the log, in run
+    order), datasets in ``names`` order and rows in ``jobs()`` order, so the
+    table does not depend on the order the units finished in."""
+    cells: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for unit in log.rows():
+        cells.setdefault(log.key(unit)[:5], []).append(unit)
     rows = []
-    for (name, privacy, coreset, sites), per_k in costs.items():
-        uses_coreset = METHODS[name][2]
-        for k, values in per_k.items():
-            mean, std = mean_std(values)
-            rows.append((data.name, name, privacy, ("yes" if coreset else "no")
-                         if uses_coreset else "-", sites, k, mean, std, len(values)))
+    for dataset in names:
+        for name, privacy, coreset, sites in jobs():
+            units = cells.get((dataset, name, privacy, coreset_label(name, coreset),
+                               str(sites)), [])
+            units.sort(key=lambda u: int(u["run"]))
+            for k in ks if units else ():
+                mean, std = mean_std([float(u[f"cost_k{k}"]) for u in units])
+                rows.append((dataset, name, privacy, coreset_label(name, coreset), sites, k,
+                             mean, std, len(units)))
     return rows
 
 
@@ -135,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="names to keep (default: the synthetic ones and the digit pairs)")
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     parser.add_argument("--out", type=Path, default=Path("experiments/seed001/results"))
+    parser.add_argument("--tables-only", action="store_true",
+                        help="print the table of the units logged so far; compute and write "
+                             "nothing (safe while another process is writing the log)")
     add_networked_flag(parser)
     args = parser.parse_args(argv)
     ks = QUICK_KS if args.quick else tuple(args.ks)
@@ -144,19 +181,42 @@ def main(argv: list[str] | None = None) -> int:
               else QUICK_DATASETS if args.quick
               else [d.name for d in every])
     chosen = [d for d in every if d.name in wanted]
-    rows: list[tuple[object, ...]] = []
-    for data in chosen:
-        start = time.perf_counter()
-        rows += run_rows(data, ks, runs)
-        print(f"{data.name}: |S| = {len(data.source)}, |T| = {len(data.target)}, "
-              f"{runs} runs, {time.perf_counter() - start:.1f} s", flush=True)
     stem = "cost_tables_quick" if args.quick else "cost_tables"
-    write_csv(args.out / f"{stem}.csv", HEADER, rows)
-    maybe_png(args.out / f"{stem}.png", draw(rows, [d.name for d in chosen]))
+    log = RunLog(args.out / f"{stem}_runs.csv", (*LOG_KEY, *(f"cost_k{k}" for k in ks)),
+                 LOG_KEY, f"k {' '.join(map(str, ks))}; in-process",
+                 read_only=args.tables_only)
+    names = [d.name for d in every]
+    if args.tables_only:
+        print_table(*pivot(summary_rows(log, ks, names), ks))
+        return 0
+    todo = [(run, data, job) for run in range(runs) for data in chosen for job in jobs()
+            if (data.name, job[0], job[1], coreset_label(job[0], job[2]), job[3], run)
+            not in log]
+    print(f"{log.path}: {len(log)} units already done, {len(todo)} to do", flush=True)
+    start = time.perf_counter()
+    for number, (run, data, job) in enumerate(todo, 1):
+        log.append(unit_row(data, job, ks, run))
+        elapsed = time.perf_counter() - start
+        print(f"[{number}/{len(todo)}] {data.name} {' '.join(map(str, job))} run {run} done "
+              f"({elapsed:.0f} s, about {elapsed / number * (len(todo) - number):.0f} s left)",
+              flush=True)
+        if number < len(todo) and todo[number][0] != run:
+            write_tables(log, ks, names, args.out / stem)
+    rows = write_tables(log, ks, names, args.out / stem)
     print_table(*pivot(rows, ks))
     if args.networked:
         return networked_check(chosen[0], ks[0], args.out / f"{stem}_networked.csv")
     return 0
+
+
+def write_tables(log: RunLog, ks: tuple[int, ...], names: list[str], stem: Path
+                 ) -> list[tuple[object, ...]]:
+    """The summary CSV and PNG, derived from the log (rewritten whole)."""
+    rows = summary_rows(log, ks, names)
+    write_csv(stem.with_suffix(".csv"), HEADER, rows)
+    maybe_png(stem.with_suffix(".png"), draw(rows, [n for n in names if any(
+        r[0] == n for r in rows)]))
+    return rows
 
 
 def networked_check(data: ds.SourceTarget, k: int, path: Path) -> int:

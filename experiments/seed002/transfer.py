@@ -31,8 +31,18 @@ has l1 norm about 3 at n0 = 2,000, d = 200), which is larger than the error
 of w_A. A ball of the contrast's size keeps beta-hat near w_A unless the
 target's evidence is strong (README, seed 002).
 
-The results CSV (and PNG) are rewritten after every run, so a run cut short
-leaves the table of the runs that finished (column ``runs``). ``--networked``:
+Resumable: every finished fit (a unit keyed by design, method, k, epsilon and
+run) is appended to ``results/transfer_runs.csv`` at once (flushed and
+fsync'd; experiments/run_log.py), and a restart with the same settings skips
+the units already there, recomputing nothing. Each unit's data come from
+``problem(run, k)`` (seeded by the run) and its noise from a fresh federation
+seeded by the run, with a ledger of its own, so a resumed table equals a
+from-scratch one. The summary CSV ``transfer.csv`` (mean and std over the
+runs in the log; column ``runs``) and the PNG are derived from the log after
+every run and at the end. ``--quick`` and ``--networked`` write
+``transfer_quick*`` / ``transfer_networked*`` instead. ``--tables-only``
+prints the tables of the units logged so far and changes nothing (the log
+is locked by its writer; a reader does not need the lock). ``--networked``:
 every federation is real site daemons on 127.0.0.1 (mutual TLS, secure
 aggregation; experiments/seed000/federation.py); their noise comes from the
 operating system, so networked numbers are not bit-reproducible.
@@ -54,6 +64,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.run_log import RunLog
 from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from privadapt import Dataset, LocalFederation, NoisyGD
@@ -70,6 +81,13 @@ CONTRAST_L1 = CONTRAST * CONTRAST_ENTRIES  # ||delta_k||_1 of every informative 
 TRANSFER = {"radius": CONTRAST_L1, "pilot_radius": 6.0, "informative_threshold": 3.0, "norm": "l2",
             "clip_norm": CLIP, "pilot_fraction": 0.3}
 GD = {"loss": "squared", "learning_rate": 1.0, "radius": 2.0, "clip_norm": 5.0}
+# Target-only DP Frank-Wolfe references: method -> route.
+REFERENCES = {"dp_fw": "auto", "dp_fw_sum": "secure_sum", "noisy_gd": None}
+DESIGN = "sparse"  # the one design built: d = 200, 10 non-zero, uniform features
+LOG_KEY = ("design", "method", "k", "epsilon", "run")
+LOG_HEADER = (*LOG_KEY, "sse", "ledger_epsilon", "informative_recall", "distractors_kept")
+HEADER = ["design", "method", "k", "epsilon", "sse_mean", "sse_std", "ledger_epsilon_max",
+          "informative_recall", "distractors_kept", "runs"]
 
 
 def sample(n: int, weights: np.ndarray, rng: np.random.Generator) -> tuple:
@@ -96,8 +114,9 @@ def problem(run: int, num_auxiliary: int) -> tuple:
 @contextlib.contextmanager
 def federation(target: tuple, epsilon: float, seed: int, ledgers: Path,
                sites: Federations | None = None) -> Iterator[Federation]:
-    """The target at one site: in-process (seeded noise), or a site daemon
-    when ``sites`` is networked (stopped when the next one starts)."""
+    """The target at one site: in-process (seeded noise, a new ledger in the
+    fresh directory ``ledgers``), or a site daemon when ``sites`` is networked
+    (stopped when the next one starts)."""
     if sites is not None and sites.networked:
         yield sites.make(*target, private=not math.isinf(epsilon), epsilon_cap=10.0,
                          num_sites=1, tag=ledgers.name)
@@ -106,7 +125,7 @@ def federation(target: tuple, epsilon: float, seed: int, ledgers: Path,
     options = {"allow_non_private": True} if math.isinf(epsilon) else {}
     with LocalFederation.from_datasets(
             [Dataset(*target, names)], epsilon_cap=math.inf if math.isinf(epsilon) else 10.0,
-            delta_cap=1e-4, noise_seed=seed, ledger_dir=ledgers / f"run-{seed}-{epsilon}",
+            delta_cap=1e-4, noise_seed=seed, ledger_dir=ledgers,
             **options) as local:
         yield local
 
@@ -119,26 +138,24 @@ def ledger_epsilon(model) -> float:
     return max(spent.job.epsilon for spent in model.privacy_.values())
 
 
-def references(beta, target, epsilon, seed, ledgers, iterations,
-               daemons: Federations | None = None) -> dict[str, tuple]:
-    """(SSE, ledger epsilon) of each target-only method."""
-    results = {}
-    for name, route in (("dp_fw", "auto"), ("dp_fw_sum", "secure_sum")):
-        with federation(target, epsilon, seed, ledgers / name, daemons) as sites:
+def reference_run(method: str, beta, target, epsilon, seed, ledgers, iterations,
+                  daemons: Federations | None = None) -> tuple:
+    """(SSE, ledger epsilon) of one target-only method: ``dp_fw`` (selection
+    route), ``dp_fw_sum`` (secure-sum route) or ``noisy_gd``."""
+    with federation(target, epsilon, seed, ledgers, daemons) as sites:
+        if method == "noisy_gd":
+            model = NoisyGD(iterations=iterations["gd"], **GD, **privacy(epsilon)).fit(sites)
+        else:
             model = DPFrankWolfe(radius=TRANSFER["pilot_radius"], clip_norm=CLIP,
                                  iterations=iterations["main"] + iterations["pilot"],
-                                 route=route, **privacy(epsilon)).fit(sites)
-        results[name] = (float(np.sum((model.coef_ - beta) ** 2)), ledger_epsilon(model))
-    with federation(target, epsilon, seed, ledgers / "gd", daemons) as sites:
-        model = NoisyGD(iterations=iterations["gd"], **GD, **privacy(epsilon)).fit(sites)
-    results["noisy_gd"] = (float(np.sum((model.coef_ - beta) ** 2)), ledger_epsilon(model))
-    return results
+                                 route=REFERENCES[method], **privacy(epsilon)).fit(sites)
+    return float(np.sum((model.coef_ - beta) ** 2)), ledger_epsilon(model)
 
 
 def transfer_run(beta, target, sources, epsilon, seed, ledgers, iterations,
                  daemons: Federations | None = None) -> tuple:
     """(SSE, ledger epsilon, informative found, distractors kept)."""
-    with federation(target, epsilon, seed, ledgers / "transfer", daemons) as sites:
+    with federation(target, epsilon, seed, ledgers, daemons) as sites:
         model = DPFrankWolfeTransfer(iterations=iterations["main"],
                                      pilot_iterations=iterations["pilot"], **TRANSFER,
                                      **privacy(epsilon)).fit(sites, public_sources=sources)
@@ -149,20 +166,59 @@ def transfer_run(beta, target, sources, epsilon, seed, ledgers, iterations,
             found / informative if informative else math.nan, kept)
 
 
-HEADER = ["method", "k", "epsilon", "sse_mean", "sse_std", "ledger_epsilon_max",
-          "informative_recall", "distractors_kept", "runs"]
+def units(runs: int, epsilons: list[float], auxiliary: list[int]) -> list[dict]:
+    """Every unit of work, run by run (so a table cut short has whole runs):
+    the target-only references have k = "", transfer one unit per k."""
+    return [{"design": DESIGN, "method": method, "k": k, "epsilon": epsilon, "run": run}
+            for run in range(runs) for epsilon in epsilons
+            for method, k in [*((m, "") for m in REFERENCES),
+                              *(("transfer", k) for k in auxiliary)]]
 
 
-def summary_rows(cells: dict[tuple, list[tuple]]) -> list[list]:
-    """One row per (method, k, epsilon): mean and std of the SSE over the runs."""
+def compute(unit: dict, ledgers: Path, iterations: dict, daemons: Federations | None) -> dict:
+    """One unit's log row. Its randomness depends on its own key only: the
+    data on ``run`` (``problem``), the noise on the seed ``run`` of a fresh
+    federation with a ledger of its own, whatever ran before."""
+    method, k, epsilon, run = unit["method"], unit["k"], unit["epsilon"], unit["run"]
+    ledger_dir = ledgers / f"{unit['design']}-{method}-k{k}-eps{epsilon:g}-run{run}"
+    if method == "transfer":
+        beta, target, sources = problem(run, k)
+        sse, spent, recall, kept = transfer_run(beta, target, sources, epsilon, run,
+                                                ledger_dir, iterations, daemons)
+    else:
+        beta, target, _ = problem(run, 0)
+        sse, spent = reference_run(method, beta, target, epsilon, run, ledger_dir,
+                                   iterations, daemons)
+        recall, kept = math.nan, math.nan
+    return {**unit, "sse": sse, "ledger_epsilon": spent, "informative_recall": recall,
+            "distractors_kept": kept}
+
+
+def summary_rows(log: RunLog) -> list[list]:
+    """One row per (design, method, k, epsilon): mean and std of the SSE over
+    the runs in the log, taken in run order (so the table does not depend on
+    the order the units finished in)."""
+    cells: dict[tuple, list[dict]] = {}
+    for row in log.rows():
+        cells.setdefault((row["design"], row["method"], row["k"], float(row["epsilon"])),
+                         []).append(row)
     rows = []
-    for (method, k, epsilon), outcomes in cells.items():
-        mean, std = mean_std([o[0] for o in outcomes])
-        recall = mean_std([o[2] for o in outcomes])[0] if method == "transfer" else math.nan
-        kept = mean_std([o[3] for o in outcomes])[0] if method == "transfer" else math.nan
-        rows.append([method, "" if k is None else k, epsilon, mean, std,
-                     max(o[1] for o in outcomes), recall, kept, len(outcomes)])
+    for (design, method, k, epsilon), outcomes in sorted(cells.items(), key=_cell_order):
+        outcomes.sort(key=lambda o: int(o["run"]))
+        mean, std = mean_std([float(o["sse"]) for o in outcomes])
+        recall = (mean_std([float(o["informative_recall"]) for o in outcomes])[0]
+                  if method == "transfer" else math.nan)
+        kept = (mean_std([float(o["distractors_kept"]) for o in outcomes])[0]
+                if method == "transfer" else math.nan)
+        rows.append([design, method, k, epsilon, mean, std,
+                     max(float(o["ledger_epsilon"]) for o in outcomes), recall, kept,
+                     len(outcomes)])
     return rows
+
+
+def _cell_order(item: tuple) -> tuple:
+    design, method, k, epsilon = item[0]
+    return (design, epsilon, method == "transfer", method, int(k) if k else -1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,45 +229,85 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--auxiliary", type=int, nargs="+", default=list(AUXILIARY),
                         help="the k values (numbers of informative sources)")
     parser.add_argument("--out", type=Path, default=Path("experiments/seed002/results"))
+    parser.add_argument("--tables-only", action="store_true",
+                        help="print the tables of the runs logged so far; compute and write "
+                             "nothing (safe while another process is writing the log)")
     add_networked_flag(parser)
     args = parser.parse_args(argv)
     runs = 1 if args.quick else args.runs
     iterations = ({"main": 30, "pilot": 15, "gd": 20} if args.quick
                   else {"main": 100, "pilot": 50, "gd": 50})
+    stem = "transfer" + ("_quick" if args.quick else "") + ("_networked" if args.networked else "")
+    setting = (f"iterations {iterations['main']}+{iterations['pilot']} gd {iterations['gd']}; "
+               + ("networked" if args.networked else "in-process"))
+    log = RunLog(args.out / f"{stem}_runs.csv", LOG_HEADER, LOG_KEY, setting,
+                 read_only=args.tables_only)
+    if args.tables_only:
+        print_tables(summary_rows(log))
+        return 0
+    todo = [u for u in units(runs, args.epsilons, args.auxiliary)
+            if (u["design"], u["method"], u["k"], u["epsilon"], u["run"]) not in log]
+    print(f"{log.path}: {len(log)} units already done, {len(todo)} to do", file=sys.stderr,
+          flush=True)
     started = time.time()
-    cells: dict[tuple, list[tuple]] = {}
-    with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) \
-            as scratch, Federations(Path(scratch), networked=args.networked) as daemons:
-        print(f"target site: {daemons.description}", file=sys.stderr)
-        ledgers = Path(scratch)
-        for run in range(runs):
-            for epsilon in args.epsilons:
-                beta, target, _ = problem(run, 0)
-                for name, outcome in references(beta, target, epsilon, run, ledgers,
-                                                iterations, daemons).items():
-                    cells.setdefault((name, None, epsilon), []).append(outcome)
-                for k in args.auxiliary:
-                    beta, target, sources = problem(run, k)
-                    cells.setdefault(("transfer", k, epsilon), []).append(transfer_run(
-                        beta, target, sources, epsilon, run, ledgers, iterations, daemons))
-            # Rewritten after every run: a long run cut short keeps what finished.
-            write_csv(args.out / "transfer.csv", HEADER, summary_rows(cells))
-            maybe_png(args.out / "transfer.png",
-                      lambda plt: draw(plt, cells, args.epsilons, args.auxiliary))
-            print(f"run {run + 1}/{runs} done ({time.time() - started:.0f} s)", file=sys.stderr)
-    print_table(HEADER, summary_rows(cells))
+    if todo:
+        with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) \
+                as scratch, Federations(Path(scratch), networked=args.networked) as daemons:
+            print(f"target site: {daemons.description}", file=sys.stderr)
+            for number, unit in enumerate(todo, 1):
+                log.append(compute(unit, Path(scratch), iterations, daemons))
+                elapsed = time.time() - started
+                print(f"[{number}/{len(todo)}] {unit['method']} k={unit['k']} "
+                      f"eps={unit['epsilon']:g} run {unit['run']} done ({elapsed:.0f} s, about "
+                      f"{elapsed / number * (len(todo) - number):.0f} s left)", file=sys.stderr,
+                      flush=True)
+                if number < len(todo) and todo[number]["run"] != unit["run"]:
+                    write_tables(log, args.out, stem)
+    write_tables(log, args.out, stem)
+    print_tables(summary_rows(log))
     print(f"total {time.time() - started:.0f} s")
     return 0
 
 
-def draw(plt, cells: dict, epsilons: list[float], auxiliary: list[int]) -> None:
-    for number, epsilon in enumerate(epsilons):
+def print_tables(rows: list[list]) -> None:
+    """The summary table, then the README's: mean +- std of the SSE per
+    epsilon (rows) and method (columns)."""
+    print_table(HEADER, rows)
+    cells = {(r[1], r[2], r[3]): (r[4], r[5], r[9]) for r in rows}
+    ks = sorted({int(r[2]) for r in rows if r[1] == "transfer"})
+    columns = [*(("transfer", str(k), f"transfer k = {k}") for k in ks),
+               ("dp_fw", "", "DP FW (selection)"), ("dp_fw_sum", "", "DP FW (secure sum)"),
+               ("noisy_gd", "", "noisy GD")]
+    print(f"\nmean +- std of the target SSE over the runs "
+          f"({min((r[9] for r in rows), default=0)} to {max((r[9] for r in rows), default=0)})")
+    print("| epsilon | " + " | ".join(c[2] for c in columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    for epsilon in sorted({r[3] for r in rows}):
+        texts = [f"{cells[(m, k, epsilon)][0]:.3g} +- {cells[(m, k, epsilon)][1]:.2g}"
+                 if (m, k, epsilon) in cells else "" for m, k, _ in columns]
+        print(f"| {epsilon:g} | " + " | ".join(texts) + " |")
+
+
+def write_tables(log: RunLog, out: Path, stem: str) -> None:
+    """The summary CSV and PNG, derived from the log (rewritten whole)."""
+    rows = summary_rows(log)
+    write_csv(out / f"{stem}.csv", HEADER, rows)
+    maybe_png(out / f"{stem}.png", lambda plt: draw(plt, rows))
+
+
+def draw(plt, rows: list[list]) -> None:
+    """Transfer's mean SSE against k per epsilon, the target-only DP FW and
+    noisy GD as horizontal lines of the same colour (cells present only)."""
+    means = {(r[1], r[2], r[3]): r[4] for r in rows}
+    for number, epsilon in enumerate(sorted({r[3] for r in rows})):
         colour = f"C{number}"
-        means = [np.mean([o[0] for o in cells[("transfer", k, epsilon)]]) for k in auxiliary]
-        plt.plot(auxiliary, means, "o-", color=colour, label=f"transfer eps={epsilon:g}")
+        ks = sorted(int(k) for method, k, e in means if method == "transfer" and e == epsilon)
+        plt.plot(ks, [means[("transfer", str(k), epsilon)] for k in ks], "o-", color=colour,
+                 label=f"transfer eps={epsilon:g}")
         for name, style in (("dp_fw", "--"), ("noisy_gd", ":")):
-            level = np.mean([o[0] for o in cells[(name, None, epsilon)]])
-            plt.axhline(level, linestyle=style, color=colour, linewidth=1)
+            if (name, "", epsilon) in means:
+                plt.axhline(means[(name, "", epsilon)], linestyle=style, color=colour,
+                            linewidth=1)
     plt.yscale("log")
     plt.xlabel("auxiliary datasets k")
     plt.ylabel("target SSE (dashed: DP FW, dotted: noisy GD)")
