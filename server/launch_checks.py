@@ -12,7 +12,8 @@ published), never as an internal error after rounds were charged:
   disagreeing sites and the first field each differs in;
 * no site's registered policy terms may be certain to refuse every round
   (a ``peers`` list leaving out another of the job's sites, a
-  ``min_participants`` above the job's number of sites), and every kernel
+  ``min_participants`` above the job's number of sites, a
+  ``collusion_tolerance`` above the job's), and every kernel
   the job's plan queries must be allowed by each site's policy: the refusal
   names the site;
 * the estimator must accept its hyperparameters together (the checks its
@@ -108,8 +109,9 @@ def check_site_policies(spec: pb.JobSpec, registrations: Mapping[str, pb.Registe
     """Refuse a job one of its registered sites would refuse every round of,
     under the policy terms it registered (none: not checked): a ``peers``
     list that leaves out another of the job's sites (its roster check
-    refuses any round with that site), or a ``min_participants`` above the
-    job's number of sites. Checked before any key is published, so no site
+    refuses any round with that site), a ``min_participants`` above the
+    job's number of sites, or a ``collusion_tolerance`` above the job's (it
+    refuses every secure sum of such a job: client/query_admission.py). Checked before any key is published, so no site
     is charged for rounds another site's policy was certain to abort."""
     problems = []
     for name, registration in sorted(registrations.items()):
@@ -127,6 +129,14 @@ def check_site_policies(spec: pb.JobSpec, registrations: Mapping[str, pb.Registe
             problems.append(
                 f"site {name!r} answers only rounds of at least {terms.min_participants} sites "
                 f"(its policy's min_participants) and the job names {len(spec.sites)}")
+        if spec.collusion_tolerance < terms.collusion_tolerance:
+            problems.append(
+                f"site {name!r} answers only secure sums that tolerate at least "
+                f"{terms.collusion_tolerance} colluding site(s) (its policy's "
+                f"collusion_tolerance) and the job's collusion_tolerance is "
+                f"{spec.collusion_tolerance}: set [job] collusion_tolerance = "
+                f"{terms.collusion_tolerance} or more (--set collusion_tolerance="
+                f"{terms.collusion_tolerance}), or leave site {name!r} out of [job] sites")
     if problems:
         raise ConfigError(f"job: {'; '.join(problems)}")
 
