@@ -53,7 +53,7 @@ from privadapt.server.job_progress import (
     round_lines,
 )
 from privadapt.server.job_report import render_job_report
-from privadapt.server.job_spec import job_spec_from_toml, job_state_name
+from privadapt.server.job_spec import SET_HELP, job_spec_from_toml, job_state_name
 from privadapt.server.result_files import PAGE_FILE, REPORT_FILE, claim_output, write_model
 
 CALL_TIMEOUT_S = 30.0
@@ -122,8 +122,7 @@ def add_operator_commands(commands: argparse._SubParsersAction) -> None:
     launch.add_argument("--follow", action="store_true", help="print progress until it ends")
     launch.add_argument("--id", dest="job_id", help="the job's id (overrides [job] id)")
     launch.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE", help="override a [job] key or a hyperparameter "
-                        "(repeatable), e.g. --set epsilon=3 --set iterations=50")
+                        metavar="KEY=VALUE", help=SET_HELP)
     launch.add_argument("--dry-run", action="store_true",
                         help="check the job against the coordinator and its sites and print "
                         "what was checked; store and start nothing")
