@@ -111,8 +111,9 @@ def check_site_policies(spec: pb.JobSpec, registrations: Mapping[str, pb.Registe
     list that leaves out another of the job's sites (its roster check
     refuses any round with that site), a ``min_participants`` above the
     job's number of sites, or a ``collusion_tolerance`` above the job's (it
-    refuses every secure sum of such a job: client/query_admission.py). Checked before any key is published, so no site
-    is charged for rounds another site's policy was certain to abort."""
+    refuses every secure sum of such a job: client/query_admission.py).
+    Checked before any key is published, so no site is charged for rounds
+    another site's policy was certain to abort."""
     problems = []
     for name, registration in sorted(registrations.items()):
         if not registration.HasField("terms"):
@@ -213,7 +214,8 @@ def plan_job(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
                        "site's ledger still refuses any release over its cap")
     check_kernels_allowed(releases, named)
     budgets = {s.name: s.budget for s in named if s.budget is not None}
-    return JobPlan(releases, previews_for(releases, spec.sites, adjacencies, budgets, dim))
+    return JobPlan(releases, previews_for(releases, spec.sites, adjacencies, budgets, dim,
+                                          sizes))
 
 
 def registered_digest(registration: pb.RegisterRequest) -> SchemaDigest | None:
