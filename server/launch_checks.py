@@ -205,7 +205,10 @@ def plan_job(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
     try:
         releases = plan_releases(spec, hyperparameters, sizes, dim, public_source,
                                  public_sources)
-    except PrivadaptError as err:
+    except (PrivadaptError, InvalidParameterError) as err:
+        # What the estimator's fit refuses about its own parameters (a
+        # dp_lloyd_kmeans job that also sets rho) fails the job before any
+        # query at run time: refused here instead.
         raise ConfigError(f"job: {err}") from None
     except Exception as err:  # the preview must not stop a launch the sites would check
         logger.warning("dry run of %s: the algorithm could not be run on stand-ins: %s",
