@@ -204,7 +204,8 @@ class SiteDaemon:
             budget=self.budget(),
             terms=pb.SitePolicyTerms(peers_listed=policy.peers is not None,
                                      peers=sorted(policy.peers or ()),
-                                     min_participants=policy.min_participants),
+                                     min_participants=policy.min_participants,
+                                     collusion_tolerance=policy.collusion_tolerance),
         )
 
     def budget(self) -> pb.SiteBudget:

@@ -27,8 +27,9 @@ Record parts (:mod:`privadapt.common.record_parts`): a query on one part of
 the records under a replace-one policy is charged, block by block (score by
 score for a selection), the larger of the kernel's replace-one and add/remove
 sensitivities, since replacing a record can move it into or out of the part;
-a kernel without an add/remove sensitivity is refused on a part. This is the
-one place a site computes what it charges (:meth:`QueryAdmission._worst`).
+a kernel without an add/remove sensitivity is refused on a part. What a site
+charges is computed by :mod:`privadapt.common.kernels.site_charge`, the rule a
+coordinator's dry run previews with too.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -48,6 +49,7 @@ from privadapt.common.kernels import Kernel, KernelParams, get_kernel
 from privadapt.common.kernels.grid_rounding import (
     ACCEPTED_FRACTIONAL_BITS,
 )
+from privadapt.common.kernels.site_charge import PartSensitivityError, on_records, site_charge
 from privadapt.common.mechanisms import (
     Adjacency,
     KernelMechanism,
@@ -55,7 +57,6 @@ from privadapt.common.mechanisms import (
     SelectionMechanism,
 )
 from privadapt.common.noise import NOISE_REACH, honest_share_count, max_grid_safe_noise
-from privadapt.common.record_parts import charged_adjacencies, worst_case
 
 # Declared sensitivities may differ from the site's by float rounding only.
 _SENSITIVITY_SLACK = 1e-9
@@ -260,11 +261,7 @@ class QueryAdmission:
                     f"block {block} declares {norm} sensitivity {said:g} but the kernel's "
                     f"clipping guarantees only {true:g}",
                 )
-        # The kernel's own float rounding grows with n: charged at the public bound.
-        own = self._worst(query, self.policy.adjacency, lambda adjacency: (
-            kernel.charged_sensitivities(params, adjacency, norm, self.dim,
-                                         codec.fractional_bits, self.range_records)))
-        charged = mechanism.with_sensitivities(own, self.policy.adjacency)
+        charged = cast(KernelMechanism, self._site_charge(kernel, params, query, codec))
         self._check_noise(query, charged, codec, released)
         return charged
 
@@ -287,14 +284,11 @@ class QueryAdmission:
             actual = self._worst(query, mechanism.adjacency, lambda adjacency: (
                 kernel.score_sensitivities(params, adjacency, self.dim)))
             # Rounding and float error, from public bounds only (grid_rounding).
-            charged_scores = self._worst(query, self.policy.adjacency, lambda adjacency: (
-                kernel.charged_score_sensitivities(params, adjacency, self.dim,
-                                                   codec.fractional_bits, self.range_records)))
+            charged = cast(SelectionMechanism, self._site_charge(kernel, params, query, codec))
         except ValueError as err:
             raise self.refusal(query, str(err)) from None
         declared = mechanism.score_sensitivities
-        uniform = len(declared) == 1
-        if uniform:
+        if len(declared) == 1:  # one uniform sensitivity: every candidate's
             declared = declared * len(actual)
         if len(declared) != len(actual):
             raise self.refusal(query, f"the mechanism declares {len(declared)} score "
@@ -304,9 +298,6 @@ class QueryAdmission:
                 raise self.refusal(
                     query, f"candidate {candidate} declares score sensitivity {said:g} but the "
                     f"kernel's clipping guarantees only {true:g}")
-        if uniform:
-            charged_scores = (max(charged_scores),)
-        charged = mechanism.with_score_sensitivities(charged_scores, self.policy.adjacency)
         # The policy's noise floor holds for selections too: a selection of
         # pure epsilon e has the Laplace-equivalent noise multiplier 1 / e.
         if charged.is_non_private and not self.policy.allow_non_private:
@@ -324,24 +315,26 @@ class QueryAdmission:
         self, query: Query, adjacency: Adjacency,
         sensitivities: Callable[[Adjacency], tuple[float, ...]],
     ) -> tuple[float, ...]:
-        """``sensitivities`` under ``adjacency`` or, for a query on a part of
-        the records under replace-one, the larger of its replace-one and
-        add/remove values entry by entry (common/record_parts.py derives
-        why); a refusal when a part needs an add/remove sensitivity the
-        kernel does not define."""
-        values = []
-        for each in charged_adjacencies(query.records, adjacency):
-            try:
-                values.append(tuple(sensitivities(each)))
-            except (ArithmeticError, ValueError) as err:
-                if each == adjacency:
-                    raise
-                raise self.refusal(
-                    query, f"a query on the {query.records.part!r} part of the records under "
-                    f"{adjacency} adjacency is charged the kernel's {each} sensitivity too "
-                    f"(replacing a record can move it into or out of the part), which this "
-                    f"kernel does not define ({err}); ask on every record instead") from None
-        return worst_case(values)
+        """``sensitivities`` on the query's records under ``adjacency``
+        (:func:`~privadapt.common.kernels.site_charge.on_records`); a refusal
+        when a part needs an add/remove sensitivity the kernel does not define."""
+        try:
+            return on_records(query.records, adjacency, sensitivities)
+        except PartSensitivityError as err:
+            raise self.refusal(query, str(err)) from None
+
+    def _site_charge(self, kernel: Kernel, params: KernelParams, query: Query,
+                     codec: FixedPointCodec) -> Mechanism:
+        """The query's mechanism as this site charges it: its noise against
+        the kernel's own sensitivities under the policy's adjacency, with the
+        grid's rounding and the float error at the public record bound (the
+        kernel's own float rounding grows with n)."""
+        try:
+            return site_charge(kernel, params, query.mechanism, query.records,
+                               self.policy.adjacency, self.dim, codec.fractional_bits,
+                               self.range_records)
+        except PartSensitivityError as err:
+            raise self.refusal(query, str(err)) from None
 
     def _check_noise(
         self, query: Query, charged: KernelMechanism, codec: FixedPointCodec, num_released: int

@@ -16,7 +16,8 @@
   participant (certificate, key, CA certificate, configuration, policy template,
   systemd unit; server/provision.py).
 * ``privadapt --version``: the installed version.
-* ``privadapt simulate [--sites N] [--workdir DIR | --keep] [--job JOB.toml ...] [--split NAME]``:
+* ``privadapt simulate [--sites N] [--workdir DIR | --keep] [--job JOB.toml ...] [--split NAME]
+  [--set KEY=VALUE ...]``:
   a coordinator and N sites as processes on this machine (server/simulate.py).
 
 Expected errors (missing file, bad database) print one line and exit 2, no traceback.
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from privadapt.common import certs
 from privadapt.common.errors import ConfigError, PrivadaptError
+from privadapt.server.job_spec import SET_HELP
 from privadapt.server.operator_cli import add_operator_commands, run_operator_command
 
 OPERATOR_COMMANDS = ("launch", "status", "result", "cancel", "sites", "logs")
@@ -80,6 +82,8 @@ def _build_parser() -> argparse.ArgumentParser:
                           help="a job TOML to run (repeatable; default: the demo jobs)")
     simulate.add_argument("--split", help="the UCI Adult split (default: the demo's; "
                           "names in privadapt.common.datasets.adult.SPLITS, e.g. sex)")
+    simulate.add_argument("--set", dest="overrides", action="append", default=[],
+                          metavar="KEY=VALUE", help=f"{SET_HELP}, in every job it runs")
     return parser
 
 
@@ -161,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "simulate":
             from privadapt.server.simulate import simulate
 
-            return simulate(args.sites, args.workdir, args.jobs, args.split, keep=args.keep)
+            return simulate(args.sites, args.workdir, args.jobs, args.split, keep=args.keep,
+                            overrides=args.overrides)
     except PrivadaptError as err:
         print(f"privadapt: {err}", file=sys.stderr)
         return 2

@@ -157,6 +157,17 @@ def check_listen_address(listen: str) -> None:
             "\"0.0.0.0:50051\" (port 0: any free port)")
 
 
+def _schema_names(schema: Schema | None) -> dict[str, tuple[str, ...]]:
+    """Digest -> feature names of the schema this coordinator holds, its
+    ``public_source_schema`` (with or without a public sample, whose features
+    it names), so a job's model is named whenever its parties agreed on it
+    (server/result_files.py model_features)."""
+    if schema is None:
+        return {}
+    names = schema.feature_names()
+    return {SchemaDigest.of(schema, len(names)).digest: names}
+
+
 class Coordinator:
     """The running coordinator: store, site registry, rounds, jobs, gRPC server."""
 
@@ -193,7 +204,7 @@ class Coordinator:
             public_source=public_source, public_sources=public_sources,
             public_schema=(None if described is None
                            else SchemaDigest.of(schema, described.dim)),
-            public_feature_names=(None if described is None else described.feature_names),
+            schema_names=_schema_names(schema),
         )
         # Each connected site holds one thread (its Connect stream; one per
         # site, see SiteRegistry.attach). Calls are admitted per caller and

@@ -23,7 +23,8 @@
 The spec travels as ``privadapt.v1.JobSpec`` and is stored as its JSON form,
 so a resumed job runs with exactly the spec it was launched with.
 
-``privadapt launch job.toml --id NAME --set KEY=VALUE`` overrides the file
+``privadapt launch job.toml --id NAME --set KEY=VALUE`` (and ``privadapt
+simulate --set KEY=VALUE``, for every job it runs) overrides the file
 without editing it, so a refused launch is retried by changing the command
 line: ``KEY`` is a ``[job]`` key or a hyperparameter (``job.KEY`` or
 ``hyperparameters.KEY`` when it must be said), ``VALUE`` a TOML value
@@ -59,6 +60,9 @@ _JOB_LAYOUT: Layout = {
     },
 }
 _SECTIONS = ("job", "hyperparameters")
+#: The help of ``--set`` wherever a command reads job files (launch, simulate).
+SET_HELP = ("override a [job] key or a hyperparameter (repeatable), e.g. --set epsilon=3 "
+            "--set iterations=50")
 CALIBRATIONS = ("accountant", "paper")
 
 

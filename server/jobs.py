@@ -21,12 +21,13 @@ import secrets
 import threading
 import traceback
 import uuid
+from collections.abc import Mapping
 
 from privadapt.common.data import Dataset
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.federation import SitePrivacy
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.schema_digest import SchemaDigest, placeholder_feature_names
+from privadapt.common.schema_digest import SchemaDigest
 from privadapt.server.job_algorithms import JobContext, run_job, validate_hyperparameters
 from privadapt.server.job_spec import (
     hyperparameters,
@@ -53,11 +54,14 @@ from privadapt.server.network_federation import (
     PrivacyReports,
 )
 from privadapt.server.privacy_plan import refuse_over_budget
+from privadapt.server.result_files import NAMES_NOT_STATED, ModelFeatures, model_features
 from privadapt.server.rounds import RoundHub
 from privadapt.server.site_registry import SiteRegistry
 from privadapt.server.store import CoordinatorStore, JobRecord, RoundRecord
 
 logger = logging.getLogger(__name__)
+# A report made without a finished model's features (tests, crashes).
+_NO_FEATURES = ModelFeatures("", (), NAMES_NOT_STATED)
 
 
 class JobManager:
@@ -76,7 +80,7 @@ class JobManager:
         public_source: Dataset | None = None,
         public_schema: SchemaDigest | None = None,
         public_sources: tuple[Dataset, ...] = (),
-        public_feature_names: tuple[str, ...] | None = None,
+        schema_names: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -96,7 +100,8 @@ class JobManager:
         self._changed = threading.Condition()
         self._versions: dict[str, int] = {}
         self._plans = LaunchPlans(self._plan_and_refuse)
-        self._public_feature_names = public_feature_names
+        # Digest -> feature names of each schema this coordinator holds.
+        self._schema_names = dict(schema_names or {})
         # Each launched job's privacy plan (this run), for its planned round count.
         self._job_plans: dict[str, concurrent.futures.Future] = {}
 
@@ -171,15 +176,11 @@ class JobManager:
             return 0
         return len(future.result().releases)
 
-    def model_features(self, agreed: SchemaDigest | None, dim: int) -> tuple[str, tuple[str, ...]]:
-        """The schema digest a job's parties agreed on, and the names of its
-        model's features: the public schema's when the public sample was the
-        reference, else placeholders (the sites' schemas travel only as digests)."""
-        names = (self._public_feature_names
-                 if agreed is not None and agreed == self._public_schema
-                 and self._public_feature_names is not None
-                 else placeholder_feature_names(dim))
-        return ("" if agreed is None else agreed.digest), tuple(names)
+    def model_features(self, agreed: SchemaDigest | None, dim: int) -> ModelFeatures:
+        """What a job's model weights mean (server/result_files.py): the
+        names of the schema the parties agreed on, when this coordinator
+        holds it (the sites' schemas travel only as digests), else placeholders."""
+        return model_features(agreed, dim, self._schema_names)
 
     def _check_sites(self, spec: pb.JobSpec) -> SchemaDigest | None:
         """The checks of ``spec`` against its sites that are known now: the
@@ -346,7 +347,7 @@ class JobManager:
 
 def privacy_report_json(
     job_id: str, spec: pb.JobSpec, privacy: dict[str, SitePrivacy], rounds: list[RoundRecord],
-    features: tuple[str, tuple[str, ...]] = ("", ()),
+    features: ModelFeatures = _NO_FEATURES,
 ) -> str:
     """The report ``privadapt result`` writes: each site's spend as its own
     ledger states it, every aborted round (already charged by the sites
@@ -383,8 +384,9 @@ def privacy_report_json(
         "aborted_rounds": aborted,
         # What the model's weights mean: the schema digest the parties agreed
         # on, and its feature names (see JobManager.model_features).
-        "schema_digest": features[0],
-        "feature_names": list(features[1]),
+        "schema_digest": features.schema_digest,
+        "feature_names": list(features.names),
+        "feature_names_source": features.source,
         "note": ("every aborted round was charged by the ledgers of the sites that answered "
                  "it before the abort; the epsilons above include those charges"
                  if aborted else "no round was aborted"),

@@ -12,7 +12,8 @@ published), never as an internal error after rounds were charged:
   disagreeing sites and the first field each differs in;
 * no site's registered policy terms may be certain to refuse every round
   (a ``peers`` list leaving out another of the job's sites, a
-  ``min_participants`` above the job's number of sites), and every kernel
+  ``min_participants`` above the job's number of sites, a
+  ``collusion_tolerance`` above the job's), and every kernel
   the job's plan queries must be allowed by each site's policy: the refusal
   names the site;
 * the estimator must accept its hyperparameters together (the checks its
@@ -108,9 +109,11 @@ def check_site_policies(spec: pb.JobSpec, registrations: Mapping[str, pb.Registe
     """Refuse a job one of its registered sites would refuse every round of,
     under the policy terms it registered (none: not checked): a ``peers``
     list that leaves out another of the job's sites (its roster check
-    refuses any round with that site), or a ``min_participants`` above the
-    job's number of sites. Checked before any key is published, so no site
-    is charged for rounds another site's policy was certain to abort."""
+    refuses any round with that site), a ``min_participants`` above the
+    job's number of sites, or a ``collusion_tolerance`` above the job's (it
+    refuses every secure sum of such a job: client/query_admission.py).
+    Checked before any key is published, so no site is charged for rounds
+    another site's policy was certain to abort."""
     problems = []
     for name, registration in sorted(registrations.items()):
         if not registration.HasField("terms"):
@@ -127,6 +130,14 @@ def check_site_policies(spec: pb.JobSpec, registrations: Mapping[str, pb.Registe
             problems.append(
                 f"site {name!r} answers only rounds of at least {terms.min_participants} sites "
                 f"(its policy's min_participants) and the job names {len(spec.sites)}")
+        if spec.collusion_tolerance < terms.collusion_tolerance:
+            problems.append(
+                f"site {name!r} answers only secure sums that tolerate at least "
+                f"{terms.collusion_tolerance} colluding site(s) (its policy's "
+                f"collusion_tolerance) and the job's collusion_tolerance is "
+                f"{spec.collusion_tolerance}: set [job] collusion_tolerance = "
+                f"{terms.collusion_tolerance} or more (--set collusion_tolerance="
+                f"{terms.collusion_tolerance}), or leave site {name!r} out of [job] sites")
     if problems:
         raise ConfigError(f"job: {'; '.join(problems)}")
 
@@ -194,7 +205,10 @@ def plan_job(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
     try:
         releases = plan_releases(spec, hyperparameters, sizes, dim, public_source,
                                  public_sources)
-    except PrivadaptError as err:
+    except (PrivadaptError, InvalidParameterError) as err:
+        # What the estimator's fit refuses about its own parameters (a
+        # dp_lloyd_kmeans job that also sets rho) fails the job before any
+        # query at run time: refused here instead.
         raise ConfigError(f"job: {err}") from None
     except Exception as err:  # the preview must not stop a launch the sites would check
         logger.warning("dry run of %s: the algorithm could not be run on stand-ins: %s",
@@ -203,7 +217,8 @@ def plan_job(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
                        "site's ledger still refuses any release over its cap")
     check_kernels_allowed(releases, named)
     budgets = {s.name: s.budget for s in named if s.budget is not None}
-    return JobPlan(releases, previews_for(releases, spec.sites, adjacencies, budgets, dim))
+    return JobPlan(releases, previews_for(releases, spec.sites, adjacencies, budgets, dim,
+                                          sizes))
 
 
 def registered_digest(registration: pb.RegisterRequest) -> SchemaDigest | None:

@@ -53,8 +53,14 @@ from privadapt.server.job_progress import (
     round_lines,
 )
 from privadapt.server.job_report import render_job_report
-from privadapt.server.job_spec import job_spec_from_toml, job_state_name
-from privadapt.server.result_files import PAGE_FILE, REPORT_FILE, claim_output, write_model
+from privadapt.server.job_spec import SET_HELP, job_spec_from_toml, job_state_name
+from privadapt.server.result_files import (
+    NAMES_NOT_STATED,
+    PAGE_FILE,
+    REPORT_FILE,
+    claim_output,
+    write_model,
+)
 
 CALL_TIMEOUT_S = 30.0
 DRY_RUN_TIMEOUT_S = 600.0
@@ -122,8 +128,7 @@ def add_operator_commands(commands: argparse._SubParsersAction) -> None:
     launch.add_argument("--follow", action="store_true", help="print progress until it ends")
     launch.add_argument("--id", dest="job_id", help="the job's id (overrides [job] id)")
     launch.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE", help="override a [job] key or a hyperparameter "
-                        "(repeatable), e.g. --set epsilon=3 --set iterations=50")
+                        metavar="KEY=VALUE", help=SET_HELP)
     launch.add_argument("--dry-run", action="store_true",
                         help="check the job against the coordinator and its sites and print "
                         "what was checked; store and start nothing")
@@ -218,12 +223,13 @@ def _result(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
         state = job_state_name(response.state)
         raise ConfigError(f"job {args.job_id!r} has no result (state: {state})")
     claim_output(args.out, response.job_id)
+    report = json.loads(response.privacy_report_json)
     model_path = write_model(args.out, response.job_id,
                              params_from_proto(response.model, "model"),
-                             response.schema_digest, response.feature_names)
+                             response.schema_digest, response.feature_names,
+                             report.get("feature_names_source", NAMES_NOT_STATED))
     report_path = args.out / REPORT_FILE
     report_path.write_text(response.privacy_report_json + "\n")
-    report = json.loads(response.privacy_report_json)
     log = stub.Logs(pb.StatusRequest(job_id=response.job_id), timeout=CALL_TIMEOUT_S)
     page_path = args.out / PAGE_FILE
     page_path.write_text(render_job_report(log, report), encoding="utf-8")

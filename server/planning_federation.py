@@ -7,8 +7,11 @@ description of the same choices would drift from the code that runs. So a
 dry run fits the job's estimator exactly as a job does (``run_job``, through
 ``estimator_for``) on a :class:`PlanningFederation`: a ``Federation`` with the
 job's public sizes and dimension that records every query and answers it with
-zeros of the kernel's released shapes (index 0 for a selection). Nothing is
-sent, stored or charged; no site is contacted.
+zeros of the kernel's released shapes (index 0 for a selection). It rounds
+onto the fixed-point grid a job's ``NetworkFederation`` uses (its ``codec``:
+an algorithm with integer noise, such as the discrete Laplace, sizes its
+mechanism for that grid). Nothing is sent, stored or charged; no site is
+contacted.
 
 What this can miss: an algorithm whose later mechanisms depend on the
 *values* of earlier answers (none of the job algorithms today: their noise is
@@ -34,11 +37,16 @@ from privadapt.common.federation import (
     SelectionAnswer,
     SitePrivacy,
 )
+from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Mechanism
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.record_parts import RecordPart
 from privadapt.server.job_algorithms import JobContext, run_job
+
+#: The grid a job's NetworkFederation rounds onto: server/jobs.py gives it no
+#: codec of its own, so it is the default one (common/fixed_point.py).
+JOB_GRID = FixedPointCodec()
 
 
 @dataclass(frozen=True)
@@ -51,17 +59,21 @@ class PlannedRelease:
     mechanism: Mechanism
     form: ReleaseForm
     records: RecordPart = RecordPart.ALL
+    fractional_bits: int = JOB_GRID.fractional_bits  # the grid the site rounds onto
 
 
 class PlanningFederation:
     """A ``Federation`` that records queries and answers them with zeros
     (module docstring). ``sizes``: each site's public n, None where it is
-    private (an add/remove site), as the networked federation has them."""
+    private (an add/remove site), as the networked federation has them;
+    ``codec``: the job's fixed-point grid."""
 
-    def __init__(self, job_id: str, sizes: Mapping[str, int | None], dim: int) -> None:
+    def __init__(self, job_id: str, sizes: Mapping[str, int | None], dim: int,
+                 codec: FixedPointCodec = JOB_GRID) -> None:
         self._job_id = job_id
         self._sizes = dict(sizes)
         self._dim = dim
+        self.codec = codec
         self.releases: list[PlannedRelease] = []
 
     @property
@@ -91,7 +103,8 @@ class PlanningFederation:
 
     def _record(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
                 form: ReleaseForm, records: RecordPart) -> tuple[str, tuple[np.ndarray, ...]]:
-        self.releases.append(PlannedRelease(kernel, dict(params), mechanism, form, records))
+        self.releases.append(PlannedRelease(kernel, dict(params), mechanism, form, records,
+                                            self.codec.fractional_bits))
         found = get_kernel(kernel)
         shapes = found.output_shapes(found.Params.from_wire(params, self._dim), self._dim)
         return f"plan-{len(self.releases)}", tuple(np.zeros(shape) for shape in shapes)

@@ -4,17 +4,23 @@ launch refusal when a site's remaining budget cannot cover the job.
 
 The releases come from the job's own algorithm (server/planning_federation.py).
 Each site's charge is previewed as its ledger would account it: every release
-under the site's adjacency, composed by the site's accounting method
+charged by the rule the site itself charges with
+(:func:`~privadapt.common.kernels.site_charge.site_charge`: the release's
+noise against the kernel's own sensitivities under the site's adjacency, the
+larger of replace-one and add/remove on a record part, with the rounding onto
+the job's grid and the float error at the site's public record bound),
+composed by the site's accounting method
 (:class:`~privadapt.common.accounting.PrivacyAccountant`, the accountant the
 ledgers use), read at the site's cap delta. The budget is what the site
 reported from its own ledger (Register, Heartbeat: ``pb.SiteBudget``).
 
-This is a preview. The site recomputes every sensitivity from its own clipping
-and adds what its float arithmetic can contribute, so its figure can differ
-slightly; it checks every release against its cap whatever the coordinator
-believes. What a site reports is only used to *refuse* a launch (never to
-allow anything the site's ledger would not): a site that overstates its spend
-blocks only jobs that involve it.
+This is a preview. The record bound of an add/remove site is its policy's
+``max_records``, which it does not register: the preview assumes the default
+(:data:`~privadapt.common.kernels.base.SIZING_RECORDS`), so such a site's
+float-error term can differ slightly; every site checks every release against
+its cap whatever the coordinator believes. What a site reports is only used
+to *refuse* a launch (never to allow anything the site's ledger would not): a
+site that overstates its spend blocks only jobs that involve it.
 
 "What is left" subtracts the job's epsilon from what the site has left (the
 cap minus the epsilon spent): the coordinator sees one number of the site's
@@ -36,7 +42,9 @@ from itertools import groupby
 from privadapt.common.accounting import AccountingMethod, PrivacyAccountant
 from privadapt.common.errors import ConfigError
 from privadapt.common.kernels import get_kernel
-from privadapt.common.mechanisms import Adjacency, KernelMechanism, Mechanism
+from privadapt.common.kernels.base import SIZING_RECORDS
+from privadapt.common.kernels.site_charge import site_charge
+from privadapt.common.mechanisms import Adjacency, Mechanism
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.planning_federation import PlannedRelease
 
@@ -73,32 +81,27 @@ class SiteBudgetPreview:
         return left is not None and left < -_TOLERANCE * max(1.0, self.job_epsilon or 0.0)
 
 
-def charged_at_site(release: PlannedRelease, adjacency: Adjacency, dim: int) -> Mechanism:
-    """The release as a site accounting under ``adjacency`` charges it: the
-    planned mechanism converted (add/remove -> replace-one doubles the
-    sensitivity), or, for a replace-one release at an add/remove site, the
-    same noise against the kernel's own add/remove sensitivities."""
-    mechanism = release.mechanism
-    try:
-        return mechanism.in_adjacency(adjacency)
-    except ValueError:
-        if not isinstance(mechanism, KernelMechanism):
-            raise
+def charged_at_site(release: PlannedRelease, adjacency: Adjacency, dim: int,
+                    max_records: int = SIZING_RECORDS) -> Mechanism:
+    """The release as a site accounting under ``adjacency``, with at most
+    ``max_records`` records (its public n under replace-one), charges it:
+    the site's own rule (module docstring), on the release's record part and
+    grid."""
     kernel = get_kernel(release.kernel)
     params = kernel.Params.from_wire(release.params, dim)
-    own = (kernel.sensitivities(params, adjacency, mechanism.noise_norm, dim)
-           + kernel.local_l2_sensitivities(params, adjacency))
-    return mechanism.with_sensitivities(own, adjacency)
+    return site_charge(kernel, params, release.mechanism, release.records, adjacency, dim,
+                       release.fractional_bits, max_records)
 
 
 def preview_site(site: str, adjacency: Adjacency, budget: pb.SiteBudget | None,
-                 releases: Sequence[PlannedRelease], dim: int) -> SiteBudgetPreview:
+                 releases: Sequence[PlannedRelease], dim: int,
+                 max_records: int = SIZING_RECORDS) -> SiteBudgetPreview:
     """What ``releases`` cost ``site`` at its cap's delta by its method."""
     if budget is None:
         return SiteBudgetPreview(site, adjacency, None, None)
     accountant = PrivacyAccountant(adjacency, AccountingMethod(budget.accounting))
     for release in releases:
-        accountant.compose(charged_at_site(release, adjacency, dim))
+        accountant.compose(charged_at_site(release, adjacency, dim, max_records))
     return SiteBudgetPreview(site, adjacency, budget,
                              accountant.report(budget.delta_cap).epsilon)
 
@@ -158,9 +161,14 @@ def plan_lines(releases: Sequence[PlannedRelease],
 
 def previews_for(releases: Sequence[PlannedRelease], sites: Sequence[str],
                  adjacencies: Mapping[str, Adjacency], budgets: Mapping[str, pb.SiteBudget],
-                 dim: int) -> list[SiteBudgetPreview]:
-    """One preview per named site (registered ones; others have no adjacency)."""
-    return [preview_site(name, adjacencies[name], budgets.get(name), releases, dim)
+                 dim: int, sizes: Mapping[str, int | None] | None = None
+                 ) -> list[SiteBudgetPreview]:
+    """One preview per named site (registered ones; others have no adjacency).
+    ``sizes``: each site's public n (None or absent where it is private: the
+    preview then assumes the default record bound)."""
+    sizes = sizes or {}
+    return [preview_site(name, adjacencies[name], budgets.get(name), releases, dim,
+                         sizes.get(name) or SIZING_RECORDS)
             for name in sites if name in adjacencies]
 
 

@@ -243,9 +243,9 @@ def _write_coordinator(plan: _Federation, kit: Path, ca: Path) -> None:
     listen = settings.pop("listen", f"0.0.0.0:{port}")
     database = kit / settings.pop("database", COORDINATOR_DATABASE)
     public_source = settings.pop("public_source", None)
-    schema = None
-    if public_source is not None and plan.schema is not None:
-        schema = shutil.copyfile(plan.schema, kit / SCHEMA_FILE)
+    # The coordinator keeps the schema even without a public sample: it names
+    # the features of the models (server/result_files.py model_features).
+    schema = None if plan.schema is None else shutil.copyfile(plan.schema, kit / SCHEMA_FILE)
     config = CoordinatorConfig(listen=listen, database=database, name=name,
                                public_source=None if public_source is None
                                else kit / public_source,

@@ -1,6 +1,7 @@
 """``privadapt simulate``: a whole federation on this machine, as separate processes.
 
     privadapt simulate [--sites 3] [--workdir DIR | --keep] [--job job.toml ...] [--split NAME]
+                       [--set KEY=VALUE ...]
 
 Creates a federation CA and certificates (coordinator, operator, one per site)
 in a work directory, splits the private target of a bundled UCI Adult split
@@ -10,7 +11,9 @@ most ``DEMO_RECORDS_PER_SITE`` records each, writes each site's policy and
 configuration, starts one ``privadapt-coordinator`` and N ``privadapt-site``
 processes on 127.0.0.1 over mutual TLS, launches the jobs (by default noisy
 projected GD at epsilon 1 and 3), follows them round by round over the
-operator API's Watch stream, prints each model's accuracy on the held-out
+operator API's Watch stream (each job file, demo or ``--job``, read with the
+``--set`` overrides exactly as ``privadapt launch --set`` reads them:
+server/job_spec.py), prints each model's accuracy on the held-out
 target (the target's rows of adult.test) next to the majority label and the
 source-only model, and each site's
 epsilon as its own ledger reports it -- then stops every process it started.
@@ -50,7 +53,7 @@ from privadapt.common.wire import params_from_proto
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
 from privadapt.server.estimators.selected_adaptation import candidate_names
 from privadapt.server.job_progress import job_line
-from privadapt.server.job_spec import job_spec_from_toml
+from privadapt.server.job_spec import apply_override, job_spec_from_toml
 from privadapt.server.local_deployment import LOCALHOST, LocalDeployment, free_port, write_pki
 from privadapt.server.local_processes import (
     Processes,
@@ -112,14 +115,21 @@ def write_demo_jobs(workdir: Path, site_names: Sequence[str]) -> list[Path]:
 
 
 def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path],
-             split: str | None = None, keep: bool = False) -> int:
+             split: str | None = None, keep: bool = False,
+             overrides: Sequence[str] = ()) -> int:
     """Run the simulation; a temporary work directory (no ``workdir``) is
-    removed at the end unless ``keep``."""
+    removed at the end unless ``keep``. ``overrides`` (``--set KEY=VALUE``)
+    apply to every job, as ``privadapt launch --set`` applies them."""
     if num_sites < 1:
         raise ConfigError(f"--sites must be >= 1, got {num_sites}")
     split = split or DEMO_SPLIT
     if split not in SPLITS:
         raise ConfigError(f"--split {split!r} is not an Adult split; known: {', '.join(SPLITS)}")
+    # A malformed --set or job file is refused before anything is started.
+    for override in overrides:
+        apply_override({}, override)
+    for path in job_files:
+        job_spec_from_toml(path, overrides)
     launched_at = time.perf_counter()
     temporary = workdir is None
     workdir = workdir or Path(tempfile.mkdtemp(prefix="privadapt-simulate-"))
@@ -164,7 +174,7 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path],
               "mutual TLS, secure aggregation")
         stub = OperatorConfig.locate(deployment.write_operator(address)).stub()
         jobs = list(job_files) or write_demo_jobs(workdir, names)
-        results = [run_job(stub, path, started_at, names) for path in jobs]
+        results = [run_job(stub, path, started_at, names, overrides) for path in jobs]
         memory = processes.peak_memory_mib()
     finally:
         processes.stop()
@@ -200,8 +210,9 @@ class JobOutcome:
     round_ms: list[float]
 
 
-def run_job(stub, path: Path, launched_at: float, site_names: Sequence[str]) -> JobOutcome:
-    spec, job_id = job_spec_from_toml(path)
+def run_job(stub, path: Path, launched_at: float, site_names: Sequence[str],
+            overrides: Sequence[str] = ()) -> JobOutcome:
+    spec, job_id = job_spec_from_toml(path, overrides)
     if not spec.sites:
         # The simulated sites may not have registered yet; naming them makes
         # the job wait for them instead of finding none.

@@ -30,7 +30,7 @@ def running(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("policies")
     pki = make_pki(tmp_path / "pki", SITES)
     sites = ThreadSites()
-    options = {"site-a": {"peers": frozenset({"site-b"})},
+    options = {"site-a": {"peers": frozenset({"site-b"}), "collusion_tolerance": 1},
                "site-b": {"min_participants": 2},
                "site-c": {"allowed_kernels": frozenset({"second_moments"})}}
     with in_process_coordinator(write_coordinator_config(tmp_path, pki)) as coordinator:
@@ -74,6 +74,15 @@ def test_a_kernel_a_site_does_not_allow_is_refused_at_launch(running):
     message = _refusal(stub, ["site-b", "site-c"])
     assert "site 'site-c' allows only ['second_moments'], and the job queries " \
            "['linear_gradient']" in message
+    assert all(_charges(tmp_path, name) == 0 for name in SITES)
+
+
+def test_a_collusion_tolerance_below_a_sites_is_refused_at_launch_and_dry_run(running):
+    stub, tmp_path = running
+    for dry_run in (False, True):
+        assert ("site 'site-a' answers only secure sums that tolerate at least 1 colluding "
+                "site(s) (its policy's collusion_tolerance) and the job's collusion_tolerance "
+                "is 0") in _refusal(stub, ["site-a", "site-b"], dry_run=dry_run)
     assert all(_charges(tmp_path, name) == 0 for name in SITES)
 
 

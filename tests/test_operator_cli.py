@@ -204,6 +204,9 @@ def test_logs_planned_rounds_and_result_files_of_a_job(running, tmp_path, capsys
         assert str(model["job_id"]) == "logged-job"
         # No public sample: the sites' .npz arrays agree on placeholder names.
         assert list(model["feature_names"]) == ["x0", "x1", "x2", "x3"]
+        assert str(model["feature_names_source"]) == (
+            "placeholder: the parties hold plain arrays without a schema file, which name no "
+            "features")
         digest = coordinator.registry.session("site-a").registration.schema.digest
         assert str(model["schema_digest"]) == digest
     capsys.readouterr()

@@ -161,3 +161,8 @@ def test_the_deploy_example_federation_provisions(tmp_path):
     assert SitePolicy.from_toml(site.policy).epsilon_cap == 2.0
     assert (kits / "city-general" / "schema.toml").read_text() == \
         (DEPLOY / "adult.schema.toml").read_text()
+    # The coordinator holds it too (no public sample): it names the models' features.
+    coordinator = CoordinatorConfig.from_toml(kits / "coordinator" / "coordinator.toml")
+    assert coordinator.public_source is None
+    assert coordinator.public_source_schema.read_text() == \
+        (DEPLOY / "adult.schema.toml").read_text()

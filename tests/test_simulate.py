@@ -34,9 +34,9 @@ def test_simulate_runs_a_networked_job_and_reports_each_sites_ledger(tmp_path):
     assert len(accuracies) == 3 and all(0.5 < a < 1.0 for a in accuracies)
     # The demo's split: the shift costs the source-only model 40 points, below
     # the majority bar; the private target-only job wins most of them back.
-    majority, source_only, job = accuracies
+    majority, source_only, job_accuracy = accuracies
     assert source_only < 0.6 < 0.9 < majority
-    assert job > source_only + 0.3
+    assert job_accuracy > source_only + 0.3
     spent = re.findall(r"short site-\d: epsilon (\d\.\d{3}) at delta 1e-06", out)
     assert len(spent) == 2 and all(0.99 <= float(e) <= 1.0 for e in spent)
     assert (workdir / "site-1" / "site.db").exists()

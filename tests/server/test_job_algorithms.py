@@ -10,7 +10,7 @@ import pytest
 
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.errors import ConfigError
-from privadapt.common.mechanisms import LaplaceMechanism
+from privadapt.common.mechanisms import DiscreteLaplaceMechanism, LaplaceMechanism
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.estimators import (
     DPFrankWolfeTransfer,
@@ -32,6 +32,7 @@ from privadapt.server.job_algorithms import (
     validate_hyperparameters,
 )
 from privadapt.server.planning_federation import plan_releases
+from privadapt.server.privacy_plan import charged_at_site
 from tests.conftest import synthetic_dataset
 
 DIM = 3
@@ -228,16 +229,19 @@ def test_seed_001_baseline_jobs_spend_the_jobs_epsilon_as_pure_dp(
     np.testing.assert_array_equal(model[output], getattr(expected, f"{output}_"))
     for spent in federation.privacy_spent(0.0).values():  # pure: epsilon at delta 0
         assert 2.0 * (1 - 1e-2) <= spent.job.epsilon <= 2.0
-    if hyper.get("noise") == "discrete":  # the planning stand-in has no fixed-point grid
-        with pytest.raises(ValueError, match="no codec"):
-            plan_releases(spec, hyper, {"a": None, "b": None}, DIM, None)
-        return
     plan = plan_releases(spec, hyper, {"a": None, "b": None}, DIM, None)
     assert len(plan) == hyper["iterations"]
     assert {r.kernel for r in plan} == {"nearest_target_sums"}
-    assert all(isinstance(r.mechanism, LaplaceMechanism) for r in plan)
+    # noise="discrete": the planner has the job's fixed-point grid, so it is planned too.
+    kind = DiscreteLaplaceMechanism if hyper.get("noise") == "discrete" else LaplaceMechanism
+    assert all(type(r.mechanism) is kind for r in plan)
     assert [m.noise_scales for m in expected.mechanisms_] == [r.mechanism.noise_scales
                                                                for r in plan]
+    # The plan, as each site charges it, is what each site's ledger charged.
+    for site in federation.sites:
+        charged = [c.mechanism for c in site.ledger.charges(federation.job_id)]
+        bound = site.policy.range_records(site.num_records)
+        assert charged == [charged_at_site(r, site.policy.adjacency, DIM, bound) for r in plan]
 
 
 @pytest.mark.parametrize("algorithm", ["dp_lloyd_kmeans", "dp_mixture"])

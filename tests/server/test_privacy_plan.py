@@ -68,8 +68,14 @@ def test_each_site_is_previewed_at_its_own_cap_delta_and_method():
     loose = preview_site("a", Adjacency.REPLACE_ONE, budget(delta=1e-5), releases, 3)
     tight = preview_site("b", Adjacency.REPLACE_ONE, budget(delta=1e-9, accounting="rdp"),
                          releases, 3)
+    # What the site charges: its own sensitivities on the job's grid, at most
+    # what the algorithm planned for the coarsest grid and 2^20 records.
+    charged = charged_at_site(releases[0], Adjacency.REPLACE_ONE, 3)
+    assert charged.sensitivities[0] <= releases[0].mechanism.sensitivities[0]
+    assert charged.sensitivities[0] == pytest.approx(releases[0].mechanism.sensitivities[0],
+                                                     rel=1e-4)
     exact = PrivacyAccountant(Adjacency.REPLACE_ONE, "rdp")
-    exact.compose(releases[0].mechanism, 4)
+    exact.compose(charged, 4)
     assert tight.job_epsilon == pytest.approx(exact.get_epsilon(1e-9))
     assert loose.job_epsilon < 1.0 < tight.job_epsilon  # the job's target is at 1e-6
     assert loose.remaining == 3.0 and loose.left_after == pytest.approx(3.0 - loose.job_epsilon)

@@ -1,17 +1,26 @@
 """A job that a site's own policy would refuse every round of is refused at
 launch (and at its start), naming the site, before any key is published: its
 ``peers`` leave out another of the job's sites, its ``min_participants`` is
-above the job's number of sites, or the job queries a kernel it does not
-allow (issue 18, section 1). The terms travel checked at registration."""
+above the job's number of sites, its ``collusion_tolerance`` is above the
+job's, or the job queries a kernel it does not allow (issue 18, section 1).
+The terms travel checked at registration."""
 
 from __future__ import annotations
 
+import math
+from types import SimpleNamespace
+
 import pytest
 
-from privadapt.common.errors import ConfigError, WireError
-from privadapt.common.federation import ReleaseForm
+from privadapt.client.daemon import SiteDaemon
+from privadapt.client.policy import SitePolicy
+from privadapt.client.query_admission import QueryAdmission
+from privadapt.common.errors import ConfigError, QueryRefusedError, WireError
+from privadapt.common.federation import Query, ReleaseForm
+from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import GaussianMechanism
 from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.schema_digest import SchemaDigest
 from privadapt.server.launch_checks import check_kernels_allowed, check_site_policies
 from privadapt.server.planning_federation import PlannedRelease
 from privadapt.server.site_messages import check_register_request
@@ -46,6 +55,37 @@ def test_a_minimum_above_the_jobs_sites_is_refused():
     with pytest.raises(ConfigError, match=r"site 'st-john' answers only rounds of at least 3 "
                        r"sites .* the job names 2"):
         check_site_policies(spec, {"st-john": _registration("st-john", min_participants=3)})
+
+
+def _site_registration(policy: SitePolicy) -> pb.RegisterRequest:
+    """What a real site daemon registers for ``policy`` (no daemon started)."""
+    daemon = SimpleNamespace(
+        site=SimpleNamespace(policy=policy, name=policy.site_name, num_records=50, dim=3),
+        schema_digest=SchemaDigest.of(None, 3), budget=pb.SiteBudget)
+    return SiteDaemon._registration(daemon)
+
+
+def test_a_collusion_tolerance_below_a_sites_requirement_is_refused_naming_site_and_field():
+    policy = SitePolicy("st-mary", 3.0, 1e-5, collusion_tolerance=1, min_participants=2)
+    registrations = {"st-mary": _site_registration(policy),
+                     "st-john": _registration("st-john")}
+    assert registrations["st-mary"].terms.collusion_tolerance == 1
+    spec = pb.JobSpec(algorithm="noisy_gd", sites=SITES[:2], collusion_tolerance=0)
+    with pytest.raises(ConfigError, match=r"site 'st-mary' answers only secure sums that "
+                       r"tolerate at least 1 colluding site\(s\) \(its policy's "
+                       r"collusion_tolerance\) and the job's collusion_tolerance is 0: set "
+                       r"\[job\] collusion_tolerance = 1"):
+        check_site_policies(spec, registrations)
+    # What the launch check foresees is what the site does to every secure sum.
+    kernel = get_kernel("record_count")
+    params = kernel.Params.from_wire({}, 3)
+    query = Query("job", "q", "record_count", {},
+                  kernel.mechanism(params, math.inf, policy.adjacency, dim=3),
+                  collusion_tolerance=0, form=ReleaseForm.SECURE_SUM)
+    with pytest.raises(QueryRefusedError, match="policy requires t >= 1"):
+        QueryAdmission(policy, 3, 50).admit(query, 2)
+    check_site_policies(pb.JobSpec(algorithm="noisy_gd", sites=SITES[:2],
+                                   collusion_tolerance=1), registrations)
 
 
 def test_a_site_without_terms_is_not_checked():
