@@ -7,12 +7,16 @@ DESIGN.md sections 2 and 7; STYLE.md section 1. One database file per site
   schema version, rewritten from the policy on every open so that
   ``privadapt ledger show`` can read a ledger without the policy file;
 * ``charges``: one row per release: job, query id, the *mechanism* as JSON
-  (never an epsilon alone, so any accountant can replay the ledger) and the
-  running epsilon after it;
+  (never an epsilon alone, so any accountant can replay the ledger), the
+  running epsilon after it, and the kernel that computed it;
 * ``groups`` (mechanism JSON -> count) and ``ledger_state`` (number of
   charges, hash-chain head, pure-epsilon sum, RDP curve): derived from the
   rows, written in each charge's own transaction, rebuilt from the rows and
-  checked when the ledger opens (:mod:`privadapt.client.ledger_totals`).
+  checked when the ledger opens (:mod:`privadapt.client.ledger_totals`);
+* ``job_state`` and ``reservations``; the tables and their upgrades are in
+  :mod:`privadapt.client.ledger_schema`, opening in
+  :mod:`privadapt.client.ledger_open`, reading in
+  :mod:`privadapt.client.ledger_view`.
 
 A charge is one ``BEGIN IMMEDIATE`` transaction: it takes SQLite's write lock
 first, catches up with any charge another process made, then either inserts
@@ -45,85 +49,39 @@ from __future__ import annotations
 import contextlib
 import secrets
 import sqlite3
-import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from privadapt.client import ledger_reservations as reservations
-from privadapt.client.ledger_accounting import (
-    Multiset,
-    exact_report,
-    mechanism_json,
-    parse_mechanism,
-)
+from privadapt.client.ledger_accounting import mechanism_json
 from privadapt.client.ledger_admission import CheckedCharge, admit
 from privadapt.client.ledger_chain import (
-    check_head_file,
     extend,
-    genesis,
     head_file,
     read_head_file,
     row_bytes,
     write_head_file,
 )
-from privadapt.client.ledger_open import (
-    open_tables,
-    rebuild,
-    refuse_missing,
-    verify_derived,
-    write_state,
-)
+from privadapt.client.ledger_open import open_tables, refuse_missing, write_state
 from privadapt.client.ledger_schema import (
     ROW_COLUMNS,
     UNKNOWN_KERNEL,
     policy_from_meta,
     read_meta,
-    row_columns,
 )
-from privadapt.client.ledger_totals import LedgerTotals
+from privadapt.client.ledger_view import Charge, LedgerView
 from privadapt.client.policy import SitePolicy
-from privadapt.common.accounting import (
-    AccountingMethod,
-    EpsilonReport,
-)
-from privadapt.common.errors import (
-    ConfigError,
-    QueryRefusedError,
-    ReplayError,
-)
+from privadapt.common.accounting import AccountingMethod
+from privadapt.common.errors import ConfigError, QueryRefusedError, ReplayError
 from privadapt.common.mechanisms import Mechanism
-from privadapt.common.transactions import ThreadConnections, transaction
 
-# Waiting for another writer (thread or process) to commit its charge.
-_BUSY_TIMEOUT_S = 60.0
 #: Issued, unconsumed budget checks a ledger remembers (one per query in
 #: flight); the oldest beyond this is released.
 _MAX_ISSUED_CHECKS = 256
 
 
-@dataclass(frozen=True)
-class Charge:
-    """One committed release. ``epsilon_after`` is the site's running epsilon
-    (at its cap delta) including this release, by ``method``'s accountant or
-    an upper bound on it: the exact figure when the charge needed it, else the
-    bound that admitted it (:mod:`privadapt.client.ledger_totals`). It never
-    decreases and is never below what :meth:`PrivacyLedger.spent` reports for
-    the ledger as it stood right after this charge."""
-
-    job_id: str
-    query_id: str
-    mechanism: Mechanism
-    epsilon_after: float
-    method: AccountingMethod
-    timestamp: float
-    kernel: str = UNKNOWN_KERNEL  # recorded since schema 3
-
-
-class PrivacyLedger:
+class PrivacyLedger(LedgerView):
     """A site's ledger database, charged under ``policy``'s cap.
 
     ``create=True`` makes a new ledger when the file is missing or empty
@@ -137,26 +95,14 @@ class PrivacyLedger:
         self, path: str | Path, policy: SitePolicy, *, create: bool = False,
         read_only: bool = False,
     ) -> None:
-        self.path = Path(path)
-        self.policy = policy
-        self.read_only = read_only
-        self._lock = threading.RLock()
+        if not read_only:
+            refuse_missing(Path(path), create)
+        super().__init__(path, policy, read_only)
         # The checks this ledger issued and has not consumed, by token; a
         # CheckedCharge is reused only if it is the very object issued (never
         # a copy or a forgery handed back by a caller; adversarial review 4).
         self._issued_checks: dict[str, CheckedCharge] = {}
         self._owner = reservations.ReservationOwner(self.path)
-        self._columns: str | None = None
-        self._totals = LedgerTotals(policy.adjacency,
-                                    policy.accounting == AccountingMethod.PLD)
-        self._head = genesis(policy.site_name)
-        self._last_id = 0
-        self._last: tuple[float, AccountingMethod] | None = None
-        # Per job asked about: mechanism JSON -> charges, kept up to _last_id.
-        self._job_groups: dict[str, Counter[str]] = {}
-        if not read_only:
-            refuse_missing(self.path, create)
-        self._connections = ThreadConnections(self._connect, f"ledger {self.path}")
         if not read_only:
             self._initialise(create)
 
@@ -169,56 +115,12 @@ class PrivacyLedger:
             raise ConfigError(f"ledger {path}: no such file; pass the site's ledger database")
         return cls(path, policy_from_meta(path, read_meta(path)), read_only=True)
 
-    # -- connections -------------------------------------------------------
-
-    def _connection(self) -> sqlite3.Connection:
-        return self._connections.get()
-
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            if self.read_only:
-                uri = self.path.resolve().as_uri() + "?mode=ro"
-                conn = sqlite3.connect(
-                    uri, uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None,
-                    check_same_thread=False,
-                )
-            else:
-                # Each connection is used by its own thread only (ThreadConnections);
-                # check_same_thread=False lets it be finalised from another.
-                conn = sqlite3.connect(
-                    self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None,
-                    check_same_thread=False,
-                )
-                conn.execute("PRAGMA journal_mode=WAL")
-                # A charge must survive a power cut once the answer is sent:
-                # FULL syncs the WAL at every commit (NORMAL would not).
-                conn.execute("PRAGMA synchronous=FULL")
-        except sqlite3.Error as err:
-            raise ConfigError(f"ledger {self.path}: not a usable ledger database: {err}") from None
-        return conn
-
-    def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        # IMMEDIATE: no other thread or process can charge between our read of
-        # the ledger and our insert.
-        return transaction(self._connection())
-
     def close(self) -> None:
         """Close the calling thread's connection; every reservation this
         object still holds is released (its owner lock is dropped)."""
         self._issued_checks.clear()
         self._owner.close()
-        self._connections.close()
-
-    def __enter__(self) -> PrivacyLedger:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
+        super().close()
 
     # -- opening -------------------------------------------------------------
 
@@ -235,24 +137,6 @@ class PrivacyLedger:
         self._head, self._last_id = rebuilt.head, rebuilt.last_id
         if rebuilt.last_epsilon is not None:
             self._last = (rebuilt.last_epsilon, AccountingMethod(rebuilt.last_method))
-
-    def _row_columns(self, conn: sqlite3.Connection) -> str:
-        if self._columns is None:
-            self._columns = row_columns(conn)
-        return self._columns
-
-    def _catch_up(self, conn: sqlite3.Connection) -> None:
-        """Add to the in-memory chain and totals the charges another ledger
-        object or process committed since; reads only those rows."""
-        rows = conn.execute(
-            f"SELECT id, {self._row_columns(conn)} FROM charges WHERE id > ? ORDER BY id",
-            (self._last_id,)).fetchall()
-        for row_id, job, query, text, epsilon, method, created, kernel in rows:
-            self._head = extend(self._head, row_bytes(job, query, text, epsilon, method, created,
-                                                      kernel))
-            self._totals.add(text)
-            self._count_for_job(job, text)
-            self._last_id, self._last = row_id, (epsilon, AccountingMethod(method))
 
     def _publish_head(self) -> None:
         """Sync the head file to the database's head, under the write lock so
@@ -273,7 +157,7 @@ class PrivacyLedger:
     # -- charging ------------------------------------------------------------
 
     def check_charge(self, job_id: str, query_id: str, mechanism: Mechanism) -> CheckedCharge:
-        """Refuse now, reading only the ledger, what :meth:`charge` would
+        """Refuse now, deciding from the ledger alone, what :meth:`charge` would
         refuse now (``ReplayError``, ``BudgetExceededError``, an oversized
         accounting); else reserve the release's budget and return what the
         charge would record, for ``charge`` to reuse.
@@ -286,8 +170,8 @@ class PrivacyLedger:
         frees it (use :meth:`reservation`, which always does), so a release
         checked here is never refused later for want of budget."""
         text = self._checked_text(job_id, query_id, mechanism)
-        self._owner.hold()  # before any row names this owner
         with self._lock:
+            self._owner.hold()  # before any row names this owner; once per object
             conn = self._connection()
             evicted = None
             if len(self._issued_checks) >= _MAX_ISSUED_CHECKS:
@@ -438,20 +322,6 @@ class PrivacyLedger:
             raise QueryRefusedError(f"site {self.policy.site_name!r}: {err}") from None
         return mechanism_json(mechanism)
 
-    def _reload_totals(self) -> None:
-        """Forget the in-memory totals; the next charge rebuilds them from the rows."""
-        self._totals = LedgerTotals(self.policy.adjacency,
-                                    self.policy.accounting == AccountingMethod.PLD)
-        self._head, self._last_id, self._last = genesis(self.policy.site_name), 0, None
-        self._job_groups = {}
-
-    def _count_for_job(self, job_id: str, text: str) -> None:
-        """One more charge of mechanism ``text`` in ``job_id``'s groups, if
-        they are kept (a job's groups are read once, when first asked for)."""
-        groups = self._job_groups.get(job_id)
-        if groups is not None:
-            groups[text] += 1
-
     def _refuse_replay(self, conn: sqlite3.Connection, job_id: str, query_id: str) -> None:
         row = conn.execute(
             "SELECT created_at FROM charges WHERE job_id = ? AND query_id = ?", (job_id, query_id)
@@ -464,85 +334,3 @@ class PrivacyLedger:
                 "coordinator must send a fresh query id"
             )
 
-    # -- reading -------------------------------------------------------------
-
-    def spent(self, delta: float | None = None) -> EpsilonReport:
-        """The site's composed epsilon over every charge, at ``delta`` (default:
-        the cap's, the figure the cap is checked against): the policy's exact
-        accountant over the groups, cached by them."""
-        with self._lock:
-            conn = self._connection()
-            with transaction(conn, write=False):
-                self._catch_up(conn)
-            groups = dict(self._totals.groups)
-        return exact_report(groups, self.policy, delta)
-
-    def verify(self) -> str:
-        """Check the hash chain over every row against the stored head and the
-        head file; a one-line account of it, or ``ConfigError``."""
-        with self._lock:
-            conn = self._connection()
-            with transaction(conn, write=False):
-                scratch = LedgerTotals(self.policy.adjacency, track_pld=False)
-                rebuilt = rebuild(conn, self.policy.site_name, scratch)
-                verify_derived(conn, self.path, rebuilt, self.policy.adjacency.value)
-            stored = read_head_file(head_file(self.path))
-            behind = check_head_file(self.path, stored, rebuilt.head, rebuilt.before)
-        state = ("one charge behind the database (a crash before it was synced; the site "
-                 "repairs it when it next opens the ledger)" if behind and stored is not None
-                 else "missing (no charge yet)" if behind else "in agreement")
-        return (f"hash chain verified: {rebuilt.head.count} charges, head "
-                f"{rebuilt.head.digest[:16]}; head file {head_file(self.path).name} {state}")
-
-    def spent_by_job(self, job_id: str, delta: float | None = None) -> EpsilonReport:
-        """The composed epsilon of one job's charges, at ``delta`` (default:
-        the cap's). Asked after every charge (the share reports it), so its
-        cost must not grow with the job's length: the job's groups are counted
-        from its rows once, then kept up to date from each new row (charged
-        here or caught up from another process), like the ledger's totals."""
-        with self._lock:
-            conn = self._connection()
-            with transaction(conn, write=False):
-                self._catch_up(conn)
-                if job_id not in self._job_groups:
-                    # Same snapshot as the catch-up: every row up to _last_id.
-                    self._job_groups[job_id] = Counter(_multiset(conn, job_id))
-            groups = dict(self._job_groups[job_id])
-        return exact_report(groups, self.policy, delta)
-
-    def charges(self, job_id: str | None = None) -> list[Charge]:
-        """Every charge (of ``job_id`` if given), oldest first."""
-        sql = f"SELECT {self._row_columns(self._connection())} FROM charges"
-        args: tuple[str, ...] = ()
-        if job_id is not None:
-            sql, args = sql + " WHERE job_id = ?", (job_id,)
-        rows = self._connection().execute(sql + " ORDER BY id", args).fetchall()
-        return [
-            Charge(job, query, parse_mechanism(text), epsilon, AccountingMethod(method), created,
-                   UNKNOWN_KERNEL if kernel is None else kernel)
-            for job, query, text, epsilon, method, created, kernel in rows
-        ]
-
-    def job_state(self, job_id: str) -> bytes | None:
-        """The state last stored with a charge of ``job_id``, if any."""
-        try:
-            row = self._connection().execute(
-                "SELECT state FROM job_state WHERE job_id = ?", (job_id,)).fetchone()
-        except sqlite3.OperationalError:  # a read-only ledger from before the table
-            return None
-        return None if row is None else bytes(row[0])
-
-    def jobs(self) -> list[str]:
-        """Job ids with at least one charge, in order of their first charge."""
-        rows = self._connection().execute(
-            "SELECT job_id FROM charges GROUP BY job_id ORDER BY MIN(id)"
-        ).fetchall()
-        return [job for (job,) in rows]
-
-
-def _multiset(conn: sqlite3.Connection, job_id: str | None) -> Multiset:
-    sql = "SELECT mechanism_json, COUNT(*) FROM charges"
-    args: tuple[str, ...] = ()
-    if job_id is not None:
-        sql, args = sql + " WHERE job_id = ?", (job_id,)
-    return dict(conn.execute(sql + " GROUP BY mechanism_json", args).fetchall())

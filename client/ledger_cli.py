@@ -26,9 +26,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from privadapt.client.ledger import Charge, PrivacyLedger
+from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.ledger_accounting import exact_report, mechanism_json, parse_mechanism
 from privadapt.client.ledger_chain import head_file
+from privadapt.client.ledger_view import Charge
 from privadapt.client.policy import SitePolicy
 from privadapt.common.errors import ConfigError
 from privadapt.common.mechanisms import Adjacency, Mechanism

@@ -30,9 +30,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from privadapt.client.ledger import Charge, PrivacyLedger
+from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.ledger_accounting import exact_report, mechanism_json
 from privadapt.client.ledger_cli import verified_ledger
+from privadapt.client.ledger_view import Charge
 from privadapt.common.html_page import cell, number, page, row, step_plot, when
 from privadapt.common.mechanisms import KernelMechanism, Mechanism
 
