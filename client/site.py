@@ -22,7 +22,8 @@ for every noise level the site accepts (``max_grid_safe_noise``).
 
 One pipeline for every kernel: :mod:`privadapt.client.query_admission` checks
 the query against the policy and says what it costs; the ledger checks that it
-can afford it (``check_charge``) and the kernel that the job's state admits it
+can afford it and reserves that budget until the charge commits or the answer
+ends (``PrivacyLedger.reservation``) and the kernel that the job's state admits it
 (``Kernel.check_state``), all before any record is read, so that no unpriced
 refusal takes data-dependent time (issue 17); then local blocks
 (``Kernel.local_block_shapes``, empty for most kernels; e.g. the per-record
@@ -148,7 +149,7 @@ class Site:
         # so it must not take data-dependent time (issue 17). The check
         # reserves the budget until the charge commits, and any other exit
         # releases it, so a concurrent query is refused at its own check.
-        with self.ledger.reservation(query.job_id, query.query_id,
+        with self.ledger.reservation(admitted.query.job_id, admitted.query.query_id,
                                      admitted.charged) as checked:
             if admitted.charged.releases_index:
                 return self._select(admitted, checked)
