@@ -10,6 +10,7 @@ only near the cap.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from privadapt.client.ledger_accounting import (
@@ -40,12 +41,14 @@ _LOWER_BOUND_SLACK = 1e-9
 @dataclass(frozen=True)
 class CheckedCharge:
     """What :meth:`~privadapt.client.ledger.PrivacyLedger.check_charge` found
-    admissible: the epsilon and method :func:`admit` gave for this release
-    with the ledger at chain ``head`` under ``policy``. The committing charge
-    reuses them only if its own ledger is still at that head (nothing charged
-    in between) under the same policy, for the same release; otherwise it
-    decides afresh. Either way the charge's decision is the one it would
-    have made alone."""
+    admissible, and the reservation it holds (``token``,
+    client/ledger_reservations.py): the epsilon and method :func:`admit`
+    gave for this release with the ledger at chain ``head`` under
+    ``policy``. ``alone``: no other release was reserved then, so the
+    figure is that of the committed charges plus this release only, and the
+    committing charge reuses it while its ledger is still at ``head``;
+    otherwise it computes the figure to record afresh (the decision was
+    made, conservatively, with every other reservation counted)."""
 
     job_id: str
     query_id: str
@@ -54,37 +57,52 @@ class CheckedCharge:
     policy: SitePolicy
     epsilon: float
     method: AccountingMethod
+    token: str
+    alone: bool
 
-    def applies(self, job_id: str, query_id: str, text: str, head: str,
-                policy: SitePolicy) -> bool:
-        """Whether this check was made for this release on this ledger state."""
-        return (self.job_id, self.query_id, self.text, self.head) == (
-            job_id, query_id, text, head) and self.policy == policy
+    def applies(self, job_id: str, query_id: str, text: str, policy: SitePolicy) -> bool:
+        """Whether this check was made for this release under this policy."""
+        return (self.job_id, self.query_id, self.text) == (job_id, query_id, text) and (
+            self.policy == policy)
+
+    def reusable(self, head: str) -> bool:
+        """Whether its figure is the one a charge at ``head`` would record."""
+        return self.alone and self.head == head
 
 
 def admit(
     policy: SitePolicy, totals: LedgerTotals, last: tuple[float, AccountingMethod] | None,
     job_id: str, query_id: str, mechanism: Mechanism, text: str,
+    reserved: Multiset | None = None,
 ) -> tuple[float, AccountingMethod]:
     """The epsilon to record for this release, or a refusal: every refusal
     is the closed-form lower bound's or the exact figure's; the upper
-    bound only ever admits."""
-    after = dict(totals.groups)
+    bound only ever admits. ``reserved``: releases other queries hold
+    reservations for, composed as if charged (client/ledger_reservations.py);
+    the figure is then that of the committed charges, the reserved releases
+    and this one."""
+    before = Counter(totals.groups)
+    before.update(reserved or {})
+    after = dict(before)
     after[text] = after.get(text, 0) + 1
-    new = text not in totals.groups
+    new = text not in before
     if new:  # before its terms build a PLD for it
-        _refuse_unaffordable(policy, job_id, query_id, mechanism, after)
-    sums = totals.sums().plus(text, policy.adjacency)
+        _refuse_unaffordable(policy, job_id, query_id, mechanism, after, bool(reserved))
+    sums = totals.sums()
+    for other, count in sorted((reserved or {}).items()):
+        sums = sums.plus(other, policy.adjacency, count)
+    sums = sums.plus(text, policy.adjacency)
     bound = sums.upper_bound(policy.delta_cap, policy.accounting)
     if within_cap(policy, bound):
         _refuse_oversized(policy, job_id, query_id, mechanism, pld_points(after, policy))
         epsilon, method = bound, sums.method(policy.accounting)
     else:
         if not new:
-            _refuse_unaffordable(policy, job_id, query_id, mechanism, after)
+            _refuse_unaffordable(policy, job_id, query_id, mechanism, after, bool(reserved))
         report = exact_report(after, policy)
         if not within_cap(policy, report.epsilon):
-            raise _budget_error(policy, job_id, query_id, mechanism, dict(totals.groups), report)
+            raise _budget_error(policy, job_id, query_id, mechanism, dict(before), report,
+                                bool(reserved))
         epsilon, method = report.epsilon, report.method
     if last is not None and last[0] > epsilon:
         # Reopened under a policy with another cap delta, the figure can be
@@ -94,7 +112,8 @@ def admit(
 
 
 def _refuse_unaffordable(
-    policy: SitePolicy, job_id: str, query_id: str, mechanism: Mechanism, after: Multiset
+    policy: SitePolicy, job_id: str, query_id: str, mechanism: Mechanism, after: Multiset,
+    reserved: bool = False,
 ) -> None:
     """Refuse, before any PLD is built, a release the cap cannot afford by
     a closed-form lower bound, or whose exact accounting would exceed the
@@ -110,7 +129,8 @@ def _refuse_unaffordable(
             f"site {policy.site_name!r} refuses query {query_id!r} of job {job_id!r}: its "
             f"privacy cap is epsilon={policy.epsilon_cap:g} at delta={policy.delta_cap:g} "
             f"({policy.adjacency.value}); this release ({mechanism.summary}) alone costs "
-            f"epsilon={own:.6g} or more and would bring the total to epsilon={lower:.6g} "
+            f"epsilon={own:.6g} or more and would bring the total{_counting(reserved)} to "
+            f"epsilon={lower:.6g} "
             "or more (closed-form bounds: no exact figure is computed for a release the "
             "cap cannot afford). Nothing was released or charged; the job needs more "
             "noise or fewer releases at this site."
@@ -131,6 +151,10 @@ def _refuse_oversized(
         )
 
 
+def _counting(reserved: bool) -> str:
+    return ", counting releases reserved for queries being answered now," if reserved else ""
+
+
 def within_cap(policy: SitePolicy, epsilon: float) -> bool:
     """Whether ``epsilon`` fits the cap (up to float rounding, never more)."""
     cap = policy.epsilon_cap
@@ -144,13 +168,15 @@ def _budget_error(
     mechanism: Mechanism,
     before: Multiset,
     total: EpsilonReport,
+    reserved: bool = False,
 ) -> BudgetExceededError:
     spent = exact_report(before, policy)
+    held = " or reserved for queries being answered now" if reserved else ""
     own = exact_report({mechanism_json(mechanism): 1}, policy)
     return BudgetExceededError(
         f"site {policy.site_name!r} refuses query {query_id!r} of job {job_id!r}: its "
         f"privacy cap is epsilon={policy.epsilon_cap:g} at delta={policy.delta_cap:g} "
-        f"({policy.adjacency.value}, {total.method.value.upper()}); it has spent "
+        f"({policy.adjacency.value}, {total.method.value.upper()}); it has spent{held} "
         f"epsilon={spent.epsilon:.6g}, this release alone costs epsilon={own.epsilon:.6g} "
         f"and would bring the total to epsilon={total.epsilon:.6g}. Nothing was released "
         "or charged; the job needs more noise or fewer releases at this site."

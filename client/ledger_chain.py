@@ -3,7 +3,8 @@ looks like a new one (issue 12, section 3).
 
 Every charge extends a chain, ``head_n = sha256(head_{n-1} || row_n)``, where
 ``row_n`` is the charge row's canonical bytes (:func:`row_bytes`: every field
-that determines the charge, the mechanism's JSON included) and ``head_0``
+that determines the charge, the mechanism's JSON included, and the kernel
+that made it where the row records one) and ``head_0``
 names the site. The ledger stores ``(n, head_n)`` in its database, in the
 charge's own transaction, and a small *head file* beside it
 (``site.db.head``) holds the same pair, synced after the transaction commits
@@ -64,11 +65,17 @@ def genesis(site_name: str) -> ChainHead:
 
 def row_bytes(
     job_id: str, query_id: str, mechanism_json: str, epsilon_after: float, method: str,
-    created_at: float,
+    created_at: float, kernel: str | None = None,
 ) -> bytes:
-    """The canonical bytes of one charge row (floats by repr: exact)."""
+    """The canonical bytes of one charge row (floats by repr: exact). The
+    kernel (schema 3) is a seventh field when the row records one; a row
+    without (written before schema 3, or charged without a kernel name) has
+    the six-field bytes it always had, so an upgraded ledger's chain still
+    verifies, and setting or clearing a row's kernel breaks the chain."""
     fields = [job_id, query_id, mechanism_json, repr(float(epsilon_after)), method,
               repr(float(created_at))]
+    if kernel is not None:
+        fields.append(kernel)
     return json.dumps(fields, ensure_ascii=True, separators=(",", ":")).encode()
 
 

@@ -7,7 +7,8 @@ a new one (issue 12). ``show`` reads the ledger read-only, with the cap
 recorded in it (no policy file needed, and a running site daemon is not
 disturbed): it first verifies the hash chain over every charge against the
 head stored in the database and the head file beside it, then prints one line
-per charge with every field that determines its cost (the stored mechanism,
+per charge with the kernel that computed it ("unknown" for a charge from
+before the ledger recorded kernels) and every field that determines its cost (the stored mechanism,
 so a reader can recompute it: a Poisson-sampled Gaussian's sampling rate,
 each block's sensitivity and multiplier) and the running epsilon, then the
 composed epsilon per job and overall, naming the accounting method.
@@ -25,9 +26,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from privadapt.client.ledger import Charge, PrivacyLedger
+from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.ledger_accounting import exact_report, mechanism_json, parse_mechanism
 from privadapt.client.ledger_chain import head_file
+from privadapt.client.ledger_view import Charge
 from privadapt.client.policy import SitePolicy
 from privadapt.common.errors import ConfigError
 from privadapt.common.mechanisms import Adjacency, Mechanism
@@ -77,13 +79,14 @@ def _charge_table(charges: list[Charge], adjacency: Adjacency) -> list[str]:
             _when(c.timestamp),
             c.job_id,
             c.query_id,
+            c.kernel,
             describe_mechanism(c.mechanism, adjacency),
             f"{_epsilon(c.epsilon_after)} ({c.method.value.upper()})",
             mechanism_json(c.mechanism),  # every field its cost depends on
         )
         for c in charges
     ]
-    header = ("time (UTC)", "job", "query", "mechanism", "epsilon after", "as stored")
+    header = ("time (UTC)", "job", "query", "kernel", "mechanism", "epsilon after", "as stored")
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
             for row in [header, *rows]]
@@ -154,6 +157,7 @@ def ledger_document(ledger: PrivacyLedger, site_db: Path, jobs: list[str],
         "cap": {"epsilon": policy.epsilon_cap, "delta": policy.delta_cap,
                 "adjacency": policy.adjacency.value, "accounting": policy.accounting.value},
         "charges": [{"time": c.timestamp, "job_id": c.job_id, "query_id": c.query_id,
+                     "kernel": c.kernel,
                      "summary": describe_mechanism(c.mechanism, policy.adjacency),
                      "mechanism": json.loads(mechanism_json(c.mechanism)),
                      "epsilon_after": c.epsilon_after, "method": c.method.value}

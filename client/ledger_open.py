@@ -19,20 +19,29 @@ from pathlib import Path
 
 import numpy as np
 
+from privadapt.client.ledger_accounting import parse_mechanism
 from privadapt.client.ledger_chain import (
     ChainHead,
+    check_head_file,
     extend,
     genesis,
     head_file,
     read_head_file,
     row_bytes,
+    write_head_file,
+)
+from privadapt.client.ledger_schema import (
+    SCHEMA_VERSION,
+    create_tables,
+    row_columns,
+    write_meta,
 )
 from privadapt.client.ledger_totals import LedgerTotals
+from privadapt.client.policy import SitePolicy
 from privadapt.common.errors import ConfigError
 
 # Stored derived sums must equal their recomputation from the rows to this.
 DERIVED_TOLERANCE = 1e-9
-ROW_COLUMNS = "job_id, query_id, mechanism_json, epsilon_after, method, created_at"
 
 
 def init_hint(path: Path) -> str:
@@ -65,6 +74,79 @@ def refuse_missing(path: Path, create: bool) -> None:
         )
 
 
+def open_tables(conn: sqlite3.Connection, path: Path, policy: SitePolicy,
+                totals: LedgerTotals, create: bool) -> Rebuilt:
+    """Inside the opening write transaction: create or upgrade the tables,
+    refuse a ledger of another site, schema or adjacency, or one that was
+    altered; rebuild the chain and ``totals`` from the rows, repair only the
+    legitimate crash case, and record the policy's cap in ``meta``."""
+    tables = {name for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "charges" not in tables and not create:
+        raise ConfigError(f"ledger {path}: not a privadapt ledger (no charges "
+                          f"table); {init_hint(path)}")
+    create_tables(conn)
+    version = _check_existing(conn, path, policy)
+    # Schema 1 never had the derived tables: a file that claims
+    # version 1 but has them was edited (its chain must not restart).
+    genuine_v1 = version < 2 and not tables & {"ledger_state", "groups"}
+    if version < 2 and not genuine_v1:
+        raise ConfigError(
+            f"ledger {path}: it says it was written by schema 1 but holds "
+            "tables schema 1 never had: it was altered; restore the site's "
+            "ledger and its head file from backup")
+    rebuilt = _rebuild_and_verify(conn, path, policy, totals, upgrading=genuine_v1)
+    write_meta(conn, policy)
+    return rebuilt
+
+
+def _rebuild_and_verify(conn: sqlite3.Connection, path: Path, policy: SitePolicy,
+                        totals: LedgerTotals, upgrading: bool) -> Rebuilt:
+    """Recompute chain and totals from the rows, check every stored copy
+    (derived tables, head file), repair only the legitimate crash case.
+    ``upgrading``: a schema-1 ledger, whose chain starts now."""
+    adjacency = policy.adjacency.value
+    rebuilt = rebuild(conn, policy.site_name, totals)
+    stored_head = read_head_file(head_file(path))
+    had_state = verify_derived(conn, path, rebuilt, adjacency)
+    if not had_state and stored_head is None and (upgrading or rebuilt.head.count == 0):
+        rewrite = True  # a new ledger, or a schema-1 one: its chain starts now
+    else:
+        rewrite = check_head_file(path, stored_head, rebuilt.head, rebuilt.before)
+    write_derived(conn, rebuilt, adjacency)
+    if rewrite:
+        # Under the write lock, with the committed head: no charge is added here.
+        write_head_file(head_file(path), rebuilt.head)
+    return rebuilt
+
+
+def _check_existing(conn: sqlite3.Connection, path: Path, policy: SitePolicy) -> int:
+    """Refuse a ledger of another site, schema or adjacency; its schema version."""
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    version = int(meta.get("schema_version", SCHEMA_VERSION))
+    if version > SCHEMA_VERSION:
+        raise ConfigError(
+            f"ledger {path}: schema version {version} is newer than this privadapt "
+            f"understands ({SCHEMA_VERSION}); upgrade privadapt on this site"
+        )
+    owner = meta.get("site_name", policy.site_name)
+    if owner != policy.site_name:
+        raise ConfigError(
+            f"ledger {path} belongs to site {owner!r} but the policy is for site "
+            f"{policy.site_name!r}; point each site at its own ledger database"
+        )
+    for (text,) in conn.execute("SELECT DISTINCT mechanism_json FROM charges"):
+        try:
+            parse_mechanism(text).in_adjacency(policy.adjacency)
+        except ValueError as err:
+            raise ConfigError(
+                f"ledger {path}: a stored charge cannot be accounted under the "
+                f"policy's adjacency {policy.adjacency.value!r} ({err}); keep the "
+                "adjacency the ledger was charged in"
+            ) from None
+    return version
+
+
 @dataclass
 class Rebuilt:
     """What the rows of a ledger say, recomputed from them."""
@@ -82,9 +164,10 @@ def rebuild(conn: sqlite3.Connection, site_name: str, totals: LedgerTotals) -> R
     head = before = genesis(site_name)
     groups: Counter[str] = Counter()
     last_id, last_epsilon, last_method = 0, None, None
-    rows = conn.execute(f"SELECT id, {ROW_COLUMNS} FROM charges ORDER BY id")
-    for row_id, job, query, text, epsilon, method, created in rows:
-        before, head = head, extend(head, row_bytes(job, query, text, epsilon, method, created))
+    rows = conn.execute(f"SELECT id, {row_columns(conn)} FROM charges ORDER BY id")
+    for row_id, job, query, text, epsilon, method, created, kernel in rows:
+        before, head = head, extend(head, row_bytes(job, query, text, epsilon, method, created,
+                                                    kernel))
         groups[text] += 1
         last_id, last_epsilon, last_method = row_id, epsilon, method
     for text, count in sorted(groups.items()):

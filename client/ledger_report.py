@@ -12,9 +12,9 @@ auditor's browser.
 
 Each number is printed rounded and carried exactly in a ``data-value``
 attribute (Python's ``repr`` of the float), so a program can check the page
-against the ledger. What the ledger does not record, the page cannot show:
-the kernel of a release (the ledger keeps the mechanism it charged, which
-fixes the cost; the coordinator's job report names the kernels).
+against the ledger. Each release names the kernel that computed it, as the
+ledger recorded it ("unknown" for a charge from before the ledger recorded
+kernels, schema 3).
 
 The cumulative figure is the running epsilon each charge recorded when it was
 admitted: the exact figure when the charge needed it, otherwise the upper
@@ -30,9 +30,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from privadapt.client.ledger import Charge, PrivacyLedger
+from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.ledger_accounting import exact_report, mechanism_json
 from privadapt.client.ledger_cli import verified_ledger
+from privadapt.client.ledger_view import Charge
 from privadapt.common.html_page import cell, number, page, row, step_plot, when
 from privadapt.common.mechanisms import KernelMechanism, Mechanism
 
@@ -103,8 +104,9 @@ def _jobs_table(ledger: PrivacyLedger, charges: Sequence[Charge]) -> str:
 
 def _releases_table(ledger: PrivacyLedger, charges: Sequence[Charge]) -> str:
     policy = ledger.policy
-    rows = ['<p class="note">The ledger records the mechanism it charged (which fixes the '
-            "cost), not the kernel: the coordinator's job report names the kernels.</p>",
+    rows = ['<p class="note">The kernel of each release is as the ledger recorded it '
+            '("unknown" for a charge made before the ledger recorded kernels); the mechanism '
+            "fixes the cost.</p>",
             "<table><tr><th>#</th><th>time (UTC)</th><th>job</th><th>query</th><th>kernel</th>"
             "<th>mechanism</th><th>sensitivity</th><th>noise</th>"
             f"<th>epsilon alone at delta {policy.delta_cap:g}</th><th>running epsilon</th>"
@@ -117,7 +119,8 @@ def _releases_table(ledger: PrivacyLedger, charges: Sequence[Charge]) -> str:
             f'<tr class="release" data-job="{html.escape(charge.job_id)}">'
             f'<td class="n">{index}</td><td>{when(charge.timestamp)}</td>'
             f"<td>{html.escape(charge.job_id)}</td><td>{html.escape(charge.query_id)}</td>"
-            f"<td>not recorded</td><td>{html.escape(charge.mechanism.summary)}"
+            f'<td class="kernel">{html.escape(charge.kernel)}</td>'
+            f"<td>{html.escape(charge.mechanism.summary)}"
             f" [{charge.mechanism.adjacency.value}]</td>"
             f"<td>{html.escape(sensitivity)}</td><td>{html.escape(noise)}</td>"
             f"{cell(alone, 'release_epsilon')}{cell(charge.epsilon_after, 'running_epsilon')}"

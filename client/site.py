@@ -22,7 +22,8 @@ for every noise level the site accepts (``max_grid_safe_noise``).
 
 One pipeline for every kernel: :mod:`privadapt.client.query_admission` checks
 the query against the policy and says what it costs; the ledger checks that it
-can afford it (``check_charge``) and the kernel that the job's state admits it
+can afford it and reserves that budget until the charge commits or the answer
+ends (``PrivacyLedger.reservation``) and the kernel that the job's state admits it
 (``Kernel.check_state``), all before any record is read, so that no unpriced
 refusal takes data-dependent time (issue 17); then local blocks
 (``Kernel.local_block_shapes``, empty for most kernels; e.g. the per-record
@@ -143,13 +144,21 @@ class Site:
         ``BudgetExceededError``) when the policy forbids it, before anything is
         released."""
         admitted = self._admission.admit(query, num_participants)
-        query, kernel, params = admitted.query, admitted.kernel, admitted.params
         # Every refusal the query and the job's state decide comes before any
         # private data is read (records split, kernel): a refusal is unpriced,
-        # so it must not take data-dependent time (issue 17).
-        checked = self.ledger.check_charge(query.job_id, query.query_id, admitted.charged)
-        if admitted.charged.releases_index:
-            return self._select(admitted, checked)
+        # so it must not take data-dependent time (issue 17). The check
+        # reserves the budget until the charge commits, and any other exit
+        # releases it, so a concurrent query is refused at its own check.
+        with self.ledger.reservation(admitted.query.job_id, admitted.query.query_id,
+                                     admitted.charged) as checked:
+            if admitted.charged.releases_index:
+                return self._select(admitted, checked)
+            return self._answer_sums(admitted, checked, num_participants)
+
+    def _answer_sums(self, admitted: AdmittedQuery, checked: CheckedCharge,
+                     num_participants: int) -> SiteShare:
+        """A sum release (shared or per site), its budget reserved by ``checked``."""
+        query, kernel, params = admitted.query, admitted.kernel, admitted.params
         stored = self._job_state(query.job_id)
         if kernel.per_record_state:
             self._refuse_other_part(admitted, stored)
@@ -178,7 +187,7 @@ class Site:
         kept = kernel.per_record_state
         charge = self.ledger.charge(query.job_id, query.query_id, admitted.charged,
                                     state=encode_state(state) if kept else None,
-                                    checked=checked)
+                                    checked=checked, kernel=query.kernel)
         if kept:
             self._job_states[query.job_id] = state
         logger.info(
@@ -197,7 +206,7 @@ class Site:
         rounded = codec.decode(codec.encode(scores))
         index = admitted.charged.select(rounded, self._noise_source)
         charge = self.ledger.charge(query.job_id, query.query_id, admitted.charged,
-                                    checked=checked)
+                                    checked=checked, kernel=query.kernel)
         logger.info(
             "site=%s job=%s query=%s kernel=%s selection epsilon_spent=%.4g",
             self.name, query.job_id, query.query_id, query.kernel, charge.epsilon_after,

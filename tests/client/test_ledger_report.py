@@ -4,6 +4,8 @@ markup (issue 18, section 4; the real-browser test is tests/test_job_report_page
 
 from __future__ import annotations
 
+import html
+import re
 import sqlite3
 from html.parser import HTMLParser
 
@@ -54,8 +56,8 @@ def ledger_path(tmp_path):
     policy = SitePolicy("st-mary", 3.0, 1e-5, adjacency=Adjacency.ADD_REMOVE_ONE)
     with PrivacyLedger(path, policy, create=True) as ledger:
         for step in range(12):
-            ledger.charge("sgd-1", f"s{step:06d}-r{step:06d}", SAMPLED)
-        ledger.charge(HOSTILE, "q1", TWO_BLOCKS)
+            ledger.charge("sgd-1", f"s{step:06d}-r{step:06d}", SAMPLED, kernel="linear_gradient")
+        ledger.charge(HOSTILE, "q1", TWO_BLOCKS, kernel="<b>second_moments</b>")
         ledger.charge(HOSTILE, "q2", LaplaceMechanism(1.0, 4.0, Adjacency.ADD_REMOVE_ONE))
     return path
 
@@ -72,7 +74,7 @@ def _report(ledger_path, tmp_path, capsys) -> tuple[Page, str]:
 
 
 def test_the_numbers_on_the_page_are_the_ledgers(ledger_path, tmp_path, capsys):
-    page, _ = _report(ledger_path, tmp_path, capsys)
+    page, text = _report(ledger_path, tmp_path, capsys)
     with PrivacyLedger.open_readonly(ledger_path) as ledger:
         charges = ledger.charges()
         total = ledger.spent().epsilon
@@ -90,7 +92,10 @@ def test_the_numbers_on_the_page_are_the_ledgers(ledger_path, tmp_path, capsys):
     assert [r["data-job"] for r in page.rows] == [c.job_id for c in charges]
     words = " ".join(page.text)
     assert "Poisson sampling rate 0.05" in words and "1, 0.5 (l2)" in words
-    assert "not recorded" in words  # the kernel: the ledger keeps the mechanism only
+    kernels = [html.unescape(k) for k in re.findall(r'<td class="kernel">([^<]*)</td>', text)]
+    assert "<b>" not in text  # a kernel name is escaped like every id
+    assert kernels == [c.kernel for c in charges] == (
+        ["linear_gradient"] * 12 + ["<b>second_moments</b>", "unknown"])
 
 
 def test_the_page_is_self_contained_and_draws_the_cumulative_curve(ledger_path, tmp_path,

@@ -130,26 +130,37 @@ def test_a_step_out_of_order_in_a_running_job_is_refused_before_any_record_is_re
 def test_the_committing_charge_reuses_the_check_and_decides_afresh_after_another_charge(
         make_site, monkeypatch):
     """check_charge's figure is reused only while nothing was charged since;
-    a check made before another charge used up the budget admits nothing."""
+    a second check that the first one's reservation leaves no room for is
+    refused at once (it used to be admitted, then refused at its charge)."""
+    from privadapt.common.mechanisms import LaplaceMechanism
+
     site = make_site(dim=DIM, epsilon_cap=1.0, adjacency="add_remove_one")
     ledger = site.ledger
     mechanism = _linear_query("q", 5.0).mechanism
     first = ledger.check_charge("job", "q1", mechanism)
-    stale = ledger.check_charge("job", "q2", mechanism)
-    assert ledger.charges() == []  # checking writes nothing
+    with pytest.raises(BudgetExceededError, match="reserved for queries being answered now"):
+        ledger.check_charge("job", "q2", mechanism)
+    assert ledger.charges() == []  # checking charges nothing
     calls = []
     real_admit = ledger_module.admit
     monkeypatch.setattr(ledger_module, "admit",
                         lambda *args: calls.append(args) or real_admit(*args))
     charge = ledger.charge("job", "q1", mechanism, checked=first)
     assert calls == [] and charge.epsilon_after == first.epsilon
-    with pytest.raises(BudgetExceededError):
-        ledger.charge("job", "q2", mechanism, checked=stale)
+    # A check made before another charge: the charge decides afresh (and,
+    # the reservation having kept room for it, admits).
+    second = ledger.check_charge("job", "q2", LaplaceMechanism(1.0, 1e3, Adjacency.ADD_REMOVE_ONE))
+    ledger.charge("job", "other", LaplaceMechanism(1.0, 1e3, Adjacency.ADD_REMOVE_ONE))
+    calls.clear()
+    ledger.charge("job", "q2", LaplaceMechanism(1.0, 1e3, Adjacency.ADD_REMOVE_ONE),
+                  checked=second)
     assert len(calls) == 1
-    # A check is bound to its own release: another query id decides afresh.
+    # A check is bound to its own release, and used once: another query id
+    # decides afresh.
     with pytest.raises(BudgetExceededError):
         ledger.charge("job", "q3", mechanism, checked=first)
-    assert [c.query_id for c in ledger.charges()] == ["q1"]
+    assert [c.query_id for c in ledger.charges()] == ["q1", "other", "q2"]
+    assert ledger.outstanding_reservations() == 0
 
 
 def test_a_forged_or_copied_check_is_never_reused(tmp_path):
