@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from privadapt.common.federation import Federation
-from privadapt.common.kernels.reweighted_chains import check_chain
+from privadapt.common.kernels.reweighted_chains import MAX_CHAINS, check_chain
 from privadapt.server.algorithms.private_grid_search import GRID_LOSSES, private_grid_search
 from privadapt.server.algorithms.private_selection import METHODS
 from privadapt.server.algorithms.public_erm import fit_linear
@@ -127,6 +127,11 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
         params = self.learner.get_params()
         if "chain" not in params:
             return None
+        if self.num_guesses > MAX_CHAINS:  # the site would refuse guess 17 mid-job
+            raise InvalidParameterError(
+                f"{type(self).__name__}: {type(self.learner).__name__} keeps one chain of "
+                f"weights per guess at the sites, which hold at most {MAX_CHAINS} per job; "
+                f"got num_guesses={self.num_guesses}")
         try:
             return [{"chain": guess_chain(params["chain"], j)}
                     for j in range(1, self.num_guesses + 1)]

@@ -161,6 +161,7 @@ def test_a_numeric_radius_on_the_default_chain_is_the_adapter_as_before(tmp_path
                         num_classes=3), "cannot bound"),
     (lambda: adapter(chain="x" * 31), "no room"),
     (lambda: adapter(chain="Bad Name"), "chain"),
+    (lambda: adapter(num_guesses=17), "at most 16 per job"),
 ])
 def test_what_the_search_cannot_run_is_refused_before_any_query(make, message):
     target, source, _ = target_and_source(9, n=200)
