@@ -55,7 +55,11 @@ admission charges what a part costs. A kernel with per-record state keeps one
 value per record of the part its state was created on, so the site binds the
 job's state to that part and refuses a query of the job on another one
 (rather than refusing parts for such kernels: a selection job trains
-PCnvxAdap-style candidates on the training part).
+PCnvxAdap-style candidates on the training part). The job's state is one
+mapping per job, which a kernel may key further: the ``reweighted_gradient``
+kernel keeps one state per chain in it (several descents in one job,
+:mod:`privadapt.common.kernels.reweighted_chains`), all bound to the job's
+part, the chain bound checked by ``Kernel.check_state`` before any charge.
 
 Release forms (common/federation.py). A ``per_site`` query runs the same
 pipeline with the *full* noise (one share among one site) and its answer is

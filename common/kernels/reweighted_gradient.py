@@ -61,6 +61,12 @@ Retries: the networked federation may re-send a step under a new query id
 after a site dropped out. The state keeps u_t, the weights before the step
 last applied, and restarts from it when that step arrives again, so an update
 is never applied twice. Steps must otherwise arrive in order 0, 1, 2, ...
+
+Chains: one job may run several descents, each with its own u, named by the
+public parameter ``chain`` (:mod:`privadapt.common.kernels.reweighted_chains`:
+the layout in the job's state, the record part, privacy, and the bound on
+chains per job and on the state's size). The empty default is the job's
+original descent and keeps the wire encoding of a query without it.
 """
 
 from __future__ import annotations
@@ -81,6 +87,13 @@ from privadapt.common.kernels.base import (
     wire_values,
 )
 from privadapt.common.kernels.exact_sum import ExactSum
+from privadapt.common.kernels.reweighted_chains import (
+    MAX_CHAINS,
+    chain_names,
+    chain_state,
+    check_chain,
+    open_chain_state,
+)
 from privadapt.common.kernels.reweighted_terms import binary_record_terms, softmax_record_terms
 from privadapt.common.losses import (
     LOSSES,
@@ -104,7 +117,6 @@ from privadapt.common.validation import (
     check_probability,
 )
 
-_STATE_KEY = "reweighted_gradient"
 _PENDING_GRADIENT = "pending_weight_gradient"
 _PENDING_LOSSES = "pending_scaled_losses"
 _REQUIRED = ("weights", "step", "objective", "loss", "alpha", "total_private_records",
@@ -125,8 +137,10 @@ class ReweightedGradientParams(KernelParams):
     [0, 1), ``total_private_records`` n, the clip region ``feature_norm`` r,
     ``label_bound`` Y, ``radius`` Lambda, the penalty weights ``k1``, ``k2``,
     ``kinf`` (>= 0), ``mu`` (> 0), the global aggregates ``inverse_square_sum``
-    S_t (> 0) and ``log_partition`` log Z_t, the u step ``step_size`` eta, and
-    ``weight_noise`` (the local block; default true)."""
+    S_t (> 0) and ``log_partition`` log Z_t, the u step ``step_size`` eta,
+    ``weight_noise`` (the local block; default true) and ``chain`` (the
+    descent the step belongs to, module docstring; default "", the job's
+    original one)."""
 
     weights: np.ndarray
     step: int
@@ -146,6 +160,7 @@ class ReweightedGradientParams(KernelParams):
     step_size: float
     weight_noise: bool = True
     num_classes: int = 2
+    chain: str = ""
 
     def __post_init__(self) -> None:
         def store(key: str, value: Any) -> None:
@@ -173,6 +188,7 @@ class ReweightedGradientParams(KernelParams):
             store(key, check_nonnegative_finite(name(key), getattr(self, key)))
         store("log_partition", check_finite(name("log_partition"), self.log_partition))
         store("weight_noise", check_bool(name("weight_noise"), self.weight_noise))
+        store("chain", check_chain(self.chain))
         step = self.step_size * self.penalty_bound
         if not step <= _MAX_STEP:  # also NaN
             raise ValueError(
@@ -186,8 +202,9 @@ class ReweightedGradientParams(KernelParams):
         if check_one_of("parameter 'loss'", values["loss"], LOSSES) == SOFTMAX_CROSS_ENTROPY:
             values["num_classes"] = check_int_at_least(
                 "parameter 'num_classes'", params.get("num_classes"), 2)
-        if "weight_noise" in params:
-            values["weight_noise"] = params["weight_noise"]
+        for optional in ("weight_noise", "chain"):
+            if optional in params:
+                values[optional] = params[optional]
         size = dim * values.get("num_classes", 1)
         values["weights"] = check_finite_array("parameter 'weights'", values["weights"], (size,))
         return cls(**values)
@@ -197,6 +214,8 @@ class ReweightedGradientParams(KernelParams):
         wire["weight_noise"] = self.weight_noise
         if self.loss == SOFTMAX_CROSS_ENTROPY:
             wire["num_classes"] = self.num_classes
+        if self.chain:  # the default chain keeps the wire (and digest) of old queries
+            wire["chain"] = self.chain
         return wire
 
     @property
@@ -289,7 +308,7 @@ class ReweightedGradient(Kernel):
         state: MutableMapping[str, Any],
         noised_blocks: tuple[np.ndarray, ...],
     ) -> None:
-        own = state[_STATE_KEY]
+        own = chain_state(state, params.chain)
         lower = params.lower_bound
         u_now = np.fmax(own["u_before"], lower)
         (noised_losses,) = noised_blocks if noised_blocks else (own.pop(_PENDING_LOSSES),)
@@ -309,7 +328,7 @@ class ReweightedGradient(Kernel):
     def compute(
         self, data: Dataset, params: ReweightedGradientParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray, ...]:
-        own = state[_STATE_KEY]
+        own = chain_state(state, params.chain)
         lower, mu = params.lower_bound, params.mu
         ratio = lower / np.fmax(own["u"], lower)  # (n/(1-alpha)) q_i, in [0, 1]
         # Both sums exact (issue 17): one record moves them by its own term.
@@ -323,16 +342,22 @@ class ReweightedGradient(Kernel):
     def check_state(
         self, params: ReweightedGradientParams, state: Mapping[str, Any]
     ) -> None:
-        """Refuse a step the job's weights are not at (the site asks before it
-        reads any record): step 0 on a new job, else the next step or a retry
-        of the last one."""
-        own = state.get(_STATE_KEY) or {}
+        """Refuse a step the chain's weights are not at (the site asks before
+        it reads any record or charges): step 0 on a new chain, else the next
+        step or a retry of the last one; and a new chain beyond ``MAX_CHAINS``
+        of the job. Depends only on the job's earlier queries."""
+        own = chain_state(state, params.chain)
         step = params.step
+        label = f"chain {params.chain!r}" if params.chain else "the job"
         if not own:
             if step != 0:
                 raise ValueError(
-                    f"this site has no weights for the job yet: expected step 0, got {step}"
+                    f"this site has no weights for {label} yet: expected step 0, got {step}"
                 )
+            if len(chain_names(state)) >= MAX_CHAINS:
+                raise ValueError(
+                    f"this job already runs {MAX_CHAINS} reweighting chains at this site, the "
+                    f"most one job may hold; cannot start chain {params.chain!r}")
         elif step not in (own["next_step"], own["next_step"] - 1):
             raise ValueError(
                 f"step {step} out of order: the site's weights are at step {own['next_step']}"
@@ -346,7 +371,7 @@ class ReweightedGradient(Kernel):
         ones for the next step, the kept snapshot for a retried one."""
         self.check_state(params, state)
         step = params.step
-        own = state.setdefault(_STATE_KEY, {})
+        own = open_chain_state(state, params.chain)
         if not own:
             own.update(u=np.full(num_records, params.lower_bound), next_step=0)
         if step == own["next_step"]:
@@ -375,3 +400,4 @@ class ReweightedGradient(Kernel):
             data.features, data.labels, params.weights, ratios, loss=params.loss,
             feature_norm=params.feature_norm, label_bound=params.label_bound,
             loss_bound=loss_bound, gradient_bound=gradient_bound)
+

@@ -134,10 +134,12 @@ def pcnvx_adap(
     initial_weights: np.ndarray | None = None,
     progress: Callable[[IterationRecord], None] | None = None,
     progress_every: int = 10,
+    chain: str = "",
 ) -> AdaptationResult:
     """PCnvxAdap on the federation's private records and the public source
     (``public_features``, ``public_labels``); ``epsilon = inf`` is CnvxAdap.
-    Returns the average iterate (``result.weights``) and each site's spend."""
+    Returns the average iterate (``result.weights``) and each site's spend.
+    ``chain`` names the sites' weights of this descent within the job."""
     check_run_arguments(iterations, epsilon, delta)
     if hyper.kinf > 0 and math.isinf(hyper.mu):
         raise ValueError("the federated F smooths its max term (module docstring): give a "
@@ -165,7 +167,7 @@ def pcnvx_adap(
         hyper=hyper, bounds=bounds, iterations=iterations, noise=noise, step_sizes=steps,
         output_iteration=None, report_delta=None if math.isinf(epsilon) else delta,
         weight_noise=weight_noise, initial_weights=initial_weights, progress=progress,
-        progress_every=progress_every,
+        progress_every=progress_every, chain=chain,
     )
 
 

@@ -111,10 +111,12 @@ def pncnvx_adap(
     initial_weights: np.ndarray | None = None,
     progress: Callable[[IterationRecord], None] | None = None,
     progress_every: int = 10,
+    chain: str = "",
 ) -> AdaptationResult:
     """PNCnvxAdap on J; ``epsilon = inf`` is NCnvxAdap. ``result.weights`` is the
     iterate t* = ``result.output_iteration`` (or the average with
-    ``return_average``, the estimator's default); the same ``seed`` gives the same t*."""
+    ``return_average``, the estimator's default); the same ``seed`` gives the same t*.
+    ``chain`` names the sites' weights of this descent within the job."""
     check_run_arguments(iterations, epsilon, delta)
     if math.isinf(hyper.mu):
         raise ValueError("J (problem (7)) needs a finite softmax parameter mu")
@@ -141,7 +143,7 @@ def pncnvx_adap(
         hyper=hyper, bounds=bounds, iterations=iterations, noise=noise, step_sizes=steps,
         output_iteration=output_iteration, report_delta=None if math.isinf(epsilon) else delta,
         weight_noise=weight_noise, initial_weights=initial_weights, progress=progress,
-        progress_every=progress_every,
+        progress_every=progress_every, chain=chain,
     )
 
 

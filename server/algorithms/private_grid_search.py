@@ -87,6 +87,7 @@ split once at random; the coordinator cannot split a site's records itself.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,13 +145,17 @@ def penalty(bound: float, zero_bound: float, num_records: int, num_guesses: int,
 
 def train_candidates(train_federation: Federation, learner: PrivateEstimator,
                      radii: np.ndarray, epsilon: float, delta: float,
-                     fit_options: dict[str, Any]) -> list[PrivateEstimator]:
-    """w_j = A(S1, B_j): the learner cloned per guess at (epsilon/2K, delta/2K)."""
+                     fit_options: dict[str, Any],
+                     guess_params: Sequence[Mapping[str, Any]] | None = None,
+                     ) -> list[PrivateEstimator]:
+    """w_j = A(S1, B_j): the learner cloned per guess at (epsilon/2K, delta/2K),
+    with ``guess_params[j]`` (when given) set on clone j too."""
     share = len(radii) * 2
     fitted = []
-    for radius in radii:
+    for j, radius in enumerate(radii):
         model = clone(learner)
-        model.set_params(radius=float(radius), epsilon=epsilon / share, delta=delta / share)
+        model.set_params(radius=float(radius), epsilon=epsilon / share, delta=delta / share,
+                         **(guess_params[j] if guess_params else {}))
         fitted.append(model.fit(train_federation, **fit_options))
     return fitted
 
@@ -171,13 +176,16 @@ def private_grid_search(
     method: str = "auto",
     fit_options: dict[str, Any] | None = None,
     num_validation_records: int | None = None,
+    guess_params: Sequence[Mapping[str, Any]] | None = None,
 ) -> GridSearchResult:
     """Algorithm 1 (module docstring): K guesses trained on ``train_federation``
     (S1), selected on ``validation_federation`` (S2), (epsilon, delta)-DP.
     ``num_validation_records``: a public n of S2 for the penalties and the
     zero model's score, for sites whose sizes are private (add/remove
     adjacency); default the federation's public site sizes. A wrong n costs
-    accuracy only: n is a public parameter of the selection."""
+    accuracy only: n is a public parameter of the selection. ``guess_params``:
+    per guess, more hyperparameters of its clone (e.g. its own site-side chain
+    for a learner with per-job state at the sites, so K descents share a job)."""
     if loss not in GRID_LOSSES:
         raise ValueError(f"loss must be one of {GRID_LOSSES}, got {loss!r}")
     if not (isinstance(num_guesses, int) and num_guesses >= 1):
@@ -189,7 +197,7 @@ def private_grid_search(
     method = resolve_method(method, validation_federation.num_sites, epsilon, None)
     radii = 2.0 ** np.arange(1, num_guesses + 1)
     learners = train_candidates(train_federation, learner, radii, epsilon, delta,
-                                fit_options or {})
+                                fit_options or {}, guess_params)
     weights = [np.asarray(m.coef_, dtype=float) for m in learners]
     dim = weights[0].shape[0]
     n = (int(sum(validation_federation.site_sizes.values())) if num_validation_records is None

@@ -180,6 +180,7 @@ def query_params(
     log_partition: float,
     step_size: float,
     weight_noise: bool,
+    chain: str = "",
 ) -> ReweightedGradientParams:
     """The ``reweighted_gradient`` query of iteration ``step`` at w = ``weights``
     with the public aggregates S_t and log Z_t (module docstring)."""
@@ -189,7 +190,7 @@ def query_params(
         label_bound=bounds.label_bound, radius=bounds.kernel_radius, k1=hyper.k1, k2=hyper.k2,
         kinf=hyper.kinf, mu=_softmax_mu(hyper), inverse_square_sum=inverse_square_sum,
         log_partition=log_partition, step_size=step_size, weight_noise=weight_noise,
-        num_classes=int(bounds.num_classes))
+        num_classes=int(bounds.num_classes), chain=chain)
 
 
 def _softmax_mu(hyper: ReweightingHyperparameters) -> float:
@@ -257,12 +258,15 @@ def run_reweighted_descent(
     initial_weights: np.ndarray | None = None,
     progress: Callable[[IterationRecord], None] | None = None,
     progress_every: int = 10,
+    chain: str = "",
 ) -> AdaptationResult:
     """T iterations of the federated loop (module docstring). ``output_iteration``
     t* in 1..T selects the returned iterate (Alg. 2); ``None`` returns the
     average of w_1..w_T (Alg. 1 line 13). ``weight_noise = False`` lets the
     sites update u without the noise of line 10 (u never leaves them; see the
-    kernel's docstring). ``report_delta``: the delta at which
+    kernel's docstring). ``chain``: the sites' weights this descent uses
+    among the job's (common/kernels/reweighted_chains.py; "" the default
+    one). ``report_delta``: the delta at which
     each site's spend is reported (``None``: each site's cap delta)."""
     m = len(public_labels)
     n = sum(federation.site_sizes.values())
@@ -289,7 +293,7 @@ def run_reweighted_descent(
             weights, t, objective=objective, loss=loss, hyper=hyper, bounds=bounds,
             total_private_records=n, inverse_square_sum=inverse_square_sum,
             log_partition=log_z, step_size=step_sizes.private_weights,
-            weight_noise=weight_noise)
+            weight_noise=weight_noise, chain=chain)
         answer = federation.query(KERNEL.name, params.to_wire(), noise.mechanism)
         gradient_sum, square_sum, partition = answer.blocks
         _, grad_w, grad_u_loss = weighted_loss_gradient(

@@ -2,13 +2,21 @@
 (epsilon, delta), by seed 004's private grid search (issue 13, section 2).
 
 A learner whose ``radius`` (the ball Lambda its model is projected on: noisy
-GD and noisy SGD) is ``"auto"`` fits a
+GD, noisy SGD, PCnvxAdap, PNCnvxAdap) is ``"auto"`` fits a
 :class:`~privadapt.server.estimators.grid_search.PrivateGridSearch` with
 itself cloned at each guess 2^1..2^K (``num_guesses``), on the "train" and
 "validation" record parts of the one federation it is given (each site splits
 its own records at ``validation_fraction`` by a content hash salted with the
 job id, :func:`~privadapt.server.estimators.base.record_parts`), and adopts
 the chosen clone's fitted state.
+
+The free baseline. When the fit is given a public source, candidate 0 is
+not the zero model but the source-only model, fitted for free on the public
+source (``fit_linear`` in the ball 2^K, PrivateGridSearch's
+``include_source_only``) and scored privately like the guesses: with
+probability 1 - beta the delivered model's penalised validation loss is
+within the selection's noise of the source-only model's, so the learner
+never delivers much worse than what the coordinator gets for free.
 
 Budget. The search gets the learner's own (epsilon, delta) and splits it as
 seed 004's Algorithm 1 does: each of the K clones trains at (epsilon / 2K,
@@ -25,10 +33,13 @@ Loss bounds Delta(B) of the selection need public bounds r on ||x|| and Y on
 clipped at Delta(B)), only accuracy. Each learner says where they come from
 (``_norm_search_bounds``).
 
-Not for PCnvxAdap / PNCnvxAdap: their sites keep per-record state u for the
-job (``reweighted_gradient``, one descent per job, steps in order), so K
-descents cannot run in one job without keying that state by run, a change to
-the site's kernel and its wire params.
+PCnvxAdap / PNCnvxAdap: their sites keep per-record state u for the job
+(``reweighted_gradient``), one state per chain
+(common/kernels/reweighted_chains.py): each clone descends on its own chain,
+"g<j>" (or "<chain>-g<j>" for an adapter on a named chain), so the K descents
+share the job, its record part and its ledger, never their weights. Their
+loss must be one the selection scores ("squared" or "logistic"; the softmax
+cross-entropy is refused).
 """
 
 from __future__ import annotations
@@ -53,13 +64,14 @@ AUTO = "auto"
 # A norm bound, or "auto": chosen privately (module docstring).
 RADIUS = [*POSITIVE, Options(AUTO)]
 # Attributes that hold the delivered model (replaced by candidate 0 when it wins).
-_MODEL_ATTRIBUTES = ("coef_", "average_coef_")
+_MODEL_ATTRIBUTES = ("coef_", "average_coef_", "last_coef_")
 
 
 class AutoRadiusMixin:
     """``fit`` with ``radius="auto"`` (module docstring): the class provides
     ``_norm_search_bounds`` and the hyperparameters ``num_guesses`` and
-    ``validation_fraction``; candidate 0 is the zero model."""
+    ``validation_fraction``; candidate 0 is the zero model, or the
+    source-only model when the fit has a public source."""
 
     radius: float | str
     epsilon: float
@@ -97,10 +109,11 @@ class AutoRadiusMixin:
         search = PrivateGridSearch(
             learner=clone(self), num_guesses=self.num_guesses, epsilon=self.epsilon,
             delta=self.delta, loss=loss, label_bound=label_bound, feature_bound=feature_bound,
-            num_validation_records=validation_n)
+            num_validation_records=validation_n,
+            include_source_only=public_source is not None)
         search.fit(train, validation, public_source, **fit_options)
-        # The chosen clone's state; when candidate 0 (the zero model) wins,
-        # guess 1's metadata with the zero model as every model attribute.
+        # The chosen clone's state; when candidate 0 (the zero or source-only
+        # model) wins, guess 1's metadata with it as every model attribute.
         chosen = search.learners_[max(search.best_index_, 1) - 1]
         for attribute, value in vars(chosen).items():
             if attribute.endswith("_") and not attribute.startswith("_"):

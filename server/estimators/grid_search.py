@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from privadapt.common.federation import Federation
+from privadapt.common.kernels.reweighted_chains import MAX_CHAINS, check_chain
 from privadapt.server.algorithms.private_grid_search import GRID_LOSSES, private_grid_search
 from privadapt.server.algorithms.private_selection import METHODS
 from privadapt.server.algorithms.public_erm import fit_linear
@@ -60,6 +61,9 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     :class:`PrivateSelection`: ``"auto"`` runs GEM at a single site, the
     secure sum across several), ``num_validation_records`` (a public size
     of S2 where the sites keep theirs private, add/remove adjacency).
+    A learner with a ``chain`` hyperparameter (PCnvxAdap, PNCnvxAdap: per-job
+    state at the sites) trains guess j on its own chain ``guess_chain(chain,
+    j)``, so the K descents share the job without sharing weights.
 
     Fitted: ``coef_`` (the chosen model), ``best_index_`` (0: zero or source
     model; j >= 1: guess 2^j), ``radius_`` (the chosen 2^j, 0.0 for
@@ -118,6 +122,24 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
                 f"{type(self).__name__}: parameter 'learner' must take radius, epsilon and "
                 f"delta; {type(self.learner).__name__} lacks {sorted(missing)}")
 
+    def _guess_params(self) -> list[dict[str, Any]] | None:
+        """Each guess's own chain for a learner with a ``chain`` (class docstring)."""
+        params = self.learner.get_params()
+        if "chain" not in params:
+            return None
+        if self.num_guesses > MAX_CHAINS:  # the site would refuse guess 17 mid-job
+            raise InvalidParameterError(
+                f"{type(self).__name__}: {type(self.learner).__name__} keeps one chain of "
+                f"weights per guess at the sites, which hold at most {MAX_CHAINS} per job; "
+                f"got num_guesses={self.num_guesses}")
+        try:
+            return [{"chain": guess_chain(params["chain"], j)}
+                    for j in range(1, self.num_guesses + 1)]
+        except ValueError as err:
+            raise InvalidParameterError(
+                f"{type(self).__name__}: the learner's chain {params['chain']!r} leaves no "
+                f"room for the guesses' chains: {err}") from None
+
     def fit(
         self,
         train_federation: Federation,
@@ -137,6 +159,7 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
                 f"{name}: fit needs a validation_federation over records disjoint from the "
                 "train_federation's (the paper's S2; the coordinator cannot split the sites' "
                 "records itself)")
+        guess_params = self._guess_params()
         source = None
         if self.include_source_only:
             features, labels = require_public_arrays(public_source, name)
@@ -146,7 +169,7 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
             learner=self.learner, loss=self.loss, label_bound=self.label_bound,
             feature_bound=self.feature_bound, epsilon=self.epsilon, delta=self.delta,
             beta=self.beta, source_model=source, method=self.method,
-            num_validation_records=self.num_validation_records,
+            num_validation_records=self.num_validation_records, guess_params=guess_params,
             fit_options=fit_options if public_source is None
             else {"public_source": public_source, **fit_options})
         self.coef_ = result.weights
@@ -169,3 +192,10 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
         self._check_is_fitted()
         return {"weights": self.coef_, "candidates": self.candidates_, "radii": self.radii_,
                 "best_index": np.asarray(self.best_index_)}
+
+
+def guess_chain(chain: str, guess: int) -> str:
+    """The site-side chain of guess ``guess`` (1..K) of a learner on ``chain``:
+    "g<j>" under the default chain, "<chain>-g<j>" under a named one;
+    ``ValueError`` when that is no valid chain name (too long)."""
+    return check_chain(f"{chain}-g{guess}" if chain else f"g{guess}")

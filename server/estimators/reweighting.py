@@ -32,6 +32,15 @@ free in privacy and every release and ledger charge stays the kernel's:
   u's stop random-walking;
 * ``return_average=True`` (PNCnvxAdap): the average iterate (post-processing),
   not Alg. 2's single random one, whose noise is never averaged out.
+
+``chain`` names the sites' per-record weights u of this descent within its
+job (common/kernels/reweighted_chains.py): "" (default) is the job's one
+descent as before; two adapters in one job (a selection's candidates) need
+distinct chains. ``radius="auto"`` chooses Lambda privately within the
+adapter's own (epsilon, delta) (server/estimators/auto_radius.py), each
+norm guess on its own chain, with the source-only model as candidate 0;
+``num_guesses`` and ``validation_fraction`` serve it only, and its loss
+bounds use ``feature_norm`` and ``label_bound`` as r and Y.
 """
 
 from __future__ import annotations
@@ -44,11 +53,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from privadapt.common.federation import Federation
+from privadapt.common.kernels.reweighted_chains import MAX_CHAIN_NAME, check_chain
 from privadapt.common.losses import SOFTMAX_CROSS_ENTROPY as SOFTMAX
 from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
 from privadapt.server.algorithms.cnvx_adap import pcnvx_adap
 from privadapt.server.algorithms.ncnvx_adap import pncnvx_adap
 from privadapt.server.algorithms.noise_aware_plan import auto_clip_radius, auto_iterations
+from privadapt.server.algorithms.private_grid_search import GRID_LOSSES
 from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.algorithms.reweighted_descent import (
     AdaptationResult,
@@ -56,6 +67,7 @@ from privadapt.server.algorithms.reweighted_descent import (
     IterationRecord,
     StepSizes,
 )
+from privadapt.server.estimators.auto_radius import AUTO, RADIUS, AutoRadiusMixin
 from privadapt.server.estimators.base import (
     CALIBRATION,
     DELTA,
@@ -64,30 +76,55 @@ from privadapt.server.estimators.base import (
     ITERATIONS,
     NON_NEGATIVE,
     POSITIVE,
+    VALIDATION_FRACTION,
+    Constraint,
     Constraints,
     InstanceOf,
     Interval,
+    InvalidParameterError,
     Options,
     PrivateEstimator,
     PublicSource,
     require_public_arrays,
 )
+from privadapt.server.estimators.grid_search import NUM_GUESSES
 from privadapt.server.estimators.linear_model import LinearModelMixin
+
+
+class ChainName(Constraint):
+    """A site-side chain name (common/kernels/reweighted_chains.py)."""
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        try:
+            check_chain(value)
+        except ValueError:
+            return False
+        return True
+
+    @property
+    def wire_types(self) -> tuple[type, ...]:
+        return (str,)
+
+    def __str__(self) -> str:
+        return f"a chain name: at most {MAX_CHAIN_NAME} characters of [a-z0-9_-]"
+
 
 # Every parameter both share, with its constraints; each class adds its own.
 _SHARED = {
     "alpha": [Interval(float, 0, 1, closed="neither")], "epsilon": EPSILON, "delta": DELTA,
     "iterations": [*ITERATIONS, Options("auto")], "feature_norm": POSITIVE,
-    "label_bound": POSITIVE, "radius": POSITIVE,
+    "label_bound": POSITIVE, "radius": RADIUS,
     "clip_radius": [*POSITIVE, Options("auto"), None], "discrepancy": NON_NEGATIVE,
     "step_sizes": [Options("noise_aware", "noise_aware_smooth", "curvature", "paper"),
                    InstanceOf(StepSizes)],
     "step_scale": POSITIVE, "step_distance": [*POSITIVE, None], "calibration": CALIBRATION,
     "aggregate_noise_ratio": POSITIVE, "weight_noise": FLAG, "warm_start": FLAG,
+    "chain": [ChainName()], "num_guesses": NUM_GUESSES,
+    "validation_fraction": VALIDATION_FRACTION,
 }
 
 
-class _Reweighting(LinearModelMixin, PrivateEstimator):
+class _Reweighting(AutoRadiusMixin, LinearModelMixin, PrivateEstimator):
     """The fit both share; subclasses name their solver call in ``_solve``."""
 
     requires_public_source = True
@@ -101,6 +138,16 @@ class _Reweighting(LinearModelMixin, PrivateEstimator):
 
     def _num_classes(self) -> int:
         return 2
+
+    def _norm_search_bounds(self) -> tuple[str, float, float]:
+        """(loss, r, Y) for radius="auto": the clip bounds the sites enforce."""
+        loss = self._prediction_loss()
+        if loss not in GRID_LOSSES:
+            raise InvalidParameterError(
+                f"{type(self).__name__}: radius='auto' scores the guesses with the {loss} "
+                f"loss, which the selection cannot bound; it takes {GRID_LOSSES}: give a "
+                "numeric radius")
+        return loss, self.feature_norm, self.label_bound
 
     def fit(
         self,
@@ -118,6 +165,10 @@ class _Reweighting(LinearModelMixin, PrivateEstimator):
         ``IterationRecord`` every ``progress_every`` iterations."""
         self._validate_params()
         features, labels = require_public_arrays(public_source, type(self).__name__)
+        if self.radius == AUTO:
+            return self._fit_auto_radius(federation, public_source, {
+                "initial_weights": initial_weights, "progress": progress,
+                "progress_every": progress_every})
         hyper = ReweightingHyperparameters(alpha=self.alpha, mu=self.mu,
                                            discrepancy=self.discrepancy, **self._penalties())
         bounds = DataBounds(feature_norm=self.feature_norm, label_bound=self.label_bound,
@@ -143,7 +194,8 @@ class _Reweighting(LinearModelMixin, PrivateEstimator):
             step_scale=self.step_scale, step_distance=self.step_distance,
             calibration=self.calibration,
             aggregate_noise_ratio=self.aggregate_noise_ratio, weight_noise=self.weight_noise,
-            initial_weights=initial_weights, progress=progress, progress_every=progress_every)
+            initial_weights=initial_weights, progress=progress, progress_every=progress_every,
+            chain=self.chain)
         self.coef_ = result.weights
         self.iterations_ = iterations
         self.clip_radius_ = bounds.kernel_radius
@@ -160,10 +212,14 @@ class _Reweighting(LinearModelMixin, PrivateEstimator):
 
     def model_arrays(self) -> dict[str, np.ndarray]:
         """weights (the output iterate), public_weights (its u^Pub),
-        average_weights and last_weights."""
+        average_weights and last_weights; radius (the chosen norm bound) with
+        radius="auto"."""
         self._check_is_fitted()
-        return {"weights": self.coef_, "public_weights": self.public_weights_,
-                "average_weights": self.average_coef_, "last_weights": self.last_coef_}
+        model = {"weights": self.coef_, "public_weights": self.public_weights_,
+                 "average_weights": self.average_coef_, "last_weights": self.last_coef_}
+        if self.radius == AUTO:
+            model["radius"] = np.asarray(self.radius_)
+        return model
 
 
 class PCnvxAdap(_Reweighting):
@@ -175,7 +231,8 @@ class PCnvxAdap(_Reweighting):
     Fitted: ``coef_``, ``iterations_`` (T run), ``clip_radius_``,
     ``public_weights_`` (u^Pub), ``average_coef_``,
     ``last_coef_``, ``noise_multiplier_``, ``step_sizes_``, ``history_``,
-    ``privacy_``."""
+    ``privacy_``; with ``radius="auto"`` also ``radius_`` (the chosen 2^j,
+    0.0 when candidate 0, the source-only model, wins) and ``norm_search_``."""
 
     _parameter_constraints: ClassVar[dict[str, Constraints]] = {
         **_SHARED, "k1": NON_NEGATIVE, "k2": NON_NEGATIVE, "kinf": NON_NEGATIVE,
@@ -190,7 +247,7 @@ class PCnvxAdap(_Reweighting):
         delta: float,
         feature_norm: float,
         label_bound: float,
-        radius: float,
+        radius: float | str,
         iterations: int | str = "auto",
         clip_radius: float | str | None = "auto",
         k1: float = 0.0,
@@ -205,6 +262,9 @@ class PCnvxAdap(_Reweighting):
         aggregate_noise_ratio: float = 3.0,
         weight_noise: bool = False,
         warm_start: bool = True,
+        chain: str = "",
+        num_guesses: int = 5,
+        validation_fraction: float = 0.25,
     ) -> None:
         self.alpha = alpha
         self.epsilon = epsilon
@@ -226,6 +286,9 @@ class PCnvxAdap(_Reweighting):
         self.aggregate_noise_ratio = aggregate_noise_ratio
         self.weight_noise = weight_noise
         self.warm_start = warm_start
+        self.chain = chain
+        self.num_guesses = num_guesses
+        self.validation_fraction = validation_fraction
 
     def _prediction_loss(self) -> str:
         return "squared"
@@ -263,7 +326,7 @@ class PNCnvxAdap(_Reweighting):
         delta: float,
         feature_norm: float,
         label_bound: float,
-        radius: float,
+        radius: float | str,
         iterations: int | str = "auto",
         clip_radius: float | str | None = "auto",
         loss: str = "logistic",
@@ -282,6 +345,9 @@ class PNCnvxAdap(_Reweighting):
         aggregate_noise_ratio: float = 3.0,
         weight_noise: bool = False,
         warm_start: bool = True,
+        chain: str = "",
+        num_guesses: int = 5,
+        validation_fraction: float = 0.25,
     ) -> None:
         self.alpha = alpha
         self.epsilon = epsilon
@@ -307,6 +373,9 @@ class PNCnvxAdap(_Reweighting):
         self.aggregate_noise_ratio = aggregate_noise_ratio
         self.weight_noise = weight_noise
         self.warm_start = warm_start
+        self.chain = chain
+        self.num_guesses = num_guesses
+        self.validation_fraction = validation_fraction
 
     def _prediction_loss(self) -> str:
         return self.loss
