@@ -23,9 +23,10 @@ The speed bar (1e5 floats, 3 sites, a quiet 2-core machine): 27 ms a round,
 aiming at 15 ms. Measured with this benchmark, alternating runs of the two
 versions compared, never asserted in a test.
 
-Run: ``.venv/bin/python benchmarks/network_round.py`` (about a minute).
-Medians and 90th percentiles over 20 rounds after 2 warm-up rounds, in one
-run: compare ratios, not absolute milliseconds across machines.
+Run: ``.venv/bin/python benchmarks/network_round.py`` (about a minute);
+``--sites 3 --floats 100000`` runs one case of the table (the speed bar's).
+Medians and 90th percentiles over 20 rounds (``--rounds``) after 2 warm-up
+rounds, in one run: compare ratios, not absolute milliseconds across machines.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 # isort: off
 import federation_processes  # noqa: F401 -- single-threaded BLAS, before numpy loads
 # isort: on
+import argparse
 import sys
 import tempfile
 import time
@@ -66,7 +68,8 @@ def _percentiles(times: list[float]) -> tuple[float, float]:
     return 1e3 * float(np.median(times)), 1e3 * float(np.percentile(times, 90))
 
 
-def _time_rounds(federation, dim: int, site_cpu=None) -> tuple[list[float], float, float]:
+def _time_rounds(federation, dim: int, rounds: int,
+                 site_cpu=None) -> tuple[list[float], float, float]:
     """Round times, then the CPU seconds per round of the sites (``site_cpu``:
     their total CPU so far, if they are processes) and of this process."""
     params = _params(dim)
@@ -74,47 +77,57 @@ def _time_rounds(federation, dim: int, site_cpu=None) -> tuple[list[float], floa
         federation.query("linear_gradient", params, MECHANISM)
     times = []
     sites_before, own_before = site_cpu() if site_cpu else 0.0, time.process_time()
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         started = time.perf_counter()
         federation.query("linear_gradient", params, MECHANISM)
         times.append(time.perf_counter() - started)
-    sites = (site_cpu() - sites_before) / ROUNDS if site_cpu else 0.0
-    return times, sites, (time.process_time() - own_before) / ROUNDS
+    sites = (site_cpu() - sites_before) / rounds if site_cpu else 0.0
+    return times, sites, (time.process_time() - own_before) / rounds
 
 
-def networked(workdir: Path, num_sites: int, dim: int) -> dict:
+def networked(workdir: Path, num_sites: int, dim: int, rounds: int = ROUNDS) -> dict:
     started = time.perf_counter()
     datasets = [_dataset(dim, k) for k in range(num_sites)]
     with networked_federation(workdir, datasets) as (federation, pool):
         federation.query("linear_gradient", _params(dim), MECHANISM)
         first_round = time.perf_counter() - started
         times, site_cpu, coordinator_cpu = _time_rounds(
-            federation, dim, lambda: sum(pool.cpu_seconds().values()))
+            federation, dim, rounds, lambda: sum(pool.cpu_seconds().values()))
         memory = sum(pool.peak_memory_mib().values())
     return {"times": times, "first_round": first_round, "memory": memory,
             "site_cpu": site_cpu, "coordinator_cpu": coordinator_cpu}
 
 
-def in_process(workdir: Path, num_sites: int, dim: int) -> list[float]:
+def in_process(workdir: Path, num_sites: int, dim: int, rounds: int = ROUNDS) -> list[float]:
     datasets = [_dataset(dim, k) for k in range(num_sites)]
     with LocalFederation.from_datasets(datasets, epsilon_cap=1e6, delta_cap=1e-5,
                                        ledger_dir=workdir / "local") as federation:
-        return _time_rounds(federation, dim)[0]
+        return _time_rounds(federation, dim, rounds)[0]
 
 
-def main() -> int:
+def _arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sites", type=int, nargs="+", default=list(SITE_COUNTS))
+    parser.add_argument("--floats", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--rounds", type=int, default=ROUNDS,
+                        help="timed rounds per case (more: steadier CPU figures on a busy machine)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = _arguments(sys.argv[1:] if argv is None else argv)
     print(__doc__.split("\n\n")[0])
     print(f"\n{'sites':>5} {'floats':>8} | {'network median':>14} {'p90':>8} | "
           f"{'in-process median':>17} {'p90':>8} | {'ratio':>6} | "
           f"{'CPU/round sites + coord.':>24} | {'first round':>11} {'site memory':>11}")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        for num_sites in SITE_COUNTS:
-            for dim in SIZES:
+        for num_sites in arguments.sites:
+            for dim in arguments.floats:
                 case = root / f"k{num_sites}-d{dim}"
                 case.mkdir()
-                net = networked(case, num_sites, dim)
-                local = in_process(case, num_sites, dim)
+                net = networked(case, num_sites, dim, arguments.rounds)
+                local = in_process(case, num_sites, dim, arguments.rounds)
                 net_median, net_p90 = _percentiles(net["times"])
                 local_median, local_p90 = _percentiles(local)
                 print(f"{num_sites:>5} {dim:>8} | {net_median:>11.1f} ms {net_p90:>5.1f} ms | "
