@@ -184,7 +184,9 @@ class Site:
                                               self._noise_source)
         codec = admitted.codec
         shares = tuple(
-            codec.encode(value) + codec.encode(share)  # uint64: wraps modulo 2^64
+            # The value saturates (never raises after the kernel ran: fixed_point.py);
+            # the noise depends on no record, so its encoding may refuse.
+            codec.encode_saturating(value) + codec.encode(share)  # uint64: wraps mod 2^64
             for value, share in zip(blocks, noise, strict=True)
         )
         # The new state is committed with the charge, in one transaction.
@@ -207,7 +209,7 @@ class Site:
         query, codec = admitted.query, admitted.codec
         records = self._splitter.records(query.records)
         (scores,) = admitted.kernel.compute(records, admitted.params, {})
-        rounded = codec.decode(codec.encode(scores))
+        rounded = codec.decode(codec.encode_saturating(scores))
         index = admitted.charged.select(rounded, self._noise_source)
         charge = self.ledger.charge(query.job_id, query.query_id, admitted.charged,
                                     checked=checked, kernel=query.kernel)

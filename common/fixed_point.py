@@ -10,6 +10,14 @@ two's-complement int64 divided by 2^f. The sum of K shares decodes correctly as
 long as its magnitude stays below 2^(63 - f); :meth:`FixedPointCodec.check_sum_bound`
 says so before a job starts, and :meth:`encode` refuses a single share that could
 not fit.
+
+A site encodes what its kernel computed from private records with
+:meth:`encode_saturating`, never with :meth:`encode`: an error raised after the
+kernel ran is an uncharged output whose occurrence depends on the records
+(adversarial review 5: a public offset put the encoding limit between two
+neighbouring datasets and a binary search read a private score from the errors).
+Saturation is a 1-Lipschitz map of each coordinate, so it never increases the
+distance between neighbours' outputs: the charged sensitivity still bounds it.
 """
 
 from __future__ import annotations
@@ -20,6 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_FRACTIONAL_BITS = 32
+# The largest grid value a single share may carry: the largest double below
+# 2^62 that is a multiple of 2^10 (doubles near 2^62 are spaced 2^10 apart), so
+# it converts to int64 exactly and keeps :meth:`FixedPointCodec.encode`'s
+# one bit of headroom.
+_SATURATION = 2.0**62 - 2.0**10
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,24 @@ class FixedPointCodec:
                 f"fixed-point range of {self.fractional_bits} fractional bits "
                 f"(|sum| < {self.max_abs_sum:.3g}): lower the clipping bounds or the noise"
             )
+        return scaled.astype(np.int64).view(np.uint64)
+
+    @property
+    def max_abs_share(self) -> float:
+        """Largest magnitude one share may have (:meth:`encode` keeps a bit of headroom)."""
+        return float(2 ** (62 - self.fractional_bits))
+
+    def encode_saturating(self, values: np.ndarray) -> np.ndarray:
+        """uint64 encoding of a value computed from private records, each
+        coordinate clamped to the share range instead of raising (module
+        docstring). Only NaN still raises: no kernel computes one from
+        clipped records, and no number stands for it honestly."""
+        values = np.asarray(values, dtype=np.float64)
+        if np.isnan(values).any():
+            raise ValueError("cannot encode NaN values")
+        with np.errstate(over="ignore"):  # +-inf clamps like any large value
+            scaled = np.rint(values * self.scale)
+        np.clip(scaled, -_SATURATION, _SATURATION, out=scaled)
         return scaled.astype(np.int64).view(np.uint64)
 
     def decode(self, encoded: np.ndarray) -> np.ndarray:

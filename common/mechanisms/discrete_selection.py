@@ -28,6 +28,18 @@ be rounded once more, by a step nobody charged.
 Work: expected proposals at most K (the best candidate is always kept), each
 an exact Bernoulli of O(1) expected words; the scores' size K is the kernel's,
 fixed by public parameters.
+
+Known limit (adversarial review 5, medium): the number of proposals is
+geometric with success probability Z / K, Z = sum_k exp(-c g_k), so the
+selection's running time depends on the private scores beyond what epsilon
+charges (K = 20,000: 5 ms with all scores tied, 626 ms with one clear winner).
+A coordinator that can time a site's answer learns about Z. The float
+:class:`~privadapt.common.mechanisms.selection.ExponentialMechanism` draws K
+Gumbels whatever the scores (its only gap is the ~1e-37 of its bounded
+samples), so it stays the default; use this mechanism where the answer's
+timing is not observable by the coordinator. A sampler with score-independent
+work (a fixed number of vectorised proposals, with an accounted failure
+probability) is the fix; it is not built yet.
 """
 
 from __future__ import annotations

@@ -55,3 +55,40 @@ def test_sum_bound_check_names_the_limit():
 def test_fractional_bits_out_of_range_is_refused():
     with pytest.raises(ValueError):
         FixedPointCodec(60)
+
+
+# encode_saturating: what a site encodes from private records (review 5).
+any_double = st.floats(allow_nan=False)  # infinities and subnormals included
+
+
+@given(st.integers(0, 52), any_double, any_double)
+def test_saturating_encoding_never_moves_two_values_further_apart(bits, a, b):
+    """Clamping is 1-Lipschitz: neighbours' encoded values differ by at most
+    their true difference plus one grid step (the rounding every encoding has),
+    so the charged sensitivity still bounds them, whatever their size."""
+    codec = FixedPointCodec(bits)
+    left, right = (int(codec.encode_saturating(np.array([v])).view(np.int64)[0])
+                   for v in (a, b))
+    step = 2.0**-bits
+    true_steps = abs(a - b) / step if np.isfinite(a - b) else float("inf")
+    assert abs(left - right) <= true_steps + 1
+
+
+@given(st.integers(0, 52), any_double)
+def test_saturating_encoding_equals_encode_where_encode_succeeds(bits, value):
+    codec = FixedPointCodec(bits)
+    try:
+        plain = codec.encode(np.array([value]))
+    except (OverflowError, ValueError):
+        saturated = codec.decode(codec.encode_saturating(np.array([value])))[0]
+        assert abs(saturated) <= codec.max_abs_share and np.sign(saturated) == np.sign(value)
+    else:
+        np.testing.assert_array_equal(codec.encode_saturating(np.array([value])), plain)
+
+
+def test_saturating_encoding_refuses_only_nan():
+    codec = FixedPointCodec(32)
+    with pytest.raises(ValueError, match="NaN"):
+        codec.encode_saturating(np.array([0.0, np.nan]))
+    top = codec.decode(codec.encode_saturating(np.array([np.inf, -np.inf, 1e300])))
+    assert top[0] == top[2] == -top[1] and 0 < top[0] < codec.max_abs_share
