@@ -25,10 +25,10 @@ as f + Z:
   dp-accounting's ``rdp_privacy_accountant.compute_epsilon``. Its first term is
   the Gaussian RDP of variance v; the second is what integrality costs.
 
-Sensitivity on the grid: a real sensitivity Delta (data units) on a grid of step
-2^-f becomes :func:`grid_sensitivity` steps -- floor(Delta 2^f) + 1, because
-rounding both neighbouring sums to the grid can move them apart by up to one
-more step.
+Sensitivity on the grid: the functions here take the sensitivity in whole grid
+steps; the one conversion from a site's charged float sensitivity (which already
+holds the rounding onto the grid) is
+:func:`privadapt.common.mechanisms.discrete_laplace.grid_steps`.
 """
 
 from __future__ import annotations
@@ -45,18 +45,6 @@ from privadapt.common.discrete_noise import as_rational
 DEFAULT_VALUE_DISCRETIZATION = 1e-4
 #: Integer Renyi orders for the Skellam bound (it holds for integer alpha > 1).
 SKELLAM_ORDERS: tuple[int, ...] = tuple(range(2, 64)) + tuple(range(64, 1025, 8))
-
-
-def grid_sensitivity(sensitivity: float | Fraction, fractional_bits: int) -> int:
-    """Integer sensitivity, in steps of 2^-fractional_bits, of a sum of real
-    sensitivity ``sensitivity`` rounded to the grid: |round(a) - round(b)| <=
-    |a - b| + 1 step, an integer, so at most floor(Delta 2^f) + 1 (exact
-    arithmetic: the float's binary value)."""
-    exact = Fraction(sensitivity)
-    if exact < 0 or not 0 <= fractional_bits <= 62:
-        raise ValueError(f"need sensitivity >= 0 and fractional bits in [0, 62], got "
-                         f"{sensitivity!r}, {fractional_bits!r}")
-    return math.floor(exact * 2**fractional_bits) + 1
 
 
 def _check_release(sensitivity: int, count: int) -> None:

@@ -15,7 +15,6 @@ from privadapt.common.discrete_accounting import (
     discrete_laplace_epsilon,
     discrete_laplace_pld,
     discrete_laplace_pure_epsilon,
-    grid_sensitivity,
     skellam_epsilon,
     skellam_rdp,
 )
@@ -101,12 +100,6 @@ def test_skellam_costs_slightly_more_than_the_gaussian_of_its_variance():
     assert gaussian.get_epsilon(1e-5) <= skellam <= 1.01 * gaussian.get_epsilon(1e-5)
 
 
-@pytest.mark.parametrize("sensitivity,bits,steps", [
-    (1.0, 0, 2), (0.5, 1, 2), (0.3, 4, 5), (0.0, 10, 1), (3, 2, 13)])
-def test_grid_sensitivity_adds_one_step_for_rounding(sensitivity, bits, steps):
-    assert grid_sensitivity(sensitivity, bits) == steps
-
-
 @pytest.mark.parametrize("call", [
     lambda: discrete_laplace_pure_epsilon(0, 1),
     lambda: discrete_laplace_pure_epsilon(2, 0),
@@ -116,8 +109,6 @@ def test_grid_sensitivity_adds_one_step_for_rounding(sensitivity, bits, steps):
     lambda: discrete_gaussian_epsilon(float("nan"), 1, 1e-5),
     lambda: skellam_rdp(0.0, 1.0, 1.0),
     lambda: skellam_rdp(1.0, 1.0, 1.0, (1.5,)),
-    lambda: grid_sensitivity(-1.0, 3),
-    lambda: grid_sensitivity(1.0, 63),
 ])
 def test_accounting_refuses_bad_parameters(call):
     with pytest.raises(ValueError):
