@@ -249,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--selection", action="store_true",
                         help="without the levers: source-only, noisy GD, non-private, after, "
                              "smooth, selected and oracle (its own CSV)")
+    parser.add_argument("--selected-only", action="store_true",
+                        help="with --selection: source-only, non-private, selected and oracle "
+                             "only (the selection's own table, faster)")
     parser.add_argument("--selection-share", type=float, default=None,
                         help="SelectedAdaptation's selection_share (default: its own)")
     parser.add_argument("--tasks", default=None,
@@ -266,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         methods = ("source-only", "non-private", "before", "after", SMOOTH, SELECTED, ORACLE)
     elif args.selection:
         methods = ("source-only", "noisy GD", "non-private", "after", SMOOTH, SELECTED, ORACLE)
+        if args.selected_only:
+            methods = ("source-only", "non-private", SELECTED, ORACLE)
     started = time.perf_counter()
     rows = []
     chosen_tasks = None if args.tasks is None else set(args.tasks.split(","))
