@@ -31,14 +31,14 @@ c, composed by the ledgers' own accountant (``PrivacyAccountant``, that
 method, replace-one), give at most epsilon at the job's delta, and at least
 (1 - 1%) epsilon (server/estimators/joint_calibration.py, ``calibrate_scale``:
 a few runs of this same fit on stand-ins that answer zeros, the planning of
-``launch --dry-run``). The guarantee: the job is an adaptive composition of
-exactly those releases, each a mechanism fixed before it runs, so by the
-accountant's composition theorem (PLD: Koskela et al. 2020 / Doroshenko et
-al. 2022, the dp_accounting library; adaptive composition holds because every
-mechanism is fixed in advance) the job is (epsilon_total, delta)-DP with
-epsilon_total <= epsilon. "Exactly those" needs the release sequence to be
-data-independent, which it is here: noisy GD runs its fixed T; the adapters'
-T ("auto") is a function of (epsilon_i, delta_i, the public sizes n, d); every
+``launch --dry-run``). c is a function of public values only (computed
+before any site is asked), so choosing it costs nothing. The guarantee: the
+job is an adaptive composition of exactly those releases, each a mechanism
+fixed before it runs, so by the accountant's composition theorem (the PLD's
+of the dp_accounting library) it is (epsilon_total, delta)-DP with
+epsilon_total <= epsilon. "Exactly those" needs a data-independent release
+sequence, which this job has: noisy GD runs its fixed T; the adapters' T
+("auto") is a function of (epsilon_i, delta_i, the public sizes n, d); every
 noise multiplier comes from (epsilon_i, delta_i, T) and every sensitivity
 from the public clipping, ``loss_bound`` (public, below) and the public part
 sizes; the selection is one release whose answer is used only after it
