@@ -9,7 +9,12 @@ import pytest
 
 from privadapt import Dataset, LocalFederation
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.wire import params_to_proto
 from privadapt.server.estimators import InvalidParameterError
+from privadapt.server.estimators.joint_calibration import composed_epsilon
+from privadapt.server.job_spec import hyperparameters
+from privadapt.server.planning_federation import plan_releases
 from privadapt.server.privacy_plan import charged_at_site
 from tests.server.estimators.test_selected_adaptation import PUBLIC, parts, selector, sites
 
@@ -104,3 +109,19 @@ def test_calibration_asks_nothing_of_the_sites():
         model = selector(iterations=5).fit(federation, None, PUBLIC)
         charged = len(federation.privacy_spent()["site-1"].mechanisms)
     assert charged == len(model.joint_calibration_.releases) == 6
+
+
+def test_the_dry_run_plans_the_calibrated_job():
+    """``launch --dry-run`` (plan_releases) runs the job, calibration included,
+    on stand-ins: its plan composes to the job's epsilon within the window,
+    the releases on each record part as the sites will see them."""
+    spec = pb.JobSpec(algorithm="selected_adaptation", epsilon=2.0, delta=1e-6,
+                      sites=["a", "b"], seed=3)
+    params_to_proto({"loss": "logistic", "radius": 8.0, "iterations": 6, "loss_bound": 2.0,
+                     "candidates": "noisy_gd,pncnvx_adap_smooth", "adapter_iterations": 4},
+                    spec.hyperparameters)
+    public = Dataset(*PUBLIC, tuple(f"x{i}" for i in range(DIM)))
+    releases = plan_releases(spec, hyperparameters(spec), {"a": 400, "b": 300}, DIM, public)
+    assert len(releases) == 6 + 4 + 1
+    assert {r.records.part for r in releases} == {"train", "validation"}
+    assert 0.99 * 2.0 <= composed_epsilon(releases, 1e-6, DIM) <= 2.0
