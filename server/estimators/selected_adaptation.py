@@ -9,25 +9,53 @@ different norm guesses, and Appendix E's confidence boosting, whose
 report-noisy-max over chunks is the same shape; the release and its
 derivation are ``server/algorithms/private_selection.py``).
 
-Budget plan (basic composition; the numbers every ledger line is checked
-against). With ``selection_share`` s and M named private candidates:
+Budget plan. With ``selection_share`` s, M named private candidates and a
+scale c (below):
 
-* each candidate learner: (epsilon_c, delta_c) = ((1 - s) epsilon / M, (1 - s) delta / M),
+* each candidate learner: (c (1 - s) epsilon / M, (1 - s) delta / M),
   trained on ``train_federation`` (its noise calibrated to exactly that);
-* the selection: (s epsilon, s delta), one release on ``validation_federation``;
+* the selection: (c s epsilon, s delta), one release on ``validation_federation``;
 * the source-only model: (0, 0), it reads only public data.
 
-The M + 1 budgets add up to (epsilon, delta), so by sequential composition
-(Dwork and Roth 2014, Thm. 3.16) the job is (epsilon, delta)-DP whatever
-records each part holds. The sites' ledgers compose the same releases with
-the PLD accountant, which is tighter than basic composition of releases each
-calibrated to its (epsilon_i, delta_i) by far more than its discretisation
-error: a site's ledger total for the job at delta comes out below epsilon
-(0.57 at epsilon 1 with two candidates; the tests check <= epsilon). That the two parts
-hold disjoint records would allow parallel composition (max instead of sum);
-it is not used, so the plan is sound even if a site's parts overlap. The
-index chosen, ``coef_`` and every fitted attribute are post-processing of
-these releases and of public data.
+``composition="basic"`` (c = 1, the plan before joint calibration, kept
+bit for bit so older results reproduce): the M + 1 budgets add up to
+(epsilon, delta), so by sequential composition (Dwork and Roth 2014, Thm.
+3.16) the job is (epsilon, delta)-DP whatever records each part holds. The
+sites' ledgers compose the same releases with the PLD accountant, far
+tighter: a site's total for the job at delta came to 0.57 epsilon at epsilon
+1 with two candidates, so 43% of the budget bought nothing.
+
+``composition="pld"`` (default; "rdp" for sites whose ledgers account by
+RDP): c is the largest factor found for which the releases the job makes at
+c, composed by the ledgers' own accountant (``PrivacyAccountant``, that
+method, replace-one), give at most epsilon at the job's delta, and at least
+(1 - 1%) epsilon (server/estimators/joint_calibration.py, ``calibrate_scale``:
+a few runs of this same fit on stand-ins that answer zeros, the planning of
+``launch --dry-run``). c is a function of public values only (computed
+before any site is asked), so choosing it costs nothing. The guarantee: the
+job is an adaptive composition of exactly those releases, each a mechanism
+fixed before it runs, so by the accountant's composition theorem (the PLD's
+of the dp_accounting library) it is (epsilon_total, delta)-DP with
+epsilon_total <= epsilon. "Exactly those" needs a data-independent release
+sequence, which this job has: noisy GD runs its fixed T; the adapters' T
+("auto") is a function of (epsilon_i, delta_i, the public sizes n, d); every
+noise multiplier comes from (epsilon_i, delta_i, T) and every sensitivity
+from the public clipping, ``loss_bound`` (public, below) and the public part
+sizes; the selection is one release whose answer is used only after it
+(its margin and choice are post-processing). The stand-ins' zero answers
+therefore change no release: the fit on the sites repeats the plan release
+for release (the tests compare every ledger's charges with it). Each site
+recomputes each sensitivity from its own clipping and grid and charges no
+more than declared (the algorithms declare the coarsest grid and
+``SIZING_RECORDS``), so its ledger total is at most epsilon_total. Why
+replace-one only: the job reads the sites' public sizes, which every
+federation refuses for a site that accounts under add/remove, so every site
+of a running job accounts under replace-one.
+
+Either way, the two parts holding disjoint records would allow parallel
+composition (max instead of sum); it is not used, so the plan is sound even
+if a site's parts overlap. The index chosen, ``coef_`` and every fitted
+attribute are post-processing of these releases and of public data.
 
 Utility (the issue's "never worse than the free baseline"). Candidate 0 is
 the source-only model and ``baseline_confidence`` beta keeps it unless
@@ -47,16 +75,8 @@ and its Eq. for tau_j; the plain bound suffices here. The price is that an
 improvement smaller than m / n_val on the validation mean is not taken: at
 small n or epsilon the job delivers the source-only model, as it should.
 
-The clip L (``loss_bound``). The margin grows with L (sigma = z sqrt(K) L),
-so a worst-case L wastes the selection: on the synthetic regression the
-losses are about 0.01 and L = 1 kept the source-only model at epsilon 10,
-n = 2000, where the oracle's choice has half its MSE. ``"auto"`` sets L to
-the 95th percentile of the source-only model's per-record losses on the
-public source: a function of public data only, so the release's sensitivity
-(L per record, the kernel's) and the guarantee above are unchanged. Records
-whose loss exceeds L count as L, which understates the badness of a model
-that fails on them (the shift may make source-only such a model): the
-selection then errs towards keeping candidate 0, the safe side.
+The clip L (``loss_bound``, "auto" by default: a quantile of the free
+model's public losses, so public) is derived in selection_candidates.py.
 
 Default ``selection_share`` 0.25, measured (experiments/adapter_study.py,
 README): at 0.1 the selection kept the source-only model at epsilon 1 on
@@ -67,16 +87,16 @@ there at epsilon 1-3) without changing which model was chosen.
 
 from __future__ import annotations
 
-import difflib
 import math
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from privadapt.common.accounting import epsilon_spent
+from privadapt.common.accounting import AccountingMethod
 from privadapt.common.federation import Federation
-from privadapt.common.losses import loss_values
-from privadapt.server.algorithms.private_selection import private_selection
+from privadapt.server.algorithms.private_selection import SelectionResult, private_selection
 from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.estimators.base import (
     CALIBRATION,
@@ -86,10 +106,8 @@ from privadapt.server.estimators.base import (
     NON_NEGATIVE,
     POSITIVE,
     VALIDATION_FRACTION,
-    Constraint,
     Constraints,
     Interval,
-    InvalidParameterError,
     Options,
     PrivateEstimator,
     PublicSource,
@@ -97,78 +115,25 @@ from privadapt.server.estimators.base import (
     require_public_arrays,
 )
 from privadapt.server.estimators.gradient_descent import NoisyGD
+from privadapt.server.estimators.joint_calibration import (
+    JointCalibration,
+    calibrate_scale,
+    stand_in,
+)
 from privadapt.server.estimators.linear_model import LinearModelMixin
-from privadapt.server.estimators.reweighting import PCnvxAdap, PNCnvxAdap
+from privadapt.server.estimators.selection_candidates import (
+    CANDIDATE_IDS,
+    DEFAULT_CANDIDATES,
+    SOURCE_ONLY,
+    CandidateList,
+    auto_loss_bound,
+    candidate_learner,
+    parse_candidates,
+)
+from privadapt.server.estimators.step_privacy import charges_so_far, report_delta, step_epsilon
 
-SOURCE_ONLY = "source_only"
-# Every candidate a job can name, in a fixed order: model_arrays reports the
-# candidates as positions in this tuple (the wire carries numbers only), so it
-# only ever grows at the end.
-CANDIDATE_IDS = (SOURCE_ONLY, "noisy_gd", "pcnvx_adap", "pcnvx_adap_smooth", "pncnvx_adap",
-                 "pncnvx_adap_smooth")
-DEFAULT_CANDIDATES = "noisy_gd,pncnvx_adap_smooth"
-# loss_bound="auto" (auto_loss_bound): a quantile of the free model's public losses.
-AUTO_LOSS_QUANTILE = 0.95
-MIN_AUTO_LOSS_BOUND = 1e-6
-# PCnvxAdap minimises the squared loss only.
-_SQUARED_ONLY = frozenset({"pcnvx_adap", "pcnvx_adap_smooth"})
-# The reweighting adapters: each site keeps their weights u as the job's
-# state (common/kernels/reweighted_gradient.py, one state per job id), so a
-# job can run one of them; a second would find the site's weights at the
-# first one's last step and be refused.
-_SITE_STATE = frozenset({"pcnvx_adap", "pcnvx_adap_smooth", "pncnvx_adap", "pncnvx_adap_smooth"})
-
-
-def parse_candidates(text: str, loss: str, who: str = "SelectedAdaptation") -> list[str]:
-    """The named private candidates of ``text`` ("a,b,c"), in order, or
-    InvalidParameterError naming the first bad one (with the closest known name)."""
-    names = [name.strip() for name in text.split(",")]
-    known = CANDIDATE_IDS[1:]
-    if not names or any(not name for name in names):
-        raise InvalidParameterError(f"{who}: parameter 'candidates' must be a comma-separated "
-                                    f"list of names among {list(known)}; got {text!r}")
-    for name in names:
-        if name == SOURCE_ONLY:
-            raise InvalidParameterError(f"{who}: {SOURCE_ONLY!r} is always candidate 0 (it is "
-                                        "free); name only the private candidates")
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise InvalidParameterError(f"{who}: unknown candidate {name!r}{hint}; known: "
-                                        f"{list(known)}")
-        if name in _SQUARED_ONLY and loss != "squared":
-            raise InvalidParameterError(f"{who}: candidate {name!r} needs loss 'squared' "
-                                        f"(PCnvxAdap's F is a squared loss); got {loss!r}")
-    if len(set(names)) != len(names):
-        raise InvalidParameterError(f"{who}: parameter 'candidates' names a learner twice: "
-                                    f"{text!r}")
-    stateful = [name for name in names if name in _SITE_STATE]
-    if len(stateful) > 1:
-        raise InvalidParameterError(
-            f"{who}: at most one reweighting adapter per job, got {stateful}: each site keeps "
-            "one set of reweighting weights per job (the reweighted_gradient kernel's state)")
-    return names
-
-
-class CandidateList(Constraint):
-    """A comma-separated string of known candidate names (a job's
-    hyperparameter is a scalar; ``fit`` says which name is wrong and why)."""
-
-    def is_satisfied_by(self, value: Any) -> bool:
-        if not isinstance(value, str):
-            return False
-        names = [name.strip() for name in value.split(",")]
-        return (all(name in CANDIDATE_IDS[1:] for name in names)
-                and len(set(names)) == len(names)
-                and sum(name in _SITE_STATE for name in names) <= 1)
-
-    @property
-    def wire_types(self) -> tuple[type, ...]:
-        return (str,)
-
-    def __str__(self) -> str:
-        return (f"a comma-separated list of distinct names among {list(CANDIDATE_IDS[1:])}, "
-                "at most one of them a reweighting adapter")
+# composition -> the accountant the joint calibration composes with (module docstring).
+COMPOSITIONS = {"pld": AccountingMethod.PLD, "rdp": AccountingMethod.RDP}
 
 
 class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
@@ -186,14 +151,19 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
     validation loss is clipped to [0, L]; "auto": the 95th percentile of
     the source-only model's losses on the public source, module
     docstring), ``baseline_confidence`` beta,
-    ``calibration`` and ``seed`` (the adapters' coordinator randomness).
+    ``calibration`` and ``seed`` (the adapters' coordinator randomness),
+    ``composition`` ("pld", "rdp" or "basic": how the sub-budgets are
+    sized, module docstring).
 
     Fitted: ``coef_`` (the delivered model), ``chosen_`` (its name),
     ``candidate_names_`` (source_only first), ``best_index_`` (into them),
     ``candidates_`` (their coefficients, stacked), ``learners_`` (the fitted
     private candidates), ``noisy_losses_`` (noisy mean clipped validation
     losses; None if the site selected itself), ``margin_``, ``budget_plan_``
-    (name -> planned (epsilon, delta), "selection" included),
+    (name -> planned (epsilon, delta), "selection" included, at the scale
+    ``budget_scale_``), ``joint_calibration_`` (the
+    :class:`~.joint_calibration.JointCalibration`: the scale, the planned
+    releases and their composed epsilon; None for "basic" or without noise),
     ``loss_bound_`` (the L used), ``candidate_privacy_`` (name -> each
     site's epsilon for that step's releases at its planned delta, from the
     site's ledger view),
@@ -215,6 +185,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         "baseline_confidence": [Interval(float, 0, 1, closed="neither"), None],
         "calibration": CALIBRATION, "seed": [Interval(int, 0, math.inf, closed="left"), None],
         "validation_fraction": VALIDATION_FRACTION,
+        "composition": [Options("pld", "rdp", "basic")],
     }
 
     def __init__(
@@ -241,6 +212,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         calibration: str = "accountant",
         seed: int | None = None,
         validation_fraction: float = 0.25,
+        composition: str = "pld",
     ) -> None:
         self.loss = loss
         self.radius = radius
@@ -263,40 +235,24 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         self.calibration = calibration
         self.seed = seed
         self.validation_fraction = validation_fraction
+        self.composition = composition
 
     def _prediction_loss(self) -> str:
         return self.loss
 
-    def budget_plan(self) -> dict[str, tuple[float, float]]:
-        """name -> (epsilon, delta) of each step (module docstring); they add
-        up to the job's (epsilon, delta). Without noise (epsilon = inf) every
-        step is (inf, 0)."""
+    def budget_plan(self, scale: float = 1.0) -> dict[str, tuple[float, float]]:
+        """name -> (epsilon, delta) of each step (module docstring), every
+        epsilon times ``scale``; at scale 1 they add up to the job's (epsilon,
+        delta) (the "basic" plan). Without noise (epsilon = inf) every step is
+        (inf, 0)."""
         names = parse_candidates(self.candidates, self.loss)
         if math.isinf(self.epsilon):
             return {**{name: (math.inf, 0.0) for name in names}, "selection": (math.inf, 0.0)}
         share = (1.0 - self.selection_share) / len(names)
-        plan = {name: (share * self.epsilon, share * self.delta) for name in names}
-        plan["selection"] = (self.selection_share * self.epsilon,
+        plan = {name: (scale * share * self.epsilon, share * self.delta) for name in names}
+        plan["selection"] = (scale * self.selection_share * self.epsilon,
                              self.selection_share * self.delta)
         return plan
-
-    def _learner(self, name: str, epsilon: float, delta: float) -> PrivateEstimator:
-        """The unfitted candidate ``name`` at its budget."""
-        if name == "noisy_gd":
-            return NoisyGD(loss=self.loss, epsilon=epsilon, delta=delta,
-                           iterations=self.iterations, learning_rate=self.learning_rate,
-                           radius=self.radius, clip_norm=self.clip_norm,
-                           calibration=self.calibration)
-        shared = {"alpha": self.alpha, "epsilon": epsilon, "delta": delta,
-                  "feature_norm": self.feature_norm, "label_bound": self.label_bound,
-                  "radius": self.radius, "iterations": self.adapter_iterations,
-                  "mu": self.mu, "step_scale": self.step_scale, "calibration": self.calibration,
-                  "step_sizes": "noise_aware_smooth" if name.endswith("_smooth")
-                  else "noise_aware"}
-        if name.startswith("pcnvx_adap"):
-            return PCnvxAdap(k1=self.penalty, k2=self.penalty, kinf=self.penalty, **shared)
-        return PNCnvxAdap(loss=self.loss, l1=self.penalty, l2=self.penalty, linf=self.penalty,
-                          seed=self.seed, **shared)
 
     def fit(
         self,
@@ -311,7 +267,10 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         "validation" record parts of the one federation given, split at
         ``validation_fraction`` under the job id as salt
         (common/record_parts.py: each site splits its own records by a
-        content hash; the coordinator never learns which record is where)."""
+        content hash; the coordinator never learns which record is where).
+        With ``composition`` "pld" or "rdp" the budgets are first calibrated
+        jointly on stand-ins of the two (module docstring); nothing is asked
+        of the sites until then."""
         name = type(self).__name__
         if isinstance(self.candidates, str):  # first: its message names the bad candidate
             parse_candidates(self.candidates, self.loss, name)
@@ -322,47 +281,80 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
                 train_federation, self.validation_fraction, name)
         features, labels = require_public_arrays(public_source, name)
         source_only = fit_linear(features, labels, self.loss, self.radius)  # free: public only
-        plan = self.budget_plan()
-        learners, privacy = {}, {}
-        for candidate in names:
-            epsilon, delta = plan[candidate]
-            before = _charges(train_federation)
-            learner = self._learner(candidate, epsilon, delta)
-            if isinstance(learner, NoisyGD):
-                learner.fit(train_federation, public_source)
-            else:
-                learner.fit(train_federation, public_source, initial_weights=source_only)
-            learners[candidate] = learner
-            privacy[candidate] = _step_epsilon(train_federation, before, delta)
-        self.train_privacy_ = train_federation.privacy_spent(_report_delta(self.delta))
-        epsilon, delta = plan["selection"]
-        before = _charges(validation_federation)
-        coefficients = np.stack([source_only, *(learners[c].coef_ for c in names)])
         loss_bound = self.loss_bound
         if loss_bound == "auto":
             loss_bound = auto_loss_bound(self.loss, source_only, features, labels)
-        result = private_selection(
-            validation_federation, candidates=coefficients, loss=self.loss,
-            loss_bound=loss_bound, epsilon=epsilon, delta=delta,
-            baseline_confidence=self.baseline_confidence)
-        privacy["selection"] = _step_epsilon(validation_federation, before, delta)
+        context = _Context(names, source_only, public_source, loss_bound)
+        calibration = None
+        if self.composition in COMPOSITIONS and math.isfinite(self.epsilon) and self.delta > 0:
+            calibration = self._calibrate(train_federation, validation_federation, context)
+        plan = self.budget_plan(1.0 if calibration is None else calibration.scale)
+        run = self._train_and_select(train_federation, validation_federation, context, plan)
         self.candidate_names_ = [SOURCE_ONLY, *names]
-        self.candidates_ = coefficients
-        self.learners_ = learners
-        self.best_index_ = result.best_index
-        self.chosen_ = self.candidate_names_[result.best_index]
-        self.coef_ = coefficients[result.best_index]
-        self.noisy_losses_ = (None if result.noisy_loss_sums is None
-                              else result.noisy_loss_sums / result.num_records)
+        self.candidates_ = run.coefficients
+        self.learners_ = run.learners
+        self.best_index_ = run.result.best_index
+        self.chosen_ = self.candidate_names_[run.result.best_index]
+        self.coef_ = run.coefficients[run.result.best_index]
+        self.noisy_losses_ = (None if run.result.noisy_loss_sums is None
+                              else run.result.noisy_loss_sums / run.result.num_records)
         self.loss_bound_ = loss_bound
-        self.margin_ = result.margin
-        self.num_validation_records_ = result.num_records
-        self.selection_method_ = result.method
+        self.margin_ = run.result.margin
+        self.num_validation_records_ = run.result.num_records
+        self.selection_method_ = run.result.method
         self.budget_plan_ = plan
-        self.candidate_privacy_ = privacy
-        self.privacy_ = validation_federation.privacy_spent(_report_delta(self.delta))
+        self.budget_scale_ = 1.0 if calibration is None else calibration.scale
+        self.joint_calibration_ = calibration
+        self.candidate_privacy_ = run.privacy
+        self.train_privacy_ = run.train_privacy
+        self.privacy_ = validation_federation.privacy_spent(report_delta(self.delta))
         self.n_features_in_ = features.shape[1]
         return self
+
+    def _calibrate(self, train_federation: Federation, validation_federation: Federation,
+                   context: _Context) -> JointCalibration:
+        """The joint calibration of this job's budgets: this same fit, at each
+        scale tried, on stand-ins of the two federations (module docstring)."""
+        def releases_at(scale: float) -> list:
+            train_recorder, train_view = stand_in(train_federation)
+            validation_recorder, validation_view = stand_in(validation_federation)
+            self._train_and_select(train_view, validation_view, context,
+                                   self.budget_plan(scale))
+            return [*train_recorder.releases, *validation_recorder.releases]
+
+        return calibrate_scale(releases_at, epsilon=self.epsilon, delta=self.delta,
+                               dim=train_federation.dim,
+                               method=COMPOSITIONS[self.composition])
+
+    def _train_and_select(self, train_federation: Federation,
+                          validation_federation: Federation, context: _Context,
+                          plan: Mapping[str, tuple[float, float]]) -> _Run:
+        """Every candidate trained at its planned budget, then the selection:
+        the job's releases, in order (on the sites, or on stand-ins)."""
+        settings = self.get_params()
+        learners, privacy = {}, {}
+        for candidate in context.names:
+            epsilon, delta = plan[candidate]
+            before = charges_so_far(train_federation)
+            learner = candidate_learner(candidate, settings, epsilon, delta)
+            if isinstance(learner, NoisyGD):
+                learner.fit(train_federation, context.public_source)
+            else:
+                learner.fit(train_federation, context.public_source,
+                            initial_weights=context.source_only)
+            learners[candidate] = learner
+            privacy[candidate] = step_epsilon(train_federation, before, delta)
+        train_privacy = train_federation.privacy_spent(report_delta(self.delta))
+        epsilon, delta = plan["selection"]
+        before = charges_so_far(validation_federation)
+        coefficients = np.stack([context.source_only,
+                                 *(learners[c].coef_ for c in context.names)])
+        result = private_selection(
+            validation_federation, candidates=coefficients, loss=self.loss,
+            loss_bound=context.loss_bound, epsilon=epsilon, delta=delta,
+            baseline_confidence=self.baseline_confidence)
+        privacy["selection"] = step_epsilon(validation_federation, before, delta)
+        return _Run(learners, coefficients, result, privacy, train_privacy)
 
     def model_arrays(self) -> dict[str, np.ndarray]:
         """weights (the delivered model), candidates (all K, source-only first),
@@ -381,37 +373,27 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         return model
 
 
-def auto_loss_bound(loss: str, source_only: np.ndarray, features: np.ndarray,
-                    labels: np.ndarray) -> float:
-    """L = the ``AUTO_LOSS_QUANTILE`` quantile of the source-only model's
-    per-record losses on the public source (at least ``MIN_AUTO_LOSS_BOUND``):
-    computed from public data only, so it is a public parameter of the
-    release and costs nothing (module docstring)."""
-    losses = loss_values(loss, np.asarray(features, float) @ source_only,
-                         np.asarray(labels, float))
-    return max(float(np.quantile(losses, AUTO_LOSS_QUANTILE)), MIN_AUTO_LOSS_BOUND)
+@dataclass(frozen=True)
+class _Context:
+    """What every run of the job shares: public, computed once per fit."""
+
+    names: list[str]
+    source_only: np.ndarray
+    public_source: PublicSource
+    loss_bound: float
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One run's fitted candidates, selection and privacy lines."""
+
+    learners: dict[str, PrivateEstimator]
+    coefficients: np.ndarray
+    result: SelectionResult
+    privacy: dict[str, dict[str, float]]
+    train_privacy: dict
 
 
 def candidate_names(candidate_ids: np.ndarray) -> list[str]:
     """The names of a job result's ``candidate_ids`` (the inverse of model_arrays)."""
     return [CANDIDATE_IDS[int(i)] for i in np.asarray(candidate_ids).ravel()]
-
-
-def _report_delta(delta: float) -> float | None:
-    return None if delta == 0 else delta  # the noise-free run: each site's cap delta
-
-
-def _charges(federation: Federation) -> dict[str, int]:
-    """How many releases each site's ledger holds for the job so far."""
-    return {site: len(spent.mechanisms) for site, spent in federation.privacy_spent().items()}
-
-
-def _step_epsilon(federation: Federation, before: dict[str, int], delta: float
-                  ) -> dict[str, float]:
-    """Each site's epsilon at ``delta`` for the releases charged since ``before``
-    (one step's own privacy line; inf for the noise-free run)."""
-    if delta == 0:
-        return {site: math.inf for site in before}
-    spent = federation.privacy_spent()
-    return {site: epsilon_spent(spent[site].mechanisms[before.get(site, 0):], delta).epsilon
-            for site in spent}

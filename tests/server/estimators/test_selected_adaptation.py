@@ -12,12 +12,8 @@ import pytest
 from privadapt import Dataset, LocalFederation
 from privadapt.common.record_parts import RecordPart
 from privadapt.server.estimators import InvalidParameterError, clone
-from privadapt.server.estimators.selected_adaptation import (
-    CANDIDATE_IDS,
-    SOURCE_ONLY,
-    SelectedAdaptation,
-    candidate_names,
-)
+from privadapt.server.estimators.selected_adaptation import SelectedAdaptation, candidate_names
+from privadapt.server.estimators.selection_candidates import CANDIDATE_IDS, SOURCE_ONLY
 
 DIM = 5
 TARGET = np.array([1.0, -2.0, 0.5, 1.5, 1.0])
@@ -60,9 +56,9 @@ def selector(**params):
 PUBLIC = logistic(2000, SOURCE, seed=99)
 
 
-def test_the_whole_job_costs_the_plan_and_at_most_epsilon():
+def test_basic_composition_costs_the_basic_plan_and_at_most_epsilon():
     model = selector(epsilon=2.0, candidates="noisy_gd,pncnvx_adap_smooth",
-                     adapter_iterations=10, selection_share=0.3)
+                     adapter_iterations=10, selection_share=0.3, composition="basic")
     plan = model.budget_plan()
     assert sum(e for e, _ in plan.values()) == pytest.approx(2.0)
     assert sum(d for _, d in plan.values()) == pytest.approx(DELTA)
@@ -70,6 +66,7 @@ def test_the_whole_job_costs_the_plan_and_at_most_epsilon():
     with parts(1200, seed=0) as (train, validation):
         model.fit(train, validation, PUBLIC)
     assert model.budget_plan_ == plan
+    assert model.budget_scale_ == 1.0 and model.joint_calibration_ is None
     for step, (epsilon, _) in plan.items():  # each step's own releases, at its own delta
         for spent in model.candidate_privacy_[step].values():
             assert spent <= epsilon
@@ -77,6 +74,17 @@ def test_the_whole_job_costs_the_plan_and_at_most_epsilon():
     for spent in model.privacy_.values():  # one ledger per site, the whole job at delta
         assert spent.job.epsilon <= 2.0
     assert model.privacy_.keys() == model.train_privacy_.keys()
+
+
+def test_basic_composition_keeps_the_previous_ledger_total():
+    """composition="basic" is the plan before joint calibration: the ledger
+    total the previous code left (0.57 epsilon at epsilon 1, two candidates)."""
+    with LocalFederation.from_datasets(sites(1200, 1), noise_seed=1, epsilon_cap=20.0,
+                                       delta_cap=1e-3, job_id="job-basic") as federation:
+        model = selector(candidates="noisy_gd,pncnvx_adap_smooth", adapter_iterations=10,
+                         composition="basic").fit(federation, None, PUBLIC)
+    for spent in model.privacy_.values():
+        assert spent.job.epsilon == pytest.approx(0.5688757335719412, rel=1e-9)
 
 
 def test_tiny_n_keeps_the_free_source_only_model():
