@@ -14,6 +14,7 @@ from privadapt.server.estimators.base import (
     PrivateEstimator,
     clone,
 )
+from privadapt.server.estimators.confidence_boosting import ConfidenceBoosting
 from privadapt.server.estimators.discrepancy import PrivateDiscrepancy
 from privadapt.server.estimators.discrepancy_minimization import PrivateDiscrepancyMinimization
 from privadapt.server.estimators.frank_wolfe import DPFrankWolfe, DPFrankWolfeTransfer
@@ -30,6 +31,7 @@ from privadapt.server.estimators.source_target_clustering import (
 )
 
 __all__ = [
+    "ConfidenceBoosting",
     "DPFrankWolfe",
     "DPFrankWolfeTransfer",
     "InvalidParameterError",
