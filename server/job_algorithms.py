@@ -30,6 +30,7 @@ from privadapt.server.estimators.base import describe, satisfies
 from privadapt.server.estimators.confidence_boosting import ConfidenceBoosting
 from privadapt.server.estimators.discrepancy_minimization import PrivateDiscrepancyMinimization
 from privadapt.server.estimators.frank_wolfe import DPFrankWolfeTransfer
+from privadapt.server.estimators.output_perturbation import OutputPerturbation
 from privadapt.server.estimators.private_kmeans import PrivateLloydKMeans
 from privadapt.server.estimators.private_mixture import PrivateGaussianMixtureSampler
 from privadapt.server.estimators.selected_adaptation import SelectedAdaptation
@@ -56,6 +57,8 @@ ALGORITHMS: dict[str, type[PrivateEstimator]] = {
     "dp_mixture": PrivateGaussianMixtureSampler,
     # seed 004 App. E: one model per site (charged there only), selected on the validation parts
     "confidence_boosting": ConfidenceBoosting,
+    # seed 004's output perturbation: one noisy regularised-ERM release per site
+    "output_perturbation": OutputPerturbation,
 }
 
 # Estimator parameters a job takes from its JobSpec, never from [hyperparameters].

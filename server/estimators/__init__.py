@@ -20,6 +20,7 @@ from privadapt.server.estimators.discrepancy_minimization import PrivateDiscrepa
 from privadapt.server.estimators.frank_wolfe import DPFrankWolfe, DPFrankWolfeTransfer
 from privadapt.server.estimators.gradient_descent import NoisyGD, NoisySGD
 from privadapt.server.estimators.grid_search import PrivateGridSearch
+from privadapt.server.estimators.output_perturbation import OutputPerturbation
 from privadapt.server.estimators.private_kmeans import PrivateLloydKMeans
 from privadapt.server.estimators.private_mixture import PrivateGaussianMixtureSampler
 from privadapt.server.estimators.reweighting import PCnvxAdap, PNCnvxAdap
@@ -40,6 +41,7 @@ __all__ = [
     "NoisyGD",
     "NoisySGD",
     "NotFittedError",
+    "OutputPerturbation",
     "PCnvxAdap",
     "PNCnvxAdap",
     "PrivateDiscrepancy",

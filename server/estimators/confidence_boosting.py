@@ -7,7 +7,8 @@ on each of S_1..S_m alone, and picks among the m models by report-noisy-max
 of their negated empirical risks on the held-out chunk S_{m+1}. In a
 federation the chunks are already there: the sites. Here
 
-* site k trains one model w_k with ``learner`` (noisy GD) on the "train"
+* site k trains one model w_k with ``learner`` (noisy GD or output
+  perturbation) on the "train"
   record part of its own records only, through a one-site view of the job
   (:class:`privadapt.common.federation.OneSiteView`: per-site releases asked
   of site k alone, charged to site k's ledger only);
@@ -35,7 +36,8 @@ records are the same in both worlds. Then:
   k). This is parallel composition across sites: every record lives at one
   site, so only the one model trained where it lives sees it.
 * w_k is (epsilon_t, delta_t)-DP in D_k: noisy GD calibrated to exactly
-  that budget (``server/algorithms/noisy_gd.py``).
+  that budget (``server/algorithms/noisy_gd.py``), or output perturbation's
+  one release calibrated to it (``server/algorithms/output_perturbation.py``).
 * the selection, for any fixed candidates, is (epsilon_s, delta_s)-DP in the
   union of the validation parts, hence in D_k; it takes w_k as an input, an
   adaptive choice, which sequential composition (Dwork and Roth 2014,
@@ -96,20 +98,25 @@ from privadapt.server.estimators.base import (
 )
 from privadapt.server.estimators.gradient_descent import NoisyGD
 from privadapt.server.estimators.linear_model import LinearModelMixin
+from privadapt.server.estimators.output_perturbation import OutputPerturbation
 from privadapt.server.estimators.selected_adaptation import auto_loss_bound
 
 SOURCE_ONLY = "source_only"
 #: The DP learners a site can train its model with (a job names one).
-LEARNERS = ("noisy_gd",)
+LEARNERS = ("noisy_gd", "output_perturbation")
 
 
 class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
     """One private model per site, privately selected with the free
     source-only model as candidate 0 (module docstring: plan, guarantee).
 
-    Hyperparameters: ``learner`` (``"noisy_gd"``) and its problem (``loss``
-    "logistic" or "squared", ``radius``, ``clip_norm``, ``iterations``,
-    ``learning_rate``, ``calibration``); ``epsilon``, ``delta`` (each site's
+    Hyperparameters: ``learner`` (``"noisy_gd"``, or
+    ``"output_perturbation"``: regularised ERM solved at the site and
+    released once, :class:`OutputPerturbation`) and its problem (``loss``
+    "logistic" or "squared", ``radius``, ``clip_norm``; noisy GD's
+    ``iterations``, ``learning_rate`` and ``calibration``; output
+    perturbation's ``regularization`` lambda and ``label_bound``, its
+    iterations sized by the site's public n); ``epsilon``, ``delta`` (each site's
     whole budget for the job); ``selection_share`` s; ``loss_bound`` L of
     the selection (each validation loss clipped to [0, L]; "auto": the 95th
     percentile of the source-only model's losses on the public source, as
@@ -133,7 +140,7 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         "learner": [Options(*LEARNERS)], "loss": [Options("logistic", "squared")],
         "radius": POSITIVE, "epsilon": EPSILON, "delta": DELTA,
         "clip_norm": POSITIVE, "iterations": ITERATIONS, "learning_rate": POSITIVE,
-        "calibration": CALIBRATION,
+        "calibration": CALIBRATION, "regularization": POSITIVE, "label_bound": POSITIVE,
         "selection_share": [Interval(float, 0, 1, closed="neither")],
         "loss_bound": [*POSITIVE, Options("auto")],
         "baseline_confidence": [Interval(float, 0, 1, closed="neither"), None],
@@ -152,6 +159,8 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         iterations: int = 100,
         learning_rate: float = 1.0,
         calibration: str = "accountant",
+        regularization: float = 10.0,
+        label_bound: float = 1.0,
         selection_share: float = 0.25,
         loss_bound: float | str = "auto",
         baseline_confidence: float | None = 0.1,
@@ -166,6 +175,8 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         self.iterations = iterations
         self.learning_rate = learning_rate
         self.calibration = calibration
+        self.regularization = regularization
+        self.label_bound = label_bound
         self.selection_share = selection_share
         self.loss_bound = loss_bound
         self.baseline_confidence = baseline_confidence
@@ -184,7 +195,11 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         return {"train": ((1 - share) * self.epsilon, (1 - share) * self.delta),
                 "selection": (share * self.epsilon, share * self.delta)}
 
-    def _site_learner(self, epsilon: float, delta: float) -> NoisyGD:
+    def _site_learner(self, epsilon: float, delta: float) -> NoisyGD | OutputPerturbation:
+        if self.learner == "output_perturbation":
+            return OutputPerturbation(loss=self.loss, regularization=self.regularization,
+                                      radius=self.radius, epsilon=epsilon, delta=delta,
+                                      clip_norm=self.clip_norm, label_bound=self.label_bound)
         return NoisyGD(loss=self.loss, epsilon=epsilon, delta=delta,
                        iterations=self.iterations, learning_rate=self.learning_rate,
                        radius=self.radius, clip_norm=self.clip_norm,
@@ -203,7 +218,7 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         train_part = RecordPart(TRAIN, self.validation_fraction, federation.job_id)
         plan = self.budget_plan()
         source_only = fit_linear(features, labels, self.loss, self.radius)  # free: public only
-        learners: dict[str, NoisyGD] = {}
+        learners: dict[str, NoisyGD | OutputPerturbation] = {}
         train_epsilon: dict[str, float] = {}
         epsilon, delta = plan["train"]
         for site in federation.site_sizes:

@@ -23,6 +23,7 @@ from privadapt.server.estimators import (
     SelectedAdaptation,
 )
 from privadapt.server.estimators.confidence_boosting import ConfidenceBoosting
+from privadapt.server.estimators.output_perturbation import OutputPerturbation
 from privadapt.server.estimators.private_kmeans import PrivateLloydKMeans
 from privadapt.server.estimators.private_mixture import PrivateGaussianMixtureSampler
 from privadapt.server.job_algorithms import (
@@ -54,7 +55,8 @@ def test_the_table_holds_estimator_classes():
             "selected_adaptation": SelectedAdaptation,
             "dp_lloyd_kmeans": PrivateLloydKMeans,
             "dp_mixture": PrivateGaussianMixtureSampler,
-            "confidence_boosting": ConfidenceBoosting} == ALGORITHMS
+            "confidence_boosting": ConfidenceBoosting,
+            "output_perturbation": OutputPerturbation} == ALGORITHMS
 
 
 def test_noisy_gd_schema_is_the_signature_minus_what_the_spec_sets():
