@@ -23,6 +23,22 @@ release per site, charged at that site only by the parallel composition of
 per-site ledgers; the delivered model is their average weighted by the
 public sizes (post-processing), and each site's model is kept.
 
+The regularisation lambda (``regularization="auto"``), a public rule.
+Write w_l for the regularised minimiser, w_0 for the unregularised one in the
+ball and b ~ N(0, sigma^2 I_d) for the noise, sigma = z 2G / lambda. For the
+sum-form loss F_0 (no regulariser), F_0(w_l) - F_0(w_0) <= (lambda / 2)
+(||w_0||^2 - ||w_l||^2) <= lambda R^2 / 2 (w_l minimises F_0 + lambda/2 ||.||^2),
+and by n beta_l-smoothness E F_0(w_l + b) - F_0(w_l) <= n beta_l d sigma^2 / 2
+(the first-order term has mean 0). The sum lambda R^2 / 2 + 2 n beta_l d z^2
+G^2 / lambda^2 is least at
+
+    lambda^3 = 8 n beta_l d z^2 G^2 / R^2,
+
+with n the public size (the mean over sites), z the noise multiplier; at
+least G / R (so the noise never needs to exceed the ball's scale), which is
+also what epsilon = inf takes. Every input is public, so the rule costs
+nothing.
+
 Sizing. The noise and the iteration count are sized for N, a public upper
 bound on the records a site holds: its public size, or, on a record part
 (``federation.records``), the largest n whose part has the public size seen
@@ -63,6 +79,7 @@ class OutputPerturbationResult:
     site_weights: dict[str, np.ndarray]
     noise_multiplier: float
     noise_std: float
+    regularization: float
     iterations: int
     tolerance: float
     privacy: dict[str, SitePrivacy] = field(default_factory=dict)
@@ -79,12 +96,22 @@ def record_bound(federation: Federation, size: int) -> int:
     return max(1, math.ceil((size + 1) / share))
 
 
+def auto_regularization(num_records: float, dim: int, noise_multiplier: float,
+                        lipschitz: float, smoothness: float, radius: float) -> float:
+    """lambda = max(G / R, (8 n beta_l d z^2 G^2 / R^2)^(1/3)) (module docstring)."""
+    floor = lipschitz / radius
+    if not math.isfinite(noise_multiplier):
+        return floor
+    cube = 8 * num_records * smoothness * dim * (noise_multiplier * lipschitz / radius) ** 2
+    return max(floor, cube ** (1 / 3))
+
+
 def output_perturbation(
     federation: Federation,
     *,
     dim: int,
     loss: BinaryLoss,
-    regularization: float,
+    regularization: float | str,
     radius: float,
     clip_norm: float,
     label_bound: float,
@@ -98,13 +125,18 @@ def output_perturbation(
     check_positive("tolerance_share", tolerance_share)
     sizes = federation.site_sizes
     bound = max(record_bound(federation, n) for n in sizes.values())
+    multiplier = math.inf if math.isinf(epsilon) else calibrate_noise_multiplier(epsilon, delta,
+                                                                                 1)
+    if regularization == "auto":
+        shape = RegularizedERMParams(loss, 1.0, radius, clip_norm, label_bound, 1)
+        regularization = auto_regularization(float(np.mean(list(sizes.values()))), dim,
+                                             multiplier, shape.lipschitz, shape.smoothness,
+                                             radius)
     probe = RegularizedERMParams(loss, regularization, radius, clip_norm, label_bound, 1)
     steps = iterations_for(probe, dim, bound, tolerance_share) if iterations is None \
         else iterations
     params = RegularizedERMParams(loss, regularization, radius, clip_norm, label_bound, steps)
     tolerance = solver_error(params, dim, bound)  # ValueError here, before any query
-    multiplier = math.inf if math.isinf(epsilon) else calibrate_noise_multiplier(epsilon, delta,
-                                                                                 1)
     mechanism = KERNEL.mechanism(params, multiplier, Adjacency.REPLACE_ONE, dim=dim,
                                  max_records=bound)
     if federation.num_sites == 1:
@@ -121,6 +153,7 @@ def output_perturbation(
         site_weights=site_weights,
         noise_multiplier=multiplier,
         noise_std=0.0 if mechanism.is_non_private else float(mechanism.noise_scales[0]),
+        regularization=regularization,
         iterations=steps,
         tolerance=tolerance,
         privacy=federation.privacy_spent(None if math.isinf(epsilon) else delta),

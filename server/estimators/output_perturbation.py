@@ -33,19 +33,21 @@ TOLERANCE_SHARE = [Interval(float, 1e-9, 0.25, closed="both")]
 
 class OutputPerturbation(LinearModelMixin, PrivateEstimator):
     """min over ||w|| <= ``radius`` of sum_i l(w; x_i, y_i) + (``regularization``
-    / 2) ||w||^2 at each site on records clipped to ||x|| <= ``clip_norm``,
-    |y| <= ``label_bound``, released once with Gaussian noise calibrated to
-    (``epsilon``, ``delta``) (epsilon = inf: no noise, simulation sites).
-    ``iterations``: the site's solver steps (None: enough for
-    ``tolerance_share``, sized on the public record counts).
+    / 2) ||w||^2 (``"auto"``: the public rule of the algorithm's docstring,
+    from n, d, epsilon and the clip region) at each site on records clipped
+    to ||x|| <= ``clip_norm``, |y| <= ``label_bound``, released once with
+    Gaussian noise calibrated to (``epsilon``, ``delta``) (epsilon = inf: no
+    noise, simulation sites). ``iterations``: the site's solver steps (None:
+    enough for ``tolerance_share``, sized on the public record counts).
 
     Fitted: ``coef_`` (the site's model, or the size-weighted average of the
-    sites'), ``site_coefs_`` (site -> its noisy model), ``noise_multiplier_``
-    (inf without noise), ``noise_std_``, ``iterations_``, ``tolerance_`` (the
+    sites'), ``regularization_`` (the lambda used), ``site_coefs_`` (site ->
+    its noisy model), ``noise_multiplier_`` (inf without noise),
+    ``noise_std_``, ``iterations_``, ``tolerance_`` (the
     certified ||w_T - w*|| the charge includes twice) and ``privacy_``."""
 
     _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        "loss": [Options("logistic", "squared")], "regularization": POSITIVE,
+        "loss": [Options("logistic", "squared")], "regularization": [*POSITIVE, Options("auto")],
         "radius": POSITIVE, "epsilon": EPSILON, "delta": DELTA, "clip_norm": POSITIVE,
         "label_bound": POSITIVE, "iterations": [*ITERATIONS, None],
         "tolerance_share": TOLERANCE_SHARE,
@@ -55,10 +57,10 @@ class OutputPerturbation(LinearModelMixin, PrivateEstimator):
         self,
         *,
         loss: str,
-        regularization: float,
         radius: float,
         epsilon: float,
         delta: float,
+        regularization: float | str = "auto",
         clip_norm: float = 1.0,
         label_bound: float = 1.0,
         iterations: int | None = None,
@@ -91,6 +93,7 @@ class OutputPerturbation(LinearModelMixin, PrivateEstimator):
         self.site_coefs_ = result.site_weights
         self.noise_multiplier_ = result.noise_multiplier
         self.noise_std_ = result.noise_std
+        self.regularization_ = result.regularization
         self.iterations_ = result.iterations
         self.tolerance_ = result.tolerance
         self.privacy_ = result.privacy

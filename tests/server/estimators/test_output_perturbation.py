@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from privadapt import Dataset, LocalFederation
+from privadapt.common.calibration import calibrate_noise_multiplier
 from privadapt.common.kernels.regularized_erm import (
     RegularizedERM,
     RegularizedERMParams,
@@ -114,3 +115,13 @@ def test_too_many_iterations_for_a_site_are_refused_before_any_query():
         with pytest.raises(ValueError, match="iterations"):
             model(iterations=10**6).fit(fed)
         assert not fed.privacy_spent()["site-1"].mechanisms
+
+
+def test_the_automatic_regularization_is_the_public_rule():
+    with federation([800]) as fed:
+        fitted = OutputPerturbation(loss="logistic", radius=10.0, epsilon=2.0,
+                                    delta=DELTA).fit(fed)
+    z = calibrate_noise_multiplier(2.0, DELTA, 1)
+    # lambda^3 = 8 n beta_l d z^2 G^2 / R^2 with G = 1, beta_l = 1/4 (logistic, r = Y = 1).
+    expected = (8 * 800 * 0.25 * DIM * z**2 / 10.0**2) ** (1 / 3)
+    assert fitted.regularization_ == pytest.approx(max(expected, 1.0 / 10.0))
