@@ -28,6 +28,10 @@ form and another site another:
   when one site holds all of the job's private data: with several sites the
   scores would have to be summed first, which is the secure-sum form of the
   same kernel (a noisy score vector, accounted as the vector release it is).
+
+:class:`OneSiteView` narrows a job to one of its sites (``sites=`` on
+``query_per_site`` and ``select``): what one site's records alone can give,
+such as one model per site, charged to that site only.
 """
 
 from __future__ import annotations

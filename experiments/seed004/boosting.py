@@ -134,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--splits", type=int, default=3)
     parser.add_argument("--quick", action="store_true",
                         help="2 splits of the two small regressions, short runs")
+    parser.add_argument("--tasks", default=None,
+                        help="comma-separated name@n of the tasks to run (default: all)")
+    parser.add_argument("--tag", default="", help="appended to the CSV/PNG names")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if RAM_DIRECTORY.is_dir():
@@ -141,7 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     splits = 2 if args.quick else args.splits
     started = time.perf_counter()
     rows = []
+    chosen = None if args.tasks is None else set(args.tasks.split(","))
     for task, size in study_tasks(args.quick):
+        if chosen is not None and f"{task.name}@{size}" not in chosen:
+            continue
         print(f"{task.name}: n={size} over {task.num_sites} sites, {splits} splits",
               flush=True)
         task = replace(task, private_size=size)
@@ -154,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
           "source-only (positive: worse)")
     header = ["dataset", "n", "method", "epsilon", "mean", "std", "p90 shortfall %", "splits"]
     print_table(header, rows)
-    stem = "boosting_quick" if args.quick else "boosting"
+    stem = ("boosting_quick" if args.quick else "boosting") + args.tag
     write_csv(args.out / f"{stem}.csv", ["dataset", "n", "method", "epsilon", "metric_mean",
                                          "metric_std", "p90_shortfall_percent", "splits"], rows)
     maybe_png(args.out / f"{stem}.png", draw(rows))

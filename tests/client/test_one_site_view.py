@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from privadapt import Dataset, LocalFederation
+from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import OneSiteView, ReleaseForm
 from privadapt.common.kernels.linear_gradient import LinearGradient, LinearGradientParams
 from privadapt.common.mechanisms import Adjacency
@@ -87,3 +88,15 @@ def test_the_job_plan_charges_a_one_site_release_to_that_site_only():
     previews = [preview_site(s, Adjacency.REPLACE_ONE, budget, planning.releases, DIM)
                 for s in ("a", "b")]
     assert "(only b)" in plan_lines(planning.releases, previews)[1]
+
+
+def test_a_site_that_needs_other_participants_refuses_a_round_of_itself_alone():
+    rng = np.random.default_rng(1)
+    datasets = [Dataset(rng.normal(size=(30, DIM)), np.sign(rng.normal(size=30)),
+                        ("a", "b", "c")) for _ in range(2)]
+    with LocalFederation.from_datasets(datasets, epsilon_cap=10.0, delta_cap=1e-3,
+                                       min_participants=2) as fed:
+        with pytest.raises(QueryRefusedError, match="participants"):
+            OneSiteView(fed, "site-1").query(*gradient_query())
+        fed.query(*gradient_query())  # a round of both is answered
+        assert [len(p.mechanisms) for p in fed.privacy_spent().values()] == [1, 1]
