@@ -60,7 +60,8 @@ def output_perturbation_settings(task: Task) -> dict:
     return {"regularization": "auto", "clip_norm": clip, "label_bound": 1.0}
 
 
-def run_methods(task: Task, private, test, epsilon: float, seed: int) -> dict[str, float]:
+def run_methods(task: Task, private, test, epsilon: float, seed: int,
+                source_only: np.ndarray) -> dict[str, float]:
     op = output_perturbation_settings(task)
     gd = {"loss": task.loss, "iterations": task.iterations, **task.noisy_gd}
     results = {}
@@ -74,7 +75,7 @@ def run_methods(task: Task, private, test, epsilon: float, seed: int) -> dict[st
             boosted = ConfidenceBoosting(
                 loss=task.loss, radius=task.radius, epsilon=epsilon, delta=DELTA,
                 learning_rate=task.noisy_gd["learning_rate"], iterations=task.iterations,
-                **learner).fit(sites, task.source)
+                **learner).fit(sites, task.source, source_only=source_only)
         results[name] = metric(task, boosted.coef_, test)
     with federation(*private, task.num_sites, seed + 2, private=True) as sites:
         averaged = OutputPerturbation(loss=task.loss, radius=task.radius, epsilon=epsilon,
@@ -95,7 +96,8 @@ def one_split(task: Task, size: int, split: int, source_only: np.ndarray) -> dic
                         iterations=task.iterations, **task.noisy_gd).fit(sites)
     for eps in EPSILONS:
         runs["target-only (non-private)", eps] = metric(task, exact.coef_, test)
-        for name, value in run_methods(task, private, test, eps, 100 * split + int(eps)).items():
+        seed = 100 * split + int(eps)
+        for name, value in run_methods(task, private, test, eps, seed, source_only).items():
             runs[name, eps] = value
     return runs
 

@@ -206,11 +206,14 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
                        radius=self.radius, clip_norm=self.clip_norm,
                        calibration=self.calibration)
 
-    def fit(self, federation: Federation, public_source: PublicSource | None = None
-            ) -> ConfidenceBoosting:
+    def fit(self, federation: Federation, public_source: PublicSource | None = None, *,
+            source_only: np.ndarray | None = None) -> ConfidenceBoosting:
         """Train one model per site on its own train part, fit the
         source-only model on ``public_source`` (required) and select on
-        every site's validation part, all in one job of ``federation``."""
+        every site's validation part, all in one job of ``federation``.
+        ``source_only``: candidate 0 when the caller has already fitted it
+        on the same public source (an experiment's repeated fits; it is
+        public, so it changes no privacy argument)."""
         self._validate_params()
         name = type(self).__name__
         _check_one_site_queries(federation, name)
@@ -218,7 +221,8 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         _, validation = record_parts(federation, self.validation_fraction, name)
         train_part = RecordPart(TRAIN, self.validation_fraction, federation.job_id)
         plan = self.budget_plan()
-        source_only = fit_linear(features, labels, self.loss, self.radius)  # free: public only
+        if source_only is None:  # free: public data only
+            source_only = fit_linear(features, labels, self.loss, self.radius)
         learners: dict[str, NoisyGD | OutputPerturbation] = {}
         train_epsilon: dict[str, float] = {}
         epsilon, delta = plan["train"]

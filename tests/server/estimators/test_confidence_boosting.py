@@ -157,3 +157,10 @@ def test_the_job_plan_charges_each_site_its_own_model_and_the_selection():
         assert preview.job_epsilon <= 2.0
         own = [r.mechanism for r in releases if r.sites in (None, (site,))]
         assert preview.job_epsilon == pytest.approx(epsilon_spent(own, 1e-6).epsilon)
+
+
+def test_a_source_only_model_already_fitted_is_candidate_0():
+    given = np.full(DIM, 0.25)
+    with federation([200, 200], seed=5) as fed:
+        model = booster().fit(fed, PUBLIC, source_only=given)
+    np.testing.assert_array_equal(model.candidates_[0], given)
