@@ -220,9 +220,11 @@ class LocalFederation:
 
     def query_per_site(
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
-        *, records: RecordPart = RecordPart.ALL,
+        *, records: RecordPart = RecordPart.ALL, sites: Sequence[str] | None = None,
     ) -> PerSiteAnswer:
-        query, shares = self._ask(kernel, params, mechanism, ReleaseForm.PER_SITE, records)
+        """``sites``: ask only these (the others are neither asked nor charged)."""
+        query, shares = self._ask(kernel, params, mechanism, ReleaseForm.PER_SITE, records,
+                                  sites)
         return PerSiteAnswer(query.query_id, {
             share.site_name: tuple(self.codec.decode(block) for block in share.blocks)
             for share in shares
@@ -230,16 +232,18 @@ class LocalFederation:
 
     def select(
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
-        *, records: RecordPart = RecordPart.ALL,
+        *, records: RecordPart = RecordPart.ALL, sites: Sequence[str] | None = None,
     ) -> SelectionAnswer:
-        query, shares = self._ask(kernel, params, mechanism, ReleaseForm.PER_SITE, records)
+        query, shares = self._ask(kernel, params, mechanism, ReleaseForm.PER_SITE, records,
+                                  sites)
         (share,) = shares  # a site answers a selection only as the job's only site
         return SelectionAnswer(query.query_id, int(share.blocks[0][0]), share.site_name)
 
     def _ask(
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism, form: ReleaseForm,
-        records: RecordPart,
+        records: RecordPart, sites: Sequence[str] | None = None,
     ) -> tuple[Query, list[SiteShare]]:
+        asked = self._sites_named(sites)
         query = Query(
             job_id=self._job_id,
             query_id=f"q{next(self._query_numbers):06d}",
@@ -254,7 +258,18 @@ class LocalFederation:
         # Through the wire encoding and back, so a query that could not cross the
         # network (an unsupported parameter type, a non-finite value) fails here too.
         query, _ = query_from_proto(query_to_proto(query, round=0))
-        return query, [site.answer(query, self.num_sites) for site in self._sites]
+        return query, [site.answer(query, len(asked)) for site in asked]
+
+    def _sites_named(self, names: Sequence[str] | None) -> tuple[Site, ...]:
+        """The sites a query goes to: every one, or those ``names`` (ValueError
+        for an unknown or repeated name, or none), in the federation's order."""
+        if names is None:
+            return self._sites
+        known = [site.name for site in self._sites]
+        unknown = sorted(set(names) - set(known))
+        if not names or unknown or len(set(names)) != len(names):
+            raise ValueError(f"sites must be distinct names among {known}, got {list(names)}")
+        return tuple(site for site in self._sites if site.name in names)
 
     def privacy_spent(self, delta: float | None = None) -> dict[str, SitePrivacy]:
         return {site.name: site.privacy_spent(self._job_id, delta) for site in self._sites}

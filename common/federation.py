@@ -28,6 +28,10 @@ form and another site another:
   when one site holds all of the job's private data: with several sites the
   scores would have to be summed first, which is the secure-sum form of the
   same kernel (a noisy score vector, accounted as the vector release it is).
+
+:class:`OneSiteView` narrows a job to one of its sites (``sites=`` on
+``query_per_site`` and ``select``): what one site's records alone can give,
+such as one model per site, charged to that site only.
 """
 
 from __future__ import annotations
@@ -247,3 +251,77 @@ class RecordPartView:
     def restricted_to(self, part: RecordPart) -> RecordPartView:
         """The base federation restricted to ``part`` instead (not nested)."""
         return RecordPartView(self._base, part)
+
+
+class OneSiteView:
+    """The federation ``base`` narrowed to its site ``site_name`` (and to
+    ``part`` of that site's records): every query is asked of that site
+    alone, as a per-site release (:class:`ReleaseForm`: the site adds the
+    full noise itself, since no other site's share joins it), so it is
+    charged to that site's ledger only and the other sites never see it.
+    What one site's records alone can give (a model per site, seed 004's
+    confidence boosting with the sites as its chunks) is then released
+    under that site's own guarantee: parallel composition across sites is
+    what per-site ledgers express.
+
+    The coordinator sees the site's release, as in any per-site release;
+    a site whose policy sets ``min_participants`` above 1 refuses a round of
+    itself alone. ``base`` is a federation whose ``query_per_site`` and
+    ``select`` take keywords ``records`` and ``sites`` (LocalFederation,
+    NetworkFederation, PlanningFederation), which refuses a name that is not
+    one of its sites; query ids are shared with it.
+    """
+
+    def __init__(self, base: Any, site_name: str, part: RecordPart = RecordPart.ALL) -> None:
+        if not isinstance(part, RecordPart):
+            raise TypeError(f"part must be a RecordPart, got {type(part).__name__}")
+        self._base = base
+        self.site_name = site_name
+        self.records = part
+
+    @property
+    def job_id(self) -> str:
+        return self._base.job_id
+
+    @property
+    def site_sizes(self) -> dict[str, int]:
+        """The site's public size (a public estimate for a part: RecordPartView)."""
+        return {self.site_name: self.records.public_size(self._base.site_sizes[self.site_name])}
+
+    @property
+    def num_sites(self) -> int:
+        return 1
+
+    @property
+    def dim(self) -> int:
+        return self._base.dim
+
+    def query(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+    ) -> AggregateAnswer:
+        """The site's own release (a sum over one site is its answer)."""
+        answer = self.query_per_site(kernel, params, mechanism)
+        return AggregateAnswer(answer.query_id, answer.answers[self.site_name],
+                               (self.site_name,))
+
+    def query_per_site(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+    ) -> PerSiteAnswer:
+        return self._base.query_per_site(kernel, params, mechanism, records=self.records,
+                                         sites=(self.site_name,))
+
+    def select(
+        self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
+    ) -> SelectionAnswer:
+        return self._base.select(kernel, params, mechanism, records=self.records,
+                                 sites=(self.site_name,))
+
+    def privacy_spent(self, delta: float | None = None) -> dict[str, SitePrivacy]:
+        """The site's own ledger (the other sites were not asked); empty where
+        the base reports none (a dry run's planning federation)."""
+        spent = self._base.privacy_spent(delta)
+        return {self.site_name: spent[self.site_name]} if self.site_name in spent else {}
+
+    def restricted_to(self, part: RecordPart) -> OneSiteView:
+        """The same site on ``part`` of its records instead (not nested)."""
+        return OneSiteView(self._base, self.site_name, part)

@@ -27,8 +27,10 @@ from privadapt.common.federation import Federation
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.estimators import NoisyGD, PCnvxAdap, PNCnvxAdap, PrivateEstimator
 from privadapt.server.estimators.base import describe, satisfies
+from privadapt.server.estimators.confidence_boosting import ConfidenceBoosting
 from privadapt.server.estimators.discrepancy_minimization import PrivateDiscrepancyMinimization
 from privadapt.server.estimators.frank_wolfe import DPFrankWolfeTransfer
+from privadapt.server.estimators.output_perturbation import OutputPerturbation
 from privadapt.server.estimators.private_kmeans import PrivateLloydKMeans
 from privadapt.server.estimators.private_mixture import PrivateGaussianMixtureSampler
 from privadapt.server.estimators.selected_adaptation import SelectedAdaptation
@@ -53,6 +55,10 @@ ALGORITHMS: dict[str, type[PrivateEstimator]] = {
     # seed 001's baselines: the job's epsilon as a pure epsilon-DP (Laplace) budget
     "dp_lloyd_kmeans": PrivateLloydKMeans,
     "dp_mixture": PrivateGaussianMixtureSampler,
+    # seed 004 App. E: one model per site (charged there only), selected on the validation parts
+    "confidence_boosting": ConfidenceBoosting,
+    # seed 004's output perturbation: one noisy regularised-ERM release per site
+    "output_perturbation": OutputPerturbation,
 }
 
 # Estimator parameters a job takes from its JobSpec, never from [hyperparameters].

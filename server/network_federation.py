@@ -191,21 +191,23 @@ class NetworkFederation:
 
     def query_per_site(
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
-        *, records: RecordPart = RecordPart.ALL,
+        *, records: RecordPart = RecordPart.ALL, sites: Sequence[str] | None = None,
     ) -> PerSiteAnswer:
+        """``sites``: a round of only these (the others are neither asked nor charged)."""
         return per_site_answer(*self._step(kernel, params, mechanism, ReleaseForm.PER_SITE,
-                                           records))
+                                           records, sites))
 
     def select(
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
-        *, records: RecordPart = RecordPart.ALL,
+        *, records: RecordPart = RecordPart.ALL, sites: Sequence[str] | None = None,
     ) -> SelectionAnswer:
-        if len(self._job.sites) != 1:
+        asked = self._job.sites if sites is None else sites
+        if len(asked) != 1:
             raise QueryRefusedError(
                 f"job {self.job_id!r}: a selection is answered only when one site holds all of "
-                f"the job's private data, and this job has {len(self._job.sites)} sites; ask "
+                f"the job's private data, and this job has {len(asked)} sites; ask "
                 "for the secure-sum form of the same kernel and select on the noisy sum")
-        step = self._step(kernel, params, mechanism, ReleaseForm.PER_SITE, records)
+        step = self._step(kernel, params, mechanism, ReleaseForm.PER_SITE, records, sites)
         (shape,) = self._expected_shapes(kernel, params)
         try:
             return selection_answer(*step, num_candidates=shape[0])
@@ -214,12 +216,17 @@ class NetworkFederation:
 
     def _step(
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism, form: ReleaseForm,
-        records: RecordPart,
+        records: RecordPart, sites: Sequence[str] | None = None,
     ) -> tuple[str, tuple[Any, ...], tuple[str, ...]]:
         """One algorithm step: its (query id, blocks, participants), from the
-        store while a resumed job replays, else from a new round."""
+        store while a resumed job replays, else from a new round (of ``sites``
+        only, when named)."""
+        if sites is not None and (not sites or not set(sites) <= set(self._job.sites)
+                                  or len(set(sites)) != len(sites)):
+            raise ValueError(f"sites must be distinct names among {list(self._job.sites)}, "
+                             f"got {list(sites)}")
         step = next(self._steps)
-        fingerprint = self._fingerprint(kernel, params, mechanism, form, records)
+        fingerprint = self._fingerprint(kernel, params, mechanism, form, records, sites)
         # Steps are answered in order, so once one is not stored none after it
         # is: the store is read only while a resumed job is replaying.
         stored = self._store.answer(self.job_id, step) if self._replaying else None
@@ -233,7 +240,8 @@ class NetworkFederation:
                 )
             return stored.query_id, stored.blocks, stored.participants
         for _attempt in range(MAX_ATTEMPTS_PER_STEP):
-            answer = self._attempt(step, fingerprint, kernel, params, mechanism, form, records)
+            answer = self._attempt(step, fingerprint, kernel, params, mechanism, form, records,
+                                   sites)
             if answer is not None:
                 return answer
         raise JobFailedError(
@@ -262,8 +270,9 @@ class NetworkFederation:
     def _attempt(
         self, step: int, fingerprint: str, kernel: str, params: Mapping[str, Any],
         mechanism: Mechanism, form: ReleaseForm, records: RecordPart,
+        sites: Sequence[str] | None = None,
     ) -> tuple[str, tuple[Any, ...], tuple[str, ...]] | None:
-        participants = self._wait_for_participants()
+        participants = self._wait_for_participants(sites)
         round = self._next_round(participants)
         query = Query(
             job_id=self.job_id, query_id=f"s{step:06d}-r{round:06d}", kernel=kernel,
@@ -363,14 +372,21 @@ class NetworkFederation:
                 eligible.add(name)
         return eligible
 
-    def _wait_for_participants(self) -> list[str]:
-        wanted = set(self._job.sites)
+    def _wait_for_participants(self, sites: Sequence[str] | None = None) -> list[str]:
+        """The eligible sites once min_participants of them are (every one of
+        ``sites`` when a round is of those only)."""
+        wanted = set(self._job.sites if sites is None else sites)
+
+        def enough() -> bool:
+            if sites is None:
+                return len(self._eligible()) >= self._job.min_participants
+            return wanted <= self._eligible()
 
         def ready() -> bool:
-            return self._cancelled.is_set() or len(self._eligible()) >= self._job.min_participants
+            return self._cancelled.is_set() or enough()
 
         if not self._registry.wait_until(ready, self._job.site_wait_timeout):
-            connected = sorted(self._eligible())
+            connected = sorted(self._eligible() & wanted)
             absent = sorted(wanted - set(connected))
             raise JobFailedError(
                 f"job {self.job_id!r}: only {len(connected)} of its sites are connected "
@@ -383,7 +399,7 @@ class NetworkFederation:
             )
         if self._cancelled.is_set():
             raise JobCancelledError(f"job {self.job_id!r} was cancelled")
-        return sorted(self._eligible())
+        return sorted(self._eligible() & wanted)
 
     def _next_round(self, participants: Sequence[str]) -> int:
         seen = [self._last_round]
@@ -411,10 +427,13 @@ class NetworkFederation:
         return [tuple(s) for s in found.output_shapes(found.Params.from_wire(params, dim), dim)]
 
     def _fingerprint(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
-                     form: ReleaseForm, records: RecordPart) -> str:
+                     form: ReleaseForm, records: RecordPart,
+                     sites: Sequence[str] | None = None) -> str:
         probe = Query(self.job_id, "fingerprint", kernel, params, mechanism,
                       self._job.collusion_tolerance, self.codec.fractional_bits, form, records)
         encoded = query_to_proto(probe, round=0).SerializeToString(deterministic=True)
+        if sites is not None:  # a round of some sites only is another step than one of all
+            encoded += ("\x00" + "\x00".join(sites)).encode()
         return hashlib.sha256(encoded).hexdigest()
 
     def _notify(self, record: RoundRecord) -> None:

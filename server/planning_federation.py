@@ -60,6 +60,7 @@ class PlannedRelease:
     form: ReleaseForm
     records: RecordPart = RecordPart.ALL
     fractional_bits: int = JOB_GRID.fractional_bits  # the grid the site rounds onto
+    sites: tuple[str, ...] | None = None  # None: every site of the job
 
 
 class PlanningFederation:
@@ -102,9 +103,15 @@ class PlanningFederation:
         return RecordPartView(self, part)
 
     def _record(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
-                form: ReleaseForm, records: RecordPart) -> tuple[str, tuple[np.ndarray, ...]]:
+                form: ReleaseForm, records: RecordPart,
+                sites: Sequence[str] | None = None) -> tuple[str, tuple[np.ndarray, ...]]:
+        if sites is not None and (not sites or not set(sites) <= set(self._sizes)
+                                  or len(set(sites)) != len(sites)):
+            raise ValueError(f"sites must be distinct names among {list(self._sizes)}, "
+                             f"got {list(sites)}")
         self.releases.append(PlannedRelease(kernel, dict(params), mechanism, form, records,
-                                            self.codec.fractional_bits))
+                                            self.codec.fractional_bits,
+                                            None if sites is None else tuple(sites)))
         found = get_kernel(kernel)
         shapes = found.output_shapes(found.Params.from_wire(params, self._dim), self._dim)
         return f"plan-{len(self.releases)}", tuple(np.zeros(shape) for shape in shapes)
@@ -116,19 +123,22 @@ class PlanningFederation:
         return AggregateAnswer(query_id, blocks, tuple(self._sizes))
 
     def query_per_site(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
-                       *, records: RecordPart = RecordPart.ALL) -> PerSiteAnswer:
+                       *, records: RecordPart = RecordPart.ALL,
+                       sites: Sequence[str] | None = None) -> PerSiteAnswer:
         query_id, blocks = self._record(kernel, params, mechanism, ReleaseForm.PER_SITE,
-                                        records)
-        return PerSiteAnswer(query_id, {name: blocks for name in self._sizes})
+                                        records, sites)
+        return PerSiteAnswer(query_id, {name: blocks for name in (sites or self._sizes)})
 
     def select(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
-               *, records: RecordPart = RecordPart.ALL) -> SelectionAnswer:
-        if len(self._sizes) != 1:
+               *, records: RecordPart = RecordPart.ALL,
+               sites: Sequence[str] | None = None) -> SelectionAnswer:
+        if len(self._sizes if sites is None else sites) != 1:
             raise QueryRefusedError(
                 f"job {self._job_id!r}: a selection is answered only when one site holds all "
                 f"of the job's private data, and this job has {len(self._sizes)} sites")
-        query_id, _ = self._record(kernel, params, mechanism, ReleaseForm.PER_SITE, records)
-        return SelectionAnswer(query_id, 0, next(iter(self._sizes)))
+        query_id, _ = self._record(kernel, params, mechanism, ReleaseForm.PER_SITE, records,
+                                   sites)
+        return SelectionAnswer(query_id, 0, next(iter(sites or self._sizes)))
 
     def privacy_spent(self, delta: float | None = None) -> dict[str, SitePrivacy]:
         return {}  # nothing was charged; the preview is server/privacy_plan.py's

@@ -101,7 +101,8 @@ def preview_site(site: str, adjacency: Adjacency, budget: pb.SiteBudget | None,
         return SiteBudgetPreview(site, adjacency, None, None)
     accountant = PrivacyAccountant(adjacency, AccountingMethod(budget.accounting))
     for release in releases:
-        accountant.compose(charged_at_site(release, adjacency, dim, max_records))
+        if release.sites is None or site in release.sites:  # asked of this site
+            accountant.compose(charged_at_site(release, adjacency, dim, max_records))
     return SiteBudgetPreview(site, adjacency, budget,
                              accountant.report(budget.delta_cap).epsilon)
 
@@ -133,14 +134,15 @@ def plan_lines(releases: Sequence[PlannedRelease],
                previews: Sequence[SiteBudgetPreview]) -> list[str]:
     """The plan as text: runs of identical releases, then one line per site."""
     lines = [f"privacy plan: {len(releases)} release(s), each charged to every "
-             "participating site"]
+             "participating site (or to the sites it names)"]
     position = 1
-    for (kernel, form, mechanism), run in groupby(
-            releases, key=lambda r: (r.kernel, r.form.value, r.mechanism)):
+    for (kernel, form, mechanism, sites), run in groupby(
+            releases, key=lambda r: (r.kernel, r.form.value, r.mechanism, r.sites)):
         count = len(list(run))
         span = (f"release {position}" if count == 1
                 else f"releases {position}-{position + count - 1}")
-        lines.append(f"  {span} ({count}x): kernel {kernel}, {form}, "
+        only = "" if sites is None else f" (only {', '.join(sites)})"
+        lines.append(f"  {span} ({count}x): kernel {kernel}, {form}{only}, "
                      f"{describe_release(mechanism)}")
         position += count
     lines.append("each site at its own cap's delta (epsilon spent as its ledger reported it):")

@@ -14,11 +14,13 @@ from privadapt.server.estimators.base import (
     PrivateEstimator,
     clone,
 )
+from privadapt.server.estimators.confidence_boosting import ConfidenceBoosting
 from privadapt.server.estimators.discrepancy import PrivateDiscrepancy
 from privadapt.server.estimators.discrepancy_minimization import PrivateDiscrepancyMinimization
 from privadapt.server.estimators.frank_wolfe import DPFrankWolfe, DPFrankWolfeTransfer
 from privadapt.server.estimators.gradient_descent import NoisyGD, NoisySGD
 from privadapt.server.estimators.grid_search import PrivateGridSearch
+from privadapt.server.estimators.output_perturbation import OutputPerturbation
 from privadapt.server.estimators.private_kmeans import PrivateLloydKMeans
 from privadapt.server.estimators.private_mixture import PrivateGaussianMixtureSampler
 from privadapt.server.estimators.reweighting import PCnvxAdap, PNCnvxAdap
@@ -30,6 +32,7 @@ from privadapt.server.estimators.source_target_clustering import (
 )
 
 __all__ = [
+    "ConfidenceBoosting",
     "DPFrankWolfe",
     "DPFrankWolfeTransfer",
     "InvalidParameterError",
@@ -38,6 +41,7 @@ __all__ = [
     "NoisyGD",
     "NoisySGD",
     "NotFittedError",
+    "OutputPerturbation",
     "PCnvxAdap",
     "PNCnvxAdap",
     "PrivateDiscrepancy",

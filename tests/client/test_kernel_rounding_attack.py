@@ -187,6 +187,10 @@ SUM_KERNELS = {
     "l1_vertex_scores": lambda r, y, w: {"offset": np.array([w, -w, 0.0]) / 2, "radius": w,
                                          "clip_norm": r, "loss": "squared",
                                          "center": np.full(DIM, y)},
+    # Output perturbation's solver: refused alike on both neighbours where 400 steps
+    # certify too little (lambda = w small against n r^2).
+    "regularized_erm": lambda r, y, w: {"loss": "squared", "regularization": w, "radius": 1.0,
+                                        "clip_norm": r, "label_bound": y, "iterations": 400},
 }
 
 

@@ -61,6 +61,8 @@ PARAMS = {
     "nearest_source_averages": {"targets": np.array([[0.3, -0.2, 0.1]]), "t": 4},
     "l1_vertex_scores": {"offset": np.array([0.25, -0.25, 0.0]), "radius": 0.5,
                          "clip_norm": 1.0, "loss": "squared", "center": np.full(DIM, 0.1)},
+    "regularized_erm": {"loss": "logistic", "regularization": 2.0, "radius": 2.0,
+                        "clip_norm": 1.0, "label_bound": 1.0, "iterations": 300},
 }
 
 _LEDGERS = itertools.count()

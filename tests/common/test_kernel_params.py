@@ -52,6 +52,8 @@ WIRE = {
                          "clip_norm": 0.7, "loss": "squared"},
     "l1_vertex_scores/centered": {"offset": np.zeros(DIM), "radius": 1.0, "clip_norm": 0.7,
                                   "loss": "logistic", "center": np.array([1.0, 2.0, 3.0])},
+    "regularized_erm": {"loss": "squared", "regularization": 2.0, "radius": 1.5,
+                        "clip_norm": 0.7, "label_bound": 1.0, "iterations": 50},
 }
 
 

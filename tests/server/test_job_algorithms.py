@@ -22,6 +22,8 @@ from privadapt.server.estimators import (
     PrivateDiscrepancyMinimization,
     SelectedAdaptation,
 )
+from privadapt.server.estimators.confidence_boosting import ConfidenceBoosting
+from privadapt.server.estimators.output_perturbation import OutputPerturbation
 from privadapt.server.estimators.private_kmeans import PrivateLloydKMeans
 from privadapt.server.estimators.private_mixture import PrivateGaussianMixtureSampler
 from privadapt.server.job_algorithms import (
@@ -53,7 +55,9 @@ def test_the_table_holds_estimator_classes():
             "dp_frank_wolfe_transfer": DPFrankWolfeTransfer,
             "selected_adaptation": SelectedAdaptation,
             "dp_lloyd_kmeans": PrivateLloydKMeans,
-            "dp_mixture": PrivateGaussianMixtureSampler} == ALGORITHMS
+            "dp_mixture": PrivateGaussianMixtureSampler,
+            "confidence_boosting": ConfidenceBoosting,
+            "output_perturbation": OutputPerturbation} == ALGORITHMS
 
 
 def test_noisy_gd_schema_is_the_signature_minus_what_the_spec_sets():
