@@ -43,11 +43,11 @@ AUTO_LOSS_QUANTILE = 0.95
 MIN_AUTO_LOSS_BOUND = 1e-6
 # PCnvxAdap minimises the squared loss only.
 _SQUARED_ONLY = frozenset({"pcnvx_adap", "pcnvx_adap_smooth"})
-# The reweighting adapters: each site keeps their weights u as the job's
-# state (common/kernels/reweighted_gradient.py, one state per job id), so a
-# job can run one of them; a second would find the site's weights at the
-# first one's last step and be refused.
-_SITE_STATE = frozenset({"pcnvx_adap", "pcnvx_adap_smooth", "pncnvx_adap", "pncnvx_adap_smooth"})
+# The reweighting adapters: each site keeps their weights u as job state
+# (common/kernels/reweighted_chains.py), one chain per adapter. Each runs on
+# the chain named after its candidate id (ids are valid, distinct chain
+# names), so two adapters in one job never touch each other's weights; at
+# most 4 chains, within the site's 16 per job.
 
 
 def parse_candidates(text: str, loss: str, who: str = "SelectedAdaptation") -> list[str]:
@@ -73,11 +73,6 @@ def parse_candidates(text: str, loss: str, who: str = "SelectedAdaptation") -> l
     if len(set(names)) != len(names):
         raise InvalidParameterError(f"{who}: parameter 'candidates' names a learner twice: "
                                     f"{text!r}")
-    stateful = [name for name in names if name in _SITE_STATE]
-    if len(stateful) > 1:
-        raise InvalidParameterError(
-            f"{who}: at most one reweighting adapter per job, got {stateful}: each site keeps "
-            "one set of reweighting weights per job (the reweighted_gradient kernel's state)")
     return names
 
 
@@ -90,16 +85,14 @@ class CandidateList(Constraint):
             return False
         names = [name.strip() for name in value.split(",")]
         return (all(name in CANDIDATE_IDS[1:] for name in names)
-                and len(set(names)) == len(names)
-                and sum(name in _SITE_STATE for name in names) <= 1)
+                and len(set(names)) == len(names))
 
     @property
     def wire_types(self) -> tuple[type, ...]:
         return (str,)
 
     def __str__(self) -> str:
-        return (f"a comma-separated list of distinct names among {list(CANDIDATE_IDS[1:])}, "
-                "at most one of them a reweighting adapter")
+        return f"a comma-separated list of distinct names among {list(CANDIDATE_IDS[1:])}"
 
 
 def candidate_learner(name: str, settings: Mapping[str, Any], epsilon: float,
@@ -116,7 +109,7 @@ def candidate_learner(name: str, settings: Mapping[str, Any], epsilon: float,
               "feature_norm": settings["feature_norm"], "label_bound": settings["label_bound"],
               "radius": settings["radius"], "iterations": settings["adapter_iterations"],
               "mu": settings["mu"], "step_scale": settings["step_scale"],
-              "calibration": settings["calibration"],
+              "calibration": settings["calibration"], "chain": name,
               "step_sizes": "noise_aware_smooth" if name.endswith("_smooth")
               else "noise_aware"}
     if name.startswith("pcnvx_adap"):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from privadapt import Dataset, LocalFederation
+from privadapt.common.kernels.reweighted_chains import chain_names
 from privadapt.common.record_parts import RecordPart
 from privadapt.server.estimators import InvalidParameterError, clone
 from privadapt.server.estimators.selected_adaptation import SelectedAdaptation, candidate_names
@@ -124,7 +125,6 @@ def test_model_arrays_carry_the_choice_as_numbers():
     ("noisy_gd,,pncnvx_adap", "comma-separated"),
     ("noisy_gd,noisy_gd", "twice"),
     ("source_only,noisy_gd", "always candidate 0"),
-    ("pncnvx_adap,pncnvx_adap_smooth", "at most one reweighting adapter"),
     ("pcnvx_adap", "needs loss 'squared'"),
 ])
 def test_bad_candidate_lists_are_refused_before_any_query(candidates, message):
@@ -191,3 +191,22 @@ def test_the_automatic_clip_is_a_quantile_of_the_free_models_public_losses():
     margins = PUBLIC[0] @ model.candidates_[0]
     losses = np.logaddexp(0.0, -PUBLIC[1] * margins)
     assert model.loss_bound_ == pytest.approx(np.quantile(losses, 0.95))
+
+
+def test_two_reweighting_adapters_share_a_job_each_on_its_own_chain():
+    """Each adapter candidate keeps its site weights on the chain named after
+    it (common/kernels/reweighted_chains.py): both descend in one job, every
+    site holds both chains, and the job costs at most its epsilon."""
+    model = selector(loss="squared", candidates="pcnvx_adap,pncnvx_adap_smooth",
+                     adapter_iterations=5, loss_bound="auto")
+    with LocalFederation.from_datasets(sites(900, 2), noise_seed=2, epsilon_cap=20.0,
+                                       delta_cap=1e-3) as federation:
+        model.fit(federation, None, PUBLIC)
+        for site in federation.sites:
+            assert chain_names(site._job_states[federation.job_id]) == [
+                "pcnvx_adap", "pncnvx_adap_smooth"]
+    assert model.candidate_names_ == [SOURCE_ONLY, "pcnvx_adap", "pncnvx_adap_smooth"]
+    for name in ("pcnvx_adap", "pncnvx_adap_smooth"):
+        assert model.learners_[name].chain == name
+    for spent in model.privacy_.values():
+        assert spent.job.epsilon <= 1.0
