@@ -1,0 +1,35 @@
+"""Adversarial review 6 (low): a budget check is evicted (its reservation
+deleted) once a ledger object holds 256 outstanding checks, although the
+evicted query may still be running its kernel. A 257th check is then
+admitted into the room the eviction freed, and the evicted query -- admitted
+at its check, its kernel run -- is refused at its charge: the late,
+data-timed refusal that reservations exist to prevent (issue 17). The cap
+itself holds (the evicted charge decides over every reservation again).
+
+A check admitted must either stay reserved until it commits or is released,
+or a new check must be refused while the ledger cannot keep that promise."""
+
+from __future__ import annotations
+
+from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.policy import SitePolicy
+from privadapt.common.errors import BudgetExceededError
+from privadapt.common.mechanisms import Adjacency, LaplaceMechanism
+
+# epsilon 1 / 256.5 each: 256 releases fit a cap of 1, 257 do not.
+RELEASE = LaplaceMechanism(1.0, 256.5, Adjacency.ADD_REMOVE_ONE)
+
+
+def test_an_admitted_check_is_never_refused_at_its_charge_after_256_others(tmp_path):
+    policy = SitePolicy("s", 1.0, 0.0, adjacency="add_remove_one")
+    with PrivacyLedger(tmp_path / "ledger.db", policy, create=True) as ledger:
+        checks = [ledger.check_charge("job", f"q{i}", RELEASE) for i in range(256)]
+        try:
+            late = ledger.check_charge("job", "q256", RELEASE)
+        except BudgetExceededError:
+            late = None  # refused before any data: the promise to q0 is kept
+        for checked in checks[1:] + ([late] if late is not None else []):
+            ledger.charge("job", checked.query_id, RELEASE, checked=checked)
+        # q0 was admitted at its check and its kernel has run: no late refusal.
+        ledger.charge("job", "q0", RELEASE, checked=checks[0])
+        assert ledger.spent().epsilon <= 1.0
