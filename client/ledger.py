@@ -76,8 +76,8 @@ from privadapt.common.accounting import AccountingMethod
 from privadapt.common.errors import ConfigError, QueryRefusedError, ReplayError
 from privadapt.common.mechanisms import Mechanism
 
-#: Issued, unconsumed budget checks a ledger remembers (one per query in
-#: flight); the oldest beyond this is released.
+#: Issued, unconsumed budget checks one ledger object holds at once (one per
+#: query in flight); a further check is refused, before any data is read.
 _MAX_ISSUED_CHECKS = 256
 
 
@@ -173,15 +173,17 @@ class PrivacyLedger(LedgerView):
         with self._lock:
             self._owner.hold()  # before any row names this owner; once per object
             conn = self._connection()
-            evicted = None
             if len(self._issued_checks) >= _MAX_ISSUED_CHECKS:
-                evicted = next(iter(self._issued_checks.values()))
+                # Never evict: an outstanding check's query may be running its
+                # kernel, and its charge must not be refused late (review 6).
+                raise QueryRefusedError(
+                    f"site {self.policy.site_name!r}: {_MAX_ISSUED_CHECKS} queries are being "
+                    f"answered on this ledger now; query {query_id!r} of job {job_id!r} is "
+                    "refused before reading any record (send it again later)")
             with reservations.unsynced_transaction(conn):
                 self._catch_up(conn)
                 self._refuse_replay(conn, job_id, query_id)
                 reservations.drop_dead(conn, self.path, self._owner.token)
-                if evicted is not None:
-                    reservations.delete(conn, evicted.token, self._owner.token)
                 if reservations.is_reserved(conn, job_id, query_id):
                     raise ReplayError(
                         f"site {self.policy.site_name!r}: query {query_id!r} of job {job_id!r} "
@@ -194,8 +196,6 @@ class PrivacyLedger(LedgerView):
                                         epsilon, method, secrets.token_hex(16), not others)
                 reservations.insert(conn, checked.token, self._owner.token, job_id, query_id,
                                     text, time.time())
-            if evicted is not None:
-                self._issued_checks.pop(evicted.token, None)
             self._issued_checks[checked.token] = checked
         return checked
 
@@ -204,7 +204,7 @@ class PrivacyLedger(LedgerView):
         check this ledger did not issue (or no longer holds) is ignored."""
         with self._lock:
             if self._issued_checks.get(checked.token) is not checked:
-                return  # consumed by its charge, evicted, or not ours
+                return  # consumed by its charge, or not ours
             with reservations.unsynced_transaction(self._connection()) as conn:
                 reservations.delete(conn, checked.token, self._owner.token)
             del self._issued_checks[checked.token]
