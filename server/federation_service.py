@@ -180,4 +180,5 @@ class FederationServicer(rpc.FederationServiceServicer):
             self._reports.deliver(request)
         except DeliveryError as err:
             context.abort(getattr(grpc.StatusCode, err.code), str(err))
+        self._registry.note_spent(request)  # the dry run previews against it
         return pb.Ack(job_id=request.job_id)

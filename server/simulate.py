@@ -61,7 +61,7 @@ from privadapt.server.local_processes import (
     start_coordinator,
     start_site,
 )
-from privadapt.server.operator_cli import OperatorConfig, watch
+from privadapt.server.operator_cli import DRY_RUN_TIMEOUT_S, OperatorConfig, watch
 
 SITE_CAP_EPSILON, SITE_CAP_DELTA = 10.0, 1e-5
 DEMO_DELTA = 1e-6
@@ -75,9 +75,10 @@ DEMO_JOBS = (
      "label_bound = 1.0\nradius = 20.0\nl1 = 0.01\nl2 = 0.01\nlinf = 0.01\nmu = 100.0\n"
      "discrepancy = 0.05\nstep_scale = 100.0\n"),
     # Issue 13: no hand-picked method. Noisy GD and PNCnvxAdap (smooth step)
-    # are trained on each site's "train" record part at 3/8 of epsilon each,
-    # and one private release of their clipped losses on the "validation"
-    # part picks one of them or the free source-only model (1/4 of epsilon).
+    # are trained on each site's "train" record part, and one private release
+    # of their clipped losses on the "validation" part picks one of them or
+    # the free source-only model; the sub-budgets are scaled together so the
+    # sites' accountant composes them to the job's epsilon (joint calibration).
     ("selected", "selected_adaptation", 'loss = "logistic"\nradius = 20.0\niterations = 100\n'
      "learning_rate = 16.0\nclip_norm = 1.0\nalpha = 0.5\npenalty = 0.01\nmu = 100.0\n"
      "step_scale = 100.0\n"),
@@ -174,7 +175,13 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path],
               "mutual TLS, secure aggregation")
         stub = OperatorConfig.locate(deployment.write_operator(address)).stub()
         jobs = list(job_files) or write_demo_jobs(workdir, names)
-        results = [run_job(stub, path, started_at, names, overrides) for path in jobs]
+        # One job's privacy plan, as `privadapt launch --dry-run` shows it: what
+        # each site will be charged and have left, before anything runs. The
+        # second job's, since by then every site has registered and reported
+        # its budget (the first job waited for them; no polling here).
+        planned = min(1, len(jobs) - 1)
+        results = [run_job(stub, path, started_at, names, overrides, show_plan=index == planned)
+                   for index, path in enumerate(jobs)]
         memory = processes.peak_memory_mib()
     finally:
         processes.stop()
@@ -211,13 +218,17 @@ class JobOutcome:
 
 
 def run_job(stub, path: Path, launched_at: float, site_names: Sequence[str],
-            overrides: Sequence[str] = ()) -> JobOutcome:
+            overrides: Sequence[str] = (), show_plan: bool = False) -> JobOutcome:
     spec, job_id = job_spec_from_toml(path, overrides)
     if not spec.sites:
         # The simulated sites may not have registered yet; naming them makes
         # the job wait for them instead of finding none.
         spec.sites.extend(site_names)
     try:
+        if show_plan:
+            plan = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id, dry_run=True),
+                               timeout=DRY_RUN_TIMEOUT_S).plan
+            print(f"\nprivadapt launch --dry-run {path.name}:\n{plan}")
         job_id = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id), timeout=30).job_id
     except grpc.RpcError as err:
         raise ConfigError(f"{path}: the coordinator refused the job: {err.details()}") from None

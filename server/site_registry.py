@@ -165,6 +165,24 @@ class SiteRegistry:
                 session.budget = budget
             return True
 
+    def note_spent(self, report: pb.SitePrivacyReport) -> None:
+        """A site's end-of-job privacy report states its total over every job
+        at its cap's delta, as its ledger reads after the job: it replaces the
+        spent figure its last heartbeat stated (which can be a whole job old),
+        when it is on the same terms (delta, accounting) and not smaller, so a
+        dry run right after a job previews against what is really left."""
+        with self._changed:
+            session = self._sessions.get(report.site_name)
+            budget = None if session is None else session.budget
+            if (budget is None or report.total_delta != budget.delta_cap
+                    or report.total_method != budget.accounting
+                    or not report.total_epsilon >= budget.epsilon_spent):
+                return
+            refreshed = pb.SiteBudget()
+            refreshed.CopyFrom(budget)
+            refreshed.epsilon_spent = report.total_epsilon
+            session.budget = refreshed
+
     def budgets(self) -> dict[str, pb.SiteBudget]:
         """Each registered site's last stated budget (sites that stated one)."""
         with self._changed:
