@@ -69,7 +69,8 @@ class FixedPointCodec:
         values = np.asarray(values, dtype=np.float64)
         if not np.all(np.isfinite(values)):
             raise ValueError("cannot encode NaN or infinite values")
-        scaled = np.rint(values * self.scale)
+        with np.errstate(over="ignore"):  # an overflow to inf is refused just below
+            scaled = np.rint(values * self.scale)
         # Keep one bit of headroom: a share this large leaves no room to sum.
         if scaled.size and np.max(np.abs(scaled)) >= 2.0**62:
             raise OverflowError(
