@@ -177,7 +177,12 @@ def solver_error(params: RegularizedERMParams, dim: int, max_records: int) -> fl
     lipschitz, smooth = params.lipschitz, params.smoothness
     beta = records * smooth + lam
     contraction = steps * math.log1p(-lam / beta) if lam < beta else -math.inf
-    converged = params.radius * math.exp(contraction)
+    # Rounded upwards (adversarial review 6, info): lam / beta, log1p and the
+    # product with T are each within an ulp or two, so the computed exponent
+    # (<= 0) is within 8u of the true one relative to it; shrinking it by 8u
+    # and inflating exp's and the radius product's rounding by 8u keeps the
+    # bound at or above the exact R (1 - lambda / beta)^T.
+    converged = params.radius * math.exp(contraction * (1 - 8 * _U)) * (1 + 8 * _U)
     # The computed gradient: each record's margin w.x within gamma_d R r (R
     # inflated for the projection's own rounding), its derivative within the
     # margin's error times l'' (2, or Y^2 / 4) plus a few ulps of |l'|, the
