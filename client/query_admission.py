@@ -379,18 +379,11 @@ class QueryAdmission:
         summed = 1 if query.form == ReleaseForm.PER_SITE else num_participants
         try:
             codec.check_sum_bound(summed * bound, "the aggregate of this query")
+            # A private value beyond its public bound saturates
+            # (fixed_point.encode_saturating) instead of erring after the kernel.
+            codec.check_share_bound(bound, "one site's share of this query")
         except OverflowError as err:
             raise self.refusal(query, str(err)) from None
-        # One share must fit too (a K = 1 sum may reach 2^(63-f), a share only
-        # 2^(62-f)). A private value beyond its public bound saturates
-        # (fixed_point.encode_saturating) instead of erring after the kernel.
-        if not bound < codec.max_abs_share:
-            raise self.refusal(
-                query, f"one site's share of this query can reach {bound:.3g} in magnitude but "
-                f"a share with {codec.fractional_bits} fractional bits must stay below "
-                f"{codec.max_abs_share:.3g}: lower the clipping bounds, the offsets or the noise, "
-                "or use fewer fractional bits")
-
 
 def _own_copy(params: Mapping[str, Any]) -> dict[str, Any]:
     """A private snapshot of the query's parameters: every later read (checks,

@@ -28,11 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_FRACTIONAL_BITS = 32
-# The largest grid value a single share may carry: the largest double below
-# 2^62 that is a multiple of 2^10 (doubles near 2^62 are spaced 2^10 apart), so
-# it converts to int64 exactly and keeps :meth:`FixedPointCodec.encode`'s
-# one bit of headroom.
-_SATURATION = 2.0**62 - 2.0**10
+# A share's magnitude in grid steps stays below 2^62: one bit of headroom
+# below int64's 2^63, so shares can be summed.
+_SHARE_LIMIT_STEPS = 2.0**62
+# What encode_saturating clamps to: the largest double below that limit that
+# is a multiple of 2^10 (doubles near 2^62 are spaced 2^10 apart), so it
+# converts to int64 exactly.
+_SATURATION = _SHARE_LIMIT_STEPS - 2.0**10
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class FixedPointCodec:
         with np.errstate(over="ignore"):  # an overflow to inf is refused just below
             scaled = np.rint(values * self.scale)
         # Keep one bit of headroom: a share this large leaves no room to sum.
-        if scaled.size and np.max(np.abs(scaled)) >= 2.0**62:
+        if scaled.size and np.max(np.abs(scaled)) >= _SHARE_LIMIT_STEPS:
             raise OverflowError(
                 f"a share of magnitude {np.max(np.abs(values)):.3g} does not fit the "
                 f"fixed-point range of {self.fractional_bits} fractional bits "
@@ -83,7 +85,18 @@ class FixedPointCodec:
     @property
     def max_abs_share(self) -> float:
         """Largest magnitude one share may have (:meth:`encode` keeps a bit of headroom)."""
-        return float(2 ** (62 - self.fractional_bits))
+        return _SHARE_LIMIT_STEPS / self.scale
+
+    def check_share_bound(self, bound: float, where: str = "one share") -> None:
+        """Raise ``OverflowError`` when a share bounded by ``bound`` could pass
+        the share range (a K = 1 sum may reach 2^(63-f), a share only 2^(62-f))."""
+        if not bound < self.max_abs_share:
+            raise OverflowError(
+                f"{where} can reach {bound:.3g} in magnitude but a share with "
+                f"{self.fractional_bits} fractional bits must stay below "
+                f"{self.max_abs_share:.3g}: lower the clipping bounds, the offsets or the "
+                "noise, or use fewer fractional bits"
+            )
 
     def encode_saturating(self, values: np.ndarray) -> np.ndarray:
         """uint64 encoding of a value computed from private records, each

@@ -98,3 +98,17 @@ def test_saturating_encoding_refuses_only_nan():
         codec.encode_saturating(np.array([0.0, np.nan]))
     top = codec.decode(codec.encode_saturating(np.array([np.inf, -np.inf, 1e300])))
     assert top[0] == top[2] == -top[1] and 0 < top[0] < codec.max_abs_share
+
+
+@pytest.mark.parametrize("bits", [0, 32, 47, 52])
+def test_a_share_bound_is_checked_against_encodes_own_limit(bits):
+    codec = FixedPointCodec(bits)
+    top = codec.max_abs_share
+    assert top == 2.0 ** (62 - bits)
+    codec.check_share_bound(np.nextafter(top, 0))  # the largest bound encode can honour
+    encoded = codec.encode(np.array([np.nextafter(top, 0)]))  # and does
+    assert codec.decode(encoded)[0] <= top
+    with pytest.raises(OverflowError, match="must stay below"):
+        codec.check_share_bound(top)
+    with pytest.raises(OverflowError):
+        codec.encode(np.array([top]))
