@@ -28,6 +28,7 @@ Operators write it as TOML::
     max_clip_norm = 10.0
     max_label_bound = 10.0
     allow_per_site_releases = false  # let the coordinator see this site's own release
+    max_query_work = 1e10        # optional: refuse a query estimated above this many multiply-adds
     [federation]
     peers = ["st-john", "st-luke"]   # optional: the only sites this site masks with
 
@@ -121,6 +122,11 @@ class SitePolicy:
     simulation: bool = True
     #: A deployed site states a ``delta_cap`` of 1e-3 or more on purpose.
     allow_large_delta: bool = False
+    #: The most multiply-adds one query may cost this site, by the kernel's
+    #: public estimate (``Kernel.work``, from the query and the public record
+    #: count), or None for only the kernels' own caps. Refused before any data
+    #: is read; bounds how much CPU a coordinator can make one query cost.
+    max_query_work: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.site_name, str) or not self.site_name.strip():
@@ -250,6 +256,12 @@ class SitePolicy:
             if not _is_number(value) or not math.isfinite(value) or value <= 0:
                 raise self._fail(f"{name} must be a finite number > 0 (or absent), got {value!r}")
             object.__setattr__(self, name, float(value))
+        work = self.max_query_work
+        if work is not None:
+            if not _is_number(work) or not math.isfinite(work) or work < 1:
+                raise self._fail(f"max_query_work must be a finite number >= 1 (or absent), "
+                                 f"got {work!r}")
+            object.__setattr__(self, "max_query_work", float(work))
         if not isinstance(self.allow_per_site_releases, bool):
             raise self._fail(f"allow_per_site_releases must be true or false, got "
                              f"{self.allow_per_site_releases!r}")
@@ -335,6 +347,7 @@ _LAYOUT: dict[str, dict[str, _Spec]] = {
         "allow_per_site_releases": (
             "allow_per_site_releases", lambda v: isinstance(v, bool), "true or false", False
         ),
+        "max_query_work": ("max_query_work", *_NUMBER, False),
     },
     "federation": {"peers": ("peers", _string_list, "a list of site names", False)},
 }

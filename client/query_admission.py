@@ -35,6 +35,7 @@ coordinator's dry run previews with too.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -163,7 +164,24 @@ class QueryAdmission:
                 f"policy requires t >= {policy.collusion_tolerance}",
             )
         self._check_bounds(query, kernel.clip_bounds(params))
+        self._check_work(query, kernel, params)
         return kernel, params
+
+    def _check_work(self, query: Query, kernel: Kernel, params: KernelParams) -> None:
+        """Refuse a query whose estimated work exceeds the policy's
+        ``max_query_work``. The estimate reads the query and the public record
+        count (``range_records``) only, so the refusal and its words reveal
+        nothing private."""
+        limit = self.policy.max_query_work
+        if limit is None:
+            return
+        try:
+            work = kernel.work(params, self.dim, self.range_records)
+        except (ArithmeticError, ValueError):
+            work = math.inf
+        if not work <= limit:
+            raise self.refusal(query, f"the query's estimated work, {work:.3g} multiply-adds, "
+                               f"exceeds the policy's max_query_work {limit:.3g}")
 
     def _check_bounds(self, query: Query, bounds: Mapping[str, float]) -> None:
         limits = {

@@ -160,6 +160,19 @@ class Kernel(ABC):
         (``clip_norm``, ``label_bound``), for the site's policy to check."""
         return {}
 
+    def work(self, params: Any, dim: int, num_records: int) -> float:
+        """An estimate of the multiply-adds one query costs a site of
+        ``num_records`` records (public: n under replace-one, the policy's
+        bound under add/remove), from the query alone, for the site policy's
+        ``max_query_work`` (client/policy.py): a coordinator must not be able
+        to make one query cost a site minutes of CPU. Default, for a kernel
+        that makes one pass over the records and adds each record's terms into
+        its output: n (d + the output entries). Kernels whose work multiplies
+        with a public parameter (iterations, candidates, public points)
+        override it."""
+        entries = sum(math.prod(shape) for shape in self.output_shapes(params, dim))
+        return float(num_records) * (max(dim, 1) + entries)
+
     def computation_errors(
         self, params: Any, dim: int, max_records: int
     ) -> tuple[float, ...]:

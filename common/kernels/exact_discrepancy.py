@@ -163,6 +163,11 @@ class ExactDiscrepancy(Kernel):
     name = "exact_discrepancy"
     Params = ExactDiscrepancyParams
 
+    def work(self, params: ExactDiscrepancyParams, dim: int, num_records: int) -> float:
+        # The records' second moments, then one eigen-decomposition of size d + 1.
+        size = params.public_moments.shape[0]
+        return float(num_records) * size * size + 10.0 * size**3
+
     def output_shapes(self, params: ExactDiscrepancyParams, dim: int) -> tuple[tuple[int, ...]]:
         return ((1,),)
 

@@ -243,6 +243,11 @@ class RegularizedERM(Kernel):
     name = "regularized_erm"
     Params = RegularizedERMParams
 
+    def work(self, params: RegularizedERMParams, dim: int, num_records: int) -> float:
+        # T full-gradient steps over n records of d features (MAX_WORK caps
+        # the same product for every site; a policy may cap it lower).
+        return float(params.iterations) * max(1, num_records) * max(dim, 1)
+
     def output_shapes(self, params: RegularizedERMParams, dim: int) -> tuple[tuple[int, ...]]:
         return ((dim,),)
 

@@ -185,6 +185,11 @@ class SmoothedDiscrepancyGradient(Kernel):
     name = "smoothed_discrepancy_gradient"
     Params = SmoothedDiscrepancyGradientParams
 
+    def work(self, params: SmoothedDiscrepancyGradientParams, dim: int,
+             num_records: int) -> float:
+        # Every record against every public source point.
+        return float(num_records) * max(dim, 1) * params.source_points.shape[0]
+
     def output_shapes(self, params: SmoothedDiscrepancyGradientParams, dim: int
                       ) -> tuple[tuple[int, ...]]:
         return ((params.source_points.shape[0],),)

@@ -203,6 +203,10 @@ class ValidationLoss(Kernel):
     name = "validation_loss"
     Params = ValidationLossParams
 
+    def work(self, params: ValidationLossParams, dim: int, num_records: int) -> float:
+        # Every candidate's margin on every record.
+        return float(num_records) * max(dim, 1) * params.num_candidates
+
     def output_shapes(self, params: ValidationLossParams, dim: int) -> tuple[tuple[int, ...]]:
         return ((params.num_candidates,),)
 

@@ -127,6 +127,7 @@ CASES = [
     Case("too few participants", linear, policy={"min_participants": 3}),
     Case("t below the policy's", linear, policy={"collusion_tolerance": 1}),
     Case("clip norm above the policy's limit", linear, policy={"max_clip_norm": 0.5}),
+    Case("estimated work above the policy's limit", linear, policy={"max_query_work": 10.0}),
     Case("fractional bits out of range", lambda a: linear(a, fractional_bits=70)),
     Case("a mechanism adding no noise to sums", lambda a: query(
         "linear_gradient", linear_params(), PureDpEvent(1.0, a))),

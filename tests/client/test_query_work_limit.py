@@ -1,0 +1,125 @@
+"""The site policy's ``max_query_work``: a coordinator must not make one query
+cost a site minutes of CPU. ``regularized_erm`` runs T full-gradient steps,
+so its work is T n d whatever the records hold; a site whose policy caps the
+work refuses a larger T before it reads a record or charges anything, and
+says so in words that depend on the query and the public record count only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.policy import SitePolicy
+from privadapt.client.site import Site
+from privadapt.common.data import Dataset
+from privadapt.common.errors import ConfigError, QueryRefusedError
+from privadapt.common.federation import Query
+from privadapt.common.kernels import get_kernel
+from privadapt.common.kernels.regularized_erm import (
+    RegularizedERM,
+    RegularizedERMParams,
+    iterations_for,
+)
+from privadapt.common.mechanisms import Adjacency
+from tests.common.test_kernel_params import DIM as PARAMS_DIM
+from tests.common.test_kernel_params import WIRE, kernel_of
+
+DIM, NUM = PARAMS_DIM, 40
+NAMES = tuple(f"x{i}" for i in range(DIM))
+KERNEL = get_kernel("regularized_erm")
+
+
+def data() -> Dataset:
+    rng = np.random.default_rng(3)
+    return Dataset(rng.normal(size=(NUM, DIM)) * 0.3, np.sign(rng.normal(size=NUM)), NAMES)
+
+
+# Enough steps to certify the tolerance at up to 100 records (the sites here
+# hold 40 or 41, or declare max_records = 100).
+RECORDS = 100
+STEPS = iterations_for(RegularizedERMParams("logistic", 2.0, 3.0, 1.0, 1.0, 1), DIM, RECORDS)
+
+
+def erm_query(iterations: int, adjacency: Adjacency) -> Query:
+    wire = RegularizedERMParams("logistic", 2.0, 3.0, 1.0, 1.0, iterations).to_wire()
+    typed = KERNEL.Params.from_wire(wire, DIM)
+    return Query("job", "q", KERNEL.name, wire, KERNEL.mechanism(typed, 2.0, adjacency, dim=DIM,
+                                                                max_records=RECORDS))
+
+
+def answer(tmp_path, tag: str, query: Query, adjacency: Adjacency, dataset: Dataset,
+           **policy_fields) -> str:
+    policy = SitePolicy("s", 20.0, 1e-5, adjacency=adjacency, **policy_fields)
+    ledger = PrivacyLedger(tmp_path / f"{tag}.db", policy, create=True)
+    try:
+        Site(dataset, policy, ledger).answer(query, 1)
+    except QueryRefusedError as err:
+        assert not ledger.charges()
+        return f"refused: {err}"
+    return "answered"
+
+
+def test_the_work_of_regularized_erm_is_t_n_d():
+    p = KERNEL.Params.from_wire(erm_query(STEPS, Adjacency.REPLACE_ONE).params, DIM)
+    assert KERNEL.work(p, DIM, NUM) == STEPS * NUM * DIM
+
+
+def test_a_query_above_the_policy_cap_is_refused_before_the_data_is_read(tmp_path, monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("private data was read before the refusal")
+
+    monkeypatch.setattr(RegularizedERM, "compute", fail)
+    query = erm_query(STEPS, Adjacency.REPLACE_ONE)
+    text = answer(tmp_path, "a", query, Adjacency.REPLACE_ONE, data(),
+                  max_query_work=STEPS * NUM * DIM / 2)
+    assert text.startswith("refused: ") and "max_query_work" in text
+    assert f"{STEPS * NUM * DIM:.3g}" in text
+
+
+def test_a_query_within_the_cap_is_answered(tmp_path):
+    query = erm_query(STEPS, Adjacency.REPLACE_ONE)
+    assert answer(tmp_path, "b", query, Adjacency.REPLACE_ONE, data(),
+                  max_query_work=STEPS * NUM * DIM) == "answered"
+
+
+def test_under_add_remove_the_estimate_uses_the_public_bound_on_n(tmp_path):
+    # n is private: the same refusal, word for word, at n and n + 1 records,
+    # from the declared max_records (here 100) and never from n.
+    query = erm_query(STEPS, Adjacency.ADD_REMOVE_ONE)
+    base = data()
+    bigger = Dataset(np.vstack([base.features, np.full(DIM, 1e6)]),
+                     np.append(base.labels, 1.0), NAMES)
+    cap = STEPS * (NUM + 0.5) * DIM  # between the work at n and at n + 1
+    texts = [answer(tmp_path, tag, query, Adjacency.ADD_REMOVE_ONE, dataset,
+                    max_query_work=cap, max_records=RECORDS)
+             for tag, dataset in (("n", base), ("n1", bigger))]
+    assert texts[0] == texts[1] and texts[0].startswith("refused: ")
+    assert f"{STEPS * RECORDS * DIM:.3g}" in texts[0]
+
+
+@pytest.mark.parametrize("case", sorted(WIRE))
+def test_every_kernel_estimates_a_finite_positive_work(case):
+    # A cap must apply to every kernel: each estimate is finite and grows with n.
+    kernel = kernel_of(case)
+    params = kernel.Params.from_wire(WIRE[case], DIM)
+    small, large = kernel.work(params, DIM, 10), kernel.work(params, DIM, 1000)
+    assert 0 < small < large < math.inf
+
+
+@pytest.mark.parametrize("value", [0, -1.0, math.inf, math.nan, "lots", True])
+def test_a_bad_cap_is_refused_when_the_policy_is_loaded(value):
+    with pytest.raises(ConfigError, match="max_query_work"):
+        SitePolicy.from_dict({"site": {"name": "s", "simulation": True},
+                              "privacy": {"epsilon_cap": 1.0, "delta_cap": 1e-5},
+                              "queries": {"max_query_work": value}})
+
+
+def test_the_cap_round_trips_through_toml(tmp_path):
+    policy = SitePolicy("s", 1.0, 1e-5, max_query_work=1e9)
+    path = tmp_path / "policy.toml"
+    path.write_text(policy.to_toml())
+    assert SitePolicy.from_toml(path).max_query_work == 1e9
