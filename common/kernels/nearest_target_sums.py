@@ -95,7 +95,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.spatial import cKDTree
 
 from privadapt.common.data import Dataset
 from privadapt.common.geometry import clip_rows_to_norm, row_norms
@@ -111,6 +110,7 @@ from privadapt.common.kernels.base import (
 )
 from privadapt.common.kernels.exact_sum import ExactSum, clip_slack, conversion_error
 from privadapt.common.kernels.grid_rounding import Norm, rounding_charged
+from privadapt.common.kernels.nearest_cells import TargetIndex, nearest_targets
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.validation import check_finite_array
 
@@ -131,11 +131,6 @@ MAX_RELEASE_ENTRIES = 2**22
 #: adversarial review measured 10 ms per record at m = 2^16, d = 63 (hours at
 #: the 2^20-record bound); 10,000 targets in 8 dimensions stay allowed.
 MAX_TARGET_COORDINATES = 2**17
-#: Targets per leaf of the k-d tree: in 8 dimensions, with thousands of
-#: clustered targets, leaves of 64 answered 2 to 6 times faster than scipy's
-#: default 16 (the tree cannot prune inside a cluster; a leaf is scanned in
-#: one tight loop).
-TREE_LEAF_SIZE = 64
 #: A target may exceed its norm bound by this relative slack (a coordinator's
 #: own float projection onto a ball lands a few ulps out).
 TARGET_NORM_SLACK = 1e-9
@@ -248,13 +243,6 @@ class NearestTargetParams(KernelParams):
         return max(self.clip, self.moment_bound)
 
 
-def nearest_cells(records: np.ndarray, tree: cKDTree, scale: float = 1.0) -> np.ndarray:
-    """Each (clipped) record's nearest target, by the k-d tree of the public
-    targets divided by ``scale``: a function of that record alone."""
-    _, cells = tree.query(records / scale, k=1)
-    return np.asarray(cells, dtype=np.int64)
-
-
 @register
 class NearestTargetSums(Kernel):
     """[w n_x, r_x, v q_x] for every target point x: weighted counts, sums and
@@ -315,15 +303,15 @@ class NearestTargetSums(Kernel):
     ) -> tuple[np.ndarray]:
         m, dim, r = params.num_targets, data.dim, params.clip
         scale = power_of_two_at_or_above(TARGET_NORM_FACTOR * r)
-        tree = cKDTree(params.targets / scale, leafsize=TREE_LEAF_SIZE)
-        counts = np.zeros(m, dtype=np.int64)
+        index = TargetIndex(params.targets / scale)
+        clipped = clip_rows_to_norm(data.features, r)
+        cells = nearest_targets(clipped / scale, index)
+        counts = np.bincount(cells, minlength=m)
         sums = ExactSum((m, params.num_columns(dim) - 1))
         for start in range(0, data.num_records, CHUNK_RECORDS * 8):
-            clipped = clip_rows_to_norm(data.features[start:start + CHUNK_RECORDS * 8], r)
-            cells = nearest_cells(clipped, tree, scale)
-            counts += np.bincount(cells, minlength=m)
-            terms = (clipped if params.moment_weight is None
-                     else np.hstack([clipped, params.moment_weight * clipped**2]))
-            sums.add_grouped_terms(terms, cells, params.term_bound)
+            chunk = clipped[start:start + CHUNK_RECORDS * 8]
+            terms = (chunk if params.moment_weight is None
+                     else np.hstack([chunk, params.moment_weight * chunk**2]))
+            sums.add_grouped_terms(terms, cells[start:start + len(chunk)], params.term_bound)
         weighted = counts.astype(np.float64) * params.weight
         return (np.column_stack([weighted, sums.value()]),)
