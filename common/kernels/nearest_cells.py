@@ -26,48 +26,54 @@ because it provably returns the rule's cell for every record:
    the largest over the block of the least (float) squared distance to
    :data:`GUESSES` targets near the block's centre (any targets would do;
    near ones make it tight).
-3. Pruning: a leaf, then a target, is dropped for block A when the squared
-   distance from A's box to it exceeds U_A^2 plus ``prune_slack``. That
-   lower-bounds the distance of every record of A, so no record's nearest
-   target is dropped (proof below).
+3. Pruning: a leaf of targets (float64 boxes), then a single target (its
+   float32 copy against the block's box rounded outwards to float32), is
+   dropped for block A when its squared distance to A's box exceeds U_A^2
+   plus ``prune_slack``. That distance lower-bounds every record of A's, so
+   no record's cell is dropped (proof below).
 4. Filter: for the block's remaining targets, F(x, t) = ||t||^2 - 2 x.t (the
-   squared distance less the record's own ||x||^2) is one float32 BLAS product
-   of [x, 1] and [-2 t, ||t||^2]. A record whose least F is more than
-   ``filter_margin`` below its second least has one possible cell; otherwise
-   every target within the margin of the least F is compared by the rule
-   itself (D, then index).
+   squared distance less the record's own ||x||^2) is one BLAS product of
+   [x, 1] and [-2 t, ||t||^2] in float32 (float64 above
+   :data:`FLOAT32_FILTER_MAX_DIM` dimensions). A record whose least F is
+   more than ``filter_margin`` below its second least has one possible cell;
+   otherwise every target within the margin of the least F is compared by the
+   rule itself (D, then index).
 
-Why nothing is lost. Let S >= (max ||x|| + max ||t||)^2, u = 2^-24 and
-U = 2^-53 (float32 and float64 unit roundoff), gamma_k(v) = k v / (1 - k v).
+Why nothing is lost. Let S >= (max ||x|| + max ||t||)^2, v = 2^-24 and
+U = 2^-53 (float32 and float64 unit roundoff), gamma_k(w) = k w / (1 - k w).
 Any evaluation order of a dot product of length k satisfies
 |fl(a.b) - a.b| <= gamma_k sum |a_i b_i| (Higham, *Accuracy and Stability
 of Numerical Algorithms*, 2nd ed., (3.5); an FMA only tightens it; a classical
-BLAS, no Strassen-like scheme, as :mod:`.blocked_gram` assumes). Then, with
-D* the exact squared distance of the float inputs:
+BLAS, no Strassen-like scheme, as :mod:`.blocked_gram` assumes). With D* the
+exact squared distance of the float inputs:
 
-* |D - D*| <= gamma_{d+2}(U) D* <= E64 = (d + 4) U S (d + 2 roundings on
-  nonnegative terms);
-* the float64 expansion of step 2 is within gamma_{d+2}(U) S <= E64 of D*;
-* F in float32 is within E32 = (d + 8) u S of D* - ||x||^2: rounding x and t
-  to float32 moves x.t by at most 2.0001 u ||x|| ||t||, ||t||^2 (computed in
-  float64, rounded to float32) by 2 u ||t||^2, the product of length d + 1 by
-  gamma_{d+1}(u) (2 ||x|| ||t|| + ||t||^2), and 2 ||x|| ||t|| + ||t||^2 <= S.
+* |D - D*| <= gamma_{d+2}(U) D* <= E64 = (d + 4) U S (d + 2 roundings of
+  nonnegative terms); the float64 expansion of step 2 is as close;
+* F is within E32 = (d + 8) w S of D* - ||x||^2, w the filter's roundoff:
+  rounding x and t to the filter's type moves x.t by at most
+  2.0001 w ||x|| ||t|| and ||t||^2 (computed in float64, then rounded) by
+  2 w ||t||^2, the product of length d + 1 adds gamma_{d+1}(w)
+  (2 ||x|| ||t|| + ||t||^2), and 2 ||x|| ||t|| + ||t||^2 <= S.
 
-Let k be the rule's cell of x in block A and j any target: D(x, t_k) <=
-D(x, t_j), so D*(x, t_k) <= D*(x, t_j) + 2 E64. Taking t_j the guess that
-attains x's bound: D*(x, t_k) <= U_A^2 + 3 E64, and the box distance (a float
-sum of d squared gaps, within gamma_{d+2}(U) <= E64 / S relatively) is at most
-D*(x, t_k) (1 + E64 / S) <= U_A^2 + 5 E64 + E64 U_A^2 / S. So with
-``prune_slack`` = 7 E64 (U_A^2 <= S (1 + E64 / S)) the leaf and the target of
-k survive. Among the survivors, with j the least-F target: F(x, t_k) <=
-D*(x, t_k) - ||x||^2 + E32 <= D*(x, t_j) - ||x||^2 + 2 E64 + E32 <=
-F(x, t_j) + 2 E32 + 2 E64 = ``filter_margin``. So k is within the margin; if
-it is the only target there it is the cell, and otherwise the rule, applied
-to every target within the margin, picks k (k beats every other target by D,
-or ties and has the lower index). Underflow (records or targets with tiny
-coordinates) adds absolute errors of at most 2^-140 per operation, which
-``_UNDERFLOW_SLACK`` covers; the caller scales inputs so no square
-overflows (norms at most :data:`MAX_NORM`).
+Let k be the rule's cell of a record x of block A and j any target. D(x, t_k)
+<= D(x, t_j), so D*(x, t_k) <= D*(x, t_j) + 2 E64; with t_j the guess that
+attains x's bound, D*(x, t_k) <= V = U_A^2 + 3 E64. The box distance of t_k
+is at most sqrt(D*(x, t_k)). Computed for a leaf in float64 (d + 2 roundings
+of nonnegative terms) it is at most V (1 + E64 / S) <= V + 2 E64. Computed
+for t_k in float32: the float32 box contains the float64 one and t_k moves by
+at most v ||t_k|| when rounded, so the distance grows by at most v sqrt(S)
+before d + 2 float32 roundings: at most (sqrt(V) + v sqrt(S))^2
+(1 + gamma_{d+2}(v)) <= V + (d + 8) v S. So ``prune_slack`` = 8 E64 +
+(d + 10) v S keeps k. Among the survivors, with j the least-F target:
+F(x, t_k) <= D*(x, t_k) - ||x||^2 + E32 <= D*(x, t_j) - ||x||^2 + 2 E64 + E32
+<= F(x, t_j) + 2 E32 + 2 E64 = ``filter_margin``. So k is within the margin;
+if it is the only target there it is the cell, and otherwise the rule,
+applied to every target within the margin, picks k (k beats every other
+target by D, or ties and has the lower index). Underflow (tiny coordinates)
+adds absolute errors far below ``_UNDERFLOW_SLACK`` = 2^-100, added to both
+E's; the caller scales inputs so nothing overflows (norms at most
+:data:`MAX_NORM`; S is computed from the float norms inflated by 2^-20,
+far more than their rounding).
 
 The margins are a few ulps of S: at d = 8 a record is compared by the rule
 when its two nearest targets' squared distances are within about 2^-19 S,
@@ -92,6 +98,12 @@ SEARCH_RECORDS = 2**20
 #: The largest record or target norm the search accepts (its callers scale
 #: both into the unit ball; far below float32 overflow).
 MAX_NORM = 2.0
+#: Above this fraction of kept leaves a block tests every target (the
+#: gather of the kept ones would cost more than it saves).
+DENSE_LEAF_FRACTION = 0.7
+#: The filter runs in float32 up to this dimension (twice the speed of
+#: float64; its margin grows with d), in float64 above it.
+FLOAT32_FILTER_MAX_DIM = 64
 #: Blocks whose leaf distances are computed at once (bounds that array).
 _BLOCK_BATCH = 64
 
@@ -126,25 +138,23 @@ def canonical_nearest(record_ids: np.ndarray, target_ids: np.ndarray,
     return ranked[first], target_ids[order][first]
 
 
-def nearest_targets_brute_force(records: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """The rule's cell of every record by comparing all targets: the reference
-    the fast search is tested against (n m pairs: small inputs only)."""
-    n, m = len(records), len(targets)
-    record_ids = np.repeat(np.arange(n), m)
-    target_ids = np.tile(np.arange(m), n)
-    _, cells = canonical_nearest(record_ids, target_ids, records, targets)
-    return cells
-
-
 class TargetIndex:
     """The public targets prepared once for :func:`nearest_targets`: their leaf
-    order and boxes, float32 filter rows and a k-d tree for the guesses."""
+    order and boxes, float32 filter rows and a k-d tree for the guesses.
+
+    Only the first copy of a repeated target is searched: a later copy has
+    the same D to every record and a higher index, so it is never a cell
+    (and a coordinator sending many copies cannot make every record a tie)."""
 
     def __init__(self, targets: np.ndarray) -> None:
         targets = np.asarray(targets, dtype=np.float64)
+        self.norm = _largest_norm(targets)
+        _, first = np.unique(targets, axis=0, return_index=True)
+        #: The original index of each searched (distinct) target, increasing.
+        self.original = np.sort(first)
+        targets = targets[self.original]
         self.targets = targets
         self.dim = targets.shape[1]
-        self.norm = _largest_norm(targets)
         self.tree = cKDTree(targets, leafsize=LEAF_TARGETS, balanced_tree=False)
         # Leaf boxes over the tree's point order (consecutive points of a
         # subtree): leaf l holds sorted positions [l L, (l + 1) L).
@@ -156,9 +166,12 @@ class TargetIndex:
         self.leaf_of = np.repeat(np.arange(len(starts)), LEAF_TARGETS)[:len(ordered)]
         self.ordered = ordered
         squared_norms = np.einsum("ij,ij->i", ordered, ordered)
-        self.filter_rows = np.column_stack([-2.0 * ordered, squared_norms]).astype(np.float32)
+        self.filter_dtype = np.float32 if self.dim <= FLOAT32_FILTER_MAX_DIM else np.float64
+        self.filter_rows = np.column_stack([-2.0 * ordered, squared_norms]).astype(
+            self.filter_dtype)
         self.squared_norms = squared_norms
         self.points32 = ordered.astype(np.float32)
+        self.positions = np.arange(len(ordered))
 
 
 def nearest_targets(records: np.ndarray, index: TargetIndex) -> np.ndarray:
@@ -183,11 +196,12 @@ def _largest_norm(rows: np.ndarray) -> float:
     return largest
 
 
-def _margins(dim: int, bound: float) -> tuple[float, float]:
+def _margins(dim: int, bound: float, filter_dtype: type) -> tuple[float, float]:
     """(prune_slack, filter_margin) for inputs with (max ||x|| + max ||t||)^2
-    <= ``bound`` (module docstring)."""
+    <= ``bound`` (module docstring; w = 2^-53 in E32 for a float64 filter)."""
     e64 = (dim + 4) * FLOAT64_ROUNDOFF * bound + _UNDERFLOW_SLACK
-    e32 = (dim + 8) * FLOAT32_ROUNDOFF * bound + _UNDERFLOW_SLACK
+    unit = FLOAT32_ROUNDOFF if filter_dtype == np.float32 else FLOAT64_ROUNDOFF
+    e32 = (dim + 8) * unit * bound + _UNDERFLOW_SLACK
     return 8 * e64 + (dim + 10) * FLOAT32_ROUNDOFF * bound, 2 * e32 + 2 * e64
 
 
@@ -196,7 +210,7 @@ def _search(records: np.ndarray, index: TargetIndex) -> np.ndarray:
     if n == 0:
         return np.empty(0, dtype=np.int64)
     bound = (_largest_norm(records) + index.norm) ** 2
-    prune_slack, filter_margin = _margins(dim, bound)
+    prune_slack, filter_margin = _margins(dim, bound, index.filter_dtype)
     order = np.asarray(cKDTree(records, leafsize=16, balanced_tree=False,
                                compact_nodes=False).indices, dtype=np.int64)
     ordered = records[order]
@@ -204,10 +218,10 @@ def _search(records: np.ndarray, index: TargetIndex) -> np.ndarray:
     low = np.minimum.reduceat(ordered, starts, axis=0)
     high = np.maximum.reduceat(ordered, starts, axis=0)
     upper = _upper_bounds(ordered, starts, low, high, index)
-    rows = np.column_stack([ordered, np.ones(n)]).astype(np.float32)
-    cells = np.empty(n, dtype=np.int64)
-    tie_records: list[np.ndarray] = []
-    tie_targets: list[np.ndarray] = []
+    rows = np.column_stack([ordered, np.ones(n)]).astype(index.filter_dtype)
+    cells = np.empty(n, dtype=np.int64)  # indices into index.targets
+    # One buffer for every block's scores (no allocation per block).
+    scores_buffer = np.empty(BLOCK_RECORDS * len(index.targets), dtype=index.filter_dtype)
     # The box in float32, rounded outwards, so it contains the float64 box.
     low32 = np.nextafter(low.astype(np.float32), np.float32(-np.inf))
     high32 = np.nextafter(high.astype(np.float32), np.float32(np.inf))
@@ -221,8 +235,11 @@ def _search(records: np.ndarray, index: TargetIndex) -> np.ndarray:
             block = first + offset
             begin = starts[block]
             end = min(begin + BLOCK_RECORDS, n)
-            candidates = np.flatnonzero(kept[index.leaf_of])
-            points = index.points32[candidates]
+            if np.count_nonzero(kept) > DENSE_LEAF_FRACTION * len(kept):
+                candidates, points = index.positions, index.points32  # no gather
+            else:
+                candidates = np.flatnonzero(kept[index.leaf_of])
+                points = index.points32[candidates]
             # Each target's squared distance to the block's box: to its
             # projection onto the box.
             offsets = np.maximum(points, low32[block])
@@ -230,29 +247,27 @@ def _search(records: np.ndarray, index: TargetIndex) -> np.ndarray:
             np.subtract(points, offsets, out=offsets)
             candidates = candidates[np.einsum("cd,cd->c", offsets, offsets)
                                     <= upper[block] + prune_slack]
-            scores = rows[begin:end] @ index.filter_rows[candidates].T
+            scores = scores_buffer[:(end - begin) * len(candidates)].reshape(
+                end - begin, len(candidates))
+            np.matmul(rows[begin:end], index.filter_rows[candidates].T, out=scores)
             best = scores.argmin(axis=1)
             within = np.arange(end - begin)
             least = scores[within, best]
             scores[within, best] = np.inf
             close = np.flatnonzero(scores.min(axis=1).astype(np.float64) - least
                                    <= filter_margin)
-            cells[begin:end] = candidates[best]
-            if len(close):
+            cells[begin:end] = index.order[candidates[best]]
+            if len(close):  # the rule decides among the targets within the margin
                 scores[close, best[close]] = least[close]
                 near = scores[close].astype(np.float64) <= (
                     least[close].astype(np.float64)[:, None] + filter_margin)
                 which, column = np.nonzero(near)
-                tie_records.append(begin + close[which])
-                tie_targets.append(candidates[column])
-    cells = index.order[cells]
-    if tie_records:
-        record_ids = np.concatenate(tie_records)
-        target_ids = index.order[np.concatenate(tie_targets)]
-        tied, tie_cells = canonical_nearest(record_ids, target_ids, ordered, index.targets)
-        cells[tied] = tie_cells
+                tied, tie_cells = canonical_nearest(
+                    begin + close[which], index.order[candidates[column]], ordered,
+                    index.targets)
+                cells[tied] = tie_cells
     result = np.empty(n, dtype=np.int64)
-    result[order] = cells
+    result[order] = index.original[cells]
     return result
 
 

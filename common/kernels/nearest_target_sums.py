@@ -71,12 +71,18 @@ and moments are exact scatter-adds of per-record terms
 (:class:`~privadapt.common.kernels.exact_sum.ExactSum`), the counts are
 integers multiplied by w once; the float error left is the one conversion of
 each entry to float64 and a few ulps of a clipped record's own term
-(:meth:`NearestTargetSums.computation_errors`). The cell of a record is the
-scipy k-d tree's nearest target of that record alone (built on the public
-targets; a query's result depends on the query point and the tree only), so
-no BLAS block couples records. Records and targets are divided by the power
-of two at or above 2 r before the tree sees them (exact, and it puts every
-squared distance below 9 whatever r is: nothing overflows or underflows).
+(:meth:`NearestTargetSums.computation_errors`). The cell of a record is its
+canonical nearest target (:mod:`~privadapt.common.kernels.nearest_cells`):
+the lowest index among the targets at the least squared distance, that
+distance summed coordinate by coordinate in a fixed order from the record
+and the target alone. So ties (a record equidistant to several targets,
+duplicated targets) and near-ties are decided by the record and the targets,
+never by the other records, although the search groups records into blocks
+for speed: it provably returns that cell for every record (float32 and BLAS
+only filter candidates, with proved margins; the rule decides). Records and
+targets are divided by the power of two at or above 2 r before the search
+sees them (exact, and it puts every norm at or below 1 whatever r is:
+nothing overflows).
 
 Range checks: 1 <= m <= :data:`MAX_TARGETS`, m (1 + 2d) <= :data:`MAX_RELEASE_ENTRIES`
 (they bound the site's work per record and the release), finite targets of
@@ -122,14 +128,15 @@ CLIP_NORM = 0.5
 TARGET_NORM_FACTOR = 2.0
 #: The largest target norm at the default clip radius.
 TARGET_NORM_BOUND = TARGET_NORM_FACTOR * CLIP_NORM
-#: The most target points one query may send (the site's k-d tree and release).
+#: The most target points one query may send (the site's search and release).
 MAX_TARGETS = 2**16
 #: The most entries of one release.
 MAX_RELEASE_ENTRIES = 2**22
 #: The most target coordinates (m d) one query may send. A site's work per
-#: record grows with them (a k-d tree prunes little in high dimension): an
-#: adversarial review measured 10 ms per record at m = 2^16, d = 63 (hours at
-#: the 2^20-record bound); 10,000 targets in 8 dimensions stay allowed.
+#: record grows with them (the search prunes little in high dimension): an
+#: adversarial review measured 10 ms per record at m = 2^16, d = 63 with a
+#: k-d tree (hours at the 2^20-record bound); 10,000 targets in 8 dimensions
+#: stay allowed.
 MAX_TARGET_COORDINATES = 2**17
 #: A target may exceed its norm bound by this relative slack (a coordinator's
 #: own float projection onto a ball lands a few ulps out).
