@@ -88,7 +88,7 @@ from scipy.spatial import cKDTree
 from privadapt.common.geometry import row_norms
 
 #: Records per block (the unit that shares a candidate list and one BLAS product).
-BLOCK_RECORDS = 128
+BLOCK_RECORDS = 256
 #: Targets per leaf box (the first, coarse pruning).
 LEAF_TARGETS = 16
 #: Targets near a block's centre whose distances bound its records' nearest.
@@ -169,7 +169,6 @@ class TargetIndex:
         self.filter_dtype = np.float32 if self.dim <= FLOAT32_FILTER_MAX_DIM else np.float64
         self.filter_rows = np.column_stack([-2.0 * ordered, squared_norms]).astype(
             self.filter_dtype)
-        self.squared_norms = squared_norms
         self.points32 = ordered.astype(np.float32)
         self.positions = np.arange(len(ordered))
 
@@ -218,7 +217,8 @@ def _search(records: np.ndarray, index: TargetIndex) -> np.ndarray:
     low = np.minimum.reduceat(ordered, starts, axis=0)
     high = np.maximum.reduceat(ordered, starts, axis=0)
     upper = _upper_bounds(ordered, starts, low, high, index)
-    rows = np.column_stack([ordered, np.ones(n)]).astype(index.filter_dtype)
+    rows = np.ones((n, dim + 1), dtype=index.filter_dtype)  # [x, 1], rounded once
+    rows[:, :dim] = ordered
     cells = np.empty(n, dtype=np.int64)  # indices into index.targets
     # One buffer for every block's scores (no allocation per block).
     scores_buffer = np.empty(BLOCK_RECORDS * len(index.targets), dtype=index.filter_dtype)

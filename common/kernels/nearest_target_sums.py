@@ -81,8 +81,8 @@ never by the other records, although the search groups records into blocks
 for speed: it provably returns that cell for every record (float32 and BLAS
 only filter candidates, with proved margins; the rule decides). Records and
 targets are divided by the power of two at or above 2 r before the search
-sees them (exact, and it puts every norm at or below 1 whatever r is:
-nothing overflows).
+sees them (exact, and it puts every record's norm at or below 1/2 and every
+target's at or below 1 + 1e-9 whatever r is: nothing overflows).
 
 Range checks: 1 <= m <= :data:`MAX_TARGETS`, m (1 + 2d) <= :data:`MAX_RELEASE_ENTRIES`
 (they bound the site's work per record and the release), finite targets of
