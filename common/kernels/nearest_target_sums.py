@@ -116,7 +116,7 @@ from privadapt.common.kernels.base import (
 )
 from privadapt.common.kernels.exact_sum import ExactSum, clip_slack, conversion_error
 from privadapt.common.kernels.grid_rounding import Norm, rounding_charged
-from privadapt.common.kernels.nearest_cells import TargetIndex, nearest_targets
+from privadapt.common.kernels.nearest_cells import SEARCH_RECORDS, TargetIndex, nearest_targets
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.validation import check_finite_array
 
@@ -311,14 +311,19 @@ class NearestTargetSums(Kernel):
         m, dim, r = params.num_targets, data.dim, params.clip
         scale = power_of_two_at_or_above(TARGET_NORM_FACTOR * r)
         index = TargetIndex(params.targets / scale)
-        clipped = clip_rows_to_norm(data.features, r)
-        cells = nearest_targets(clipped / scale, index)
-        counts = np.bincount(cells, minlength=m)
+        counts = np.zeros(m, dtype=np.int64)
         sums = ExactSum((m, params.num_columns(dim) - 1))
-        for start in range(0, data.num_records, CHUNK_RECORDS * 8):
-            chunk = clipped[start:start + CHUNK_RECORDS * 8]
-            terms = (chunk if params.moment_weight is None
-                     else np.hstack([chunk, params.moment_weight * chunk**2]))
-            sums.add_grouped_terms(terms, cells[start:start + len(chunk)], params.term_bound)
+        # Chunks bound the working memory; a record's cell does not depend on
+        # its chunk (nearest_cells: the rule is per record).
+        for start in range(0, data.num_records, SEARCH_RECORDS):
+            clipped = clip_rows_to_norm(data.features[start:start + SEARCH_RECORDS], r)
+            cells = nearest_targets(clipped / scale, index)
+            counts += np.bincount(cells, minlength=m)
+            for first in range(0, len(clipped), CHUNK_RECORDS * 8):
+                chunk = clipped[first:first + CHUNK_RECORDS * 8]
+                terms = (chunk if params.moment_weight is None
+                         else np.hstack([chunk, params.moment_weight * chunk**2]))
+                sums.add_grouped_terms(terms, cells[first:first + len(chunk)],
+                                       params.term_bound)
         weighted = counts.astype(np.float64) * params.weight
         return (np.column_stack([weighted, sums.value()]),)

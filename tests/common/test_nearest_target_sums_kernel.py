@@ -185,3 +185,14 @@ def test_one_record_moves_only_its_own_row_at_exact_ties():
             moved = np.flatnonzero(np.any(after != before, axis=1))
             np.testing.assert_array_equal(moved, [cell])
             assert after[cell, 0] == before[cell, 0] + 1
+
+
+def test_the_release_does_not_depend_on_how_records_are_chunked(monkeypatch):
+    from privadapt.common.kernels import nearest_target_sums
+
+    rng = np.random.default_rng(22)
+    features = rng.normal(scale=0.4, size=(700, DIM))
+    params = NearestTargetParams(TARGETS, moment_weight=2.0)
+    whole = KERNEL.compute(dataset(features), params, {})[0]
+    monkeypatch.setattr(nearest_target_sums, "SEARCH_RECORDS", 96)
+    np.testing.assert_array_equal(KERNEL.compute(dataset(features), params, {})[0], whole)
