@@ -71,12 +71,18 @@ and moments are exact scatter-adds of per-record terms
 (:class:`~privadapt.common.kernels.exact_sum.ExactSum`), the counts are
 integers multiplied by w once; the float error left is the one conversion of
 each entry to float64 and a few ulps of a clipped record's own term
-(:meth:`NearestTargetSums.computation_errors`). The cell of a record is the
-scipy k-d tree's nearest target of that record alone (built on the public
-targets; a query's result depends on the query point and the tree only), so
-no BLAS block couples records. Records and targets are divided by the power
-of two at or above 2 r before the tree sees them (exact, and it puts every
-squared distance below 9 whatever r is: nothing overflows or underflows).
+(:meth:`NearestTargetSums.computation_errors`). The cell of a record is its
+canonical nearest target (:mod:`~privadapt.common.kernels.nearest_cells`):
+the lowest index among the targets at the least squared distance, that
+distance summed coordinate by coordinate in a fixed order from the record
+and the target alone. So ties (a record equidistant to several targets,
+duplicated targets) and near-ties are decided by the record and the targets,
+never by the other records, although the search groups records into blocks
+for speed: it provably returns that cell for every record (float32 and BLAS
+only filter candidates, with proved margins; the rule decides). Records and
+targets are divided by the power of two at or above 2 r before the search
+sees them (exact, and it puts every record's norm at or below 1/2 and every
+target's at or below 1 + 1e-9 whatever r is: nothing overflows).
 
 Range checks: 1 <= m <= :data:`MAX_TARGETS`, m (1 + 2d) <= :data:`MAX_RELEASE_ENTRIES`
 (they bound the site's work per record and the release), finite targets of
@@ -95,7 +101,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.spatial import cKDTree
 
 from privadapt.common.data import Dataset
 from privadapt.common.geometry import clip_rows_to_norm, row_norms
@@ -111,6 +116,7 @@ from privadapt.common.kernels.base import (
 )
 from privadapt.common.kernels.exact_sum import ExactSum, clip_slack, conversion_error
 from privadapt.common.kernels.grid_rounding import Norm, rounding_charged
+from privadapt.common.kernels.nearest_cells import SEARCH_RECORDS, TargetIndex, nearest_targets
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.validation import check_finite_array
 
@@ -122,20 +128,16 @@ CLIP_NORM = 0.5
 TARGET_NORM_FACTOR = 2.0
 #: The largest target norm at the default clip radius.
 TARGET_NORM_BOUND = TARGET_NORM_FACTOR * CLIP_NORM
-#: The most target points one query may send (the site's k-d tree and release).
+#: The most target points one query may send (the site's search and release).
 MAX_TARGETS = 2**16
 #: The most entries of one release.
 MAX_RELEASE_ENTRIES = 2**22
 #: The most target coordinates (m d) one query may send. A site's work per
-#: record grows with them (a k-d tree prunes little in high dimension): an
-#: adversarial review measured 10 ms per record at m = 2^16, d = 63 (hours at
-#: the 2^20-record bound); 10,000 targets in 8 dimensions stay allowed.
+#: record grows with them (the search prunes little in high dimension): an
+#: adversarial review measured 10 ms per record at m = 2^16, d = 63 with a
+#: k-d tree (hours at the 2^20-record bound); 10,000 targets in 8 dimensions
+#: stay allowed.
 MAX_TARGET_COORDINATES = 2**17
-#: Targets per leaf of the k-d tree: in 8 dimensions, with thousands of
-#: clustered targets, leaves of 64 answered 2 to 6 times faster than scipy's
-#: default 16 (the tree cannot prune inside a cluster; a leaf is scanned in
-#: one tight loop).
-TREE_LEAF_SIZE = 64
 #: A target may exceed its norm bound by this relative slack (a coordinator's
 #: own float projection onto a ball lands a few ulps out).
 TARGET_NORM_SLACK = 1e-9
@@ -248,13 +250,6 @@ class NearestTargetParams(KernelParams):
         return max(self.clip, self.moment_bound)
 
 
-def nearest_cells(records: np.ndarray, tree: cKDTree, scale: float = 1.0) -> np.ndarray:
-    """Each (clipped) record's nearest target, by the k-d tree of the public
-    targets divided by ``scale``: a function of that record alone."""
-    _, cells = tree.query(records / scale, k=1)
-    return np.asarray(cells, dtype=np.int64)
-
-
 @register
 class NearestTargetSums(Kernel):
     """[w n_x, r_x, v q_x] for every target point x: weighted counts, sums and
@@ -315,15 +310,20 @@ class NearestTargetSums(Kernel):
     ) -> tuple[np.ndarray]:
         m, dim, r = params.num_targets, data.dim, params.clip
         scale = power_of_two_at_or_above(TARGET_NORM_FACTOR * r)
-        tree = cKDTree(params.targets / scale, leafsize=TREE_LEAF_SIZE)
+        index = TargetIndex(params.targets / scale)
         counts = np.zeros(m, dtype=np.int64)
         sums = ExactSum((m, params.num_columns(dim) - 1))
-        for start in range(0, data.num_records, CHUNK_RECORDS * 8):
-            clipped = clip_rows_to_norm(data.features[start:start + CHUNK_RECORDS * 8], r)
-            cells = nearest_cells(clipped, tree, scale)
+        # Chunks bound the working memory; a record's cell does not depend on
+        # its chunk (nearest_cells: the rule is per record).
+        for start in range(0, data.num_records, SEARCH_RECORDS):
+            clipped = clip_rows_to_norm(data.features[start:start + SEARCH_RECORDS], r)
+            cells = nearest_targets(clipped / scale, index)
             counts += np.bincount(cells, minlength=m)
-            terms = (clipped if params.moment_weight is None
-                     else np.hstack([clipped, params.moment_weight * clipped**2]))
-            sums.add_grouped_terms(terms, cells, params.term_bound)
+            for first in range(0, len(clipped), CHUNK_RECORDS * 8):
+                chunk = clipped[first:first + CHUNK_RECORDS * 8]
+                terms = (chunk if params.moment_weight is None
+                         else np.hstack([chunk, params.moment_weight * chunk**2]))
+                sums.add_grouped_terms(terms, cells[first:first + len(chunk)],
+                                       params.term_bound)
         weighted = counts.astype(np.float64) * params.weight
         return (np.column_stack([weighted, sums.value()]),)

@@ -162,3 +162,37 @@ def test_targets_whose_work_is_unbounded_are_refused_from_their_shape():
     check_targets(np.zeros((10_000, 8)))  # the issue's benchmark size stays allowed
     with pytest.raises(ValueError, match="target coordinates"):
         check_targets(np.zeros((MAX_TARGET_COORDINATES // 63 + 1, 63)))
+
+
+def test_one_record_moves_only_its_own_row_at_exact_ties():
+    """Through the kernel, over many blocks of the grouped search: adding one
+    record (exactly equidistant to several targets, or on a duplicated
+    target) changes its own cell's row only; every other row is bitwise the
+    same, and its cell is the lowest-index nearest target whatever the others."""
+    rng = np.random.default_rng(21)
+    axes = np.vstack([np.eye(DIM), -np.eye(DIM)]) * 0.25
+    far = rng.normal(size=(40, DIM))
+    far *= 0.45 / np.linalg.norm(far, axis=1, keepdims=True)  # farther than the axis targets
+    targets = np.vstack([far, axes, axes[:2]])
+    base = clip_rows_to_norm(rng.normal(scale=0.3, size=(1500, DIM)), 0.5)
+    base[::7] = 0.0  # many records tie the six axis targets
+    base[3::11] = axes[1] / 2  # ... or lie halfway to one of them
+    before = KERNEL.compute(dataset(base), NearestTargetParams(targets), {})[0]
+    for probe, cell in ((np.zeros(DIM), 40), (axes[1].copy(), 41), (axes[0] * 0.5, 40)):
+        for position in (0, 700, 1500):
+            after = KERNEL.compute(dataset(np.insert(base, position, probe, axis=0)),
+                                   NearestTargetParams(targets), {})[0]
+            moved = np.flatnonzero(np.any(after != before, axis=1))
+            np.testing.assert_array_equal(moved, [cell])
+            assert after[cell, 0] == before[cell, 0] + 1
+
+
+def test_the_release_does_not_depend_on_how_records_are_chunked(monkeypatch):
+    from privadapt.common.kernels import nearest_target_sums
+
+    rng = np.random.default_rng(22)
+    features = rng.normal(scale=0.4, size=(700, DIM))
+    params = NearestTargetParams(TARGETS, moment_weight=2.0)
+    whole = KERNEL.compute(dataset(features), params, {})[0]
+    monkeypatch.setattr(nearest_target_sums, "SEARCH_RECORDS", 96)
+    np.testing.assert_array_equal(KERNEL.compute(dataset(features), params, {})[0], whole)
