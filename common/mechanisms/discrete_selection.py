@@ -153,13 +153,8 @@ class DiscreteExponentialMechanism(SelectionMechanism):
                                             self.minimize, False, Adjacency.REPLACE_ONE)
 
     def utility_steps(self, scores: np.ndarray) -> np.ndarray:
-        """The utilities in integer grid steps (scores negated for
-        ``minimize``), as int64."""
-        steps = np.rint(np.ldexp(np.asarray(scores, dtype=np.float64), self.fractional_bits))
-        if not np.all(np.abs(steps) < 2.0**63):
-            raise ValueError("scores do not fit the fixed-point grid")
-        values = steps.astype(np.int64)
-        return -values if self.minimize else values
+        """The utilities in integer grid steps (:func:`grid_utilities`)."""
+        return grid_utilities(scores, self.fractional_bits, self.minimize)
 
     def select(self, scores: np.ndarray, source: RandomBits | None = None) -> int:
         utilities = self.utility_steps(self._checked_scores(scores))
@@ -178,6 +173,16 @@ class DiscreteExponentialMechanism(SelectionMechanism):
     def from_dict(cls, data: dict[str, Any]) -> DiscreteExponentialMechanism:
         return cls(data["sensitivity"], data["epsilon"], data["fractional_bits"],
                    data["minimize"], data["monotone"], Adjacency(data["adjacency"]))
+
+
+def grid_utilities(scores: np.ndarray, fractional_bits: int, minimize: bool) -> np.ndarray:
+    """Scores read as int64 steps of the grid 2^-``fractional_bits``, negated
+    for ``minimize``: the utilities the grid selections draw on."""
+    steps = np.rint(np.ldexp(np.asarray(scores, dtype=np.float64), fractional_bits))
+    if not np.all(np.abs(steps) < 2.0**63):
+        raise ValueError("scores do not fit the fixed-point grid")
+    values = steps.astype(np.int64)
+    return -values if minimize else values
 
 
 def exact_probabilities(mechanism: DiscreteExponentialMechanism,
