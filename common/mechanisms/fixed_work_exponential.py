@@ -225,7 +225,7 @@ def integer_weights(utilities: np.ndarray, coefficient: Fraction,
     exponent = np.full(utilities.size, _ONE_EXPONENT, dtype=np.int64)
     one_mantissa, one_exponent = np.uint64(_MANTISSA_ONE), np.int64(_ONE_EXPONENT)
     for j in range(mantissas.size):
-        bit = (gaps >> np.uint64(j)) & np.uint64(1) == 1
+        bit = ((gaps >> np.uint64(j)) & np.uint64(1)) == 1
         mantissa, exponent = _product(mantissa, exponent,
                                       np.where(bit, mantissas[j], one_mantissa),
                                       np.where(bit, exponents[j], one_exponent))
