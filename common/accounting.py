@@ -188,6 +188,7 @@ _PLD_BY_KIND = {
     "discrete_laplace": _discrete_laplace_pld,
     "pure_dp": _pure_dp_pld,
     "report_noisy_laplace": _pure_dp_pld,
+    "discrete_report_noisy_laplace": _pure_dp_pld,
     "exponential": _pure_dp_pld,
     "discrete_exponential": _pure_dp_pld,
     "generalized_exponential": _pure_dp_pld,
@@ -344,7 +345,7 @@ def release_epsilon_lower_bound(mechanism: Mechanism, delta: float) -> float:
         # Mass 1/(1 + q) >= 1/2 sits at loss exactly e (outputs at or beyond
         # the far centre), so delta(epsilon') >= (1 - e^(epsilon' - e)) / 2.
         return max(0.0, pure + math.log1p(-min(1.0, 2.0 * delta)))
-    if mechanism.kind in ("pure_dp", "report_noisy_laplace"):
+    if mechanism.kind in ("pure_dp", "report_noisy_laplace", "discrete_report_noisy_laplace"):
         return _randomized_response_epsilon(pure, delta)
     if mechanism.kind in _BOUNDED_RANGE_KINDS:
         return _bounded_range_epsilon_lower_bound(pure, delta)
@@ -427,6 +428,7 @@ _RDP_BY_KIND = {
     "pure_dp": _pure_dp_rdp,
     "zcdp": lambda m, orders: orders * m.rho,
     "report_noisy_laplace": _pure_dp_rdp,
+    "discrete_report_noisy_laplace": _pure_dp_rdp,
     "exponential": _bounded_range_rdp,
     "discrete_exponential": _bounded_range_rdp,
     "generalized_exponential": _bounded_range_rdp,

@@ -322,25 +322,7 @@ def discrete_laplace(scale: int | Fraction | float, shape: int | tuple[int, ...]
     return _discrete_laplace(exact, count, stream).reshape(shape)
 
 
-# -- the exponential mechanism on integer scores -------------------------------------
-
-
-def exponential_mechanism_index(gaps: list[int], coefficient: Fraction,
-                                source: RandomBits | None = None) -> int:
-    """An index k drawn with probability exactly exp(-c g_k) / sum_j exp(-c g_j)
-    for integer ``gaps`` g >= 0 (utilities below the best, so some g_k = 0)
-    and a rational ``coefficient`` c > 0: a uniform proposal kept with
-    probability exp(-c g_k) (Algorithm 1, exact), so the kept index has that
-    law. The best candidate is always kept, so the expected number of
-    proposals is at most the number of candidates, whatever c and g."""
-    if not gaps or min(gaps) != 0 or coefficient <= 0:
-        raise ValueError("need non-negative integer gaps with a zero and a positive "
-                         f"coefficient, got {len(gaps)} gaps and c = {coefficient}")
-    stream = KeystreamBits(source or SecureRandomBits())
-    while True:
-        k = _uniform_below_int(len(gaps), stream)
-        if _bernoulli_exp_scalar(coefficient * gaps[k], stream):
-            return k
+# -- a uniform index ------------------------------------------------------------------
 
 
 def uniform_index(count: int, source: RandomBits | None = None) -> int:

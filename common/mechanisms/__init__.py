@@ -15,7 +15,7 @@ Three families. *Kernel mechanisms* (:class:`GaussianMechanism`,
 :class:`LaplaceMechanism`, :class:`DiscreteLaplaceMechanism`, :class:`NoNoise`;
 ``releases_kernel_sums``) describe noise a site adds to a kernel's sums (the
 discrete one exact integers on the fixed-point grid). *Selection mechanisms*
-(:class:`ReportNoisyMin`, :class:`ExponentialMechanism`,
+(:class:`ReportNoisyMin`, :class:`DiscreteReportNoisyMin`, :class:`ExponentialMechanism`,
 :class:`DiscreteExponentialMechanism`, :class:`GeneralizedExponentialMechanism`;
 ``releases_index``) describe how a
 site that holds all of a job's data picks a candidate from a kernel's score
@@ -44,6 +44,7 @@ from typing import Any
 
 from privadapt.common.mechanisms.base import Adjacency, KernelMechanism, Mechanism
 from privadapt.common.mechanisms.discrete_laplace import DiscreteLaplaceMechanism
+from privadapt.common.mechanisms.discrete_report_noisy_min import DiscreteReportNoisyMin
 from privadapt.common.mechanisms.discrete_selection import DiscreteExponentialMechanism
 from privadapt.common.mechanisms.events import PureDpEvent, ZCdpEvent
 from privadapt.common.mechanisms.gaussian import GaussianBlock, GaussianMechanism
@@ -61,6 +62,7 @@ __all__ = [
     "Adjacency",
     "DiscreteExponentialMechanism",
     "DiscreteLaplaceMechanism",
+    "DiscreteReportNoisyMin",
     "ExponentialMechanism",
     "GaussianBlock",
     "GaussianMechanism",
@@ -87,6 +89,7 @@ MECHANISM_KINDS: dict[str, type[Mechanism]] = {
     "zcdp": ZCdpEvent,
     "no_noise": NoNoise,
     "report_noisy_laplace": ReportNoisyMin,
+    "discrete_report_noisy_laplace": DiscreteReportNoisyMin,
     "exponential": ExponentialMechanism,
     "discrete_exponential": DiscreteExponentialMechanism,
     "generalized_exponential": GeneralizedExponentialMechanism,

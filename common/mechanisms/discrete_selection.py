@@ -1,45 +1,43 @@
-"""The exponential mechanism sampled exactly on the fixed-point grid (issue 17).
+"""The exponential mechanism on the fixed-point grid, drawn with work that does
+not depend on the scores (issue 17).
 
 Why: :class:`~privadapt.common.mechanisms.selection.ExponentialMechanism`
 draws through float Gumbel noise, whose samples are bounded, so a candidate
 far behind has probability exactly 0 on one dataset and not on its neighbour:
 (epsilon, ~1e-37)-DP rather than pure (selection.py, module docstring). Here
 the site's scores, already rounded onto its grid 2^-f, are read as integers
-of grid steps, and the index is drawn with probability exactly
-exp(-c g_k) / sum_j exp(-c g_j), g_k the integer gap of candidate k's utility
-below the best, c = epsilon / (2 Delta) (epsilon / Delta for monotone scores)
-a rational, by a uniform proposal kept with probability exp(-c g_k) from the
-exact Bernoulli of Canonne, Kamath and Steinke
-(:func:`privadapt.common.discrete_noise.exponential_mechanism_index`). No
-float enters a probability.
+of grid steps, and the index is drawn with probability within a factor
+exp(+-2^-53.9) of exp(-c g_k) / sum_j exp(-c g_j) (g_k clamped at 128 / c),
+g_k the integer gap of candidate k's utility below the best,
+c = epsilon / (2 Delta) (epsilon / Delta for monotone scores) a rational, by
+:func:`~privadapt.common.mechanisms.fixed_work_exponential.fixed_work_exponential_index`:
+integer weights from exactly rounded constants, one draw of a fixed number
+of CSPRNG words. Every candidate keeps a positive probability, and the
+release is pure (epsilon + 2^-50)-DP and (epsilon + 2^-50)-bounded-range,
+which is what the site charges (:attr:`pure_epsilon`; the derivation is in
+that module's docstring).
 
 Sensitivity in steps. The site charges a float score sensitivity S that holds
 the rounding onto the grid and the float errors
 (:func:`~privadapt.common.kernels.grid_rounding.score_rounding_charged`); the
 scores' integer steps then move by at most S 2^f between neighbours, so by at
 most Delta = ceil(S 2^f (1 + 2^-50)) (:func:`.discrete_laplace.grid_steps`).
-The guarantee is then exactly the exponential mechanism's on integer
-utilities of sensitivity Delta: pure epsilon-DP and epsilon-bounded-range,
-accounted as :class:`ExponentialMechanism` is (same derivation; its
-docstring). The grid is the mechanism's field ``fractional_bits`` and a site
-refuses it unless it is the query's: read on a coarser grid, the scores would
-be rounded once more, by a step nobody charged.
+The guarantee is then the exponential mechanism's on integer utilities of
+sensitivity Delta, plus the sampler's 2^-50, accounted as
+:class:`ExponentialMechanism` is (same derivation; its docstring). The grid
+is the mechanism's field ``fractional_bits`` and a site refuses it unless it
+is the query's: read on a coarser grid, the scores would be rounded once
+more, by a step nobody charged.
 
-Work: expected proposals at most K (the best candidate is always kept), each
-an exact Bernoulli of O(1) expected words; the scores' size K is the kernel's,
-fixed by public parameters.
-
-Known limit (adversarial review 5, medium): the number of proposals is
-geometric with success probability Z / K, Z = sum_k exp(-c g_k), so the
-selection's running time depends on the private scores beyond what epsilon
-charges (K = 20,000: 5 ms with all scores tied, 626 ms with one clear winner).
-A coordinator that can time a site's answer learns about Z. The float
-:class:`~privadapt.common.mechanisms.selection.ExponentialMechanism` draws K
-Gumbels whatever the scores (its only gap is the ~1e-37 of its bounded
-samples), so it stays the default; use this mechanism where the answer's
-timing is not observable by the coordinator. A sampler with score-independent
-work (a fixed number of vectorised proposals, with an accounted failure
-probability) is the fix; it is not built yet.
+Timing (adversarial review 5, medium, fixed). The sampler this replaced
+proposed candidates until one was kept, a number geometric in the scores'
+spread (K = 20,000: 5 ms with all scores tied, 626 ms with one clear
+winner), so a coordinator timing the answer learned about the scores. The
+work is now fixed by K and c: the random words, the vector products and the
+big-integer weights are counted and the counts compared on extreme score
+vectors (tests/common/test_fixed_work_exponential.py). Memory access
+patterns and the duration of single big-integer operations are not
+addressed (that module's docstring).
 """
 
 from __future__ import annotations
@@ -52,9 +50,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from privadapt.common.discrete_noise import exponential_mechanism_index, uniform_index
+from privadapt.common.discrete_noise import uniform_index
 from privadapt.common.mechanisms.base import Adjacency
 from privadapt.common.mechanisms.discrete_laplace import check_grid_bits, grid_steps
+from privadapt.common.mechanisms.fixed_work_exponential import (
+    CLAMP,
+    charged_epsilon,
+    fixed_work_exponential_index,
+    integer_weights,
+)
 from privadapt.common.mechanisms.selection import (
     SelectionMechanism,
     _check_monotone_adjacency,
@@ -72,7 +76,8 @@ from privadapt.common.validation import (
 class DiscreteExponentialMechanism(SelectionMechanism):
     """The exponential mechanism at ``epsilon`` on scores of charged
     sensitivity ``sensitivity`` read in integer steps of the grid
-    2^-``fractional_bits``, sampled exactly (module docstring)."""
+    2^-``fractional_bits``, drawn with score-independent work and charged
+    epsilon + 2^-50 (module docstring)."""
 
     sensitivity: float
     epsilon: float
@@ -120,7 +125,9 @@ class DiscreteExponentialMechanism(SelectionMechanism):
 
     @property
     def pure_epsilon(self) -> float:
-        return 0.0 if self.is_free else self.epsilon
+        # epsilon plus the sampler's distance from the exact law, rounded up:
+        # the one figure the ledger's pure, PLD and bounded-range RDP paths read.
+        return 0.0 if self.is_free else charged_epsilon(self.epsilon)
 
     @property
     def score_sensitivities(self) -> tuple[float, ...]:
@@ -145,24 +152,17 @@ class DiscreteExponentialMechanism(SelectionMechanism):
         return DiscreteExponentialMechanism(sensitivity, 2 * self.epsilon, self.fractional_bits,
                                             self.minimize, False, Adjacency.REPLACE_ONE)
 
-    def utility_steps(self, scores: np.ndarray) -> list[int]:
-        """The utilities in integer grid steps (scores negated for
-        ``minimize``), as exact Python integers."""
-        steps = np.rint(np.ldexp(np.asarray(scores, dtype=np.float64), self.fractional_bits))
-        if not np.all(np.abs(steps) < 2.0**63):
-            raise ValueError("scores do not fit the fixed-point grid")
-        values = [int(v) for v in steps.astype(np.int64)]
-        return [-v for v in values] if self.minimize else values
+    def utility_steps(self, scores: np.ndarray) -> np.ndarray:
+        """The utilities in integer grid steps (:func:`grid_utilities`)."""
+        return grid_utilities(scores, self.fractional_bits, self.minimize)
 
     def select(self, scores: np.ndarray, source: RandomBits | None = None) -> int:
         utilities = self.utility_steps(self._checked_scores(scores))
-        best = max(utilities)
-        gaps = [best - u for u in utilities]
         coefficient = self.coefficient
         if coefficient is None:  # data-independent scores: any maximiser, uniformly
-            winners = [k for k, gap in enumerate(gaps) if gap == 0]
-            return winners[uniform_index(len(winners), source)]
-        return exponential_mechanism_index(gaps, coefficient, source)
+            winners = np.flatnonzero(utilities == utilities.max())
+            return int(winners[uniform_index(winners.size, source)])
+        return fixed_work_exponential_index(utilities, coefficient, source)
 
     def _fields(self) -> dict[str, Any]:
         return {"sensitivity": self.sensitivity, "epsilon": self.epsilon,
@@ -175,15 +175,38 @@ class DiscreteExponentialMechanism(SelectionMechanism):
                    data["minimize"], data["monotone"], Adjacency(data["adjacency"]))
 
 
+def grid_utilities(scores: np.ndarray, fractional_bits: int, minimize: bool) -> np.ndarray:
+    """Scores read as int64 steps of the grid 2^-``fractional_bits``, negated
+    for ``minimize``: the utilities the grid selections draw on."""
+    steps = np.rint(np.ldexp(np.asarray(scores, dtype=np.float64), fractional_bits))
+    if not np.all(np.abs(steps) < 2.0**63):
+        raise ValueError("scores do not fit the fixed-point grid")
+    values = steps.astype(np.int64)
+    return -values if minimize else values
+
+
 def exact_probabilities(mechanism: DiscreteExponentialMechanism,
                         scores: np.ndarray) -> np.ndarray:
-    """The law :meth:`DiscreteExponentialMechanism.select` samples, in floats
-    (for tests and reports): exp(-c g_k) normalised."""
-    utilities = mechanism.utility_steps(np.asarray(scores, dtype=float))
+    """The exponential mechanism's law on the grid, which
+    :meth:`DiscreteExponentialMechanism.select` draws within a factor
+    exp(+-2^-53.9), in floats (for tests and reports): exp(-min(c g_k, 128))
+    normalised."""
+    utilities = mechanism.utility_steps(np.asarray(scores, dtype=float)).tolist()
     best = max(utilities)
     coefficient = mechanism.coefficient
     if coefficient is None:
         weights = np.array([1.0 if u == best else 0.0 for u in utilities])
     else:
-        weights = np.array([math.exp(-float(coefficient * (best - u))) for u in utilities])
+        weights = np.array([math.exp(-min(float(coefficient * (best - u)), CLAMP))
+                            for u in utilities])
     return weights / weights.sum()
+
+
+def sampler_probabilities(mechanism: DiscreteExponentialMechanism,
+                          scores: np.ndarray) -> np.ndarray:
+    """The law the sampler draws, up to its final modular draw's relative
+    2^-64: its own integer weights W_k / sum W, in floats."""
+    utilities = mechanism.utility_steps(np.asarray(scores, dtype=float))
+    weights = integer_weights(utilities, mechanism.coefficient)
+    total = sum(weights)
+    return np.array([float(Fraction(w, total)) for w in weights])

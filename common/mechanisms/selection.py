@@ -36,7 +36,8 @@ whose scaled score trails another's by more than about 86 has probability
 exactly 0 on one dataset and may not on its neighbour: report-noisy-min and the
 exponential mechanism are (epsilon, ~1e-37)-DP rather than pure epsilon-DP.
 :class:`~privadapt.common.mechanisms.discrete_selection.DiscreteExponentialMechanism`
-closes it for the exponential mechanism (exact sampling on the grid, issue 17).
+closes it for the exponential mechanism (integer weights on the grid, every
+candidate's probability positive, pure (epsilon + 2^-50)-DP, issue 17).
 """
 
 from __future__ import annotations

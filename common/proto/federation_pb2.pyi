@@ -60,7 +60,7 @@ class GaussianBlock(_message.Message):
     def __init__(self, sensitivity: _Optional[float] = ..., sigma: _Optional[float] = ...) -> None: ...
 
 class Mechanism(_message.Message):
-    __slots__ = ("adjacency", "gaussian", "poisson_sampled_gaussian", "laplace", "pure_dp", "zcdp", "no_noise", "report_noisy_laplace", "exponential", "generalized_exponential", "discrete_laplace", "discrete_exponential")
+    __slots__ = ("adjacency", "gaussian", "poisson_sampled_gaussian", "laplace", "pure_dp", "zcdp", "no_noise", "report_noisy_laplace", "exponential", "generalized_exponential", "discrete_laplace", "discrete_exponential", "discrete_report_noisy_laplace")
     ADJACENCY_FIELD_NUMBER: _ClassVar[int]
     GAUSSIAN_FIELD_NUMBER: _ClassVar[int]
     POISSON_SAMPLED_GAUSSIAN_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +73,7 @@ class Mechanism(_message.Message):
     GENERALIZED_EXPONENTIAL_FIELD_NUMBER: _ClassVar[int]
     DISCRETE_LAPLACE_FIELD_NUMBER: _ClassVar[int]
     DISCRETE_EXPONENTIAL_FIELD_NUMBER: _ClassVar[int]
+    DISCRETE_REPORT_NOISY_LAPLACE_FIELD_NUMBER: _ClassVar[int]
     adjacency: str
     gaussian: GaussianMechanism
     poisson_sampled_gaussian: PoissonSampledGaussianMechanism
@@ -85,7 +86,8 @@ class Mechanism(_message.Message):
     generalized_exponential: GeneralizedExponentialMechanism
     discrete_laplace: DiscreteLaplaceMechanism
     discrete_exponential: DiscreteExponentialMechanism
-    def __init__(self, adjacency: _Optional[str] = ..., gaussian: _Optional[_Union[GaussianMechanism, _Mapping]] = ..., poisson_sampled_gaussian: _Optional[_Union[PoissonSampledGaussianMechanism, _Mapping]] = ..., laplace: _Optional[_Union[LaplaceMechanism, _Mapping]] = ..., pure_dp: _Optional[_Union[PureDpEvent, _Mapping]] = ..., zcdp: _Optional[_Union[ZCdpEvent, _Mapping]] = ..., no_noise: _Optional[_Union[NoNoise, _Mapping]] = ..., report_noisy_laplace: _Optional[_Union[ReportNoisyMin, _Mapping]] = ..., exponential: _Optional[_Union[ExponentialMechanism, _Mapping]] = ..., generalized_exponential: _Optional[_Union[GeneralizedExponentialMechanism, _Mapping]] = ..., discrete_laplace: _Optional[_Union[DiscreteLaplaceMechanism, _Mapping]] = ..., discrete_exponential: _Optional[_Union[DiscreteExponentialMechanism, _Mapping]] = ...) -> None: ...
+    discrete_report_noisy_laplace: DiscreteReportNoisyMin
+    def __init__(self, adjacency: _Optional[str] = ..., gaussian: _Optional[_Union[GaussianMechanism, _Mapping]] = ..., poisson_sampled_gaussian: _Optional[_Union[PoissonSampledGaussianMechanism, _Mapping]] = ..., laplace: _Optional[_Union[LaplaceMechanism, _Mapping]] = ..., pure_dp: _Optional[_Union[PureDpEvent, _Mapping]] = ..., zcdp: _Optional[_Union[ZCdpEvent, _Mapping]] = ..., no_noise: _Optional[_Union[NoNoise, _Mapping]] = ..., report_noisy_laplace: _Optional[_Union[ReportNoisyMin, _Mapping]] = ..., exponential: _Optional[_Union[ExponentialMechanism, _Mapping]] = ..., generalized_exponential: _Optional[_Union[GeneralizedExponentialMechanism, _Mapping]] = ..., discrete_laplace: _Optional[_Union[DiscreteLaplaceMechanism, _Mapping]] = ..., discrete_exponential: _Optional[_Union[DiscreteExponentialMechanism, _Mapping]] = ..., discrete_report_noisy_laplace: _Optional[_Union[DiscreteReportNoisyMin, _Mapping]] = ...) -> None: ...
 
 class GaussianMechanism(_message.Message):
     __slots__ = ("blocks", "local_blocks")
@@ -176,6 +178,20 @@ class DiscreteExponentialMechanism(_message.Message):
     minimize: bool
     monotone: bool
     def __init__(self, sensitivity: _Optional[float] = ..., epsilon: _Optional[float] = ..., fractional_bits: _Optional[int] = ..., minimize: _Optional[bool] = ..., monotone: _Optional[bool] = ...) -> None: ...
+
+class DiscreteReportNoisyMin(_message.Message):
+    __slots__ = ("sensitivity", "scale_steps", "fractional_bits", "minimize", "monotone")
+    SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
+    SCALE_STEPS_FIELD_NUMBER: _ClassVar[int]
+    FRACTIONAL_BITS_FIELD_NUMBER: _ClassVar[int]
+    MINIMIZE_FIELD_NUMBER: _ClassVar[int]
+    MONOTONE_FIELD_NUMBER: _ClassVar[int]
+    sensitivity: float
+    scale_steps: float
+    fractional_bits: int
+    minimize: bool
+    monotone: bool
+    def __init__(self, sensitivity: _Optional[float] = ..., scale_steps: _Optional[float] = ..., fractional_bits: _Optional[int] = ..., minimize: _Optional[bool] = ..., monotone: _Optional[bool] = ...) -> None: ...
 
 class GeneralizedExponentialMechanism(_message.Message):
     __slots__ = ("sensitivities", "epsilon", "beta", "minimize")

@@ -1,7 +1,9 @@
-"""The exponential mechanism sampled exactly on the grid
-(common/mechanisms/discrete_selection.py): its draws follow the exact law,
-its neighbours' laws stay within e^epsilon through the site's own charge, and
-it is accounted, serialised and digested like the other selections."""
+"""The exponential mechanism on the grid
+(common/mechanisms/discrete_selection.py): its draws follow the exponential
+mechanism's law, its neighbours' laws (the sampler's own integer weights)
+stay within e^epsilon through the site's own charge, and it is accounted,
+serialised and digested like the other selections. Its fixed work:
+tests/common/test_fixed_work_exponential.py."""
 
 from __future__ import annotations
 
@@ -28,7 +30,10 @@ from privadapt.common.mechanisms import (
     mechanism_from_dict,
     mechanism_to_dict,
 )
-from privadapt.common.mechanisms.discrete_selection import exact_probabilities
+from privadapt.common.mechanisms.discrete_selection import (
+    exact_probabilities,
+    sampler_probabilities,
+)
 from privadapt.common.noise import SeededRandomBits
 from privadapt.common.query_digest import query_digest
 from privadapt.common.wire import mechanism_from_proto, mechanism_to_proto
@@ -154,7 +159,8 @@ def test_a_selection_on_another_grid_is_refused():
 def test_neighbours_laws_stay_within_e_to_the_epsilon(bits, seed):
     """Replace one record by a worst-case one (label flipped, far feature):
     the site's own charged mechanism on each neighbour's rounded scores gives
-    exact laws whose ratio never exceeds e^epsilon."""
+    laws (the ideal one, and the sampler's from its integer weights) whose
+    ratio never exceeds e^epsilon, nor e^(epsilon + 2^-50) as charged."""
     base = data(60, seed)
     features, labels = base.features.copy(), base.labels.copy()
     features[0] = CANDIDATES[seed % 2] / max(1.0, np.linalg.norm(CANDIDATES[seed % 2]))
@@ -169,12 +175,15 @@ def test_neighbours_laws_stay_within_e_to_the_epsilon(bits, seed):
                       DiscreteExponentialMechanism(4.0, 1.0, bits), fractional_bits=bits,
                       form=ReleaseForm.PER_SITE)
         charged = site._admission.admit(query, 1).charged
-    laws, steps = [], []
+    laws, sampled, steps = [], [], []
     for dataset in (base, neighbour):
         (scores,) = kernel.compute(dataset, params, {})
         rounded = codec.decode(codec.encode(scores))
         steps.append(np.array(charged.utility_steps(rounded)))
         laws.append(exact_probabilities(charged, rounded))
+        sampled.append(sampler_probabilities(charged, rounded))
     assert np.max(np.abs(steps[0] - steps[1])) <= charged.grid_sensitivity
     ratio = np.max(np.abs(np.log(laws[0]) - np.log(laws[1])))
     assert ratio <= charged.epsilon * (1 + 1e-12)
+    assert np.max(np.abs(np.log(sampled[0]) - np.log(sampled[1]))) \
+        <= charged.pure_epsilon * (1 + 1e-12)
