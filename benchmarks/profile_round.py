@@ -68,7 +68,7 @@ SITE_STEPS = [
 # profiler (step_timers.py). Indented names run inside the one above them.
 TIMED_COORDINATOR_STEPS = [
     ("privadapt.server.network_federation", "NetworkFederation._attempt"),
-    ("privadapt.server.network_federation", "NetworkFederation._fingerprint"),
+    ("privadapt.server.network_federation", "_fingerprint"),
     ("privadapt.server.rounds", "RoundHub.run_round"),
     ("privadapt.common.wire", "query_to_proto"),
     ("privadapt.common.wire", "query_from_proto"),

@@ -138,6 +138,22 @@ class _ActiveRound:
         return bool(self.refusals or self.gone or self.cancelled)
 
 
+def _check_announced(query: Query, round: int, decoded: Query, decoded_round: int) -> None:
+    """The announced encoding carries ``query`` at ``round``: every field the
+    aggregation reads (bits, form, mechanism) and every id; the parameters'
+    names (their values are the caller's encoding of them)."""
+    fields = ("job_id", "query_id", "kernel", "mechanism", "collusion_tolerance",
+              "fractional_bits", "form", "records")
+    differ = [name for name in fields if getattr(decoded, name) != getattr(query, name)]
+    if decoded_round != round:
+        differ.append("round")
+    if set(decoded.params) != set(query.params):
+        differ.append("params")
+    if differ:
+        raise ValueError(f"query {query.query_id!r} round {round}: its encoding announces "
+                         f"another {', '.join(differ)}")
+
+
 class RoundHub:
     """Runs rounds and routes the sites' replies to the round they belong to."""
 
@@ -169,17 +185,23 @@ class RoundHub:
         participants: Sequence[str],
         timeout: float,
         expected_shapes: Sequence[tuple[int, ...]] | None = None,
+        encoded: pb.Query | None = None,
     ) -> RoundResult:
         """Run one round; return the decoded aggregate or raise :class:`RoundFailedError`.
-        A share whose blocks do not have ``expected_shapes`` is refused on arrival."""
+        A share whose blocks do not have ``expected_shapes`` is refused on arrival.
+        ``encoded``: ``query_to_proto(query, round)`` if the caller has it
+        already (``ValueError`` if it announces another query or round)."""
         names = tuple(sorted(participants))
         active = _ActiveRound(query, round, names, threading.Condition())
         active.expected_shapes = None if expected_shapes is None else tuple(
             tuple(shape) for shape in expected_shapes)
         # One encoding of the query serves the announcement and the digest,
         # which is of the query as the sites decode it from exactly these bytes.
-        encoded = query_to_proto(query, round)
-        active.query_digest = query_digest(*query_from_proto(encoded))
+        if encoded is None:
+            encoded = query_to_proto(query, round)
+        decoded, decoded_round = query_from_proto(encoded)
+        _check_announced(query, round, decoded, decoded_round)
+        active.query_digest = query_digest(decoded, decoded_round)
         key = (query.job_id, round)
         with self._lock:
             if round <= self._closed.get(query.job_id, 0):
