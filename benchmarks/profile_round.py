@@ -76,6 +76,7 @@ TIMED_COORDINATOR_STEPS = [
     ("privadapt.server.rounds", "RoundHub._aggregate"),
     ("privadapt.server.store.rounds", "RoundTable.start_round"),
     ("privadapt.server.store.rounds", "RoundTable.save_answer"),
+    ("privadapt.server.store.arrays", "write_arrays"),
     ("privadapt.server.federation_service", "FederationServicer.PublishKey"),
     ("privadapt.server.rounds", "RoundHub.deliver_key"),
     ("privadapt.server.federation_service", "FederationServicer.SubmitShare"),
@@ -130,9 +131,9 @@ def _print_steps(title: str, profile: Path, steps: list[tuple[str, str]], calls:
 
 
 def _print_timed(title: str, path: Path, calls: int) -> None:
-    print(f"\n{title}, thread CPU per round (calls per round):")
-    for key, (ms, count) in step_timers.per_call_costs(path, calls).items():
-        print(f"  {ms:7.2f} ms  ({count:4.1f})  {key}")
+    print(f"\n{title}, per round: thread CPU, wall time (calls):")
+    for key, (ms, count, wall) in step_timers.per_call_costs(path, calls).items():
+        print(f"  {ms:7.2f} ms {wall:7.2f} ms  ({count:4.1f})  {key}")
 
 
 def _timed(arguments: argparse.Namespace) -> int:

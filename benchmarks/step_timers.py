@@ -4,7 +4,8 @@ Why: cProfile (``thread_profiles.py``) charges its own cost to every Python
 call, so steps made of many small calls look several times dearer than they
 are, and C work (hashing, SQLite, crypto) looks cheap beside them. Here only
 the listed functions are wrapped, each call timed with ``time.thread_time``
-(a few microseconds per call), so the figures are the steps' real CPU,
+and ``time.perf_counter`` (a few microseconds per call), so the figures are
+the steps' real CPU (and wall time, waits included),
 inclusive of what they call, and comparable with the unprofiled CPU column of
 ``network_round.py``.
 
@@ -50,7 +51,7 @@ def _wrap(function: Callable, totals: dict[str, list[float]], key: str) -> Calla
         if getattr(local, "depth", 0):
             return function(*args, **kwargs)
         local.depth = 1
-        started = time.thread_time()
+        started, wall = time.thread_time(), time.perf_counter()
         try:
             return function(*args, **kwargs)
         finally:
@@ -58,6 +59,7 @@ def _wrap(function: Callable, totals: dict[str, list[float]], key: str) -> Calla
             entry = totals[key]
             entry[0] += time.thread_time() - started
             entry[1] += 1
+            entry[2] += time.perf_counter() - wall
 
     return timed
 
@@ -75,7 +77,7 @@ def install(directory: Path, steps: Sequence[Step]) -> Callable[[], None]:
             owner = getattr(owner, part)
         original = getattr(owner, name)
         key = f"{module_name}:{qualified}"
-        totals[key] = [0.0, 0]
+        totals[key] = [0.0, 0, 0.0]  # thread CPU seconds, calls, wall seconds
         timed = _wrap(original, totals, key)
         setattr(owner, name, timed)
         if not path:  # a module-level function: also where it was imported by name
@@ -110,7 +112,10 @@ def child_environment(directory: Path, steps: Sequence[Step]) -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join(path)}
 
 
-def per_call_costs(path: Path, calls: int) -> dict[str, tuple[float, float]]:
-    """Each step's CPU in milliseconds per ``calls`` (rounds), and its calls per round."""
+def per_call_costs(path: Path, calls: int) -> dict[str, tuple[float, float, float]]:
+    """Each step's thread CPU and wall time in milliseconds per ``calls``
+    (rounds), and its calls per round. Wall time includes waits (fsync, the
+    peers, other processes' time slices on a busy machine)."""
     totals = json.loads(Path(path).read_text())
-    return {key: (1e3 * seconds / calls, count / calls) for key, (seconds, count) in totals.items()}
+    return {key: (1e3 * cpu / calls, count / calls, 1e3 * wall / calls)
+            for key, (cpu, count, wall) in totals.items()}

@@ -22,10 +22,12 @@ new id, which every ledger requires (a query id is answered at most once), and
 round numbers only grow, also across restarts (above every round the store or
 any connected site has seen).
 
-Every round is in the store before it is announced (``started``), because
-sites charge it as soon as they answer; a round still ``started`` when its job
-resumes was cut short by a crash and is recorded as interrupted, so the job's
-status and privacy report list it with the other charged attempts.
+Every round is in the store (``started``) before its roster is sent, because
+sites charge it as soon as they answer it, on its roster; the row is committed
+while the sites handle the announcement, so its fsync is off the round's
+critical path. A round still ``started`` when its job resumes was cut short by
+a crash and is recorded as interrupted, so the job's status and privacy report
+list it with the other charged attempts.
 """
 
 from __future__ import annotations
@@ -286,11 +288,22 @@ class NetworkFederation:
         expected_shapes = ([(1,)] if mechanism.releases_index
                            else self._expected_shapes(kernel, params))
         started = time.time()
-        self._store.start_round(RoundRecord.starting(self.job_id, round, step, query.query_id,
-                                                     participants, started, form))
+        recorded: list[bool] = []
+
+        def record_start() -> None:
+            # Run by the hub once the announcement is queued, before it waits
+            # for the keys: this commit's fsync overlaps the sites' key
+            # generation, and it is durable before the roster, the first
+            # message a site answers and charges (server/rounds.py).
+            self._store.start_round(RoundRecord.starting(self.job_id, round, step,
+                                                         query.query_id, participants, started,
+                                                         form))
+            recorded.append(True)
+
         try:
             result = self._hub.run_round(query, round, participants, self._job.round_timeout,
-                                         expected_shapes, _announced(probe, query, round))
+                                         expected_shapes, _announced(probe, query, round),
+                                         record_start)
         except RoundFailedError as failure:
             self._abort_round(round, step, query.query_id, participants, started,
                               failure.reason, form)
@@ -305,8 +318,9 @@ class NetworkFederation:
                         f"withheld its share in {WITHHELD_SHARES_LIMIT} rounds after the roster")
             return None
         except Exception as error:  # a bug or a closed round: the job fails, the row ends
-            self._abort_round(round, step, query.query_id, participants, started,
-                              f"coordinator error: {type(error).__name__}: {error}", form)
+            if recorded:  # else its row could not be written (the hub aborted the round)
+                self._abort_round(round, step, query.query_id, participants, started,
+                                  f"coordinator error: {type(error).__name__}: {error}", form)
             raise
         record = RoundRecord(self.job_id, round, step, query.query_id, result.participants,
                              started, time.time(), False, "", result.job_epsilon, form=form)

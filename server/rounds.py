@@ -47,7 +47,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -186,11 +186,18 @@ class RoundHub:
         timeout: float,
         expected_shapes: Sequence[tuple[int, ...]] | None = None,
         encoded: pb.Query | None = None,
+        announced: Callable[[], None] | None = None,
     ) -> RoundResult:
         """Run one round; return the decoded aggregate or raise :class:`RoundFailedError`.
         A share whose blocks do not have ``expected_shapes`` is refused on arrival.
         ``encoded``: ``query_to_proto(query, round)`` if the caller has it
-        already (``ValueError`` if it announces another query or round)."""
+        already (``ValueError`` if it announces another query or round).
+
+        ``announced`` is called once the announcement is queued and before
+        anything else (the caller records the round there: its commit overlaps
+        the sites' key generation, and it has returned before the roster is
+        sent, the first message a site answers and charges); if it raises, the
+        round is aborted at the sites and its exception propagates."""
         names = tuple(sorted(participants))
         active = _ActiveRound(query, round, names, threading.Condition())
         active.expected_shapes = None if expected_shapes is None else tuple(
@@ -210,6 +217,13 @@ class RoundHub:
         deadline = time.monotonic() + timeout
         try:
             self._announce(active, encoded, deadline_s=time.time() + timeout)
+            if announced is not None:
+                try:
+                    announced()
+                except Exception as error:
+                    self._abort(active, RoundFailedError(
+                        f"the coordinator could not record the round: {error}"))
+                    raise
             self._wait(active, lambda: len(active.keys) == len(names), deadline, "keys")
             self._send_roster(active)
             self._wait(active, lambda: len(active.shares) == len(names), deadline, "shares")

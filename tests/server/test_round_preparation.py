@@ -1,7 +1,9 @@
-"""The coordinator encodes a step's query once: its fingerprint hashes the
-probe encoding, and every attempt announces it with the round's
-query id and number (server/network_federation.py). That must be exactly
-the query's own encoding, and a round refuses an encoding of another query."""
+"""How the coordinator prepares a round (server/network_federation.py,
+server/rounds.py). It encodes a step's query once: its fingerprint hashes the
+probe encoding, and every attempt announces it with the round's query id and
+number; that must be exactly the query's own encoding, and a round refuses an
+encoding of another query. It records the round while the sites handle the
+announcement, before the roster (what sites answer and charge)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ import pytest
 
 from privadapt.common.federation import Query, ReleaseForm
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
+from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.record_parts import RecordPart
 from privadapt.common.wire import query_to_proto
 from privadapt.server.network_federation import _announced, _fingerprint
-from privadapt.server.rounds import RoundHub
+from privadapt.server.rounds import RoundFailedError, RoundHub
 from privadapt.server.site_registry import SiteRegistry
 
 MECHANISM = GaussianMechanism.single(2.0, 5.0, Adjacency.REPLACE_ONE)
@@ -77,3 +80,55 @@ def test_round_takes_the_matching_encoding() -> None:
     with pytest.raises(Exception) as caught:
         hub.run_round(query, 1, ["site-a"], 0.5, encoded=query_to_proto(query, 1))
     assert not isinstance(caught.value, ValueError)
+
+
+# -- the round's record, committed while the sites handle the announcement ----
+
+SITES = ("site-a", "site-b")
+
+
+def _hub_with_sites() -> tuple[RoundHub, dict]:
+    registry = SiteRegistry()
+    hub = RoundHub(registry)
+    sessions = {}
+    for name in SITES:
+        session = registry.register(name, pb.RegisterRequest(site_name=name))
+        registry.attach(name, session.session_id, [])
+        sessions[name] = session
+    hub.open_job("job-1", 0)
+    return hub, sessions
+
+
+def _kinds(session) -> list[str]:
+    kinds = []
+    while not session.outbox.empty():
+        kinds.append(session.outbox.get().WhichOneof("item"))
+    return kinds
+
+
+def test_round_is_recorded_after_its_announcement_and_before_its_roster() -> None:
+    """The hook runs once the announcement is queued and before any key is
+    awaited: no roster (what sites answer and charge) can precede it."""
+    hub, sessions = _hub_with_sites()
+    seen: list[list[str]] = []
+
+    def record() -> None:
+        seen.extend(_kinds(sessions[name]) for name in SITES)
+
+    query = Query("job-1", "s1-r1", "linear_gradient", {"clip_norm": 1.0}, MECHANISM)
+    with pytest.raises(RoundFailedError, match="deadline passed waiting for keys"):
+        hub.run_round(query, 1, SITES, 0.2, announced=record)
+    assert seen == [["round_announcement"], ["round_announcement"]]
+
+
+def test_a_round_that_cannot_be_recorded_is_aborted_at_the_sites() -> None:
+    hub, sessions = _hub_with_sites()
+
+    def fail() -> None:
+        raise ValueError("round 1 of job 'job-1' is already stored")
+
+    query = Query("job-1", "s1-r1", "linear_gradient", {"clip_norm": 1.0}, MECHANISM)
+    with pytest.raises(ValueError, match="already stored"):
+        hub.run_round(query, 1, SITES, 5.0, announced=fail)
+    for name in SITES:
+        assert _kinds(sessions[name]) == ["round_announcement", "round_abort"]
