@@ -1,7 +1,7 @@
 """Ledger charges per second against the size of its history (issue 12, section 3).
 
     .venv/bin/python benchmarks/ledger_charges.py [--sizes 100 10000 100000]
-        [--charges 300] [--dir DIR ...]
+        [--charges 300] [--dir DIR ...] [--history-ratio]
 
 For each stored history size N and each directory (default: the system's
 temporary directory, on disk, and /dev/shm, in memory, when it exists), a
@@ -21,6 +21,14 @@ then the derived state is written by the ledger's own
 ``write_head_file``. Opening the ledger then rebuilds everything from the
 rows and checks it, as every open does ("open" column).
 
+``--history-ratio``: the one figure that says whether a charge's cost grows
+with the site's history: the site's ledger work for one round (budget check
+with its reservation, charge, the job's spend for the share: what
+``Site.answer`` and the site worker do) timed on a ledger holding 10 past
+charges and on one holding 10,000, in alternating blocks, as CPU and wall
+time per round and their ratio (about 1 when the work is O(1) in the past
+charges; the B-tree lookups are O(log n)).
+
 "recomputed": |spent() - full recomputation| / recomputation, where the
 recomputation composes every stored charge, one by one, in a fresh
 :class:`PrivacyAccountant`; "bound/exact": the last charge's recorded
@@ -32,6 +40,7 @@ from __future__ import annotations
 import argparse
 import os
 import sqlite3
+import statistics
 import tempfile
 import time
 from collections import Counter
@@ -40,7 +49,8 @@ from pathlib import Path
 from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.ledger_accounting import mechanism_json
 from privadapt.client.ledger_chain import extend, genesis, head_file, row_bytes, write_head_file
-from privadapt.client.ledger_open import ROW_COLUMNS, Rebuilt, write_derived
+from privadapt.client.ledger_open import Rebuilt, write_derived
+from privadapt.client.ledger_schema import ROW_COLUMNS
 from privadapt.client.ledger_totals import LedgerTotals
 from privadapt.client.policy import SitePolicy
 from privadapt.common.accounting import PrivacyAccountant
@@ -78,7 +88,8 @@ def build_history(path: Path, policy: SitePolicy, size: int, mechanisms) -> None
     head = before = genesis(policy.site_name)
     rows, groups, start = [], Counter(), time.time() - size
     for i in range(size):
-        row = (f"history-{i // 1000}", f"q{i}", texts[i % len(texts)], 0.0, "pld", start + i)
+        row = (f"history-{i // 1000}", f"q{i}", texts[i % len(texts)], 0.0, "pld", start + i,
+               "bench")
         before, head = head, extend(head, row_bytes(*row))
         rows.append(row)
         groups[row[2]] += 1
@@ -86,7 +97,7 @@ def build_history(path: Path, policy: SitePolicy, size: int, mechanisms) -> None
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(f"INSERT INTO charges ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", rows)
+        conn.executemany(f"INSERT INTO charges ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
         write_derived(conn, Rebuilt(head, before, totals, size, 0.0, "pld"),
                       policy.adjacency.value)
         conn.execute("COMMIT")
@@ -122,8 +133,58 @@ def measure(directory: Path, size: int, method: str, charges: int) -> dict[str, 
             "bound_ratio": last.epsilon_after / exact}
 
 
+ROUND_MECHANISM = GaussianMechanism.single(2.0, 50.0, AR)  # network_round.py's
+
+
+def _site_rounds(ledger: PrivacyLedger, job: str, first: int, count: int) -> None:
+    """``count`` rounds of a site's ledger work (client/site.py, site_worker.py)."""
+    for i in range(first, first + count):
+        with ledger.reservation(job, f"r{i}", ROUND_MECHANISM) as checked:
+            ledger.charge(job, f"r{i}", ROUND_MECHANISM, checked=checked, kernel="bench")
+        ledger.spent_by_job(job)
+
+
+def history_ratio(directory: Path, small: int = 10, large: int = 10_000,
+                  rounds: int = 100, blocks: int = 5) -> dict[str, float]:
+    """Seconds of CPU and wall per round of a site's ledger work on ledgers of
+    ``small`` and ``large`` past charges (alternating blocks; medians)."""
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        ledgers = {}
+        for size in (small, large):
+            path = Path(tmp) / f"site-{size}.db"
+            build_history(path, _policy("bench"), size, _HISTORY["pld"])
+            ledgers[size] = PrivacyLedger(path, _policy("bench"))
+            _site_rounds(ledgers[size], "bench", 0, 5)  # warm: terms, job groups
+        cpu: dict[int, list[float]] = {small: [], large: []}
+        wall: dict[int, list[float]] = {small: [], large: []}
+        for block in range(blocks):
+            for size in (small, large) if block % 2 == 0 else (large, small):
+                started, used = time.perf_counter(), time.process_time()
+                _site_rounds(ledgers[size], "bench", 5 + block * rounds, rounds)
+                cpu[size].append((time.process_time() - used) / rounds)
+                wall[size].append((time.perf_counter() - started) / rounds)
+        for ledger in ledgers.values():
+            ledger.close()
+    result = {f"{kind}_{size}": statistics.median(values[size])
+              for kind, values in (("cpu", cpu), ("wall", wall)) for size in (small, large)}
+    result["cpu_ratio"] = result[f"cpu_{large}"] / result[f"cpu_{small}"]
+    result["wall_ratio"] = result[f"wall_{large}"] / result[f"wall_{small}"]
+    return result
+
+
+def print_history_ratio(directory: Path) -> None:
+    r = history_ratio(directory)
+    print(f"site ledger work per round (check, charge, job spend) in {directory}: "
+          f"10 past charges {1e3 * r['cpu_10']:.2f} ms CPU / {1e3 * r['wall_10']:.2f} ms wall, "
+          f"10,000 past charges {1e3 * r['cpu_10000']:.2f} / {1e3 * r['wall_10000']:.2f} ms; "
+          f"ratio 10,000 : 10 = {r['cpu_ratio']:.2f} CPU, {r['wall_ratio']:.2f} wall")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--history-ratio", action="store_true",
+                        help="only the site's ledger work per round at 10 vs 10,000 past "
+                             "charges, as a ratio")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 10_000, 100_000])
     parser.add_argument("--charges", type=int, default=300)
     default_dirs = [Path(tempfile.gettempdir())]
@@ -131,6 +192,10 @@ def main() -> int:
         default_dirs.append(Path("/dev/shm"))
     parser.add_argument("--dir", type=Path, nargs="+", default=default_dirs, dest="dirs")
     args = parser.parse_args()
+    if args.history_ratio:
+        for directory in args.dirs:
+            print_history_ratio(directory)
+        return 0
     print(f"{'directory':<10} {'method':<6} {'stored':>8} {'charges/s':>10} {'open s':>7} "
           f"{'epsilon':>9} {'recomputed':>10} {'bound/exact':>11}")
     for directory in args.dirs:

@@ -11,7 +11,9 @@ read the figures as shares of a process's time, next to the unprofiled CPU
 column of ``network_round.py``.
 
 Run: ``.venv/bin/python benchmarks/profile_round.py [--sites 3] [--floats 100000]
-[--rounds 60]`` (about half a minute).
+[--rounds 60] [--keep DIR] [--timers]`` (about half a minute; ``--keep`` saves
+the profiles for ``pstats``; ``--timers`` times the steps without a profiler,
+:mod:`step_timers`, for their real CPU).
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import federation_processes  # noqa: F401 -- single-threaded BLAS, before numpy 
 # isort: on
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import step_timers
 from network_round import WARM_UP, networked
 from thread_profiles import child_environment, install, per_call_costs
 
@@ -60,12 +64,61 @@ SITE_STEPS = [
     ("client/ledger.py", "spent_by_job"),
 ]
 
+# --timers: the same steps by module and qualified name, timed without a
+# profiler (step_timers.py). Indented names run inside the one above them.
+TIMED_COORDINATOR_STEPS = [
+    ("privadapt.server.network_federation", "NetworkFederation._attempt"),
+    ("privadapt.server.network_federation", "_fingerprint"),
+    ("privadapt.server.rounds", "RoundHub.run_round"),
+    ("privadapt.common.wire", "query_to_proto"),
+    ("privadapt.common.wire", "query_from_proto"),
+    ("privadapt.common.query_digest", "query_digest"),
+    ("privadapt.server.rounds", "RoundHub._aggregate"),
+    ("privadapt.server.store.rounds", "RoundTable.start_round"),
+    ("privadapt.server.store.rounds", "RoundTable.save_answer"),
+    ("privadapt.server.store.arrays", "write_arrays"),
+    ("privadapt.server.federation_service", "FederationServicer.PublishKey"),
+    ("privadapt.server.rounds", "RoundHub.deliver_key"),
+    ("privadapt.server.federation_service", "FederationServicer.SubmitShare"),
+    ("privadapt.server.rounds", "RoundHub.deliver_share"),
+]
+TIMED_SITE_STEPS = [
+    ("privadapt.client.site_worker", "SiteWorker.handle"),
+    ("privadapt.client.site_worker", "SiteWorker._on_announcement"),
+    ("privadapt.common.wire", "query_from_proto"),
+    ("privadapt.common.query_digest", "query_digest"),
+    ("privadapt.client.round_progress", "RoundProgress.enter_round"),
+    ("privadapt.common.secagg", "RoundKeys.sign"),
+    ("privadapt.client.site_worker", "SiteWorker._on_roster"),
+    ("privadapt.common.roster", "verify_roster"),
+    ("privadapt.client.site", "Site.answer"),
+    ("privadapt.client.query_admission", "QueryAdmission.admit"),
+    ("privadapt.client.ledger", "PrivacyLedger.check_charge"),
+    ("privadapt.common.kernels.linear_gradient", "LinearGradient.compute"),
+    ("privadapt.common.noise", "gaussian_noise"),
+    ("privadapt.common.fixed_point", "FixedPointCodec.encode"),
+    ("privadapt.common.fixed_point", "FixedPointCodec.encode_saturating"),
+    ("privadapt.client.ledger", "PrivacyLedger.charge"),
+    ("privadapt.client.ledger", "PrivacyLedger._publish_head"),
+    ("privadapt.client.ledger", "PrivacyLedger.release"),
+    ("privadapt.common.secagg", "mask_share"),
+    ("privadapt.common.secagg", "mask_integrity_check"),
+    ("privadapt.client.ledger_view", "LedgerView.spent_by_job"),
+    ("privadapt.common.wire", "fill_tensor"),
+]
+
 
 def _arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sites", type=int, default=3)
     parser.add_argument("--floats", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="copy every process's merged profile (<pid>.prof) here, to read "
+                             "with pstats beyond the steps printed")
+    parser.add_argument("--timers", action="store_true",
+                        help="time the steps' thread CPU without a profiler (step_timers.py): "
+                             "real figures, but only of the listed steps")
     return parser.parse_args(argv)
 
 
@@ -77,9 +130,43 @@ def _print_steps(title: str, profile: Path, steps: list[tuple[str, str]], calls:
             print(f"  {costs[step]:7.2f} ms  {step[0]}:{step[1]}")
 
 
+def _print_timed(title: str, path: Path, calls: int) -> None:
+    print(f"\n{title}, per round: thread CPU, wall time (calls):")
+    for key, (ms, count, wall) in step_timers.per_call_costs(path, calls).items():
+        print(f"  {ms:7.2f} ms {wall:7.2f} ms  ({count:4.1f})  {key}")
+
+
+def _timed(arguments: argparse.Namespace) -> int:
+    """The --timers run: real CPU of the listed steps, next to each process's total."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        timers = root / "timers"
+        timers.mkdir()
+        os.environ.update(step_timers.child_environment(timers, TIMED_SITE_STEPS))
+        dump = step_timers.install(timers, TIMED_COORDINATOR_STEPS)
+        net = networked(root, arguments.sites, arguments.floats, arguments.rounds)
+        dump()
+        calls = arguments.rounds + WARM_UP + 1
+        print(f"\n{arguments.sites} sites, {arguments.floats} floats, {calls} rounds; process "
+              f"CPU per timed round (from /proc): sites {1e3 * net['site_cpu']:.1f} + "
+              f"coordinator {1e3 * net['coordinator_cpu']:.1f} ms; {os.getloadavg()[0]:.1f} "
+              "load average")
+        own = timers / f"{os.getpid()}.json"
+        deadline = time.monotonic() + 30
+        while (len(list(timers.glob("*.json"))) < arguments.sites + 1
+               and time.monotonic() < deadline):
+            time.sleep(0.1)  # the site daemons write theirs as they exit
+        _print_timed("coordinator", own, calls)
+        for index, site in enumerate(sorted(p for p in timers.glob("*.json") if p != own)):
+            _print_timed(f"site {index + 1}", site, calls)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     arguments = _arguments(sys.argv[1:] if argv is None else argv)
     print(__doc__.split("\n\n")[0])
+    if arguments.timers:
+        return _timed(arguments)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         profiles = root / "profiles"
@@ -102,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
         _print_steps("coordinator", own, COORDINATOR_STEPS, calls)
         for index, site in enumerate(sorted(p for p in profiles.glob("*.prof") if p != own)):
             _print_steps(f"site {index + 1}", site, SITE_STEPS, calls)
+        if arguments.keep is not None:
+            arguments.keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(own, arguments.keep / "coordinator.prof")
+            for index, site in enumerate(sorted(p for p in profiles.glob("*.prof") if p != own)):
+                shutil.copy(site, arguments.keep / f"site{index + 1}.prof")
     return 0
 
 

@@ -5,7 +5,11 @@
 * calibration: time to calibrate a Gaussian noise multiplier for T = 1,000
   releases at (epsilon, delta) = (1, 1e-5);
 * ledger: committed charges per second into a SQLite (WAL) ledger that already
-  holds 1,000 charges, cap checked by PLD on every charge.
+  holds 1,000 charges, cap checked by PLD on every charge;
+* ledger history: a site's ledger work for one round (check, charge, job
+  spend) on a ledger of 10,000 past charges over the same on one of 10, in
+  CPU time (``ledger_charges.py --history-ratio``): about 1 when no cost grows
+  with the site's history.
 
 Numbers are medians over repeats within one run; compare ratios across rows
 or against a baseline recorded in the same run, never absolute seconds across
@@ -20,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from ledger_charges import history_ratio
 from timing import median_seconds
 
 from privadapt.client.ledger import PrivacyLedger
@@ -64,9 +69,16 @@ def ledger_rate(prefill: int = 1000, timed: int = 200) -> tuple[str, float, str]
     return (f"ledger charges (after {prefill})", timed / seconds, "charges/s, each committed")
 
 
+def ledger_history_ratio() -> tuple[str, float, str]:
+    r = history_ratio(Path(tempfile.gettempdir()))
+    return ("ledger round, 10,000 vs 10 past charges", r["cpu_ratio"],
+            f"x CPU per round ({1e3 * r['cpu_10000']:.2f} vs {1e3 * r['cpu_10']:.2f} ms; "
+            f"wall {r['wall_ratio']:.2f}x)")
+
+
 def main() -> int:
     rows = []
-    for bench in (gradient_throughput, calibration_time, ledger_rate):
+    for bench in (gradient_throughput, calibration_time, ledger_rate, ledger_history_ratio):
         print(f"running {bench.__name__} ...", file=sys.stderr, flush=True)
         rows.append(bench())
     print(f"\n{'benchmark':<40} {'value':>14}  unit")

@@ -22,10 +22,12 @@ new id, which every ledger requires (a query id is answered at most once), and
 round numbers only grow, also across restarts (above every round the store or
 any connected site has seen).
 
-Every round is in the store before it is announced (``started``), because
-sites charge it as soon as they answer; a round still ``started`` when its job
-resumes was cut short by a crash and is recorded as interrupted, so the job's
-status and privacy report list it with the other charged attempts.
+Every round is in the store (``started``) before its roster is sent, because
+sites charge it as soon as they answer it, on its roster; the row is committed
+while the sites handle the announcement, so its fsync is off the round's
+critical path. A round still ``started`` when its job resumes was cut short by
+a crash and is recorded as interrupted, so the job's status and privacy report
+list it with the other charged attempts.
 """
 
 from __future__ import annotations
@@ -226,7 +228,10 @@ class NetworkFederation:
             raise ValueError(f"sites must be distinct names among {list(self._job.sites)}, "
                              f"got {list(sites)}")
         step = next(self._steps)
-        fingerprint = self._fingerprint(kernel, params, mechanism, form, records, sites)
+        # One encoding of the query per step: hashed for the fingerprint, then
+        # announced (with each attempt's query id and round number).
+        probe = self._probe(kernel, params, mechanism, form, records)
+        fingerprint = _fingerprint(probe, sites)
         # Steps are answered in order, so once one is not stored none after it
         # is: the store is read only while a resumed job is replaying.
         stored = self._store.answer(self.job_id, step) if self._replaying else None
@@ -240,8 +245,8 @@ class NetworkFederation:
                 )
             return stored.query_id, stored.blocks, stored.participants
         for _attempt in range(MAX_ATTEMPTS_PER_STEP):
-            answer = self._attempt(step, fingerprint, kernel, params, mechanism, form, records,
-                                   sites)
+            answer = self._attempt(step, fingerprint, probe, kernel, params, mechanism, form,
+                                   records, sites)
             if answer is not None:
                 return answer
         raise JobFailedError(
@@ -268,8 +273,8 @@ class NetworkFederation:
     # -- rounds ---------------------------------------------------------------
 
     def _attempt(
-        self, step: int, fingerprint: str, kernel: str, params: Mapping[str, Any],
-        mechanism: Mechanism, form: ReleaseForm, records: RecordPart,
+        self, step: int, fingerprint: str, probe: pb.Query, kernel: str,
+        params: Mapping[str, Any], mechanism: Mechanism, form: ReleaseForm, records: RecordPart,
         sites: Sequence[str] | None = None,
     ) -> tuple[str, tuple[Any, ...], tuple[str, ...]] | None:
         participants = self._wait_for_participants(sites)
@@ -283,11 +288,22 @@ class NetworkFederation:
         expected_shapes = ([(1,)] if mechanism.releases_index
                            else self._expected_shapes(kernel, params))
         started = time.time()
-        self._store.start_round(RoundRecord.starting(self.job_id, round, step, query.query_id,
-                                                     participants, started, form))
+        recorded: list[bool] = []
+
+        def record_start() -> None:
+            # Run by the hub once the announcement is queued, before it waits
+            # for the keys: this commit's fsync overlaps the sites' key
+            # generation, and it is durable before the roster, the first
+            # message a site answers and charges (server/rounds.py).
+            self._store.start_round(RoundRecord.starting(self.job_id, round, step,
+                                                         query.query_id, participants, started,
+                                                         form))
+            recorded.append(True)
+
         try:
             result = self._hub.run_round(query, round, participants, self._job.round_timeout,
-                                         expected_shapes)
+                                         expected_shapes, _announced(probe, query, round),
+                                         record_start)
         except RoundFailedError as failure:
             self._abort_round(round, step, query.query_id, participants, started,
                               failure.reason, form)
@@ -302,8 +318,9 @@ class NetworkFederation:
                         f"withheld its share in {WITHHELD_SHARES_LIMIT} rounds after the roster")
             return None
         except Exception as error:  # a bug or a closed round: the job fails, the row ends
-            self._abort_round(round, step, query.query_id, participants, started,
-                              f"coordinator error: {type(error).__name__}: {error}", form)
+            if recorded:  # else its row could not be written (the hub aborted the round)
+                self._abort_round(round, step, query.query_id, participants, started,
+                                  f"coordinator error: {type(error).__name__}: {error}", form)
             raise
         record = RoundRecord(self.job_id, round, step, query.query_id, result.participants,
                              started, time.time(), False, "", result.job_epsilon, form=form)
@@ -426,19 +443,35 @@ class NetworkFederation:
         found, dim = get_kernel(kernel), self.dim
         return [tuple(s) for s in found.output_shapes(found.Params.from_wire(params, dim), dim)]
 
-    def _fingerprint(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
-                     form: ReleaseForm, records: RecordPart,
-                     sites: Sequence[str] | None = None) -> str:
+    def _probe(self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,
+               form: ReleaseForm, records: RecordPart) -> pb.Query:
+        """The step's query encoded under query id "fingerprint" at round 0."""
         probe = Query(self.job_id, "fingerprint", kernel, params, mechanism,
                       self._job.collusion_tolerance, self.codec.fractional_bits, form, records)
-        encoded = query_to_proto(probe, round=0).SerializeToString(deterministic=True)
-        if sites is not None:  # a round of some sites only is another step than one of all
-            encoded += ("\x00" + "\x00".join(sites)).encode()
-        return hashlib.sha256(encoded).hexdigest()
+        return query_to_proto(probe, round=0)
 
     def _notify(self, record: RoundRecord) -> None:
         if self._on_round is not None:
             self._on_round(record)
+
+
+def _fingerprint(probe: pb.Query, sites: Sequence[str] | None = None) -> str:
+    """What a step asks: SHA-256 of its probe's deterministic encoding (and of
+    the sites asked, when only some are), compared when a resumed job replays."""
+    encoded = probe.SerializeToString(deterministic=True)
+    if sites is not None:  # a round of some sites only is another step than one of all
+        encoded += ("\x00" + "\x00".join(sites)).encode()
+    return hashlib.sha256(encoded).hexdigest()
+
+
+def _announced(encoded: pb.Query, query: Query, round: int) -> pb.Query:
+    """``query_to_proto(query, round)``, made from the step's encoding (the
+    probe once its fingerprint is taken: the same fields but the query id and
+    round, set here for each attempt) rather than encoding the parameters
+    again: a 1e5-float query is 0.8 MB, checked and copied at each encoding.
+    The announcement copies it, so the next attempt may set its own ids."""
+    encoded.query_id, encoded.round = query.query_id, round
+    return encoded
 
 
 class PrivacyReports:

@@ -47,7 +47,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -138,6 +138,22 @@ class _ActiveRound:
         return bool(self.refusals or self.gone or self.cancelled)
 
 
+def _check_announced(query: Query, round: int, decoded: Query, decoded_round: int) -> None:
+    """The announced encoding carries ``query`` at ``round``: every field the
+    aggregation reads (bits, form, mechanism) and every id; the parameters'
+    names (their values are the caller's encoding of them)."""
+    fields = ("job_id", "query_id", "kernel", "mechanism", "collusion_tolerance",
+              "fractional_bits", "form", "records")
+    differ = [name for name in fields if getattr(decoded, name) != getattr(query, name)]
+    if decoded_round != round:
+        differ.append("round")
+    if set(decoded.params) != set(query.params):
+        differ.append("params")
+    if differ:
+        raise ValueError(f"query {query.query_id!r} round {round}: its encoding announces "
+                         f"another {', '.join(differ)}")
+
+
 class RoundHub:
     """Runs rounds and routes the sites' replies to the round they belong to."""
 
@@ -169,17 +185,30 @@ class RoundHub:
         participants: Sequence[str],
         timeout: float,
         expected_shapes: Sequence[tuple[int, ...]] | None = None,
+        encoded: pb.Query | None = None,
+        announced: Callable[[], None] | None = None,
     ) -> RoundResult:
         """Run one round; return the decoded aggregate or raise :class:`RoundFailedError`.
-        A share whose blocks do not have ``expected_shapes`` is refused on arrival."""
+        A share whose blocks do not have ``expected_shapes`` is refused on arrival.
+        ``encoded``: ``query_to_proto(query, round)`` if the caller has it
+        already (``ValueError`` if it announces another query or round).
+
+        ``announced`` is called once the announcement is queued and before
+        anything else (the caller records the round there: its commit overlaps
+        the sites' key generation, and it has returned before the roster is
+        sent, the first message a site answers and charges); if it raises, the
+        round is aborted at the sites and its exception propagates."""
         names = tuple(sorted(participants))
         active = _ActiveRound(query, round, names, threading.Condition())
         active.expected_shapes = None if expected_shapes is None else tuple(
             tuple(shape) for shape in expected_shapes)
         # One encoding of the query serves the announcement and the digest,
         # which is of the query as the sites decode it from exactly these bytes.
-        encoded = query_to_proto(query, round)
-        active.query_digest = query_digest(*query_from_proto(encoded))
+        if encoded is None:
+            encoded = query_to_proto(query, round)
+        decoded, decoded_round = query_from_proto(encoded)
+        _check_announced(query, round, decoded, decoded_round)
+        active.query_digest = query_digest(decoded, decoded_round)
         key = (query.job_id, round)
         with self._lock:
             if round <= self._closed.get(query.job_id, 0):
@@ -188,6 +217,13 @@ class RoundHub:
         deadline = time.monotonic() + timeout
         try:
             self._announce(active, encoded, deadline_s=time.time() + timeout)
+            if announced is not None:
+                try:
+                    announced()
+                except Exception as error:
+                    self._abort(active, RoundFailedError(
+                        f"the coordinator could not record the round: {error}"))
+                    raise
             self._wait(active, lambda: len(active.keys) == len(names), deadline, "keys")
             self._send_roster(active)
             self._wait(active, lambda: len(active.shares) == len(names), deadline, "shares")

@@ -1,10 +1,14 @@
 """The ``rounds`` and ``answers`` tables: every round attempt, and the
 aggregated answer of every finished algorithm step.
 
-A round's row is written *before* the round is announced (state ``started``)
-and completed when it ends (``answered`` or ``aborted``): the sites' ledgers
-charge a round as soon as they answer it, so a coordinator that crashes
-mid-round must still find the round on disk. When the job resumes, rounds
+A round's row is written (state ``started``) *before* the round's roster is
+sent, while the sites handle its announcement, and completed when it ends
+(``answered`` or ``aborted``): the sites' ledgers charge a round as soon as
+they answer it, which they do only on its roster, so a coordinator that
+crashes mid-round must still find on disk every round a site could have
+charged. (A round announced but never recorded was charged nowhere; its
+number is still above what the sites saw, since a resumed job starts above
+the rounds they report.) When the job resumes, rounds
 still ``started`` are marked ``interrupted`` (an abort) and so appear in the
 job's status and privacy report like every other charged attempt.
 
@@ -26,7 +30,7 @@ from privadapt.server.store.arrays import read_arrays, write_arrays
 from privadapt.server.store.database import StoreDatabase, insert_row, select_rows
 from privadapt.server.store.jobs import require_job
 
-# A round attempt: written "started" before it is announced, then "answered"
+# A round attempt: written "started" before its roster, then "answered"
 # or "aborted" when it ends; "interrupted" if the coordinator stopped in between.
 ROUND_STATES = ("started", "answered", "aborted", "interrupted")
 _ABORTED_ROUND_STATES = frozenset({"aborted", "interrupted"})
