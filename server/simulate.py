@@ -51,7 +51,7 @@ from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire import params_from_proto
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
-from privadapt.server.estimators.selected_adaptation import candidate_names
+from privadapt.server.estimators.selection_candidates import candidate_names
 from privadapt.server.job_progress import job_line
 from privadapt.server.job_spec import apply_override, job_spec_from_toml
 from privadapt.server.local_deployment import LOCALHOST, LocalDeployment, free_port, write_pki
