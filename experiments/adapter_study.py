@@ -156,7 +156,9 @@ def selected(task: Task, private: tuple[np.ndarray, np.ndarray], epsilon: float,
     settings = {**selection_settings(task, epsilon, seed, selection_share, composition),
                 "validation_fraction": VALIDATION_FRACTION}
     with federation(*private, task.num_sites, seed, private=True) as sites:
-        model = SelectedAdaptation(**settings).fit(sites, public_source=task.source)
+        public = task.source if task.source_names is None else \
+            Dataset(*task.source, task.source_names)
+        model = SelectedAdaptation(**settings).fit(sites, public_source=public)
         part = RecordPart(VALIDATION, VALIDATION_FRACTION, sites.job_id)
     validation = [RecordSplitter(data).records(part)
                   for data in site_datasets(*private, task.num_sites)]
@@ -227,7 +229,8 @@ def demo_split_task(adult: Task) -> Task:
     pool, test = domains.target_sites[0], domains.target_test
     return replace(adult, name=f"adult {DEMO_SPLIT}",
                    source=(domains.source.features, domains.source.labels),
-                   pool=(pool.features, pool.labels), test=(test.features, test.labels))
+                   pool=(pool.features, pool.labels), test=(test.features, test.labels),
+                   source_names=domains.source.feature_names)
 
 
 def summarise(task: Task, size: int, runs: list[dict], methods) -> list[list]:
