@@ -163,7 +163,10 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path],
         address = f"{LOCALHOST}:{free_port()}"
         coordinator_log = logs / "coordinator.log"
         coordinator = processes.add("coordinator", start_coordinator(
+            # The source with the sites' schema: its feature names (the free
+            # public-constant candidate finds the intercept by name).
             deployment.write_coordinator(address, public_source=domains.source,
+                                         public_source_schema=site_schema_path(csvs[0]),
                                          **COORDINATOR_SETTINGS), coordinator_log))
         site_configs = []
         for name, csv in zip(names, csvs, strict=True):
