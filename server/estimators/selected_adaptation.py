@@ -21,46 +21,31 @@ scale c (below):
   constant (selection_candidates.py: the public source's majority label,
   resp. mean label, predicted everywhere).
 
-A candidate may carry settings of its own (``"pncnvx_adap_smooth:alpha=0.2"``,
-selection_candidates.py): a small grid of the job's other hyperparameters is
-M such candidates, each with its share above and its own line in the
-privacy report (``candidate_privacy_``), all chosen among by the one
-selection release. Nothing else changes: the plan below covers any M.
+A candidate may carry settings (``"pncnvx_adap_smooth:alpha=0.2"``,
+selection_candidates.py): a grid of the job's other hyperparameters is M such
+candidates, each with its share and its own privacy line (``candidate_privacy_``).
 
 ``composition="basic"`` (c = 1, the plan before joint calibration, kept
-bit for bit so older results reproduce): the M + 1 budgets add up to
-(epsilon, delta), so by sequential composition (Dwork and Roth 2014, Thm.
-3.16) the job is (epsilon, delta)-DP whatever records each part holds. The
-sites' ledgers compose the same releases with the PLD accountant, far
-tighter: a site's total for the job at delta came to 0.57 epsilon at epsilon
-1 with two candidates, so 43% of the budget bought nothing.
+bit for bit): the M + 1 budgets add up to (epsilon, delta), so by sequential
+composition (Dwork and Roth 2014, Thm. 3.16) the job is (epsilon, delta)-DP;
+the ledgers' PLD total came to 0.57 epsilon (epsilon 1, two candidates).
 
 ``composition="pld"`` (default; "rdp" for sites whose ledgers account by
-RDP): c is the largest factor found for which the releases the job makes at
-c, composed by the ledgers' own accountant (``PrivacyAccountant``, that
-method, replace-one), give at most epsilon at the job's delta, and at least
-(1 - 1%) epsilon (server/estimators/joint_calibration.py, ``calibrate_scale``:
-a few runs of this same fit on stand-ins that answer zeros, the planning of
-``launch --dry-run``). c is a function of public values only (computed
-before any site is asked), so choosing it costs nothing. The guarantee: the
-job is an adaptive composition of exactly those releases, each a mechanism
-fixed before it runs, so by the accountant's composition theorem (the PLD's
-of the dp_accounting library) it is (epsilon_total, delta)-DP with
-epsilon_total <= epsilon. "Exactly those" needs a data-independent release
-sequence, which this job has: noisy GD runs its fixed T; the adapters' T
-("auto") is a function of (epsilon_i, delta_i, the public sizes n, d); every
-noise multiplier comes from (epsilon_i, delta_i, T) and every sensitivity
-from the public clipping, ``loss_bound`` (public, below) and the public part
-sizes; the selection is one release whose answer is used only after it
-(its margin and choice are post-processing). The stand-ins' zero answers
-therefore change no release: the fit on the sites repeats the plan release
-for release (the tests compare every ledger's charges with it). Each site
-recomputes each sensitivity from its own clipping and grid and charges no
-more than declared (the algorithms declare the coarsest grid and
-``SIZING_RECORDS``), so its ledger total is at most epsilon_total. Why
-replace-one only: the job reads the sites' public sizes, which every
-federation refuses for a site that accounts under add/remove, so every site
-of a running job accounts under replace-one.
+RDP): c is the largest factor found for which the job's releases at c,
+composed by the ledgers' own accountant (replace-one), give at most epsilon
+at the job's delta and at least 0.99 epsilon (``calibrate_scale`` on runs
+of this fit on stand-ins, the planning of ``launch --dry-run``; c depends on
+public values only, so it costs nothing). Its soundness (joint_calibration.py)
+needs a data-independent release sequence, which this job has: noisy GD runs
+its fixed T; an adapter's T ("auto") is a function of (epsilon_i, delta_i,
+the public n, d); every noise multiplier comes from (epsilon_i, delta_i, T),
+every sensitivity from the public clipping, ``loss_bound`` and part sizes;
+the free candidates and the candidate list (settings included) are public;
+the selection's answer is used only after it. So the sites' run repeats the
+plan release for release (the tests compare every ledger with it), and the
+job is (epsilon_total, delta)-DP with epsilon_total <= epsilon. Replace-one
+only: the job reads the sites' public sizes, which a federation refuses for
+a site accounting under add/remove.
 
 Either way, the two parts holding disjoint records would allow parallel
 composition (max instead of sum); it is not used, so the plan is sound even
@@ -73,18 +58,7 @@ another candidate's noisy loss sum is below it by the margin
 m = 2 sigma sqrt(2 log(K / beta)) (private_selection.py, the Gaussian tail
 and a union bound over the K candidates' noises): with probability >= 1 - beta
 over the selection's noise, the delivered model's clipped mean loss on the
-validation records is no larger than the source-only model's. K counts every
-candidate, free ones included, so this holds with two free candidates. For
-the public constant: on the event that all K noises are within m / 2
-(probability >= 1 - 2 beta), the delivered model's clipped validation mean
-is within 2 m / n_val of the constant's (s~_j <= s~_k, or s~_0 <= s~_best +
-m). On by default, as it is free, it is the bar the demo's split sets (the
-majority label, 40 points above source-only there), and it enters the
-guarantee only through K; its price: sigma ~ sqrt(K) L grows by sqrt(K /
-(K - 1)) (1.15 with two private candidates). Its confidence is the public
-log-odds, never more: a more confident constant beats source-only's clipped
-logistic loss on Adult men -> women (0.16 against 0.22) while 2.6 points
-less accurate. Since the
+validation records is no larger than the source-only model's. Since the
 candidates are fitted on the other part, the validation records are an
 independent sample for them, and by Hoeffding's inequality over the K
 candidates the clipped population loss differs from the validation mean by at
@@ -95,6 +69,21 @@ exceeds source-only's by at most 2 L sqrt(log(2K / beta) / (2 n_val)). Seed
 and its Eq. for tau_j; the plain bound suffices here. The price is that an
 improvement smaller than m / n_val on the validation mean is not taken: at
 small n or epsilon the job delivers the source-only model, as it should.
+
+Two free candidates. K counts every candidate, so the above holds as stated
+with the public constant among them; it gets a weaker promise of its own:
+when all K noises are within m / 2 (probability >= 1 - 2 beta), the
+delivered model's clipped validation mean is within 2 m / n_val of the
+constant's (s~_j <= s~_k for the one delivered, or s~_0 <= s~_best + m).
+It is on by default because it costs no privacy and changes the guarantee
+only through K; its price is utility, sigma ~ sqrt(K) L growing by
+sqrt(K / (K - 1)) (selection_candidates.py says why its confidence is the
+public log-odds).
+
+``selection_score = "error"`` (logistic loss only; default "loss"): the
+release scores validation errors (``error_scored`` in selection_candidates.py,
+which says why it is an option), and the guarantees above hold with the 0-1
+loss for the clipped loss and L = 1: they bound the accuracy lost.
 
 The clip L (``loss_bound``, "auto" by default: a quantile of the free
 model's public losses, so public) is derived in selection_candidates.py.
@@ -130,6 +119,7 @@ from privadapt.server.estimators.base import (
     VALIDATION_FRACTION,
     Constraints,
     Interval,
+    InvalidParameterError,
     Options,
     PrivateEstimator,
     PublicSource,
@@ -152,6 +142,7 @@ from privadapt.server.estimators.selection_candidates import (
     CandidateSpec,
     auto_loss_bound,
     candidate_learner,
+    error_scored,
     parse_candidates,
     public_constant_model,
 )
@@ -179,7 +170,9 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
     ``calibration`` and ``seed`` (the adapters' coordinator randomness),
     ``composition`` ("pld", "rdp" or "basic": how the sub-budgets are
     sized, module docstring), ``constant_candidate`` (the free public
-    constant as candidate 1 when the public source has an intercept).
+    constant as candidate 1 when the public source has an intercept),
+    ``selection_score`` ("loss": clipped validation losses; "error", for
+    classifiers: validation errors, L = 1; module docstring).
 
     Fitted: ``coef_`` (the delivered model), ``chosen_`` (its name, with
     its settings as the job wrote them), ``candidate_names_`` (the free ones
@@ -214,6 +207,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         "calibration": CALIBRATION, "seed": [Interval(int, 0, math.inf, closed="left"), None],
         "validation_fraction": VALIDATION_FRACTION,
         "composition": [Options("pld", "rdp", "basic")], "constant_candidate": FLAG,
+        "selection_score": [Options("loss", "error")],
     }
 
     def __init__(
@@ -242,6 +236,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         validation_fraction: float = 0.25,
         composition: str = "pld",
         constant_candidate: bool = True,
+        selection_score: str = "loss",
     ) -> None:
         self.loss = loss
         self.radius = radius
@@ -266,6 +261,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         self.validation_fraction = validation_fraction
         self.composition = composition
         self.constant_candidate = constant_candidate
+        self.selection_score = selection_score
 
     def _prediction_loss(self) -> str:
         return self.loss
@@ -316,7 +312,9 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
             if constant is not None:
                 free[PUBLIC_CONSTANT] = constant
         loss_bound = self.loss_bound
-        if loss_bound == "auto":
+        if self.selection_score == "error":
+            loss_bound = 1.0  # each record scores its error, in [0, 1] (error_scored)
+        elif loss_bound == "auto":
             loss_bound = auto_loss_bound(self.loss, free[SOURCE_ONLY], features, labels)
         context = _Context(specs, free, public_source, loss_bound)
         calibration = None
@@ -352,6 +350,9 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         if isinstance(self.candidates, str) and isinstance(self.loss, str):
             parse_candidates(self.candidates, self.loss, type(self).__name__)
         super()._validate_params()
+        if self.selection_score == "error" and self.loss != "logistic":
+            raise InvalidParameterError(f"{type(self).__name__}: selection_score 'error' "
+                                        f"scores classifiers (loss 'logistic'); got {self.loss!r}")
 
     def _calibrate(self, train_federation: Federation, validation_federation: Federation,
                    context: _Context) -> JointCalibration:
@@ -391,8 +392,9 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         before = charges_so_far(validation_federation)
         coefficients = np.stack([*context.free.values(),
                                  *(learners[spec.name].coef_ for spec in context.specs)])
+        scored = coefficients if self.selection_score == "loss" else error_scored(coefficients)
         result = private_selection(
-            validation_federation, candidates=coefficients, loss=self.loss,
+            validation_federation, candidates=scored, loss=self.loss,
             loss_bound=context.loss_bound, epsilon=epsilon, delta=delta,
             baseline_confidence=self.baseline_confidence)
         privacy["selection"] = step_epsilon(validation_federation, before, delta)

@@ -46,7 +46,10 @@ alone, in the job's ball. For the logistic loss that is the public source's
 log-odds, so it predicts the source's majority label everywhere (its
 confidence fitted to the source's label balance, never to the target's);
 for the squared loss the source's mean label. It reads only public data, so
-it is free, like source-only.
+it is free, like source-only. Its confidence is the public log-odds, never
+more: a constant at the ball's edge scores a low clipped logistic loss
+wherever the target is lopsided, and on Adult men -> women it would beat
+source-only's (0.16 against 0.22) while 2.6 points less accurate.
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ MAX_PRIVATE_CANDIDATES = 8
 # loss_bound="auto" (auto_loss_bound): a quantile of the free model's public losses.
 AUTO_LOSS_QUANTILE = 0.95
 MIN_AUTO_LOSS_BOUND = 1e-6
+# selection_score="error" (error_scored): the norm each candidate is scaled to.
+ERROR_SCALE = 1e6
 # PCnvxAdap minimises the squared loss only.
 _SQUARED_ONLY = frozenset({"pcnvx_adap", "pcnvx_adap_smooth"})
 _ADAPTER_SETTINGS = {"alpha": "alpha", "iterations": "adapter_iterations",
@@ -290,3 +295,25 @@ def auto_loss_bound(loss: str, source_only: np.ndarray, features: np.ndarray,
     losses = loss_values(loss, np.asarray(features, float) @ source_only,
                          np.asarray(labels, float))
     return max(float(np.quantile(losses, AUTO_LOSS_QUANTILE)), MIN_AUTO_LOSS_BOUND)
+
+
+def error_scored(candidates: np.ndarray) -> np.ndarray:
+    """The candidates as the release scores them for ``selection_score =
+    "error"``: each scaled to norm :data:`ERROR_SCALE` (same sign of x.w, so
+    the same predictions). With the clip L = 1 the kernel's min(log(1 +
+    exp(-y x.w')), 1) is then 1 for a record the candidate misclassifies
+    (y x.w < 0) and about exp(-ERROR_SCALE |x.w| / ||w||), nearly 0, for
+    one it gets right: the sums are the validation error counts, up to the
+    records within about 1e-5 / ||x|| of the decision boundary (which score
+    in between, log 2 exactly on it) and a zero candidate (log 2 on every
+    record). Public post-processing of the candidates: the release's
+    sensitivity (sqrt(K) L) does not depend on them.
+
+    Why an option and not the default: the clipped logistic loss prefers a
+    calibrated model to a more accurate one (on the demo split it takes
+    noisy GD at 0.90-0.91 over the majority label's 0.934), while errors
+    differ less between good models than losses do, so at the same noise
+    the margin lets fewer improvements over source-only through."""
+    norms = np.linalg.norm(candidates.reshape(len(candidates), -1), axis=1)
+    scale = np.where(norms > 0, ERROR_SCALE / np.where(norms > 0, norms, 1.0), 0.0)
+    return candidates * scale.reshape((-1,) + (1,) * (candidates.ndim - 1))

@@ -12,6 +12,7 @@ from privadapt import Dataset, LocalFederation
 from privadapt.common.errors import ConfigError
 from privadapt.common.kernels.reweighted_chains import chain_names
 from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.record_parts import RecordPart, RecordSplitter
 from privadapt.common.wire import params_to_proto
 from privadapt.server.estimators import InvalidParameterError
 from privadapt.server.estimators.selection_candidates import (
@@ -159,3 +160,34 @@ def test_adapter_iterations_auto_and_numbers_parse_as_the_job_file_would():
     assert specs[0].settings == {"adapter_iterations": "auto", "penalty": 0}
     assert specs[1].settings == {"learning_rate": 0.2}
     assert [s.chain for s in specs] == ["pcnvx_adap-1", "noisy_gd-2"]
+
+
+def test_the_error_score_counts_validation_errors():
+    """selection_score="error": without noise (the oracle), each candidate's
+    score is its error rate on the validation records; with noise the
+    ledgers still hold the calibrated plan."""
+    with LocalFederation.from_datasets(sites(900, 4), noise_seed=4, epsilon_cap=np.inf,
+                                       delta_cap=0.5, allow_non_private=True) as federation:
+        model = selector(epsilon=np.inf, delta=0.0, selection_score="error").fit(
+            federation, None, PUBLIC)
+        part = RecordPart("validation", 0.25, federation.job_id)
+    validation = [RecordSplitter(data).records(part) for data in sites(900, 4)]
+    features = np.concatenate([p.features for p in validation])
+    labels = np.concatenate([p.labels for p in validation])
+    errors = [np.sum(np.where(features @ w >= 0, 1.0, -1.0) != labels)
+              for w in model.candidates_]
+    # the release's sums are the error counts (its mean divides by the parts'
+    # public planned size, not their private exact one)
+    np.testing.assert_allclose(model.noisy_losses_ * model.num_validation_records_, errors,
+                               atol=0.5)
+    assert model.loss_bound_ == 1.0
+    with parts(600, seed=4) as (train, validation):
+        noisy = selector(epsilon=2.0, selection_score="error").fit(train, validation, PUBLIC)
+        assert_ledgers_hold_the_plan(noisy, noisy.privacy_, 2.0)
+
+
+def test_the_error_score_is_for_classifiers_only():
+    with parts(60, seed=0) as (train, validation):
+        with pytest.raises(InvalidParameterError, match="selection_score 'error'"):
+            selector(loss="squared", selection_score="error").fit(train, validation, PUBLIC)
+        assert not train.privacy_spent()["site-1"].mechanisms
