@@ -10,7 +10,7 @@ Prints the target test accuracy of the majority label, source-only
 epsilon = 1 and 3, and the private selection (``SelectedAdaptation``, the
 candidates of ``make demo``: noisy GD and two PNCnvxAdap settings on each
 site's training records, the free source-only model and public majority
-label, one private release of validation losses choosing) at epsilon = 1
+label, one private release of validation errors choosing) at epsilon = 1
 and 3, then each site's epsilon as read from its own ledger.
 
 The sites run in this process (``LocalFederation``, which aggregates through
@@ -40,7 +40,7 @@ from privadapt.common.datasets.adult import (
 from privadapt.server.algorithms.noisy_gd import IterationRecord
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
 from privadapt.server.estimators.selected_adaptation import SelectedAdaptation
-from privadapt.server.simulate import DEMO_CANDIDATES
+from privadapt.server.simulate import DEMO_CANDIDATES, DEMO_SELECTION_SCORE
 
 SITE_NAMES = ("site-a", "site-b", "site-c")
 DELTA = 1e-6
@@ -116,7 +116,8 @@ def run(workdir: Path, split: str = DEMO_SPLIT) -> int:
 
     for epsilon in (1.0, 3.0):
         selection = SelectedAdaptation(loss="logistic", epsilon=epsilon, delta=DELTA, seed=0,
-                                       candidates=DEMO_CANDIDATES, **HYPERPARAMETERS,
+                                       candidates=DEMO_CANDIDATES,
+                                       selection_score=DEMO_SELECTION_SCORE, **HYPERPARAMETERS,
                                        **ADAPTER_SETTINGS)
         selection.fit(private.new_job(f"selected-eps{epsilon:g}-{run_id}"),
                       public_source=domains.source)

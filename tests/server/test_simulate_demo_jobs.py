@@ -55,5 +55,5 @@ def test_the_demo_table_names_the_chosen_candidate_with_its_settings(capsys):
     report(domains, [outcome], {})
     out = capsys.readouterr().out
     assert "private selection: pncnvx_adap_smooth:alpha=0.1" in out
-    assert "public_constant 0.600" in out
+    assert "public_constant 0.600" in out and "noisy mean clipped validation loss" in out
     assert "pncnvx_adap" not in {algorithm for _, algorithm, _ in DEMO_JOBS}
