@@ -22,8 +22,9 @@ For each shift, private size n, epsilon in {1, 3, 10} and repeated splits
   job at (epsilon, 1e-5) in all: each site splits its private records into a
   training and a validation record part by a content hash
   (``VALIDATION_FRACTION``; common/record_parts.py), noisy GD and
-  the task's adapter with the smooth step trained on the training parts, and
-  the free source-only model kept unless one of them beats it on one private
+  the task's adapter with the smooth step trained on the training parts, the
+  free public constant (majority / mean label) a candidate where the source
+  has an intercept, and the free source-only model kept unless one beats it on one private
   release of the clipped validation losses by the baseline margin; its steps'
   budgets jointly calibrated so that each site's ledger spends the job's whole
   epsilon (``composition="pld"``; ``--composition basic``: the earlier split
