@@ -22,8 +22,9 @@ For each shift, private size n, epsilon in {1, 3, 10} and repeated splits
   job at (epsilon, 1e-5) in all: each site splits its private records into a
   training and a validation record part by a content hash
   (``VALIDATION_FRACTION``; common/record_parts.py), noisy GD and
-  the task's adapter with the smooth step trained on the training parts, and
-  the free source-only model kept unless one of them beats it on one private
+  the task's adapter with the smooth step trained on the training parts, the
+  free public constant (majority / mean label) a candidate where the source
+  has an intercept, and the free source-only model kept unless one beats it on one private
   release of the clipped validation losses by the baseline margin; its steps'
   budgets jointly calibrated so that each site's ledger spends the job's whole
   epsilon (``composition="pld"``; ``--composition basic``: the earlier split
@@ -156,7 +157,9 @@ def selected(task: Task, private: tuple[np.ndarray, np.ndarray], epsilon: float,
     settings = {**selection_settings(task, epsilon, seed, selection_share, composition),
                 "validation_fraction": VALIDATION_FRACTION}
     with federation(*private, task.num_sites, seed, private=True) as sites:
-        model = SelectedAdaptation(**settings).fit(sites, public_source=task.source)
+        public = task.source if task.source_names is None else \
+            Dataset(*task.source, task.source_names)
+        model = SelectedAdaptation(**settings).fit(sites, public_source=public)
         part = RecordPart(VALIDATION, VALIDATION_FRACTION, sites.job_id)
     validation = [RecordSplitter(data).records(part)
                   for data in site_datasets(*private, task.num_sites)]
@@ -227,7 +230,8 @@ def demo_split_task(adult: Task) -> Task:
     pool, test = domains.target_sites[0], domains.target_test
     return replace(adult, name=f"adult {DEMO_SPLIT}",
                    source=(domains.source.features, domains.source.labels),
-                   pool=(pool.features, pool.labels), test=(test.features, test.labels))
+                   pool=(pool.features, pool.labels), test=(test.features, test.labels),
+                   source_names=domains.source.feature_names)
 
 
 def summarise(task: Task, size: int, runs: list[dict], methods) -> list[list]:

@@ -83,6 +83,10 @@ class Task:
     noisy_gd: dict
     adapter: Callable[..., object]
     iterations: int
+    # The public source's feature names when it has them (Adult: its schema's,
+    # "intercept" among them): SelectedAdaptation finds its free constant's
+    # column by that name, where the columns alone can be ambiguous.
+    source_names: tuple[str, ...] | None = None
 
 
 def metric(task: Task, weights: np.ndarray, test: tuple[np.ndarray, np.ndarray]) -> float:
@@ -168,7 +172,7 @@ def adult_task(quick: bool) -> Task:
         private_size=2000, num_sites=3, radius=20.0, loss_bound=2.0,
         noisy_gd={"learning_rate": 16.0, "radius": 20.0, "clip_norm": 1.0},
         adapter=lambda **kw: PNCnvxAdap(**settings, **kw),
-        iterations=20 if quick else 100)
+        iterations=20 if quick else 100, source_names=domains.source.feature_names)
 
 
 def regression_task(name, data, private_size, num_sites, test_size, quick) -> Task:

@@ -28,7 +28,7 @@ def test_demo_prints_accuracies_and_ledger_epsilons(tmp_path):
         assert method in out
     assert "split marital-not-married" in out and "site-a=1000" in out
     accuracies = _accuracies(out)
-    assert len(accuracies) == 5 and all(0.5 < a < 1.0 for a in accuracies.values())
+    assert len(accuracies) == 7 and all(0.5 < a < 1.0 for a in accuracies.values())
     # The demo's split: the shift costs a source-only model 40 points (below
     # even the majority label), and the target's own data wins them back.
     majority = accuracies["majority class (public source) @ -"]
@@ -37,8 +37,13 @@ def test_demo_prints_accuracies_and_ledger_epsilons(tmp_path):
     assert accuracies["target only, non-private @ inf"] > majority
     noisy = [a for m, a in accuracies.items() if m.startswith("noisy GD")]
     assert len(noisy) == 2 and all(a > source_only + 0.3 for a in noisy)
-    per_job = re.findall(r"noisy-gd-eps(\d)-\w+ (\d\.\d{3})", out)
-    assert len(per_job) == 6
+    # The private selection (issue 13) delivers no worse than the free
+    # source-only model (with probability 0.9 by its margin; in practice it
+    # takes noisy GD or the majority label here), and spends its whole epsilon.
+    selected = [a for m, a in accuracies.items() if m.startswith("private selection")]
+    assert len(selected) == 2 and all(a >= source_only for a in selected)
+    per_job = re.findall(r"(?:noisy-gd|selected)-eps(\d)-\w+ (\d\.\d{3})", out)
+    assert len(per_job) == 12
     for target, spent in per_job:
         assert float(spent) <= float(target)
         assert float(spent) > 0.99 * float(target)
@@ -54,19 +59,20 @@ def test_the_sex_split_stays_available(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "split sex: public source (men)" in result.stdout
     accuracies = _accuracies(result.stdout)
-    assert len(accuracies) == 5 and all(0.85 < a < 1.0 for a in accuracies.values())
+    assert len(accuracies) == 7 and all(0.85 < a < 1.0 for a in accuracies.values())
 
 
 @pytest.mark.slow
 def test_rerunning_the_demo_on_the_same_ledgers_hits_the_cap_loudly(tmp_path):
-    # Each run spends about 2.9 of the sites' cap of 5 (composed): the third must fail.
+    # Each run spends about 4.2 of the sites' cap of 5 (composed): the second
+    # is refused part-way.
     codes = []
-    for _ in range(3):
+    while len(codes) < 3 and 2 not in codes:
         result = subprocess.run(
             [sys.executable, str(DEMO), "--workdir", str(tmp_path)],
             capture_output=True, text=True, timeout=300, check=False,
         )
         codes.append(result.returncode)
-    assert codes == [0, 0, 2]
+    assert codes == [0, 2]
     assert "cap" in result.stderr and "site-a" in result.stderr
     assert "Traceback" not in result.stderr

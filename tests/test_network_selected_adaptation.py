@@ -18,8 +18,8 @@ from privadapt.client.site_config import SiteConfig
 from privadapt.common.data import Dataset
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire import param_from_proto, params_to_proto
-from privadapt.server.estimators.selected_adaptation import SelectedAdaptation, candidate_names
-from privadapt.server.estimators.selection_candidates import CANDIDATE_IDS
+from privadapt.server.estimators.selected_adaptation import SelectedAdaptation
+from privadapt.server.estimators.selection_candidates import CANDIDATE_IDS, candidate_names
 from privadapt.server.job_algorithms import ALGORITHMS
 from tests.network_harness import run_job
 

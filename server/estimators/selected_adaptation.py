@@ -15,42 +15,37 @@ scale c (below):
 * each candidate learner: (c (1 - s) epsilon / M, (1 - s) delta / M),
   trained on ``train_federation`` (its noise calibrated to exactly that);
 * the selection: (c s epsilon, s delta), one release on ``validation_federation``;
-* the source-only model: (0, 0), it reads only public data.
+* the free candidates, (0, 0): they read only public data. Candidate 0 is
+  the source-only model; candidate 1, with ``constant_candidate`` (default)
+  and whenever the public source has an intercept column, the public
+  constant (selection_candidates.py: the public source's majority label,
+  resp. mean label, predicted everywhere).
+
+A candidate may carry settings (``"pncnvx_adap_smooth:alpha=0.2"``,
+selection_candidates.py): a grid of the job's other hyperparameters is M such
+candidates, each with its share and its own privacy line (``candidate_privacy_``).
 
 ``composition="basic"`` (c = 1, the plan before joint calibration, kept
-bit for bit so older results reproduce): the M + 1 budgets add up to
-(epsilon, delta), so by sequential composition (Dwork and Roth 2014, Thm.
-3.16) the job is (epsilon, delta)-DP whatever records each part holds. The
-sites' ledgers compose the same releases with the PLD accountant, far
-tighter: a site's total for the job at delta came to 0.57 epsilon at epsilon
-1 with two candidates, so 43% of the budget bought nothing.
+bit for bit): the M + 1 budgets add up to (epsilon, delta), so by sequential
+composition (Dwork and Roth 2014, Thm. 3.16) the job is (epsilon, delta)-DP;
+the ledgers' PLD total came to 0.57 epsilon (epsilon 1, two candidates).
 
 ``composition="pld"`` (default; "rdp" for sites whose ledgers account by
-RDP): c is the largest factor found for which the releases the job makes at
-c, composed by the ledgers' own accountant (``PrivacyAccountant``, that
-method, replace-one), give at most epsilon at the job's delta, and at least
-(1 - 1%) epsilon (server/estimators/joint_calibration.py, ``calibrate_scale``:
-a few runs of this same fit on stand-ins that answer zeros, the planning of
-``launch --dry-run``). c is a function of public values only (computed
-before any site is asked), so choosing it costs nothing. The guarantee: the
-job is an adaptive composition of exactly those releases, each a mechanism
-fixed before it runs, so by the accountant's composition theorem (the PLD's
-of the dp_accounting library) it is (epsilon_total, delta)-DP with
-epsilon_total <= epsilon. "Exactly those" needs a data-independent release
-sequence, which this job has: noisy GD runs its fixed T; the adapters' T
-("auto") is a function of (epsilon_i, delta_i, the public sizes n, d); every
-noise multiplier comes from (epsilon_i, delta_i, T) and every sensitivity
-from the public clipping, ``loss_bound`` (public, below) and the public part
-sizes; the selection is one release whose answer is used only after it
-(its margin and choice are post-processing). The stand-ins' zero answers
-therefore change no release: the fit on the sites repeats the plan release
-for release (the tests compare every ledger's charges with it). Each site
-recomputes each sensitivity from its own clipping and grid and charges no
-more than declared (the algorithms declare the coarsest grid and
-``SIZING_RECORDS``), so its ledger total is at most epsilon_total. Why
-replace-one only: the job reads the sites' public sizes, which every
-federation refuses for a site that accounts under add/remove, so every site
-of a running job accounts under replace-one.
+RDP): c is the largest factor found for which the job's releases at c,
+composed by the ledgers' own accountant (replace-one), give at most epsilon
+at the job's delta and at least 0.99 epsilon (``calibrate_scale`` on runs
+of this fit on stand-ins, the planning of ``launch --dry-run``; c depends on
+public values only, so it costs nothing). Its soundness (joint_calibration.py)
+needs a data-independent release sequence, which this job has: noisy GD runs
+its fixed T; an adapter's T ("auto") is a function of (epsilon_i, delta_i,
+the public n, d); every noise multiplier comes from (epsilon_i, delta_i, T),
+every sensitivity from the public clipping, ``loss_bound`` and part sizes;
+the free candidates and the candidate list (settings included) are public;
+the selection's answer is used only after it. So the sites' run repeats the
+plan release for release (the tests compare every ledger with it), and the
+job is (epsilon_total, delta)-DP with epsilon_total <= epsilon. Replace-one
+only: the job reads the sites' public sizes, which a federation refuses for
+a site accounting under add/remove.
 
 Either way, the two parts holding disjoint records would allow parallel
 composition (max instead of sum); it is not used, so the plan is sound even
@@ -74,6 +69,21 @@ exceeds source-only's by at most 2 L sqrt(log(2K / beta) / (2 n_val)). Seed
 and its Eq. for tau_j; the plain bound suffices here. The price is that an
 improvement smaller than m / n_val on the validation mean is not taken: at
 small n or epsilon the job delivers the source-only model, as it should.
+
+Two free candidates. K counts every candidate, so the above holds as stated
+with the public constant among them; it gets a weaker promise of its own:
+when all K noises are within m / 2 (probability >= 1 - 2 beta), the
+delivered model's clipped validation mean is within 2 m / n_val of the
+constant's (s~_j <= s~_k for the one delivered, or s~_0 <= s~_best + m).
+It is on by default because it costs no privacy and changes the guarantee
+only through K; its price is utility, sigma ~ sqrt(K) L growing by
+sqrt(K / (K - 1)) (selection_candidates.py says why its confidence is the
+public log-odds).
+
+``selection_score = "error"`` (logistic loss only; default "loss"): the
+release scores validation errors (``error_scored`` in selection_candidates.py,
+which says why it is an option), and the guarantees above hold with the 0-1
+loss for the clipped loss and L = 1: they bound the accuracy lost.
 
 The clip L (``loss_bound``, "auto" by default: a quantile of the free
 model's public losses, so public) is derived in selection_candidates.py.
@@ -102,12 +112,14 @@ from privadapt.server.estimators.base import (
     CALIBRATION,
     DELTA,
     EPSILON,
+    FLAG,
     ITERATIONS,
     NON_NEGATIVE,
     POSITIVE,
     VALIDATION_FRACTION,
     Constraints,
     Interval,
+    InvalidParameterError,
     Options,
     PrivateEstimator,
     PublicSource,
@@ -124,11 +136,15 @@ from privadapt.server.estimators.linear_model import LinearModelMixin
 from privadapt.server.estimators.selection_candidates import (
     CANDIDATE_IDS,
     DEFAULT_CANDIDATES,
+    PUBLIC_CONSTANT,
     SOURCE_ONLY,
     CandidateList,
+    CandidateSpec,
     auto_loss_bound,
     candidate_learner,
+    error_scored,
     parse_candidates,
+    public_constant_model,
 )
 from privadapt.server.estimators.step_privacy import charges_so_far, report_delta, step_epsilon
 
@@ -153,10 +169,15 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
     docstring), ``baseline_confidence`` beta,
     ``calibration`` and ``seed`` (the adapters' coordinator randomness),
     ``composition`` ("pld", "rdp" or "basic": how the sub-budgets are
-    sized, module docstring).
+    sized, module docstring), ``constant_candidate`` (the free public
+    constant as candidate 1 when the public source has an intercept),
+    ``selection_score`` ("loss": clipped validation losses; "error", for
+    classifiers: validation errors, L = 1; module docstring).
 
-    Fitted: ``coef_`` (the delivered model), ``chosen_`` (its name),
-    ``candidate_names_`` (source_only first), ``best_index_`` (into them),
+    Fitted: ``coef_`` (the delivered model), ``chosen_`` (its name, with
+    its settings as the job wrote them), ``candidate_names_`` (the free ones
+    first: source_only, then public_constant if present), ``candidate_learners_``
+    (each one's id in CANDIDATE_IDS), ``best_index_`` (into them),
     ``candidates_`` (their coefficients, stacked), ``learners_`` (the fitted
     private candidates), ``noisy_losses_`` (noisy mean clipped validation
     losses; None if the site selected itself), ``margin_``, ``budget_plan_``
@@ -185,7 +206,8 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         "baseline_confidence": [Interval(float, 0, 1, closed="neither"), None],
         "calibration": CALIBRATION, "seed": [Interval(int, 0, math.inf, closed="left"), None],
         "validation_fraction": VALIDATION_FRACTION,
-        "composition": [Options("pld", "rdp", "basic")],
+        "composition": [Options("pld", "rdp", "basic")], "constant_candidate": FLAG,
+        "selection_score": [Options("loss", "error")],
     }
 
     def __init__(
@@ -213,6 +235,8 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         seed: int | None = None,
         validation_fraction: float = 0.25,
         composition: str = "pld",
+        constant_candidate: bool = True,
+        selection_score: str = "loss",
     ) -> None:
         self.loss = loss
         self.radius = radius
@@ -236,6 +260,8 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         self.seed = seed
         self.validation_fraction = validation_fraction
         self.composition = composition
+        self.constant_candidate = constant_candidate
+        self.selection_score = selection_score
 
     def _prediction_loss(self) -> str:
         return self.loss
@@ -245,7 +271,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         epsilon times ``scale``; at scale 1 they add up to the job's (epsilon,
         delta) (the "basic" plan). Without noise (epsilon = inf) every step is
         (inf, 0)."""
-        names = parse_candidates(self.candidates, self.loss)
+        names = [spec.name for spec in parse_candidates(self.candidates, self.loss)]
         if math.isinf(self.epsilon):
             return {**{name: (math.inf, 0.0) for name in names}, "selection": (math.inf, 0.0)}
         share = (1.0 - self.selection_share) / len(names)
@@ -272,25 +298,32 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         jointly on stand-ins of the two (module docstring); nothing is asked
         of the sites until then."""
         name = type(self).__name__
-        if isinstance(self.candidates, str):  # first: its message names the bad candidate
-            parse_candidates(self.candidates, self.loss, name)
         self._validate_params()
-        names = parse_candidates(self.candidates, self.loss, name)
+        specs = parse_candidates(self.candidates, self.loss, name)
         if validation_federation is None:
             train_federation, validation_federation = record_parts(
                 train_federation, self.validation_fraction, name)
         features, labels = require_public_arrays(public_source, name)
-        source_only = fit_linear(features, labels, self.loss, self.radius)  # free: public only
+        # The free candidates: public data only.
+        free = {SOURCE_ONLY: fit_linear(features, labels, self.loss, self.radius)}
+        if self.constant_candidate:
+            constant = public_constant_model(features, labels, self.loss, self.radius,
+                                             getattr(public_source, "feature_names", None))
+            if constant is not None:
+                free[PUBLIC_CONSTANT] = constant
         loss_bound = self.loss_bound
-        if loss_bound == "auto":
-            loss_bound = auto_loss_bound(self.loss, source_only, features, labels)
-        context = _Context(names, source_only, public_source, loss_bound)
+        if self.selection_score == "error":
+            loss_bound = 1.0  # each record scores its error, in [0, 1] (error_scored)
+        elif loss_bound == "auto":
+            loss_bound = auto_loss_bound(self.loss, free[SOURCE_ONLY], features, labels)
+        context = _Context(specs, free, public_source, loss_bound)
         calibration = None
         if self.composition in COMPOSITIONS and math.isfinite(self.epsilon) and self.delta > 0:
             calibration = self._calibrate(train_federation, validation_federation, context)
         plan = self.budget_plan(1.0 if calibration is None else calibration.scale)
         run = self._train_and_select(train_federation, validation_federation, context, plan)
-        self.candidate_names_ = [SOURCE_ONLY, *names]
+        self.candidate_names_ = [*free, *(spec.name for spec in specs)]
+        self.candidate_learners_ = [*free, *(spec.learner for spec in specs)]
         self.candidates_ = run.coefficients
         self.learners_ = run.learners
         self.best_index_ = run.result.best_index
@@ -310,6 +343,16 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         self.privacy_ = validation_federation.privacy_spent(report_delta(self.delta))
         self.n_features_in_ = features.shape[1]
         return self
+
+    def _validate_params(self) -> None:
+        """The candidate list first (its message names the bad candidate or
+        setting; ``launch`` and ``--dry-run`` call this), then every constraint."""
+        if isinstance(self.candidates, str) and isinstance(self.loss, str):
+            parse_candidates(self.candidates, self.loss, type(self).__name__)
+        super()._validate_params()
+        if self.selection_score == "error" and self.loss != "logistic":
+            raise InvalidParameterError(f"{type(self).__name__}: selection_score 'error' "
+                                        f"scores classifiers (loss 'logistic'); got {self.loss!r}")
 
     def _calibrate(self, train_federation: Federation, validation_federation: Federation,
                    context: _Context) -> JointCalibration:
@@ -333,24 +376,25 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         the job's releases, in order (on the sites, or on stand-ins)."""
         settings = self.get_params()
         learners, privacy = {}, {}
-        for candidate in context.names:
-            epsilon, delta = plan[candidate]
+        for spec in context.specs:
+            epsilon, delta = plan[spec.name]
             before = charges_so_far(train_federation)
-            learner = candidate_learner(candidate, settings, epsilon, delta)
+            learner = candidate_learner(spec, settings, epsilon, delta)
             if isinstance(learner, NoisyGD):
                 learner.fit(train_federation, context.public_source)
             else:
                 learner.fit(train_federation, context.public_source,
-                            initial_weights=context.source_only)
-            learners[candidate] = learner
-            privacy[candidate] = step_epsilon(train_federation, before, delta)
+                            initial_weights=context.free[SOURCE_ONLY])
+            learners[spec.name] = learner
+            privacy[spec.name] = step_epsilon(train_federation, before, delta)
         train_privacy = train_federation.privacy_spent(report_delta(self.delta))
         epsilon, delta = plan["selection"]
         before = charges_so_far(validation_federation)
-        coefficients = np.stack([context.source_only,
-                                 *(learners[c].coef_ for c in context.names)])
+        coefficients = np.stack([*context.free.values(),
+                                 *(learners[spec.name].coef_ for spec in context.specs)])
+        scored = coefficients if self.selection_score == "loss" else error_scored(coefficients)
         result = private_selection(
-            validation_federation, candidates=coefficients, loss=self.loss,
+            validation_federation, candidates=scored, loss=self.loss,
             loss_bound=context.loss_bound, epsilon=epsilon, delta=delta,
             baseline_confidence=self.baseline_confidence)
         privacy["selection"] = step_epsilon(validation_federation, before, delta)
@@ -363,11 +407,11 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         chosen_id (the delivered one's position in CANDIDATE_IDS), and the
         noisy mean validation losses when they left the sites."""
         self._check_is_fitted()
+        ids = [CANDIDATE_IDS.index(n) for n in self.candidate_learners_]
         model = {"weights": self.coef_, "candidates": self.candidates_,
-                 "candidate_ids": np.asarray([CANDIDATE_IDS.index(n)
-                                              for n in self.candidate_names_], dtype=np.int64),
+                 "candidate_ids": np.asarray(ids, dtype=np.int64),
                  "best_index": np.asarray(self.best_index_, dtype=np.int64),
-                 "chosen_id": np.asarray(CANDIDATE_IDS.index(self.chosen_), dtype=np.int64)}
+                 "chosen_id": np.asarray(ids[self.best_index_], dtype=np.int64)}
         if self.noisy_losses_ is not None:
             model["noisy_losses"] = np.asarray(self.noisy_losses_, dtype=float)
         return model
@@ -377,8 +421,8 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
 class _Context:
     """What every run of the job shares: public, computed once per fit."""
 
-    names: list[str]
-    source_only: np.ndarray
+    specs: list[CandidateSpec]
+    free: dict[str, np.ndarray]  # the free candidates by name, source-only first
     public_source: PublicSource
     loss_bound: float
 
@@ -393,7 +437,3 @@ class _Run:
     privacy: dict[str, dict[str, float]]
     train_privacy: dict
 
-
-def candidate_names(candidate_ids: np.ndarray) -> list[str]:
-    """The names of a job result's ``candidate_ids`` (the inverse of model_arrays)."""
-    return [CANDIDATE_IDS[int(i)] for i in np.asarray(candidate_ids).ravel()]

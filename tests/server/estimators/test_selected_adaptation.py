@@ -13,8 +13,12 @@ from privadapt import Dataset, LocalFederation
 from privadapt.common.kernels.reweighted_chains import chain_names
 from privadapt.common.record_parts import RecordPart
 from privadapt.server.estimators import InvalidParameterError, clone
-from privadapt.server.estimators.selected_adaptation import SelectedAdaptation, candidate_names
-from privadapt.server.estimators.selection_candidates import CANDIDATE_IDS, SOURCE_ONLY
+from privadapt.server.estimators.selected_adaptation import SelectedAdaptation
+from privadapt.server.estimators.selection_candidates import (
+    CANDIDATE_IDS,
+    SOURCE_ONLY,
+    candidate_names,
+)
 
 DIM = 5
 TARGET = np.array([1.0, -2.0, 0.5, 1.5, 1.0])
