@@ -112,6 +112,9 @@ FLOAT64_ROUNDOFF = 2.0**-53
 # Absolute error underflow can add to any squared distance the search
 # compares (a few per coordinate, each below 2^-149 in float32).
 _UNDERFLOW_SLACK = 2.0**-100
+#: The most (record, target) entries one pass of near-tie resolution holds
+#: (about 30 MB of temporaries).
+_TIE_ENTRIES = 2**20
 
 
 def canonical_squared_distances(records: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -125,17 +128,24 @@ def canonical_squared_distances(records: np.ndarray, targets: np.ndarray) -> np.
     return total
 
 
-def canonical_nearest(record_ids: np.ndarray, target_ids: np.ndarray,
-                      records: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For candidate pairs (record_ids[p], target_ids[p]), each record's cell by
-    the rule (least D, then lowest target index) among its candidates:
-    (the records, their cells)."""
-    distances = canonical_squared_distances(records[record_ids], targets[target_ids])
-    order = np.lexsort((target_ids, distances, record_ids))
-    ranked = record_ids[order]
-    first = np.ones(len(ranked), dtype=bool)
-    first[1:] = ranked[1:] != ranked[:-1]
-    return ranked[first], target_ids[order][first]
+def rule_among(records: np.ndarray, near: np.ndarray, target_ids: np.ndarray,
+               targets: np.ndarray) -> np.ndarray:
+    """Each record's cell by the rule (least D, then lowest target index)
+    among the targets ``target_ids[j]`` with ``near[i, j]`` (each row has one
+    at least). D is computed as :func:`canonical_squared_distances` computes
+    it, operation for operation, broadcast over the kept columns."""
+    columns = np.flatnonzero(near.any(axis=0))
+    near, ids = near[:, columns], target_ids[columns]
+    points = targets[ids]
+    difference = records[:, None, 0] - points[None, :, 0]
+    total = difference * difference
+    for column in range(1, records.shape[1]):
+        difference = records[:, None, column] - points[None, :, column]
+        total += difference * difference
+    total[~near] = np.inf
+    least = total.min(axis=1)
+    return np.where(total == least[:, None], ids[None, :],
+                    np.iinfo(np.int64).max).min(axis=1)
 
 
 class TargetIndex:
@@ -259,13 +269,19 @@ def _search(records: np.ndarray, index: TargetIndex) -> np.ndarray:
             cells[begin:end] = index.order[candidates[best]]
             if len(close):  # the rule decides among the targets within the margin
                 scores[close, best[close]] = least[close]
-                near = scores[close].astype(np.float64) <= (
-                    least[close].astype(np.float64)[:, None] + filter_margin)
-                which, column = np.nonzero(near)
-                tied, tie_cells = canonical_nearest(
-                    begin + close[which], index.order[candidates[column]], ordered,
-                    index.targets)
-                cells[tied] = tie_cells
+                target_ids = index.order[candidates]
+                # A bounded number of (record, target) entries per pass: a
+                # coordinator can place m targets on a sphere around a point
+                # where records may sit, tying each such record with all m
+                # (adversarial review 7); each then costs O(m d) time and the
+                # pass O(_TIE_ENTRIES) memory, like a brute-force query.
+                step = max(1, _TIE_ENTRIES // len(candidates))
+                for part in range(0, len(close), step):
+                    rows_now = close[part:part + step]
+                    near = scores[rows_now].astype(np.float64) <= (
+                        least[rows_now].astype(np.float64)[:, None] + filter_margin)
+                    cells[begin + rows_now] = rule_among(ordered[begin + rows_now], near,
+                                                         target_ids, index.targets)
     result = np.empty(n, dtype=np.int64)
     result[order] = index.original[cells]
     return result

@@ -63,7 +63,12 @@ the number of random words (n, from K and P), the number of vector products
 (J, from c) and their lengths (K), the number of big-integer weights, sums
 and the one modulo and one binary search (from K), all fixed by public
 values; :class:`SamplerWork` records them and a test compares them, and the
-Python-level call trace, on extreme score vectors. Not addressed: memory
+Python-level call trace, on extreme score vectors. The per-candidate selects
+are multiplications, not np.where (whose per-element branch made tied scores
+1.3-1.6x faster than spread ones: adversarial review 7); after that change
+``benchmarks/exponential_timing.py`` measures tied against spread scores at
+ratios of 1.002-1.011 (K = 4,096 and 20,000, c = 2^-10 to 2^-38). Not
+addressed: memory
 access patterns and branches inside the binary search and the library calls,
 the duration of single big-integer operations on operands of different sizes
 (weights from 64 to P + 1 bits), and cache effects of the index chosen.
@@ -204,11 +209,20 @@ def _product(m1: np.ndarray, e1: np.ndarray, m2: np.ndarray, e2: np.ndarray
     middle = (p00 >> _THIRTY_TWO) + (p01 & _LOW_32) + (p10 & _LOW_32)
     low = (p00 & _LOW_32) | ((middle & _LOW_32) << _THIRTY_TWO)
     high = p11 + (p01 >> _THIRTY_TWO) + (p10 >> _THIRTY_TWO) + (middle >> _THIRTY_TWO)
-    top_set = high >> np.uint64(63) == 1  # product in [2^127, 2^128)
+    top = high >> np.uint64(63)  # 1 when the product is in [2^127, 2^128)
     shifted = (high << np.uint64(1)) | (low >> np.uint64(63))
-    mantissa = np.where(top_set, high, shifted)
-    exponent = e1 + e2 + np.where(top_set, 64, 63)
+    mantissa = _select(top, high, shifted)
+    exponent = e1 + e2 + np.int64(63) + top.astype(np.int64)
     return mantissa, exponent
+
+
+def _select(bit: np.ndarray, when_one: np.ndarray | np.uint64,
+            when_zero: np.ndarray | np.uint64) -> np.ndarray:
+    """when_zero + bit (when_one - when_zero), modulo 2^64, for 0/1 uint64
+    ``bit``: a select by multiplication, with no branch whose prediction
+    depends on the bits (np.where's per-element branch made the sampler's
+    time depend on the scores' gap bits: adversarial review 7, medium)."""
+    return when_zero + bit * (when_one - when_zero)
 
 
 def integer_weights(utilities: np.ndarray, coefficient: Fraction,
@@ -225,16 +239,17 @@ def integer_weights(utilities: np.ndarray, coefficient: Fraction,
     exponent = np.full(utilities.size, _ONE_EXPONENT, dtype=np.int64)
     one_mantissa, one_exponent = np.uint64(_MANTISSA_ONE), np.int64(_ONE_EXPONENT)
     for j in range(mantissas.size):
-        bit = ((gaps >> np.uint64(j)) & np.uint64(1)) == 1
-        mantissa, exponent = _product(mantissa, exponent,
-                                      np.where(bit, mantissas[j], one_mantissa),
-                                      np.where(bit, exponents[j], one_exponent))
+        bit = (gaps >> np.uint64(j)) & np.uint64(1)
+        mantissa, exponent = _product(
+            mantissa, exponent, _select(bit, mantissas[j], one_mantissa),
+            one_exponent + bit.astype(np.int64) * (exponents[j] - one_exponent))
         if work is not None:
             work.products += 1
             work.product_lengths += utilities.size
-    clamped = gaps > np.uint64(largest_gap)
-    mantissa = np.where(clamped, np.uint64(clamp_mantissa), mantissa)
-    exponent = np.where(clamped, np.int64(clamp_exponent), exponent) + _WEIGHT_BITS
+    clamped = (gaps > np.uint64(largest_gap)).astype(np.uint64)
+    mantissa = _select(clamped, np.uint64(clamp_mantissa), mantissa)
+    exponent = exponent + clamped.astype(np.int64) * (np.int64(clamp_exponent) - exponent) \
+        + _WEIGHT_BITS
     if exponent.size and int(exponent.min()) < 0:  # excluded by the bounds above
         raise ArithmeticError("a weight fell below the clamp's")
     if work is not None:

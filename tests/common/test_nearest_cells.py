@@ -97,13 +97,13 @@ def test_clustered_and_duplicated_records_match_the_rule(small_blocks):
 def rule_calls(monkeypatch):
     """How many records the search handed to the rule's own comparison."""
     calls = []
-    original = nearest_cells.canonical_nearest
+    original = nearest_cells.rule_among
 
-    def counted(record_ids, *args):
-        calls.append(len(np.unique(record_ids)))
-        return original(record_ids, *args)
+    def counted(records, *args):
+        calls.append(len(records))
+        return original(records, *args)
 
-    monkeypatch.setattr(nearest_cells, "canonical_nearest", counted)
+    monkeypatch.setattr(nearest_cells, "rule_among", counted)
     return calls
 
 
