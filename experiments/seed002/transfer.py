@@ -258,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     for name in (["low", "sparse"] if args.design == "both" else [args.design]):
         run_design(DESIGNS[name], args)
-    print(f"total {time.time() - started:.0f} s")
+    if not args.tables_only:
+        print(f"total {time.time() - started:.0f} s")
     return 0
 
 
@@ -272,9 +273,8 @@ def run_design(design: Design, args: argparse.Namespace) -> None:
                + ("networked" if args.networked else "in-process"))
     log = RunLog(args.out / f"{stem}_runs.csv", LOG_HEADER, LOG_KEY, setting,
                  read_only=args.tables_only)
-    print(f"\n== design {design.name} ==")
     if args.tables_only:
-        print_tables(summary_rows(log))
+        print_tables(design, summary_rows(log))
         return
     todo = [u for u in units(design.name, runs, args.epsilons, args.auxiliary)
             if (u["design"], u["method"], u["k"], u["epsilon"], u["run"]) not in log]
@@ -288,21 +288,23 @@ def run_design(design: Design, args: argparse.Namespace) -> None:
             for number, unit in enumerate(todo, 1):
                 log.append(compute(unit, Path(scratch), iterations, daemons, log))
                 elapsed = time.time() - started
-                print(f"[{number}/{len(todo)}] {design.name} {unit['method']} k={unit['k']} "
-                      f"eps={unit['epsilon']:g} run {unit['run']} done ({elapsed:.0f} s, about "
+                print(f"[{number}/{len(todo)}] {unit['method']} k={unit['k']} "
+                      f"eps={unit['epsilon']:g} run {unit['run']} ({design.name}) done "
+                      f"({elapsed:.0f} s, about "
                       f"{elapsed / number * (len(todo) - number):.0f} s left)", file=sys.stderr,
                       flush=True)
                 if number < len(todo) and todo[number]["run"] != unit["run"]:
                     write_tables(log, args.out, stem)
     write_tables(log, args.out, stem)
     log.close()
-    print_tables(summary_rows(log))
-    print(f"design {design.name}: {time.time() - started:.0f} s")
+    print_tables(design, summary_rows(log))
+    print(f"design {design.name}: {time.time() - started:.0f} s", file=sys.stderr)
 
 
-def print_tables(rows: list[list]) -> None:
+def print_tables(design: Design, rows: list[list]) -> None:
     """The summary table, then the README's: mean +- std of the SSE per
     epsilon (rows) and method (columns)."""
+    print(f"\n== design {design.name} ==")
     print_table(HEADER, rows)
     cells = {(r[1], r[2], r[3]): (r[4], r[5], r[9]) for r in rows}
     ks = sorted({int(r[2]) for r in rows if r[1] == "transfer"})
@@ -340,6 +342,8 @@ def draw(plt, rows: list[list]) -> None:
                 plt.axhline(means[(name, "", epsilon)], linestyle=style, color=colour,
                             linewidth=1)
     plt.yscale("log")
+    if rows:
+        plt.title(f"seed 002, {rows[0][0]} design", fontsize=9)
     plt.xlabel("auxiliary datasets k")
     plt.ylabel("target SSE (dashed: DP FW, dotted: noisy GD)")
     plt.legend(fontsize=7)
