@@ -1,61 +1,71 @@
 """Seed 002 simulation: target SSE ||beta-hat - beta||^2 of private transfer
 from k = 0, 5, 10, 15, 20 public auxiliary datasets, against target-only DP
 Frank-Wolfe (both routes) and target-only noisy GD, for epsilon in
-{0.5, 1, 3, inf}.
-
-Data (the slides' uniform designs, in the sparse high-dimensional setting
-where the l1 geometry matters): d = 200 features uniform on [-1, 1], beta with
-10 non-zero entries 0.5 (||beta||_1 = 5), labels x.beta + N(0, 0.5^2). The
-private target holds n0 = 2,000 records at one site. The k informative
-("migrated") sources have w_k = beta + delta_k with 10 entries +-0.02
-(||delta_k||_1 = 0.2) and 1,000 records each; 5 distractor sources with
-w = beta + 0.5 on every entry (||delta||_2 = 7.1) are always present, so the
-informative set must be chosen (A_q with q = 2, threshold 3, against a DP
-Frank-Wolfe pilot on 30% of the budget).
+{0.5, 1, 3, inf}, in two designs (``--design low|sparse|both``; data and
+hyperparameters in ``designs.py``): the slides' low-dimensional uniform
+design with migrated, covariate-shifted sources (d = 3 with the intercept),
+and a sparse high-dimensional one (d = 200, 10 non-zero coefficients) where
+the l1 geometry matters. Both have distractor sources besides the k
+informative ones, so the informative set must be chosen (A_q with q = 2
+against a DP Frank-Wolfe pilot on 30% of the budget).
 
 Methods: ``transfer`` (``DPFrankWolfeTransfer``: offset ball around w_A of
-radius 0.2, the design's informative contrast level ||delta_k||_1 (the
-slides' h), 100 + 50 pilot iterations), ``dp_fw`` (target-only DP Frank-Wolfe,
-radius 6, 150 iterations, the single holder's selection route), ``dp_fw_sum``
-(the same through the secure-sum route, the one several sites must use) and
-``noisy_gd`` (target-only noisy projected GD, radius 2, clip 5, eta 1, 50
-iterations). Every private run's epsilon is read back from the site's ledger.
-Hyperparameters were set by hand, not tuned per epsilon.
+the design's informative contrast level ||delta_k||_1 (the slides' h)),
+``dp_fw`` (target-only DP Frank-Wolfe over main + pilot iterations, the
+single holder's selection route), ``dp_fw_sum`` (the same through the
+secure-sum route, the one several sites must use) and ``noisy_gd``
+(target-only noisy projected GD). Every private run's epsilon is read back
+from the site's ledger. Hyperparameters were set by hand, not tuned per
+epsilon.
 
-Why the offset radius is the contrast level and not larger: with radius 2
-(the first committed run) transfer without noise had SSE 0.055 whatever k,
-worse than the target alone (0.022). Not for want of iterations (400 instead
-of 100 steps: 0.059 -> 0.047 at k = 20): the noise-free minimiser over a
-radius-2 ball around w_A fits the target's own noise (its least-squares error
-has l1 norm about 3 at n0 = 2,000, d = 200), which is larger than the error
-of w_A. A ball of the contrast's size keeps beta-hat near w_A unless the
-target's evidence is strong (README, seed 002).
+Sparse design, why the offset radius is the contrast level and not larger:
+with radius 2 (the first committed run) transfer without noise had SSE 0.055
+whatever k, worse than the target alone (0.022). Not for want of iterations
+(400 instead of 100 steps: 0.059 -> 0.047 at k = 20): the noise-free
+minimiser over a radius-2 ball around w_A fits the target's own noise (its
+least-squares error has l1 norm about 3 at n0 = 2,000, d = 200), which is
+larger than the error of w_A. A ball of the contrast's size keeps beta-hat
+near w_A unless the target's evidence is strong (README, seed 002).
 
 Resumable: every finished fit (a unit keyed by design, method, k, epsilon and
-run) is appended to ``results/transfer_runs.csv`` at once (flushed and
-fsync'd; experiments/run_log.py), and a restart with the same settings skips
-the units already there, recomputing nothing. Each unit's data come from
-``problem(run, k)`` (seeded by the run) and its noise from a fresh federation
-seeded by the run, with a ledger of its own, so a resumed table equals a
-from-scratch one. The summary CSV ``transfer.csv`` (mean and std over the
-runs in the log; column ``runs``) and the PNG are derived from the log after
-every run and at the end. ``--quick`` and ``--networked`` write
-``transfer_quick*`` / ``transfer_networked*`` instead. ``--tables-only``
-prints the tables of the units logged so far and changes nothing (the log
-is locked by its writer; a reader does not need the lock). ``--networked``:
-every federation is real site daemons on 127.0.0.1 (mutual TLS, secure
+run) is appended to ``results/<stem>_runs.csv`` at once (flushed and
+fsync'd; experiments/run_log.py; the stem is ``transfer`` for the sparse
+design, ``transfer_low`` for the low one), and a restart with the same
+settings skips the units already there, recomputing nothing. Each unit's
+data come from ``design.problem(run, k)`` (seeded by the run) and its noise
+from a fresh federation seeded by the run, with a ledger of its own, so a
+resumed table equals a from-scratch one. The summary CSV ``<stem>.csv`` (mean
+and std over the runs in the log; column ``runs``) and the PNG are derived
+from the log after every run and at the end. ``--quick`` and ``--networked``
+add ``_quick`` / ``_networked`` to the stem. ``--tables-only`` prints the
+tables of the units logged so far and changes nothing (the log is locked by
+its writer; a reader does not need the lock). ``--networked``: every
+federation is real site daemons on 127.0.0.1 (mutual TLS, secure
 aggregation; experiments/seed000/federation.py); their noise comes from the
 operating system, so networked numbers are not bit-reproducible.
 
+Speed (profiled with cProfile; README, seed 002): about 85% of a unit's time
+is the site answering queries (the exact clipped-gradient sums and the ledger
+charge), which is the library's hot path and not this script's to change.
+This script avoids only work whose result is known to be equal: a run's data
+are generated once per design, run and k (not once per epsilon and method),
+and target-only DP Frank-Wolfe without noise is fitted once per run for both
+routes (at epsilon = inf ``resolve_route`` sends both to the noise-free
+secure sum with the same parameters and seed, so ``dp_fw_sum``'s row is a
+copy of ``dp_fw``'s; a test checks the two fits are equal).
+
 Run from the repository root:
-    .venv/bin/python -m experiments.seed002.transfer [--runs 100] [--quick] [--networked]
+    .venv/bin/python -m experiments.seed002.transfer [--design low|sparse|both] [--runs 100]
+        [--quick] [--networked]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
+import shutil
 import sys
 import tempfile
 import time
@@ -67,6 +77,7 @@ import numpy as np
 from experiments.run_log import RunLog
 from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
+from experiments.seed002.designs import DESIGNS, Design, Problem
 from privadapt import Dataset, LocalFederation, NoisyGD
 from privadapt.common.federation import Federation
 from privadapt.server.estimators import DPFrankWolfe, DPFrankWolfeTransfer
@@ -74,45 +85,27 @@ from privadapt.server.estimators import DPFrankWolfe, DPFrankWolfeTransfer
 EPSILONS = (0.5, 1.0, 3.0, math.inf)
 AUXILIARY = (0, 5, 10, 15, 20)
 DELTA = 1e-5
-DIM, NONZERO, TARGET_N, SOURCE_N, DISTRACTORS, NOISE = 200, 10, 2000, 1000, 5, 0.5
-CLIP = 2.0
-CONTRAST, CONTRAST_ENTRIES = 0.02, 10
-CONTRAST_L1 = CONTRAST * CONTRAST_ENTRIES  # ||delta_k||_1 of every informative source
-TRANSFER = {"radius": CONTRAST_L1, "pilot_radius": 6.0, "informative_threshold": 3.0, "norm": "l2",
-            "clip_norm": CLIP, "pilot_fraction": 0.3}
-GD = {"loss": "squared", "learning_rate": 1.0, "radius": 2.0, "clip_norm": 5.0}
 # Target-only DP Frank-Wolfe references: method -> route.
 REFERENCES = {"dp_fw": "auto", "dp_fw_sum": "secure_sum", "noisy_gd": None}
-DESIGN = "sparse"  # the one design built: d = 200, 10 non-zero, uniform features
 LOG_KEY = ("design", "method", "k", "epsilon", "run")
 LOG_HEADER = (*LOG_KEY, "sse", "ledger_epsilon", "informative_recall", "distractors_kept")
 HEADER = ["design", "method", "k", "epsilon", "sse_mean", "sse_std", "ledger_epsilon_max",
           "informative_recall", "distractors_kept", "runs"]
 
 
-def sample(n: int, weights: np.ndarray, rng: np.random.Generator) -> tuple:
-    features = rng.uniform(-1, 1, size=(n, len(weights)))
-    return features, features @ weights + NOISE * rng.normal(size=n)
-
-
-def problem(run: int, num_auxiliary: int) -> tuple:
-    """beta, the target sample, and the sources (informative first)."""
-    rng = np.random.default_rng(run)
-    beta = np.zeros(DIM)
-    beta[rng.choice(DIM, NONZERO, replace=False)] = 0.5
-    target = sample(TARGET_N, beta, rng)
-    sources = []
-    for _ in range(num_auxiliary):
-        contrast = np.zeros(DIM)
-        contrast[rng.choice(DIM, CONTRAST_ENTRIES, replace=False)] = rng.choice(
-            [-CONTRAST, CONTRAST], CONTRAST_ENTRIES)
-        sources.append(sample(SOURCE_N, beta + contrast, rng))
-    sources += [sample(SOURCE_N, beta + 0.5, rng) for _ in range(DISTRACTORS)]
+@functools.lru_cache(maxsize=8)
+def problem(design: str, run: int, num_auxiliary: int) -> Problem:
+    """``DESIGNS[design].problem(run, k)``, generated once for the methods and
+    epsilons of a run that use it; the arrays are read-only, so no fit can
+    change what the next one sees."""
+    beta, target, sources = DESIGNS[design].problem(run, num_auxiliary)
+    for array in (beta, *target, *(a for source in sources for a in source)):
+        array.setflags(write=False)
     return beta, target, sources
 
 
 @contextlib.contextmanager
-def federation(target: tuple, epsilon: float, seed: int, ledgers: Path,
+def federation(design: Design, target: tuple, epsilon: float, seed: int, ledgers: Path,
                sites: Federations | None = None) -> Iterator[Federation]:
     """The target at one site: in-process (seeded noise, a new ledger in the
     fresh directory ``ledgers``), or a site daemon when ``sites`` is networked
@@ -121,7 +114,7 @@ def federation(target: tuple, epsilon: float, seed: int, ledgers: Path,
         yield sites.make(*target, private=not math.isinf(epsilon), epsilon_cap=10.0,
                          num_sites=1, tag=ledgers.name)
         return
-    names = tuple(f"x{i}" for i in range(DIM))
+    names = tuple(f"x{i}" for i in range(design.dim))
     options = {"allow_non_private": True} if math.isinf(epsilon) else {}
     with LocalFederation.from_datasets(
             [Dataset(*target, names)], epsilon_cap=math.inf if math.isinf(epsilon) else 10.0,
@@ -138,58 +131,83 @@ def ledger_epsilon(model) -> float:
     return max(spent.job.epsilon for spent in model.privacy_.values())
 
 
-def reference_run(method: str, beta, target, epsilon, seed, ledgers, iterations,
-                  daemons: Federations | None = None) -> tuple:
+def reference_run(design: Design, method: str, beta, target, epsilon, seed, ledgers,
+                  iterations, daemons: Federations | None = None) -> tuple:
     """(SSE, ledger epsilon) of one target-only method: ``dp_fw`` (selection
     route), ``dp_fw_sum`` (secure-sum route) or ``noisy_gd``."""
-    with federation(target, epsilon, seed, ledgers, daemons) as sites:
+    with federation(design, target, epsilon, seed, ledgers, daemons) as sites:
         if method == "noisy_gd":
-            model = NoisyGD(iterations=iterations["gd"], **GD, **privacy(epsilon)).fit(sites)
+            model = NoisyGD(iterations=iterations["gd"], **design.gd,
+                            **privacy(epsilon)).fit(sites)
         else:
-            model = DPFrankWolfe(radius=TRANSFER["pilot_radius"], clip_norm=CLIP,
+            model = DPFrankWolfe(radius=design.reference_radius,
+                                 clip_norm=design.transfer["clip_norm"],
                                  iterations=iterations["main"] + iterations["pilot"],
                                  route=REFERENCES[method], **privacy(epsilon)).fit(sites)
     return float(np.sum((model.coef_ - beta) ** 2)), ledger_epsilon(model)
 
 
-def transfer_run(beta, target, sources, epsilon, seed, ledgers, iterations,
+def transfer_run(design: Design, beta, target, sources, epsilon, seed, ledgers, iterations,
                  daemons: Federations | None = None) -> tuple:
     """(SSE, ledger epsilon, informative found, distractors kept)."""
-    with federation(target, epsilon, seed, ledgers, daemons) as sites:
+    with federation(design, target, epsilon, seed, ledgers, daemons) as sites:
         model = DPFrankWolfeTransfer(iterations=iterations["main"],
-                                     pilot_iterations=iterations["pilot"], **TRANSFER,
+                                     pilot_iterations=iterations["pilot"], **design.transfer,
                                      **privacy(epsilon)).fit(sites, public_sources=sources)
-    informative = len(sources) - DISTRACTORS
+    informative = len(sources) - design.distractors
     found = sum(1 for k in model.informative_set_ if k < informative)
     kept = len(model.informative_set_) - found
     return (float(np.sum((model.coef_ - beta) ** 2)), ledger_epsilon(model),
             found / informative if informative else math.nan, kept)
 
 
-def units(runs: int, epsilons: list[float], auxiliary: list[int]) -> list[dict]:
-    """Every unit of work, run by run (so a table cut short has whole runs):
-    the target-only references have k = "", transfer one unit per k."""
-    return [{"design": DESIGN, "method": method, "k": k, "epsilon": epsilon, "run": run}
+def units(design: str, runs: int, epsilons: list[float], auxiliary: list[int]) -> list[dict]:
+    """Every unit of one design, run by run (so a table cut short has whole
+    runs): the target-only references have k = "", transfer one unit per k."""
+    return [{"design": design, "method": method, "k": k, "epsilon": epsilon, "run": run}
             for run in range(runs) for epsilon in epsilons
             for method, k in [*((m, "") for m in REFERENCES),
                               *(("transfer", k) for k in auxiliary)]]
 
 
-def compute(unit: dict, ledgers: Path, iterations: dict, daemons: Federations | None) -> dict:
+def same_fit(unit: dict, log: RunLog | None) -> dict | None:
+    """The logged row of a unit whose fit is this one's (module docstring):
+    without noise both DP Frank-Wolfe routes are the same secure-sum fit."""
+    if log is None or unit["method"] != "dp_fw_sum" or not math.isinf(unit["epsilon"]):
+        return None
+    twin = {**unit, "method": "dp_fw"}
+    for row in log.rows():
+        if log.key(row) == log.key(twin):
+            return row
+    return None
+
+
+def compute(unit: dict, ledgers: Path, iterations: dict, daemons: Federations | None,
+            log: RunLog | None = None) -> dict:
     """One unit's log row. Its randomness depends on its own key only: the
     data on ``run`` (``problem``), the noise on the seed ``run`` of a fresh
-    federation with a ledger of its own, whatever ran before."""
+    federation with a ledger of its own, whatever ran before. A row whose fit
+    equals a logged one's (``same_fit``) is copied from it."""
     method, k, epsilon, run = unit["method"], unit["k"], unit["epsilon"], unit["run"]
-    ledger_dir = ledgers / f"{unit['design']}-{method}-k{k}-eps{epsilon:g}-run{run}"
-    if method == "transfer":
-        beta, target, sources = problem(run, k)
-        sse, spent, recall, kept = transfer_run(beta, target, sources, epsilon, run,
-                                                ledger_dir, iterations, daemons)
-    else:
-        beta, target, _ = problem(run, 0)
-        sse, spent = reference_run(method, beta, target, epsilon, run, ledger_dir,
-                                   iterations, daemons)
-        recall, kept = math.nan, math.nan
+    design = DESIGNS[unit["design"]]
+    twin = same_fit(unit, log)
+    if twin is not None:
+        return {**unit, "sse": float(twin["sse"]), "ledger_epsilon":
+                float(twin["ledger_epsilon"]), "informative_recall": math.nan,
+                "distractors_kept": math.nan}
+    ledger_dir = ledgers / f"{design.name}-{method}-k{k}-eps{epsilon:g}-run{run}"
+    try:
+        if method == "transfer":
+            beta, target, sources = problem(design.name, run, k)
+            sse, spent, recall, kept = transfer_run(design, beta, target, sources, epsilon,
+                                                    run, ledger_dir, iterations, daemons)
+        else:
+            beta, target, _ = problem(design.name, run, 0)
+            sse, spent = reference_run(design, method, beta, target, epsilon, run, ledger_dir,
+                                       iterations, daemons)
+            recall, kept = math.nan, math.nan
+    finally:  # the unit's ledger is spent: nothing reads it again
+        shutil.rmtree(ledger_dir, ignore_errors=True)
     return {**unit, "sse": sse, "ledger_epsilon": spent, "informative_recall": recall,
             "distractors_kept": kept}
 
@@ -223,6 +241,9 @@ def _cell_order(item: tuple) -> tuple:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--design", choices=["low", "sparse", "both"], default="both",
+                        help="both: the low design's table first (it is cheap), then the "
+                             "sparse one's")
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--quick", action="store_true", help="one run, fewer iterations")
     parser.add_argument("--epsilons", type=float, nargs="+", default=list(EPSILONS))
@@ -234,18 +255,28 @@ def main(argv: list[str] | None = None) -> int:
                              "nothing (safe while another process is writing the log)")
     add_networked_flag(parser)
     args = parser.parse_args(argv)
+    started = time.time()
+    for name in (["low", "sparse"] if args.design == "both" else [args.design]):
+        run_design(DESIGNS[name], args)
+    if not args.tables_only:
+        print(f"total {time.time() - started:.0f} s")
+    return 0
+
+
+def run_design(design: Design, args: argparse.Namespace) -> None:
+    """One design's table: the units not yet in its log, then its tables."""
     runs = 1 if args.quick else args.runs
-    iterations = ({"main": 30, "pilot": 15, "gd": 20} if args.quick
-                  else {"main": 100, "pilot": 50, "gd": 50})
-    stem = "transfer" + ("_quick" if args.quick else "") + ("_networked" if args.networked else "")
+    iterations = design.quick_iterations if args.quick else design.iterations
+    stem = design.stem + ("_quick" if args.quick else "") + (
+        "_networked" if args.networked else "")
     setting = (f"iterations {iterations['main']}+{iterations['pilot']} gd {iterations['gd']}; "
                + ("networked" if args.networked else "in-process"))
     log = RunLog(args.out / f"{stem}_runs.csv", LOG_HEADER, LOG_KEY, setting,
                  read_only=args.tables_only)
     if args.tables_only:
-        print_tables(summary_rows(log))
-        return 0
-    todo = [u for u in units(runs, args.epsilons, args.auxiliary)
+        print_tables(design, summary_rows(log))
+        return
+    todo = [u for u in units(design.name, runs, args.epsilons, args.auxiliary)
             if (u["design"], u["method"], u["k"], u["epsilon"], u["run"]) not in log]
     print(f"{log.path}: {len(log)} units already done, {len(todo)} to do", file=sys.stderr,
           flush=True)
@@ -255,23 +286,25 @@ def main(argv: list[str] | None = None) -> int:
                 as scratch, Federations(Path(scratch), networked=args.networked) as daemons:
             print(f"target site: {daemons.description}", file=sys.stderr)
             for number, unit in enumerate(todo, 1):
-                log.append(compute(unit, Path(scratch), iterations, daemons))
+                log.append(compute(unit, Path(scratch), iterations, daemons, log))
                 elapsed = time.time() - started
                 print(f"[{number}/{len(todo)}] {unit['method']} k={unit['k']} "
-                      f"eps={unit['epsilon']:g} run {unit['run']} done ({elapsed:.0f} s, about "
+                      f"eps={unit['epsilon']:g} run {unit['run']} ({design.name}) done "
+                      f"({elapsed:.0f} s, about "
                       f"{elapsed / number * (len(todo) - number):.0f} s left)", file=sys.stderr,
                       flush=True)
                 if number < len(todo) and todo[number]["run"] != unit["run"]:
                     write_tables(log, args.out, stem)
     write_tables(log, args.out, stem)
-    print_tables(summary_rows(log))
-    print(f"total {time.time() - started:.0f} s")
-    return 0
+    log.close()
+    print_tables(design, summary_rows(log))
+    print(f"design {design.name}: {time.time() - started:.0f} s", file=sys.stderr)
 
 
-def print_tables(rows: list[list]) -> None:
+def print_tables(design: Design, rows: list[list]) -> None:
     """The summary table, then the README's: mean +- std of the SSE per
     epsilon (rows) and method (columns)."""
+    print(f"\n== design {design.name} ==")
     print_table(HEADER, rows)
     cells = {(r[1], r[2], r[3]): (r[4], r[5], r[9]) for r in rows}
     ks = sorted({int(r[2]) for r in rows if r[1] == "transfer"})
@@ -309,6 +342,8 @@ def draw(plt, rows: list[list]) -> None:
                 plt.axhline(means[(name, "", epsilon)], linestyle=style, color=colour,
                             linewidth=1)
     plt.yscale("log")
+    if rows:
+        plt.title(f"seed 002, {rows[0][0]} design", fontsize=9)
     plt.xlabel("auxiliary datasets k")
     plt.ylabel("target SSE (dashed: DP FW, dotted: noisy GD)")
     plt.legend(fontsize=7)

@@ -40,8 +40,8 @@ def test_quick_run_writes_every_cell_within_its_epsilon(tmp_path):
 
 def _run(out: Path, *options: str) -> dict[tuple, dict]:
     result = subprocess.run(
-        [sys.executable, "-m", "experiments.seed002.transfer", "--quick", "--epsilons", "inf",
-         "--auxiliary", "5", "--out", str(out), *options],
+        [sys.executable, "-m", "experiments.seed002.transfer", "--quick", "--design", "sparse",
+         "--epsilons", "inf", "--auxiliary", "5", "--out", str(out), *options],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr
     stem = "transfer_quick_networked" if "--networked" in options else "transfer_quick"
@@ -78,7 +78,8 @@ def _quick(out: Path, *options: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_a_restart_does_no_work_and_a_resumed_table_equals_one_from_scratch(tmp_path):
     """On 2 epsilons and 2 values of k (10 units; 20-50 s on a loaded machine)."""
-    out, cells = tmp_path / "out", ("--epsilons", "1", "inf", "--auxiliary", "0", "5")
+    out = tmp_path / "out"
+    cells = ("--design", "sparse", "--epsilons", "1", "inf", "--auxiliary", "0", "5")
     first = _quick(out, *cells)
     log, table = out / "transfer_quick_runs.csv", out / "transfer_quick.csv"
     whole_log, whole_table = log.read_bytes(), table.read_bytes()
@@ -90,7 +91,7 @@ def test_a_restart_does_no_work_and_a_resumed_table_equals_one_from_scratch(tmp_
     assert "] dp_fw" not in second.stderr and "] transfer" not in second.stderr  # no fit ran
     assert log.read_bytes() == whole_log and table.read_bytes() == whole_table
     assert second.stdout.split("total")[0] == first.stdout.split("total")[0]
-    printed = _quick(out, "--tables-only")
+    printed = _quick(out, "--design", "sparse", "--tables-only")
     assert printed.stdout in second.stdout
     assert "| inf | " in printed.stdout and log.read_bytes() == whole_log
 
@@ -107,8 +108,9 @@ def test_a_restart_does_no_work_and_a_resumed_table_equals_one_from_scratch(tmp_
 def test_a_unit_does_not_depend_on_what_ran_before_it(tmp_path):
     """Each unit's data and noise are seeded by its own key: transfer at k = 20
     and DP FW at epsilon = 1 alone give the rows they give in the whole table."""
-    _quick(tmp_path / "alone", "--epsilons", "1", "--auxiliary", "20")
-    _quick(tmp_path / "reversed", "--epsilons", "inf", "1", "--auxiliary", "20", "5")
+    _quick(tmp_path / "alone", "--design", "sparse", "--epsilons", "1", "--auxiliary", "20")
+    _quick(tmp_path / "reversed", "--design", "sparse", "--epsilons", "inf", "1",
+           "--auxiliary", "20", "5")
 
     def rows(name: str) -> dict[tuple, str]:
         with open(tmp_path / name / "transfer_quick_runs.csv", newline="") as handle:
