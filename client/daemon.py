@@ -205,7 +205,8 @@ class SiteDaemon:
             terms=pb.SitePolicyTerms(peers_listed=policy.peers is not None,
                                      peers=sorted(policy.peers or ()),
                                      min_participants=policy.min_participants,
-                                     collusion_tolerance=policy.collusion_tolerance),
+                                     collusion_tolerance=policy.collusion_tolerance,
+                                     max_query_work=policy.max_query_work or 0.0),
         )
 
     def budget(self) -> pb.SiteBudget:

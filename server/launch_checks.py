@@ -14,8 +14,10 @@ published), never as an internal error after rounds were charged:
   (a ``peers`` list leaving out another of the job's sites, a
   ``min_participants`` above the job's number of sites, a
   ``collusion_tolerance`` above the job's), and every kernel
-  the job's plan queries must be allowed by each site's policy: the refusal
-  names the site;
+  the job's plan queries must be allowed by each site's policy, and no
+  planned query may exceed a site's registered ``max_query_work`` (by the
+  kernel's public work estimate, at the site's public n): the refusal names
+  the site;
 * the estimator must accept its hyperparameters together (the checks its
   ``fit`` would make before the first round) and have the public sample it
   needs;
@@ -37,6 +39,7 @@ from typing import Any
 
 from privadapt.common.data import Dataset
 from privadapt.common.errors import ConfigError, PrivadaptError
+from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.schema_digest import SchemaDigest, describe_names
@@ -160,6 +163,37 @@ def check_kernels_allowed(releases: Sequence[PlannedRelease],
                           "(ask the site to add the kernel to [queries] allowed_kernels)")
 
 
+def check_query_work(releases: Sequence[PlannedRelease], sessions: Sequence[SiteSession],
+                     dim: int) -> None:
+    """Refuse a job whose plan asks a site for a query its registered
+    ``max_query_work`` refuses (client/query_admission.py): the same public
+    estimate, ``Kernel.work``, at the site's public n. A site under
+    add/remove keeps n private (it registers 0), so only the site itself can
+    check it; it still does, at the round, before reading a record."""
+    problems = []
+    for session in sorted(sessions, key=lambda s: s.name):
+        registration = session.registration
+        cap = registration.terms.max_query_work if registration.HasField("terms") else 0.0
+        records = int(registration.num_records)
+        if not cap > 0 or records <= 0:
+            continue
+        worst, kernel_name = 0.0, ""
+        for release in releases:
+            if release.sites is not None and session.name not in release.sites:
+                continue
+            kernel = get_kernel(release.kernel)
+            work = kernel.work(kernel.Params.from_wire(release.params, dim), dim, records)
+            if work > worst:
+                worst, kernel_name = work, release.kernel
+        if worst > cap:
+            problems.append(f"site {session.name!r} answers only queries of at most {cap:.3g} "
+                            f"multiply-adds (its policy's max_query_work), and the job's "
+                            f"{kernel_name} queries need about {worst:.3g} there")
+    if problems:
+        raise ConfigError(f"job: {'; '.join(problems)}: fewer iterations or a smaller query "
+                          "would fit, or ask the site to raise [queries] max_query_work")
+
+
 def check_estimator(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
                     has_public_source: bool) -> None:
     """Build the job's estimator and make the checks its ``fit`` would make
@@ -216,6 +250,7 @@ def plan_job(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
         return JobPlan(note=f"no plan: the algorithm could not be previewed ({err}); each "
                        "site's ledger still refuses any release over its cap")
     check_kernels_allowed(releases, named)
+    check_query_work(releases, named, dim)
     budgets = {s.name: s.budget for s in named if s.budget is not None}
     return JobPlan(releases, previews_for(releases, spec.sites, adjacencies, budgets, dim,
                                           sizes))
