@@ -168,7 +168,7 @@ def selected(task: Task, private: tuple[np.ndarray, np.ndarray], epsilon: float,
     labels = np.concatenate([part.labels for part in validation])
     # The oracle compares what the selection scores: clipped losses, or errors.
     losses = [np.mean(np.where(features @ w >= 0, 1.0, -1.0) != labels)
-              if selection_score == "error" else
+              if model.selection_score_ == "error" else
               np.minimum(loss_values(task.loss, features @ w, labels), model.loss_bound_).mean()
               for w in model.candidates_]
     return model.coef_, model.candidates_[int(np.argmin(losses))]
@@ -275,9 +275,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="SelectedAdaptation's composition (default: its own, 'pld'; "
                              "'basic' is the plan before joint calibration)")
     parser.add_argument("--selection-score", choices=("loss", "error"), default=None,
-                        help="SelectedAdaptation's selection_score (default: its own, 'loss'; "
-                             "'error' for the logistic tasks only: the oracle then compares "
-                             "errors too, and the CSV is adapter_study_selection_error.csv)")
+                        help="SelectedAdaptation's selection_score (default: its own, 'auto': "
+                             "'error' for the logistic tasks, 'loss' otherwise; the oracle "
+                             "compares what the selection scores; with 'error' or 'loss' the "
+                             "CSV is adapter_study_selection_<score>.csv)")
     parser.add_argument("--tasks", default=None,
                         help="comma-separated task names to run (default: all)")
     parser.add_argument("--out", type=Path, default=Path("experiments/results"))
@@ -316,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
               "gap to source-only %", "p90 shortfall %", "splits"]
     print_table(header, rows)
     name = "adapter_study_quick.csv" if args.quick else \
-        "adapter_study_selection_error.csv" if args.selection_score == "error" else \
+        f"adapter_study_selection_{args.selection_score}.csv" if args.selection_score else \
         "adapter_study_selection.csv" if args.selection else "adapter_study.csv"
     write_csv(args.out / name, ["dataset", "n", "method", "epsilon", "metric_mean",
                                 "metric_std", "gap_to_nonprivate_percent",
