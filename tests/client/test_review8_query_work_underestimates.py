@@ -66,3 +66,32 @@ def test_a_site_capping_the_work_refuses_a_huge_class_count(tmp_path, monkeypatc
     except QueryRefusedError as err:
         assert "max_query_work" in str(err)
         assert not ledger.charges()
+
+
+def test_the_softmax_working_memory_does_not_grow_with_the_records():
+    # ValidationLoss.compute sizes its chunks as CHUNK_RECORDS // K rows "so
+    # that the (rows, K) losses stay within the working memory of
+    # CHUNK_RECORDS records of one candidate, whatever K is sent" (about
+    # 128 kB of losses), but each softmax row also holds C logits and their
+    # temporaries: about 47 bytes per (record, class), for min(n, 16,384)
+    # records. Measured: C = 100,000 peaks at 558 MB RSS for n = 100 and
+    # 1,957 MB for n = 400, so a 23 GB site fails (MemoryError -> an INTERNAL
+    # refusal, or the OOM killer) from about n = 4,700 on: under add/remove,
+    # where n is private, whether the site answers tells whether n is above
+    # a threshold the coordinator picked through C (an unpriced,
+    # data-dependent failure, as review 7's nearest-source case). Here the
+    # peak must stay under 32 MB (256x the losses the comment promises).
+    import tracemalloc
+
+    rng = np.random.default_rng(5)
+    classes, records = 20_000, 400
+    params = KERNEL.Params.from_wire(softmax_wire(classes), DIM)
+    data = Dataset(rng.normal(size=(records, DIM)),
+                   rng.integers(0, 2, records).astype(float), ("x0", "x1"))
+    tracemalloc.start()
+    try:
+        KERNEL.compute(data, params, {})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 2**20, f"peak {peak / 2**20:.0f} MB at n = {records}, C = {classes}"
