@@ -7,7 +7,9 @@ machine (d = 2, n = 2,000, K = 1): C = 2 costs 0.001 s CPU for an estimate of
 4,000; C = 200,000 (a 3.2 MB query) costs 36.5 s CPU for the same estimate of
 4,000 multiply-adds, about 40,000x the CPU per estimated unit of the benign
 query, so a site capping max_query_work at 1e6 still runs it (n = 20,000:
-about six minutes). These tests FAIL until the estimate counts C.
+about six minutes). Fixed: the estimate is n d K C, the site refuses more
+than MAX_SCORED_COLUMNS = 2^16 scored columns (K C) when it parses the
+query, and the kernel's chunks are sized by K C.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def softmax_wire(classes: int) -> dict:
 def test_the_softmax_estimate_counts_the_classes():
     # One candidate of C classes costs about n d C multiply-adds (the
     # products alone; half of it is allowed for slack).
-    for classes in (2, 1_000, 200_000):
+    for classes in (2, 1_000, 60_000):
         params = KERNEL.Params.from_wire(softmax_wire(classes), DIM)
         assert KERNEL.work(params, DIM, NUM) >= NUM * DIM * classes / 2, classes
 
@@ -47,10 +49,10 @@ def test_a_site_capping_the_work_refuses_a_huge_class_count(tmp_path, monkeypatc
     # query; a C = 200,000 query is 1,000x that and must be refused before
     # any record is read.
     def fail(*args, **kwargs):
-        raise AssertionError("the kernel ran: the cap admitted a query of 200,000 classes")
+        raise AssertionError("the kernel ran: the cap admitted a query of 60,000 classes")
 
     monkeypatch.setattr(ValidationLoss, "compute", fail)
-    wire = softmax_wire(200_000)
+    wire = softmax_wire(60_000)
     typed = KERNEL.Params.from_wire(wire, DIM)
     query = Query("job", "q", KERNEL.name, wire,
                   KERNEL.mechanism(typed, 2.0, Adjacency.REPLACE_ONE, dim=DIM,
@@ -66,6 +68,15 @@ def test_a_site_capping_the_work_refuses_a_huge_class_count(tmp_path, monkeypatc
     except QueryRefusedError as err:
         assert "max_query_work" in str(err)
         assert not ledger.charges()
+    else:
+        raise AssertionError("the site answered a query over its max_query_work")
+
+
+def test_more_scored_columns_than_a_site_scores_are_refused_when_parsed():
+    import pytest
+
+    with pytest.raises(ValueError, match="scored columns"):
+        KERNEL.Params.from_wire(softmax_wire(200_000), DIM)
 
 
 def test_the_softmax_working_memory_does_not_grow_with_the_records():
