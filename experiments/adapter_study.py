@@ -149,13 +149,14 @@ def selection_settings(task: Task, epsilon: float, seed: int,
 
 
 def selected(task: Task, private: tuple[np.ndarray, np.ndarray], epsilon: float, seed: int,
-             selection_share: float | None, composition: str | None = None
-             ) -> tuple[np.ndarray, np.ndarray]:
+             selection_share: float | None, composition: str | None = None,
+             selection_score: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(the private selection's model, the non-private oracle's choice among
     the same candidates) of one SelectedAdaptation job at epsilon, each site
     splitting its records into record parts as a networked job's sites do."""
     settings = {**selection_settings(task, epsilon, seed, selection_share, composition),
-                "validation_fraction": VALIDATION_FRACTION}
+                "validation_fraction": VALIDATION_FRACTION,
+                **({} if selection_score is None else {"selection_score": selection_score})}
     with federation(*private, task.num_sites, seed, private=True) as sites:
         public = task.source if task.source_names is None else \
             Dataset(*task.source, task.source_names)
@@ -165,14 +166,18 @@ def selected(task: Task, private: tuple[np.ndarray, np.ndarray], epsilon: float,
                   for data in site_datasets(*private, task.num_sites)]
     features = np.concatenate([part.features for part in validation])
     labels = np.concatenate([part.labels for part in validation])
-    losses = [np.minimum(loss_values(task.loss, features @ w, labels), model.loss_bound_).mean()
+    # The oracle compares what the selection scores: clipped losses, or errors.
+    losses = [np.mean(np.where(features @ w >= 0, 1.0, -1.0) != labels)
+              if model.selection_score_ == "error" else
+              np.minimum(loss_values(task.loss, features @ w, labels), model.loss_bound_).mean()
               for w in model.candidates_]
     return model.coef_, model.candidates_[int(np.argmin(losses))]
 
 
 def one_split(task: Task, size: int, split: int, warm: np.ndarray,
               methods: tuple[str, ...], selection_share: float | None = None,
-              composition: str | None = None) -> dict[tuple[str, float], float]:
+              composition: str | None = None,
+              selection_score: str | None = None) -> dict[tuple[str, float], float]:
     rng = np.random.default_rng(3000 + split)
     order = rng.permutation(len(task.pool[1]))
     private = (task.pool[0][order[:size]], task.pool[1][order[:size]])
@@ -205,7 +210,7 @@ def one_split(task: Task, size: int, split: int, warm: np.ndarray,
             results[name, eps] = metric(task, model.coef_, test)
         if SELECTED in methods:
             chosen, oracle = selected(task, private, eps, seed + 2, selection_share,
-                                      composition)
+                                      composition, selection_score)
             results[SELECTED, eps] = metric(task, chosen, test)
             results[ORACLE, eps] = metric(task, oracle, test)
     return results
@@ -269,6 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--composition", choices=("pld", "rdp", "basic"), default=None,
                         help="SelectedAdaptation's composition (default: its own, 'pld'; "
                              "'basic' is the plan before joint calibration)")
+    parser.add_argument("--selection-score", choices=("loss", "error"), default=None,
+                        help="SelectedAdaptation's selection_score (default: its own, 'auto': "
+                             "'error' for the logistic tasks, 'loss' otherwise; the oracle "
+                             "compares what the selection scores; with 'error' or 'loss' the "
+                             "CSV is adapter_study_selection_<score>.csv)")
     parser.add_argument("--tasks", default=None,
                         help="comma-separated task names to run (default: all)")
     parser.add_argument("--out", type=Path, default=Path("experiments/results"))
@@ -297,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         task = replace(task, private_size=size)
         warm = fit_linear(*task.source, task.loss, task.radius)
         runs = [one_split(task, size, split, warm, methods, args.selection_share,
-                          args.composition) for split in range(splits)]
+                          args.composition, args.selection_score) for split in range(splits)]
         rows.extend(summarise(task, size, runs, methods))
         print(f"  done ({time.perf_counter() - started:.0f} s)", flush=True)
     print("\nMetric: test accuracy (adult) or test MSE (regressions), mean +- std over splits;"
@@ -307,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
               "gap to source-only %", "p90 shortfall %", "splits"]
     print_table(header, rows)
     name = "adapter_study_quick.csv" if args.quick else \
+        f"adapter_study_selection_{args.selection_score}.csv" if args.selection_score else \
         "adapter_study_selection.csv" if args.selection else "adapter_study.csv"
     write_csv(args.out / name, ["dataset", "n", "method", "epsilon", "metric_mean",
                                 "metric_std", "gap_to_nonprivate_percent",

@@ -91,6 +91,10 @@ from privadapt.common.validation import check_finite_array, check_one_of
 #: The most candidates one query may score: the site's time grows with K and
 #: a coordinator chooses K (the wire alone would let it send millions).
 MAX_CANDIDATES = 4096
+#: The most scored columns (K candidates times C classes) one query may ask:
+#: a softmax candidate's work and memory grow with C too (adversarial review
+#: 8: C = 200,000 cost 36.5 s at n = 2,000 under an estimate of 4,000).
+MAX_SCORED_COLUMNS = 2**16
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,6 +123,11 @@ class ValidationLossParams(KernelParams):
         if candidates.ndim == 3 and candidates.shape[2] < 2:
             raise ValueError(f"parameter 'candidates' must have C >= 2 classes for the softmax "
                              f"cross-entropy, got shape {candidates.shape}")
+        columns = candidates.shape[0] * (candidates.shape[2] if candidates.ndim == 3 else 1)
+        if columns > MAX_SCORED_COLUMNS:
+            raise ValueError(f"parameter 'candidates' asks for {columns} scored columns (models "
+                             f"times classes), more than the {MAX_SCORED_COLUMNS} a site scores "
+                             "in one query")
         object.__setattr__(self, "candidates", readonly(candidates))
         object.__setattr__(self, "loss_bound",
                            _checked_loss_bound(self.loss_bound, candidates.shape[0]))
@@ -146,6 +155,12 @@ class ValidationLossParams(KernelParams):
     @property
     def num_candidates(self) -> int:
         return int(self.candidates.shape[0])
+
+    @property
+    def scored_columns(self) -> int:
+        """K C: the margins computed per record (C = 1 but for the softmax)."""
+        classes = self.candidates.shape[2] if self.candidates.ndim == 3 else 1
+        return self.num_candidates * int(classes)
 
     @property
     def bounds(self) -> np.ndarray:
@@ -204,8 +219,8 @@ class ValidationLoss(Kernel):
     Params = ValidationLossParams
 
     def work(self, params: ValidationLossParams, dim: int, num_records: int) -> float:
-        # Every candidate's margin on every record.
-        return float(num_records) * max(dim, 1) * params.num_candidates
+        # Every candidate's margin (every class's, for the softmax) on every record.
+        return float(num_records) * max(dim, 1) * params.scored_columns
 
     def output_shapes(self, params: ValidationLossParams, dim: int) -> tuple[tuple[int, ...]]:
         return ((params.num_candidates,),)
@@ -244,9 +259,11 @@ class ValidationLoss(Kernel):
         bounds = params.bounds
         groups = {float(b): np.flatnonzero(bounds == b) for b in np.unique(bounds) if b > 0}
         totals = {b: ExactSum((len(columns),)) for b, columns in groups.items()}
-        # Rows per chunk so that the (rows, K) losses stay within the working
-        # memory of CHUNK_RECORDS records of one candidate, whatever K is sent.
-        rows = max(1, CHUNK_RECORDS // params.num_candidates)
+        # Rows per chunk so that the (rows, K, C) margins stay within the
+        # working memory of CHUNK_RECORDS records of one column, whatever K
+        # and C are sent (review 8: sized by K alone, C = 100,000 took 2 GB at
+        # n = 400, so whether a site failed depended on its private n).
+        rows = max(1, CHUNK_RECORDS // params.scored_columns)
         for start in range(0, data.num_records, rows):
             stop = start + rows
             terms = clipped_losses(data.features[start:stop], data.labels[start:stop], params)

@@ -80,8 +80,9 @@ only through K; its price is utility, sigma ~ sqrt(K) L growing by
 sqrt(K / (K - 1)) (selection_candidates.py says why its confidence is the
 public log-odds).
 
-``selection_score = "error"`` (logistic loss only; default "loss"): the
-release scores validation errors (``error_scored`` in selection_candidates.py,
+``selection_score = "error"`` (logistic loss only; the default "auto" is
+"error" for logistic and "loss" otherwise): the release scores validation
+errors (``error_scored`` in selection_candidates.py,
 which says why it is an option), and the guarantees above hold with the 0-1
 loss for the clipped loss and L = 1: they bound the accuracy lost.
 
@@ -172,9 +173,16 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
     sized, module docstring), ``constant_candidate`` (the free public
     constant as candidate 1 when the public source has an intercept),
     ``selection_score`` ("loss": clipped validation losses; "error", for
-    classifiers: validation errors, L = 1; module docstring).
+    classifiers: validation errors, L = 1; "auto" (default): "error" for
+    loss "logistic", else "loss"; module docstring). Why "auto": a
+    classifier is judged by its accuracy, and on every Adult row of the
+    study (README, ``--selection-score error``) the error score delivered
+    at least the loss score's accuracy, non-decreasing in epsilon, where the
+    loss score can never pick the majority label (its clipped logistic loss
+    is high however accurate it is).
 
-    Fitted: ``coef_`` (the delivered model), ``chosen_`` (its name, with
+    Fitted: ``selection_score_`` (what the release scored), ``coef_`` (the
+    delivered model), ``chosen_`` (its name, with
     its settings as the job wrote them), ``candidate_names_`` (the free ones
     first: source_only, then public_constant if present), ``candidate_learners_``
     (each one's id in CANDIDATE_IDS), ``best_index_`` (into them),
@@ -207,7 +215,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         "calibration": CALIBRATION, "seed": [Interval(int, 0, math.inf, closed="left"), None],
         "validation_fraction": VALIDATION_FRACTION,
         "composition": [Options("pld", "rdp", "basic")], "constant_candidate": FLAG,
-        "selection_score": [Options("loss", "error")],
+        "selection_score": [Options("auto", "loss", "error")],
     }
 
     def __init__(
@@ -236,7 +244,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         validation_fraction: float = 0.25,
         composition: str = "pld",
         constant_candidate: bool = True,
-        selection_score: str = "loss",
+        selection_score: str = "auto",
     ) -> None:
         self.loss = loss
         self.radius = radius
@@ -312,7 +320,8 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
             if constant is not None:
                 free[PUBLIC_CONSTANT] = constant
         loss_bound = self.loss_bound
-        if self.selection_score == "error":
+        self.selection_score_ = self._score()
+        if self.selection_score_ == "error":
             loss_bound = 1.0  # each record scores its error, in [0, 1] (error_scored)
         elif loss_bound == "auto":
             loss_bound = auto_loss_bound(self.loss, free[SOURCE_ONLY], features, labels)
@@ -354,6 +363,13 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
             raise InvalidParameterError(f"{type(self).__name__}: selection_score 'error' "
                                         f"scores classifiers (loss 'logistic'); got {self.loss!r}")
 
+    def _score(self) -> str:
+        """What the selection release scores: ``selection_score`` with
+        "auto" resolved ("error" for a logistic classifier, else "loss")."""
+        if self.selection_score != "auto":
+            return self.selection_score
+        return "error" if self.loss == "logistic" else "loss"
+
     def _calibrate(self, train_federation: Federation, validation_federation: Federation,
                    context: _Context) -> JointCalibration:
         """The joint calibration of this job's budgets: this same fit, at each
@@ -392,7 +408,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         before = charges_so_far(validation_federation)
         coefficients = np.stack([*context.free.values(),
                                  *(learners[spec.name].coef_ for spec in context.specs)])
-        scored = coefficients if self.selection_score == "loss" else error_scored(coefficients)
+        scored = coefficients if self._score() == "loss" else error_scored(coefficients)
         result = private_selection(
             validation_federation, candidates=scored, loss=self.loss,
             loss_bound=context.loss_bound, epsilon=epsilon, delta=delta,

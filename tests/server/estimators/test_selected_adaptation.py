@@ -86,8 +86,11 @@ def test_basic_composition_keeps_the_previous_ledger_total():
     total the previous code left (0.57 epsilon at epsilon 1, two candidates)."""
     with LocalFederation.from_datasets(sites(1200, 1), noise_seed=1, epsilon_cap=20.0,
                                        delta_cap=1e-3, job_id="job-basic") as federation:
+        # The pinned total is the loss score's (the default for a logistic
+        # job is now the error score, L = 1).
         model = selector(candidates="noisy_gd,pncnvx_adap_smooth", adapter_iterations=10,
-                         composition="basic").fit(federation, None, PUBLIC)
+                         composition="basic", selection_score="loss").fit(federation, None,
+                                                                          PUBLIC)
     for spent in model.privacy_.values():
         assert spent.job.epsilon == pytest.approx(0.5688757335719412, rel=1e-9)
 
@@ -191,7 +194,9 @@ def test_every_hyperparameter_is_a_scalar_a_job_can_carry():
 
 def test_the_automatic_clip_is_a_quantile_of_the_free_models_public_losses():
     with parts(300, seed=2) as (train, validation):
-        model = selector(loss_bound="auto").fit(train, validation, PUBLIC)
+        # The automatic clip applies to the loss score (the error score's L is 1).
+        model = selector(loss_bound="auto", selection_score="loss").fit(train, validation,
+                                                                       PUBLIC)
     margins = PUBLIC[0] @ model.candidates_[0]
     losses = np.logaddexp(0.0, -PUBLIC[1] * margins)
     assert model.loss_bound_ == pytest.approx(np.quantile(losses, 0.95))

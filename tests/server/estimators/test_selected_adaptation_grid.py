@@ -95,8 +95,10 @@ def test_the_constant_is_delivered_where_the_target_is_its_majority_label():
             for rows in np.array_split(np.arange(3000), 3)]
     with LocalFederation.from_datasets(data, noise_seed=3, epsilon_cap=20.0,
                                        delta_cap=1e-3) as federation:
-        model = selector(epsilon=3.0, candidates="noisy_gd:learning_rate=0.01").fit(
-            federation, None, public)
+        # Under the loss score (under the error score noisy GD, predicting
+        # the same label everywhere, ties with the constant).
+        model = selector(epsilon=3.0, candidates="noisy_gd:learning_rate=0.01",
+                         selection_score="loss").fit(federation, None, public)
     assert model.chosen_ == PUBLIC_CONSTANT
     assert model.noisy_losses_[1] < model.noisy_losses_[0]
 
