@@ -123,3 +123,14 @@ def test_the_cap_round_trips_through_toml(tmp_path):
     path = tmp_path / "policy.toml"
     path.write_text(policy.to_toml())
     assert SitePolicy.from_toml(path).max_query_work == 1e9
+
+
+def test_the_nearest_source_estimate_counts_each_targets_neighbours():
+    # Review 8 (low): the t nearest records of every public target are part
+    # of the work; without t the estimate undercounted a large t about 21x.
+    kernel = get_kernel("nearest_source_averages")
+    wire = dict(WIRE["nearest_source_averages"])
+    one = kernel.Params.from_wire({**wire, "t": 1}, DIM)
+    many = kernel.Params.from_wire({**wire, "t": 64}, DIM)
+    targets = one.targets.shape[0]
+    assert kernel.work(many, DIM, NUM) - kernel.work(one, DIM, NUM) == 63 * targets * DIM
