@@ -47,7 +47,7 @@ def clip_slack(term_bound: float, size: int) -> float:
     return 2.0 * FLOAT_UNIT_ROUNDOFF * (size + 8) * term_bound
 
 
-def _power_of_two_above(bound: float) -> float:
+def power_of_two_above(bound: float) -> float:
     """The least power of two >= ``bound`` (> 0, finite)."""
     if not (math.isfinite(bound) and bound > 0):
         raise ValueError(f"an exact sum needs a finite positive bound, got {bound!r}")
@@ -88,7 +88,7 @@ class ExactSum:
         """Add ``terms`` (records along axis 0), each entry at most ``bound`` in
         magnitude, rounded toward zero onto 2^-84 of ``bound``'s power of two
         (an entry over the bound, by float rounding, is cut back to it)."""
-        top = _power_of_two_above(bound)
+        top = power_of_two_above(bound)
         for start in range(0, len(terms), _TERM_CHUNK):
             for unit, limbs in _limbs(terms[start:start + _TERM_CHUNK], top):
                 self._accumulate(unit, limbs.sum(axis=0))
@@ -99,7 +99,7 @@ class ExactSum:
         the same rounding of each entry toward zero onto 2^-84 of ``bound``'s
         power of two. Each group's total is the exact sum of its own rows'
         rounded terms, so rows of other groups never touch it."""
-        top = _power_of_two_above(bound)
+        top = power_of_two_above(bound)
         num_groups, width = self.shape
         for start in range(0, len(terms), _TERM_CHUNK):
             flat = (np.asarray(groups[start:start + _TERM_CHUNK], np.int64)[:, None] * width
