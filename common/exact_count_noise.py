@@ -1,0 +1,306 @@
+"""Exact negative-binomial differences (Polya shares) from random bits.
+
+Why: a site's share of distributed discrete Laplace noise is NB(r, q) - NB(r, q)
+with r = 1/n and q = exp(-1/t) (:func:`privadapt.common.discrete_shares.polya_share`);
+the accountant assumes that law exactly, so it is sampled here with integer
+comparisons of CSPRNG words, never a float decision.
+
+Compound Poisson. NB(r, q) has generating function ((1 - q) / (1 - q z))^r =
+exp(lambda (g_L(z) - 1)) with lambda = r ln(1 / (1 - q)) and g_L(z) =
+ln(1 - q z) / ln(1 - q) the generating function of the logarithmic law
+P(L = k) = q^k / (k ln(1 / (1 - q))), k >= 1 (expand ln(1 - q z) = -sum q^k
+z^k / k). So NB(r, q) = L_1 + ... + L_N with N ~ Poisson(lambda), and the
+difference of two independent ones is a single compound Poisson of rate
+mu = 2 lambda whose jumps are +-L with a fair sign (superposition: the jumps
+of each are a Poisson process of rate lambda; their union, rate 2 lambda,
+labels each jump by an independent fair coin). A share is therefore
+sum_{i <= N} s_i L_i, N ~ Poisson(mu), s_i fair signs, L_i logarithmic.
+
+* N (:func:`_poisson_counts`): mu = (2 / n) ln(1 / (1 - exp(-1/t))) is
+  transcendental but the same for every sample, so the CDF bounds lo_k <= F_k
+  <= hi_k are computed once with :mod:`decimal` in interval arithmetic
+  (:func:`_poisson_cdf_bounds`) and a uniform U = (W + V) / 2^64, W a 64-bit
+  word, is inverted: N = min{k : U < F_k}. The word alone decides unless it
+  lies in one of the integer intervals [floor(lo_k 2^64), ceil(hi_k 2^64))
+  (a few words wide: probability about 2^-60 per sample); then V's bits are
+  drawn 64 at a time and the bounds recomputed at higher precision until they
+  decide (:func:`_poisson_lazy`). The bounds converge as the precision grows,
+  so this ends with probability 1 and the law of N is exactly Poisson(mu).
+* L (:func:`_logarithmic`): rejection from a dyadic-level proposal, below.
+
+Expected work. With J the least j >= 0 with 2^J >= t, one logarithmic draw
+takes (J + 2) q / (c ln(1 / (1 - q))) proposals on average, c = 1 - 1/e, and a
+share needs mu = (2 / n) ln(1 / (1 - q)) of them: 2 q (J + 2) / (n c)
+proposals per share, at most 2 (J + 2) / (n c) <= 79 for t <= 2^48 and n >=
+2 -- bounded for every admissible scale (with about five words a proposal;
+``tests/common/test_discrete_shares.py`` measures the words per sample).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator
+from decimal import (
+    MAX_EMAX,
+    MIN_EMIN,
+    ROUND_CEILING,
+    ROUND_FLOOR,
+    Context,
+    Decimal,
+    Subnormal,
+    Underflow,
+)
+from fractions import Fraction
+
+import numpy as np
+
+from privadapt.common.discrete_noise import (
+    _bernoulli_exp,
+    _bernoulli_exp_minus_one,
+    _bernoulli_exp_scalar,
+    _exp_minus_one_run,
+    _rejection_fill,
+    _sign_bits,
+    _uniform_below,
+    _uniform_below_int,
+)
+from privadapt.common.noise import RandomBits
+
+#: Decimal digits of the shared CDF table: its bounds are within about
+#: 10^-40 of the Poisson CDF, far inside one 64-bit word's 2^-64.
+_TABLE_DIGITS = 60
+#: The table runs until 1 - lo_k < 2^-72 (rarer words finish in the lazy path).
+_TABLE_TAIL = Fraction(1, 2**72)
+#: Tail levels J + m with m above this finish in exact Python integers (the
+#: uint64 product (k - 1) b would pass 2^62); probability e^-12 per tail proposal.
+_FAST_TAIL_LEVELS = 12
+
+
+# -- N ~ Poisson(mu), mu = (2/n) ln(1/(1 - exp(-1/t))), by lazy inversion ------------
+
+
+def _contexts(digits: int) -> tuple[Context, Context, Context]:
+    """(nearest, down, up) contexts of ``digits`` digits. The exponent range is
+    the widest decimal has (exp(-2^48) is about 10^-1.2e14, still normal) and
+    underflow traps, so a bound never silently loses its precision."""
+    traps = [Underflow, Subnormal]
+    return tuple(Context(prec=digits, Emin=MIN_EMIN, Emax=MAX_EMAX, rounding=rounding,
+                         traps=traps)
+                 for rounding in (None, ROUND_FLOOR, ROUND_CEILING))
+
+
+def _poisson_cdf_bounds(scale: Fraction, honest: int,
+                        digits: int) -> Iterator[tuple[Fraction, Fraction]]:
+    """(lo_k, hi_k) with lo_k <= F_k <= hi_k for k = 0, 1, ..., F the CDF of
+    Poisson(mu), mu = (2 / honest) ln(1 / (1 - exp(-1/scale))).
+
+    Interval arithmetic: +, -, x, / are rounded toward the side each bound
+    needs (ROUND_FLOOR / ROUND_CEILING contexts). ``exp`` and ``ln`` are
+    correctly rounded to nearest whatever the context, so |v - f(x)| <= half an
+    ulp of v <= |v| 10^(1 - digits) / 2: each result is widened by the relative
+    eps = 10^(1 - digits), twice that. Both functions are monotone, so an
+    interval for the argument maps to one for the value. F_k(mu) decreases in
+    mu (dF_k / dmu = -P(N = k)), so lo_k = F_k(mu_hi) and hi_k = F_k(mu_lo),
+    each a product of exp(-mu) and a partial sum of positive terms
+    mu^j / j!, rounded down and up respectively. Every bound is within
+    O(10^(15 - digits)) of the truth (1 - q >= 2^-49 loses at most 15 digits),
+    so the bounds converge as ``digits`` grows."""
+    near, down, up = _contexts(digits)
+    eps = Decimal(10) ** (1 - digits)
+    one = Decimal(1)
+    x_lo = down.divide(scale.denominator, scale.numerator)  # 1 / t
+    x_hi = up.divide(scale.denominator, scale.numerator)
+    q_lo = down.multiply(near.exp(-x_hi), one - eps)
+    q_hi = up.multiply(near.exp(-x_lo), one + eps)
+    y_lo = down.subtract(one, q_hi)  # 1 - q
+    y_hi = min(one, up.subtract(one, q_lo))
+    log_lo = down.multiply(-near.ln(y_hi), one - eps)  # ln(1 / (1 - q)) >= 0
+    log_hi = up.multiply(-near.ln(y_lo), one + eps)
+    mu_lo = down.divide(down.multiply(2, log_lo), honest)
+    mu_hi = up.divide(up.multiply(2, log_hi), honest)
+    e_lo = down.multiply(near.exp(-mu_hi), one - eps)
+    e_hi = min(one, up.multiply(near.exp(-mu_lo), one + eps))
+    term_lo = term_hi = sum_lo = sum_hi = one
+    k = 0
+    while True:
+        yield (Fraction(down.multiply(e_lo, sum_lo)),
+               Fraction(min(one, up.multiply(e_hi, sum_hi))))
+        k += 1
+        term_lo = down.divide(down.multiply(term_lo, mu_hi), k)
+        term_hi = up.divide(up.multiply(term_hi, mu_lo), k)
+        sum_lo, sum_hi = down.add(sum_lo, term_lo), up.add(sum_hi, term_hi)
+
+
+@functools.lru_cache(maxsize=64)
+def _poisson_table(scale: Fraction, honest: int) -> tuple[np.ndarray, np.ndarray]:
+    """(below, above_minus_one) as uint64 arrays: below_k = floor(lo_k 2^64),
+    with a sentinel 0 appended, and ceil(hi_k 2^64) - 1. Both are nondecreasing
+    in k (the partial sums only grow under either rounding)."""
+    below, above = [], []
+    for lo, hi in _poisson_cdf_bounds(scale, honest, _TABLE_DIGITS):
+        below.append(math.floor(lo * 2**64))
+        above.append(min(math.ceil(hi * 2**64), 2**64) - 1)
+        if 1 - lo < _TABLE_TAIL or len(below) >= 4096:
+            break
+    below.append(0)
+    return np.array(below, dtype=np.uint64), np.array(above, dtype=np.uint64)
+
+
+def _poisson_lazy(scale: Fraction, honest: int, word: int, stream: RandomBits) -> int:
+    """N = min{k : U < F_k} for U = (word + V) / 2^64, V uniform in [0, 1)
+    read 64 bits at a time: U lies in [u, u + 1) / 2^bits, and k is decided
+    once (u + 1) / 2^bits <= lo_k (then U < F_k) or u / 2^bits >= hi_k (then
+    U >= F_k) for every k up to the answer; otherwise more bits and more
+    digits (bounds within 10^(15 - digits) << 2^-bits)."""
+    u, bits = word, 64
+    while True:
+        u, bits = (u << 64) | int(stream.words(1)[0]), bits + 64
+        digits = 40 + math.ceil(bits * math.log10(2))
+        for k, (lo, hi) in enumerate(_poisson_cdf_bounds(scale, honest, digits)):
+            if u + 1 <= lo * 2**bits:
+                return k
+            if u < hi * 2**bits:
+                break  # undecided at this precision
+
+
+def _poisson_counts(scale: Fraction, honest: int, count: int, stream: RandomBits) -> np.ndarray:
+    """``count`` exact Poisson(mu) draws (module docstring) as int64: a word W
+    gives N = #{k : ceil(hi_k 2^64) <= W} when W < floor(lo_N 2^64), which
+    then certainly has F_k <= U for k < N and U < F_N."""
+    below, above_minus_one = _poisson_table(scale, honest)
+    words = stream.words(count)
+    counts = np.searchsorted(above_minus_one, words, side="left")
+    for i in np.flatnonzero(words >= below[counts]):  # about 2^-60 each
+        counts[i] = _poisson_lazy(scale, honest, int(words[i]), stream)
+    return counts.astype(np.int64)
+
+
+# -- L ~ Logarithmic(q): P(L = k) ∝ q^k / k, by rejection from dyadic levels ----------
+
+
+def _level_count(scale: Fraction) -> int:
+    """J: the least j >= 0 with 2^j >= t."""
+    level = 0
+    while 2**level < scale:
+        level += 1
+    return level
+
+
+def _bernoulli_power_over(level: np.ndarray, k: np.ndarray, stream: RandomBits) -> np.ndarray:
+    """Bernoulli(2^j / k) per element, k in [2^j, 2^(j + 1)), j <= 61: a
+    uniform V on [0, k) -- the top j + 1 bits of a word, redrawn while >= k
+    (at most half the time) -- and the event V < 2^j."""
+    result = np.ones(k.size, dtype=bool)
+    active = np.flatnonzero(k != (np.uint64(1) << level))  # 2^j / k = 1
+    while active.size:
+        draw = stream.words(active.size) >> (np.uint64(63) - level[active])
+        inside = draw < k[active]
+        done = active[inside]
+        result[done] = draw[inside] < (np.uint64(1) << level[done])
+        active = active[~inside]
+    return result
+
+
+def _logarithmic_scalar(scale: Fraction, level: int, shift: int,
+                        stream: RandomBits) -> tuple[int, bool]:
+    """One tail proposal of a level too high for 64-bit words, in Python
+    integers: (k, accepted) with the tail's acceptance (:func:`_logarithmic`)."""
+    k = (1 << level) + _uniform_below_int(1 << level, stream)
+    accept = (_uniform_below_int(k, stream) < 1 << level
+              and _bernoulli_exp_scalar(Fraction(k - 1) / scale - shift, stream))
+    return k, accept
+
+
+def _logarithmic(scale: Fraction, count: int, stream: RandomBits) -> np.ndarray:
+    """``count`` draws of the logarithmic law P(L = k) ∝ q^k / k, k >= 1,
+    q = exp(-1/t), t = a / b, as int64.
+
+    Proposal: J + 2 equally likely slots. Slot j <= J (the head) is the level
+    [2^j, 2^(j + 1)); the last slot (the tail) draws m >= 1 with P(m) =
+    (1 - 1/e) e^-(m - 1) (m - 1 is the run of Bernoulli(e^-1) successes of
+    :func:`_exp_minus_one_run`) and takes the level j = J + m. Then k is
+    uniform on the level. So g(k) = 2^-j / (J + 2) on the head and
+    (1 - 1/e) e^-(m - 1) 2^-j / (J + 2) on the tail.
+
+    Acceptance, with c = 1 - 1/e:
+    * head: c q^(k - 1) 2^j / k, as Bernoulli(1 - e^-1) [not a Bernoulli(e^-1)],
+      Bernoulli(2^j / k) and Bernoulli(exp(-(k - 1) / t)), all independent;
+    * tail: exp(-((k - 1) / t - (m - 1))) 2^j / k.
+    Each is at most 1: 2^j <= k, and on the tail k >= 2^(J + m) >= t 2^m gives
+    (k - 1) / t >= 2^m - 1/t, which is >= 2^m - 1 >= m - 1 for t >= 1 and, for
+    t < 1 (J = 0), (k - 1) / t >= 2^m - 1 as well. In both cases g(k) times the
+    acceptance is c q^(k - 1) / (k (J + 2)) (on the tail (1 - 1/e) e^-(m - 1)
+    e^(m - 1) = c), proportional to q^k / k: an accepted k follows the
+    logarithmic law exactly. The rate is c ln(1 / (1 - q)) / (q (J + 2)): at
+    least c / (J + 2) (ln(1/(1 - q)) >= q), and near c / 2 for small t, where
+    the target is almost all at k = 1 (hence q^(k - 1), not q^k: with q^k the
+    rate would vanish with q).
+
+    Integers: the exponent (k - 1) / t = ((k - 1) b) / a splits into a whole
+    part and a fraction with denominator a <= 2^48; (k - 1) b < 4 a on the head
+    (2^(J - 1) < t) and < 2^(m + 50) on the tail, so levels up to
+    J + 12 stay in uint64 and higher ones use :func:`_logarithmic_scalar`."""
+    a, b = scale.numerator, scale.denominator
+    top = _level_count(scale)
+
+    def propose(size: int) -> tuple[np.ndarray, np.ndarray]:
+        level = _uniform_below(top + 2, size, stream)
+        tail = np.flatnonzero(level == top + 1)
+        shift = np.zeros(size, dtype=np.uint64)  # m - 1 on the tail
+        shift[tail] = _exp_minus_one_run(None, tail.size, stream)
+        level[tail] += shift[tail]
+        values = np.zeros(size, dtype=np.int64)
+        keep = np.zeros(size, dtype=bool)
+        fast = np.flatnonzero(shift <= _FAST_TAIL_LEVELS - 1)
+        level_f = level[fast]
+        k = (np.uint64(1) << level_f) + ((stream.words(fast.size) >> np.uint64(1))
+                                         >> (np.uint64(63) - level_f))
+        values[fast] = k.astype(np.int64)
+        alive = np.ones(fast.size, dtype=bool)
+        head = np.flatnonzero(level_f <= top)
+        alive[head] = ~_bernoulli_exp_minus_one(head.size, stream)
+        idx = np.flatnonzero(alive)
+        alive[idx] = _bernoulli_power_over(level_f[idx], k[idx], stream)
+        idx = np.flatnonzero(alive)
+        scaled = (k[idx] - np.uint64(1)) * np.uint64(b)
+        whole = scaled // np.uint64(a) - shift[fast[idx]]
+        alive[idx] = _bernoulli_exp(whole, scaled % np.uint64(a), np.zeros(idx.size, np.uint64),
+                                    a, 0, stream)
+        keep[fast] = alive
+        for i in np.flatnonzero(shift > _FAST_TAIL_LEVELS - 1):  # e^-12 per tail proposal
+            value, keep[i] = _logarithmic_scalar(scale, int(level[i]), int(shift[i]), stream)
+            if keep[i] and value >= 2**62:  # probability below exp(-2^12)
+                raise OverflowError("a logarithmic draw overflowed 62 bits")
+        return values, keep
+
+    q = math.exp(-b / a)
+    # Efficiency only: the acceptance rate c ln(1/(1 - q)) / (q (J + 2)).
+    rate = -math.expm1(-1.0) * (-math.log1p(-q) / q if q > 0 else 1.0) / (top + 2)
+    return _rejection_fill(count, propose, rate)
+
+
+# -- the Polya share ------------------------------------------------------------------
+
+
+def negative_binomial_difference(scale: Fraction, honest: int, count: int,
+                                 stream: RandomBits) -> np.ndarray:
+    """``count`` int64 draws of NB(1/honest, q) - NB(1/honest, q), q =
+    exp(-1/scale), exactly: sum_{i <= N} s_i L_i (module docstring).
+
+    The sum runs in int64 once the largest jump times the most jumps of one
+    sample is below 2^63; otherwise OverflowError -- it needs a jump of at
+    least 2^56 / 64, probability below exp(-2^8) per jump for t <= 2^48, and
+    it depends on no data."""
+    jumps = _poisson_counts(scale, honest, count, stream)
+    total = int(jumps.sum())
+    sizes = _logarithmic(scale, total, stream)
+    signed = np.where(_sign_bits(total, stream), -sizes, sizes)
+    out = np.zeros(count, dtype=np.int64)
+    if total:
+        if int(sizes.max()) * int(jumps.max()) >= 2**63:
+            raise OverflowError("a Polya share overflowed 63 bits")
+        some = np.flatnonzero(jumps)
+        starts = np.cumsum(jumps)[some] - jumps[some]
+        out[some] = np.add.reduceat(signed, starts)
+    return out
