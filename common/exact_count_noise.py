@@ -107,20 +107,23 @@ def _poisson_cdf_bounds(scale: Fraction, honest: int,
     O(10^(15 - digits)) of the truth (1 - q >= 2^-49 loses at most 15 digits),
     so the bounds converge as ``digits`` grows."""
     near, down, up = _contexts(digits)
-    eps = Decimal(10) ** (1 - digits)
     one = Decimal(1)
+    # Every operation names its context (a bare ``-x`` or ``1 - x`` would round
+    # to the default 28 digits); copy_negate is exact.
+    eps = Decimal((0, (1,), 1 - digits))  # 10^(1 - digits)
+    shrink, widen = down.subtract(one, eps), up.add(one, eps)
     x_lo = down.divide(scale.denominator, scale.numerator)  # 1 / t
     x_hi = up.divide(scale.denominator, scale.numerator)
-    q_lo = down.multiply(near.exp(-x_hi), one - eps)
-    q_hi = up.multiply(near.exp(-x_lo), one + eps)
+    q_lo = down.multiply(near.exp(x_hi.copy_negate()), shrink)
+    q_hi = up.multiply(near.exp(x_lo.copy_negate()), widen)
     y_lo = down.subtract(one, q_hi)  # 1 - q
     y_hi = min(one, up.subtract(one, q_lo))
-    log_lo = down.multiply(-near.ln(y_hi), one - eps)  # ln(1 / (1 - q)) >= 0
-    log_hi = up.multiply(-near.ln(y_lo), one + eps)
+    log_lo = down.multiply(near.ln(y_hi).copy_negate(), shrink)  # ln(1/(1 - q)) >= 0
+    log_hi = up.multiply(near.ln(y_lo).copy_negate(), widen)
     mu_lo = down.divide(down.multiply(2, log_lo), honest)
     mu_hi = up.divide(up.multiply(2, log_hi), honest)
-    e_lo = down.multiply(near.exp(-mu_hi), one - eps)
-    e_hi = min(one, up.multiply(near.exp(-mu_lo), one + eps))
+    e_lo = down.multiply(near.exp(mu_hi.copy_negate()), shrink)
+    e_hi = min(one, up.multiply(near.exp(mu_lo.copy_negate()), widen))
     term_lo = term_hi = sum_lo = sum_hi = one
     k = 0
     while True:
@@ -252,7 +255,8 @@ def _logarithmic(scale: Fraction, count: int, stream: RandomBits) -> np.ndarray:
         level[tail] += shift[tail]
         values = np.zeros(size, dtype=np.int64)
         keep = np.zeros(size, dtype=bool)
-        fast = np.flatnonzero(shift <= _FAST_TAIL_LEVELS - 1)
+        slow = tail[shift[tail] >= _FAST_TAIL_LEVELS]  # m > 12: e^-12 per tail proposal
+        fast = np.setdiff1d(np.arange(size), slow, assume_unique=True)
         level_f = level[fast]
         k = (np.uint64(1) << level_f) + ((stream.words(fast.size) >> np.uint64(1))
                                          >> (np.uint64(63) - level_f))
@@ -268,10 +272,11 @@ def _logarithmic(scale: Fraction, count: int, stream: RandomBits) -> np.ndarray:
         alive[idx] = _bernoulli_exp(whole, scaled % np.uint64(a), np.zeros(idx.size, np.uint64),
                                     a, 0, stream)
         keep[fast] = alive
-        for i in np.flatnonzero(shift > _FAST_TAIL_LEVELS - 1):  # e^-12 per tail proposal
+        for i in slow:
             value, keep[i] = _logarithmic_scalar(scale, int(level[i]), int(shift[i]), stream)
             if keep[i] and value >= 2**62:  # probability below exp(-2^12)
                 raise OverflowError("a logarithmic draw overflowed 62 bits")
+            values[i] = value if keep[i] else 0
         return values, keep
 
     q = math.exp(-b / a)
