@@ -29,10 +29,10 @@ sum_{i <= N} s_i L_i, N ~ Poisson(mu), s_i fair signs, L_i logarithmic.
 * L (:func:`_logarithmic`): rejection from a dyadic-level proposal, below.
 
 Expected work. With J the least j >= 0 with 2^J >= t, one logarithmic draw
-takes (J + 2) q / (c ln(1 / (1 - q))) proposals on average, c = 1 - 1/e, and a
-share needs mu = (2 / n) ln(1 / (1 - q)) of them: 2 q (J + 2) / (n c)
-proposals per share, at most 2 (J + 2) / (n c) <= 79 for t <= 2^48 and n >=
-2 -- bounded for every admissible scale (with about five words a proposal;
+takes (J + 2) q / ln(1 / (1 - q)) proposals on average, and a share needs
+mu = (2 / n) ln(1 / (1 - q)) of them: 2 q (J + 2) / n proposals per share,
+below 2 (J + 2) / n <= 50 for t <= 2^48 and n >= 2 -- bounded for every
+admissible scale (with about three words a proposal, plus one word for N;
 ``tests/common/test_discrete_shares.py`` measures the words per sample).
 """
 
@@ -57,13 +57,13 @@ import numpy as np
 
 from privadapt.common.discrete_noise import (
     _bernoulli_exp,
-    _bernoulli_exp_minus_one,
     _bernoulli_exp_scalar,
-    _exp_minus_one_run,
     _rejection_fill,
     _sign_bits,
     _uniform_below,
     _uniform_below_int,
+    bernoulli_below_constant,
+    exp_minus_one_bits,
 )
 from privadapt.common.noise import RandomBits
 
@@ -73,7 +73,7 @@ _TABLE_DIGITS = 60
 #: The table runs until 1 - lo_k < 2^-72 (rarer words finish in the lazy path).
 _TABLE_TAIL = Fraction(1, 2**72)
 #: Tail levels J + m with m above this finish in exact Python integers (the
-#: uint64 product (k - 1) b would pass 2^62); probability e^-12 per tail proposal.
+#: uint64 product (k - 1) b would pass 2^62); probability 2^-12 per tail proposal.
 _FAST_TAIL_LEVELS = 12
 
 
@@ -193,25 +193,62 @@ def _level_count(scale: Fraction) -> int:
 def _bernoulli_power_over(level: np.ndarray, k: np.ndarray, stream: RandomBits) -> np.ndarray:
     """Bernoulli(2^j / k) per element, k in [2^j, 2^(j + 1)), j <= 61: a
     uniform V on [0, k) -- the top j + 1 bits of a word, redrawn while >= k
-    (at most half the time) -- and the event V < 2^j."""
-    result = np.ones(k.size, dtype=bool)
-    active = np.flatnonzero(k != (np.uint64(1) << level))  # 2^j / k = 1
-    while active.size:
-        draw = stream.words(active.size) >> (np.uint64(63) - level[active])
-        inside = draw < k[active]
-        done = active[inside]
-        result[done] = draw[inside] < (np.uint64(1) << level[done])
-        active = active[~inside]
+    (at most half the time) -- and the event V < 2^j (certain when k = 2^j)."""
+    power = np.uint64(1) << level
+    draw = stream.words(k.size) >> (np.uint64(63) - level)
+    result = (draw < power) | (k == power)
+    redo = np.flatnonzero((draw >= k) & (k != power))
+    while redo.size:
+        draw = stream.words(redo.size) >> (np.uint64(63) - level[redo])
+        inside = draw < k[redo]
+        result[redo[inside]] = draw[inside] < power[redo[inside]]
+        redo = redo[~inside]
     return result
 
 
-def _logarithmic_scalar(scale: Fraction, level: int, shift: int,
+def _two_over_e_bits(bits: int) -> int:
+    """floor(2 e^-1 2^bits): the expansion of 2/e, one bit along from e^-1's."""
+    return exp_minus_one_bits(bits + 1)
+
+
+def _fair_geometric(count: int, stream: RandomBits) -> np.ndarray:
+    """m >= 1 with P(m) = 2^-m, as uint64: one plus the trailing zero bits of
+    a word (another word per 64 zeros, probability 2^-64)."""
+    out = np.ones(count, dtype=np.uint64)
+    active = np.arange(count)
+    while active.size:
+        words = stream.words(active.size)
+        lowest = words & (~words + np.uint64(1))  # the lowest set bit, 0 for a zero word
+        zero = lowest == 0
+        out[active[~zero]] += np.frexp(lowest[~zero].astype(np.float64))[1].astype(
+            np.uint64) - np.uint64(1)  # 2^z is exact in float64: frexp gives z + 1
+        out[active[zero]] += np.uint64(64)
+        active = active[zero]
+    return out
+
+
+def _bernoulli_two_over_e_power(power: np.ndarray, stream: RandomBits) -> np.ndarray:
+    """Bernoulli((2/e)^m) per element: m independent Bernoulli(2/e), all 1."""
+    result = np.ones(power.size, dtype=bool)
+    left = power.copy()
+    active = np.flatnonzero(left > 0)
+    while active.size:
+        success = bernoulli_below_constant(_two_over_e_bits, active.size, stream)
+        result[active[~success]] = False
+        left[active] -= np.uint64(1)
+        active = active[success & (left[active] > 0)]
+    return result
+
+
+def _logarithmic_scalar(scale: Fraction, level: int, tail_rank: int,
                         stream: RandomBits) -> tuple[int, bool]:
     """One tail proposal of a level too high for 64-bit words, in Python
     integers: (k, accepted) with the tail's acceptance (:func:`_logarithmic`)."""
     k = (1 << level) + _uniform_below_int(1 << level, stream)
     accept = (_uniform_below_int(k, stream) < 1 << level
-              and _bernoulli_exp_scalar(Fraction(k - 1) / scale - shift, stream))
+              and _bernoulli_exp_scalar(Fraction(k - 1) / scale - tail_rank, stream)
+              and bool(_bernoulli_two_over_e_power(np.array([tail_rank], np.uint64),
+                                                   stream)[0]))
     return k, accept
 
 
@@ -219,69 +256,65 @@ def _logarithmic(scale: Fraction, count: int, stream: RandomBits) -> np.ndarray:
     """``count`` draws of the logarithmic law P(L = k) ∝ q^k / k, k >= 1,
     q = exp(-1/t), t = a / b, as int64.
 
-    Proposal: J + 2 equally likely slots. Slot j <= J (the head) is the level
-    [2^j, 2^(j + 1)); the last slot (the tail) draws m >= 1 with P(m) =
-    (1 - 1/e) e^-(m - 1) (m - 1 is the run of Bernoulli(e^-1) successes of
-    :func:`_exp_minus_one_run`) and takes the level j = J + m. Then k is
-    uniform on the level. So g(k) = 2^-j / (J + 2) on the head and
-    (1 - 1/e) e^-(m - 1) 2^-j / (J + 2) on the tail.
+    Proposal: J + 2 equally likely slots (J the least j >= 0 with 2^j >= t).
+    Slot j <= J (the head) is the level [2^j, 2^(j + 1)); the last slot (the
+    tail) draws m >= 1 with P(m) = 2^-m (:func:`_fair_geometric`) and takes
+    the level j = J + m. Then k is uniform on the level. So g(k) = 2^-j /
+    (J + 2) on the head and 2^-m 2^-j / (J + 2) on the tail.
 
-    Acceptance, with c = 1 - 1/e:
-    * head: c q^(k - 1) 2^j / k, as Bernoulli(1 - e^-1) [not a Bernoulli(e^-1)],
-      Bernoulli(2^j / k) and Bernoulli(exp(-(k - 1) / t)), all independent;
-    * tail: exp(-((k - 1) / t - (m - 1))) 2^j / k.
-    Each is at most 1: 2^j <= k, and on the tail k >= 2^(J + m) >= t 2^m gives
-    (k - 1) / t >= 2^m - 1/t, which is >= 2^m - 1 >= m - 1 for t >= 1 and, for
-    t < 1 (J = 0), (k - 1) / t >= 2^m - 1 as well. In both cases g(k) times the
-    acceptance is c q^(k - 1) / (k (J + 2)) (on the tail (1 - 1/e) e^-(m - 1)
-    e^(m - 1) = c), proportional to q^k / k: an accepted k follows the
-    logarithmic law exactly. The rate is c ln(1 / (1 - q)) / (q (J + 2)): at
-    least c / (J + 2) (ln(1/(1 - q)) >= q), and near c / 2 for small t, where
-    the target is almost all at k = 1 (hence q^(k - 1), not q^k: with q^k the
-    rate would vanish with q).
+    Acceptance, each factor an independent exact Bernoulli:
+    * head: q^(k - 1) 2^j / k = Bernoulli(2^j / k) Bernoulli(exp(-(k - 1) / t));
+    * tail: q^(k - 1) 2^m 2^j / k = Bernoulli(2^j / k)
+      Bernoulli(exp(-((k - 1) / t - m))) Bernoulli(2/e)^m.
+    Each is a probability: 2^j <= k, and on the tail k >= 2^(J + m) >= t 2^m
+    gives (k - 1) / t >= 2^m - 1/t, which is >= 2^m - 1 >= m for t >= 1 and,
+    for t < 1 (J = 0, k >= 2^m), (k - 1) / t >= k - 1 >= 2^m - 1 >= m as
+    well. In both cases g(k) times the acceptance is q^(k - 1) / (k (J + 2)),
+    proportional to q^k / k: an accepted k follows the logarithmic law
+    exactly. The rate is ln(1 / (1 - q)) / (q (J + 2)): at least 1 / (J + 2)
+    (ln(1/(1 - q)) >= q), and near 1/2 for small t, where the target is almost
+    all at k = 1 (hence q^(k - 1), not q^k: with q^k the rate would vanish
+    with q).
 
     Integers: the exponent (k - 1) / t = ((k - 1) b) / a splits into a whole
     part and a fraction with denominator a <= 2^48; (k - 1) b < 4 a on the head
     (2^(J - 1) < t) and < 2^(m + 50) on the tail, so levels up to
-    J + 12 stay in uint64 and higher ones use :func:`_logarithmic_scalar`."""
+    J + 12 stay in uint64 and higher ones (probability 2^-12 per tail
+    proposal) use :func:`_logarithmic_scalar`."""
     a, b = scale.numerator, scale.denominator
     top = _level_count(scale)
 
     def propose(size: int) -> tuple[np.ndarray, np.ndarray]:
         level = _uniform_below(top + 2, size, stream)
         tail = np.flatnonzero(level == top + 1)
-        shift = np.zeros(size, dtype=np.uint64)  # m - 1 on the tail
-        shift[tail] = _exp_minus_one_run(None, tail.size, stream)
-        level[tail] += shift[tail]
-        values = np.zeros(size, dtype=np.int64)
-        keep = np.zeros(size, dtype=bool)
-        slow = tail[shift[tail] >= _FAST_TAIL_LEVELS]  # m > 12: e^-12 per tail proposal
-        fast = np.setdiff1d(np.arange(size), slow, assume_unique=True)
-        level_f = level[fast]
-        k = (np.uint64(1) << level_f) + ((stream.words(fast.size) >> np.uint64(1))
-                                         >> (np.uint64(63) - level_f))
-        values[fast] = k.astype(np.int64)
-        alive = np.ones(fast.size, dtype=bool)
-        head = np.flatnonzero(level_f <= top)
-        alive[head] = ~_bernoulli_exp_minus_one(head.size, stream)
+        rank = np.zeros(size, dtype=np.uint64)  # m on the tail, 0 on the head
+        rank[tail] = _fair_geometric(tail.size, stream)
+        level[tail] += rank[tail] - np.uint64(1)
+        slow = tail[rank[tail] > _FAST_TAIL_LEVELS]
+        level[slow] = 0  # the vector pass below ignores them
+        k = (np.uint64(1) << level) + ((stream.words(size) >> np.uint64(1))
+                                       >> (np.uint64(63) - level))
+        alive = _bernoulli_power_over(level, k, stream)
+        alive[slow] = False
         idx = np.flatnonzero(alive)
-        alive[idx] = _bernoulli_power_over(level_f[idx], k[idx], stream)
-        idx = np.flatnonzero(alive)
-        scaled = (k[idx] - np.uint64(1)) * np.uint64(b)
-        whole = scaled // np.uint64(a) - shift[fast[idx]]
-        alive[idx] = _bernoulli_exp(whole, scaled % np.uint64(a), np.zeros(idx.size, np.uint64),
-                                    a, 0, stream)
-        keep[fast] = alive
+        scaled = (k[idx] - np.uint64(1)) * np.uint64(b)  # (k - 1) b, exponent numerator
+        whole = scaled // np.uint64(a)
+        alive[idx] = _bernoulli_exp(whole - rank[idx], scaled - whole * np.uint64(a),
+                                    np.zeros(idx.size, np.uint64), a, 0, stream)
+        idx = tail[alive[tail]]
+        alive[idx] = _bernoulli_two_over_e_power(rank[idx], stream)
+        values = k.astype(np.int64)
         for i in slow:
-            value, keep[i] = _logarithmic_scalar(scale, int(level[i]), int(shift[i]), stream)
-            if keep[i] and value >= 2**62:  # probability below exp(-2^12)
+            value, alive[i] = _logarithmic_scalar(scale, int(top + rank[i]), int(rank[i]),
+                                                  stream)
+            if alive[i] and value >= 2**62:  # probability below exp(-2^12)
                 raise OverflowError("a logarithmic draw overflowed 62 bits")
-            values[i] = value if keep[i] else 0
-        return values, keep
+            values[i] = value if alive[i] else 0
+        return values, alive
 
     q = math.exp(-b / a)
-    # Efficiency only: the acceptance rate c ln(1/(1 - q)) / (q (J + 2)).
-    rate = -math.expm1(-1.0) * (-math.log1p(-q) / q if q > 0 else 1.0) / (top + 2)
+    # Efficiency only: the acceptance rate ln(1/(1 - q)) / (q (J + 2)).
+    rate = (-math.log1p(-q) / q if q > 0 else 1.0) / (top + 2)
     return _rejection_fill(count, propose, rate)
 
 
