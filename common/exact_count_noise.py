@@ -22,7 +22,8 @@ sum_{i <= N} s_i L_i, N ~ Poisson(mu), s_i fair signs, L_i logarithmic.
   (:func:`_poisson_cdf_bounds`) and a uniform U = (W + V) / 2^64, W a 64-bit
   word, is inverted: N = min{k : U < F_k}. The word alone decides unless it
   lies in one of the integer intervals [floor(lo_k 2^64), ceil(hi_k 2^64))
-  (a few words wide: probability about 2^-60 per sample); then V's bits are
+  (about two words each, so below 2^-55 per sample for the ~100 entries of a
+  table); then V's bits are
   drawn 64 at a time and the bounds recomputed at higher precision until they
   decide (:func:`_poisson_lazy`). The bounds converge as the precision grows,
   so this ends with probability 1 and the law of N is exactly Poisson(mu).
@@ -48,6 +49,9 @@ from decimal import (
     ROUND_FLOOR,
     Context,
     Decimal,
+    DivisionByZero,
+    InvalidOperation,
+    Overflow,
     Subnormal,
     Underflow,
 )
@@ -68,7 +72,7 @@ from privadapt.common.discrete_noise import (
 from privadapt.common.noise import RandomBits
 
 #: Decimal digits of the shared CDF table: its bounds are within about
-#: 10^-40 of the Poisson CDF, far inside one 64-bit word's 2^-64.
+#: 10^-44 of the Poisson CDF, far inside one 64-bit word's 2^-64.
 _TABLE_DIGITS = 60
 #: The table runs until 1 - lo_k < 2^-72 (rarer words finish in the lazy path).
 _TABLE_TAIL = Fraction(1, 2**72)
@@ -83,8 +87,9 @@ _FAST_TAIL_LEVELS = 12
 def _contexts(digits: int) -> tuple[Context, Context, Context]:
     """(nearest, down, up) contexts of ``digits`` digits. The exponent range is
     the widest decimal has (exp(-2^48) is about 10^-1.2e14, still normal) and
-    underflow traps, so a bound never silently loses its precision."""
-    traps = [Underflow, Subnormal]
+    underflow traps, as do overflow and invalid operations, so a bound never
+    silently loses its precision."""
+    traps = [Underflow, Subnormal, Overflow, InvalidOperation, DivisionByZero]
     return tuple(Context(prec=digits, Emin=MIN_EMIN, Emax=MAX_EMAX, rounding=rounding,
                          traps=traps)
                  for rounding in (None, ROUND_FLOOR, ROUND_CEILING))
@@ -174,7 +179,7 @@ def _poisson_counts(scale: Fraction, honest: int, count: int, stream: RandomBits
     below, above_minus_one = _poisson_table(scale, honest)
     words = stream.words(count)
     counts = np.searchsorted(above_minus_one, words, side="left")
-    for i in np.flatnonzero(words >= below[counts]):  # about 2^-60 each
+    for i in np.flatnonzero(words >= below[counts]):  # below 2^-55 each
         counts[i] = _poisson_lazy(scale, honest, int(words[i]), stream)
     return counts.astype(np.int64)
 
@@ -278,7 +283,7 @@ def _logarithmic(scale: Fraction, count: int, stream: RandomBits) -> np.ndarray:
 
     Integers: the exponent (k - 1) / t = ((k - 1) b) / a splits into a whole
     part and a fraction with denominator a <= 2^48; (k - 1) b < 4 a on the head
-    (2^(J - 1) < t) and < 2^(m + 50) on the tail, so levels up to
+    (2^(J - 1) < t, or k = 1 when J = 0) and < 2^(m + 50) on the tail, so levels up to
     J + 12 stay in uint64 and higher ones (probability 2^-12 per tail
     proposal) use :func:`_logarithmic_scalar`."""
     a, b = scale.numerator, scale.denominator
@@ -326,19 +331,24 @@ def negative_binomial_difference(scale: Fraction, honest: int, count: int,
     """``count`` int64 draws of NB(1/honest, q) - NB(1/honest, q), q =
     exp(-1/scale), exactly: sum_{i <= N} s_i L_i (module docstring).
 
-    The sum runs in int64 once the largest jump times the most jumps of one
-    sample is below 2^63; otherwise OverflowError -- it needs a jump of at
-    least 2^56 / 64, probability below exp(-2^8) per jump for t <= 2^48, and
-    it depends on no data."""
+    The sums run in int64 when the largest jump times the most jumps of one
+    sample is below 2^63, and otherwise (a jump of 2^56 or more, or 128 jumps
+    in one sample: rare) in Python integers; OverflowError only when a share
+    itself needs more than 63 bits, probability below exp(-2^14) for
+    t <= 2^48, an event that depends on no data."""
     jumps = _poisson_counts(scale, honest, count, stream)
     total = int(jumps.sum())
     sizes = _logarithmic(scale, total, stream)
     signed = np.where(_sign_bits(total, stream), -sizes, sizes)
     out = np.zeros(count, dtype=np.int64)
     if total:
-        if int(sizes.max()) * int(jumps.max()) >= 2**63:
-            raise OverflowError("a Polya share overflowed 63 bits")
         some = np.flatnonzero(jumps)
         starts = np.cumsum(jumps)[some] - jumps[some]
-        out[some] = np.add.reduceat(signed, starts)
+        if int(sizes.max()) * int(jumps.max()) < 2**63:
+            out[some] = np.add.reduceat(signed, starts)
+        else:
+            sums = np.add.reduceat(signed.astype(object), starts)
+            if max(abs(int(value)) for value in sums) >= 2**63:
+                raise OverflowError("a Polya share overflowed 63 bits")
+            out[some] = sums.astype(np.int64)
     return out

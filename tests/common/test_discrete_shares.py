@@ -103,8 +103,8 @@ def test_one_share_is_a_difference_of_negative_binomials(honest):
     assert chi_square_pvalue(share, nb_difference_pmf(8.0, honest, 600)) < STRICT
 
 
-@pytest.mark.parametrize("scale,honest", [(Fraction(1, 2), 2), (Fraction(15, 2), 3),
-                                          (300, 2)])
+@pytest.mark.parametrize("scale,honest", [(Fraction(7, 2), 1), (Fraction(1, 2), 2),
+                                          (Fraction(15, 2), 3), (300, 2)])
 def test_honest_shares_sum_to_the_discrete_laplace(scale, honest):
     total = sum(polya_share(scale, honest + 1, 1, SAMPLES, SeededRandomBits(30 + i))
                 for i in range(honest))
@@ -196,6 +196,29 @@ def test_cdf_bounds_bracket_the_cdf_and_tighten_with_digits(scale, honest):
         widths.append(hi - lo)
     assert widths[1] < widths[0] * Fraction(1, 10**20)
     assert widths[2] < widths[1] * Fraction(1, 10**50)
+
+
+@pytest.mark.parametrize("sizes,signs,expected", [
+    ([2**62, 2**62 - 1, 5], [False, True, True], [1, -5]),  # 2^62 - (2^62 - 1); -5
+    ([2**62, 2**62], [False, False], None),  # 2^63: refused
+])
+def test_shares_with_huge_jumps_are_summed_exactly(sizes, signs, expected, monkeypatch):
+    """Jumps too large for the int64 shortcut are summed in Python integers;
+    only a share beyond 63 bits is refused."""
+    counts = [2, len(sizes) - 2]
+    monkeypatch.setattr(exact_count_noise, "_poisson_counts",
+                        lambda *args: np.array(counts, dtype=np.int64))
+    monkeypatch.setattr(exact_count_noise, "_logarithmic",
+                        lambda *args: np.array(sizes, dtype=np.int64))
+    monkeypatch.setattr(exact_count_noise, "_sign_bits", lambda *args: np.array(signs))
+    if expected is None:
+        with pytest.raises(OverflowError, match="63 bits"):
+            negative_binomial_difference(Fraction(3), 2, 2, stream(8))
+        return
+    values = [-size if sign else size for size, sign in zip(sizes, signs, strict=True)]
+    share = negative_binomial_difference(Fraction(3), 2, 2, stream(8))
+    assert share.dtype == np.int64
+    assert share.tolist() == [sum(values[:2]), sum(values[2:])] == expected
 
 
 def test_tiny_scales_give_almost_only_zeros():
