@@ -79,6 +79,8 @@ _TABLE_TAIL = Fraction(1, 2**72)
 #: Tail levels J + m with m above this finish in exact Python integers (the
 #: uint64 product (k - 1) b would pass 2^62); probability 2^-12 per tail proposal.
 _FAST_TAIL_LEVELS = 12
+#: Expected jumps per chunk of shares (working memory, not the law).
+_CHUNK_JUMPS = 2**20
 
 
 # -- N ~ Poisson(mu), mu = (2/n) ln(1/(1 - exp(-1/t))), by lazy inversion ------------
@@ -329,7 +331,20 @@ def _logarithmic(scale: Fraction, count: int, stream: RandomBits) -> np.ndarray:
 def negative_binomial_difference(scale: Fraction, honest: int, count: int,
                                  stream: RandomBits) -> np.ndarray:
     """``count`` int64 draws of NB(1/honest, q) - NB(1/honest, q), q =
-    exp(-1/scale), exactly: sum_{i <= N} s_i L_i (module docstring).
+    exp(-1/scale), exactly: sum_{i <= N} s_i L_i (module docstring), in
+    chunks of about 2^20 expected jumps so the rejection's working arrays stay
+    near 100 MB whatever ``count`` is (at t = 2^45 a share has 31 jumps)."""
+    q = math.exp(-scale.denominator / scale.numerator)
+    mu = -2.0 / honest * math.log1p(-q)  # efficiency only: the chunk size
+    chunk = max(1, int(_CHUNK_JUMPS / (mu + 1.0)))
+    out = np.empty(count, dtype=np.int64)
+    for start in range(0, count, chunk):
+        out[start:start + chunk] = _shares(scale, honest, min(chunk, count - start), stream)
+    return out
+
+
+def _shares(scale: Fraction, honest: int, count: int, stream: RandomBits) -> np.ndarray:
+    """One chunk of :func:`negative_binomial_difference`.
 
     The sums run in int64 when the largest jump times the most jumps of one
     sample is below 2^63, and otherwise (a jump of 2^56 or more, or 128 jumps

@@ -61,7 +61,7 @@ def binned_pvalue(samples: np.ndarray, q: float, reach: int) -> float:
 def test_logarithmic_jumps_follow_scipy_logser(scale):
     samples = exact_count_noise._logarithmic(Fraction(scale), SAMPLES, stream(1))
     q = math.exp(-1.0 / float(scale))
-    reach = int(40 * float(scale)) + 40
+    reach = int(25 * float(scale)) + 40  # q^reach < e^-25: the open last cell
     assert samples.min() >= 1
     assert binned_pvalue(samples, q, reach) > STRICT
     wrong = math.exp(-1.0 / (1.5 * float(scale)))
@@ -219,6 +219,13 @@ def test_shares_with_huge_jumps_are_summed_exactly(sizes, signs, expected, monke
     share = negative_binomial_difference(Fraction(3), 2, 2, stream(8))
     assert share.dtype == np.int64
     assert share.tolist() == [sum(values[:2]), sum(values[2:])] == expected
+
+
+def test_chunks_keep_the_law(monkeypatch):
+    """Shares drawn in many small chunks follow the same law."""
+    monkeypatch.setattr(exact_count_noise, "_CHUNK_JUMPS", 2048)
+    share = polya_share(Fraction(15, 2), 3, 0, 60_000, SeededRandomBits(9))
+    assert chi_square_pvalue(share, nb_difference_pmf(7.5, 3, 600)) > STRICT
 
 
 def test_tiny_scales_give_almost_only_zeros():
