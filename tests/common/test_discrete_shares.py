@@ -232,6 +232,20 @@ def test_tiny_scales_give_almost_only_zeros():
     assert not polya_share(Fraction(1, 2**48), 3, 0, 10_000, SeededRandomBits(0)).any()
 
 
+@pytest.mark.parametrize("scale,honest", [(Fraction(1, 3), 2), (1000, 3), (2**45, 2)])
+def test_table_words_bracket_every_cdf_value(scale, honest):
+    """The vector path's integer thresholds: floor(lo_k 2^64) <= F_k 2^64 <=
+    ceil(hi_k 2^64), for every entry, against an independent 200-digit F_k."""
+    scale = Fraction(scale)
+    below, above_minus_one = exact_count_noise._poisson_table(scale, honest)
+    assert below[-1] == 0 and len(below) == len(above_minus_one) + 1
+    for k in range(len(above_minus_one)):
+        exact = Fraction(reference_cdf(scale, honest, k)) * 2**64
+        assert int(below[k]) <= exact <= int(above_minus_one[k]) + 1
+        assert int(above_minus_one[k]) + 1 - int(below[k]) <= 2  # about two words wide
+    assert 1 - Fraction(int(below[-2]), 2**64) < Fraction(1, 2**60)
+
+
 def test_two_over_e_and_fair_geometric_draws_have_their_laws():
     source = stream(7)
     draws = bernoulli_below_constant(exact_count_noise._two_over_e_bits, 40_000, source)
