@@ -79,6 +79,8 @@ _TABLE_TAIL = Fraction(1, 2**72)
 #: Tail levels J + m with m above this finish in exact Python integers (the
 #: uint64 product (k - 1) b would pass 2^62); probability 2^-12 per tail proposal.
 _FAST_TAIL_LEVELS = 12
+#: Levels whose k offset and first V share one word (2 j + 1 <= 64 bits).
+_PACKED_LEVELS = 31
 #: Expected jumps per chunk of shares (working memory, not the law).
 _CHUNK_JUMPS = 2**20
 
@@ -197,12 +199,13 @@ def _level_count(scale: Fraction) -> int:
     return level
 
 
-def _bernoulli_power_over(level: np.ndarray, k: np.ndarray, stream: RandomBits) -> np.ndarray:
+def _bernoulli_power_over(level: np.ndarray, k: np.ndarray, draw: np.ndarray,
+                          stream: RandomBits) -> np.ndarray:
     """Bernoulli(2^j / k) per element, k in [2^j, 2^(j + 1)), j <= 61: a
-    uniform V on [0, k) -- the top j + 1 bits of a word, redrawn while >= k
-    (at most half the time) -- and the event V < 2^j (certain when k = 2^j)."""
+    uniform V on [0, k) -- ``draw`` (j + 1 uniform bits) or, while that is
+    >= k (at most half the time), the top j + 1 bits of a fresh word -- and
+    the event V < 2^j (certain when k = 2^j)."""
     power = np.uint64(1) << level
-    draw = stream.words(k.size) >> (np.uint64(63) - level)
     result = (draw < power) | (k == power)
     redo = np.flatnonzero((draw >= k) & (k != power))
     while redo.size:
@@ -299,9 +302,14 @@ def _logarithmic(scale: Fraction, count: int, stream: RandomBits) -> np.ndarray:
         level[tail] += rank[tail] - np.uint64(1)
         slow = tail[rank[tail] > _FAST_TAIL_LEVELS]
         level[slow] = 0  # the vector pass below ignores them
-        k = (np.uint64(1) << level) + ((stream.words(size) >> np.uint64(1))
-                                       >> (np.uint64(63) - level))
-        alive = _bernoulli_power_over(level, k, stream)
+        # One word gives k's j offset bits (its top ones) and, for 2 j + 1 <= 64,
+        # the j + 1 bits of the first V of Bernoulli(2^j / k) (the next ones).
+        words = stream.words(size)
+        k = (np.uint64(1) << level) + ((words >> np.uint64(1)) >> (np.uint64(63) - level))
+        draw = (words << level) >> (np.uint64(63) - level)
+        wide = np.flatnonzero(level > _PACKED_LEVELS)
+        draw[wide] = stream.words(wide.size) >> (np.uint64(63) - level[wide])
+        alive = _bernoulli_power_over(level, k, draw, stream)
         alive[slow] = False
         idx = np.flatnonzero(alive)
         scaled = (k[idx] - np.uint64(1)) * np.uint64(b)  # (k - 1) b, exponent numerator

@@ -68,6 +68,16 @@ def test_logarithmic_jumps_follow_scipy_logser(scale):
     assert binned_pvalue(samples, wrong, reach) < STRICT
 
 
+@pytest.mark.parametrize("scale", [Fraction(15, 2), 1000])
+def test_logarithmic_with_unpacked_words_keeps_the_law(scale, monkeypatch):
+    """Levels above 31 take k and the first V of Bernoulli(2^j / k) from two
+    words, not one: forced here for every level, same law."""
+    monkeypatch.setattr(exact_count_noise, "_PACKED_LEVELS", -1)
+    samples = exact_count_noise._logarithmic(Fraction(scale), 50_000, stream(10))
+    q = math.exp(-1.0 / float(scale))
+    assert binned_pvalue(samples, q, int(25 * float(scale)) + 40) > STRICT
+
+
 @pytest.mark.parametrize("scale", [1, Fraction(15, 2)])
 def test_logarithmic_tail_in_python_integers_keeps_the_law(scale, monkeypatch):
     """Every tail proposal through the big-integer path (as levels above
