@@ -134,8 +134,9 @@ class CountingStream:
 
 
 #: Words per share: below 2 (J + 2) / n <= 50 proposals at n = 2, t <= 2^48
-#: (module docstring), about four words each, plus one for N (181 measured at 2^45).
-WORDS_PER_SAMPLE = 250
+#: (module docstring), about three words each, plus one for N (148 measured
+#: at 2^45, 159 at 2^48).
+WORDS_PER_SAMPLE = 200
 
 
 @pytest.mark.parametrize("scale", [Fraction(1, 2**40), Fraction(1, 3), 1, 2**5, 2**15,
