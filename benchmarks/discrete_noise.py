@@ -9,6 +9,9 @@ time over float time (target: at most 2):
   :func:`privadapt.common.noise.laplace_share`;
 * discrete Gaussian (sigma = 1000 grid steps) and Skellam shares vs
   :func:`privadapt.common.noise.gaussian_share`;
+* the exact Polya share against the float path it replaced (numpy's
+  ``negative_binomial`` under a PCG64 seeded from the same source), so the
+  ratio is the price of exactness itself;
 * the wired mechanism (issue 17): one site's release noise for a block of 1e5
   coordinates as ``Site.answer`` draws and encodes it
   (``mechanism.noise_shares`` then ``codec.encode``), the
@@ -22,9 +25,12 @@ absolute rates across machines.
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 from collections.abc import Callable
 
+import numpy as np
 from timing import median_seconds
 
 from privadapt.common.discrete_noise import (
@@ -54,6 +60,17 @@ LAPLACE = LaplaceMechanism(1.0, DISCRETE.scale)
 GAUSSIAN = GaussianMechanism.single(1.0, DISCRETE.scale)
 
 
+def float_polya_share(scale: float, num_participants: int, collusion_tolerance: int,
+                      count: int) -> np.ndarray:
+    """The float Polya share the exact one replaced: NB(1/n, q) - NB(1/n, q)
+    from numpy's negative_binomial, seeded with 256 bits of the OS CSPRNG."""
+    seed = int.from_bytes(os.urandom(32), "little")
+    generator = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed)))
+    honest, success = num_participants - collusion_tolerance, -math.expm1(-1.0 / scale)
+    first = generator.negative_binomial(1.0 / honest, success, count)
+    return (first - generator.negative_binomial(1.0 / honest, success, count)).astype(np.int64)
+
+
 def release(mechanism: KernelMechanism, num_sites: int, tolerance: int) -> Callable[[], object]:
     """One site's noise for one block of SAMPLES coordinates, encoded."""
     return lambda: CODEC.encode(mechanism.noise_shares([(SAMPLES,)], num_sites, tolerance)[0])
@@ -66,6 +83,8 @@ def rows() -> list[tuple[str, Callable[[], object], Callable[[], object]]]:
         ("discrete Laplace, t=1000", lambda: discrete_laplace(1000, SAMPLES), float_laplace),
         (f"Polya share, K={K} t={T}", lambda: polya_share(1000, K, T, SAMPLES),
          lambda: laplace_share(1000.0, K, T, SAMPLES)),
+        (f"Polya share vs float NB, K={K} t={T}", lambda: polya_share(1000, K, T, SAMPLES),
+         lambda: float_polya_share(1000.0, K, T, SAMPLES)),
         ("discrete Gaussian, sigma=1000", lambda: discrete_gaussian(10**6, SAMPLES),
          float_gaussian),
         (f"Skellam share, K={K} t={T}", lambda: skellam_share(2 * 10**6, K, T, SAMPLES),

@@ -131,7 +131,15 @@ def _uniform_below(bound: int, count: int, stream: RandomBits) -> np.ndarray:
     while bad.size:  # probability below bound / 2^lane_bits per draw
         out[bad] = _lanes(bad.size, lane_bits, stream)
         bad = bad[out[bad] >= accept_below]
-    return out % np.uint64(bound)
+    return _remainder(out, bound)
+
+
+def _remainder(values: np.ndarray, divisor: int) -> np.ndarray:
+    """values mod divisor for uint64 values, exactly: as values - (values //
+    divisor) divisor, because numpy divides by a scalar with a precomputed
+    multiplier (libdivide) but computes % element by element, 20x slower."""
+    divisor = np.uint64(divisor)
+    return values - (values // divisor) * divisor
 
 
 def _lanes(count: int, lane_bits: int, stream: RandomBits) -> np.ndarray:
@@ -207,21 +215,26 @@ def exp_minus_one_bits(bits: int) -> int:
             return math.floor(low)
 
 
-_EXP_MINUS_ONE_WORD = np.uint64(exp_minus_one_bits(64))
-
-
 def _bernoulli_exp_minus_one(count: int, stream: RandomBits) -> np.ndarray:
-    """``count`` Bernoulli(exp(-1)) draws as [U < e^-1] for a uniform real U
-    read one 64-bit word at a time: the first word decides unless it equals
-    the first 64 bits of e^-1 (probability 2^-64); then each further word is
-    compared with the next 64 bits of e^-1, computed exactly in integers."""
+    """``count`` Bernoulli(exp(-1)) draws (:func:`bernoulli_below_constant`)."""
+    return bernoulli_below_constant(exp_minus_one_bits, count, stream)
+
+
+def bernoulli_below_constant(expansion: Callable[[int], int], count: int,
+                             stream: RandomBits) -> np.ndarray:
+    """``count`` Bernoulli(c) draws as [U < c] for a constant c in (0, 1) with
+    floor(c 2^bits) = ``expansion(bits)`` and a uniform real U read one 64-bit
+    word at a time: the first word decides unless it equals the first 64 bits
+    of c (probability 2^-64); then each further word is compared with the next
+    64 bits of c, computed exactly in integers (c irrational: this ends)."""
+    first = np.uint64(expansion(64))
     words = stream.words(count)
-    result = words < _EXP_MINUS_ONE_WORD
-    for i in np.flatnonzero(words == _EXP_MINUS_ONE_WORD):
+    result = words < first
+    for i in np.flatnonzero(words == first):
         bits = 64
         while True:
             word = int(stream.words(1)[0])
-            target = exp_minus_one_bits(bits + 64) & (_WORD - 1)
+            target = expansion(bits + 64) & (_WORD - 1)
             if word != target:
                 result[i] = word < target
                 break

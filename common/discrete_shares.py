@@ -9,9 +9,13 @@ any K - t honest sites sum to exactly the discrete noise of the release
   unlike the discrete Gaussian, is closed under sums.
 
 Each derivation is in its function's docstring; the accounting is in
-:mod:`privadapt.common.discrete_accounting`. LIMITATION (see
-:func:`_float_generator`): the Poisson and negative-binomial draws come from
-numpy, not from an exact integer algorithm; the sums are exact integers.
+:mod:`privadapt.common.discrete_accounting`. The Polya shares are exact: their
+negative binomials are compound Poisson sums of logarithmic jumps decided by
+integer comparisons of CSPRNG words
+(:func:`privadapt.common.exact_count_noise.negative_binomial_difference`).
+LIMITATION (see :func:`_float_generator`): the Skellam shares' Poisson draws
+still come from numpy, not from an exact integer algorithm; their sums are
+exact integers.
 """
 
 from __future__ import annotations
@@ -20,23 +24,25 @@ from fractions import Fraction
 
 import numpy as np
 
-from privadapt.common.discrete_noise import as_rational, sample_shape
+from privadapt.common.discrete_noise import KeystreamBits, as_rational, sample_shape
+from privadapt.common.exact_count_noise import negative_binomial_difference
 from privadapt.common.noise import RandomBits, SecureRandomBits, honest_share_count
 
 
 def _float_generator(source: RandomBits) -> np.random.Generator:
     """A numpy Generator (PCG64) seeded with 256 fresh bits of ``source``.
 
-    LIMITATION: numpy's Poisson and negative-binomial samplers decide in double
-    precision (products of uniforms, transformed rejection, a Gamma mixing
-    variable), so their integer output follows the target law only up to
+    LIMITATION: numpy's Poisson sampler (for :func:`skellam_share`) decides in
+    double precision (products of uniforms, transformed rejection), so its
+    integer output follows the target law only up to
     rounding: relative errors of order 1e-15 in the probabilities of the bulk,
     and an unquantified distortion in tails far below 1e-300. Nothing leaks
     *through the bits* of a float -- the share is an integer and only the masked
     sum is ever seen -- but the pmf the accountant assumes is not met exactly,
     and PCG64 is not a cryptographic generator (its 128-bit state is fresh from
     the source every call and its outputs are never published individually).
-    Exact integer Poisson and Polya samplers are the follow-up."""
+    An exact integer Poisson sampler for large rational rates is the follow-up
+    (the Polya shares' Poisson count has a small rate and is exact already)."""
     seed = int.from_bytes(np.asarray(source.words(4), dtype=np.uint64).tobytes(), "little")
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed)))
 
@@ -60,16 +66,16 @@ def polya_share(scale: int | Fraction | float, num_participants: int,
     Laplace plus independent noise -- at least as private as the discrete
     Laplace alone. More than t colluders leave less than the full noise.
 
-    LIMITATION: the negative binomials come from numpy (see
-    :func:`_float_generator`), not from an exact integer algorithm."""
+    Exact: the difference is drawn as a compound Poisson sum of logarithmic
+    jumps with integer comparisons of words of a ChaCha20 keystream keyed by
+    256 bits of ``source``, and bounded expected work for every scale up to
+    2^48 (:mod:`privadapt.common.exact_count_noise`), so the pmf the
+    accountant assumes is met exactly."""
     honest = honest_share_count(num_participants, collusion_tolerance)
     exact = as_rational(scale, "the discrete Laplace scale")
     count, shape = sample_shape(shape)
-    generator = _float_generator(source or SecureRandomBits())
-    success = -np.expm1(-1.0 / float(exact))  # 1 - q: numpy counts failures of rate q
-    first = generator.negative_binomial(1.0 / honest, success, count)
-    second = generator.negative_binomial(1.0 / honest, success, count)
-    return (first - second).astype(np.int64).reshape(shape)
+    stream = KeystreamBits(source or SecureRandomBits())
+    return negative_binomial_difference(exact, honest, count, stream).reshape(shape)
 
 
 def skellam_share(variance: int | Fraction | float, num_participants: int,

@@ -44,8 +44,9 @@ site sample for long.
 Distributed shares (DESIGN.md section 2): with K - t = 1 honest share the
 site adds the whole exact discrete Laplace; with more, each site adds a Polya
 difference and any K - t of them sum to exactly the discrete Laplace
-(:func:`privadapt.common.discrete_shares.polya_share`, whose negative-binomial
-draws are, for now, numpy's float samplers: see its LIMITATION).
+(:func:`privadapt.common.discrete_shares.polya_share`, whose negative binomials
+are exact too: compound Poisson sums of logarithmic jumps decided by integer
+comparisons of CSPRNG words, with bounded expected work for every admissible t).
 """
 
 from __future__ import annotations
