@@ -24,6 +24,13 @@ as f + Z:
   composed by adding over releases and converted to (epsilon, delta) by
   dp-accounting's ``rdp_privacy_accountant.compute_epsilon``. Its first term is
   the Gaussian RDP of variance v; the second is what integrality costs.
+* a sum of n i.i.d. discrete Gaussians N_Z(0, s^2), s >= 1/2 (the
+  distributed discrete Gaussian, one share per honest site): not itself a
+  discrete Gaussian, so no PLD here; its Renyi DP by Kairouz, Liu and Steinke
+  2021, Proposition 14 (:func:`discrete_gaussian_sum_rdp`), the Gaussian's
+  alpha ||Delta||^2 / (2 n s^2) plus a term in their tau, which vanishes
+  quickly with s; :func:`discrete_gaussian_sum_grid_rdp` is the form a site
+  charges, from its one L2 sensitivity in grid steps.
 
 Sensitivity on the grid: the functions here take the sensitivity in whole grid
 steps; the one conversion from a site's charged float sensitivity (which already
