@@ -17,7 +17,12 @@ time over float time (target: at most 2):
   (``mechanism.noise_shares`` then ``codec.encode``), the
   :class:`~privadapt.common.mechanisms.DiscreteLaplaceMechanism` against the
   float :class:`~privadapt.common.mechanisms.LaplaceMechanism` and
-  :class:`~privadapt.common.mechanisms.GaussianMechanism` of the same scale.
+  :class:`~privadapt.common.mechanisms.GaussianMechanism` of the same scale;
+* the distributed discrete Gaussian (issue 17): one site's exact N_Z share of
+  a :class:`~privadapt.common.mechanisms.DistributedDiscreteGaussianMechanism`
+  (sigma = 1000 grid steps summed over K - t honest shares) against the float
+  :class:`~privadapt.common.mechanisms.GaussianMechanism` share of the same
+  sigma, encoded as ``Site.answer`` does.
 
 Run: ``.venv/bin/python benchmarks/discrete_noise.py``. Compare ratios, not
 absolute rates across machines.
@@ -41,6 +46,7 @@ from privadapt.common.discrete_shares import polya_share, skellam_share
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.mechanisms import (
     DiscreteLaplaceMechanism,
+    DistributedDiscreteGaussianMechanism,
     GaussianMechanism,
     KernelMechanism,
     LaplaceMechanism,
@@ -58,6 +64,10 @@ CODEC = FixedPointCodec(BITS)
 DISCRETE = DiscreteLaplaceMechanism(1.0, 1000.0, BITS)
 LAPLACE = LaplaceMechanism(1.0, DISCRETE.scale)
 GAUSSIAN = GaussianMechanism.single(1.0, DISCRETE.scale)
+# sigma = 1000 grid steps over K - t honest shares of N_Z(0, 10^6 / (K - t)),
+# the same sigma as GAUSSIAN.
+DISTRIBUTED = DistributedDiscreteGaussianMechanism(1.0, 10**6 / (K - T), K - T, BITS)
+ONE_SHARE = DistributedDiscreteGaussianMechanism(1.0, 10**6, 1, BITS)
 
 
 def float_polya_share(scale: float, num_participants: int, collusion_tolerance: int,
@@ -93,6 +103,9 @@ def rows() -> list[tuple[str, Callable[[], object], Callable[[], object]]]:
         ("release, discrete vs Gaussian", release(DISCRETE, 1, 0), release(GAUSSIAN, 1, 0)),
         (f"release K={K} t={T}, vs Laplace", release(DISCRETE, K, T), release(LAPLACE, K, T)),
         (f"release K={K} t={T}, vs Gaussian", release(DISCRETE, K, T),
+         release(GAUSSIAN, K, T)),
+        ("distributed discrete Gaussian", release(ONE_SHARE, 1, 0), release(GAUSSIAN, 1, 0)),
+        (f"distributed d. Gaussian K={K} t={T}", release(DISTRIBUTED, K, T),
          release(GAUSSIAN, K, T)),
     ]
 

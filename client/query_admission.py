@@ -107,6 +107,11 @@ class QueryAdmission:
             raise self.refusal(query, str(err)) from None
         kernel, params = self._kernel_and_params(query, num_participants)
         self._check_form(query, num_participants)
+        if isinstance(query.mechanism, KernelMechanism):
+            try:  # e.g. fewer honest shares than a distributed discrete Gaussian is charged for
+                query.mechanism.check_sharing(*noise_split(query, num_participants))
+            except ValueError as err:
+                raise self.refusal(query, str(err)) from None
         codec = self._codec(query)
         grid = query.mechanism.noise_grid_bits
         if grid is not None and grid != codec.fractional_bits:
@@ -402,6 +407,16 @@ class QueryAdmission:
             codec.check_share_bound(bound, "one site's share of this query")
         except OverflowError as err:
             raise self.refusal(query, str(err)) from None
+
+
+def noise_split(query: Query, num_participants: int) -> tuple[int, int]:
+    """(shares, collusion tolerance) the noise of ``query`` is split into: a
+    per-site answer carries the whole noise (one share, no other site adds
+    any); a secure sum, one share per participant."""
+    if query.form == ReleaseForm.PER_SITE:
+        return 1, 0
+    return num_participants, query.collusion_tolerance
+
 
 def _own_copy(params: Mapping[str, Any]) -> dict[str, Any]:
     """A private snapshot of the query's parameters: every later read (checks,

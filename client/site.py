@@ -83,9 +83,9 @@ from privadapt.client.job_state import decode_state, encode_state
 from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.ledger_admission import CheckedCharge
 from privadapt.client.policy import SitePolicy
-from privadapt.client.query_admission import AdmittedQuery, QueryAdmission
+from privadapt.client.query_admission import AdmittedQuery, QueryAdmission, noise_split
 from privadapt.common.data import Dataset, Schema, load_dataset
-from privadapt.common.federation import Query, ReleaseForm, SitePrivacy, SiteShare
+from privadapt.common.federation import Query, SitePrivacy, SiteShare
 from privadapt.common.noise import RandomBits, uniforms
 from privadapt.common.query_digest import canonical_encoding
 from privadapt.common.record_parts import RecordPart, RecordSplitter
@@ -177,10 +177,8 @@ class Site:
             state[_STATE_PART_KEY] = _part_fingerprint(query.records)
         self._update_local_state(admitted, state, records)
         blocks = kernel.compute(self._sampled(admitted, records), params, state)
-        # A per-site answer carries the whole noise: no other site adds any.
-        sharing = (1, 0) if query.form == ReleaseForm.PER_SITE else (
-            num_participants, query.collusion_tolerance)
-        noise = admitted.charged.noise_shares(admitted.released_shapes, *sharing,
+        noise = admitted.charged.noise_shares(admitted.released_shapes,
+                                              *noise_split(query, num_participants),
                                               self._noise_source)
         codec = admitted.codec
         shares = tuple(

@@ -416,6 +416,18 @@ def _bounded_range_rdp(mechanism: Mechanism, orders: np.ndarray) -> np.ndarray:
     return np.minimum(eps, orders * eps**2 / 8)
 
 
+def _distributed_discrete_gaussian_rdp(mechanism: Mechanism, orders: np.ndarray) -> np.ndarray:
+    # A sum of n discrete Gaussians is no discrete Gaussian and has no PLD
+    # here: Kairouz, Liu and Steinke 2021's Renyi bound (Proposition 14) for
+    # any integer shift of squared L2 norm at most Q, in grid steps. No PLD
+    # entry, so a ledger holding it answers by RDP, as for zCDP events.
+    from privadapt.common.discrete_accounting import discrete_gaussian_sum_grid_rdp
+
+    return discrete_gaussian_sum_grid_rdp(mechanism.exact_share_sigma_squared,
+                                          mechanism.honest_shares, mechanism.grid_l2_squared,
+                                          orders)
+
+
 #: The one RDP dispatch: mechanism kind -> its RDP at ``orders`` for one release.
 _RDP_BY_KIND = {
     "gaussian": lambda m, orders: orders / (2 * m.noise_multiplier**2),
@@ -425,6 +437,7 @@ _RDP_BY_KIND = {
     "laplace": lambda m, orders: _laplace_rdp(m.scale / m.sensitivity, orders),
     # Pure epsilon-DP's RDP bound: sound for the discrete Laplace (exactly pure).
     "discrete_laplace": _pure_dp_rdp,
+    "distributed_discrete_gaussian": _distributed_discrete_gaussian_rdp,
     "pure_dp": _pure_dp_rdp,
     "zcdp": lambda m, orders: orders * m.rho,
     "report_noisy_laplace": _pure_dp_rdp,

@@ -53,6 +53,7 @@ from privadapt.common.kernels.grid_rounding import (
 from privadapt.common.mechanisms import (
     Adjacency,
     DiscreteLaplaceMechanism,
+    DistributedDiscreteGaussianMechanism,
     GaussianBlock,
     GaussianMechanism,
     LaplaceMechanism,
@@ -62,7 +63,9 @@ from privadapt.common.mechanisms import (
 from privadapt.common.record_parts import RecordPart, charged_adjacencies, worst_case
 from privadapt.common.validation import check_positive, check_positive_finite
 
-NoiseKind = Literal["gaussian", "laplace", "discrete_laplace"]
+NoiseKind = Literal["gaussian", "laplace", "discrete_laplace", "distributed_discrete_gaussian"]
+#: The noises measured in L2 (the rest, the Laplaces, in L1).
+_L2_NOISES = ("gaussian", "distributed_discrete_gaussian")
 
 #: The record count an algorithm sizes a mechanism's computation error for
 #: (``Kernel.mechanism``): the same public bound a site's policy assumes when
@@ -260,6 +263,7 @@ class Kernel(ABC):
         fractional_bits: int = COARSEST_FRACTIONAL_BITS,
         max_records: int = SIZING_RECORDS,
         records: RecordPart = RecordPart.ALL,
+        honest_shares: int = 1,
     ) -> Mechanism:
         """The mechanism an algorithm asks for: each block declares the
         sensitivity the site charges on the grid 2^-``fractional_bits``
@@ -275,7 +279,10 @@ class Kernel(ABC):
         scale = z charged L1 sensitivity, i.e. z = 1/epsilon; discrete Laplace
         (one block): the same in integer steps of the grid 2^-``fractional_bits``,
         which must then be the federation's own (the noise is exact only on the
-        grid the value is rounded to); ``noise_multiplier = inf``: ``NoNoise``
+        grid the value is rounded to); distributed discrete Gaussian (one
+        block): exact N_Z shares on that grid whose ``honest_shares`` n = K - t
+        sum to sigma = z sqrt(Q) grid steps, Q the squared charged L2
+        sensitivity in steps; ``noise_multiplier = inf``: ``NoNoise``
         with the kernel's own sensitivities. For a query on a part of the
         records (``records``) under replace-one, every sensitivity is the
         larger of its replace-one and add/remove values, as a site charges it
@@ -283,10 +290,11 @@ class Kernel(ABC):
         adjacency = Adjacency(adjacency)
         adjacencies = charged_adjacencies(records, adjacency)
         check_positive("noise_multiplier", noise_multiplier, infinity_means="inf for no noise")
-        if noise not in ("gaussian", "laplace", "discrete_laplace"):
-            raise ValueError(f"noise must be 'gaussian', 'laplace' or 'discrete_laplace', "
-                             f"got {noise!r}")
-        norm: Norm = "l2" if noise == "gaussian" else "l1"
+        if noise not in ("gaussian", "laplace", "discrete_laplace",
+                         "distributed_discrete_gaussian"):
+            raise ValueError(f"noise must be 'gaussian', 'laplace', 'discrete_laplace' or "
+                             f"'distributed_discrete_gaussian', got {noise!r}")
+        norm: Norm = "l2" if noise in _L2_NOISES else "l1"
         if math.isinf(noise_multiplier):
             own = worst_case([self.sensitivities(params, each, norm, dim)
                               + self.local_l2_sensitivities(params, each) for each in adjacencies])
@@ -300,8 +308,12 @@ class Kernel(ABC):
                              f"kernel {self.name!r}")
         if noise != "gaussian":
             if len(charged) != 1 or self.per_record_state:
-                raise ValueError(f"Laplace noise takes one released block; kernel "
+                raise ValueError(f"{noise} noise takes one released block; kernel "
                                  f"{self.name!r} has {len(charged)} (or keeps per-record state)")
+            if noise == "distributed_discrete_gaussian":
+                return DistributedDiscreteGaussianMechanism.for_noise_multiplier(
+                    charged[0], noise_multiplier * ratios[0], fractional_bits, honest_shares,
+                    adjacency)
             if noise == "discrete_laplace":
                 return DiscreteLaplaceMechanism.for_noise_multiplier(
                     charged[0], noise_multiplier * ratios[0], fractional_bits, adjacency)

@@ -12,9 +12,10 @@ it declares are the largest change of the released sum when one record is
 replaced (``REPLACE_ONE``) or added/removed (``ADD_REMOVE_ONE``).
 
 Three families. *Kernel mechanisms* (:class:`GaussianMechanism`,
-:class:`LaplaceMechanism`, :class:`DiscreteLaplaceMechanism`, :class:`NoNoise`;
+:class:`LaplaceMechanism`, :class:`DiscreteLaplaceMechanism`,
+:class:`DistributedDiscreteGaussianMechanism`, :class:`NoNoise`;
 ``releases_kernel_sums``) describe noise a site adds to a kernel's sums (the
-discrete one exact integers on the fixed-point grid). *Selection mechanisms*
+discrete ones exact integers on the fixed-point grid). *Selection mechanisms*
 (:class:`ReportNoisyMin`, :class:`DiscreteReportNoisyMin`, :class:`ExponentialMechanism`,
 :class:`DiscreteExponentialMechanism`, :class:`GeneralizedExponentialMechanism`;
 ``releases_index``) describe how a
@@ -46,6 +47,9 @@ from privadapt.common.mechanisms.base import Adjacency, KernelMechanism, Mechani
 from privadapt.common.mechanisms.discrete_laplace import DiscreteLaplaceMechanism
 from privadapt.common.mechanisms.discrete_report_noisy_min import DiscreteReportNoisyMin
 from privadapt.common.mechanisms.discrete_selection import DiscreteExponentialMechanism
+from privadapt.common.mechanisms.distributed_discrete_gaussian import (
+    DistributedDiscreteGaussianMechanism,
+)
 from privadapt.common.mechanisms.events import PureDpEvent, ZCdpEvent
 from privadapt.common.mechanisms.gaussian import GaussianBlock, GaussianMechanism
 from privadapt.common.mechanisms.laplace import LaplaceMechanism
@@ -63,6 +67,7 @@ __all__ = [
     "DiscreteExponentialMechanism",
     "DiscreteLaplaceMechanism",
     "DiscreteReportNoisyMin",
+    "DistributedDiscreteGaussianMechanism",
     "ExponentialMechanism",
     "GaussianBlock",
     "GaussianMechanism",
@@ -85,6 +90,7 @@ MECHANISM_KINDS: dict[str, type[Mechanism]] = {
     "poisson_sampled_gaussian": GaussianMechanism,
     "laplace": LaplaceMechanism,
     "discrete_laplace": DiscreteLaplaceMechanism,
+    "distributed_discrete_gaussian": DistributedDiscreteGaussianMechanism,
     "pure_dp": PureDpEvent,
     "zcdp": ZCdpEvent,
     "no_noise": NoNoise,

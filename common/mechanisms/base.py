@@ -171,6 +171,13 @@ class KernelMechanism(Mechanism):
         return self.with_sensitivities(tuple(2 * s for s in self.sensitivities),
                                        Adjacency.REPLACE_ONE)
 
+    def check_sharing(self, num_sites: int, collusion_tolerance: int) -> None:
+        """Raise ``ValueError`` when this noise cannot be split into
+        ``num_sites`` shares tolerating ``collusion_tolerance`` colluders
+        (a site refuses the query before reading any record). Every split
+        works for noise whose shares are sized by K - t at the site; a
+        mechanism charged for a fixed number of honest shares overrides it."""
+
     def noise_shares(
         self,
         shapes: Sequence[Shape],

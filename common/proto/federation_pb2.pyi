@@ -60,7 +60,7 @@ class GaussianBlock(_message.Message):
     def __init__(self, sensitivity: _Optional[float] = ..., sigma: _Optional[float] = ...) -> None: ...
 
 class Mechanism(_message.Message):
-    __slots__ = ("adjacency", "gaussian", "poisson_sampled_gaussian", "laplace", "pure_dp", "zcdp", "no_noise", "report_noisy_laplace", "exponential", "generalized_exponential", "discrete_laplace", "discrete_exponential", "discrete_report_noisy_laplace")
+    __slots__ = ("adjacency", "gaussian", "poisson_sampled_gaussian", "laplace", "pure_dp", "zcdp", "no_noise", "report_noisy_laplace", "exponential", "generalized_exponential", "discrete_laplace", "discrete_exponential", "discrete_report_noisy_laplace", "distributed_discrete_gaussian")
     ADJACENCY_FIELD_NUMBER: _ClassVar[int]
     GAUSSIAN_FIELD_NUMBER: _ClassVar[int]
     POISSON_SAMPLED_GAUSSIAN_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +74,7 @@ class Mechanism(_message.Message):
     DISCRETE_LAPLACE_FIELD_NUMBER: _ClassVar[int]
     DISCRETE_EXPONENTIAL_FIELD_NUMBER: _ClassVar[int]
     DISCRETE_REPORT_NOISY_LAPLACE_FIELD_NUMBER: _ClassVar[int]
+    DISTRIBUTED_DISCRETE_GAUSSIAN_FIELD_NUMBER: _ClassVar[int]
     adjacency: str
     gaussian: GaussianMechanism
     poisson_sampled_gaussian: PoissonSampledGaussianMechanism
@@ -87,7 +88,8 @@ class Mechanism(_message.Message):
     discrete_laplace: DiscreteLaplaceMechanism
     discrete_exponential: DiscreteExponentialMechanism
     discrete_report_noisy_laplace: DiscreteReportNoisyMin
-    def __init__(self, adjacency: _Optional[str] = ..., gaussian: _Optional[_Union[GaussianMechanism, _Mapping]] = ..., poisson_sampled_gaussian: _Optional[_Union[PoissonSampledGaussianMechanism, _Mapping]] = ..., laplace: _Optional[_Union[LaplaceMechanism, _Mapping]] = ..., pure_dp: _Optional[_Union[PureDpEvent, _Mapping]] = ..., zcdp: _Optional[_Union[ZCdpEvent, _Mapping]] = ..., no_noise: _Optional[_Union[NoNoise, _Mapping]] = ..., report_noisy_laplace: _Optional[_Union[ReportNoisyMin, _Mapping]] = ..., exponential: _Optional[_Union[ExponentialMechanism, _Mapping]] = ..., generalized_exponential: _Optional[_Union[GeneralizedExponentialMechanism, _Mapping]] = ..., discrete_laplace: _Optional[_Union[DiscreteLaplaceMechanism, _Mapping]] = ..., discrete_exponential: _Optional[_Union[DiscreteExponentialMechanism, _Mapping]] = ..., discrete_report_noisy_laplace: _Optional[_Union[DiscreteReportNoisyMin, _Mapping]] = ...) -> None: ...
+    distributed_discrete_gaussian: DistributedDiscreteGaussianMechanism
+    def __init__(self, adjacency: _Optional[str] = ..., gaussian: _Optional[_Union[GaussianMechanism, _Mapping]] = ..., poisson_sampled_gaussian: _Optional[_Union[PoissonSampledGaussianMechanism, _Mapping]] = ..., laplace: _Optional[_Union[LaplaceMechanism, _Mapping]] = ..., pure_dp: _Optional[_Union[PureDpEvent, _Mapping]] = ..., zcdp: _Optional[_Union[ZCdpEvent, _Mapping]] = ..., no_noise: _Optional[_Union[NoNoise, _Mapping]] = ..., report_noisy_laplace: _Optional[_Union[ReportNoisyMin, _Mapping]] = ..., exponential: _Optional[_Union[ExponentialMechanism, _Mapping]] = ..., generalized_exponential: _Optional[_Union[GeneralizedExponentialMechanism, _Mapping]] = ..., discrete_laplace: _Optional[_Union[DiscreteLaplaceMechanism, _Mapping]] = ..., discrete_exponential: _Optional[_Union[DiscreteExponentialMechanism, _Mapping]] = ..., discrete_report_noisy_laplace: _Optional[_Union[DiscreteReportNoisyMin, _Mapping]] = ..., distributed_discrete_gaussian: _Optional[_Union[DistributedDiscreteGaussianMechanism, _Mapping]] = ...) -> None: ...
 
 class GaussianMechanism(_message.Message):
     __slots__ = ("blocks", "local_blocks")
@@ -122,6 +124,18 @@ class DiscreteLaplaceMechanism(_message.Message):
     scale_steps: float
     fractional_bits: int
     def __init__(self, sensitivity: _Optional[float] = ..., scale_steps: _Optional[float] = ..., fractional_bits: _Optional[int] = ...) -> None: ...
+
+class DistributedDiscreteGaussianMechanism(_message.Message):
+    __slots__ = ("sensitivity", "share_sigma_squared", "honest_shares", "fractional_bits")
+    SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
+    SHARE_SIGMA_SQUARED_FIELD_NUMBER: _ClassVar[int]
+    HONEST_SHARES_FIELD_NUMBER: _ClassVar[int]
+    FRACTIONAL_BITS_FIELD_NUMBER: _ClassVar[int]
+    sensitivity: float
+    share_sigma_squared: float
+    honest_shares: int
+    fractional_bits: int
+    def __init__(self, sensitivity: _Optional[float] = ..., share_sigma_squared: _Optional[float] = ..., honest_shares: _Optional[int] = ..., fractional_bits: _Optional[int] = ...) -> None: ...
 
 class PureDpEvent(_message.Message):
     __slots__ = ("epsilon",)

@@ -37,9 +37,22 @@ kernel's block; the T releases compose:
 * ``rho`` (rho-zCDP): Gaussian on each round with multiplier
   z = sqrt(T / (2 rho)), i.e. rho / T per round (rho = 1 / (2 z^2) for a
   Gaussian of L2 sensitivity 1 and sigma z), rho in all (zCDP composes
-  additively). The paper's zCDP version of its baselines ran the pure-DP
-  algorithm at epsilon = sqrt(rho / 2) instead (Section 6); releasing Gaussian
-  noise calibrated to rho directly is the tighter choice.
+  additively). With ``noise="discrete"`` the same multiplier is spent by the
+  distributed discrete Gaussian (issue 17;
+  :class:`~privadapt.common.mechanisms.DistributedDiscreteGaussianMechanism`):
+  each of the K sites adds an exact N_Z share on the federation's grid, n =
+  K - t of them carrying sigma (t the federation's ``collusion_tolerance``,
+  0 where it has none). Each site's ledger charges the Kairouz-Liu-Steinke
+  bound for the sum, alpha rho / T + Q tau per round: rho-zCDP up to Q tau,
+  which is 0 in floating point once a share's sigma exceeds 9 grid steps (a
+  sigma of z times a sensitivity of thousands of steps on the grids a site
+  accepts, unless the clip norm is tiny; the ledgers charge the bound
+  either way). A federation whose sites drop out of a round, or whose
+  collusion tolerance this cannot read (the networked one: it sets none), is
+  refused by its sites rather than under-charged. The paper's zCDP version
+  of its baselines ran the pure-DP algorithm at epsilon = sqrt(rho / 2)
+  instead (Section 6); releasing Gaussian noise calibrated to rho directly is
+  the tighter choice.
 
 Within a round, ``count_share`` says how the round's budget splits between
 the counts and the sums (Su et al. split each round's epsilon between them):
@@ -88,8 +101,9 @@ class PrivacyPlan:
               discrete: bool = False) -> PrivacyPlan:
         """Laplace at epsilon / ``queries`` per release (pure epsilon-DP; the
         exact discrete Laplace when ``discrete``), or Gaussian at rho /
-        ``queries`` per release (rho-zCDP); exactly one of ``epsilon`` and
-        ``rho`` (module docstring)."""
+        ``queries`` per release (rho-zCDP; the distributed discrete Gaussian
+        when ``discrete``); exactly one of ``epsilon`` and ``rho`` (module
+        docstring)."""
         if (epsilon is None) == (rho is None):
             raise ValueError("give exactly one of epsilon (pure DP, Laplace noise) and rho "
                              f"(zCDP, Gaussian noise); got epsilon={epsilon!r}, rho={rho!r}")
@@ -99,13 +113,11 @@ class PrivacyPlan:
             check_positive("epsilon", epsilon, infinity_means="inf for no noise")
             return cls("discrete_laplace" if discrete else "laplace",
                        queries / epsilon if math.isfinite(epsilon) else math.inf, queries)
-        if discrete:
-            raise ValueError("discrete noise is the discrete Laplace, for an epsilon budget; "
-                             "a rho budget takes Gaussian noise")
         assert rho is not None
         check_positive("rho", rho, infinity_means="inf for no noise")
         multiplier = math.sqrt(queries / (2 * rho)) if math.isfinite(rho) else math.inf
-        return cls("gaussian", multiplier, queries)
+        return cls("distributed_discrete_gaussian" if discrete else "gaussian", multiplier,
+                   queries)
 
 
 def column_weights(noise: NoiseKind, dim: int, clip_norm: float, count_share: float,
@@ -120,7 +132,7 @@ def column_weights(noise: NoiseKind, dim: int, clip_norm: float, count_share: fl
         raise ValueError(f"count_share and moment_share must be in (0, 1) with a positive "
                          f"rest for the sums, got {count_share!r} and {moment_share!r}")
     r = clip_norm
-    if noise != "gaussian":  # the Laplace noises, exact or not: L1
+    if noise not in ("gaussian", "distributed_discrete_gaussian"):  # the Laplaces: L1
         unit = math.sqrt(dim) * r / sum_share  # the L1 budget in units of the sums' share
         return count_share * unit, (moment_share * unit / r**2 if moment_share else None)
     unit = r**2 / sum_share
@@ -156,8 +168,12 @@ def noisy_cell_statistics(federation: Federation, centres: np.ndarray, *, clip_n
     count_weight, moment_weight = weights
     params = NearestTargetParams(centres, clip_norm, count_weight, moment_weight)
     dim = centres.shape[1]
-    grid = {"fractional_bits": federation_grid_bits(federation)} \
-        if plan.noise == "discrete_laplace" else {}
+    grid: dict = {}
+    if plan.noise == "discrete_laplace":
+        grid = {"fractional_bits": federation_grid_bits(federation)}
+    elif plan.noise == "distributed_discrete_gaussian":
+        grid = {"fractional_bits": federation_grid_bits(federation),
+                "honest_shares": federation_honest_shares(federation)}
     mechanism = KERNEL.mechanism(params, plan.noise_multiplier, ADJACENCY, dim=dim,
                                  noise=plan.noise, **grid)
     block = federation.query(KERNEL.name, params.to_wire(), mechanism).value
@@ -174,6 +190,17 @@ def federation_grid_bits(federation: Federation) -> int:
         raise ValueError("discrete noise needs the federation's fixed-point grid, and this "
                          "federation has no codec")
     return int(codec.fractional_bits)
+
+
+def federation_honest_shares(federation: Federation) -> int:
+    """n = K - t: the shares that carry a distributed noise's sigma, t the
+    federation's ``collusion_tolerance`` (0 where it exposes none: its sites
+    then refuse a job with t > 0 rather than being under-charged)."""
+    tolerance = int(getattr(federation, "collusion_tolerance", 0))
+    if not 0 <= tolerance < federation.num_sites:
+        raise ValueError(f"collusion tolerance {tolerance} leaves no honest share among "
+                         f"{federation.num_sites} sites")
+    return federation.num_sites - tolerance
 
 
 def uniform_ball_points(count: int, dim: int, radius: float,
@@ -240,7 +267,8 @@ def private_lloyd(federation: Federation, *, n_clusters: int = 100, iterations: 
                   seed: int | None = None, noise: str = "continuous") -> PrivateLloydResult:
     """DP Lloyd on the federation's records (module docstring): ``iterations``
     releases at ``epsilon`` / ``iterations`` (Laplace; with ``noise="discrete"``
-    the exact discrete Laplace) or ``rho`` / ``iterations`` (Gaussian) each."""
+    the exact discrete Laplace) or ``rho`` / ``iterations`` (Gaussian; with
+    ``noise="discrete"`` the distributed discrete Gaussian) each."""
     if noise not in ("continuous", "discrete"):
         raise ValueError(f"noise must be 'continuous' or 'discrete', got {noise!r}")
     plan = PrivacyPlan.split(epsilon, rho, iterations, discrete=noise == "discrete")

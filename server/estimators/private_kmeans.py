@@ -58,7 +58,9 @@ class PrivateLloydKMeans(PrivateEstimator):
     counts and sums, at ``epsilon`` / ``iterations`` each (Laplace, pure DP)
     or ``rho`` / ``iterations`` (Gaussian, zCDP), add/remove adjacency.
     ``noise="discrete"`` spends an ``epsilon`` budget with the exact discrete
-    Laplace on the federation's fixed-point grid instead of the float Laplace.
+    Laplace on the federation's fixed-point grid instead of the float Laplace,
+    and a ``rho`` budget with the distributed discrete Gaussian (exact integer
+    shares from every site) instead of the float Gaussian.
     ``count_share`` of each release's budget goes to the counts; centres whose
     last noisy count is at most ``min_count`` (None: twice a count's noise
     standard deviation) are dropped from ``centres_``.
@@ -104,10 +106,6 @@ class PrivateLloydKMeans(PrivateEstimator):
         ``public_source`` is ignored (the baseline does not look at T)."""
         self._validate_params()
         check_one_budget(self)
-        if self.noise == "discrete" and self.rho is not None:
-            raise InvalidParameterError(
-                "PrivateLloydKMeans: noise='discrete' is the discrete Laplace, for an "
-                "'epsilon' budget; a 'rho' budget takes Gaussian noise")
         result = private_lloyd(federation, **self.get_params(), initial_centres=initial_centres)
         self.centres_ = result.centres
         self.all_centres_ = result.all_centres

@@ -16,6 +16,7 @@ from privadapt.common.mechanisms import (
     MECHANISM_KINDS,
     Adjacency,
     DiscreteLaplaceMechanism,
+    DistributedDiscreteGaussianMechanism,
     GaussianBlock,
     GaussianMechanism,
     LaplaceMechanism,
@@ -51,6 +52,8 @@ MECHANISMS = [
     LaplaceMechanism(0.0, 1.0, Adjacency.ADD_REMOVE_ONE),
     DiscreteLaplaceMechanism(2.0, 1024.5, 10),
     DiscreteLaplaceMechanism(0.0, 2.0**-20, 48, Adjacency.ADD_REMOVE_ONE),
+    DistributedDiscreteGaussianMechanism(2.0, 1024.5, 3, 10),
+    DistributedDiscreteGaussianMechanism(0.0, 0.25, 1, 48, Adjacency.ADD_REMOVE_ONE),
     PureDpEvent(0.3),
     PureDpEvent(0.0, Adjacency.ADD_REMOVE_ONE),
     ZCdpEvent(0.125),
@@ -216,6 +219,7 @@ def test_mechanism_round_trips(mechanism: object) -> None:
 def test_mechanism_kinds_cover_every_kind() -> None:
     kinds = {mechanism_to_proto(m).WhichOneof("kind") for m in MECHANISMS}
     assert kinds == {"gaussian", "poisson_sampled_gaussian", "laplace", "discrete_laplace",
+                     "distributed_discrete_gaussian",
                      "pure_dp", "zcdp", "no_noise"}
 
 

@@ -72,13 +72,11 @@ def test_discrete_noise_is_as_accurate_as_the_float_laplace():
     assert discrete == pytest.approx(continuous, abs=0.01)
 
 
-def test_a_discrete_plan_is_for_epsilon_only():
+def test_a_discrete_epsilon_plan_is_the_discrete_laplace():
+    # A discrete rho plan is the distributed discrete Gaussian:
+    # tests/server/test_private_lloyd_distributed_discrete_gaussian.py.
     assert PrivacyPlan.split(3.0, None, 5, discrete=True) == PrivacyPlan(
         "discrete_laplace", 5 / 3.0, 5)
-    with pytest.raises(ValueError, match="rho budget takes Gaussian"):
-        PrivacyPlan.split(None, 1.0, 5, discrete=True)
-    with pytest.raises(InvalidParameterError, match="noise='discrete'"):
-        PrivateLloydKMeans(rho=1.0, noise="discrete").fit(federation())
     with pytest.raises(InvalidParameterError, match="noise"):
         PrivateLloydKMeans(epsilon=1.0, noise="exact").fit(federation())
 
