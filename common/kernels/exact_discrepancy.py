@@ -40,6 +40,34 @@ entry of n M_pub - sum z z^T is at most about 2 n s; the private sum is exact
 proportional to (Lambda^2 + Lambda + 1) N s at a site of at most N records
 (:meth:`ExactDiscrepancy.computation_errors`), is charged on top of B.
 
+The solver's error is a checked fact, not a margin: after the trust-region
+solve the site computes a proved bracket [L, U] of the exact supremum for the
+float matrix D it formed (:mod:`privadapt.common.certified_quadratic`:
+a feasible point's value, rounding-bounded, below; a Lagrangian dual bound
+with a Cholesky-verified multiplier above), releases the solver's value
+clamped into it, and checks U - L <= the solver part of the charge, computed
+with its own n (at most the public N the charge uses, so the check is
+stricter than the charge). The rest of the charge covers forming D and the
+records' float z z^T, both bounded a priori below.
+
+When the bracket does not fit. The certificate is proved under the
+floating-point model alone (IEEE double, round to nearest, the classical BLAS
+error bound of blocked_gram.py); it fits unless the solver (LAPACK's eigh, a
+secular-equation root) returned something far outside its documented
+backward stability: the measured widths sit at most a few 10^-3 of the
+charge, and the adversarial hard cases of the tests at most about 0.2 (d =
+100). The certificate first tries a fixed schedule of three shifts (the same
+on every input). If none fits, releasing would under-charge, and refusing is
+itself a release that depends on the data (issue 17); the least bad course is
+to refuse in words that depend on nothing private, raising
+:class:`privadapt.common.errors.UncertifiedComputationError`, on which the
+site disables this kernel until its operator restarts it (client/site.py):
+a coordinator learns at most one bit, once per site restart, and only on an
+input where LAPACK broke its own accuracy guarantee. Nothing is charged for
+the refused query (charging would not make the bit private). The residual
+assumption is thus "the floating-point model holds", in place of "eigh
+meets 2^-36".
+
 The paper adds Laplace(B/n) to d-hat (the coordinator's ``single_holder``
 estimate asks for Laplace(B / epsilon) on n d-hat); the site draws it through
 its own Laplace mechanism path.
@@ -53,7 +81,9 @@ from typing import Any
 
 import numpy as np
 
+from privadapt.common.certified_quadratic import certified_discrepancy
 from privadapt.common.data import Dataset
+from privadapt.common.errors import UncertifiedComputationError
 from privadapt.common.kernels.base import (
     Kernel,
     KernelParams,
@@ -67,7 +97,7 @@ from privadapt.common.kernels.second_moments import (
     SecondMomentsParams,
     exact_moment_sum,
 )
-from privadapt.common.losses import loss_bounds, squared_loss_discrepancy, squared_loss_range
+from privadapt.common.losses import loss_bounds, squared_loss_range
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.validation import check_finite_array
 
@@ -187,19 +217,31 @@ class ExactDiscrepancy(Kernel):
         self, params: ExactDiscrepancyParams, dim: int, max_records: int
     ) -> tuple[float]:
         # D = n M_pub - S has entries at most (1 + 2^-30) N s + N s: forming it
-        # moves each entry by a few ulps of that, and the trust-region solve
-        # (backward-stable eigh, tolerances 1e-12 of the problem's size
-        # (Lambda^2 + Lambda) max|D|, see common/trust_region.py) errs by a
-        # small multiple of it; SOLVER_ERROR is a margin of ~70 over both for
-        # d ~ 100. A record's own float z z^T moves its loss by ulps of
+        # moves each entry by a few ulps of that (|v^T E v| <= max|E| (d + 1)
+        # ||v||^2, within the 16 (d + 2) u term), the trust-region solve by at
+        # most its certified share (``solver_allowance``, checked at compute),
+        # and a record's own float z z^T moves its loss by ulps of
         # (Lambda^2 + 1) s. Public: N is the site's public bound on n.
-        entry = (2.0 + MOMENT_SLACK) * max_records * params.record_bound
-        radius = params.radius
-        reach = (radius * radius + radius + 1.0) * entry
         ulp = 2.0**-53
-        error = reach * (SOLVER_ERROR + 16 * (dim + 2) * ulp) \
-            + (radius * radius + 1.0) * params.record_bound * 2.0**-40
+        reach = self._reach(params, max_records)
+        own_terms = (params.radius**2 + 1.0) * params.record_bound * 2.0**-40
+        error = self.solver_allowance(params, dim, max_records) \
+            + reach * 16 * (dim + 2) * ulp + own_terms
         return (error,)
+
+    @staticmethod
+    def _reach(params: ExactDiscrepancyParams, num_records: int) -> float:
+        """(Lambda^2 + Lambda + 1) times the entry bound (2 + 2^-30) n s of D."""
+        entry = (2.0 + MOMENT_SLACK) * num_records * params.record_bound
+        radius = params.radius
+        return (radius * radius + radius + 1.0) * entry
+
+    def solver_allowance(
+        self, params: ExactDiscrepancyParams, dim: int, num_records: int
+    ) -> float:
+        """The trust-region solve's share of the charged error at a site of
+        ``num_records`` records: the width its certificate must fit in."""
+        return self._reach(params, num_records) * SOLVER_ERROR
 
     def max_abs_sum(self, params: ExactDiscrepancyParams, num_records: int) -> float:
         # |n p(w) - sum l_i(w)| <= n max|p| + n B
@@ -212,6 +254,12 @@ class ExactDiscrepancy(Kernel):
         # The same clipping as the Gaussian route's kernel, summed exactly: a
         # float error here would be amplified by the coordinator's radius.
         private_sum = exact_moment_sum(data, params.clipping)
-        difference = data.num_records * params.public_moments - private_sum
-        value = squared_loss_discrepancy(difference, params.radius)
+        difference = data.num_records * params.public_moments - private_sum  # symmetric
+        allowance = self.solver_allowance(params, data.dim, data.num_records)
+        value, error = certified_discrepancy(difference, params.radius, allowance)
+        if not error <= allowance:
+            # Never released: the site refuses in public words (module docstring).
+            raise UncertifiedComputationError(
+                f"exact_discrepancy: the certified error {error:.3g} exceeds the charged "
+                f"solver error {allowance:.3g}")
         return (np.array([value]),)

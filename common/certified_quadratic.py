@@ -1,0 +1,284 @@
+"""A posteriori certificate for the trust-region maximum: a rigorous bracket
+[L, U] around v* = max over ||w|| <= Lambda of q(w) = w^T A w + 2 b^T w + c,
+computed from a solver's answer (maximiser w, multiplier mu) in ordinary
+floating point with proved rounding bounds (issue 17, "floating-point attack
+on a kernel": the solver's error must be a checked fact, not a margin).
+
+Floating-point model (the one assumption, the same as
+:mod:`privadapt.common.kernels.blocked_gram`): IEEE double, round to nearest,
+u = 2^-53; every BLAS dot product or matrix-vector / matrix-matrix entry of
+length k satisfies |fl(x^T y) - x^T y| <= gamma_k |x|^T |y|, gamma_k = k u /
+(1 - k u), in whatever order it sums (Higham, *Accuracy and Stability*, 2nd
+ed., eqs. (3.5), (3.11)-(3.13); an FMA only tightens it); no Strassen-like
+product. Nothing is assumed of LAPACK: ``eigh`` (inside the solver) and
+``cholesky`` may return anything; the bracket is proved from what they
+return. Underflow: the problem is first scaled by powers of two (exact) so
+that its entries are below 1 and the radius rho is in [1/2, 1); an operation
+that underflows (or flushes to zero) errs by at most 2^-1022 absolute, and
+every bound below carries :func:`_underflow_slack`, far above the sum of those.
+
+Lower bound (primal feasibility). The solver's w, scaled into the ball so
+that even its computed norm's error cannot leave it (``_feasible``), is a
+feasible point, so v* >= q(w); q(w) = v^T D v with v = [w, -1] and
+D = [[A, -b], [-b^T, c]] is evaluated as y = fl(D v), fl(v^T y), within
+gamma_m (2 + gamma_m) |v|^T |D| |v| of exact (m = d + 1).
+
+Upper bound (Lagrangian duality). For any mu >= 0 with H = mu I - A positive
+definite and ||w|| <= Lambda,
+    q(w) <= q(w) + mu (Lambda^2 - ||w||^2) = c + mu Lambda^2 + 2 b^T w - w^T H w
+         <= c + mu Lambda^2 + b^T H^-1 b,
+the maximum over all w of the concave part. For any x, with r = b - H x,
+    b^T H^-1 b = x^T b + x^T r + r^T H^-1 r <= x^T b + ||x|| ||r|| + ||r||^2 / lambda_min(H)
+(H^-1 b = x + H^-1 r, expanded). H's definiteness and lambda_min(H) >= ell
+are proved a posteriori: a floating Cholesky L of H_s = fl(t I - A), t =
+fl(mu - delta/2) slightly below mu, satisfies ||L L^T - H_s||_2 <= ||fl(L L^T) -
+H_s||_F (1 + u) + gamma_m ||L||_F^2 (the product's entrywise bound, then
+|| |L| |L|^T ||_2 <= ||L||_F^2), so lambda_min(H_s) >= -e since L L^T >= 0;
+H_s differs from t I - A only on its diagonal, by at most u max|h_ii|; and
+H = (t I - A) + (mu - t) I. So ell = (mu - t) - e - u max|h_ii|: this is
+S. M. Rump's verification of positive definiteness (BIT 46, 2006) with the
+Cholesky's backward error measured rather than assumed. The residual r is
+computed as fl(b - fl(fl(mu x) - fl(A x))) with the entrywise bound
+u |r^| + u |h| + u mu |x| + gamma_m |A| |x| (each rounding, then A x's).
+
+Choice of mu: the solver's multiplier plus a shift delta, for which the dual
+bound costs at most delta Lambda^2 over the optimum (the dual function's slope
+Lambda^2 - ||x(mu)||^2 lies in [0, Lambda^2] above mu*), and delta must exceed
+the Cholesky test's own error, about gamma_m trace(H): attempts use delta =
+4, 64 and 1024 times that estimate, a fixed, data-independent schedule (the
+first that proves definiteness and fits is used). With exact arithmetic and
+an exact solver the bracket's width is then about delta Lambda^2 ~ 4 m^2 u
+times the problem's size on the ball.
+
+Every scalar combination of the bounds rounds outward (``math.nextafter``
+after each operation), and a sum of k non-negative float terms is raised by a
+factor (1 + 2 k u) >= (1 - u)^-k before use (:func:`_grow`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from privadapt.common.trust_region import TrustRegionSolution, maximize_quadratic_on_ball
+
+UNIT = 2.0**-53
+#: Shifts delta tried, as multiples of the Cholesky test's error estimate.
+SHIFT_FACTORS = (4.0, 64.0, 1024.0)
+
+
+@dataclass(frozen=True)
+class QuadraticBracket:
+    """``lower`` <= max over the ball of q <= ``upper``, proved."""
+
+    lower: float
+    upper: float
+
+    @property
+    def width(self) -> float:
+        return _up(self.upper - self.lower)
+
+
+def _up(value: float) -> float:
+    return math.nextafter(value, math.inf)
+
+
+def _down(value: float) -> float:
+    return math.nextafter(value, -math.inf)
+
+
+def _gamma(length: int) -> float:
+    """gamma_k = k u / (1 - k u), rounded up."""
+    return _up(_up(length * UNIT) / _down(1.0 - length * UNIT))
+
+
+def _grow(value: float, operations: int) -> float:
+    """An upper bound on a non-negative quantity that ``value`` computed in
+    float with at most ``operations`` roundings of non-negative terms."""
+    return _up(value * _up(1.0 + 2.0 * (operations + 1) * UNIT))
+
+
+def _underflow_slack(size: int) -> float:
+    """Covers every underflow or flush-to-zero of the unit-scaled evaluation:
+    at most (size + 4)^2 operations each erring by 2^-1022, times factors <= 4 size."""
+    return float(size + 4) ** 3 * 2.0**-1000
+
+
+def _exponent(value: float) -> int:
+    """e with |value| < 2^e (0 for 0)."""
+    return math.frexp(value)[1] if value else -1080
+
+
+def certify_maximum(
+    matrix: np.ndarray, linear: np.ndarray, constant: float, radius: float,
+    solution: TrustRegionSolution, tolerance: float = 0.0,
+) -> QuadraticBracket:
+    """A proved bracket of max over ||w|| <= ``radius`` of w^T A w + 2 b^T w + c
+    from a solver's ``solution`` (any values: a wrong one gives a wide or
+    infinite bracket, never a wrong one). ``matrix`` must be exactly symmetric
+    and everything finite. The shifts of :data:`SHIFT_FACTORS` are tried in
+    order until the width is at most ``tolerance`` (0: all, the tightest kept)."""
+    matrix = np.asarray(matrix, dtype=float)
+    linear = np.asarray(linear, dtype=float)
+    if not np.array_equal(matrix, matrix.T):
+        raise ValueError("certify_maximum needs an exactly symmetric matrix")
+    # Unit scale: radius = 2^k rho, rho in [1/2, 1); q(2^k u) 2^j has entries < 1.
+    rho, k = math.frexp(radius)
+    j = -max(_exponent(float(np.abs(matrix).max(initial=0.0))) + 2 * k,
+             _exponent(float(np.abs(linear).max(initial=0.0))) + k,
+             _exponent(float(constant)))
+    unit_matrix = np.ldexp(matrix, 2 * k + j)
+    unit_linear = np.ldexp(linear, k + j)
+    unit_constant = math.ldexp(constant, j)
+    size = len(linear) + 1
+    slack = _underflow_slack(size)
+    weights = np.ldexp(np.asarray(solution.weights, dtype=float), -k)
+    multiplier = math.ldexp(solution.multiplier, 2 * k + j)
+    lower = _lower_bound(unit_matrix, unit_linear, unit_constant, rho, weights)
+    lower = _down(math.ldexp(_down(lower - slack), -j))
+    upper = math.inf
+    if math.isfinite(multiplier):
+        for factor in SHIFT_FACTORS:
+            unit_upper = _upper_bound(unit_matrix, unit_linear, unit_constant, rho,
+                                      max(multiplier, 0.0), factor)
+            upper = min(upper, _up(math.ldexp(_up(unit_upper + slack), -j)))
+            if _up(upper - lower) <= tolerance:
+                break
+    return QuadraticBracket(lower=lower, upper=upper)
+
+
+def _feasible(weights: np.ndarray, rho: float) -> np.ndarray:
+    """``weights`` scaled so that its exact norm is at most ``rho``."""
+    if not np.all(np.isfinite(weights)):
+        return np.zeros_like(weights)
+    # ||w||^2 <= fl(w.w) (1 + gamma_d); the square root adds one rounding.
+    norm = _grow(float(np.sqrt(weights @ weights)), len(weights) + 2)
+    if norm <= rho:
+        return weights
+    # fl(rho / norm) (1 - 4u), times each w_i with one rounding: the exact norm
+    # of the result is at most (rho / norm) (1 + u)^3 (1 - 4u) norm < rho.
+    factor = (rho / norm) * (1.0 - 4.0 * UNIT)
+    return weights * factor
+
+
+def _lower_bound(unit_matrix: np.ndarray, unit_linear: np.ndarray, unit_constant: float,
+                 rho: float, weights: np.ndarray) -> float:
+    """q at the solver's point made feasible, minus its evaluation's error."""
+    point = np.append(_feasible(weights, rho), -1.0)
+    # D = [[A, -b], [-b^T, c]], so q(w) = v^T D v with v = [w, -1].
+    moments = np.block([[unit_matrix, -unit_linear[:, None]],
+                        [-unit_linear[None, :], np.array([[unit_constant]])]])
+    size = len(point)
+    value = float(point @ (moments @ point))
+    magnitude = np.abs(point)
+    absolute = _grow(float(magnitude @ (np.abs(moments) @ magnitude)), 2 * size)
+    gamma = _gamma(size)
+    error = _up(_up(gamma * _up(2.0 + gamma)) * absolute)
+    return _down(value - error)
+
+
+def _shift_estimate(unit_matrix: np.ndarray, multiplier: float) -> float:
+    """About the Cholesky test's error gamma_m trace(mu I - A), plus the
+    error of an eigenvalue solver's mu (~ m u max|a_ij|): the unit of the shift
+    schedule, a function of the (rounded) problem and mu only."""
+    size = unit_matrix.shape[0]
+    trace = size * multiplier - float(np.trace(unit_matrix))
+    spread = size * float(np.abs(unit_matrix).max(initial=0.0))
+    return _gamma(size + 1) * (max(trace, 0.0) + spread + 2.0**-60)
+
+
+def _upper_bound(unit_matrix: np.ndarray, unit_linear: np.ndarray, unit_constant: float,
+                 rho: float, multiplier: float, factor: float) -> float:
+    """The dual bound at mu = ``multiplier`` + factor * estimate, or inf when
+    the Cholesky test cannot prove mu I - A positive definite."""
+    size = unit_matrix.shape[0]
+    delta = factor * _shift_estimate(unit_matrix, multiplier)
+    mu = _up(multiplier + delta)
+    shifted_multiplier = _down(mu - delta / 2)  # t < mu
+    identity = np.eye(size)
+    shifted = shifted_multiplier * identity - unit_matrix  # off-diagonal exact
+    try:
+        factor_l = np.linalg.cholesky(shifted)
+    except np.linalg.LinAlgError:
+        return math.inf
+    if not np.all(np.isfinite(factor_l)):
+        return math.inf
+    residual = factor_l @ factor_l.T - shifted
+    frobenius_l = _grow(float(np.sum(factor_l * factor_l)), size * size + 1)
+    error = _up(_up(_grow(float(np.sqrt(np.sum(residual * residual))), size * size + 2)
+                    * _up(1.0 + UNIT)) + _up(_gamma(size) * frobenius_l))
+    diagonal = _up(UNIT * float(np.abs(np.diag(shifted)).max()))
+    ell = _down(_down(_down(mu - shifted_multiplier) - error) - diagonal)
+    if not ell > 0:
+        return math.inf
+    solution = _solve(factor_l, unit_linear, unit_matrix, mu)
+    return _dual_value(unit_matrix, unit_linear, unit_constant, rho, mu, ell, solution)
+
+
+def _solve(factor_l: np.ndarray, linear: np.ndarray, matrix: np.ndarray,
+           mu: float) -> np.ndarray:
+    """x with (mu I - A) x ~ b: the Cholesky of the nearby H_s, then two steps
+    of iterative refinement on H itself (accuracy only; the bound is a
+    posteriori)."""
+    from scipy.linalg import cho_solve  # imported here: a site rarely needs it
+
+    x = cho_solve((factor_l, True), linear)
+    for _ in range(2):
+        x = x + cho_solve((factor_l, True), linear - (mu * x - matrix @ x))
+    return x
+
+
+def _dual_value(matrix: np.ndarray, linear: np.ndarray, constant: float, rho: float,
+                mu: float, ell: float, x: np.ndarray) -> float:
+    """c + mu rho^2 + x^T b + ||x|| ||r|| + ||r||^2 / ell, rounded up, for
+    lambda_min(mu I - A) >= ell > 0."""
+    if not np.all(np.isfinite(x)):
+        return math.inf
+    size = len(x)
+    product = matrix @ x
+    scaled = mu * x
+    difference = scaled - product
+    residual = linear - difference
+    gamma = _gamma(size)
+    magnitude = np.abs(x)
+    # |r^ - r| <= u |r^| + u |h| + u mu |x| + gamma_m |A| |x|, entrywise.
+    bound = (UNIT * (np.abs(residual) + np.abs(difference) + np.abs(scaled))
+             + gamma * (np.abs(matrix) @ magnitude))
+    bound_norm = _grow(float(np.sqrt(bound @ bound)), 2 * size + 8)
+    residual_norm = _up(_grow(float(np.sqrt(residual @ residual)), size + 2) + bound_norm)
+    x_norm = _grow(float(np.sqrt(x @ x)), size + 2)
+    inner = float(x @ linear)
+    inner_up = _up(inner + _up(gamma * _grow(float(magnitude @ np.abs(linear)), size)))
+    quadratic = _up(_up(inner_up + _up(x_norm * residual_norm))
+                    + _up(_up(residual_norm * residual_norm) / ell))
+    radius_term = _up(_up(mu * rho) * rho)
+    return _up(_up(constant + radius_term) + quadratic)
+
+
+def certified_discrepancy(
+    moment_difference: np.ndarray, radius: float, tolerance: float = 0.0,
+) -> tuple[float, float]:
+    """(value, error): sup over ||w|| <= radius of |v^T D v|, v = [w, -1] (the
+    squared-loss discrepancy, :func:`privadapt.common.losses.squared_loss_discrepancy`)
+    for an exactly symmetric D, and a proved bound on |value - exact|.
+
+    The supremum of |f| is max(max f, max -f) (f's range [low, high] gives
+    sup |f| = max(high, -low)), and max is 1-Lipschitz, so the two brackets
+    give one: [max(L1, L2), max(U1, U2)]. The value is the solver's, clamped
+    into that bracket (unchanged whenever the solver is right), so its error
+    is at most the bracket's width whatever the solver returned. ``tolerance``
+    stops each bracket's shift schedule early once it is that narrow."""
+    moments = np.asarray(moment_difference, dtype=float)
+    matrix, linear, constant = moments[:-1, :-1], -moments[:-1, -1], float(moments[-1, -1])
+    brackets, values = [], []
+    for sign in (1.0, -1.0):  # max of f, then max of -f (negation is exact)
+        problem = (sign * matrix, sign * linear, sign * constant)
+        solution = maximize_quadratic_on_ball(*problem, radius)
+        brackets.append(certify_maximum(*problem, radius, solution, tolerance))
+        values.append(solution.value)
+    lower = max(bracket.lower for bracket in brackets)
+    upper = max(bracket.upper for bracket in brackets)
+    value = min(max(max(abs(v) for v in values), lower), upper)
+    return value, _up(upper - lower)
