@@ -67,6 +67,8 @@ from privadapt.common.trust_region import TrustRegionSolution, maximize_quadrati
 UNIT = 2.0**-53
 #: Shifts delta tried, as multiples of the Cholesky test's error estimate.
 SHIFT_FACTORS = (4.0, 64.0, 1024.0)
+#: The re-solve's bound on its searches for a definite mu and on its Newton steps.
+REFINE_STEPS = 30
 
 
 @dataclass(frozen=True)
@@ -136,17 +138,84 @@ def certify_maximum(
     slack = _underflow_slack(size)
     weights = np.ldexp(np.asarray(solution.weights, dtype=float), -k)
     multiplier = math.ldexp(solution.multiplier, 2 * k + j)
-    lower = _lower_bound(unit_matrix, unit_linear, unit_constant, rho, weights)
-    lower = _down(math.ldexp(_down(lower - slack), -j))
-    upper = math.inf
+
+    def scaled(unit_lower: float, unit_upper: float) -> QuadraticBracket:
+        return QuadraticBracket(lower=_down(math.ldexp(_down(unit_lower - slack), -j)),
+                                upper=_up(math.ldexp(_up(unit_upper + slack), -j)))
+
+    problem = (unit_matrix, unit_linear, unit_constant, rho)
+    unit_lower, unit_upper = _lower_bound(*problem, weights), math.inf
     if math.isfinite(multiplier):
         for factor in SHIFT_FACTORS:
-            unit_upper = _upper_bound(unit_matrix, unit_linear, unit_constant, rho,
-                                      max(multiplier, 0.0), factor)
-            upper = min(upper, _up(math.ldexp(_up(unit_upper + slack), -j)))
-            if _up(upper - lower) <= tolerance:
+            unit_upper = min(unit_upper, _upper_bound(*problem, max(multiplier, 0.0), factor))
+            if scaled(unit_lower, unit_upper).width <= tolerance:
+                return scaled(unit_lower, unit_upper)
+    # The solver's answer does not certify: re-solve without the eigen-solver.
+    refined = _refine(unit_matrix, unit_linear, rho, multiplier)
+    if refined is not None:
+        mu, points = refined
+        unit_lower = max([unit_lower] + [_lower_bound(*problem, point) for point in points])
+        for factor in SHIFT_FACTORS:
+            unit_upper = min(unit_upper, _upper_bound(*problem, mu, factor))
+            if scaled(unit_lower, unit_upper).width <= tolerance:
                 break
-    return QuadraticBracket(lower=lower, upper=upper)
+    return scaled(unit_lower, unit_upper)
+
+
+def _cholesky(matrix: np.ndarray) -> np.ndarray | None:
+    """The lower Cholesky factor, or None when the floating factorisation fails."""
+    try:
+        factor_l = np.linalg.cholesky(matrix)
+    except np.linalg.LinAlgError:
+        return None
+    return factor_l if np.all(np.isfinite(factor_l)) else None
+
+
+def _refine(matrix: np.ndarray, linear: np.ndarray, rho: float,
+            multiplier: float) -> tuple[float, list[np.ndarray]] | None:
+    """A second solve that uses no eigen-solver (Moré and Sorensen 1983): from
+    a definite mu above the given one, at most :data:`REFINE_STEPS` safeguarded
+    Newton steps on 1/||x(mu)|| - 1/rho with Cholesky factors of mu I - A;
+    then x(mu) and, for the hard case, x(mu) +- tau z filled along z, an
+    inverse-iteration estimate of A's top eigenvector. Accuracy only: the
+    bracket is proved from whatever this returns. None when no definite mu is
+    found."""
+    from scipy.linalg import cho_solve, solve_triangular
+
+    size = len(linear)
+    identity = np.eye(size)
+    start = max(multiplier, 0.0) if math.isfinite(multiplier) else 0.0
+    step = SHIFT_FACTORS[-1] * _shift_estimate(matrix, start)
+    for _ in range(REFINE_STEPS):  # ||A||_2 < size in unit scale: mu = size is definite
+        mu = min(start + step, float(size))
+        factor_l = _cholesky(mu * identity - matrix)
+        if factor_l is not None:
+            break
+        step *= 16.0
+    else:
+        return None
+    for _ in range(REFINE_STEPS):
+        x = cho_solve((factor_l, True), linear)
+        norm = float(np.linalg.norm(x))
+        y = solve_triangular(factor_l, x, lower=True)
+        if norm == 0 or not math.isfinite(norm):
+            break
+        candidate = max(mu + (norm * norm / float(y @ y)) * (norm - rho) / rho, 0.0)
+        for _ in range(8):  # an overshoot below lambda_1: halve the step
+            candidate_l = _cholesky(candidate * identity - matrix)
+            if candidate_l is not None or candidate == mu:
+                break
+            candidate = (candidate + mu) / 2
+        if candidate_l is None or candidate == mu:
+            break
+        mu, factor_l = candidate, candidate_l
+    x = cho_solve((factor_l, True), linear)
+    direction = np.cos(np.arange(size) + 1.0)  # a fixed start, not the data's
+    for _ in range(3):
+        direction = cho_solve((factor_l, True), direction)
+        direction /= max(float(np.linalg.norm(direction)), 2.0**-1000)
+    fill = math.sqrt(max(rho * rho - float(x @ x), 0.0))
+    return mu, [x, x + fill * direction, x - fill * direction]
 
 
 def _feasible(weights: np.ndarray, rho: float) -> np.ndarray:

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from privadapt.common import certified_quadratic
 from privadapt.common.certified_quadratic import (
     UNIT,
     certified_discrepancy,
@@ -147,7 +148,10 @@ def test_bracket_holds_the_exact_maximum(problem):
     assert bracket.width <= 64 * m * m * UNIT * size + 2.0**-1000
 
 
-def test_the_bracket_of_a_wrong_answer_is_wide_but_still_holds():
+@pytest.mark.parametrize("re_solve", [True, False])
+def test_the_bracket_of_a_wrong_answer_still_holds(monkeypatch, re_solve):
+    if not re_solve:  # the solver's answer alone: a wrong one cannot look tight
+        monkeypatch.setattr(certified_quadratic, "_refine", lambda *args: None)
     eigenvalues = np.array([3.0, 1.0, -2.0, 0.0])
     q = basis(4)
     matrix, linear = exact_matrix(eigenvalues, 4), q @ np.array([0.5, 0.25, 0.0, -0.5])
@@ -160,7 +164,7 @@ def test_the_bracket_of_a_wrong_answer_is_wide_but_still_holds():
         bracket = certify_maximum(matrix, linear, 1.0, 1.0, wrong)
         assert bracket.lower == -math.inf or Fraction(bracket.lower) <= exact_low
         assert bracket.upper == math.inf or Fraction(bracket.upper) >= exact_high
-        assert bracket.width > 1e-9  # a wrong solver cannot make it look tight
+        assert bracket.width > 1e-9 or re_solve
 
 
 def test_asymmetric_matrices_are_refused():
@@ -227,11 +231,46 @@ def test_a_corrupted_eigh_never_releases_an_under_charged_value(monkeypatch, siz
     assert abs(value[0] - honest_value[0]) + honest_error <= allowance
 
 
-def test_a_badly_corrupted_eigh_is_refused(monkeypatch):
+def test_the_re_solve_repairs_a_badly_corrupted_eigh(monkeypatch):
+    # The second solve (Newton on the secular equation with Cholesky factors)
+    # uses no eigen-solver: the kernel answers, within its charge.
     data, params = kernel_case()
-    corrupt_eigh(monkeypatch, 1e-3)
+    (honest_value,) = KERNEL.compute(data, params, {})
+    corrupt_eigh(monkeypatch, 1e-2)
+    (value,) = KERNEL.compute(data, params, {})
+    assert abs(value[0] - honest_value[0]) <= KERNEL.solver_allowance(params, DIM, 40) / 2
+
+
+def corrupt_cholesky(monkeypatch, size: float) -> None:
+    """cholesky as if LAPACK had a backward error of ``size`` (relative)."""
+    honest = np.linalg.cholesky
+
+    def corrupted(matrix, *args, **kwargs):
+        factor = honest(matrix, *args, **kwargs)
+        return factor * (1 + size * np.random.default_rng(1).normal(size=factor.shape))
+
+    monkeypatch.setattr(np.linalg, "cholesky", corrupted)
+
+
+@pytest.mark.parametrize("size", [1e-6, 1e-3])
+def test_corrupted_eigh_and_cholesky_are_refused(monkeypatch, size):
+    data, params = kernel_case()
+    corrupt_eigh(monkeypatch, size)
+    corrupt_cholesky(monkeypatch, size)
     with pytest.raises(UncertifiedComputationError):
         KERNEL.compute(data, params, {})
+
+
+def test_a_corrupted_cholesky_alone_cannot_narrow_the_bracket_wrongly(monkeypatch):
+    eigenvalues = np.array([3.0, 1.0, -2.0, 0.0])
+    q = basis(4)
+    matrix, linear = exact_matrix(eigenvalues, 4), q @ np.array([0.0, 0.25, 0.0, -0.5])
+    corrupt_cholesky(monkeypatch, 1e-9)
+    solution = maximize_quadratic_on_ball(matrix, linear, 1.0, 1.0)
+    bracket = certify_maximum(matrix, linear, 1.0, 1.0, solution)
+    exact_low, exact_high = exact_maximum(eigenvalues, q, linear, 1.0, 1.0)
+    assert Fraction(bracket.lower) <= exact_low
+    assert bracket.upper == math.inf or Fraction(bracket.upper) >= exact_high
 
 
 def _moment_sum(data, params):
