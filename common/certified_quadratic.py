@@ -4,24 +4,23 @@ computed from a solver's answer (maximiser w, multiplier mu) in ordinary
 floating point with proved rounding bounds (issue 17, "floating-point attack
 on a kernel": the solver's error must be a checked fact, not a margin).
 
-Floating-point model (the one assumption, the same as
+Floating-point model (the one assumption, stated in
+:mod:`privadapt.common.rounding_bounds`, the same as
 :mod:`privadapt.common.kernels.blocked_gram`): IEEE double, round to nearest,
-u = 2^-53; every BLAS dot product or matrix-vector / matrix-matrix entry of
-length k satisfies |fl(x^T y) - x^T y| <= gamma_k |x|^T |y|, gamma_k = k u /
-(1 - k u), in whatever order it sums (Higham, *Accuracy and Stability*, 2nd
-ed., eqs. (3.5), (3.11)-(3.13); an FMA only tightens it); no Strassen-like
-product. Nothing is assumed of LAPACK: ``eigh`` (inside the solver) and
+u = 2^-53, and the classical gamma_k bound for every BLAS dot product of
+length k in any summation order. Nothing is assumed of LAPACK: ``eigh`` (inside the solver) and
 ``cholesky`` may return anything; the bracket is proved from what they
 return. Underflow: the problem is first scaled by powers of two (exact) so
 that its entries are below 1 and the radius rho is in [1/2, 1); an operation
 that underflows (or flushes to zero) errs by at most 2^-1022 absolute, and
 every bound below carries :func:`_underflow_slack`, far above the sum of those.
 
-Lower bound (primal feasibility). The solver's w, scaled into the ball so
-that even its computed norm's error cannot leave it (``_feasible``), is a
-feasible point, so v* >= q(w); q(w) = v^T D v with v = [w, -1] and
-D = [[A, -b], [-b^T, c]] is evaluated as y = fl(D v), fl(v^T y), within
-gamma_m (2 + gamma_m) |v|^T |D| |v| of exact (m = d + 1).
+Lower bound (primal feasibility). Each candidate point -- the solver's w, and
+those a dual solve below gives -- scaled into the ball so that even its
+computed norm's error cannot leave it (``_feasible``), is feasible, so
+v* >= q(w); q(w) = v^T D v with v = [w, -1] and D = [[A, -b], [-b^T, c]] is
+evaluated as y = fl(D v), fl(v^T y), within gamma_m (2 + gamma_m) |v|^T |D| |v|
+of exact (m = d + 1). The largest such bound is kept.
 
 Upper bound (Lagrangian duality). For any mu >= 0 with H = mu I - A positive
 definite and ||w|| <= Lambda,
@@ -31,28 +30,40 @@ the maximum over all w of the concave part. For any x, with r = b - H x,
     b^T H^-1 b = x^T b + x^T r + r^T H^-1 r <= x^T b + ||x|| ||r|| + ||r||^2 / lambda_min(H)
 (H^-1 b = x + H^-1 r, expanded). H's definiteness and lambda_min(H) >= ell
 are proved a posteriori: a floating Cholesky L of H_s = fl(t I - A), t =
-fl(mu - delta/2) slightly below mu, satisfies ||L L^T - H_s||_2 <= ||fl(L L^T) -
-H_s||_F (1 + u) + gamma_m ||L||_F^2 (the product's entrywise bound, then
-|| |L| |L|^T ||_2 <= ||L||_F^2), so lambda_min(H_s) >= -e since L L^T >= 0;
-H_s differs from t I - A only on its diagonal, by at most u max|h_ii|; and
-H = (t I - A) + (mu - t) I. So ell = (mu - t) - e - u max|h_ii|: this is
-S. M. Rump's verification of positive definiteness (BIT 46, 2006) with the
-Cholesky's backward error measured rather than assumed. The residual r is
-computed as fl(b - fl(fl(mu x) - fl(A x))) with the entrywise bound
-u |r^| + u |h| + u mu |x| + gamma_m |A| |x| (each rounding, then A x's).
+fl(mu - delta/2) slightly below mu, has ||L L^T - H_s||_2 <= e, the
+Frobenius norm of (1 + u) |fl(P - H_s)| plus the entrywise error bound of P =
+fl(L L^T) (:func:`privadapt.common.rounding_bounds.accurate_product`, an
+error-free split that keeps that bound about 2^-20 below the classical
+gamma_m |L| |L^T|); so lambda_min(H_s) >= -e since L L^T >= 0; H_s differs
+from t I - A only on its diagonal, by at most u max|h_ii|; and H = (t I - A)
++ (mu - t) I. So ell = (mu - t) - e - u max|h_ii|: S. M. Rump's verification
+of positive definiteness (BIT 46, 2006), with the Cholesky's backward error
+measured rather than assumed (Rump's a priori gamma_(m+1) trace(H) would cost
+m^2 u in the width). The residual r is computed as fl(b - fl(fl(mu x) -
+fl(A x))), A x by the same accurate product, with the entrywise bound
+u |r^| + u |h| + u mu |x| + (A x's bound).
 
 Choice of mu: the solver's multiplier plus a shift delta, for which the dual
 bound costs at most delta Lambda^2 over the optimum (the dual function's slope
 Lambda^2 - ||x(mu)||^2 lies in [0, Lambda^2] above mu*), and delta must exceed
-the Cholesky test's own error, about gamma_m trace(H): attempts use delta =
-4, 64 and 1024 times that estimate, a fixed, data-independent schedule (the
-first that proves definiteness and fits is used). With exact arithmetic and
-an exact solver the bracket's width is then about delta Lambda^2 ~ 4 m^2 u
-times the problem's size on the ball.
+the measured Cholesky error and the solver's error in mu, both about
+u (|mu| + max|a_ij|): attempts use delta = 16, 256, ..., 2^20 times that, a
+fixed schedule, stopping at the first that fits the caller's tolerance. Each
+attempt's solve x(mu) also gives primal candidates: x itself and x +- tau z,
+z an inverse-iteration estimate of the top eigenvector (with the same
+Cholesky factor), filling the ball -- the hard case's maximiser.
+
+Re-solve. If no attempt fits, a second solve that uses no eigen-solver
+(``_refine``: at most 30 safeguarded Newton steps of Moré and Sorensen on the
+secular equation with Cholesky factors) gives a new mu and candidates, and
+the schedule runs once more. A near-hard case, where the eigen-based solver's
+mu is off by ~1e-11 relative (its tolerances), and an eigen-solver corrupted
+by up to 1e-2 (tests) are both repaired here. Measured widths: about 3 m u
+times the problem's reach on the ball for adversarial kernel inputs.
 
 Every scalar combination of the bounds rounds outward (``math.nextafter``
 after each operation), and a sum of k non-negative float terms is raised by a
-factor (1 + 2 k u) >= (1 - u)^-k before use (:func:`_grow`).
+factor (1 + 2 k u) >= (1 - u)^-k before use (:func:`rounding_bounds.grow`).
 """
 
 from __future__ import annotations
@@ -62,11 +73,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privadapt.common.rounding_bounds import UNIT, accurate_product, down, gamma, grow, up
 from privadapt.common.trust_region import TrustRegionSolution, maximize_quadratic_on_ball
 
-UNIT = 2.0**-53
 #: Shifts delta tried, as multiples of the Cholesky test's error estimate.
-SHIFT_FACTORS = (4.0, 64.0, 1024.0)
+SHIFT_FACTORS = (16.0, 256.0, 4096.0, 65536.0, 2.0**20)
 #: The re-solve's bound on its searches for a definite mu and on its Newton steps.
 REFINE_STEPS = 30
 
@@ -80,26 +91,7 @@ class QuadraticBracket:
 
     @property
     def width(self) -> float:
-        return _up(self.upper - self.lower)
-
-
-def _up(value: float) -> float:
-    return math.nextafter(value, math.inf)
-
-
-def _down(value: float) -> float:
-    return math.nextafter(value, -math.inf)
-
-
-def _gamma(length: int) -> float:
-    """gamma_k = k u / (1 - k u), rounded up."""
-    return _up(_up(length * UNIT) / _down(1.0 - length * UNIT))
-
-
-def _grow(value: float, operations: int) -> float:
-    """An upper bound on a non-negative quantity that ``value`` computed in
-    float with at most ``operations`` roundings of non-negative terms."""
-    return _up(value * _up(1.0 + 2.0 * (operations + 1) * UNIT))
+        return up(self.upper - self.lower)
 
 
 def _underflow_slack(size: int) -> float:
@@ -140,24 +132,33 @@ def certify_maximum(
     multiplier = math.ldexp(solution.multiplier, 2 * k + j)
 
     def scaled(unit_lower: float, unit_upper: float) -> QuadraticBracket:
-        return QuadraticBracket(lower=_down(math.ldexp(_down(unit_lower - slack), -j)),
-                                upper=_up(math.ldexp(_up(unit_upper + slack), -j)))
+        return QuadraticBracket(lower=down(math.ldexp(down(unit_lower - slack), -j)),
+                                upper=up(math.ldexp(up(unit_upper + slack), -j)))
 
     problem = (unit_matrix, unit_linear, unit_constant, rho)
     unit_lower, unit_upper = _lower_bound(*problem, weights), math.inf
+
+    def tighten(mu: float, factor: float) -> bool:
+        """Both bounds improved by the dual solve at this shift; fits?"""
+        nonlocal unit_lower, unit_upper
+        upper, points = _upper_bound(*problem, mu, factor)
+        unit_upper = min(unit_upper, upper)
+        for point in points:  # the dual solve gives primal candidates as well
+            unit_lower = max(unit_lower, _lower_bound(*problem, point))
+        return scaled(unit_lower, unit_upper).width <= tolerance
+
     if math.isfinite(multiplier):
         for factor in SHIFT_FACTORS:
-            unit_upper = min(unit_upper, _upper_bound(*problem, max(multiplier, 0.0), factor))
-            if scaled(unit_lower, unit_upper).width <= tolerance:
+            if tighten(max(multiplier, 0.0), factor):
                 return scaled(unit_lower, unit_upper)
     # The solver's answer does not certify: re-solve without the eigen-solver.
-    refined = _refine(unit_matrix, unit_linear, rho, multiplier)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        refined = _refine(unit_matrix, unit_linear, rho, multiplier)
     if refined is not None:
         mu, points = refined
         unit_lower = max([unit_lower] + [_lower_bound(*problem, point) for point in points])
         for factor in SHIFT_FACTORS:
-            unit_upper = min(unit_upper, _upper_bound(*problem, mu, factor))
-            if scaled(unit_lower, unit_upper).width <= tolerance:
+            if tighten(mu, factor):
                 break
     return scaled(unit_lower, unit_upper)
 
@@ -209,13 +210,23 @@ def _refine(matrix: np.ndarray, linear: np.ndarray, rho: float,
         if candidate_l is None or candidate == mu:
             break
         mu, factor_l = candidate, candidate_l
-    x = cho_solve((factor_l, True), linear)
-    direction = np.cos(np.arange(size) + 1.0)  # a fixed start, not the data's
-    for _ in range(3):
-        direction = cho_solve((factor_l, True), direction)
-        direction /= max(float(np.linalg.norm(direction)), 2.0**-1000)
-    fill = math.sqrt(max(rho * rho - float(x @ x), 0.0))
-    return mu, [x, x + fill * direction, x - fill * direction]
+    return mu, _candidates(factor_l, cho_solve((factor_l, True), linear), rho)
+
+
+def _candidates(factor_l: np.ndarray, x: np.ndarray, rho: float) -> list[np.ndarray]:
+    """Primal points from a dual solve x = (mu I - A)^-1 b: x, and x +- tau z
+    filling the ball along z, an inverse-iteration estimate (with the same
+    factor L of mu I - A) of A's top eigenvector, for the (near-)hard case,
+    where x(mu) misses the top direction."""
+    from scipy.linalg import cho_solve
+
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        direction = np.cos(np.arange(len(x)) + 1.0)  # a fixed start, not the data's
+        for _ in range(3):
+            direction = cho_solve((factor_l, True), direction)
+            direction /= max(float(np.linalg.norm(direction)), 2.0**-1000)
+        fill = math.sqrt(max(rho * rho - float(x @ x), 0.0)) if np.all(np.isfinite(x)) else 0.0
+    return [x, x + fill * direction, x - fill * direction]
 
 
 def _feasible(weights: np.ndarray, rho: float) -> np.ndarray:
@@ -223,7 +234,7 @@ def _feasible(weights: np.ndarray, rho: float) -> np.ndarray:
     if not np.all(np.isfinite(weights)):
         return np.zeros_like(weights)
     # ||w||^2 <= fl(w.w) (1 + gamma_d); the square root adds one rounding.
-    norm = _grow(float(np.sqrt(weights @ weights)), len(weights) + 2)
+    norm = grow(float(np.sqrt(weights @ weights)), len(weights) + 2)
     if norm <= rho:
         return weights
     # fl(rho / norm) (1 - 4u), times each w_i with one rounding: the exact norm
@@ -242,48 +253,50 @@ def _lower_bound(unit_matrix: np.ndarray, unit_linear: np.ndarray, unit_constant
     size = len(point)
     value = float(point @ (moments @ point))
     magnitude = np.abs(point)
-    absolute = _grow(float(magnitude @ (np.abs(moments) @ magnitude)), 2 * size)
-    gamma = _gamma(size)
-    error = _up(_up(gamma * _up(2.0 + gamma)) * absolute)
-    return _down(value - error)
+    absolute = grow(float(magnitude @ (np.abs(moments) @ magnitude)), 2 * size)
+    rounding = gamma(size)
+    error = up(up(rounding * up(2.0 + rounding)) * absolute)
+    return down(value - error)
 
 
 def _shift_estimate(unit_matrix: np.ndarray, multiplier: float) -> float:
-    """About the Cholesky test's error gamma_m trace(mu I - A), plus the
-    error of an eigenvalue solver's mu (~ m u max|a_ij|): the unit of the shift
-    schedule, a function of the (rounded) problem and mu only."""
-    size = unit_matrix.shape[0]
-    trace = size * multiplier - float(np.trace(unit_matrix))
-    spread = size * float(np.abs(unit_matrix).max(initial=0.0))
-    return _gamma(size + 1) * (max(trace, 0.0) + spread + 2.0**-60)
+    """u (|mu| + max|a_ij|): about the Cholesky test's measured error and an
+    eigen-solver's error in mu, the unit of the shift schedule (a function of
+    the rounded problem and mu only)."""
+    peak = float(np.abs(unit_matrix).max(initial=0.0))
+    return UNIT * (abs(multiplier) + peak) + 2.0**-1000
 
 
 def _upper_bound(unit_matrix: np.ndarray, unit_linear: np.ndarray, unit_constant: float,
-                 rho: float, multiplier: float, factor: float) -> float:
-    """The dual bound at mu = ``multiplier`` + factor * estimate, or inf when
-    the Cholesky test cannot prove mu I - A positive definite."""
+                 rho: float, multiplier: float, factor: float,
+                 ) -> tuple[float, list[np.ndarray]]:
+    """(the dual bound at mu = ``multiplier`` + factor * estimate, or inf when
+    the Cholesky test cannot prove mu I - A positive definite; primal
+    candidates from the x solving (mu I - A) x = b, :func:`_candidates`)."""
     size = unit_matrix.shape[0]
     delta = factor * _shift_estimate(unit_matrix, multiplier)
-    mu = _up(multiplier + delta)
-    shifted_multiplier = _down(mu - delta / 2)  # t < mu
+    mu = up(multiplier + delta)
+    shifted_multiplier = down(mu - delta / 2)  # t < mu
     identity = np.eye(size)
     shifted = shifted_multiplier * identity - unit_matrix  # off-diagonal exact
     try:
         factor_l = np.linalg.cholesky(shifted)
     except np.linalg.LinAlgError:
-        return math.inf
+        return math.inf, []
     if not np.all(np.isfinite(factor_l)):
-        return math.inf
-    residual = factor_l @ factor_l.T - shifted
-    frobenius_l = _grow(float(np.sum(factor_l * factor_l)), size * size + 1)
-    error = _up(_up(_grow(float(np.sqrt(np.sum(residual * residual))), size * size + 2)
-                    * _up(1.0 + UNIT)) + _up(_gamma(size) * frobenius_l))
-    diagonal = _up(UNIT * float(np.abs(np.diag(shifted)).max()))
-    ell = _down(_down(_down(mu - shifted_multiplier) - error) - diagonal)
+        return math.inf, []
+    # ||L L^T - H_s||_2 <= || (1 + u) |F| + bound ||_F, F = fl(fl(L L^T) - H_s).
+    product, bound = accurate_product(factor_l, factor_l.T)
+    entries = np.abs(product - shifted) * up(1.0 + UNIT) + bound
+    error = up(grow(float(np.sqrt(np.sum(entries * entries))), size * size + 8)
+               + _underflow_slack(size))
+    diagonal = up(UNIT * float(np.abs(np.diag(shifted)).max()))
+    ell = down(down(down(mu - shifted_multiplier) - error) - diagonal)
     if not ell > 0:
-        return math.inf
+        return math.inf, []
     solution = _solve(factor_l, unit_linear, unit_matrix, mu)
-    return _dual_value(unit_matrix, unit_linear, unit_constant, rho, mu, ell, solution)
+    return (_dual_value(unit_matrix, unit_linear, unit_constant, rho, mu, ell, solution),
+            _candidates(factor_l, solution, rho))
 
 
 def _solve(factor_l: np.ndarray, linear: np.ndarray, matrix: np.ndarray,
@@ -306,24 +319,23 @@ def _dual_value(matrix: np.ndarray, linear: np.ndarray, constant: float, rho: fl
     if not np.all(np.isfinite(x)):
         return math.inf
     size = len(x)
-    product = matrix @ x
+    product, product_bound = accurate_product(matrix, x)
     scaled = mu * x
     difference = scaled - product
     residual = linear - difference
-    gamma = _gamma(size)
+    rounding = gamma(size)
     magnitude = np.abs(x)
-    # |r^ - r| <= u |r^| + u |h| + u mu |x| + gamma_m |A| |x|, entrywise.
-    bound = (UNIT * (np.abs(residual) + np.abs(difference) + np.abs(scaled))
-             + gamma * (np.abs(matrix) @ magnitude))
-    bound_norm = _grow(float(np.sqrt(bound @ bound)), 2 * size + 8)
-    residual_norm = _up(_grow(float(np.sqrt(residual @ residual)), size + 2) + bound_norm)
-    x_norm = _grow(float(np.sqrt(x @ x)), size + 2)
+    # |r^ - r| <= u |r^| + u |h| + u mu |x| + |fl(A x) - A x|, entrywise.
+    bound = UNIT * (np.abs(residual) + np.abs(difference) + np.abs(scaled)) + product_bound
+    bound_norm = grow(float(np.sqrt(bound @ bound)), 2 * size + 8)
+    residual_norm = up(grow(float(np.sqrt(residual @ residual)), size + 2) + bound_norm)
+    x_norm = grow(float(np.sqrt(x @ x)), size + 2)
     inner = float(x @ linear)
-    inner_up = _up(inner + _up(gamma * _grow(float(magnitude @ np.abs(linear)), size)))
-    quadratic = _up(_up(inner_up + _up(x_norm * residual_norm))
-                    + _up(_up(residual_norm * residual_norm) / ell))
-    radius_term = _up(_up(mu * rho) * rho)
-    return _up(_up(constant + radius_term) + quadratic)
+    inner_up = up(inner + up(rounding * grow(float(magnitude @ np.abs(linear)), size)))
+    quadratic = up(up(inner_up + up(x_norm * residual_norm))
+                    + up(up(residual_norm * residual_norm) / ell))
+    radius_term = up(up(mu * rho) * rho)
+    return up(up(constant + radius_term) + quadratic)
 
 
 def certified_discrepancy(
@@ -350,4 +362,4 @@ def certified_discrepancy(
     lower = max(bracket.lower for bracket in brackets)
     upper = max(bracket.upper for bracket in brackets)
     value = min(max(max(abs(v) for v in values), lower), upper)
-    return value, _up(upper - lower)
+    return value, up(upper - lower)

@@ -150,7 +150,7 @@ def test_bracket_holds_the_exact_maximum(problem):
 
 @pytest.mark.parametrize("re_solve", [True, False])
 def test_the_bracket_of_a_wrong_answer_still_holds(monkeypatch, re_solve):
-    if not re_solve:  # the solver's answer alone: a wrong one cannot look tight
+    if not re_solve:  # the solver's answer alone (and the dual solves' candidates)
         monkeypatch.setattr(certified_quadratic, "_refine", lambda *args: None)
     eigenvalues = np.array([3.0, 1.0, -2.0, 0.0])
     q = basis(4)
@@ -164,7 +164,10 @@ def test_the_bracket_of_a_wrong_answer_still_holds(monkeypatch, re_solve):
         bracket = certify_maximum(matrix, linear, 1.0, 1.0, wrong)
         assert bracket.lower == -math.inf or Fraction(bracket.lower) <= exact_low
         assert bracket.upper == math.inf or Fraction(bracket.upper) >= exact_high
-        assert bracket.width > 1e-9 or re_solve
+    # With nothing to start from and no re-solve, nothing is certified.
+    nothing = good.__class__(math.nan, np.full(4, np.nan), math.nan, False)
+    bracket = certify_maximum(matrix, linear, 1.0, 1.0, nothing)
+    assert (bracket.upper == math.inf) != re_solve
 
 
 def test_asymmetric_matrices_are_refused():
