@@ -7,6 +7,10 @@ compare), and its widths against the error the kernel charges for the solve
 tied and clustered top eigenvalues, a rank-one public sample; radius 1e-3 to
 1e3. "first fit" is the width at the first shift that fits the charge (what
 the site stops at), "tightest" the best the whole schedule and re-solve give.
+Then the same for smoothed_discrepancy_gradient's check of eigh
+(``smoothed_spectral.eigen_error_bound``): its bound against the charged
+eigen share, random, clustered (gaps 1e-13) and tied spectra, and its cost
+against the eigh it checks.
 
 Run: ``.venv/bin/python benchmarks/certified_discrepancy.py [--quick]``
 (single-threaded BLAS, as a site on a shared machine runs it: OpenBLAS's
@@ -107,12 +111,52 @@ def widths(dims: tuple[int, ...], radii: tuple[float, ...]) -> None:
     print(f"\nlargest first-fit width / charge: {worst:.3g} (refused above 1)")
 
 
+def smoothed(dims: tuple[int, ...], repeats: int) -> None:
+    """smoothed_discrepancy_gradient's eigen certificate: its bound against the
+    charged share, and its cost against the eigh it checks."""
+    from privadapt.common.smoothed_spectral import eigen_error_bound
+
+    print("\nsmoothed gradient: d  spectrum    r        mu     bound / charge   cost / eigh")
+    kernel = get_kernel("smoothed_discrepancy_gradient")
+    worst = 0.0
+    for dim in dims:
+        rng = np.random.default_rng(dim)
+        for spectrum in ("random", "clustered", "tied"):
+            for r, mu in ((2.0**-100, 1e-3), (1.0, 1.0), (2.0**100, 2.0**20)):
+                if spectrum == "random":
+                    z = rng.normal(size=(dim, dim))
+                    matrix = (z + z.T) / (2 * dim) * r * r
+                else:
+                    q, _ = np.linalg.qr(rng.normal(size=(dim, dim)))
+                    values = 1.0 + np.arange(dim) * (1e-13 if spectrum == "clustered" else 0.0)
+                    values[::2] *= -1
+                    matrix = q @ np.diag(values) @ q.T * r * r
+                    matrix = (matrix + matrix.T) / 2
+                points = np.eye(dim)[:2] * r
+                params = kernel.Params.from_wire({"feature_norm": r, "source_points": points,
+                                                  "weights": np.array([0.5, 0.5]), "mu": mu},
+                                                 dim)
+                values_found, vectors = np.linalg.eigh(matrix)
+                eps, eta = eigen_error_bound(matrix, values_found, vectors)
+                bound = mu * eps + eta * (2 + eta)
+                ratio = bound / kernel.eigen_allowance(params, dim)
+                worst = max(worst, ratio)
+                eigh = median_seconds(lambda m=matrix: np.linalg.eigh(m), repeats)
+                check = median_seconds(
+                    lambda m=matrix, v=values_found, w=vectors: eigen_error_bound(m, v, w),
+                    repeats)
+                print(f"{dim:20d}  {spectrum:<9s} {r:8.0e} {mu:8.0e}   {ratio:14.2e}"
+                      f"   {check / eigh:11.2f}")
+    print(f"largest bound / charge: {worst:.3g} (refused above 1)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     quick = parser.parse_args().quick
     timing((3, 30) if quick else (3, 30, 100, 300), 3 if quick else 9)
     widths((3, 30) if quick else (3, 30, 100, 300), (1e-3, 1.0, 1e3))
+    smoothed((3, 30) if quick else (3, 30, 100, 300), 3 if quick else 9)
 
 
 if __name__ == "__main__":
