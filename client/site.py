@@ -67,6 +67,15 @@ not masked by the site worker. A selection (a mechanism that releases an
 index) computes the kernel's one vector of scores, rounds it onto the grid,
 draws the mechanism's choice from the site's own noise source, charges the
 ledger, and only then returns the index (a block of shape (1,)).
+
+Uncertified kernels. A kernel that checks its own floating-point error a
+posteriori (``exact_discrepancy``) raises ``UncertifiedComputationError``
+when the check fails, which happens only if LAPACK broke its documented
+accuracy. Releasing would under-charge, and a refusal on that query depends on
+the data; so the site refuses in fixed words, logs the details for its
+operator, and disables the kernel for every later query (before any record is
+read, in the same words) until the site process is restarted: a coordinator
+learns at most one bit, once per restart. The latch is kept in memory only.
 """
 
 from __future__ import annotations
@@ -85,6 +94,7 @@ from privadapt.client.ledger_admission import CheckedCharge
 from privadapt.client.policy import SitePolicy
 from privadapt.client.query_admission import AdmittedQuery, QueryAdmission, noise_split
 from privadapt.common.data import Dataset, Schema, load_dataset
+from privadapt.common.errors import QueryRefusedError, UncertifiedComputationError
 from privadapt.common.federation import Query, SitePrivacy, SiteShare
 from privadapt.common.noise import RandomBits, uniforms
 from privadapt.common.query_digest import canonical_encoding
@@ -93,6 +103,12 @@ from privadapt.common.record_parts import RecordPart, RecordSplitter
 # Where a job's per-record state records the part it was created on (absent:
 # every record, as for state from before record parts).
 _STATE_PART_KEY = "record_part"
+
+# The refusal of a kernel whose certificate failed: fixed words (module docstring).
+DISABLED_KERNEL_REASON = (
+    "this site has disabled the kernel: its floating-point error certificate failed on a "
+    "query (a numerical library outside its documented accuracy); the site's operator must "
+    "investigate and restart the site to enable it again")
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +130,7 @@ class Site:
         self._admission = QueryAdmission(policy, data.dim, data.num_records)
         self._splitter = RecordSplitter(data)
         self._job_states: dict[str, dict[str, Any]] = {}
+        self._disabled_kernels: set[str] = set()
 
     @classmethod
     def open(
@@ -147,6 +164,8 @@ class Site:
         sites, encoded on the fixed-point grid; raises ``QueryRefusedError`` (or
         ``BudgetExceededError``) when the policy forbids it, before anything is
         released."""
+        if query.kernel in self._disabled_kernels:
+            raise self._refusal(query)
         admitted = self._admission.admit(query, num_participants)
         # Every refusal the query and the job's state decide comes before any
         # private data is read (records split, kernel): a refusal is unpriced,
@@ -176,7 +195,7 @@ class Site:
         if kernel.per_record_state and not state and not query.records.is_all:
             state[_STATE_PART_KEY] = _part_fingerprint(query.records)
         self._update_local_state(admitted, state, records)
-        blocks = kernel.compute(self._sampled(admitted, records), params, state)
+        blocks = self._compute(admitted, self._sampled(admitted, records), state)
         noise = admitted.charged.noise_shares(admitted.released_shapes,
                                               *noise_split(query, num_participants),
                                               self._noise_source)
@@ -206,7 +225,7 @@ class Site:
         once the ledger has committed the charge."""
         query, codec = admitted.query, admitted.codec
         records = self._splitter.records(query.records)
-        (scores,) = admitted.kernel.compute(records, admitted.params, {})
+        (scores,) = self._compute(admitted, records, {})
         rounded = codec.decode(codec.encode_saturating(scores))
         index = admitted.charged.select(rounded, self._noise_source)
         charge = self.ledger.charge(query.job_id, query.query_id, admitted.charged,
@@ -216,6 +235,29 @@ class Site:
             self.name, query.job_id, query.query_id, query.kernel, charge.epsilon_after,
         )
         return SiteShare(self.name, query.query_id, (np.array([index], dtype=np.uint64),))
+
+    def _compute(self, admitted: AdmittedQuery, records: Dataset,
+                 state: dict[str, Any]) -> tuple[np.ndarray, ...]:
+        """The kernel's released blocks, or a refusal in fixed words that
+        disables the kernel when its error certificate fails (module docstring)."""
+        try:
+            return admitted.kernel.compute(records, admitted.params, state)
+        except UncertifiedComputationError as err:
+            query = admitted.query
+            self._disabled_kernels.add(query.kernel)
+            logger.error(
+                "site=%s job=%s query=%s kernel=%s DISABLED until restart: %s (nothing "
+                "released or charged; investigate the numerical libraries)",
+                self.name, query.job_id, query.query_id, query.kernel, err)
+            raise self._refusal(query) from None
+
+    def _refusal(self, query: Query) -> QueryRefusedError:
+        return self._admission.refusal(query, DISABLED_KERNEL_REASON)
+
+    @property
+    def disabled_kernels(self) -> frozenset[str]:
+        """Kernels this site refuses until restarted (their certificate failed)."""
+        return frozenset(self._disabled_kernels)
 
     def _sampled(self, admitted: AdmittedQuery, records: Dataset) -> Dataset:
         """``records`` (the query's part), or this query's own Poisson sample

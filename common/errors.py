@@ -32,3 +32,10 @@ class ReplayError(QueryRefusedError):
 class WireError(PrivadaptError, ValueError):
     """A message from the network is malformed (wrong dtype or shape, NaN, a
     missing or unknown field); the receiver rejects it and keeps running."""
+
+
+class UncertifiedComputationError(PrivadaptError, ArithmeticError):
+    """A kernel's a posteriori floating-point certificate did not fit the error
+    it charges (e.g. ``exact_discrepancy``, common/certified_quadratic.py): the
+    value must not be released. The site refuses with public words only and
+    disables the kernel until its operator restarts it (client/site.py)."""

@@ -54,9 +54,24 @@ BLAS bound (``blocked_gram``) moved into G by at most mu d e_gram / n in trace
 norm; the backward-stable ``eigh`` of M(q) (entries at most 2 r^2) perturbs
 it by O(d u ||M||), moved into G by mu times that; forming G, the projections
 and the dropped directions (``NEGLIGIBLE_WEIGHT``) add a few d u ||x||^2; the
-public terms a few ulps. Like ``exact_discrepancy``'s ``SOLVER_ERROR``, the eigen
-solver's constant is a margin (2^-36 relative, about 10^5 times LAPACK's
-observed d u), not a proof.
+public terms a few ulps.
+
+The eigen-solver's share is checked, not assumed (issue 17): from ``eigh``'s
+own output the site proves (``smoothed_spectral.eigen_error_bound``, the
+residual A V - V Lambda and the orthogonality defect V^T V - I, both by
+error-free split products) that an exactly orthogonal Q within eta of V
+diagonalises some A' within eps of A; then G(A') is within mu eps of G(A) in
+trace norm (the mu-smoothness above) and V diag(s) V^T within 2 eta + eta^2
+of G(A'), so each score's eigen error is at most ||x_i||^2 (mu eps + 2 eta +
+eta^2) (times n c). The site checks that this fits the charged share
+mu 2 r^2 2^-36 + 16 (d + 2) u per ||x_i||^2 (measured: at most about 0.6 of
+it, the 2 eta part dominating at tiny r; the mu part at most ~1e-4 of its
+share) and otherwise refuses and disables the kernel exactly as
+``exact_discrepancy`` does (its docstring: one bit, once per site restart,
+only where LAPACK broke its documented accuracy). The charge's term for the
+projections and the weights' rounding was 16 (d + 2) u and stays so; the
+certified orthogonality term is charged beside it (+16 (d + 2) u r^2 per
+record, negligible next to the sensitivity c mu r^2 ||x_i||^2).
 """
 
 from __future__ import annotations
@@ -69,6 +84,7 @@ from typing import Any
 import numpy as np
 
 from privadapt.common.data import Dataset
+from privadapt.common.errors import UncertifiedComputationError
 from privadapt.common.geometry import clip_rows_to_norm
 from privadapt.common.kernels.base import (
     Kernel,
@@ -82,7 +98,7 @@ from privadapt.common.kernels.blocked_gram import BLOCK_RECORDS, gram, gram_erro
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.smoothed_spectral import (
     NEGLIGIBLE_WEIGHT,
-    smoothed_norm_and_vertex_gradient,
+    certified_vertex_gradient,
 )
 from privadapt.common.validation import check_finite_array
 
@@ -93,7 +109,7 @@ MAX_FACTOR = 2.0**20
 #: How far q's sum may sit from 1, and a point's norm above r (float rounding).
 SIMPLEX_SLACK = 1e-9
 NORM_SLACK = 2.0**-40
-#: The eigen solver's error relative to ||M||, a margin (module docstring).
+#: The eigen solver's charged error relative to ||M||, checked (module docstring).
 SOLVER_ERROR = 2.0**-36
 _UNIT = 2.0**-53
 
@@ -223,10 +239,18 @@ class SmoothedDiscrepancyGradient(Kernel):
         r2 = params.feature_norm**2 * (1 + NORM_SLACK) ** 2
         mu, scale, records = params.mu, params.scale, max(1, int(max_records))
         gram_part = scale * mu * r2 * dim * gram_error(records, r2)  # n cancels
-        solver = records * scale * r2 * (mu * 2.0 * r2 * (SOLVER_ERROR + 16 * (dim + 2) * _UNIT)
+        solver = records * scale * r2 * (self.eigen_allowance(params, dim)
+                                          + mu * 2.0 * r2 * 16 * (dim + 2) * _UNIT
                                           + dim * NEGLIGIBLE_WEIGHT + 16 * (dim + 2) * _UNIT)
         public = 8 * _UNIT * self.max_abs_sum(params, records)
         return (gram_part + solver + public,)
+
+    @staticmethod
+    def eigen_allowance(params: SmoothedDiscrepancyGradientParams, dim: int) -> float:
+        """The eigen-solver's charged error per unit ||x_i||^2 and per record
+        scaling: what the certificate must fit (module docstring)."""
+        r2 = params.feature_norm**2 * (1 + NORM_SLACK) ** 2
+        return params.mu * 2.0 * r2 * SOLVER_ERROR + 16 * (dim + 2) * _UNIT
 
     def compute(self, data: Dataset, params: SmoothedDiscrepancyGradientParams,
                 state: MutableMapping[str, Any]) -> tuple[np.ndarray]:
@@ -239,8 +263,14 @@ class SmoothedDiscrepancyGradient(Kernel):
         target = gram(blocks, data.dim) / num
         points = params.source_points
         matrix = target - points.T @ (params.weights[:, None] * points)
-        _, gradient = smoothed_norm_and_vertex_gradient(points, 0.5 * (matrix + matrix.T),
-                                                        params.mu)
+        _, gradient, error = certified_vertex_gradient(points, 0.5 * (matrix + matrix.T),
+                                                       params.mu)
+        allowance = self.eigen_allowance(params, data.dim)
+        if not error <= allowance:
+            # Never released: the site refuses in public words (module docstring).
+            raise UncertifiedComputationError(
+                f"smoothed_discrepancy_gradient: the certified eigen error {error:.3g} "
+                f"exceeds the charged {allowance:.3g}")
         public = params.regularization * params.weights
         if params.offsets is not None:
             public = public + params.offsets

@@ -166,3 +166,15 @@ def test_a_selection_over_the_scores_is_answered_at_one_site(tmp_path):
     query = Query("job", "q", KERNEL.name, wire(), mechanism, form="per_site")
     (index,) = site.answer(query, 1).blocks
     assert 0 <= int(index[0]) < 6
+
+
+def test_softmax_weights_of_tied_eigenvalues_sum_to_one_at_huge_scales():
+    # mu ||A|| = 2^400: a log-partition of 2^400 + log 2 rounds to 2^400, and
+    # normalising by it gave each of two tied top eigenvalues weight 1 (sum 2).
+    from privadapt.common.smoothed_spectral import smoothed_spectrum
+
+    for top in (1.0, 2.0**60, 2.0**400):
+        _, _, signed = smoothed_spectrum(np.diag([top, top, 0.0]), 1.0)
+        assert math.fsum(np.abs(signed)) <= 1.0 + 1e-12
+        if top > 2.0**60 - 1:
+            assert signed[1:] == pytest.approx([0.5, 0.5])
