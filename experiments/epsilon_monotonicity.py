@@ -140,20 +140,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--splits", type=int, default=40)
     parser.add_argument("--quick", action="store_true", help="3 splits, short runs")
+    parser.add_argument("--scan-only", action="store_true",
+                        help="only scan the study CSVs (no boosting runs)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if RAM_DIRECTORY.is_dir():
         tempfile.tempdir = str(RAM_DIRECTORY)  # the ledgers' commits (adapter_study.py)
     started = time.perf_counter()
-    splits = 3 if args.quick else args.splits
-    rows = boosting_runs(splits, args.quick)
-    stem = "boosting_by_epsilon_quick" if args.quick else "boosting_by_epsilon"
-    write_csv(args.out / f"{stem}.csv",
-              ["split", "epsilon", "accuracy", "chosen", "candidate_accuracies"], rows)
-    print(f"Confidence boosting (noisy GD) on the demo split, n = {SIZE}, {splits} splits "
-          f"({time.perf_counter() - started:.0f} s)")
-    print_table(["epsilon", "mean", "std", "paired change", "its std error",
-                 "splits that dropped", "splits"], summarise_boosting(rows))
+    if not args.scan_only:
+        splits = 3 if args.quick else args.splits
+        rows = boosting_runs(splits, args.quick)
+        stem = "boosting_by_epsilon_quick" if args.quick else "boosting_by_epsilon"
+        write_csv(args.out / f"{stem}.csv",
+                  ["split", "epsilon", "accuracy", "chosen", "candidate_accuracies"], rows)
+        print(f"Confidence boosting (noisy GD) on the demo split, n = {SIZE}, {splits} "
+              f"splits ({time.perf_counter() - started:.0f} s)")
+        print_table(["epsilon", "mean", "std", "paired change", "its std error",
+                     "splits that dropped", "splits"], summarise_boosting(rows))
     drops = scan([ROOT / path for path in STUDY_CSVS])
     print("\nStudy rows whose mean gets worse with epsilon by more than one standard error:")
     print_table(["csv", "dataset", "n", "method", "epsilon", "mean before", "mean after",
