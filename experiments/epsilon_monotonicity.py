@@ -53,11 +53,14 @@ STUDY_CSVS = ("experiments/results/adapter_study.csv",
               "experiments/results/adapter_study_selection.csv",
               "experiments/results/adapter_study_selection_error.csv",
               "experiments/results/adapter_study_selection_grid.csv",
+              "experiments/results/step_rules_adult.csv",
+              "experiments/results/step_rules_regressions.csv",
               "experiments/seed004/results/boosting_small.csv",
               "experiments/seed004/results/boosting_large.csv")
 #: Rows that are not private adapters (free, or noise-free references).
 NOT_PRIVATE = ("source-only", "non-private", "oracle (non-private)",
-               "target-only (non-private)")
+               "oracle, grid (non-private)", "target-only (non-private)",
+               "non-private (reference)")
 
 
 def boosting_runs(splits: int, quick: bool) -> list[list]:
@@ -118,9 +121,10 @@ def scan(paths: list[Path]) -> list[list]:
             rows = list(csv.DictReader(handle))
         cells: dict[tuple, dict[float, tuple[float, float, int]]] = {}
         for row in rows:
-            if row["method"] in NOT_PRIVATE:
+            method = row.get("method", row.get("rule", ""))  # step_rule_study: "rule"
+            if method in NOT_PRIVATE:
                 continue
-            key = (row["dataset"], row.get("n", ""), row["method"])
+            key = (row["dataset"], row.get("n", ""), method)
             cells.setdefault(key, {})[float(row["epsilon"])] = (
                 float(row["metric_mean"]), float(row["metric_std"]), int(row["splits"]))
         for (dataset, size, method), by_epsilon in cells.items():

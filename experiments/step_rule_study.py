@@ -6,14 +6,17 @@ Rules compared (declared before the run; each reads only public values: n,
 which the kernel already treats as public under replace-one, epsilon,
 delta, d and the model radius Lambda):
 
-* ``default``: ``step_sizes="noise_aware"``, D = Lambda / 4;
+* ``default``: ``step_sizes="noise_aware"``, D = Lambda / 4 (the adapters'
+  default before this study);
 * ``smooth``: ``"noise_aware_smooth"`` (the cap without the Lipschitz G^2
   term), D = Lambda / 4;
 * ``switch``: the smooth step where the noise is small, the default
   elsewhere. "Small" is the adapters' own public yardstick: the iteration
   rule's T ~ epsilon n / sqrt(d log(1/delta)) reaches its cap of 200
   (noise_aware_plan.auto_iterations), i.e. rho = epsilon n / (200 sqrt(d
-  log(1/delta))) >= 1;
+  log(1/delta))) >= 1. It won (no row lost, large gains at rho >= 1) and is
+  now the adapters' default, ``step_sizes="auto"``
+  (``noise_aware_plan.auto_step_rule``), which this rule runs;
 * ``D ~ n eps``: the default step with D = Lambda / 4 * min(4, max(1, rho)):
   the allowed travel grows from Lambda / 4 to the paper's Lambda as the
   noise shrinks.
@@ -50,7 +53,11 @@ from experiments.adapter_study import (
 )
 from experiments.seed000.reporting import mean_std, print_table, write_csv
 from experiments.selection import Task, metric
-from privadapt.server.algorithms.noise_aware_plan import MAX_ITERATIONS, WARM_DISTANCE_FRACTION
+from privadapt.server.algorithms.noise_aware_plan import (
+    MAX_ITERATIONS,
+    WARM_DISTANCE_FRACTION,
+    iteration_demand,
+)
 from privadapt.server.algorithms.public_erm import fit_linear
 
 RULES = ("default", "smooth", "switch", "D ~ n eps")
@@ -59,17 +66,20 @@ RULES = ("default", "smooth", "switch", "D ~ n eps")
 def noise_ratio(epsilon: float, size: int, dim: int) -> float:
     """rho = epsilon n / (T_max sqrt(d log(1/delta))): 1 where the iteration
     rule's T reaches its cap (public values only)."""
-    return epsilon * size / (MAX_ITERATIONS * math.sqrt(dim * math.log(1.0 / DELTA)))
+    return iteration_demand(epsilon, DELTA, size, dim) / MAX_ITERATIONS
 
 
 def rule_options(rule: str, epsilon: float, size: int, dim: int, radius: float) -> dict:
     """The adapter options of ``rule`` at this (epsilon, n, d, Lambda)."""
-    rho = noise_ratio(epsilon, size, dim)
-    if rule == "smooth" or (rule == "switch" and rho >= 1.0):
+    if rule == "smooth":
         return {"step_sizes": "noise_aware_smooth"}
+    if rule == "switch":
+        return {"step_sizes": "auto"}
+    options = {"step_sizes": "noise_aware"}
     if rule == "D ~ n eps":
-        return {"step_distance": radius * WARM_DISTANCE_FRACTION * min(4.0, max(1.0, rho))}
-    return {}
+        rho = noise_ratio(epsilon, size, dim)
+        options["step_distance"] = radius * WARM_DISTANCE_FRACTION * min(4.0, max(1.0, rho))
+    return options
 
 
 def one_split(task: Task, size: int, split: int, warm: np.ndarray) -> dict:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from experiments.step_rule_study import RULES, noise_ratio, rule_options
+from privadapt.server.algorithms.noise_aware_plan import auto_step_rule
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,12 +18,15 @@ def test_the_rules_switch_at_the_iteration_rules_cap():
     # rho = 1 exactly where auto_iterations' T reaches 200.
     small, large = (1.0, 100, 10), (10.0, 3000, 10)
     assert noise_ratio(*small) < 1.0 < noise_ratio(*large)
-    assert rule_options("default", *small, 5.0) == {}
+    default = {"step_sizes": "noise_aware"}
+    assert rule_options("default", *small, 5.0) == default
     assert rule_options("smooth", *small, 5.0) == {"step_sizes": "noise_aware_smooth"}
-    assert rule_options("switch", *small, 5.0) == {}
-    assert rule_options("switch", *large, 5.0) == {"step_sizes": "noise_aware_smooth"}
-    assert rule_options("D ~ n eps", *small, 5.0) == {"step_distance": 1.25}
-    assert rule_options("D ~ n eps", *large, 5.0) == {"step_distance": pytest.approx(5.0)}
+    assert rule_options("switch", *small, 5.0) == {"step_sizes": "auto"}  # the estimator's
+    assert auto_step_rule(*small[:1], 1e-5, *small[1:]) == "noise_aware"
+    assert auto_step_rule(*large[:1], 1e-5, *large[1:]) == "noise_aware_smooth"
+    assert rule_options("D ~ n eps", *small, 5.0) == {**default, "step_distance": 1.25}
+    assert rule_options("D ~ n eps", *large, 5.0) == {
+        **default, "step_distance": pytest.approx(5.0)}
 
 
 @pytest.mark.slow  # about 15 s of CPU, up to a minute on a loaded machine
