@@ -31,7 +31,12 @@ For each shift, private size n, epsilon in {1, 3, 10} and repeated splits
   by basic composition, which left about 43% of epsilon 1 unspent);
 * ``oracle (non-private)``: the same job's candidates, chosen by their
   noise-free clipped validation loss (reads the validation records directly:
-  what the private selection approximates, not something a site would allow).
+  what the private selection approximates, not something a site would allow);
+* with ``--grid``: ``selected, grid (private)`` and ``oracle, grid
+  (non-private)``, the same job with the grid's private candidates instead
+  of noisy GD and the smooth adapter (``ADAPTER`` in the grid stands for the
+  task's adapter, ``pncnvx_adap`` or ``pcnvx_adap``), beside the selection
+  without it, into ``adapter_study_selection_grid.csv``.
 
 Every lever is a public rule (n, epsilon, delta, d, the clip region, the public
 source) and changes neither kernel nor mechanism; the ledger charges each
@@ -93,6 +98,10 @@ LEVERS = {
 SMOOTH = "after, smooth step"
 SELECTED = "selected (private)"
 ORACLE = "oracle (non-private)"
+SELECTED_GRID = "selected, grid (private)"
+ORACLE_GRID = "oracle, grid (non-private)"
+#: In a --grid, the task's adapter (PNCnvxAdap for logistic, PCnvxAdap for squared).
+ADAPTER = "ADAPTER"
 METHODS = ("source-only", "noisy GD", "non-private", "before", *LEVERS, "after", SMOOTH,
            SELECTED, ORACLE)
 RAM_DIRECTORY = Path("/dev/shm")
@@ -128,21 +137,24 @@ def adapter(task: Task, epsilon: float, seed: int, options: dict):
 
 def selection_settings(task: Task, epsilon: float, seed: int,
                        selection_share: float | None = None,
-                       composition: str | None = None) -> dict:
+                       composition: str | None = None, grid: str | None = None) -> dict:
     """SelectedAdaptation's hyperparameters for ``task``: its noisy GD and
     adapter settings (read off the task's own adapter), candidates noisy GD
-    and the adapter with the smooth step; ``selection_share`` and
+    and the adapter with the smooth step, or ``grid`` (a candidate list,
+    ``ADAPTER`` standing for the task's adapter); ``selection_share`` and
     ``composition`` None: the estimator's defaults."""
     adapter = task.adapter(epsilon=epsilon, delta=DELTA, iterations=task.iterations, seed=seed)
     params = adapter.get_params()
-    name = "pncnvx_adap_smooth" if "l1" in params else "pcnvx_adap_smooth"
+    base = "pncnvx_adap" if "l1" in params else "pcnvx_adap"
+    name = f"{base}_smooth"
+    candidates = f"noisy_gd,{name}" if grid is None else grid.replace(ADAPTER, base)
     return {"loss": task.loss, "radius": task.radius, "epsilon": epsilon, "delta": DELTA,
             "clip_norm": task.noisy_gd["clip_norm"],
             "learning_rate": task.noisy_gd["learning_rate"], "iterations": task.iterations,
             "feature_norm": params["feature_norm"], "label_bound": params["label_bound"],
             "alpha": params["alpha"], "penalty": params.get("l1", params.get("k1")),
             "mu": params["mu"] if math.isfinite(params["mu"]) else 100.0,
-            "step_scale": params["step_scale"], "candidates": f"noisy_gd,{name}",
+            "step_scale": params["step_scale"], "candidates": candidates,
             "seed": seed,
             **({} if selection_share is None else {"selection_share": selection_share}),
             **({} if composition is None else {"composition": composition})}
@@ -150,11 +162,13 @@ def selection_settings(task: Task, epsilon: float, seed: int,
 
 def selected(task: Task, private: tuple[np.ndarray, np.ndarray], epsilon: float, seed: int,
              selection_share: float | None, composition: str | None = None,
-             selection_score: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+             selection_score: str | None = None,
+             grid: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(the private selection's model, the non-private oracle's choice among
     the same candidates) of one SelectedAdaptation job at epsilon, each site
-    splitting its records into record parts as a networked job's sites do."""
-    settings = {**selection_settings(task, epsilon, seed, selection_share, composition),
+    splitting its records into record parts as a networked job's sites do;
+    ``grid``: its private candidates (selection_settings)."""
+    settings = {**selection_settings(task, epsilon, seed, selection_share, composition, grid),
                 "validation_fraction": VALIDATION_FRACTION,
                 **({} if selection_score is None else {"selection_score": selection_score})}
     with federation(*private, task.num_sites, seed, private=True) as sites:
@@ -176,8 +190,8 @@ def selected(task: Task, private: tuple[np.ndarray, np.ndarray], epsilon: float,
 
 def one_split(task: Task, size: int, split: int, warm: np.ndarray,
               methods: tuple[str, ...], selection_share: float | None = None,
-              composition: str | None = None,
-              selection_score: str | None = None) -> dict[tuple[str, float], float]:
+              composition: str | None = None, selection_score: str | None = None,
+              grid: str | None = None) -> dict[tuple[str, float], float]:
     rng = np.random.default_rng(3000 + split)
     order = rng.permutation(len(task.pool[1]))
     private = (task.pool[0][order[:size]], task.pool[1][order[:size]])
@@ -213,6 +227,11 @@ def one_split(task: Task, size: int, split: int, warm: np.ndarray,
                                       composition, selection_score)
             results[SELECTED, eps] = metric(task, chosen, test)
             results[ORACLE, eps] = metric(task, oracle, test)
+        if SELECTED_GRID in methods:
+            chosen, oracle = selected(task, private, eps, seed + 3, selection_share,
+                                      composition, selection_score, grid)
+            results[SELECTED_GRID, eps] = metric(task, chosen, test)
+            results[ORACLE_GRID, eps] = metric(task, oracle, test)
     return results
 
 
@@ -279,6 +298,12 @@ def main(argv: list[str] | None = None) -> int:
                              "'error' for the logistic tasks, 'loss' otherwise; the oracle "
                              "compares what the selection scores; with 'error' or 'loss' the "
                              "CSV is adapter_study_selection_<score>.csv)")
+    parser.add_argument("--grid", default=None,
+                        help="with --selection: also run the selection job with these "
+                             "private candidates (a SelectedAdaptation candidate list, "
+                             f"{ADAPTER!r} standing for the task's adapter, e.g. \"noisy_gd, "
+                             f"{ADAPTER}, {ADAPTER}_smooth:iterations=50\"), beside the "
+                             "selection without it (adapter_study_selection_grid.csv)")
     parser.add_argument("--tasks", default=None,
                         help="comma-separated task names to run (default: all)")
     parser.add_argument("--out", type=Path, default=Path("experiments/results"))
@@ -296,6 +321,10 @@ def main(argv: list[str] | None = None) -> int:
         methods = ("source-only", "noisy GD", "non-private", "after", SMOOTH, SELECTED, ORACLE)
         if args.selected_only:
             methods = ("source-only", "non-private", SELECTED, ORACLE)
+    if args.grid is not None:
+        if not (args.selection or args.quick):
+            parser.error("--grid needs --selection or --quick")
+        methods = (*methods, SELECTED_GRID, ORACLE_GRID)
     started = time.perf_counter()
     rows = []
     chosen_tasks = None if args.tasks is None else set(args.tasks.split(","))
@@ -307,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         task = replace(task, private_size=size)
         warm = fit_linear(*task.source, task.loss, task.radius)
         runs = [one_split(task, size, split, warm, methods, args.selection_share,
-                          args.composition, args.selection_score) for split in range(splits)]
+                          args.composition, args.selection_score, args.grid)
+                for split in range(splits)]
         rows.extend(summarise(task, size, runs, methods))
         print(f"  done ({time.perf_counter() - started:.0f} s)", flush=True)
     print("\nMetric: test accuracy (adult) or test MSE (regressions), mean +- std over splits;"
@@ -316,9 +346,11 @@ def main(argv: list[str] | None = None) -> int:
     header = ["dataset", "n", "method", "epsilon", "mean", "std", "gap to non-private %",
               "gap to source-only %", "p90 shortfall %", "splits"]
     print_table(header, rows)
-    name = "adapter_study_quick.csv" if args.quick else \
-        f"adapter_study_selection_{args.selection_score}.csv" if args.selection_score else \
-        "adapter_study_selection.csv" if args.selection else "adapter_study.csv"
+    name = "adapter_study_quick" if args.quick else \
+        "adapter_study_selection" if args.grid is not None else \
+        f"adapter_study_selection_{args.selection_score}" if args.selection_score else \
+        "adapter_study_selection" if args.selection else "adapter_study"
+    name += "_grid.csv" if args.grid is not None else ".csv"
     write_csv(args.out / name, ["dataset", "n", "method", "epsilon", "metric_mean",
                                 "metric_std", "gap_to_nonprivate_percent",
                                 "gap_to_source_only_percent", "p90_shortfall_percent",

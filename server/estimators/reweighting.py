@@ -17,9 +17,15 @@ free in privacy and every release and ledger charge stays the kernel's:
   computed by the coordinator from public data;
 * ``iterations="auto"``: T ~ epsilon n / sqrt(d log(1/delta)) in [10, 200]
   (``noise_aware_plan.auto_iterations``; n is public under replace-one);
-* ``step_sizes="noise_aware"``: Alg. 1 line 4's noise-aware w step with
-  D = Lambda / 4 from the warm start (``step_distance`` overrides D), capping
-  the curvature step; the curvature steps without noise;
+* ``step_sizes="auto"``: Alg. 1 line 4's noise-aware w step with D = Lambda
+  / 4 from the warm start (``step_distance`` overrides D), capping the
+  curvature step, ``"noise_aware"``; where epsilon n / sqrt(d log(1/delta))
+  reaches the iteration cap (the noise is small) the same cap without the
+  Lipschitz G^2 term, ``"noise_aware_smooth"``, which the smooth objectives
+  here allow (``noise_aware_plan.auto_step_rule`` says why, measured in
+  experiments/step_rule_study.py; it reads n, epsilon, delta and d only, so
+  it is free in privacy like the iteration rule); the curvature steps
+  without noise. ``step_rule_`` is the rule it ran;
 * ``clip_radius="auto"``: the sites clip to the bounds of the least radius
   whose gradient bound covers every public gradient at the start (squared
   loss; the logistic and softmax G do not depend on it); ``None``: ``radius``;
@@ -58,7 +64,11 @@ from privadapt.common.losses import SOFTMAX_CROSS_ENTROPY as SOFTMAX
 from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
 from privadapt.server.algorithms.cnvx_adap import pcnvx_adap
 from privadapt.server.algorithms.ncnvx_adap import pncnvx_adap
-from privadapt.server.algorithms.noise_aware_plan import auto_clip_radius, auto_iterations
+from privadapt.server.algorithms.noise_aware_plan import (
+    auto_clip_radius,
+    auto_iterations,
+    auto_step_rule,
+)
 from privadapt.server.algorithms.private_grid_search import GRID_LOSSES
 from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.algorithms.reweighted_descent import (
@@ -115,7 +125,7 @@ _SHARED = {
     "iterations": [*ITERATIONS, Options("auto")], "feature_norm": POSITIVE,
     "label_bound": POSITIVE, "radius": RADIUS,
     "clip_radius": [*POSITIVE, Options("auto"), None], "discrepancy": NON_NEGATIVE,
-    "step_sizes": [Options("noise_aware", "noise_aware_smooth", "curvature", "paper"),
+    "step_sizes": [Options("auto", "noise_aware", "noise_aware_smooth", "curvature", "paper"),
                    InstanceOf(StepSizes)],
     "step_scale": POSITIVE, "step_distance": [*POSITIVE, None], "calibration": CALIBRATION,
     "aggregate_noise_ratio": POSITIVE, "weight_noise": FLAG, "warm_start": FLAG,
@@ -183,14 +193,17 @@ class _Reweighting(AutoRadiusMixin, LinearModelMixin, PrivateEstimator):
                 if initial_weights is None else np.asarray(initial_weights, float)
             clip_radius = auto_clip_radius(loss, bounds, features, labels, start)
         bounds = replace(bounds, clip_radius=clip_radius)
+        num_private = sum(federation.site_sizes.values())
+        model_size = bounds.model_size(loss, features.shape[1])
         iterations = self.iterations
         if iterations == "auto":
-            iterations = auto_iterations(self.epsilon, self.delta,
-                                         sum(federation.site_sizes.values()),
-                                         bounds.model_size(loss, features.shape[1]))
+            iterations = auto_iterations(self.epsilon, self.delta, num_private, model_size)
+        step_sizes = self.step_sizes
+        if isinstance(step_sizes, str) and step_sizes == "auto":
+            step_sizes = auto_step_rule(self.epsilon, self.delta, num_private, model_size)
         result = self._solve(
             federation, features, labels, hyper=hyper, bounds=bounds, epsilon=self.epsilon,
-            delta=self.delta, iterations=iterations, step_sizes=self.step_sizes,
+            delta=self.delta, iterations=iterations, step_sizes=step_sizes,
             step_scale=self.step_scale, step_distance=self.step_distance,
             calibration=self.calibration,
             aggregate_noise_ratio=self.aggregate_noise_ratio, weight_noise=self.weight_noise,
@@ -205,6 +218,7 @@ class _Reweighting(AutoRadiusMixin, LinearModelMixin, PrivateEstimator):
         self.output_iteration_ = result.output_iteration
         self.noise_multiplier_ = result.noise_plan.noise_multiplier
         self.step_sizes_ = result.step_sizes
+        self.step_rule_ = step_sizes if isinstance(step_sizes, str) else "given"
         self.history_ = result.history
         self.privacy_ = result.privacy
         self.n_features_in_ = features.shape[1]
@@ -230,7 +244,8 @@ class PCnvxAdap(_Reweighting):
 
     Fitted: ``coef_``, ``iterations_`` (T run), ``clip_radius_``,
     ``public_weights_`` (u^Pub), ``average_coef_``,
-    ``last_coef_``, ``noise_multiplier_``, ``step_sizes_``, ``history_``,
+    ``last_coef_``, ``noise_multiplier_``, ``step_sizes_``, ``step_rule_`` (the
+    step rule run: ``step_sizes`` resolved, "given" for explicit sizes), ``history_``,
     ``privacy_``; with ``radius="auto"`` also ``radius_`` (the chosen 2^j,
     0.0 when candidate 0, the source-only model, wins) and ``norm_search_``."""
 
@@ -255,7 +270,7 @@ class PCnvxAdap(_Reweighting):
         kinf: float = 0.0,
         mu: float = math.inf,
         discrepancy: float = 0.0,
-        step_sizes: str | StepSizes = "noise_aware",
+        step_sizes: str | StepSizes = "auto",
         step_scale: float = 1.0,
         step_distance: float | None = None,
         calibration: str = "accountant",
@@ -338,7 +353,7 @@ class PNCnvxAdap(_Reweighting):
         discrepancy: float = 0.0,
         return_average: bool = True,
         seed: int | None = None,
-        step_sizes: str | StepSizes = "noise_aware",
+        step_sizes: str | StepSizes = "auto",
         step_scale: float = 1.0,
         step_distance: float | None = None,
         calibration: str = "accountant",

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -39,3 +41,40 @@ def test_adapter_study_quick_writes_the_table(tmp_path):
         for epsilon in (1.0, 3.0, 10.0):
             selected = cell[dataset, "selected (private)", epsilon]
             assert float(selected["p90_shortfall_percent"]) <= 1.0
+
+
+@pytest.mark.slow  # about 15 s of CPU
+def test_the_grid_runs_beside_the_default_selection_into_its_own_csv(tmp_path):
+    """--grid: the selection job with the grid's private candidates (ADAPTER
+    standing for the task's adapter) next to the one without it; the p90
+    target holds for both and the oracle rows say they are non-private."""
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.adapter_study", "--quick", "--grid",
+         "noisy_gd, noisy_gd:iterations=25, ADAPTER, ADAPTER_smooth", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "adapter_study_quick.csv").exists()
+    with open(tmp_path / "adapter_study_quick_grid.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    methods = {r["method"] for r in rows}
+    assert {"selected (private)", "selected, grid (private)",
+            "oracle, grid (non-private)"} <= methods
+    assert len(rows) == 2 * 9 * 3
+    for row in rows:
+        if row["method"].startswith("selected"):
+            assert float(row["p90_shortfall_percent"]) <= 1.0, row
+
+
+def test_the_grid_needs_a_selection():
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.adapter_study", "--grid", "noisy_gd"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode != 0 and "--grid needs" in result.stderr
+
+
+def test_the_grid_names_the_tasks_adapter():
+    from experiments.adapter_study import selection_settings, study_tasks
+    for task, _ in study_tasks(quick=True):
+        settings = selection_settings(task, 1.0, 0, grid="noisy_gd, ADAPTER_smooth:alpha=0.2")
+        assert settings["candidates"] == "noisy_gd, pcnvx_adap_smooth:alpha=0.2"
+        assert selection_settings(task, 1.0, 0)["candidates"] == "noisy_gd,pcnvx_adap_smooth"
