@@ -141,7 +141,10 @@ def certify_maximum(
     def tighten(mu: float, factor: float) -> bool:
         """Both bounds improved by the dual solve at this shift; fits?"""
         nonlocal unit_lower, unit_upper
-        upper, points = _upper_bound(*problem, mu, factor)
+        try:
+            upper, points = _upper_bound(*problem, mu, factor)
+        except (ValueError, np.linalg.LinAlgError):  # a non-finite solve: no bound here
+            return False
         unit_upper = min(unit_upper, upper)
         for point in points:  # the dual solve gives primal candidates as well
             unit_lower = max(unit_lower, _lower_bound(*problem, point))
@@ -151,9 +154,22 @@ def certify_maximum(
         for factor in SHIFT_FACTORS:
             if tighten(max(multiplier, 0.0), factor):
                 return scaled(unit_lower, unit_upper)
+    # A shift whose mu' rho^2 term takes a quarter of the allowed width (review
+    # 9b, medium: with A = 0 and a tiny b, mu* is tiny, the relative shifts
+    # above leave mu' I - A barely definite, and the residual term over it
+    # grew like 1/|b|, so a certificate failed on one record's presence).
+    if tolerance > 0:
+        base = max(multiplier, 0.0) if math.isfinite(multiplier) else 0.0
+        estimate = _shift_estimate(unit_matrix, base)
+        budget = math.ldexp(tolerance, j) / (4.0 * rho * rho)
+        if math.isfinite(budget) and budget > estimate and tighten(base, budget / estimate):
+            return scaled(unit_lower, unit_upper)
     # The solver's answer does not certify: re-solve without the eigen-solver.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        refined = _refine(unit_matrix, unit_linear, rho, multiplier)
+        try:
+            refined = _refine(unit_matrix, unit_linear, rho, multiplier)
+        except (ValueError, np.linalg.LinAlgError):  # a non-finite solve (review 9b)
+            refined = None
     if refined is not None:
         mu, points = refined
         unit_lower = max([unit_lower] + [_lower_bound(*problem, point) for point in points])
