@@ -75,7 +75,7 @@ import numpy as np
 from experiments.seed000.diabetes import load_diabetes_domains
 from experiments.seed000.reporting import mean_std, print_table, write_csv
 from experiments.seed000.synthetic import make_shifted_regression
-from experiments.selection import Task, adult_task, metric, regression_task
+from experiments.selection import Task, adult_task, metric, regression_task, split_records
 from privadapt import Dataset, LocalFederation, NoisyGD, load_adult_domains
 from privadapt.common.datasets.adult import DEMO_SPLIT
 from privadapt.common.losses import loss_values
@@ -192,11 +192,7 @@ def one_split(task: Task, size: int, split: int, warm: np.ndarray,
               methods: tuple[str, ...], selection_share: float | None = None,
               composition: str | None = None, selection_score: str | None = None,
               grid: str | None = None) -> dict[tuple[str, float], float]:
-    rng = np.random.default_rng(3000 + split)
-    order = rng.permutation(len(task.pool[1]))
-    private = (task.pool[0][order[:size]], task.pool[1][order[:size]])
-    test = task.test if task.test is not None else \
-        (task.pool[0][order[size:]], task.pool[1][order[size:]])
+    private, test = split_records(task, size, split)
     results = {("source-only", eps): metric(task, warm, test) for eps in EPSILONS}
     with federation(*private, task.num_sites, split, private=False) as sites:
         model = adapter(task, math.inf, split, BEFORE).fit(sites, task.source,

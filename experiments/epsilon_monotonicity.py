@@ -39,7 +39,7 @@ import numpy as np
 
 from experiments.adapter_study import RAM_DIRECTORY, adult_task, demo_split_task, federation
 from experiments.seed000.reporting import mean_std, print_table, write_csv
-from experiments.selection import metric
+from experiments.selection import metric, split_records
 from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.estimators import ConfidenceBoosting
 
@@ -72,8 +72,7 @@ def boosting_runs(splits: int, quick: bool) -> list[list]:
     source_only = fit_linear(*task.source, task.loss, task.radius)
     rows = []
     for split in range(splits):
-        order = np.random.default_rng(3000 + split).permutation(len(task.pool[1]))
-        private = (task.pool[0][order[:SIZE]], task.pool[1][order[:SIZE]])
+        private, _ = split_records(task, SIZE, split)
         for epsilon in EPSILONS:
             seed = 100 * split + int(epsilon) + 1  # boosting.py's seeds
             with federation(*private, task.num_sites, seed, private=True) as sites:

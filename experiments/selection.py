@@ -124,12 +124,20 @@ def learners(task: Task, train, epsilon, delta, warm, seed):
     return gd.coef_, adapter.coef_
 
 
-def one_split(task: Task, split: int, warm: np.ndarray) -> dict[tuple[str, float], float]:
-    rng = np.random.default_rng(3000 + split)
-    order = rng.permutation(len(task.pool[1]))
+def split_records(task: Task, size: int, split: int
+                  ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """(private, test) of repeated split ``split``: the first ``size`` records of
+    the pool's permutation seeded 3000 + split are private; the test is the
+    task's own test set, or else the rest of the pool. Every study draws its
+    splits here, so their split k holds the same records."""
+    order = np.random.default_rng(3000 + split).permutation(len(task.pool[1]))
     pick = lambda rows: (task.pool[0][rows], task.pool[1][rows])  # noqa: E731
-    private = pick(order[:task.private_size])
-    test = task.test if task.test is not None else pick(order[task.private_size:])
+    test = task.test if task.test is not None else pick(order[size:])
+    return pick(order[:size]), test
+
+
+def one_split(task: Task, split: int, warm: np.ndarray) -> dict[tuple[str, float], float]:
+    private, test = split_records(task, task.private_size, split)
     # Each site's records split into training and validation parts (a public,
     # data-independent rule: by position after the random permutation).
     blocks = np.array_split(np.arange(task.private_size), task.num_sites)

@@ -52,7 +52,7 @@ from experiments.adapter_study import (
     study_tasks,
 )
 from experiments.seed000.reporting import mean_std, print_table, write_csv
-from experiments.selection import Task, metric
+from experiments.selection import Task, metric, split_records
 from privadapt.server.algorithms.noise_aware_plan import (
     MAX_ITERATIONS,
     WARM_DISTANCE_FRACTION,
@@ -83,11 +83,7 @@ def rule_options(rule: str, epsilon: float, size: int, dim: int, radius: float) 
 
 
 def one_split(task: Task, size: int, split: int, warm: np.ndarray) -> dict:
-    rng = np.random.default_rng(3000 + split)  # adapter_study's splits
-    order = rng.permutation(len(task.pool[1]))
-    private = (task.pool[0][order[:size]], task.pool[1][order[:size]])
-    test = task.test if task.test is not None else \
-        (task.pool[0][order[size:]], task.pool[1][order[size:]])
+    private, test = split_records(task, size, split)
     results = {("source-only", eps): metric(task, warm, test) for eps in EPSILONS}
     with federation(*private, task.num_sites, split, private=False) as sites:
         exact = adapter(task, math.inf, split, BEFORE).fit(sites, task.source,

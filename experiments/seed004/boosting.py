@@ -42,7 +42,7 @@ import numpy as np
 
 from experiments.adapter_study import RAM_DIRECTORY, federation, study_tasks
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
-from experiments.selection import Task, metric
+from experiments.selection import Task, metric, split_records
 from privadapt import NoisyGD
 from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.estimators import ConfidenceBoosting, OutputPerturbation
@@ -85,11 +85,7 @@ def run_methods(task: Task, private, test, epsilon: float, seed: int,
 
 
 def one_split(task: Task, size: int, split: int, source_only: np.ndarray) -> dict:
-    rng = np.random.default_rng(3000 + split)  # adapter_study's splits
-    order = rng.permutation(len(task.pool[1]))
-    private = (task.pool[0][order[:size]], task.pool[1][order[:size]])
-    test = task.test if task.test is not None else \
-        (task.pool[0][order[size:]], task.pool[1][order[size:]])
+    private, test = split_records(task, size, split)
     runs = {("source-only", eps): metric(task, source_only, test) for eps in EPSILONS}
     with federation(*private, task.num_sites, split, private=False) as sites:
         exact = NoisyGD(loss=task.loss, epsilon=math.inf, delta=0.0,
