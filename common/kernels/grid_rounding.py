@@ -5,8 +5,9 @@ A site rounds its clipped sum and its noise share onto the grid 2^-f
 post-processing of the ideal mechanism on the rounded sum. Rounding moves each
 coordinate by at most half a step, so two neighbouring sums, each rounded,
 differ by at most the kernel's sensitivity plus one step per coordinate:
-sqrt(size) 2^-f in L2, size 2^-f in L1. A block of sensitivity 0 is identical
-on neighbours, and so is its rounding: it is charged nothing. Local blocks
+sqrt(size) 2^-f in L2, size 2^-f in L1. A block of sensitivity 0 computed
+exactly is identical on neighbours, and so is its rounding: it is charged
+nothing. Local blocks
 never reach the grid and are charged their own sensitivity.
 
 The kernel's own float computation comes first (issue 17): its value may sit
@@ -25,6 +26,11 @@ This is the one place the charge is written: the site charges it, and
 algorithm does not know the federation's grid, so it sizes for the coarsest
 grid a site accepts; the noise is then sound for every grid (a finer grid
 charges less), and exactly the target on the coarsest.
+
+A block of sensitivity 0 whose computation still carries an error bound e > 0
+is not free: its ideal value is the same on neighbours, but the computed
+values may differ by 2e per entry and then round to different grid points, so
+it is charged the step and 2e like any other block (review 9a).
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ def rounding_charged(
     errors = (0.0,) * len(shapes) if errors is None else errors
     return tuple(
         s + (math.prod(shape) if norm == "l1" else math.sqrt(math.prod(shape))) * (step + 2 * e)
-        if s > 0 else 0.0
+        if s > 0 or e > 0 else 0.0
         for s, shape, e in zip(sensitivities, shapes, errors, strict=True)
     )
 
