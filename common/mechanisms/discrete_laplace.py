@@ -91,6 +91,25 @@ def grid_steps(sensitivity: float, fractional_bits: int) -> int:
     return math.ceil(exact)
 
 
+def check_scale_steps(name: str, value: Any) -> float:
+    """``value`` as a discrete Laplace scale t in grid steps the exact samplers
+    take (in (0, 2^45], numerator and denominator at most 2^48), or ValueError."""
+    scale = float(value)
+    if not 0 < scale <= MAX_SCALE_STEPS:
+        raise ValueError(f"{name} must be in (0, 2^45], got {value!r}")
+    as_rational(scale, name, MAX_PARAMETER_PART)
+    return scale
+
+
+def float_at_least(exact: Fraction) -> float:
+    """The least double at or above the rational ``exact`` (inf beyond 2^1000):
+    an epsilon written as a float that never understates the exact one."""
+    if exact > 2**1000:
+        return math.inf
+    value = float(exact)
+    return value if Fraction(value) >= exact else math.nextafter(value, math.inf)
+
+
 def dyadic_scale_at_least(scale_steps: float) -> float:
     """The least float >= ``scale_steps`` whose binary value has numerator and
     denominator at most 2^48 (40 significant bits, rounded up): a scale the
@@ -133,12 +152,8 @@ class DiscreteLaplaceMechanism(KernelMechanism):
         object.__setattr__(self, "fractional_bits", check_grid_bits(
             "DiscreteLaplaceMechanism.fractional_bits", self.fractional_bits))
         object.__setattr__(self, "sensitivity", float(self.sensitivity))
-        object.__setattr__(self, "scale_steps", float(self.scale_steps))
-        if not 0 < self.scale_steps <= MAX_SCALE_STEPS:
-            raise ValueError(f"DiscreteLaplaceMechanism.scale_steps must be in (0, 2^45], "
-                             f"got {self.scale_steps!r}")
-        as_rational(self.scale_steps, "DiscreteLaplaceMechanism.scale_steps",
-                    MAX_PARAMETER_PART)
+        object.__setattr__(self, "scale_steps", check_scale_steps(
+            "DiscreteLaplaceMechanism.scale_steps", self.scale_steps))
         object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
 
     @classmethod
@@ -156,8 +171,7 @@ class DiscreteLaplaceMechanism(KernelMechanism):
     @property
     def grid_sensitivity(self) -> int:
         """Delta: the L1 sensitivity in grid steps (module docstring)."""
-        return 0 if self.sensitivity == 0 else grid_steps(self.sensitivity,
-                                                           self.fractional_bits)
+        return grid_steps(self.sensitivity, self.fractional_bits)
 
     @property
     def exact_scale(self) -> Fraction:
@@ -175,13 +189,8 @@ class DiscreteLaplaceMechanism(KernelMechanism):
 
     @property
     def pure_epsilon(self) -> float:
-        # Rounded up so the float never understates the exact rational; a
-        # sensitivity of 1e300 (a policy without a clip limit) is inf, refused.
-        exact = self.exact_epsilon
-        if exact > 2**1000:
-            return math.inf
-        value = float(exact)
-        return value if Fraction(value) >= exact else math.nextafter(value, math.inf)
+        # A sensitivity of 1e300 (a policy without a clip limit) is inf, refused.
+        return float_at_least(self.exact_epsilon)
 
     @property
     def noise_grid_bits(self) -> int:

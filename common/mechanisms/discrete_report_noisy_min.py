@@ -73,11 +73,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from privadapt.common.discrete_noise import MAX_PARAMETER_PART, as_rational, discrete_laplace
+from privadapt.common.discrete_noise import discrete_laplace
 from privadapt.common.mechanisms.base import Adjacency
 from privadapt.common.mechanisms.discrete_laplace import (
-    MAX_SCALE_STEPS,
     check_grid_bits,
+    check_scale_steps,
+    float_at_least,
     grid_steps,
 )
 from privadapt.common.mechanisms.discrete_selection import grid_utilities
@@ -109,11 +110,8 @@ class DiscreteReportNoisyMin(SelectionMechanism):
         name = "DiscreteReportNoisyMin"
         object.__setattr__(self, "sensitivity", check_nonnegative_finite(
             f"{name}.sensitivity", self.sensitivity))
-        object.__setattr__(self, "scale_steps", float(self.scale_steps))
-        if not 0 < self.scale_steps <= MAX_SCALE_STEPS:
-            raise ValueError(f"{name}.scale_steps must be in (0, 2^45], "
-                             f"got {self.scale_steps!r}")
-        as_rational(self.scale_steps, f"{name}.scale_steps", MAX_PARAMETER_PART)
+        object.__setattr__(self, "scale_steps",
+                           check_scale_steps(f"{name}.scale_steps", self.scale_steps))
         object.__setattr__(self, "fractional_bits",
                            check_grid_bits(f"{name}.fractional_bits", self.fractional_bits))
         object.__setattr__(self, "minimize", check_bool(f"{name}.minimize", self.minimize))
@@ -124,8 +122,7 @@ class DiscreteReportNoisyMin(SelectionMechanism):
     @property
     def grid_sensitivity(self) -> int:
         """Delta: the scores' sensitivity in grid steps."""
-        return 0 if self.sensitivity == 0 else grid_steps(self.sensitivity,
-                                                           self.fractional_bits)
+        return grid_steps(self.sensitivity, self.fractional_bits)
 
     @property
     def exact_epsilon(self) -> Fraction:
@@ -138,12 +135,7 @@ class DiscreteReportNoisyMin(SelectionMechanism):
 
     @property
     def pure_epsilon(self) -> float:
-        # Rounded up, so the float never understates the exact rational.
-        exact = self.exact_epsilon
-        if exact > 2**1000:
-            return math.inf
-        value = float(exact)
-        return value if Fraction(value) >= exact else math.nextafter(value, math.inf)
+        return float_at_least(self.exact_epsilon)
 
     @property
     def noise_grid_bits(self) -> int:

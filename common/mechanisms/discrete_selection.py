@@ -104,8 +104,7 @@ class DiscreteExponentialMechanism(SelectionMechanism):
     @property
     def grid_sensitivity(self) -> int:
         """Delta: the scores' sensitivity in grid steps."""
-        return 0 if self.sensitivity == 0 else grid_steps(self.sensitivity,
-                                                           self.fractional_bits)
+        return grid_steps(self.sensitivity, self.fractional_bits)
 
     @property
     def coefficient(self) -> Fraction | None:

@@ -85,6 +85,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from privadapt.common.mechanisms.discrete_laplace import float_at_least
 from privadapt.common.noise import RandomBits, SecureRandomBits
 
 #: Gamma: scaled gaps are clamped here (module docstring), in nats.
@@ -260,9 +261,7 @@ def integer_weights(utilities: np.ndarray, coefficient: Fraction,
 def charged_epsilon(epsilon: float) -> float:
     """The smallest double at or above epsilon + xi: what a site charges for
     a draw at ``epsilon`` (module docstring)."""
-    exact = Fraction(epsilon) + Fraction(EPSILON_SURCHARGE)
-    value = float(exact)
-    return value if Fraction(value) >= exact else math.nextafter(value, math.inf)
+    return float_at_least(Fraction(epsilon) + Fraction(EPSILON_SURCHARGE))
 
 
 def random_words(count: int) -> int:
