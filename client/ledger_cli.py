@@ -236,7 +236,10 @@ def _print_ledger(
         f"{policy.adjacency.value} adjacency, accounted by {policy.accounting.value.upper()}",
         file=out,
     )
-    for line in latch_lines(ledger.latches()):
+    latched = latch_lines(ledger.latches())
+    if latched:
+        print(file=out)
+    for line in latched:
         print(line, file=out)
     charges = ledger.charges(job)
     print(file=out)

@@ -185,6 +185,22 @@ def test_the_words_are_the_same_for_every_latched_kernel_and_run(tmp_path, monke
     assert not any(character.isdigit() for character in DISABLED_KERNEL_REASON)
 
 
+def test_a_latched_kernel_is_refused_alike_on_neighbouring_datasets(tmp_path, monkeypatch):
+    # The latch is the one bit already out; what the site says afterwards
+    # reads no record, so neighbours (replace-one, add/remove) say the same.
+    extreme = Dataset(np.vstack([DATA.features, np.full(DIM, 1e6)]),
+                      np.append(DATA.labels, 7.0), NAMES)
+    replaced = Dataset(extreme.features[1:], extreme.labels[1:], NAMES)
+    messages = set()
+    for index, data in enumerate((DATA, extreme, replaced)):
+        db = tmp_path / f"site-{index}.db"
+        latch(db, monkeypatch)
+        site = Site(data, policy(), PrivacyLedger(db, policy()))
+        messages.add(refuse(site, EXACT, "q-later"))
+        assert site.ledger.charges() == []
+    assert len(messages) == 1
+
+
 def test_a_latch_set_by_another_process_is_seen_at_the_next_query(tmp_path, monkeypatch):
     db = tmp_path / "site.db"
     running = open_site(db, create=True)  # opened before the latch exists
