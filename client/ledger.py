@@ -13,7 +13,9 @@ DESIGN.md sections 2 and 7; STYLE.md section 1. One database file per site
   charges, hash-chain head, pure-epsilon sum, RDP curve): derived from the
   rows, written in each charge's own transaction, rebuilt from the rows and
   checked when the ledger opens (:mod:`privadapt.client.ledger_totals`);
-* ``job_state`` and ``reservations``; the tables and their upgrades are in
+* ``job_state``, ``reservations`` and ``kernel_latches`` (kernels refused
+  since their floating-point certificate failed,
+  :mod:`privadapt.client.ledger_latches`); the tables and their upgrades are in
   :mod:`privadapt.client.ledger_schema`, opening in
   :mod:`privadapt.client.ledger_open`, reading in
   :mod:`privadapt.client.ledger_view`.
@@ -53,6 +55,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from privadapt.client import ledger_latches as latches
 from privadapt.client import ledger_reservations as reservations
 from privadapt.client.ledger_accounting import mechanism_json
 from privadapt.client.ledger_admission import CheckedCharge, admit
@@ -114,6 +117,16 @@ class PrivacyLedger(LedgerView):
         if not path.is_file():
             raise ConfigError(f"ledger {path}: no such file; pass the site's ledger database")
         return cls(path, policy_from_meta(path, read_meta(path)), read_only=True)
+
+    @classmethod
+    def open_for_operator(cls, path: str | Path) -> PrivacyLedger:
+        """Open an existing ledger for an operator command that writes (e.g.
+        clearing a latch), with the cap recorded in it: verified and upgraded
+        like a site's open, never created."""
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"ledger {path}: no such file; pass the site's ledger database")
+        return cls(path, policy_from_meta(path, read_meta(path)))
 
     def close(self) -> None:
         """Close the calling thread's connection; every reservation this
@@ -286,6 +299,29 @@ class PrivacyLedger(LedgerView):
         return Charge(job_id, query_id, mechanism, epsilon, method, now,
                       UNKNOWN_KERNEL if kernel is None else kernel)
 
+    # -- kernel latches (client/ledger_latches.py) -----------------------------
+
+    def latch_kernel(self, kernel: str, job_id: str, query_id: str) -> latches.KernelLatch:
+        """Latch ``kernel`` off, committed (``synchronous=FULL``) before this
+        returns: the site returns its refusal only after this, so a crash
+        between the two keeps the latch."""
+        self._refuse_read_only()
+        with self._lock, self._transaction() as conn:
+            return latches.insert(conn, kernel, job_id, query_id, time.time())
+
+    def clear_latch(self, kernel: str) -> latches.KernelLatch:
+        """The operator's decision to enable ``kernel`` again (its next failed
+        certificate releases one more bit); ``ConfigError`` if it is not latched."""
+        self._refuse_read_only()
+        with self._lock, self._transaction() as conn:
+            cleared = latches.clear(conn, kernel, time.time())
+            if cleared is None:
+                held = sorted(each.kernel for each in latches.every(conn) if each.active)
+                raise ConfigError(
+                    f"ledger {self.path}: kernel {kernel!r} is not latched (latched: "
+                    f"{', '.join(held) if held else 'none'}); nothing was changed")
+        return cleared
+
     def _admit_charge(self, conn: sqlite3.Connection, job_id: str, query_id: str,
                       mechanism: Mechanism, text: str,
                       checked: CheckedCharge | None) -> tuple[float, AccountingMethod]:
@@ -311,8 +347,7 @@ class PrivacyLedger(LedgerView):
     def _checked_text(self, job_id: str, query_id: str, mechanism: Mechanism) -> str:
         """The stored form of ``mechanism``, once the release's ids and
         adjacency are checked; refuses on a read-only ledger."""
-        if self.read_only:
-            raise RuntimeError(f"ledger {self.path} was opened read-only; it cannot charge")
+        self._refuse_read_only()
         for name, value in (("job_id", job_id), ("query_id", query_id)):
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{name} must be a non-empty string, got {value!r}")
@@ -321,6 +356,10 @@ class PrivacyLedger(LedgerView):
         except ValueError as err:
             raise QueryRefusedError(f"site {self.policy.site_name!r}: {err}") from None
         return mechanism_json(mechanism)
+
+    def _refuse_read_only(self) -> None:
+        if self.read_only:
+            raise RuntimeError(f"ledger {self.path} was opened read-only; it cannot change")
 
     def _refuse_replay(self, conn: sqlite3.Connection, job_id: str, query_id: str) -> None:
         row = conn.execute(

@@ -1,4 +1,4 @@
-"""``privadapt ledger init`` and ``privadapt ledger show``: a site's privacy
+"""``privadapt ledger init``, ``show`` and ``clear-latch``: a site's privacy
 ledger for its operator.
 
 ``init`` creates a site's ledger, once, on purpose: a site daemon never
@@ -11,7 +11,17 @@ per charge with the kernel that computed it ("unknown" for a charge from
 before the ledger recorded kernels) and every field that determines its cost (the stored mechanism,
 so a reader can recompute it: a Poisson-sampled Gaussian's sampling rate,
 each block's sensitivity and multiplier) and the running epsilon, then the
-composed epsilon per job and overall, naming the accounting method.
+composed epsilon per job and overall, naming the accounting method. It lists,
+before the charges, every kernel the site latched off because its
+floating-point certificate failed (client/ledger_latches.py), with when, and
+the latches an operator cleared since.
+
+``clear-latch`` is the operator's deliberate decision to enable such a kernel
+again: the latch is stamped cleared (never deleted, so ``show`` still lists
+it), and the site answers the kernel from its next query on. Whether a
+certificate fails can depend on the private data, so each clear lets a
+coordinator learn one more bit; clear only after investigating the numerical
+libraries.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from typing import Any, TextIO
 from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.ledger_accounting import exact_report, mechanism_json, parse_mechanism
 from privadapt.client.ledger_chain import head_file
+from privadapt.client.ledger_latches import KernelLatch
 from privadapt.client.ledger_view import Charge
 from privadapt.client.policy import SitePolicy
 from privadapt.common.errors import ConfigError
@@ -63,6 +74,47 @@ def init_ledger(site_db: Path, policy_file: Path) -> int:
     print(f"created the privacy ledger of site {policy.site_name!r}: {site_db} "
           f"(and its head file {head_file(site_db)}; keep both, and back them up together)")
     return 0
+
+
+def clear_latch(site_db: Path, kernel: str, out: TextIO | None = None) -> int:
+    """Clear ``kernel``'s latch in the ledger ``site_db`` (verified first, as a
+    site opens it); 0, or 2 after a one-line message on stderr (missing or
+    altered ledger, or a kernel that is not latched)."""
+    out = sys.stdout if out is None else out
+    try:
+        with PrivacyLedger.open_for_operator(site_db) as ledger:
+            cleared = ledger.clear_latch(kernel)
+    except ConfigError as err:
+        print(f"privadapt ledger clear-latch: {err}", file=sys.stderr)
+        return _EXIT_ERROR
+    print(f"cleared the latch on kernel {kernel!r} (set {_when(cleared.latched_at)} by query "
+          f"{cleared.query_id!r} of job {cleared.job_id!r}) in {site_db}: the site answers it "
+          "again from its next query, and a coordinator can learn one more bit (whether its "
+          "certificate fails again)", file=out)
+    return 0
+
+
+def latch_lines(latches: list[KernelLatch]) -> list[str]:
+    """What ``ledger show`` prints about latched kernels (nothing if none was
+    ever latched)."""
+    if not latches:
+        return []
+    held = [each for each in latches if each.active]
+    lines = ["latched kernels (refused since their floating-point certificate failed, until "
+             "an operator runs `privadapt ledger clear-latch`):"]
+    lines += [f"  {each.kernel}  latched {_when(each.latched_at)} by query {each.query_id!r} "
+              f"of job {each.job_id!r}" for each in held] or ["  none"]
+    cleared = [each for each in latches if not each.active]
+    if cleared:
+        lines.append("cleared latches (each latch released at most one bit):")
+        lines += [f"  {each.kernel}  latched {_when(each.latched_at)}, cleared "
+                  f"{_when(each.cleared_at or 0.0)}" for each in cleared]
+    return lines
+
+
+def _latch_document(latch: KernelLatch) -> dict[str, Any]:
+    return {"kernel": latch.kernel, "latched_at": latch.latched_at, "job_id": latch.job_id,
+            "query_id": latch.query_id, "cleared_at": latch.cleared_at}
 
 
 def _epsilon(value: float) -> str:
@@ -148,7 +200,8 @@ def ledger_document(ledger: PrivacyLedger, site_db: Path, jobs: list[str],
                     job: str | None) -> dict[str, Any]:
     """What ``ledger show`` prints, for scripts: the cap, every charge with
     its stored mechanism (every field its cost depends on) and running
-    epsilon, the composed epsilon per job and over all jobs."""
+    epsilon, the kernels latched off (and the latches cleared), the composed
+    epsilon per job and over all jobs."""
     policy = ledger.policy
     charges = ledger.charges(job)
     total = ledger.spent()
@@ -162,6 +215,9 @@ def ledger_document(ledger: PrivacyLedger, site_db: Path, jobs: list[str],
                      "mechanism": json.loads(mechanism_json(c.mechanism)),
                      "epsilon_after": c.epsilon_after, "method": c.method.value}
                     for c in charges],
+        "latched_kernels": [_latch_document(each) for each in ledger.latches() if each.active],
+        "cleared_latches": [_latch_document(each) for each in ledger.latches()
+                            if not each.active],
         "jobs": {name: {"charges": sum(c.job_id == name for c in charges),
                         "epsilon": (report := ledger.spent_by_job(name)).epsilon,
                         "method": report.method.value} for name in jobs},
@@ -180,6 +236,11 @@ def _print_ledger(
         f"{policy.adjacency.value} adjacency, accounted by {policy.accounting.value.upper()}",
         file=out,
     )
+    latched = latch_lines(ledger.latches())
+    if latched:
+        print(file=out)
+    for line in latched:
+        print(line, file=out)
     charges = ledger.charges(job)
     print(file=out)
     if not charges:

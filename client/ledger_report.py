@@ -14,7 +14,9 @@ Each number is printed rounded and carried exactly in a ``data-value``
 attribute (Python's ``repr`` of the float), so a program can check the page
 against the ledger. Each release names the kernel that computed it, as the
 ledger recorded it ("unknown" for a charge from before the ledger recorded
-kernels, schema 3).
+kernels, schema 3). A section lists every kernel the site latched off after
+its floating-point certificate failed (client/ledger_latches.py), active or
+cleared by an operator, each one bit released uncharged.
 
 The cumulative figure is the running epsilon each charge recorded when it was
 admitted: the exact figure when the charge needed it, otherwise the upper
@@ -33,6 +35,7 @@ from pathlib import Path
 from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.ledger_accounting import exact_report, mechanism_json
 from privadapt.client.ledger_cli import verified_ledger
+from privadapt.client.ledger_latches import KernelLatch
 from privadapt.client.ledger_view import Charge
 from privadapt.common.html_page import cell, number, page, row, step_plot, when
 from privadapt.common.mechanisms import KernelMechanism, Mechanism
@@ -80,6 +83,8 @@ def render_report(ledger: PrivacyLedger, verified: str, site_db: Path) -> str:
         '<p class="note">Each step is the running epsilon the ledger recorded when it admitted '
         "a charge (the exact figure when it was needed, otherwise the upper bound that admitted "
         "it); the dashed line is the cap. The exact totals are in the tables.</p>",
+        "<h2>Latched kernels</h2>",
+        _latches_table(ledger.latches()),
         "<h2>Jobs</h2>",
         _jobs_table(ledger, charges),
         "<h2>Releases</h2>",
@@ -98,6 +103,29 @@ def _jobs_table(ledger: PrivacyLedger, charges: Sequence[Charge]) -> str:
             f'<td class="n">{len(mine)}</td><td>{when(mine[0].timestamp)}</td>'
             f"<td>{when(mine[-1].timestamp)}</td>"
             f"{cell(spent.epsilon, 'job_epsilon')}</tr>")
+    rows.append("</table>")
+    return "\n".join(rows)
+
+
+def _latches_table(latches: Sequence[KernelLatch]) -> str:
+    """Every latch: the kernel, when it was set and by which query, and when
+    an operator cleared it (blank while it holds)."""
+    if not latches:
+        return "<p>No kernel was ever latched off.</p>"
+    rows = ['<p class="note">A kernel is latched off when its floating-point certificate fails '
+            "on a query; whether it fails can depend on the data, so each latch released at "
+            "most one bit, uncharged. The site refuses a latched kernel until its operator "
+            "clears the latch (<code>privadapt ledger clear-latch</code>), which lets one more "
+            "bit out.</p>",
+            "<table><tr><th>kernel</th><th>latched (UTC)</th><th>job</th><th>query</th>"
+            "<th>cleared (UTC)</th></tr>"]
+    for latch in latches:
+        cleared = "" if latch.cleared_at is None else when(latch.cleared_at)
+        rows.append(
+            f'<tr class="latch" data-active="{str(latch.active).lower()}">'
+            f'<td class="kernel">{html.escape(latch.kernel)}</td><td>{when(latch.latched_at)}'
+            f"</td><td>{html.escape(latch.job_id)}</td><td>{html.escape(latch.query_id)}</td>"
+            f"<td>{cleared}</td></tr>")
     rows.append("</table>")
     return "\n".join(rows)
 

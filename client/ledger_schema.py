@@ -4,12 +4,15 @@ Schema versions: 1 had no hash chain and no derived tables; 2 added them
 (client/ledger_open.py); 3 records the kernel of each charge (``charges.kernel``,
 NULL for a charge from before version 3 or made without one, shown as
 "unknown") and holds the outstanding budget reservations
-(client/ledger_reservations.py). An older ledger is upgraded in place when a
-site opens it for charging: the column is added with NULL in every existing
-row, which leaves each row's chain bytes as they were
+(client/ledger_reservations.py); 4 holds the kernels the site latched off
+after a failed floating-point certificate (``kernel_latches``,
+client/ledger_latches.py). An older ledger is upgraded in place when a
+site opens it for charging: each missing table is created empty, and the
+kernel column is added with NULL in every existing row, which leaves each
+row's chain bytes as they were
 (:func:`~privadapt.client.ledger_chain.row_bytes`), so its chain still verifies.
 A read-only open (``ledger show``, ``ledger report``) upgrades nothing and
-reads an older ledger's kernels as unknown.
+reads an older ledger's kernels as unknown and its latches as none.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 from privadapt.client.policy import SitePolicy
 from privadapt.common.errors import ConfigError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: What a charge row with no recorded kernel shows.
 UNKNOWN_KERNEL = "unknown"
 
@@ -65,6 +68,16 @@ CREATE TABLE IF NOT EXISTS reservations (
     created_at REAL NOT NULL,
     UNIQUE (job_id, query_id)
 );
+CREATE TABLE IF NOT EXISTS kernel_latches (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kernel TEXT NOT NULL,
+    latched_at REAL NOT NULL,
+    job_id TEXT NOT NULL,
+    query_id TEXT NOT NULL,
+    cleared_at REAL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS kernel_latches_active
+    ON kernel_latches (kernel) WHERE cleared_at IS NULL;
 """
 
 #: The columns of a charge row, in the order the chain hashes them.
@@ -74,8 +87,9 @@ _ROW_COLUMNS_V2 = "job_id, query_id, mechanism_json, epsilon_after, method, crea
 
 
 def create_tables(conn: sqlite3.Connection) -> None:
-    """Inside the opening transaction: create what is missing, and add the
-    kernel column to a ledger from before schema 3 (NULL in its rows)."""
+    """Inside the opening transaction: create what is missing (the upgrade
+    from any older schema), and add the kernel column to a ledger from before
+    schema 3 (NULL in its rows)."""
     for statement in SCHEMA.split(";"):
         if statement.strip():
             conn.execute(statement)

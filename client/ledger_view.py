@@ -20,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from privadapt.client import ledger_latches as latches
 from privadapt.client.ledger_accounting import Multiset, exact_report, parse_mechanism
 from privadapt.client.ledger_chain import (
     check_head_file,
@@ -227,6 +228,17 @@ class LedgerView:
         except sqlite3.OperationalError:  # a read-only ledger from before the table
             return None
         return None if row is None else bytes(row[0])
+
+    def active_latch(self, kernel: str) -> latches.KernelLatch | None:
+        """``kernel``'s latch if the site has it latched off (one indexed
+        lookup, asked before every query: client/ledger_latches.py)."""
+        with self._lock:
+            return latches.active(self._connection(), kernel)
+
+    def latches(self) -> list[latches.KernelLatch]:
+        """Every kernel latch the site ever set, active or cleared, oldest first."""
+        with self._lock:
+            return latches.every(self._connection())
 
     def jobs(self) -> list[str]:
         """Job ids with at least one charge, in order of their first charge."""

@@ -69,13 +69,19 @@ draws the mechanism's choice from the site's own noise source, charges the
 ledger, and only then returns the index (a block of shape (1,)).
 
 Uncertified kernels. A kernel that checks its own floating-point error a
-posteriori (``exact_discrepancy``) raises ``UncertifiedComputationError``
-when the check fails, which happens only if LAPACK broke its documented
-accuracy. Releasing would under-charge, and a refusal on that query depends on
-the data; so the site refuses in fixed words, logs the details for its
-operator, and disables the kernel for every later query (before any record is
-read, in the same words) until the site process is restarted: a coordinator
-learns at most one bit, once per restart. The latch is kept in memory only.
+posteriori (``exact_discrepancy``, ``smoothed_discrepancy_gradient``) raises
+``UncertifiedComputationError`` when the check fails, which happens only if a
+numerical library broke its documented accuracy. Releasing would
+under-charge, and whether the check fails can depend on the data, so a
+refusal on that query is a one-bit release that nothing charges. The site
+bounds it to that one bit: it latches the kernel off in its ledger database
+(:mod:`privadapt.client.ledger_latches`), committed durably *before* the
+refusal is returned (a crash in between keeps the latch), logs the details
+for its operator, and refuses in fixed words; every later query of the kernel
+-- in this process, after a restart, or in another process on the same
+ledger -- is refused in the same words before anything is admitted, reserved,
+charged or read. Only the operator clears a latch (``privadapt ledger
+clear-latch``), which re-opens one more bit.
 """
 
 from __future__ import annotations
@@ -104,11 +110,12 @@ from privadapt.common.record_parts import RecordPart, RecordSplitter
 # every record, as for state from before record parts).
 _STATE_PART_KEY = "record_part"
 
-# The refusal of a kernel whose certificate failed: fixed words (module docstring).
+# The refusal of a latched kernel, whenever and by whichever query it was
+# latched: fixed words (module docstring).
 DISABLED_KERNEL_REASON = (
     "this site has disabled the kernel: its floating-point error certificate failed on a "
     "query (a numerical library outside its documented accuracy); the site's operator must "
-    "investigate and restart the site to enable it again")
+    "investigate and clear the kernel's latch in the site's ledger to enable it again")
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +137,13 @@ class Site:
         self._admission = QueryAdmission(policy, data.dim, data.num_records)
         self._splitter = RecordSplitter(data)
         self._job_states: dict[str, dict[str, Any]] = {}
-        self._disabled_kernels: set[str] = set()
+        for latch in ledger.latches():
+            if latch.active:
+                logger.warning(
+                    "site=%s kernel=%s is latched off since its certificate failed at %s "
+                    "(job=%s query=%s); its queries are refused until the operator clears the "
+                    "latch", self.name, latch.kernel, latch.latched_at, latch.job_id,
+                    latch.query_id)
 
     @classmethod
     def open(
@@ -164,7 +177,7 @@ class Site:
         sites, encoded on the fixed-point grid; raises ``QueryRefusedError`` (or
         ``BudgetExceededError``) when the policy forbids it, before anything is
         released."""
-        if query.kernel in self._disabled_kernels:
+        if self.ledger.active_latch(query.kernel) is not None:
             raise self._refusal(query)
         admitted = self._admission.admit(query, num_participants)
         # Every refusal the query and the job's state decide comes before any
@@ -244,11 +257,14 @@ class Site:
             return admitted.kernel.compute(records, admitted.params, state)
         except UncertifiedComputationError as err:
             query = admitted.query
-            self._disabled_kernels.add(query.kernel)
             logger.error(
-                "site=%s job=%s query=%s kernel=%s DISABLED until restart: %s (nothing "
-                "released or charged; investigate the numerical libraries)",
+                "site=%s job=%s query=%s kernel=%s certificate failed: %s (nothing released "
+                "or charged; investigate the numerical libraries)",
                 self.name, query.job_id, query.query_id, query.kernel, err)
+            # Committed before the refusal leaves: a crash in between keeps it.
+            self.ledger.latch_kernel(query.kernel, query.job_id, query.query_id)
+            logger.error("site=%s kernel=%s LATCHED OFF in the ledger until the operator "
+                         "clears it", self.name, query.kernel)
             raise self._refusal(query) from None
 
     def _refusal(self, query: Query) -> QueryRefusedError:
@@ -256,8 +272,9 @@ class Site:
 
     @property
     def disabled_kernels(self) -> frozenset[str]:
-        """Kernels this site refuses until restarted (their certificate failed)."""
-        return frozenset(self._disabled_kernels)
+        """Kernels this site refuses until its operator clears their latch
+        (their certificate failed), as its ledger records them."""
+        return frozenset(latch.kernel for latch in self.ledger.latches() if latch.active)
 
     def _sampled(self, admitted: AdmittedQuery, records: Dataset) -> Dataset:
         """``records`` (the query's part), or this query's own Poisson sample

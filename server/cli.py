@@ -6,6 +6,8 @@
   ledger and print it.
 * ``privadapt ledger report --site-db PATH --out REPORT.html``: verify a site's
   ledger and write it as a self-contained HTML page for an auditor.
+* ``privadapt ledger clear-latch --site-db PATH --kernel NAME``: enable again a kernel the
+  site latched off after its floating-point certificate failed (one more bit released).
 * ``privadapt certs init --dir DIR``: create the federation CA.
 * ``privadapt certs issue --dir DIR --role ROLE --name NAME [--days N] [--host H ...]``:
   issue a party's certificate and key from that CA.
@@ -60,6 +62,18 @@ def _build_parser() -> argparse.ArgumentParser:
         "report", help="write a self-contained HTML privacy report of a site's ledger")
     report.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
     report.add_argument("--out", required=True, type=Path, help="the HTML file to write")
+    clear = ledger_commands.add_parser(
+        "clear-latch",
+        help="enable again a kernel the site latched off after its floating-point certificate "
+             "failed; an operator decision that re-opens one more bit",
+        description="Clear a kernel's latch in a site's ledger. A site latches a kernel off "
+                    "when its floating-point error certificate fails on a query; whether it "
+                    "fails can depend on the private data, so that refusal released one bit, "
+                    "and clearing the latch lets a coordinator learn one more bit (whether it "
+                    "fails again). Investigate the numerical libraries first. The latch stays "
+                    "listed as cleared in `ledger show` and `ledger report`.")
+    clear.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
+    clear.add_argument("--kernel", required=True, help="the latched kernel to enable again")
     _add_certs_parser(commands)
     provision = commands.add_parser(
         "provision", help="write a startup kit per participant from one federation file")
@@ -148,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
             from privadapt.client.ledger_report import write_report
 
             return write_report(args.site_db, args.out)
+        if args.command == "ledger" and args.ledger_command == "clear-latch":
+            from privadapt.client.ledger_cli import clear_latch
+
+            return clear_latch(args.site_db, args.kernel)
         if args.command == "ledger" and args.ledger_command == "init":
             from privadapt.client.ledger_cli import init_ledger
 

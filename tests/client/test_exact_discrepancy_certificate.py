@@ -4,7 +4,7 @@ clustered top eigenvalues, huge and tiny scales, d up to 100) still answer on
 both neighbours within the charged sensitivity; and when the certificate fails
 (an eigen-solver corrupted on purpose) the site refuses in words that depend
 on nothing private, releases and charges nothing, and keeps the kernel
-disabled afterwards."""
+disabled afterwards (across restarts too: test_kernel_latch.py)."""
 
 from __future__ import annotations
 
@@ -183,18 +183,3 @@ def test_a_failed_certificate_refuses_in_public_words_and_disables_the_kernel(
                                     dim=dim)
         each.answer(Query("job", "q-other", "second_moments", second, mechanism,
                           fractional_bits=FRACTIONAL_BITS), 1)
-
-
-def test_a_new_site_process_answers_again(tmp_path, monkeypatch):
-    # The latch lives in memory: the operator's restart (a new Site) clears it.
-    dim = 4
-    public, features, labels = adversarial_case("near_hard", dim, 1.0, 1.0)
-    params = {"feature_norm": 1.0, "label_bound": 1.0, "radius": 3.0, "public_moments": public}
-    data = neighbours(features, labels, Adjacency.REPLACE_ONE, 1.0, 1.0)[0]
-    first = site(tmp_path, data, Adjacency.REPLACE_ONE)
-    corrupt_lapack(monkeypatch)
-    with pytest.raises(QueryRefusedError):
-        first.answer(query(params, Adjacency.REPLACE_ONE, dim), 1)
-    monkeypatch.undo()
-    restarted = site(tmp_path, data, Adjacency.REPLACE_ONE)
-    assert restarted.answer(query(params, Adjacency.REPLACE_ONE, dim, "b"), 1).blocks

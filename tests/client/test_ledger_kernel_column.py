@@ -34,6 +34,7 @@ def _as_schema_2(db) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute("ALTER TABLE charges DROP COLUMN kernel")
         conn.execute("DROP TABLE reservations")
+        conn.execute("DROP TABLE kernel_latches")  # schema 4's
         conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     conn.close()
 
@@ -73,7 +74,8 @@ def test_a_schema_2_ledger_verifies_shows_unknown_and_is_upgraded(tmp_path):
         assert "3 charges" in ledger.verify()
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
-                            ).fetchone() == ("3",)
+                            ).fetchone() == ("4",)  # upgraded to the current schema
+        assert conn.execute("SELECT COUNT(*) FROM kernel_latches").fetchone() == (0,)
     conn.close()
     with PrivacyLedger(db, _policy()) as reopened:  # the open check rebuilds the chain
         assert len(reopened.charges()) == 3
