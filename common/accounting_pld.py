@@ -133,6 +133,7 @@ _PLD_BY_KIND = {
     "generalized_exponential": _pure_dp_pld,
 }
 
+
 def has_pld(mechanism: Mechanism) -> bool:
     """Whether ``mechanism``'s kind has a PLD here; an accountant holding one
     that has none answers by RDP."""
@@ -146,8 +147,9 @@ def release_pld(
     the accountant's adjacency): what :meth:`PrivacyAccountant.report
     <privadapt.common.accounting.PrivacyAccountant.report>` composes for its
     group, and (``count`` 1) what an incremental ledger takes log-MGFs of.
-    Not for unsampled Gaussians in a ledger, which the accountant folds into
-    one Gaussian instead (``composes_as_gaussian``)."""
+    A ledger does not take it for unsampled Gaussians: the accountant folds
+    those into one Gaussian (``composes_as_gaussian``), whose log-MGF the
+    ledger bounds in closed form (:mod:`privadapt.common.pld_log_mgf`)."""
     builder = _PLD_BY_KIND.get(mechanism.kind)
     if builder is None:
         raise ValueError(
@@ -170,7 +172,6 @@ def _sampled_gaussian_pld(noise_multiplier: float, sampling_rate: float, interva
         sampling_prob=sampling_rate,
         neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
     )
-
 
 
 def pld_loss_width(mechanism: Mechanism) -> float:

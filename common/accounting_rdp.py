@@ -42,7 +42,6 @@ def _sampled_gaussian_rdp(
     return accountant.rdp
 
 
-
 def _laplace_rdp(scale_over_sensitivity: float, orders: np.ndarray) -> np.ndarray:
     """Renyi divergence of Laplace(0, lam) and Laplace(1, lam) (Mironov 2017, Prop. 6)."""
     inv = 1.0 / scale_over_sensitivity
@@ -107,4 +106,3 @@ def release_rdp(mechanism: Mechanism, orders: np.ndarray) -> np.ndarray:
     if rdp is None:
         raise TypeError(f"unknown mechanism {mechanism!r}")
     return np.asarray(rdp(mechanism, np.asarray(orders, dtype=float)), dtype=float)
-

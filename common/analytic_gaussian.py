@@ -85,4 +85,3 @@ def gaussian_sigma(epsilon: float, delta: float) -> float:
         else:
             high = middle
     return high
-

@@ -79,4 +79,3 @@ def _randomized_response_epsilon(pure: float, delta: float) -> float:
     """Exact epsilon at ``delta`` of the tight pure ``pure``-DP pair."""
     shrink = delta * (1.0 + math.exp(-pure))
     return 0.0 if shrink >= 1 else max(0.0, pure + math.log1p(-shrink))
-
