@@ -9,7 +9,7 @@ and composes the whole ledger on each charge. Two things keep that cheap:
   process-wide, by the multiset, so repeated reads, and the sites of one
   simulation holding the same ledger, build each PLD once;
 * the accountant composes Gaussian-only ledgers in closed form
-  (:func:`privadapt.common.accounting.gaussian_epsilon`), so the common case
+  (:func:`privadapt.common.analytic_gaussian.gaussian_epsilon`), so the common case
   builds no PLD at all.
 
 Poisson-sampled releases are mixtures, never folded into that closed form: a

@@ -22,12 +22,8 @@ from privadapt.client.ledger_accounting import (
 )
 from privadapt.client.ledger_totals import LedgerTotals
 from privadapt.client.policy import SitePolicy
-from privadapt.common.accounting import (
-    MAX_PLD_POINTS,
-    AccountingMethod,
-    EpsilonReport,
-    release_epsilon_lower_bound,
-)
+from privadapt.common.accounting import MAX_PLD_POINTS, AccountingMethod, EpsilonReport
+from privadapt.common.epsilon_lower_bounds import release_epsilon_lower_bound
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError
 from privadapt.common.mechanisms import Mechanism
 

@@ -16,10 +16,10 @@ quantities that compose by *addition*, exactly, in any order:
   method, and whenever a zCDP event forces the accountant to RDP);
 * for the PLD method, the log moment generating function of the very
   discretised PLDs the exact accountant self-composes
-  (:func:`~privadapt.common.accounting.pld_log_mgfs`), per direction, with
+  (:func:`~privadapt.common.pld_log_mgf.pld_log_mgfs`), per direction, with
   their infinity masses, and the sum of 1/z^2 of the unsampled Gaussians
   the accountant folds into one (its discretised PLD bounded by
-  :func:`~privadapt.common.accounting.gaussian_pld_log_mgf_bound`).
+  :func:`~privadapt.common.pld_log_mgf.gaussian_pld_log_mgf_bound`).
 
 :meth:`Sums.upper_bound` turns them into an epsilon that is never below the
 policy's exact figure for the same history: at delta = 0 and under RDP it
@@ -47,19 +47,16 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from privadapt.client.ledger_accounting import parse_mechanism
-from privadapt.common.accounting import (
-    DEFAULT_RDP_ORDERS,
-    DEFAULT_VALUE_DISCRETIZATION,
+from privadapt.common.accounting import AccountingMethod, PrivacyAccountant
+from privadapt.common.accounting_pld import DEFAULT_VALUE_DISCRETIZATION, release_pld
+from privadapt.common.accounting_rdp import DEFAULT_RDP_ORDERS, release_rdp
+from privadapt.common.mechanisms import Adjacency
+from privadapt.common.pld_log_mgf import (
     GAUSSIAN_PLD_INFINITY_MASS,
-    AccountingMethod,
-    PrivacyAccountant,
     epsilon_from_log_mgf,
     gaussian_pld_log_mgf_bound,
     pld_log_mgfs,
-    release_pld,
-    release_rdp,
 )
-from privadapt.common.mechanisms import Adjacency
 
 ORDERS = np.asarray(DEFAULT_RDP_ORDERS, dtype=float)
 LAMBDAS = ORDERS - 1.0

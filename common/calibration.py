@@ -14,7 +14,7 @@ The search brackets ``z`` from a starting guess, widening the step by doubling
 its logarithm, then bisects. For Gaussian mechanisms the guess is the analytic
 Gaussian (Balle and Wang 2018): ``T`` Gaussians of multiplier ``z`` compose to
 one of multiplier ``z / sqrt(T)``, whose exact sigma for (epsilon, delta) is
-``accounting.gaussian_sigma`` (dp-accounting's ``get_sigma_gaussian``, tested
+``analytic_gaussian.gaussian_sigma`` (dp-accounting's ``get_sigma_gaussian``, tested
 equal, without its 75 MiB import); a pessimistic accountant, or releases
 already spent, can only ask for more noise, so the bracket is a few steps wide.
 
@@ -45,7 +45,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from privadapt.common.accounting import AccountingMethod, PrivacyAccountant, gaussian_sigma
+from privadapt.common.accounting import AccountingMethod, PrivacyAccountant
+from privadapt.common.analytic_gaussian import gaussian_sigma
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, Mechanism
 from privadapt.common.validation import check_int_at_least, check_positive_finite
 

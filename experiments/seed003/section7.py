@@ -94,7 +94,7 @@ def mu_for(points: np.ndarray, n: int, iterations: int) -> float:
 def single_holder(target: np.ndarray, epsilon: float, seed: int) -> LocalFederation:
     """The one in-process site of the per-iteration route (Algs. 2 and 3), its
     cap the run's epsilon. (It was 2 epsilon while the accountant's pure-DP
-    figure jumped off its loss grid, common/accounting.pure_epsilon_on_grid;
+    figure jumped off its loss grid, common/accounting_pld.pure_epsilon_on_grid;
     ``one_run`` still prints any charge above epsilon.)"""
     names = tuple(f"x{i}" for i in range(DIM))
     built = LocalFederation.from_datasets(

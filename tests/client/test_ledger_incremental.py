@@ -19,13 +19,7 @@ from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.ledger_accounting import exact_report, mechanism_json
 from privadapt.client.ledger_totals import LAMBDAS, LedgerTotals
 from privadapt.client.policy import SitePolicy
-from privadapt.common.accounting import (
-    GAUSSIAN_PLD_INFINITY_MASS,
-    AccountingMethod,
-    epsilon_spent,
-    gaussian_pld_log_mgf_bound,
-    pld_log_mgfs,
-)
+from privadapt.common.accounting import AccountingMethod, epsilon_spent
 from privadapt.common.errors import BudgetExceededError, ConfigError
 from privadapt.common.mechanisms import (
     Adjacency,
@@ -33,6 +27,11 @@ from privadapt.common.mechanisms import (
     LaplaceMechanism,
     PureDpEvent,
     ZCdpEvent,
+)
+from privadapt.common.pld_log_mgf import (
+    GAUSSIAN_PLD_INFINITY_MASS,
+    gaussian_pld_log_mgf_bound,
+    pld_log_mgfs,
 )
 
 AR = Adjacency.ADD_REMOVE_ONE

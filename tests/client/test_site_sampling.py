@@ -15,7 +15,7 @@ from scipy import stats
 from privadapt.client.ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.accounting import gaussian_epsilon
+from privadapt.common.analytic_gaussian import gaussian_epsilon
 from privadapt.common.calibration import calibrate_noise_multiplier
 from privadapt.common.data import Dataset
 from privadapt.common.errors import QueryRefusedError

@@ -11,13 +11,9 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 from scipy import special, stats
 
-from privadapt.common.accounting import (
-    DEFAULT_RDP_ORDERS,
-    AccountingMethod,
-    PrivacyAccountant,
-    epsilon_spent,
-    release_epsilon_lower_bound,
-)
+from privadapt.common.accounting import AccountingMethod, PrivacyAccountant, epsilon_spent
+from privadapt.common.accounting_rdp import DEFAULT_RDP_ORDERS
+from privadapt.common.epsilon_lower_bounds import release_epsilon_lower_bound
 from privadapt.common.mechanisms import (
     Adjacency,
     ExponentialMechanism,

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privadapt.common.accounting import PrivacyAccountant, release_epsilon_lower_bound
+from privadapt.common.accounting import PrivacyAccountant
 from privadapt.common.discrete_accounting import discrete_laplace_epsilon
+from privadapt.common.epsilon_lower_bounds import release_epsilon_lower_bound
 from privadapt.common.federation import Query
 from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.mechanisms import (

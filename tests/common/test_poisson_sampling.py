@@ -16,11 +16,8 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from privadapt.common import accounting
-from privadapt.common.accounting import (
-    DEFAULT_RDP_ORDERS,
-    AccountingMethod,
-    PrivacyAccountant,
-)
+from privadapt.common.accounting import AccountingMethod, PrivacyAccountant
+from privadapt.common.accounting_rdp import DEFAULT_RDP_ORDERS
 from privadapt.common.calibration import calibrate_noise_multiplier
 from privadapt.common.errors import WireError
 from privadapt.common.mechanisms import (

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from privadapt.common.accounting import AccountingMethod, epsilon_spent, gaussian_sigma
+from privadapt.common.accounting import AccountingMethod, epsilon_spent
+from privadapt.common.analytic_gaussian import gaussian_sigma
 from privadapt.common.federation import ReleaseForm
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, LaplaceMechanism, NoNoise
 from privadapt.common.record_parts import TRAIN, RecordPart
