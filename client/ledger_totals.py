@@ -47,8 +47,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from privadapt.client.ledger_accounting import parse_mechanism
-from privadapt.common.accounting import AccountingMethod, PrivacyAccountant
-from privadapt.common.accounting_pld import DEFAULT_VALUE_DISCRETIZATION, release_pld
+from privadapt.common.accounting import AccountingMethod
+from privadapt.common.accounting_pld import DEFAULT_VALUE_DISCRETIZATION, has_pld, release_pld
 from privadapt.common.accounting_rdp import DEFAULT_RDP_ORDERS, release_rdp
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.pld_log_mgf import (
@@ -94,7 +94,7 @@ def release_terms(text: str, adjacency: Adjacency) -> ReleaseTerms:
     inverse = 1.0 / mechanism.noise_multiplier if folds else 0.0
     rdp = release_rdp(mechanism, ORDERS)
     rdp.flags.writeable = False
-    needs_rdp = PrivacyAccountant(adjacency).compose(mechanism).needs_rdp()
+    needs_rdp = not has_pld(mechanism)  # the accountant's test, on one release
     return ReleaseTerms(False, False, folds, inverse * inverse, mechanism.pure_epsilon,
                         needs_rdp, rdp)
 
