@@ -46,6 +46,11 @@ class LocalNoiseProbe(Kernel):
     def max_abs_sum(self, params: NoParams, num_records: int) -> float:
         return 1e6
 
+    def computation_errors(self, params: NoParams, dim: int, max_records: int) -> tuple[float]:
+        # Its release reads no record (the default bounds a sum of records), so
+        # its float error cannot differ between neighbours: charged nothing.
+        return (0.0,)
+
     def local_block_shapes(self, params, num_records) -> tuple[tuple[int, ...], ...]:
         return ((num_records,),)
 
