@@ -255,16 +255,19 @@ class SmoothedDiscrepancyGradient(Kernel):
     def compute(self, data: Dataset, params: SmoothedDiscrepancyGradientParams,
                 state: MutableMapping[str, Any]) -> tuple[np.ndarray]:
         num = data.num_records
-        if num == 0:
-            return (np.zeros(params.source_points.shape[0]),)
         blocks = (clip_rows_to_norm(data.features[start:start + BLOCK_RECORDS],
                                     params.feature_norm)
                   for start in range(0, num, BLOCK_RECORDS))
-        target = gram(blocks, data.dim) / num
+        # An empty sample's M_0 is taken as 0: the eigen work runs all the
+        # same (n is private under add/remove: an early return would time it),
+        # and its result, times n = 0, is discarded below.
+        target = gram(blocks, data.dim) / max(num, 1)
         points = params.source_points
         matrix = target - points.T @ (params.weights[:, None] * points)
         _, gradient, error = certified_vertex_gradient(points, 0.5 * (matrix + matrix.T),
                                                        params.mu)
+        if num == 0:
+            return (np.zeros(points.shape[0]),)
         allowance = self.eigen_allowance(params, data.dim)
         if not error <= allowance:
             # Never released: the site refuses in public words (module docstring).
