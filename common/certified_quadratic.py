@@ -256,7 +256,8 @@ def _upper_bound(unit_matrix: np.ndarray, unit_linear: np.ndarray, unit_constant
                  ) -> tuple[float, list[np.ndarray]]:
     """(the dual bound at mu = ``multiplier`` + factor * estimate, or inf when
     the Cholesky test cannot prove mu I - A positive definite; primal
-    candidates from the x solving (mu I - A) x = b, :func:`~privadapt.common.secular_newton.candidate_points`).
+    candidates from the x solving (mu I - A) x = b,
+    :func:`~privadapt.common.secular_newton.candidate_points`).
     The same operations run either way: a failed factorisation is replaced
     by the identity and its bound discarded (module docstring, "Fixed work")."""
     size = unit_matrix.shape[0]

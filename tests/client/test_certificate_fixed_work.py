@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -257,3 +258,31 @@ def test_smoothed_gradient_empty_sample_runs_the_eigen_check():
     empty = Dataset(np.zeros((0, 2)), np.zeros(0), ("a", "b"))
     (scores,) = SMOOTHED.compute(empty, SMOOTHED.Params.from_wire(params, 2), {})
     assert np.array_equal(scores, np.zeros(2))
+
+
+class _RecordingPoints(np.ndarray):
+    """Source points that record the shape of every matrix they multiply."""
+
+    shapes: ClassVar[list] = []
+
+    def __matmul__(self, other):
+        _RecordingPoints.shapes.append(np.shape(other))
+        return np.asarray(self) @ other
+
+
+def test_smoothed_projections_do_not_depend_on_how_many_directions_count():
+    # The kept directions depend on the private spectrum (mu times its gaps);
+    # their number once set the projection product's width (m x d x kept).
+    rng = np.random.default_rng(0)
+    points = rng.normal(size=(5, 4)).view(_RecordingPoints)
+    vectors, _ = np.linalg.qr(rng.normal(size=(4, 4)))
+    one = np.array([1.0, 0.0, 0.0, 0.0])  # one direction counts
+    spread = np.array([0.4, 0.3, -0.2, 0.1])  # all four count
+    results = []
+    for signed in (one, spread):
+        _RecordingPoints.shapes = []
+        results.append(smoothed_spectral._vertex_gradient(points, vectors, signed))
+        assert _RecordingPoints.shapes == [(4, 4)]
+    # The same values as the kept directions alone give.
+    projections = np.asarray(points) @ vectors[:, :1]
+    assert np.allclose(results[0], -(projections[:, 0] ** 2), rtol=1e-15, atol=0)
