@@ -203,9 +203,8 @@ def certify_maximum(
         sized = float(np.ldexp(tolerance, j)) / (4.0 * rho * rho) / estimate
     attempt(base, sized if math.isfinite(sized) and sized > 1.0 else FALLBACK_FACTOR)
     # A second solve without the eigen-solver, and its schedule.
-    refined = refine_multiplier(unit_matrix, unit_linear, rho, multiplier,
-                                SHIFT_FACTORS[-1])
-    mu, points = refined if refined is not None else (base, [])
+    mu, points = refine_multiplier(unit_matrix, unit_linear, rho, multiplier,
+                                   SHIFT_FACTORS[-1])
     for point in points:
         unit_lower = max(unit_lower, _lower_bound(form, rho, point))
     for factor in SHIFT_FACTORS:
