@@ -47,19 +47,58 @@ Choice of mu: the solver's multiplier plus a shift delta, for which the dual
 bound costs at most delta Lambda^2 over the optimum (the dual function's slope
 Lambda^2 - ||x(mu)||^2 lies in [0, Lambda^2] above mu*), and delta must exceed
 the measured Cholesky error and the solver's error in mu, both about
-u (|mu| + max|a_ij|): attempts use delta = 16, 256, ..., 2^20 times that, a
-fixed schedule, stopping at the first that fits the caller's tolerance. Each
-attempt's solve x(mu) also gives primal candidates: x itself and x +- tau z,
-z an inverse-iteration estimate of the top eigenvector (with the same
-Cholesky factor), filling the ball -- the hard case's maximiser.
+u (|mu| + max|a_ij|): attempts use delta = 16, 256, ..., 2^20 times that,
+and one shift sized so that its delta rho^2 takes a quarter of the caller's
+tolerance (2^24 times the unit when that is no larger). Each attempt's
+solve x(mu) also gives primal candidates: x itself and x +- tau z, z an
+inverse-iteration estimate of the top eigenvector (with the same Cholesky
+factor), filling the ball -- the hard case's maximiser.
 
-Re-solve. If no attempt fits, a second solve that uses no eigen-solver
-(``_refine``: at most 30 safeguarded Newton steps of Moré and Sorensen on the
-secular equation with Cholesky factors) gives a new mu and candidates, and
-the schedule runs once more. A near-hard case, where the eigen-based solver's
-mu is off by ~1e-11 relative (its tolerances), and an eigen-solver corrupted
-by up to 1e-2 (tests) are both repaired here. Measured widths: about 3 m u
-times the problem's reach on the ball for adversarial kernel inputs.
+Re-solve. A second solve that uses no eigen-solver
+(:func:`privadapt.common.secular_newton.refine_multiplier`: a definite start
+on a ladder above the solver's mu, then safeguarded Newton steps of Moré and
+Sorensen on the secular equation with Cholesky factors) gives a new
+mu and candidates, and the five shifts run once more at it. A near-hard
+case, where the eigen-based solver's mu is off by ~1e-11 relative (its
+tolerances), and an eigen-solver corrupted by up to 1e-2 (tests) are both
+repaired here. Measured widths: about 3 m u times the problem's reach on the
+ball for adversarial kernel inputs.
+
+The bracket released is the intersection of every attempt's: each is proved
+(the lower bounds are values at feasible points, the upper bounds dual values
+at verified multipliers), so their intersection [max of the lowers, min of
+the uppers] is proved, and it is at least as narrow as any one of them. Which
+attempt gives the tightest side depends on the data; that moves only where
+the proved bracket lies, never whether it holds, so the caller's argument
+(a released value inside a bracket of width at most its charge is within
+that charge of the exact maximum) is unchanged.
+
+Fixed work (review 9b, medium: a timing channel). The site's reply time is
+seen by the coordinator and the charge covers only the released value, so
+which operations run must not depend on the records. Formerly the schedule
+stopped at the first shift that fitted and ran the re-solve only when none
+did: on replace-one neighbours the re-solve ran on one and not the other
+(1.80 ms against 0.63 ms), and the shifts took 4 attempts against 2. Now the
+operations are fixed by the problem's size alone: per certificate, the five
+shifts at the solver's mu, the sized shift, the re-solve (``START_PROBES``
+factorisations bisecting its ladder of ``START_RUNGS`` rungs, then
+``NEWTON_STEPS`` steps of one factorisation and two triangular solves
+each: a failed step halves toward the last definite mu, a converged one
+repeats itself), and the five shifts at the re-solve's mu; every attempt
+runs one Cholesky, one proved product L L^T, the dual solve, its value and
+three candidates' values whether or not the Cholesky fails (a failed or
+non-finite factor is replaced by the identity and the attempt's upper bound
+discarded). tests/client/test_certificate_fixed_work.py records the sequence
+of operations and checks it on neighbours. What remains: LAPACK's ``potrf``
+stops at a failing pivot, so a failed factorisation costs up to one
+factorisation less than a definite one (the rest of the attempt, three
+m x m products for L L^T, costs several times more and always runs); BLAS
+and LAPACK time may depend on values (denormals, NaN and infinity paths);
+small O(m) branches (``_feasible``'s scaling) remain; and the trust-region
+solver before the certificate (``maximize_quadratic_on_ball``: its case
+analysis, Brent's iterations on the secular equation, and no eigen-solve at
+all for D = 0) is data-dependent in its work. Perfect constant time is not attainable in numpy; the
+schedule of attempts and solves is what is fixed.
 
 Every scalar combination of the bounds rounds outward (``math.nextafter``
 after each operation), and a sum of k non-negative float terms is raised by a
@@ -74,12 +113,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from privadapt.common.rounding_bounds import UNIT, accurate_product, down, gamma, grow, up
+from privadapt.common.secular_newton import (
+    candidate_points,
+    cho_solve,
+    cholesky_or_identity,
+    refine_multiplier,
+    shift_estimate,
+)
 from privadapt.common.trust_region import TrustRegionSolution, maximize_quadratic_on_ball
 
 #: Shifts delta tried, as multiples of the Cholesky test's error estimate.
 SHIFT_FACTORS = (16.0, 256.0, 4096.0, 65536.0, 2.0**20)
-#: The re-solve's bound on its searches for a definite mu and on its Newton steps.
-REFINE_STEPS = 30
+#: The width-sized shift's factor when the caller's width does not size one
+#: (no tolerance, or one below the smallest shift): the next rung of the ladder.
+FALLBACK_FACTOR = 2.0**24
 
 
 @dataclass(frozen=True)
@@ -112,8 +159,9 @@ def certify_maximum(
     """A proved bracket of max over ||w|| <= ``radius`` of w^T A w + 2 b^T w + c
     from a solver's ``solution`` (any values: a wrong one gives a wide or
     infinite bracket, never a wrong one). ``matrix`` must be exactly symmetric
-    and everything finite. The shifts of :data:`SHIFT_FACTORS` are tried in
-    order until the width is at most ``tolerance`` (0: all, the tightest kept)."""
+    and everything finite. The whole schedule always runs (module docstring,
+    "Fixed work"); ``tolerance``, the width the caller needs, only sizes one of
+    its shifts. The bracket is the intersection of every attempt's."""
     matrix = np.asarray(matrix, dtype=float)
     linear = np.asarray(linear, dtype=float)
     if not np.array_equal(matrix, matrix.T):
@@ -130,119 +178,39 @@ def certify_maximum(
     slack = _underflow_slack(size)
     weights = np.ldexp(np.asarray(solution.weights, dtype=float), -k)
     multiplier = math.ldexp(solution.multiplier, 2 * k + j)
-
-    def scaled(unit_lower: float, unit_upper: float) -> QuadraticBracket:
-        return QuadraticBracket(lower=down(math.ldexp(down(unit_lower - slack), -j)),
-                                upper=up(math.ldexp(up(unit_upper + slack), -j)))
-
     problem = (unit_matrix, unit_linear, unit_constant, rho)
-    unit_lower, unit_upper = _lower_bound(*problem, weights), math.inf
+    form = _quadratic_form(unit_matrix, unit_linear, unit_constant)
+    unit_lower, unit_upper = _lower_bound(form, rho, weights), math.inf
 
-    def tighten(mu: float, factor: float) -> bool:
-        """Both bounds improved by the dual solve at this shift; fits?"""
+    def attempt(mu: float, factor: float) -> None:
+        """Intersect with the bracket of the dual solve at this shift (its
+        upper bound, and its primal candidates' lower bounds)."""
         nonlocal unit_lower, unit_upper
-        try:
-            upper, points = _upper_bound(*problem, mu, factor)
-        except (ValueError, np.linalg.LinAlgError):  # a non-finite solve: no bound here
-            return False
+        upper, points = _upper_bound(*problem, mu, factor)
         unit_upper = min(unit_upper, upper)
-        for point in points:  # the dual solve gives primal candidates as well
-            unit_lower = max(unit_lower, _lower_bound(*problem, point))
-        return scaled(unit_lower, unit_upper).width <= tolerance
+        for point in points:
+            unit_lower = max(unit_lower, _lower_bound(form, rho, point))
 
-    if math.isfinite(multiplier):
-        for factor in SHIFT_FACTORS:
-            if tighten(max(multiplier, 0.0), factor):
-                return scaled(unit_lower, unit_upper)
+    base = max(multiplier, 0.0) if math.isfinite(multiplier) else 0.0
+    for factor in SHIFT_FACTORS:
+        attempt(base, factor)
     # A shift whose mu' rho^2 term takes a quarter of the allowed width (review
     # 9b, medium: with A = 0 and a tiny b, mu* is tiny, the relative shifts
     # above leave mu' I - A barely definite, and the residual term over it
     # grew like 1/|b|, so a certificate failed on one record's presence).
-    if tolerance > 0:
-        base = max(multiplier, 0.0) if math.isfinite(multiplier) else 0.0
-        estimate = _shift_estimate(unit_matrix, base)
-        budget = math.ldexp(tolerance, j) / (4.0 * rho * rho)
-        if math.isfinite(budget) and budget > estimate and tighten(base, budget / estimate):
-            return scaled(unit_lower, unit_upper)
-    # The solver's answer does not certify: re-solve without the eigen-solver.
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        try:
-            refined = _refine(unit_matrix, unit_linear, rho, multiplier)
-        except (ValueError, np.linalg.LinAlgError):  # a non-finite solve (review 9b)
-            refined = None
-    if refined is not None:
-        mu, points = refined
-        unit_lower = max([unit_lower] + [_lower_bound(*problem, point) for point in points])
-        for factor in SHIFT_FACTORS:
-            if tighten(mu, factor):
-                break
-    return scaled(unit_lower, unit_upper)
-
-
-def _cholesky(matrix: np.ndarray) -> np.ndarray | None:
-    """The lower Cholesky factor, or None when the floating factorisation fails."""
-    try:
-        factor_l = np.linalg.cholesky(matrix)
-    except np.linalg.LinAlgError:
-        return None
-    return factor_l if np.all(np.isfinite(factor_l)) else None
-
-
-def _refine(matrix: np.ndarray, linear: np.ndarray, rho: float,
-            multiplier: float) -> tuple[float, list[np.ndarray]] | None:
-    """A second solve that uses no eigen-solver (Moré and Sorensen 1983): from
-    a definite mu above the given one, at most :data:`REFINE_STEPS` safeguarded
-    Newton steps on 1/||x(mu)|| - 1/rho with Cholesky factors of mu I - A;
-    then x(mu) and, for the hard case, x(mu) +- tau z filled along z, an
-    inverse-iteration estimate of A's top eigenvector. Accuracy only: the
-    bracket is proved from whatever this returns. None when no definite mu is
-    found."""
-    from scipy.linalg import cho_solve, solve_triangular
-
-    size = len(linear)
-    identity = np.eye(size)
-    start = max(multiplier, 0.0) if math.isfinite(multiplier) else 0.0
-    step = SHIFT_FACTORS[-1] * _shift_estimate(matrix, start)
-    for _ in range(REFINE_STEPS):  # ||A||_2 < size in unit scale: mu = size is definite
-        mu = min(start + step, float(size))
-        factor_l = _cholesky(mu * identity - matrix)
-        if factor_l is not None:
-            break
-        step *= 16.0
-    else:
-        return None
-    for _ in range(REFINE_STEPS):
-        x = cho_solve((factor_l, True), linear)
-        norm = float(np.linalg.norm(x))
-        y = solve_triangular(factor_l, x, lower=True)
-        if norm == 0 or not math.isfinite(norm):
-            break
-        candidate = max(mu + (norm * norm / float(y @ y)) * (norm - rho) / rho, 0.0)
-        for _ in range(8):  # an overshoot below lambda_1: halve the step
-            candidate_l = _cholesky(candidate * identity - matrix)
-            if candidate_l is not None or candidate == mu:
-                break
-            candidate = (candidate + mu) / 2
-        if candidate_l is None or candidate == mu:
-            break
-        mu, factor_l = candidate, candidate_l
-    return mu, _candidates(factor_l, cho_solve((factor_l, True), linear), rho)
-
-
-def _candidates(factor_l: np.ndarray, x: np.ndarray, rho: float) -> list[np.ndarray]:
-    """Primal points from a dual solve x = (mu I - A)^-1 b: x, and x +- tau z
-    filling the ball along z, an inverse-iteration estimate (with the same
-    factor L of mu I - A) of A's top eigenvector, for the (near-)hard case,
-    where x(mu) misses the top direction."""
-    from scipy.linalg import cho_solve
-
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        direction = np.cos(np.arange(len(x)) + 1.0)  # a fixed start, not the data's
-        for _ in range(3):
-            direction = cho_solve((factor_l, True), direction)
-            direction /= max(float(np.linalg.norm(direction)), 2.0**-1000)
-        fill = math.sqrt(max(rho * rho - float(x @ x), 0.0)) if np.all(np.isfinite(x)) else 0.0
-    return [x, x + fill * direction, x - fill * direction]
+    estimate = shift_estimate(unit_matrix, base)
+    with np.errstate(over="ignore", invalid="ignore"):  # np: overflow gives inf, not a raise
+        sized = float(np.ldexp(tolerance, j)) / (4.0 * rho * rho) / estimate
+    attempt(base, sized if math.isfinite(sized) and sized > 1.0 else FALLBACK_FACTOR)
+    # A second solve without the eigen-solver, and its schedule.
+    mu, points = refine_multiplier(unit_matrix, unit_linear, rho, multiplier,
+                                   SHIFT_FACTORS[-1])
+    for point in points:
+        unit_lower = max(unit_lower, _lower_bound(form, rho, point))
+    for factor in SHIFT_FACTORS:
+        attempt(mu, factor)
+    return QuadraticBracket(lower=down(math.ldexp(down(unit_lower - slack), -j)),
+                            upper=up(math.ldexp(up(unit_upper + slack), -j)))
 
 
 def _feasible(weights: np.ndarray, rho: float) -> np.ndarray:
@@ -259,28 +227,27 @@ def _feasible(weights: np.ndarray, rho: float) -> np.ndarray:
     return weights * factor
 
 
-def _lower_bound(unit_matrix: np.ndarray, unit_linear: np.ndarray, unit_constant: float,
-                 rho: float, weights: np.ndarray) -> float:
-    """q at the solver's point made feasible, minus its evaluation's error."""
-    point = np.append(_feasible(weights, rho), -1.0)
-    # D = [[A, -b], [-b^T, c]], so q(w) = v^T D v with v = [w, -1].
+def _quadratic_form(unit_matrix: np.ndarray, unit_linear: np.ndarray,
+                    unit_constant: float) -> tuple[np.ndarray, np.ndarray]:
+    """(D, |D|) with D = [[A, -b], [-b^T, c]], so q(w) = v^T D v, v = [w, -1]:
+    formed once per certificate for every candidate's :func:`_lower_bound`."""
     moments = np.block([[unit_matrix, -unit_linear[:, None]],
                         [-unit_linear[None, :], np.array([[unit_constant]])]])
+    return moments, np.abs(moments)
+
+
+def _lower_bound(form: tuple[np.ndarray, np.ndarray], rho: float,
+                 weights: np.ndarray) -> float:
+    """q at a candidate point made feasible, minus its evaluation's error."""
+    moments, magnitudes = form
+    point = np.append(_feasible(weights, rho), -1.0)
     size = len(point)
     value = float(point @ (moments @ point))
     magnitude = np.abs(point)
-    absolute = grow(float(magnitude @ (np.abs(moments) @ magnitude)), 2 * size)
+    absolute = grow(float(magnitude @ (magnitudes @ magnitude)), 2 * size)
     rounding = gamma(size)
     error = up(up(rounding * up(2.0 + rounding)) * absolute)
     return down(value - error)
-
-
-def _shift_estimate(unit_matrix: np.ndarray, multiplier: float) -> float:
-    """u (|mu| + max|a_ij|): about the Cholesky test's measured error and an
-    eigen-solver's error in mu, the unit of the shift schedule (a function of
-    the rounded problem and mu only)."""
-    peak = float(np.abs(unit_matrix).max(initial=0.0))
-    return UNIT * (abs(multiplier) + peak) + 2.0**-1000
 
 
 def _upper_bound(unit_matrix: np.ndarray, unit_linear: np.ndarray, unit_constant: float,
@@ -288,52 +255,50 @@ def _upper_bound(unit_matrix: np.ndarray, unit_linear: np.ndarray, unit_constant
                  ) -> tuple[float, list[np.ndarray]]:
     """(the dual bound at mu = ``multiplier`` + factor * estimate, or inf when
     the Cholesky test cannot prove mu I - A positive definite; primal
-    candidates from the x solving (mu I - A) x = b, :func:`_candidates`)."""
+    candidates from the x solving (mu I - A) x = b,
+    :func:`~privadapt.common.secular_newton.candidate_points`).
+    The same operations run either way: a failed factorisation is replaced
+    by the identity and its bound discarded (module docstring, "Fixed work")."""
     size = unit_matrix.shape[0]
-    delta = factor * _shift_estimate(unit_matrix, multiplier)
-    mu = up(multiplier + delta)
-    shifted_multiplier = down(mu - delta / 2)  # t < mu
-    identity = np.eye(size)
-    shifted = shifted_multiplier * identity - unit_matrix  # off-diagonal exact
-    try:
-        factor_l = np.linalg.cholesky(shifted)
-    except np.linalg.LinAlgError:
-        return math.inf, []
-    if not np.all(np.isfinite(factor_l)):
-        return math.inf, []
-    # ||L L^T - H_s||_2 <= || (1 + u) |F| + bound ||_F, F = fl(fl(L L^T) - H_s).
-    product, bound = accurate_product(factor_l, factor_l.T)
-    entries = np.abs(product - shifted) * up(1.0 + UNIT) + bound
-    error = up(grow(float(np.sqrt(np.sum(entries * entries))), size * size + 8)
-               + _underflow_slack(size))
-    diagonal = up(UNIT * float(np.abs(np.diag(shifted)).max()))
-    ell = down(down(down(mu - shifted_multiplier) - error) - diagonal)
-    if not ell > 0:
-        return math.inf, []
-    solution = _solve(factor_l, unit_linear, unit_matrix, mu)
-    return (_dual_value(unit_matrix, unit_linear, unit_constant, rho, mu, ell, solution),
-            _candidates(factor_l, solution, rho))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        delta = factor * shift_estimate(unit_matrix, multiplier)
+        mu = up(multiplier + delta)
+        shifted_multiplier = down(mu - delta / 2)  # t < mu
+        identity = np.eye(size)
+        shifted = shifted_multiplier * identity - unit_matrix  # off-diagonal exact
+        factor_l, definite = cholesky_or_identity(shifted)
+        # ||L L^T - H_s||_2 <= || (1 + u) |F| + bound ||_F, F = fl(fl(L L^T) - H_s).
+        product, bound = accurate_product(factor_l, factor_l.T)
+        entries = np.abs(product - shifted) * up(1.0 + UNIT) + bound
+        error = up(grow(float(np.sqrt(np.sum(entries * entries))), size * size + 8)
+                   + _underflow_slack(size))
+        diagonal = up(UNIT * float(np.abs(np.diag(shifted)).max()))
+        ell = down(down(down(mu - shifted_multiplier) - error) - diagonal)
+        solution = _solve(factor_l, unit_linear, unit_matrix, mu)
+        value = _dual_value(unit_matrix, unit_linear, unit_constant, rho, mu, ell, solution)
+        candidates = candidate_points(factor_l, solution, rho)
+    proved = definite and ell > 0 and math.isfinite(mu)
+    return (value if proved else math.inf), candidates
 
 
 def _solve(factor_l: np.ndarray, linear: np.ndarray, matrix: np.ndarray,
            mu: float) -> np.ndarray:
     """x with (mu I - A) x ~ b: the Cholesky of the nearby H_s, then two steps
     of iterative refinement on H itself (accuracy only; the bound is a
-    posteriori)."""
-    from scipy.linalg import cho_solve  # imported here: a site rarely needs it
-
-    x = cho_solve((factor_l, True), linear)
+    posteriori). Non-finite values propagate rather than raise."""
+    x = cho_solve(factor_l, linear)
     for _ in range(2):
-        x = x + cho_solve((factor_l, True), linear - (mu * x - matrix @ x))
+        x = x + cho_solve(factor_l, linear - (mu * x - matrix @ x))
     return x
 
 
 def _dual_value(matrix: np.ndarray, linear: np.ndarray, constant: float, rho: float,
                 mu: float, ell: float, x: np.ndarray) -> float:
     """c + mu rho^2 + x^T b + ||x|| ||r|| + ||r||^2 / ell, rounded up, for
-    lambda_min(mu I - A) >= ell > 0."""
-    if not np.all(np.isfinite(x)):
-        return math.inf
+    lambda_min(mu I - A) >= ell > 0 (inf for a non-finite x, after the same
+    work on x = 0)."""
+    finite = bool(np.all(np.isfinite(x)))
+    x = x if finite else np.zeros_like(x)
     size = len(x)
     product, product_bound = accurate_product(matrix, x)
     scaled = mu * x
@@ -349,9 +314,10 @@ def _dual_value(matrix: np.ndarray, linear: np.ndarray, constant: float, rho: fl
     inner = float(x @ linear)
     inner_up = up(inner + up(rounding * grow(float(magnitude @ np.abs(linear)), size)))
     quadratic = up(up(inner_up + up(x_norm * residual_norm))
-                    + up(up(residual_norm * residual_norm) / ell))
+                    + (up(up(residual_norm * residual_norm) / ell) if ell > 0 else math.inf))
     radius_term = up(up(mu * rho) * rho)
-    return up(up(constant + radius_term) + quadratic)
+    value = up(up(constant + radius_term) + quadratic)
+    return value if finite else math.inf
 
 
 def certified_discrepancy(
@@ -366,7 +332,8 @@ def certified_discrepancy(
     give one: [max(L1, L2), max(U1, U2)]. The value is the solver's, clamped
     into that bracket (unchanged whenever the solver is right), so its error
     is at most the bracket's width whatever the solver returned. ``tolerance``
-    stops each bracket's shift schedule early once it is that narrow."""
+    (the width the caller will require) sizes one shift of each schedule;
+    the work does not depend on it (module docstring, "Fixed work")."""
     moments = np.asarray(moment_difference, dtype=float)
     matrix, linear, constant = moments[:-1, :-1], -moments[:-1, -1], float(moments[-1, -1])
     brackets, values = [], []

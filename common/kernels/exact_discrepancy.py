@@ -51,6 +51,15 @@ most the public N the charge uses, so the check is stricter than the charge).
 The rest of the charge covers forming D and the records' float z z^T, both
 bounded a priori below.
 
+[L, U] is the intersection of the brackets of every attempt the certificate
+makes (it runs them all, below), so which attempt gives which side depends on
+the data. That does not touch the argument: every attempt's bracket holds the
+exact supremum v* (each is proved), so the intersection does; the release
+lies in it, so |release - v*| <= U - L <= the checked allowance <= the
+charged solver share, whichever brackets made it. On neighbours the releases
+then differ by at most |v*(D) - v*(D')| + the two errors, within the
+sensitivity plus twice the charged computation error, as before.
+
 The solver part is (Lambda^2 + Lambda + 1) (2 + 2^-30) N s times
 min(2^-36, 256 (d + 9) u): the former margin, or less for d < 503. Why the
 certificate fits it with room: D is a difference of two PSD matrices of
@@ -60,13 +69,13 @@ the bracket's width is a small multiple of m u times that on the ball (the
 evaluation's gamma_m |v|^T |D| |v|, the shift's 16 u (mu + max|a|) Lambda^2,
 the residual's terms; module docstring of certified_quadratic). Measured on
 the adversarial inputs of the tests (hard and near-hard cases, tied and
-clustered top eigenvalues, Lambda from 1e-3 to 1e3, d = 3 to 500), the
-tightest width is at most 0.017 of this charge, and the first shift that fits
-uses at most 0.42 of it (a near-hard case where the eigen-solver's mu is off
-by ~1e-11 relative). A smaller charged error is a direct utility gain: for
-d = 3 it is 330 times smaller than 2^-36, which matters where the charge is
-not negligible against B (a small r against Y with a large Lambda: reach / B
-~ 2 N Lambda^2 s / Y^2).
+clustered top eigenvalues, Lambda from 1e-3 to 1e3, d = 3 to 500), the width
+released (the whole schedule's intersection) is at most 0.017 of this charge
+(formerly the first shift that fitted was kept: up to 0.42 of it, a near-hard
+case where the eigen-solver's mu is off by ~1e-11 relative). A smaller
+charged error is a direct utility gain: for d = 3 it is 330 times smaller
+than 2^-36, which matters where the charge is not negligible against B (a
+small r against Y with a large Lambda: reach / B ~ 2 N Lambda^2 s / Y^2).
 
 When the bracket does not fit. The certificate is proved under the
 floating-point model alone (IEEE double, round to nearest, the classical BLAS
@@ -84,9 +93,22 @@ input where a numerical library broke its documented accuracy. Nothing is
 charged for the refused query (charging would not make the bit private), and
 the site's log records the width and the charge for its operator. The
 residual assumption is thus "the floating-point model holds", in place of
-"eigh meets 2^-36". (Timing: the re-solve runs only when the first schedule
-does not fit, so an answer's duration can say that it ran, a timing channel
-like the solver's own data-dependent iteration counts, not addressed here.)
+"eigh meets 2^-36".
+
+Timing (review 9b, medium). The coordinator sees how long a site takes to
+answer, and the charge covers only the released value, so the certificate's
+work must not depend on the records. It once stopped at the first shift that
+fitted and re-solved only when none did: on replace-one neighbours under
+coordinator-chosen moments the re-solve ran on one and not the other (1.80
+ms against 0.63 ms of ``compute``). Now every attempt runs on every query:
+all shifts, the sized shift and the re-solve, with fixed counts of
+factorisations and a failed factorisation running the same work on a
+stand-in (certified_quadratic's docstring, "Fixed work", which also names
+what remains: LAPACK's and the BLAS's value-dependent time, potrf stopping
+at a failing pivot, the trust-region solver's own case analysis and Brent
+iterations). The records' exact moment sum takes time linear in n, as every
+kernel's work does. tests/client/test_certificate_fixed_work.py checks the
+sequence of operations on neighbours.
 
 The paper adds Laplace(B/n) to d-hat (the coordinator's ``single_holder``
 estimate asks for Laplace(B / epsilon) on n d-hat); the site draws it through

@@ -72,6 +72,20 @@ only where LAPACK broke its documented accuracy). The charge's term for the
 projections and the weights' rounding was 16 (d + 2) u and stays so; the
 certified orthogonality term is charged beside it (+16 (d + 2) u r^2 per
 record, negligible next to the sensitivity c mu r^2 ||x_i||^2).
+
+Timing (review 9b's question for ``exact_discrepancy``: is the work fixed by
+public things?). The eigen check is one ``eigh`` and two proved products of
+size d, whatever the data; it stops early only when V is too far from
+orthogonal to bound (eta >= 1/2), and then the site refuses anyway, in
+public words, with the kernel disabled (the refusal already says it). An
+empty sample (n = 0, private under add/remove) used to return at once; it
+now runs the same eigen work on M_0 = 0 and discards it. What remains: the
+Gram sum's time is linear in n (as every kernel's), BLAS and LAPACK time
+depends on values. The projections once kept only the eigen-directions of
+non-negligible weight, so their product's width (m x d times the number
+kept, with m up to 2^16 chosen by the coordinator) depended on the private
+spectrum; they now project on all d and weigh the negligible ones 0
+(``smoothed_spectral._vertex_gradient``; the same terms, so the same charge).
 """
 
 from __future__ import annotations
@@ -255,16 +269,19 @@ class SmoothedDiscrepancyGradient(Kernel):
     def compute(self, data: Dataset, params: SmoothedDiscrepancyGradientParams,
                 state: MutableMapping[str, Any]) -> tuple[np.ndarray]:
         num = data.num_records
-        if num == 0:
-            return (np.zeros(params.source_points.shape[0]),)
         blocks = (clip_rows_to_norm(data.features[start:start + BLOCK_RECORDS],
                                     params.feature_norm)
                   for start in range(0, num, BLOCK_RECORDS))
-        target = gram(blocks, data.dim) / num
+        # An empty sample's M_0 is taken as 0: the eigen work runs all the
+        # same (n is private under add/remove: an early return would time it),
+        # and its result, times n = 0, is discarded below.
+        target = gram(blocks, data.dim) / max(num, 1)
         points = params.source_points
         matrix = target - points.T @ (params.weights[:, None] * points)
         _, gradient, error = certified_vertex_gradient(points, 0.5 * (matrix + matrix.T),
                                                        params.mu)
+        if num == 0:
+            return (np.zeros(points.shape[0]),)
         allowance = self.eigen_allowance(params, data.dim)
         if not error <= allowance:
             # Never released: the site refuses in public words (module docstring).
