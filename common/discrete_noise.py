@@ -58,6 +58,8 @@ from fractions import Fraction
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
+from privadapt.common.exact_laws import FoldedDiscreteGaussian, gaussian_table_entries
+from privadapt.common.exact_table_inversion import MAX_TABLE_ENTRIES, sample_by_inversion
 from privadapt.common.noise import RandomBits, SecureRandomBits
 
 #: Numerators and denominators of the parameters (t of the discrete Laplace,
@@ -407,6 +409,24 @@ def discrete_gaussian(sigma_squared: int | Fraction | float, shape: int | tuple[
         )
     count, shape = sample_shape(shape)
     stream = KeystreamBits(source or SecureRandomBits())
+    if gaussian_table_entries(exact) <= MAX_TABLE_ENTRIES:
+        return _discrete_gaussian_by_table(exact, count, stream).reshape(shape)
+    return _discrete_gaussian_by_rejection(exact, count, stream).reshape(shape)
+
+
+def _discrete_gaussian_by_table(sigma_squared: Fraction, count: int,
+                                stream: RandomBits) -> np.ndarray:
+    """|X| by exact inversion of its certified CDF (one word, almost always:
+    :mod:`privadapt.common.exact_table_inversion`), then a fair sign bit: X =
+    0 with probability P(|X| = 0) and +-k with P(|X| = k) / 2 each, exactly
+    the discrete Gaussian's P(X = k) and P(X = -k)."""
+    magnitude = sample_by_inversion(FoldedDiscreteGaussian(sigma_squared), count, stream)
+    return np.where(_sign_bits(count, stream), -magnitude, magnitude)
+
+
+def _discrete_gaussian_by_rejection(exact: Fraction, count: int,
+                                    stream: RandomBits) -> np.ndarray:
+    """Algorithm 3 (module docstring): for a sigma whose table would be too long."""
     k = gaussian_laplace_exponent(exact)
 
     def propose(size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -414,6 +434,5 @@ def discrete_gaussian(sigma_squared: int | Fraction | float, shape: int | tuple[
         return proposal, _gaussian_keep(np.abs(proposal).astype(np.uint64), exact, k, stream)
 
     ratio = 2.0**k / math.sqrt(float(exact))  # t / sigma; efficiency only, as above
-    out = _rejection_fill(count, propose, min(0.9, max(0.3, 1.2533 / ratio
-                                                       * math.exp(-0.5 / ratio**2))))
-    return out.reshape(shape)
+    return _rejection_fill(count, propose, min(0.9, max(0.3, 1.2533 / ratio
+                                                        * math.exp(-0.5 / ratio**2))))
