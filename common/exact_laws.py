@@ -118,7 +118,7 @@ def gaussian_table_entries(sigma_squared: Fraction) -> float:
     """About how long the folded Gaussian's 64-bit table is (efficiency only:
     it picks between two exact samplers): the window ends near
     sigma sqrt(2 ln 2^72)."""
-    return 10.1 * math.sqrt(float(sigma_squared)) + 8
+    return 10.7 * math.sqrt(float(sigma_squared)) + 16
 
 
 @dataclass(frozen=True)
@@ -203,4 +203,4 @@ class RationalPoisson:
 def poisson_table_entries(rate: Fraction) -> float:
     """About how long the Poisson table is (efficiency only): both tails out
     to about sqrt(2 lambda ln 2^72) from the mode."""
-    return 21.0 * math.sqrt(float(rate)) + 30
+    return 22.0 * math.sqrt(float(rate)) + 30

@@ -116,7 +116,7 @@ class InversionTable:
     shift: np.uint64
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=8)  # up to 24 MB each at MAX_TABLE_ENTRIES
 def inversion_table(law: CdfLaw, table_bits: int = _WORD_BITS) -> InversionTable:
     """The fast-path table of ``law``. ``table_bits`` below 64 (a test hook)
     builds it from a coarser window scaled up to 64 bits: still certified,
@@ -159,7 +159,7 @@ def sample_by_inversion(law: CdfLaw, count: int, stream: RandomBits,
     return samples
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=4)  # a 2^20-entry window at 128 bits is ~100 MB of ints
 def _window(law: CdfLaw, bits: int) -> CdfWindow:
     return law.cdf_window(bits)
 
