@@ -24,6 +24,13 @@ time over float time (target: at most 2):
   :class:`~privadapt.common.mechanisms.GaussianMechanism` share of the same
   sigma, encoded as ``Site.answer`` does.
 
+Which exact sampler each row measures: the discrete Gaussian (sigma = 1000
+steps), the Polya shares' negative binomials (t = 1000) and the Skellam
+shares' Poissons are drawn by inversion of a certified CDF table
+(:mod:`privadapt.common.exact_table_inversion`, about one word a sample); the
+discrete Laplace by CKS Algorithm 2. Larger scales fall back to CKS
+Algorithm 3 and the compound Poisson, which these rows do not measure.
+
 Run: ``.venv/bin/python benchmarks/discrete_noise.py``. Compare ratios, not
 absolute rates across machines.
 """
