@@ -64,7 +64,12 @@ from fractions import Fraction
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
-from privadapt.common.exact_laws import FoldedDiscreteGaussian, gaussian_table_entries
+from privadapt.common.exact_laws import (
+    FoldedDiscreteGaussian,
+    FoldedDiscreteLaplace,
+    gaussian_table_entries,
+    geometric_tail_table_entries,
+)
 from privadapt.common.exact_table_inversion import MAX_TABLE_ENTRIES, sample_by_inversion
 from privadapt.common.noise import RandomBits, SecureRandomBits
 
@@ -336,11 +341,25 @@ def discrete_laplace(scale: int | Fraction | float, shape: int | tuple[int, ...]
                      source: RandomBits | None = None) -> np.ndarray:
     """int64 samples with P(x) ∝ exp(-|x| / scale) on the integers (the
     two-sided geometric). ``scale`` is exact: an int, a Fraction, or a float
-    taken at its binary value, with numerator and denominator at most 2^48."""
+    taken at its binary value, with numerator and denominator at most 2^48.
+    Up to about 1.7e4 grid steps (a table of at most
+    :data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES`) |X| is
+    drawn by exact inversion of its certified CDF, then a fair sign;
+    beyond, by Algorithm 2."""
     exact = as_rational(scale, "the discrete Laplace scale")
     count, shape = sample_shape(shape)
     stream = KeystreamBits(source or SecureRandomBits())
+    if geometric_tail_table_entries(exact) <= MAX_TABLE_ENTRIES:
+        return _signed(sample_by_inversion(FoldedDiscreteLaplace(exact), count, stream),
+                       stream).reshape(shape)
     return _discrete_laplace(exact, count, stream).reshape(shape)
+
+
+def _signed(magnitude: np.ndarray, stream: RandomBits) -> np.ndarray:
+    """X from |X| of a symmetric law and a fair sign bit each: X = 0 with
+    probability P(|X| = 0) and +-k with P(|X| = k) / 2 each, exactly the
+    law's P(X = k) and P(X = -k)."""
+    return np.where(_sign_bits(magnitude.size, stream), -magnitude, magnitude)
 
 
 # -- a uniform index ------------------------------------------------------------------
@@ -423,11 +442,9 @@ def discrete_gaussian(sigma_squared: int | Fraction | float, shape: int | tuple[
 def _discrete_gaussian_by_table(sigma_squared: Fraction, count: int,
                                 stream: RandomBits) -> np.ndarray:
     """|X| by exact inversion of its certified CDF (one word, almost always:
-    :mod:`privadapt.common.exact_table_inversion`), then a fair sign bit: X =
-    0 with probability P(|X| = 0) and +-k with P(|X| = k) / 2 each, exactly
-    the discrete Gaussian's P(X = k) and P(X = -k)."""
-    magnitude = sample_by_inversion(FoldedDiscreteGaussian(sigma_squared), count, stream)
-    return np.where(_sign_bits(count, stream), -magnitude, magnitude)
+    :mod:`privadapt.common.exact_table_inversion`), then a fair sign."""
+    return _signed(sample_by_inversion(FoldedDiscreteGaussian(sigma_squared), count, stream),
+                   stream)
 
 
 def _discrete_gaussian_by_rejection(exact: Fraction, count: int,

@@ -30,7 +30,7 @@ from privadapt.common.exact_count_noise import negative_binomial_difference
 from privadapt.common.exact_laws import (
     NegativeBinomial,
     RationalPoisson,
-    negative_binomial_table_entries,
+    geometric_tail_table_entries,
     poisson_table_entries,
 )
 from privadapt.common.exact_table_inversion import MAX_TABLE_ENTRIES, sample_by_inversion
@@ -87,7 +87,7 @@ def polya_share(scale: int | Fraction | float, num_participants: int,
     exact = as_rational(scale, "the discrete Laplace scale")
     count, shape = sample_shape(shape)
     stream = KeystreamBits(source or SecureRandomBits())
-    if negative_binomial_table_entries(exact) <= MAX_TABLE_ENTRIES:
+    if geometric_tail_table_entries(exact) <= MAX_TABLE_ENTRIES:
         both = sample_by_inversion(NegativeBinomial(exact, honest), 2 * count, stream)
         return (both[:count] - both[count:]).reshape(shape)
     return negative_binomial_difference(exact, honest, count, stream).reshape(shape)

@@ -1,6 +1,6 @@
 """Certified CDFs of the integer laws the exact samplers invert
-(:mod:`privadapt.common.exact_table_inversion`): the folded discrete Gaussian,
-the negative binomial NB(1/n, exp(-1/t)) and the Poisson of a rational rate.
+(:mod:`privadapt.common.exact_table_inversion`): the folded discrete Gaussian
+and discrete Laplace, the negative binomial NB(1/n, exp(-1/t)) and the Poisson of a rational rate.
 
 Why: each law's weights follow a recurrence w_(k+1) = w_k rho_k, so bounds
 on every weight come from fixed-point integers rounded toward the side each
@@ -122,6 +122,28 @@ def gaussian_table_entries(sigma_squared: Fraction) -> float:
 
 
 @dataclass(frozen=True)
+class FoldedDiscreteLaplace:
+    """|X| for the discrete Laplace P(x) ∝ q^|x|, q = exp(-1/t): weights 1 at
+    0 and 2 q^k for k >= 1, so those after k sum to 2 q^(k+1) / (1 - q)."""
+
+    scale: Fraction
+
+    def cdf_window(self, bits: int) -> CdfWindow:
+        p = bits + _GUARD_BITS
+        q_lo, q_hi = exp_minus_bounds(1 / self.scale, p)
+        e_lo = e_hi = 1 << p
+        lower, upper = [1 << p], [1 << p]
+        threshold = 1 << (p - bits - _TAIL_BITS)
+        while True:
+            e_lo, e_hi = _floor_product(e_lo, q_lo, p), _ceil_product(e_hi, q_hi, p)
+            tail = _geometric_tail(2 * e_hi, q_hi, p)
+            if tail is not None and tail <= threshold:
+                return normalised_window(bits, 0, lower, upper, 0, tail)
+            lower.append(2 * e_lo)
+            upper.append(2 * e_hi)
+
+
+@dataclass(frozen=True)
 class NegativeBinomial:
     """NB(1/n, q), q = exp(-1/t): P(k) ∝ Gamma(k + 1/n) / k! q^k, so
     w_(k+1) = w_k q (n k + 1) / (n (k + 1)); every ratio is below q, so the
@@ -149,10 +171,11 @@ class NegativeBinomial:
             k += 1
 
 
-def negative_binomial_table_entries(scale: Fraction) -> float:
-    """About how long the NB table is (efficiency only): q^k t below 2^-72."""
+def geometric_tail_table_entries(scale: Fraction) -> float:
+    """About how long the NB or folded discrete Laplace table is (efficiency
+    only: it picks between two exact samplers): q^k t below 2^-72."""
     t = float(scale)
-    return t * (50.0 + math.log1p(t)) + 8
+    return t * (52.0 + math.log1p(2.0 * t)) + 16
 
 
 @dataclass(frozen=True)

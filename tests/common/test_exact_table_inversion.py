@@ -17,14 +17,15 @@ import pytest
 from scipy import stats
 
 from privadapt.common import discrete_noise, discrete_shares, exact_count_noise
-from privadapt.common.discrete_noise import KeystreamBits, discrete_gaussian
+from privadapt.common.discrete_noise import KeystreamBits, discrete_gaussian, discrete_laplace
 from privadapt.common.discrete_shares import polya_share, skellam_share
 from privadapt.common.exact_laws import (
     FoldedDiscreteGaussian,
+    FoldedDiscreteLaplace,
     NegativeBinomial,
     RationalPoisson,
     gaussian_table_entries,
-    negative_binomial_table_entries,
+    geometric_tail_table_entries,
     poisson_table_entries,
 )
 from privadapt.common.exact_table_inversion import (
@@ -48,6 +49,11 @@ def stream(seed: int) -> KeystreamBits:
     return KeystreamBits(SeededRandomBits(seed))
 
 
+def folded_laplace_pmf(scale: float):
+    signed = discrete_laplace_pmf(scale)
+    return lambda k: np.where(np.asarray(k) == 0, signed(0), 2 * signed(k)) * (np.asarray(k) >= 0)
+
+
 def folded_gaussian_pmf(sigma_squared: float):
     signed = discrete_gaussian_pmf(sigma_squared)
     return lambda k: np.where(np.asarray(k) == 0, signed(0), 2 * signed(k)) * (np.asarray(k) >= 0)
@@ -66,6 +72,9 @@ def reference_cdf(law, k: int) -> mpmath.mpf:
         reach = int(40 * mpmath.sqrt(s)) + 40
         return mpmath.fsum(weight(j) for j in range(k + 1)) / mpmath.fsum(
             weight(j) for j in range(reach))
+    if isinstance(law, FoldedDiscreteLaplace):  # P(|X| <= k) = 1 - 2 q^(k+1) / (1 + q)
+        q = mpmath.exp(-mpmath.mpf(law.scale.denominator) / law.scale.numerator)
+        return 1 - 2 * q ** (k + 1) / (1 + q)
     if isinstance(law, NegativeBinomial):
         r = mpmath.mpf(1) / law.honest
         q = mpmath.exp(-mpmath.mpf(law.scale.denominator) / law.scale.numerator)
@@ -75,7 +84,8 @@ def reference_cdf(law, k: int) -> mpmath.mpf:
 
 
 LAWS = [FoldedDiscreteGaussian(Fraction(1, 4)), FoldedDiscreteGaussian(Fraction(10, 3)),
-        FoldedDiscreteGaussian(Fraction(2500)), NegativeBinomial(Fraction(15, 2), 3),
+        FoldedDiscreteGaussian(Fraction(2500)), FoldedDiscreteLaplace(Fraction(1, 3)),
+        FoldedDiscreteLaplace(Fraction(1000)), NegativeBinomial(Fraction(15, 2), 3),
         NegativeBinomial(Fraction(1, 3), 2), NegativeBinomial(Fraction(40), 1),
         RationalPoisson(Fraction(7, 3)), RationalPoisson(Fraction(1, 1000)),
         RationalPoisson(Fraction(250_000))]
@@ -101,7 +111,8 @@ def test_windows_bracket_the_exact_cdf(law, bits):
 @pytest.mark.parametrize("law,estimate", [
     (FoldedDiscreteGaussian(Fraction(10**6)), gaussian_table_entries(Fraction(10**6))),
     (FoldedDiscreteGaussian(Fraction(9)), gaussian_table_entries(Fraction(9))),
-    (NegativeBinomial(Fraction(1000), 4), negative_binomial_table_entries(Fraction(1000))),
+    (NegativeBinomial(Fraction(1000), 4), geometric_tail_table_entries(Fraction(1000))),
+    (FoldedDiscreteLaplace(Fraction(1000)), geometric_tail_table_entries(Fraction(1000))),
     (RationalPoisson(Fraction(250_000)), poisson_table_entries(Fraction(250_000))),
 ], ids=repr)
 def test_table_length_estimates_are_upper_bounds(law, estimate):
@@ -116,6 +127,9 @@ FALLBACK_CASES = [
     (NegativeBinomial(Fraction(15, 2), 3), negative_binomial_pmf(7.5, 3),
      negative_binomial_pmf(8.5, 3)),
     (RationalPoisson(Fraction(7, 3)), stats.poisson(7 / 3).pmf, stats.poisson(2.5).pmf),
+    # The window starts past 0: words below its start take the lazy path too.
+    (RationalPoisson(Fraction(400)), stats.poisson(400).pmf, stats.poisson(404).pmf),
+    (FoldedDiscreteLaplace(Fraction(7, 2)), folded_laplace_pmf(3.5), folded_laplace_pmf(3.9)),
 ]
 
 
@@ -176,6 +190,19 @@ def test_a_word_between_the_bounds_is_decided_by_the_next_word(law, k, last_word
     assert not source.queue
 
 
+def test_a_word_below_the_window_is_decided_lazily():
+    """Poisson(400)'s 64-bit window starts at 216: the word 0 lies below its
+    start, and the next two put U in [1.5, 1.5 + 2^-64) 2^-128, whose exact
+    quantile is far in the left tail, outside the table."""
+    law = RationalPoisson(Fraction(400))
+    assert inversion_table(law).first > 0 and inversion_table(law).start > 0
+    uniform = mpmath.mpf(3) * mpmath.mpf(2) ** -129
+    expected = next(k for k in range(400) if uniform < reference_cdf(law, k))
+    assert expected < inversion_table(law).first
+    source = QueuedWords(0, 1, 2**63)
+    assert sample_by_inversion(law, 1, source).tolist() == [expected] and not source.queue
+
+
 def test_lazy_decision_reads_words_until_the_window_decides():
     law = RationalPoisson(Fraction(7, 3))
     exact = reference_cdf(law, 2)
@@ -201,6 +228,19 @@ def test_discrete_gaussian_keeps_its_rejection_sampler_for_large_sigma(fast_limi
     samples = discrete_gaussian(Fraction(9, 4), 40_000, SeededRandomBits(6))
     assert chi_square_pvalue(samples, discrete_gaussian_pmf(2.25)) > STRICT
     assert chi_square_pvalue(samples, discrete_gaussian_pmf(2.75)) < STRICT
+
+
+def test_discrete_laplace_by_table_matches_its_pmf():
+    samples = discrete_laplace(Fraction(50, 7), 200_000, SeededRandomBits(7))
+    assert chi_square_pvalue(samples, discrete_laplace_pmf(50 / 7)) > STRICT
+    assert chi_square_pvalue(samples, discrete_laplace_pmf(55 / 7)) < STRICT
+
+
+def test_discrete_laplace_keeps_its_rejection_sampler_for_large_scales(monkeypatch):
+    monkeypatch.setattr(discrete_noise, "MAX_TABLE_ENTRIES", 0)
+    samples = discrete_laplace(3, 100_000, SeededRandomBits(8))
+    assert chi_square_pvalue(samples, discrete_laplace_pmf(3.0)) > STRICT
+    assert chi_square_pvalue(samples, discrete_laplace_pmf(3.3)) < STRICT
 
 
 def test_polya_share_keeps_its_compound_poisson_for_large_scales(monkeypatch):
