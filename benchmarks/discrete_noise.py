@@ -28,7 +28,7 @@ Which exact sampler each row measures: the discrete Gaussian (sigma = 1000
 steps), the Polya shares' negative binomials (t = 1000), the Skellam
 shares' Poissons and the discrete Laplace (t = 1000) are drawn by inversion
 of a certified CDF table (:mod:`privadapt.common.exact_table_inversion`,
-about one word a sample). Scales whose table would pass 2^20 entries fall back
+about one word a sample). Scales whose table would pass 2^18 entries fall back
 to CKS Algorithm 3 (the "sigma=2^18" row) and the compound Poisson (the
 "t=1e5" row).
 

@@ -33,7 +33,7 @@ uniform *integer* with an integer, so no floating-point number enters:
 
 By table: a discrete Gaussian whose certified CDF table has at most
 :data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES` entries
-(sigma up to about 9.8e4 grid steps) is drawn instead as |X| by exact
+(sigma up to about 2.4e4 grid steps) is drawn instead as |X| by exact
 inversion (:mod:`privadapt.common.exact_table_inversion`, about one word a
 sample) and a fair sign; Algorithm 3 serves every larger sigma.
 
@@ -342,7 +342,7 @@ def discrete_laplace(scale: int | Fraction | float, shape: int | tuple[int, ...]
     """int64 samples with P(x) ∝ exp(-|x| / scale) on the integers (the
     two-sided geometric). ``scale`` is exact: an int, a Fraction, or a float
     taken at its binary value, with numerator and denominator at most 2^48.
-    Up to about 1.7e4 grid steps (a table of at most
+    Up to about 4.2e3 grid steps (a table of at most
     :data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES`) |X| is
     drawn by exact inversion of its certified CDF, then a fair sign;
     beyond, by Algorithm 2."""

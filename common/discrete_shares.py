@@ -16,7 +16,7 @@ integer comparisons of CSPRNG words
 for moderate scales by inversion of their certified CDF
 (:mod:`privadapt.common.exact_table_inversion`), as are the Skellam shares'
 Poissons. LIMITATION (see :func:`_float_generator`): a Skellam share of a
-Poisson rate above about 2.2e9 still draws from numpy; its sum is an exact integer.
+Poisson rate above about 1.4e8 still draws from numpy; its sum is an exact integer.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def polya_share(scale: int | Fraction | float, num_participants: int,
     CDF (:class:`privadapt.common.exact_laws.NegativeBinomial`, one word each
     almost always) while its table has at most
     :data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES` entries
-    (about t <= 1.7e4 grid steps); for a larger scale the difference is a
+    (about t <= 4.2e3 grid steps); for a larger scale the difference is a
     compound Poisson sum of logarithmic jumps, with bounded expected work for
     every scale up to 2^48 (:mod:`privadapt.common.exact_count_noise`). Both
     decide by integer comparisons of words of a ChaCha20 keystream keyed by
@@ -105,7 +105,7 @@ def skellam_share(variance: int | Fraction | float, num_participants: int,
 
     Exact while the Poisson table has at most
     :data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES` entries
-    (a rate v / (2n) up to about 2.2e9): both Poissons by inversion of their
+    (a rate v / (2n) up to about 1.4e8): both Poissons by inversion of their
     certified CDF (:class:`privadapt.common.exact_laws.RationalPoisson`).
     LIMITATION: above that rate they come from numpy (see :func:`_float_generator`)."""
     honest = honest_share_count(num_participants, collusion_tolerance)

@@ -55,9 +55,9 @@ from privadapt.common.noise import RandomBits
 
 _WORD_BITS = 64
 #: Laws whose table would be longer than this use their rejection samplers:
-#: 2^20 entries are 16 MB of table and a few seconds of exact arithmetic
-#: once per parameter.
-MAX_TABLE_ENTRIES = 2**20
+#: 2^18 entries are about 12 MB of table and guide and about a second of
+#: exact arithmetic once per parameter (2^20 took 3.8 s and 290 MB at peak).
+MAX_TABLE_ENTRIES = 2**18
 #: Vectorised advance passes before the leftover words use np.searchsorted.
 _ADVANCE_PASSES = 3
 
@@ -116,7 +116,7 @@ class InversionTable:
     shift: np.uint64
 
 
-@functools.lru_cache(maxsize=8)  # up to 24 MB each at MAX_TABLE_ENTRIES
+@functools.lru_cache(maxsize=8)  # up to 12 MB each at MAX_TABLE_ENTRIES
 def inversion_table(law: CdfLaw, table_bits: int = _WORD_BITS) -> InversionTable:
     """The fast-path table of ``law``. ``table_bits`` below 64 (a test hook)
     builds it from a coarser window scaled up to 64 bits: still certified,
@@ -159,7 +159,7 @@ def sample_by_inversion(law: CdfLaw, count: int, stream: RandomBits,
     return samples
 
 
-@functools.lru_cache(maxsize=4)  # a 2^20-entry window at 128 bits is ~100 MB of ints
+@functools.lru_cache(maxsize=4)  # a 2^18-entry window at 128 bits is ~25 MB of ints
 def _window(law: CdfLaw, bits: int) -> CdfWindow:
     return law.cdf_window(bits)
 
