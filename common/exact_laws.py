@@ -8,8 +8,11 @@ bound needs (floor for the lower, ceiling for the upper): a product of
 integers ``a b >> P`` is a floor, ``-((-a b) >> P)`` a ceiling. Transcendental
 factors (exp(-x) for rational x) are bracketed once with :mod:`decimal`
 (correctly rounded, widened by its rounding error). The weights run at
-P = bits + 64 bits, so the error of the k-th weight, about k 2^-P relative,
-stays far below 2^-bits for every table length allowed (at most 2^18). Each
+P = bits + 64 bits, so the error of the k-th weight -- about k 2^-P relative,
+k^2 2^-P for the Gaussian, whose ratio is itself a running product -- stays
+far below 2^-bits for every table length allowed (at most 2^18 < 2^(64/2 - 8)):
+the 64-bit windows at the largest admitted parameters are at most two units
+wide. Each
 window ends once a geometric bound on the rest of the weights is below
 2^-(bits + 8) of their total, so a word past the table is rarer than 2^-72.
 """
