@@ -31,11 +31,12 @@ uniform *integer* with an integer, so no floating-point number enters:
   comparison of a uniform integer on [0, d 2^m K) with it is one comparison
   on [0, d K) and, on a tie only, one on [0, 2^m) -- all in 64-bit words.
 
-By table: a discrete Gaussian whose certified CDF table has at most
-:data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES` entries
-(sigma up to about 2.4e4 grid steps) is drawn instead as |X| by exact
-inversion (:mod:`privadapt.common.exact_table_inversion`, about one word a
-sample) and a fair sign; Algorithm 3 serves every larger sigma.
+By table: a discrete Laplace or Gaussian whose certified CDF table has at
+most :data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES`
+entries (t up to about 4.2e3, sigma up to about 2.4e4 grid steps) is drawn
+instead as |X| by exact inversion
+(:mod:`privadapt.common.exact_table_inversion`, about one word a sample) and a
+fair sign; Algorithms 2 and 3 serve every larger scale.
 
 Vectorised: every round of every loop runs on the numpy array of samples still
 undecided, so 1e5 samples take a few dozen array passes, not 1e5 Python loops.
