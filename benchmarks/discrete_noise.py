@@ -24,6 +24,14 @@ time over float time (target: at most 2):
   :class:`~privadapt.common.mechanisms.GaussianMechanism` share of the same
   sigma, encoded as ``Site.answer`` does.
 
+Which exact sampler each row measures: the discrete Gaussian (sigma = 1000
+steps), the Polya shares' negative binomials (t = 1000), the Skellam
+shares' Poissons and the discrete Laplace (t = 1000) are drawn by inversion
+of a certified CDF table (:mod:`privadapt.common.exact_table_inversion`,
+about one word a sample). Scales whose table would pass 2^18 entries fall back
+to CKS Algorithm 3 (the "sigma=2^18" row) and the compound Poisson (the
+"t=1e5" row).
+
 Run: ``.venv/bin/python benchmarks/discrete_noise.py``. Compare ratios, not
 absolute rates across machines.
 """
@@ -97,6 +105,10 @@ def rows() -> list[tuple[str, Callable[[], object], Callable[[], object]]]:
          lambda: float_polya_share(1000.0, K, T, SAMPLES)),
         ("discrete Gaussian, sigma=1000", lambda: discrete_gaussian(10**6, SAMPLES),
          float_gaussian),
+        ("d. Gaussian, sigma=2^18 (CKS)", lambda: discrete_gaussian(2**36, SAMPLES),
+         float_gaussian),
+        (f"Polya t=1e5 (compound) vs NB K={K}", lambda: polya_share(10**5, K, T, SAMPLES),
+         lambda: float_polya_share(1e5, K, T, SAMPLES)),
         (f"Skellam share, K={K} t={T}", lambda: skellam_share(2 * 10**6, K, T, SAMPLES),
          lambda: gaussian_share(1000.0, K, T, SAMPLES)),
         ("release, discrete vs Laplace", release(DISCRETE, 1, 0), release(LAPLACE, 1, 0)),

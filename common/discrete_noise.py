@@ -31,6 +31,13 @@ uniform *integer* with an integer, so no floating-point number enters:
   comparison of a uniform integer on [0, d 2^m K) with it is one comparison
   on [0, d K) and, on a tie only, one on [0, 2^m) -- all in 64-bit words.
 
+By table: a discrete Laplace or Gaussian whose certified CDF table has at
+most :data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES`
+entries (t up to about 4.2e3, sigma up to about 2.4e4 grid steps) is drawn
+instead as |X| by exact inversion
+(:mod:`privadapt.common.exact_table_inversion`, about one word a sample) and a
+fair sign; Algorithms 2 and 3 serve every larger scale.
+
 Vectorised: every round of every loop runs on the numpy array of samples still
 undecided, so 1e5 samples take a few dozen array passes, not 1e5 Python loops.
 A sample whose integers would not fit 64 bits finishes in exact Python
@@ -58,6 +65,13 @@ from fractions import Fraction
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
+from privadapt.common.exact_laws import (
+    FoldedDiscreteGaussian,
+    FoldedDiscreteLaplace,
+    gaussian_table_entries,
+    geometric_tail_table_entries,
+)
+from privadapt.common.exact_table_inversion import MAX_TABLE_ENTRIES, sample_by_inversion
 from privadapt.common.noise import RandomBits, SecureRandomBits
 
 #: Numerators and denominators of the parameters (t of the discrete Laplace,
@@ -328,11 +342,25 @@ def discrete_laplace(scale: int | Fraction | float, shape: int | tuple[int, ...]
                      source: RandomBits | None = None) -> np.ndarray:
     """int64 samples with P(x) ∝ exp(-|x| / scale) on the integers (the
     two-sided geometric). ``scale`` is exact: an int, a Fraction, or a float
-    taken at its binary value, with numerator and denominator at most 2^48."""
+    taken at its binary value, with numerator and denominator at most 2^48.
+    Up to about 4.2e3 grid steps (a table of at most
+    :data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES`) |X| is
+    drawn by exact inversion of its certified CDF, then a fair sign;
+    beyond, by Algorithm 2."""
     exact = as_rational(scale, "the discrete Laplace scale")
     count, shape = sample_shape(shape)
     stream = KeystreamBits(source or SecureRandomBits())
+    if geometric_tail_table_entries(exact) <= MAX_TABLE_ENTRIES:
+        return _signed(sample_by_inversion(FoldedDiscreteLaplace(exact), count, stream),
+                       stream).reshape(shape)
     return _discrete_laplace(exact, count, stream).reshape(shape)
+
+
+def _signed(magnitude: np.ndarray, stream: RandomBits) -> np.ndarray:
+    """X from |X| of a symmetric law and a fair sign bit each: X = 0 with
+    probability P(|X| = 0) and +-k with P(|X| = k) / 2 each, exactly the
+    law's P(X = k) and P(X = -k)."""
+    return np.where(_sign_bits(magnitude.size, stream), -magnitude, magnitude)
 
 
 # -- a uniform index ------------------------------------------------------------------
@@ -407,6 +435,22 @@ def discrete_gaussian(sigma_squared: int | Fraction | float, shape: int | tuple[
         )
     count, shape = sample_shape(shape)
     stream = KeystreamBits(source or SecureRandomBits())
+    if gaussian_table_entries(exact) <= MAX_TABLE_ENTRIES:
+        return _discrete_gaussian_by_table(exact, count, stream).reshape(shape)
+    return _discrete_gaussian_by_rejection(exact, count, stream).reshape(shape)
+
+
+def _discrete_gaussian_by_table(sigma_squared: Fraction, count: int,
+                                stream: RandomBits) -> np.ndarray:
+    """|X| by exact inversion of its certified CDF (one word, almost always:
+    :mod:`privadapt.common.exact_table_inversion`), then a fair sign."""
+    return _signed(sample_by_inversion(FoldedDiscreteGaussian(sigma_squared), count, stream),
+                   stream)
+
+
+def _discrete_gaussian_by_rejection(exact: Fraction, count: int,
+                                    stream: RandomBits) -> np.ndarray:
+    """Algorithm 3 (module docstring): for a sigma whose table would be too long."""
     k = gaussian_laplace_exponent(exact)
 
     def propose(size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -414,6 +458,5 @@ def discrete_gaussian(sigma_squared: int | Fraction | float, shape: int | tuple[
         return proposal, _gaussian_keep(np.abs(proposal).astype(np.uint64), exact, k, stream)
 
     ratio = 2.0**k / math.sqrt(float(exact))  # t / sigma; efficiency only, as above
-    out = _rejection_fill(count, propose, min(0.9, max(0.3, 1.2533 / ratio
-                                                       * math.exp(-0.5 / ratio**2))))
-    return out.reshape(shape)
+    return _rejection_fill(count, propose, min(0.9, max(0.3, 1.2533 / ratio
+                                                        * math.exp(-0.5 / ratio**2))))

@@ -12,10 +12,11 @@ Each derivation is in its function's docstring; the accounting is in
 :mod:`privadapt.common.discrete_accounting`. The Polya shares are exact: their
 negative binomials are compound Poisson sums of logarithmic jumps decided by
 integer comparisons of CSPRNG words
-(:func:`privadapt.common.exact_count_noise.negative_binomial_difference`).
-LIMITATION (see :func:`_float_generator`): the Skellam shares' Poisson draws
-still come from numpy, not from an exact integer algorithm; their sums are
-exact integers.
+(:func:`privadapt.common.exact_count_noise.negative_binomial_difference`), or
+for moderate scales by inversion of their certified CDF
+(:mod:`privadapt.common.exact_table_inversion`), as are the Skellam shares'
+Poissons. LIMITATION (see :func:`_float_generator`): a Skellam share of a
+Poisson rate above about 1.4e8 still draws from numpy; its sum is an exact integer.
 """
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ import numpy as np
 
 from privadapt.common.discrete_noise import KeystreamBits, as_rational, sample_shape
 from privadapt.common.exact_count_noise import negative_binomial_difference
+from privadapt.common.exact_laws import (
+    NegativeBinomial,
+    RationalPoisson,
+    geometric_tail_table_entries,
+    poisson_table_entries,
+)
+from privadapt.common.exact_table_inversion import MAX_TABLE_ENTRIES, sample_by_inversion
 from privadapt.common.noise import RandomBits, SecureRandomBits, honest_share_count
 
 
@@ -66,15 +74,22 @@ def polya_share(scale: int | Fraction | float, num_participants: int,
     Laplace plus independent noise -- at least as private as the discrete
     Laplace alone. More than t colluders leave less than the full noise.
 
-    Exact: the difference is drawn as a compound Poisson sum of logarithmic
-    jumps with integer comparisons of words of a ChaCha20 keystream keyed by
-    256 bits of ``source``, and bounded expected work for every scale up to
-    2^48 (:mod:`privadapt.common.exact_count_noise`), so the pmf the
-    accountant assumes is met exactly."""
+    Exact: both negative binomials are drawn by inversion of their certified
+    CDF (:class:`privadapt.common.exact_laws.NegativeBinomial`, one word each
+    almost always) while its table has at most
+    :data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES` entries
+    (about t <= 4.2e3 grid steps); for a larger scale the difference is a
+    compound Poisson sum of logarithmic jumps, with bounded expected work for
+    every scale up to 2^48 (:mod:`privadapt.common.exact_count_noise`). Both
+    decide by integer comparisons of words of a ChaCha20 keystream keyed by
+    256 bits of ``source``, so the pmf the accountant assumes is met exactly."""
     honest = honest_share_count(num_participants, collusion_tolerance)
     exact = as_rational(scale, "the discrete Laplace scale")
     count, shape = sample_shape(shape)
     stream = KeystreamBits(source or SecureRandomBits())
+    if geometric_tail_table_entries(exact) <= MAX_TABLE_ENTRIES:
+        both = sample_by_inversion(NegativeBinomial(exact, honest), 2 * count, stream)
+        return (both[:count] - both[count:]).reshape(shape)
     return negative_binomial_difference(exact, honest, count, stream).reshape(shape)
 
 
@@ -88,11 +103,19 @@ def skellam_share(variance: int | Fraction | float, num_participants: int,
     :func:`polya_share`). Accounted by its RDP
     (:func:`privadapt.common.discrete_accounting.skellam_epsilon`).
 
-    LIMITATION: the Poissons come from numpy (see :func:`_float_generator`)."""
+    Exact while the Poisson table has at most
+    :data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES` entries
+    (a rate v / (2n) up to about 1.4e8): both Poissons by inversion of their
+    certified CDF (:class:`privadapt.common.exact_laws.RationalPoisson`).
+    LIMITATION: above that rate they come from numpy (see :func:`_float_generator`)."""
     honest = honest_share_count(num_participants, collusion_tolerance)
     exact = as_rational(variance, "the Skellam variance")
     count, shape = sample_shape(shape)
+    rate = exact / (2 * honest)
+    if poisson_table_entries(rate) <= MAX_TABLE_ENTRIES:
+        stream = KeystreamBits(source or SecureRandomBits())
+        both = sample_by_inversion(RationalPoisson(rate), 2 * count, stream)
+        return (both[:count] - both[count:]).reshape(shape)
     generator = _float_generator(source or SecureRandomBits())
-    rate = float(exact) / (2.0 * honest)
-    first = generator.poisson(rate, count)
-    return (first - generator.poisson(rate, count)).astype(np.int64).reshape(shape)
+    first = generator.poisson(float(rate), count)
+    return (first - generator.poisson(float(rate), count)).astype(np.int64).reshape(shape)

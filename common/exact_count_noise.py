@@ -18,15 +18,15 @@ sum_{i <= N} s_i L_i, N ~ Poisson(mu), s_i fair signs, L_i logarithmic.
 
 * N (:func:`_poisson_counts`): mu = (2 / n) ln(1 / (1 - exp(-1/t))) is
   transcendental but the same for every sample, so the CDF bounds lo_k <= F_k
-  <= hi_k are computed once with :mod:`decimal` in interval arithmetic
-  (:func:`_poisson_cdf_bounds`) and a uniform U = (W + V) / 2^64, W a 64-bit
-  word, is inverted: N = min{k : U < F_k}. The word alone decides unless it
-  lies in one of the integer intervals [floor(lo_k 2^64), ceil(hi_k 2^64))
-  (about two words each, so below 2^-55 per sample for the ~100 entries of a
-  table); then V's bits are
-  drawn 64 at a time and the bounds recomputed at higher precision until they
-  decide (:func:`_poisson_lazy`). The bounds converge as the precision grows,
-  so this ends with probability 1 and the law of N is exactly Poisson(mu).
+  <= hi_k are computed with :mod:`decimal` in interval arithmetic
+  (:func:`_poisson_cdf_bounds`) and a uniform U is inverted, N = min{k : U <
+  F_k}, by :mod:`privadapt.common.exact_table_inversion`: one 64-bit word
+  decides unless it lies in one of the integer intervals [floor(lo_k 2^64),
+  ceil(hi_k 2^64)) (about two words each, so below 2^-55 per sample for the
+  ~100 entries of a table); then more words are read and the bounds
+  recomputed at higher precision until they decide. The bounds converge as
+  the precision grows, so this ends with probability 1 and the law of N is
+  exactly Poisson(mu).
 * L (:func:`_logarithmic`): rejection from a dyadic-level proposal, below.
 
 Expected work. With J the least j >= 0 with 2^J >= t, one logarithmic draw
@@ -39,22 +39,10 @@ admissible scale (with about three words a proposal, plus one word for N;
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterator
-from decimal import (
-    MAX_EMAX,
-    MIN_EMIN,
-    ROUND_CEILING,
-    ROUND_FLOOR,
-    Context,
-    Decimal,
-    DivisionByZero,
-    InvalidOperation,
-    Overflow,
-    Subnormal,
-    Underflow,
-)
+from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
@@ -69,13 +57,10 @@ from privadapt.common.discrete_noise import (
     bernoulli_below_constant,
     exp_minus_one_bits,
 )
+from privadapt.common.exact_laws import decimal_contexts
+from privadapt.common.exact_table_inversion import CdfWindow, inversion_table, sample_by_inversion
 from privadapt.common.noise import RandomBits
 
-#: Decimal digits of the shared CDF table: its bounds are within about
-#: 10^-44 of the Poisson CDF, far inside one 64-bit word's 2^-64.
-_TABLE_DIGITS = 60
-#: The table runs until 1 - lo_k < 2^-72 (rarer words finish in the lazy path).
-_TABLE_TAIL = Fraction(1, 2**72)
 #: Tail levels J + m with m above this finish in exact Python integers (the
 #: uint64 product (k - 1) b would pass 2^62); probability 2^-12 per tail proposal.
 _FAST_TAIL_LEVELS = 12
@@ -85,18 +70,7 @@ _PACKED_LEVELS = 31
 _CHUNK_JUMPS = 2**20
 
 
-# -- N ~ Poisson(mu), mu = (2/n) ln(1/(1 - exp(-1/t))), by lazy inversion ------------
-
-
-def _contexts(digits: int) -> tuple[Context, Context, Context]:
-    """(nearest, down, up) contexts of ``digits`` digits. The exponent range is
-    the widest decimal has (exp(-2^48) is about 10^-1.2e14, still normal) and
-    underflow traps, as do overflow and invalid operations, so a bound never
-    silently loses its precision."""
-    traps = [Underflow, Subnormal, Overflow, InvalidOperation, DivisionByZero]
-    return tuple(Context(prec=digits, Emin=MIN_EMIN, Emax=MAX_EMAX, rounding=rounding,
-                         traps=traps)
-                 for rounding in (None, ROUND_FLOOR, ROUND_CEILING))
+# -- N ~ Poisson(mu), mu = (2/n) ln(1/(1 - exp(-1/t))), by exact inversion -----------
 
 
 def _poisson_cdf_bounds(scale: Fraction, honest: int,
@@ -115,7 +89,7 @@ def _poisson_cdf_bounds(scale: Fraction, honest: int,
     mu^j / j!, rounded down and up respectively. Every bound is within
     O(10^(15 - digits)) of the truth (1 - q >= 2^-49 loses at most 15 digits),
     so the bounds converge as ``digits`` grows."""
-    near, down, up = _contexts(digits)
+    near, down, up = decimal_contexts(digits)
     one = Decimal(1)
     # Every operation names its context (a bare ``-x`` or ``1 - x`` would round
     # to the default 28 digits); copy_negate is exact.
@@ -144,48 +118,41 @@ def _poisson_cdf_bounds(scale: Fraction, honest: int,
         sum_lo, sum_hi = down.add(sum_lo, term_lo), up.add(sum_hi, term_hi)
 
 
-@functools.lru_cache(maxsize=64)
+@dataclass(frozen=True)
+class _JumpCountLaw:
+    """Poisson(mu) of the jump count, as a law for
+    :mod:`privadapt.common.exact_table_inversion`: its window at ``bits``
+    brackets F_k with :func:`_poisson_cdf_bounds` at 40 + bits log10(2) digits
+    (60 at 64 bits: within about 10^-44, far inside a word), floored and
+    ceiled at 2^bits, until 1 - lo_k < 2^-(bits + 8)."""
+
+    scale: Fraction
+    honest: int
+
+    def cdf_window(self, bits: int) -> CdfWindow:
+        digits = 40 + math.ceil(bits * math.log10(2))
+        lower, upper = [], []
+        for lo, hi in _poisson_cdf_bounds(self.scale, self.honest, digits):
+            lower.append(math.floor(lo * 2**bits))
+            upper.append(min(math.ceil(hi * 2**bits), 2**bits))
+            if 1 - lo < Fraction(1, 2**(bits + 8)):
+                return CdfWindow(bits, 0, 0, tuple(lower), tuple(upper))
+
+
 def _poisson_table(scale: Fraction, honest: int) -> tuple[np.ndarray, np.ndarray]:
     """(below, above_minus_one) as uint64 arrays: below_k = floor(lo_k 2^64),
-    with a sentinel 0 appended, and ceil(hi_k 2^64) - 1. Both are nondecreasing
-    in k (the partial sums only grow under either rounding)."""
-    below, above = [], []
-    for lo, hi in _poisson_cdf_bounds(scale, honest, _TABLE_DIGITS):
-        below.append(math.floor(lo * 2**64))
-        above.append(min(math.ceil(hi * 2**64), 2**64) - 1)
-        if 1 - lo < _TABLE_TAIL or len(below) >= 4096:
-            break
-    below.append(0)
-    return np.array(below, dtype=np.uint64), np.array(above, dtype=np.uint64)
-
-
-def _poisson_lazy(scale: Fraction, honest: int, word: int, stream: RandomBits) -> int:
-    """N = min{k : U < F_k} for U = (word + V) / 2^64, V uniform in [0, 1)
-    read 64 bits at a time: U lies in [u, u + 1) / 2^bits, and k is decided
-    once (u + 1) / 2^bits <= lo_k (then U < F_k) or u / 2^bits >= hi_k (then
-    U >= F_k) for every k up to the answer; otherwise more bits and more
-    digits (bounds within 10^(15 - digits) << 2^-bits)."""
-    u, bits = word, 64
-    while True:
-        u, bits = (u << 64) | int(stream.words(1)[0]), bits + 64
-        digits = 40 + math.ceil(bits * math.log10(2))
-        for k, (lo, hi) in enumerate(_poisson_cdf_bounds(scale, honest, digits)):
-            if u + 1 <= lo * 2**bits:
-                return k
-            if u < hi * 2**bits:
-                break  # undecided at this precision
+    with a sentinel 0 appended, and ceil(hi_k 2^64) - 1: the jump count's
+    inversion table."""
+    table = inversion_table(_JumpCountLaw(scale, honest))
+    return table.lower, table.upper_minus_one[:-1]
 
 
 def _poisson_counts(scale: Fraction, honest: int, count: int, stream: RandomBits) -> np.ndarray:
-    """``count`` exact Poisson(mu) draws (module docstring) as int64: a word W
-    gives N = #{k : ceil(hi_k 2^64) <= W} when W < floor(lo_N 2^64), which
-    then certainly has F_k <= U for k < N and U < F_N."""
-    below, above_minus_one = _poisson_table(scale, honest)
-    words = stream.words(count)
-    counts = np.searchsorted(above_minus_one, words, side="left")
-    for i in np.flatnonzero(words >= below[counts]):  # below 2^-55 each
-        counts[i] = _poisson_lazy(scale, honest, int(words[i]), stream)
-    return counts.astype(np.int64)
+    """``count`` exact Poisson(mu) draws (module docstring) as int64, by
+    :func:`privadapt.common.exact_table_inversion.sample_by_inversion`: a word
+    W gives N = #{k : ceil(hi_k 2^64) <= W} when W < floor(lo_N 2^64), and
+    otherwise more words decide it against finer bounds."""
+    return sample_by_inversion(_JumpCountLaw(scale, honest), count, stream)
 
 
 # -- L ~ Logarithmic(q): P(L = k) ∝ q^k / k, by rejection from dyadic levels ----------
