@@ -342,6 +342,11 @@ def certified_discrepancy(
         solution = maximize_quadratic_on_ball(*problem, radius)
         brackets.append(certify_maximum(*problem, radius, solution, tolerance))
         values.append(solution.value)
+    if not all(bracket.lower <= bracket.upper for bracket in brackets):
+        # An empty intersection: some "proved" bound is false, so nothing is
+        # proved (review 10a). An infinite error fails every allowance: the
+        # caller refuses as for any failed certificate.
+        return max(abs(v) for v in values), math.inf
     lower = max(bracket.lower for bracket in brackets)
     upper = max(bracket.upper for bracket in brackets)
     value = min(max(max(abs(v) for v in values), lower), upper)
