@@ -309,6 +309,20 @@ class PrivacyLedger(LedgerView):
         with self._lock, self._transaction() as conn:
             return latches.insert(conn, kernel, job_id, query_id, time.time())
 
+    def arm_certificate(self, kernel: str, job_id: str, query_id: str) -> bool:
+        """Arm ``kernel`` for one certificate, committed before this returns
+        (client/ledger_latches.py); False when it is latched or another
+        certificate of it is in flight."""
+        self._refuse_read_only()
+        with self._lock, self._transaction() as conn:
+            return latches.arm(conn, kernel, job_id, query_id, time.time())
+
+    def end_certificate(self, kernel: str, job_id: str, query_id: str, failed: bool) -> None:
+        """The armed certificate ended: a failure stays latched, a pass unarms."""
+        self._refuse_read_only()
+        with self._lock, self._transaction() as conn:
+            latches.end(conn, kernel, job_id, query_id, failed)
+
     def clear_latch(self, kernel: str) -> latches.KernelLatch:
         """The operator's decision to enable ``kernel`` again (its next failed
         certificate releases one more bit); ``ConfigError`` if it is not latched."""

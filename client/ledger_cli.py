@@ -100,21 +100,29 @@ def latch_lines(latches: list[KernelLatch]) -> list[str]:
     if not latches:
         return []
     held = [each for each in latches if each.active]
-    lines = ["latched kernels (refused since their floating-point certificate failed, until "
-             "an operator runs `privadapt ledger clear-latch`):"]
+    lines = ["latched kernels (refused since their floating-point certificate failed, or a "
+             "certificate was running when the site stopped, until an operator runs "
+             "`privadapt ledger clear-latch`):"]
     lines += [f"  {each.kernel}  latched {_when(each.latched_at)} by query {each.query_id!r} "
-              f"of job {each.job_id!r}" for each in held] or ["  none"]
+              f"of job {each.job_id!r}{_interrupted(each)}" for each in held] or ["  none"]
     cleared = [each for each in latches if not each.active]
     if cleared:
-        lines.append("cleared latches (each latch released at most one bit):")
+        lines.append("cleared latches (each ended a run of certificates with a failure, "
+                     "uncharged):")
         lines += [f"  {each.kernel}  latched {_when(each.latched_at)}, cleared "
                   f"{_when(each.cleared_at or 0.0)}" for each in cleared]
     return lines
 
 
+def _interrupted(latch: KernelLatch) -> str:
+    return "" if latch.outcome == "failed" else (
+        " (armed: its certificate was running -- or the site stopped during it)")
+
+
 def _latch_document(latch: KernelLatch) -> dict[str, Any]:
     return {"kernel": latch.kernel, "latched_at": latch.latched_at, "job_id": latch.job_id,
-            "query_id": latch.query_id, "cleared_at": latch.cleared_at}
+            "query_id": latch.query_id, "cleared_at": latch.cleared_at,
+            "outcome": latch.outcome}
 
 
 def _epsilon(value: float) -> str:

@@ -113,8 +113,9 @@ def _latches_table(latches: Sequence[KernelLatch]) -> str:
     if not latches:
         return "<p>No kernel was ever latched off.</p>"
     rows = ['<p class="note">A kernel is latched off when its floating-point certificate fails '
-            "on a query; whether it fails can depend on the data, so each latch released at "
-            "most one bit, uncharged. The site refuses a latched kernel until its operator "
+            "on a query (or is armed while a certificate runs); whether it fails can depend on "
+            "the data, so the query a run of certificates first failed on is released, "
+            "uncharged. The site refuses a latched kernel until its operator "
             "clears the latch (<code>privadapt ledger clear-latch</code>), which lets one more "
             "bit out.</p>",
             "<table><tr><th>kernel</th><th>latched (UTC)</th><th>job</th><th>query</th>"

@@ -74,7 +74,8 @@ CREATE TABLE IF NOT EXISTS kernel_latches (
     latched_at REAL NOT NULL,
     job_id TEXT NOT NULL,
     query_id TEXT NOT NULL,
-    cleared_at REAL
+    cleared_at REAL,
+    outcome TEXT NOT NULL DEFAULT 'failed'
 );
 CREATE UNIQUE INDEX IF NOT EXISTS kernel_latches_active
     ON kernel_latches (kernel) WHERE cleared_at IS NULL;

@@ -74,14 +74,17 @@ posteriori (``exact_discrepancy``, ``smoothed_discrepancy_gradient``) raises
 numerical library broke its documented accuracy. Releasing would
 under-charge, and whether the check fails can depend on the data, so a
 refusal on that query is a one-bit release that nothing charges. The site
-bounds it to that one bit: it latches the kernel off in its ledger database
-(:mod:`privadapt.client.ledger_latches`), committed durably *before* the
-refusal is returned (a crash in between keeps the latch), logs the details
-for its operator, and refuses in fixed words; every later query of the kernel
--- in this process, after a restart, or in another process on the same
-ledger -- is refused in the same words before anything is admitted, reserved,
-charged or read. Only the operator clears a latch (``privadapt ledger
-clear-latch``), which re-opens one more bit.
+bounds it: before such a kernel reads a record, its latch is *armed* in the
+ledger database (:mod:`privadapt.client.ledger_latches`), committed durably;
+a pass unarms it, and a failure (or a crash, or any other error) leaves it
+set. The site logs the details for its operator and refuses in fixed words;
+every later query of the kernel -- in this process, after a restart, or in
+another process on the same ledger, even while the certificate runs -- is
+refused in the same words before anything is admitted, reserved, charged or
+read. Only the operator clears a latch (``privadapt ledger clear-latch``).
+What leaks is the position of the first failure among the kernel's
+certificates between clearings (ledger_latches.py: at most log2(Q + 1) bits
+over Q of them).
 """
 
 from __future__ import annotations
@@ -89,6 +92,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
+import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +142,7 @@ class Site:
         self._admission = QueryAdmission(policy, data.dim, data.num_records)
         self._splitter = RecordSplitter(data)
         self._job_states: dict[str, dict[str, Any]] = {}
+        self._certificate_lock = threading.Lock()
         for latch in ledger.latches():
             if latch.active:
                 logger.warning(
@@ -253,19 +259,51 @@ class Site:
                  state: dict[str, Any]) -> tuple[np.ndarray, ...]:
         """The kernel's released blocks, or a refusal in fixed words that
         disables the kernel when its error certificate fails (module docstring)."""
+        query, kernel = admitted.query, admitted.kernel
+        if kernel.certifies_own_error:
+            return self._compute_certified(admitted, records, state)
         try:
-            return admitted.kernel.compute(records, admitted.params, state)
+            return kernel.compute(records, admitted.params, state)
         except UncertifiedComputationError as err:
-            query = admitted.query
-            logger.error(
-                "site=%s job=%s query=%s kernel=%s certificate failed: %s (nothing released "
-                "or charged; investigate the numerical libraries)",
-                self.name, query.job_id, query.query_id, query.kernel, err)
-            # Committed before the refusal leaves: a crash in between keeps it.
+            # Only a kernel that certifies its error raises this; latched after
+            # the fact, as a defence, should another one ever do so.
+            self._log_failed_certificate(query, err)
             self.ledger.latch_kernel(query.kernel, query.job_id, query.query_id)
-            logger.error("site=%s kernel=%s LATCHED OFF in the ledger until the operator "
-                         "clears it", self.name, query.kernel)
             raise self._refusal(query) from None
+
+    def _compute_certified(self, admitted: AdmittedQuery, records: Dataset,
+                           state: dict[str, Any]) -> tuple[np.ndarray, ...]:
+        """``compute`` of a kernel that certifies its own error, armed in the
+        ledger first (client/ledger_latches.py): one certificate at a time per
+        kernel, and any way it ends but a pass leaves the kernel latched."""
+        query = admitted.query
+        # One at a time in this process (a second query waits rather than be
+        # refused); across processes the armed row refuses it.
+        with self._certificate_lock:
+            if not self.ledger.arm_certificate(query.kernel, query.job_id, query.query_id):
+                raise self._refusal(query)
+            try:
+                blocks = admitted.kernel.compute(records, admitted.params, state)
+            except UncertifiedComputationError as err:
+                self._log_failed_certificate(query, err)
+                try:
+                    self.ledger.end_certificate(query.kernel, query.job_id, query.query_id,
+                                                failed=True)
+                except sqlite3.Error:  # the armed row latches it already
+                    logger.exception("site=%s kernel=%s: could not mark the latch failed",
+                                     self.name, query.kernel)
+                raise self._refusal(query) from None
+            # Any other exception leaves the row armed: the kernel stays off.
+            self.ledger.end_certificate(query.kernel, query.job_id, query.query_id,
+                                        failed=False)
+            return blocks
+
+    def _log_failed_certificate(self, query: Query, err: Exception) -> None:
+        logger.error(
+            "site=%s job=%s query=%s kernel=%s certificate failed: %s (nothing released "
+            "or charged; investigate the numerical libraries); the kernel is LATCHED OFF in "
+            "the ledger until the operator clears it",
+            self.name, query.job_id, query.query_id, query.kernel, err)
 
     def _refusal(self, query: Query) -> QueryRefusedError:
         return self._admission.refusal(query, DISABLED_KERNEL_REASON)

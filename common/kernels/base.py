@@ -139,6 +139,10 @@ class Kernel(ABC):
     name: ClassVar[str]
     Params: ClassVar[type[KernelParams]]
     per_record_state: ClassVar[bool] = False
+    #: The kernel checks its own floating-point error a posteriori and raises
+    #: ``UncertifiedComputationError`` when the check fails: the site arms a
+    #: latch before it runs (client/ledger_latches.py).
+    certifies_own_error: ClassVar[bool] = False
 
     @abstractmethod
     def output_shapes(self, params: Any, dim: int) -> tuple[tuple[int, ...], ...]:

@@ -237,6 +237,7 @@ class ExactDiscrepancy(Kernel):
 
     name = "exact_discrepancy"
     Params = ExactDiscrepancyParams
+    certifies_own_error = True
 
     def work(self, params: ExactDiscrepancyParams, dim: int, num_records: int) -> float:
         # The records' second moments, then one eigen-decomposition of size d + 1.

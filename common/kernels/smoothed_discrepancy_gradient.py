@@ -214,6 +214,7 @@ class SmoothedDiscrepancyGradient(Kernel):
 
     name = "smoothed_discrepancy_gradient"
     Params = SmoothedDiscrepancyGradientParams
+    certifies_own_error = True
 
     def work(self, params: SmoothedDiscrepancyGradientParams, dim: int,
              num_records: int) -> float:

@@ -110,46 +110,72 @@ def test_the_latch_survives_a_restart_with_the_same_words_and_no_charge(tmp_path
     assert [c.kernel for c in restarted.ledger.charges()] == [MOMENTS]
 
 
-def test_a_crash_after_the_commit_keeps_the_latch(tmp_path, monkeypatch):
+def test_a_crash_during_the_certificate_keeps_the_latch(tmp_path, monkeypatch):
+    # The latch is armed, and committed, before the kernel reads a record
+    # (review 10a): a process that dies during the certificate leaves it set.
     db = tmp_path / "site.db"
     site = open_site(db, create=True)
     committed = []
 
     class Crash(BaseException):
-        """The process dies between the latch's commit and the reply."""
+        """The process dies inside the certificate."""
 
-    honest = PrivacyLedger.latch_kernel
-
-    def latch_then_crash(self, kernel, job_id, query_id):
-        honest(self, kernel, job_id, query_id)
-        # Another connection sees the row: committed, not only written.
+    def crash_inside(self, data, typed, state):
+        # Another connection sees the armed row: committed, not only written.
         with sqlite3.connect(db) as other:
-            committed.extend(other.execute("SELECT kernel FROM kernel_latches").fetchall())
+            committed.extend(other.execute(
+                "SELECT kernel, outcome FROM kernel_latches").fetchall())
         other.close()
         raise Crash
 
-    monkeypatch.setattr(PrivacyLedger, "latch_kernel", latch_then_crash)
-    fail_certificate(monkeypatch, EXACT)
+    monkeypatch.setattr(type(get_kernel(EXACT)), "compute", crash_inside)
     with pytest.raises(Crash):  # no reply left the site
         site.answer(query(EXACT, "q-1"), 1)
-    assert committed == [(EXACT,)]
+    assert committed == [(EXACT, "running")]
     monkeypatch.undo()
     refuse(open_site(db), EXACT, "q-2")
+    (held,) = open_site(db).ledger.latches()
+    assert held.active and held.outcome == "running"
 
 
-def test_no_refusal_leaves_before_the_latch_is_stored(tmp_path, monkeypatch):
-    # A latch that cannot be written (a full disk): the site does not reply
-    # with the refusal, whose bit a restart would then hand out again.
+def test_a_latch_that_cannot_be_armed_stops_the_query_before_the_kernel(tmp_path,
+                                                                        monkeypatch):
+    # A full disk: the query fails before any record reaches the kernel, so
+    # the failure depends on the storage, never on the data.
     site = open_site(tmp_path / "site.db", create=True)
+    ran = []
 
     def disk_full(self, kernel, job_id, query_id):
         raise sqlite3.OperationalError("database or disk is full")
 
-    monkeypatch.setattr(PrivacyLedger, "latch_kernel", disk_full)
-    fail_certificate(monkeypatch, EXACT)
-    with pytest.raises(sqlite3.OperationalError):
-        site.answer(query(EXACT, "q-1"), 1)
-    assert site.ledger.charges() == []
+    def compute(self, data, typed, state):
+        ran.append(1)
+        raise UncertifiedComputationError("simulated")
+
+    monkeypatch.setattr(PrivacyLedger, "arm_certificate", disk_full)
+    monkeypatch.setattr(type(get_kernel(EXACT)), "compute", compute)
+    for number in range(2):
+        with pytest.raises(sqlite3.OperationalError):
+            site.answer(query(EXACT, f"q-{number}"), 1)
+    assert ran == [] and site.ledger.charges() == []
+
+
+def test_a_passing_certificate_unarms_and_any_other_error_keeps_the_latch(tmp_path,
+                                                                           monkeypatch):
+    db = tmp_path / "site.db"
+    site = open_site(db, create=True)
+    assert site.answer(query(EXACT, "q-1"), 1).blocks
+    assert site.ledger.latches() == [] and site.disabled_kernels == frozenset()
+
+    def unexpected(self, data, typed, state):
+        raise ValueError("a kernel error no one planned for")
+
+    monkeypatch.setattr(type(get_kernel(EXACT)), "compute", unexpected)
+    with pytest.raises(ValueError):
+        site.answer(query(EXACT, "q-2"), 1)
+    monkeypatch.undo()
+    refuse(site, EXACT, "q-3")  # an unexplained exit may have told something: off
+    assert [c.kernel for c in site.ledger.charges()] == [EXACT]
 
 
 def test_a_latched_kernel_is_refused_before_anything_else(tmp_path, monkeypatch):
