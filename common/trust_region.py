@@ -29,6 +29,17 @@ mu_0 - lambda_i vanishes ("singular") set aside:
 * otherwise, if it lies inside the ball: the *hard case*. mu = lambda_1 and
   w = w(mu_0) + tau q_1, with tau filling the ball's radius (q_1 a top
   eigenvector, orthogonal to b).
+Fixed work (adversarial review 10a). A site runs this on private moments,
+and a coordinator can time its reply: the work must not follow the records.
+So every solve does one ``eigh`` (also of a zero matrix, whose answer is
+known) and one secular solve of a fixed number of bisection steps (also when
+the case analysis then picks the interior or the hard case, which discard
+it); what remains data-dependent is O(d) branch work and the value-dependent
+speed of floating-point and LAPACK (denormals), as in the certificate
+(common/certified_quadratic.py, "Fixed work"). Bisection, not Brent: the
+root is bracketed in an interval of width ||beta|| <= sqrt(d) in the rescaled
+problem, so 64 halvings reach adjacent floats for any d below 2^20, and
+their count is the same for every input.
 Numerically, the problem is first rescaled to radius 1 and entries of A and
 b at most 1 (u = w / Lambda, the quadratic divided by its size on the ball);
 there beta_i counts as 0 below 1e-12 and eigenvalues within 1e-12 are tied.
@@ -47,7 +58,9 @@ import numpy as np
 # eigh's backward error (~d eps ||A||) for d ~ 100. A near-tie it misses only
 # sends the solve down the secular-equation path, which _CLOSE_GAP keeps exact.
 _TOLERANCE = 1e-12
-# Below this gap mu - lambda_i, Brent's root (accurate to ~1e-16 in mu) fixes
+# Halvings of the secular bracket, whatever the input (module docstring).
+_BISECTION_STEPS = 64
+# Below this gap mu - lambda_i, the secular root (accurate to ~1e-16 in mu) fixes
 # beta_i / (mu - lambda_i) to worse than ~1e-10 relative.
 _CLOSE_GAP = 1e-6
 
@@ -81,13 +94,16 @@ def maximize_quadratic_on_ball(
                float(np.abs(linear).max(initial=0.0)) * radius)
     if not math.isfinite(size):
         raise ValueError("matrix and linear are too large for the radius (overflow)")
-    if size == 0:
-        return TrustRegionSolution(float(constant), np.zeros_like(linear), 0.0, False)
-    unit_matrix = (matrix / size) * radius**2
+    # A zero problem (an empty site's moments) runs the same solve on zeros,
+    # then answers c at 0 (module docstring, "Fixed work").
+    scale = size if size > 0 else 1.0
+    unit_matrix = (matrix / scale) * radius**2
     eigenvalues, eigenvectors = np.linalg.eigh(unit_matrix)
     eigenvalues, eigenvectors = eigenvalues[::-1], eigenvectors[:, ::-1]  # largest first
-    beta = eigenvectors.T @ ((linear / size) * radius)
+    beta = eigenvectors.T @ ((linear / scale) * radius)
     multiplier, coordinates, hard_case = _solve_in_eigenbasis(eigenvalues, beta)
+    if size == 0:
+        return TrustRegionSolution(float(constant), np.zeros_like(linear), 0.0, False)
     unit_value = coordinates @ (eigenvalues * coordinates) + 2.0 * beta @ coordinates
     return TrustRegionSolution(
         value=float(constant + size * unit_value),
@@ -131,6 +147,8 @@ def _solve_in_eigenbasis(
     """(mu, u in the eigenbasis, hard case?) for the unit-radius problem with
     eigenvalues sorted largest first and every entry of A and b at most 1."""
     lowest_multiplier = max(float(eigenvalues[0]), 0.0)
+    # Solved whichever case holds, so the work is the same (module docstring).
+    root = _secular_root(eigenvalues, beta, lowest_multiplier)
     gaps = lowest_multiplier - eigenvalues
     singular = gaps <= _TOLERANCE
     if not np.any(singular & (np.abs(beta) > _TOLERANCE)):
@@ -144,7 +162,7 @@ def _solve_in_eigenbasis(
             top = int(np.argmax(singular))
             regular[top] = math.copysign(math.sqrt(1.0 - norm**2), beta[top] or 1.0)
             return lowest_multiplier, regular, True
-    multiplier = _secular_root(eigenvalues, beta, lowest_multiplier)
+    multiplier = root
     gaps = multiplier - eigenvalues
     coordinates = beta / gaps
     # The boundary solution has norm 1. Near the hard case mu - lambda_1 is tiny
@@ -160,25 +178,31 @@ def _solve_in_eigenbasis(
     return multiplier, coordinates, False
 
 
+def _secular_residual(multiplier: float, eigenvalues: np.ndarray, beta: np.ndarray) -> float:
+    """1 / ||beta / (mu - lambda)|| - 1: increasing in mu, -1 at a pole."""
+    gaps = multiplier - eigenvalues
+    if np.any((gaps <= 0) & (beta != 0)):
+        return -1.0  # ||u(mu)|| is infinite at a pole
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        coordinates = np.where(beta != 0, beta / gaps, 0.0)
+        norm = float(np.linalg.norm(coordinates))  # inf next to a pole: fine
+    return (1.0 / norm if norm > 0 else math.inf) - 1.0
+
+
 def _secular_root(eigenvalues: np.ndarray, beta: np.ndarray, low: float) -> float:
-    """The mu in (low, low + ||beta||] where ||beta / (mu - lambda)|| = 1."""
-
-    def residual(multiplier: float) -> float:
-        gaps = multiplier - eigenvalues
-        if np.any((gaps <= 0) & (beta != 0)):
-            return -1.0  # ||u(mu)|| is infinite at a pole
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            coordinates = np.where(beta != 0, beta / gaps, 0.0)
-            norm = float(np.linalg.norm(coordinates))  # inf next to a pole: fine
-        return (1.0 / norm if norm > 0 else math.inf) - 1.0
-
+    """The mu in (low, low + ||beta||] where ||beta / (mu - lambda)|| = 1, by
+    ``_BISECTION_STEPS`` halvings whatever the input (module docstring): the
+    right end of the last bracket, where the residual is >= 0. Without a root
+    in the bracket (the interior and hard cases, whose callers discard it) it
+    ends at an end of the bracket."""
     # At the right end ||u|| <= ||beta|| / (mu - lambda_1) <= 1.
     high = low + float(np.linalg.norm(beta))
-    if residual(high) < 0:  # rounding at the bracket's end: widen a hair
+    if _secular_residual(high, eigenvalues, beta) < 0:  # rounding at the end: widen a hair
         high += 4 * np.finfo(float).eps * max(abs(high), 1.0)
-    tolerance = np.finfo(float).eps * max(abs(high), 1.0)
-    # Imported here: every site imports this module (kernels), and scipy.optimize
-    # costs each process ~23 MiB that only the single-holder kernel needs.
-    from scipy import optimize
-
-    return float(optimize.brentq(residual, low, high, xtol=tolerance, maxiter=500))
+    for _ in range(_BISECTION_STEPS):
+        middle = 0.5 * (low + high)
+        if _secular_residual(middle, eigenvalues, beta) < 0:
+            low = middle
+        else:
+            high = middle
+    return float(high)
