@@ -36,7 +36,12 @@ most :data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES`
 entries (t up to about 4.2e3, sigma up to about 2.4e4 grid steps) is drawn
 instead as |X| by exact inversion
 (:mod:`privadapt.common.exact_table_inversion`, about one word a sample) and a
-fair sign; Algorithms 2 and 3 serve every larger scale.
+fair sign; Algorithm 2 serves every larger Laplace scale. A larger sigma
+(from 2^9 steps, so in practice every sigma past the table) is drawn by
+rejection from a bucketed envelope (:mod:`privadapt.common.exact_bucket_rejection`:
+a table over buckets of about sigma / 2^8 integers, a uniform offset, one
+Algorithm 1 Bernoulli; about two words a sample); Algorithm 3 remains for a
+smaller sigma when no table is allowed.
 
 Vectorised: every round of every loop runs on the numpy array of samples still
 undecided, so 1e5 samples take a few dozen array passes, not 1e5 Python loops.
@@ -437,6 +442,13 @@ def discrete_gaussian(sigma_squared: int | Fraction | float, shape: int | tuple[
     stream = KeystreamBits(source or SecureRandomBits())
     if gaussian_table_entries(exact) <= MAX_TABLE_ENTRIES:
         return _discrete_gaussian_by_table(exact, count, stream).reshape(shape)
+    # Imported here: that module builds on this one's Bernoulli samplers.
+    from privadapt.common.exact_bucket_rejection import (
+        bucket_width_exponent,
+        discrete_gaussian_by_buckets,
+    )
+    if bucket_width_exponent(exact) >= 1:  # sigma >= 2^9: buckets of 2 or more
+        return discrete_gaussian_by_buckets(exact, count, stream).reshape(shape)
     return _discrete_gaussian_by_rejection(exact, count, stream).reshape(shape)
 
 

@@ -1,0 +1,183 @@
+"""The discrete Gaussian at large sigma by bucketed rejection
+(common/exact_bucket_rejection.py): the bucket law's certified window holds
+its exact CDF, the acceptance step is Bernoulli(exp(-gamma)) on its own (fast
+and big-integer paths), the samples follow N_Z(0, sigma^2) from sigma = 2^15
+to 2^28 and at non-dyadic sigma^2, and the routing takes this path only past
+the table.
+
+Cell probabilities are exact to far below the sampling noise: the sum of
+f(x) = exp(-x^2 / (2 sigma^2)) over the integers of a cell is its integral
+plus the Euler-Maclaurin end corrections (f(a) + f(b)) / 2 + (f'(b) - f'(a)) / 12,
+whose remainder is of order f''' ~ sigma^-3 relative, and the normaliser is
+sqrt(2 pi) sigma within exp(-2 pi^2 sigma^2) (Poisson summation), all in 40-digit
+mpmath. Each distribution test has a twin that rejects a slightly wrong
+sigma (or a broken acceptance), so it could fail."""
+
+import math
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+import pytest
+from scipy import stats
+
+from privadapt.common import discrete_noise, exact_bucket_rejection
+from privadapt.common.discrete_noise import KeystreamBits, discrete_gaussian
+from privadapt.common.exact_bucket_rejection import (
+    OneSidedDiscreteGaussian,
+    bucket_acceptance,
+    bucket_width_exponent,
+    discrete_gaussian_by_buckets,
+)
+from privadapt.common.exact_laws import gaussian_table_entries
+from privadapt.common.exact_table_inversion import MAX_TABLE_ENTRIES
+from privadapt.common.noise import SeededRandomBits
+from tests.common.test_discrete_noise import STRICT
+
+mpmath.mp.dps = 40
+SAMPLES = 1_000_000
+CELLS = 24
+
+
+def stream(seed: int) -> KeystreamBits:
+    return KeystreamBits(SeededRandomBits(seed))
+
+
+def integer_mass(sigma: mpmath.mpf, low: int, high: int) -> mpmath.mpf:
+    """sum_{x = low}^{high} exp(-x^2 / (2 sigma^2)) / (sqrt(2 pi) sigma), by
+    Euler-Maclaurin (module docstring); sigma >= 2^10 here."""
+    f = lambda x: mpmath.exp(-mpmath.mpf(x) ** 2 / (2 * sigma**2))  # noqa: E731
+    df = lambda x: -mpmath.mpf(x) / sigma**2 * f(x)  # noqa: E731
+    root = mpmath.sqrt(2) * sigma
+    integral = mpmath.sqrt(mpmath.pi / 2) * sigma * (mpmath.erf(high / root)
+                                                     - mpmath.erf(low / root))
+    return (integral + (f(low) + f(high)) / 2 + (df(high) - df(low)) / 12) / (
+        mpmath.sqrt(2 * mpmath.pi) * sigma)
+
+
+def gaussian_cells_pvalue(samples: np.ndarray, sigma_squared: float) -> float:
+    """Chi-square of ``samples`` against N_Z(0, sigma_squared) on CELLS cells
+    of about equal probability (integer edges near the normal quantiles),
+    the two outer cells running to infinity."""
+    sigma = mpmath.sqrt(mpmath.mpf(sigma_squared))
+    edges = [int(mpmath.floor(sigma * mpmath.sqrt(2) * mpmath.erfinv(2 * mpmath.mpf(i) / CELLS
+                                                                      - 1)))
+             for i in range(1, CELLS)]
+    probabilities = [integer_mass(sigma, edges[i], edges[i + 1] - 1)
+                     for i in range(len(edges) - 1)]
+    # P(x < e) for e = edges[0] < 0 is P(x > -e), half of 1 - P(e <= x <= -e).
+    first = (1 - integer_mass(sigma, edges[0], -edges[0])) / 2
+    last = 1 - first - mpmath.fsum(probabilities)
+    expected = np.array([float(p) for p in [first, *probabilities, last]]) * samples.size
+    observed = np.bincount(np.searchsorted(np.array(edges), samples, side="right"),
+                           minlength=CELLS)
+    return float(stats.chisquare(observed, expected).pvalue)
+
+
+SIGMAS_SQUARED = [Fraction(2**30), Fraction(2**36), Fraction(2**44), Fraction(2**56),
+                  Fraction(10**10, 3), Fraction(2**50 + 1, 5), Fraction(3.7e13)]
+
+
+@pytest.mark.parametrize("seed,sigma_squared", enumerate(SIGMAS_SQUARED, start=20), ids=str)
+def test_bucketed_gaussian_matches_its_pmf_and_rejects_a_wrong_sigma(seed, sigma_squared):
+    samples = discrete_gaussian(sigma_squared, SAMPLES, SeededRandomBits(seed))
+    assert samples.dtype == np.int64
+    assert gaussian_cells_pvalue(samples, float(sigma_squared)) > STRICT
+    assert gaussian_cells_pvalue(samples, float(sigma_squared) * 1.01**2) < STRICT
+
+
+def test_coarse_buckets_lean_on_the_acceptance_and_stay_exact(monkeypatch):
+    """With sigma_b in [2, 4) each bucket spans a quarter to a half sigma, so
+    the acceptance reshapes the law a lot: the samples still follow it, and
+    with the acceptance disabled (a step-shaped law) the test rejects them."""
+    monkeypatch.setattr(exact_bucket_rejection, "BUCKET_SIGMA_BITS", 1)
+    sigma_squared = Fraction(2**30)
+    assert 2**30 / 4 ** bucket_width_exponent(sigma_squared) < 16
+    samples = discrete_gaussian_by_buckets(sigma_squared, 200_000, stream(12))
+    assert gaussian_cells_pvalue(samples, 2.0**30) > STRICT
+    monkeypatch.setattr(exact_bucket_rejection, "bucket_acceptance",
+                        lambda bucket, *_: np.ones(bucket.size, bool))
+    broken = discrete_gaussian_by_buckets(sigma_squared, 200_000, stream(12))
+    assert gaussian_cells_pvalue(broken, 2.0**30) < STRICT
+
+
+@pytest.mark.parametrize("fast_limit", [2**63, 1], ids=["uint64", "python-int"])
+@pytest.mark.parametrize("bucket,offset,j,sigma_squared", [
+    (3, 700, 10, Fraction(2**36)),  # gamma = 700 (6144 + 700) / 2^37, small
+    (0, 1023, 10, Fraction(2**36, 7)),  # non-dyadic sigma^2: r = 7
+    (40, 1000, 10, Fraction(2**28)),  # gamma = 1000 * 82920 / 2^29 ~ 0.154
+    (200, 1000, 10, Fraction(2**28)),  # gamma ~ 0.77
+    (900, 1023, 10, Fraction(2**28)),  # gamma > 3: whole Bernoulli(exp(-1)) runs
+])
+def test_acceptance_is_bernoulli_exp_minus_gamma(fast_limit, bucket, offset, j, sigma_squared,
+                                                 monkeypatch):
+    monkeypatch.setattr(exact_bucket_rejection, "_FAST_LIMIT", fast_limit)
+    count = 200_000 if fast_limit > 1 else 4000
+    gamma = Fraction(offset * (2 * bucket * 2**j + offset), 2) / sigma_squared
+    draws = bucket_acceptance(np.full(count, bucket, np.int64), np.full(count, offset, np.uint64),
+                              j, sigma_squared, stream(13))
+    exact = math.exp(-float(gamma))
+    assert stats.binomtest(int(draws.sum()), count, exact).pvalue > STRICT
+    wrong = exact * 0.9 if exact > 0.5 else exact * 1.2
+    if fast_limit > 1:  # the twin: the test tells exp(-gamma) from a 10-20% error
+        assert stats.binomtest(int(draws.sum()), count, wrong).pvalue < STRICT
+
+
+def test_zero_offset_is_always_accepted():
+    draws = bucket_acceptance(np.arange(1000, dtype=np.int64), np.zeros(1000, np.uint64), 10,
+                              Fraction(2**36), stream(14))
+    assert draws.all()
+
+
+@pytest.mark.parametrize("sigma_squared", [Fraction(10, 3), Fraction(300), Fraction(2**17, 3)],
+                         ids=str)
+def test_bucket_law_window_brackets_its_exact_cdf(sigma_squared):
+    law = OneSidedDiscreteGaussian(sigma_squared)
+    s = mpmath.mpf(sigma_squared.numerator) / sigma_squared.denominator
+    weights = [mpmath.exp(-mpmath.mpf(k) ** 2 / (2 * s)) for k in range(int(20 * mpmath.sqrt(s))
+                                                                          + 40)]
+    total = mpmath.fsum(weights)
+    window = law.cdf_window(64)
+    entries = len(window.lower)
+    for i in sorted({0, 1, entries // 3, entries // 2, entries - 1}):
+        exact = mpmath.fsum(weights[:i + 1]) / total * 2**64
+        assert window.lower[i] <= exact <= window.upper[i]
+        assert window.upper[i] - window.lower[i] <= 3
+    assert 2**64 - window.lower[-1] <= 2
+
+
+def test_bucket_width_keeps_sigma_b_between_2_8_and_2_9():
+    for sigma_squared in [Fraction(2**18), Fraction(10**10, 3), Fraction(2**56)]:
+        j = bucket_width_exponent(sigma_squared)
+        assert 2**16 <= sigma_squared / 4**j < 2**18
+    assert bucket_width_exponent(Fraction(2**18) - 1) == 0
+
+
+def test_seeded_source_reproduces_a_call():
+    first = discrete_gaussian(Fraction(2**44), (50, 20), SeededRandomBits(7))
+    assert first.shape == (50, 20)
+    assert np.array_equal(first, discrete_gaussian(Fraction(2**44), (50, 20),
+                                                   SeededRandomBits(7)))
+    assert not np.array_equal(first, discrete_gaussian(Fraction(2**44), (50, 20),
+                                                       SeededRandomBits(8)))
+
+
+def test_routing_takes_buckets_only_past_the_table(monkeypatch):
+    """The table below its threshold, the buckets above it (a function of
+    sigma alone), and CKS Algorithm 3 for a sigma too small to bucket when no
+    table is allowed."""
+    taken = []
+    monkeypatch.setattr(exact_bucket_rejection, "discrete_gaussian_by_buckets",
+                        lambda exact, count, stream: taken.append(exact) or np.zeros(count,
+                                                                                     np.int64))
+    below, above = Fraction(23_000**2), Fraction(25_000**2)
+    assert gaussian_table_entries(below) <= MAX_TABLE_ENTRIES < gaussian_table_entries(above)
+    discrete_gaussian(below, 10, SeededRandomBits(0))
+    assert taken == []
+    discrete_gaussian(above, 10, SeededRandomBits(0))
+    assert taken == [above]
+    monkeypatch.setattr(discrete_noise, "MAX_TABLE_ENTRIES", 0)
+    discrete_gaussian(Fraction(2**18) - 1, 10, SeededRandomBits(0))  # sigma < 2^9: CKS
+    assert taken == [above]
+    discrete_gaussian(Fraction(2**18), 10, SeededRandomBits(0))
+    assert taken == [above, Fraction(2**18)]
