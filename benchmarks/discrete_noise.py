@@ -28,8 +28,11 @@ Which exact sampler each row measures: the discrete Gaussian (sigma = 1000
 steps), the Polya shares' negative binomials (t = 1000), the Skellam
 shares' Poissons and the discrete Laplace (t = 1000) are drawn by inversion
 of a certified CDF table (:mod:`privadapt.common.exact_table_inversion`,
-about one word a sample). Scales whose table would pass 2^18 entries fall back
-to CKS Algorithm 3 (the "sigma=2^18" row) and the compound Poisson (the
+about one word a sample). A sigma whose table would pass 2^18 entries is
+drawn by bucketed rejection (:mod:`privadapt.common.exact_bucket_rejection`,
+the "(buckets)" rows at 2^18 and at the largest admitted sigma, 2^28), next
+to CKS Algorithm 3 called directly at 2^18 (the "(CKS)" row, the path it
+replaced); a Polya scale past the table takes the compound Poisson (the
 "t=1e5" row).
 
 Run: ``.venv/bin/python benchmarks/discrete_noise.py``. Compare ratios, not
@@ -42,11 +45,14 @@ import math
 import os
 import sys
 from collections.abc import Callable
+from fractions import Fraction
 
 import numpy as np
 from timing import median_seconds
 
 from privadapt.common.discrete_noise import (
+    KeystreamBits,
+    _discrete_gaussian_by_rejection,
     discrete_gaussian,
     discrete_laplace,
 )
@@ -59,7 +65,7 @@ from privadapt.common.mechanisms import (
     KernelMechanism,
     LaplaceMechanism,
 )
-from privadapt.common.noise import gaussian_share, laplace_share
+from privadapt.common.noise import SecureRandomBits, gaussian_share, laplace_share
 
 SAMPLES = 100_000
 REPEATS = 7
@@ -89,6 +95,13 @@ def float_polya_share(scale: float, num_participants: int, collusion_tolerance: 
     return (first - generator.negative_binomial(1.0 / honest, success, count)).astype(np.int64)
 
 
+def cks_gaussian(sigma_squared: int) -> np.ndarray:
+    """CKS Algorithm 3 called directly: what a sigma past the table cost
+    before the bucketed rejection took it over (the "before" row)."""
+    return _discrete_gaussian_by_rejection(Fraction(sigma_squared), SAMPLES,
+                                           KeystreamBits(SecureRandomBits()))
+
+
 def release(mechanism: KernelMechanism, num_sites: int, tolerance: int) -> Callable[[], object]:
     """One site's noise for one block of SAMPLES coordinates, encoded."""
     return lambda: CODEC.encode(mechanism.noise_shares([(SAMPLES,)], num_sites, tolerance)[0])
@@ -105,7 +118,10 @@ def rows() -> list[tuple[str, Callable[[], object], Callable[[], object]]]:
          lambda: float_polya_share(1000.0, K, T, SAMPLES)),
         ("discrete Gaussian, sigma=1000", lambda: discrete_gaussian(10**6, SAMPLES),
          float_gaussian),
-        ("d. Gaussian, sigma=2^18 (CKS)", lambda: discrete_gaussian(2**36, SAMPLES),
+        ("d. Gaussian, sigma=2^18 (CKS)", lambda: cks_gaussian(2**36), float_gaussian),
+        ("d. Gaussian, sigma=2^18 (buckets)", lambda: discrete_gaussian(2**36, SAMPLES),
+         float_gaussian),
+        ("d. Gaussian, sigma=2^28 (buckets)", lambda: discrete_gaussian(2**56, SAMPLES),
          float_gaussian),
         (f"Polya t=1e5 (compound) vs NB K={K}", lambda: polya_share(10**5, K, T, SAMPLES),
          lambda: float_polya_share(1e5, K, T, SAMPLES)),

@@ -192,14 +192,15 @@ def _bernoulli_exp_scalar(gamma: Fraction, stream: RandomBits, first_k: int = 1)
 
 
 def _bernoulli_exp_fraction(c: np.ndarray, e: np.ndarray, d: int, m: int,
-                            stream: RandomBits) -> np.ndarray:
+                            stream: RandomBits, first_k: int = 1) -> np.ndarray:
     """Bernoulli(exp(-gamma)) for gamma = (c 2^m + e) / (d 2^m) in [0, 1), per
     element (c < d, e < 2^m; m = 0 means e = 0), by Algorithm 1: at step k the
     draw U = V 2^m + W, uniform on [0, d k 2^m), is below c 2^m + e exactly when
-    V < c, or V = c and W < e."""
+    V < c, or V = c and W < e. With ``first_k`` > 1 it resumes the loop at that
+    k (its caller drew the steps before, all 1)."""
     result = np.zeros(c.size, dtype=bool)
     active = np.arange(c.size)
-    k = 1
+    k = first_k
     while active.size:
         if d * k >= _FAST_LIMIT:  # k near 2^7 or more: probability below 1/k!
             for i in active:

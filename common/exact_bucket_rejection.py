@@ -50,10 +50,9 @@ import numpy as np
 
 from privadapt.common.discrete_noise import (
     _bernoulli_exp,
+    _bernoulli_exp_fraction,
     _bernoulli_exp_scalar,
     _rejection_fill,
-    _sign_bits,
-    _uniform_below,
 )
 from privadapt.common.exact_laws import exp_minus_bounds
 from privadapt.common.exact_table_inversion import CdfWindow, normalised_window, sample_by_inversion
@@ -109,40 +108,85 @@ def bucket_width_exponent(sigma_squared: Fraction) -> int:
     return j
 
 
-def bucket_acceptance(bucket: np.ndarray, offset: np.ndarray, j: int,
+def bucket_acceptance(bucket: np.ndarray, offset: np.ndarray, lane: np.ndarray, j: int,
                       sigma_squared: Fraction, stream: RandomBits) -> np.ndarray:
-    """Bernoulli(g(B w + U) / g(B w)) per element, w = 2^j: exp(-gamma) with
-    gamma = U (2 B w + U) r / (2 s) for sigma^2 = s / r, split as whole + c / d
-    (d = 2 s) for :func:`~privadapt.common.discrete_noise._bernoulli_exp`.
-    Elements whose numerator could pass 2^63 (B beyond about 2^63 / (2 w^2 r),
-    hundreds of sigma out) finish in exact Python integers."""
+    """Bernoulli(g(B w + U) / g(B w)) = Bernoulli(exp(-gamma)) per element,
+    w = 2^j, gamma = U (2 B w + U) r / (2 s) = N / d for sigma^2 = s / r,
+    by Algorithm 1, whose first step A_1 ~ Bernoulli(gamma) is decided here
+    as [V < N / d] for the uniform real V = (``lane`` + V') / 2^32 (``lane``
+    uniform 32-bit integers, V' the unread bits). With d in
+    [d_hi 2^k, (d_hi + 1) 2^k), d_hi < 2^31, and M = N 2^(32 - k):
+    lane d_hi >= M proves V d >= N (A_1 = 0: accept, k = 1 is odd) and
+    (lane + 1)(d_hi + 1) <= M proves V d < N (A_1 = 1: the loop resumes at
+    k = 2, :func:`~privadapt.common.discrete_noise._bernoulli_exp_fraction`);
+    the two or three lanes between read more words (:func:`_first_step_by_words`).
+    Elements with gamma >= 1, or whose N could pass 2^63 (B beyond about
+    2^63 / (2 w^2 r), hundreds of sigma out), take the general samplers."""
     s, r = sigma_squared.numerator, sigma_squared.denominator
     w, d = 1 << j, 2 * s
     # U (2 B w + U) r < w^2 (2 B + 1) r <= 2^63 - 1 whenever B <= largest.
     largest = ((_FAST_LIMIT - 1) // (w * w * r) - 1) // 2
-    bucket = bucket.astype(np.uint64)
-    fast = bucket <= np.uint64(largest) if largest >= 0 else np.zeros(bucket.size, bool)
-    b, u = np.where(fast, bucket, np.uint64(0)), np.where(fast, offset, np.uint64(0))
-    numerator = u * (np.uint64(2 * w) * b + u) * np.uint64(r)
-    keep = np.zeros(bucket.size, dtype=bool)
-    idx = np.flatnonzero(fast)
-    if idx.size:
-        n = numerator[idx]
-        whole = n // np.uint64(d)
-        keep[idx] = _bernoulli_exp(whole, n - whole * np.uint64(d), np.zeros(idx.size, np.uint64),
-                                   d, 0, stream)
-    for i in np.flatnonzero(~fast):
-        big_b, big_u = int(bucket[i]), int(offset[i])
+    size = bucket.size
+    b = bucket.view(np.uint64) if bucket.dtype == np.int64 else bucket.astype(np.uint64)
+    slow = (np.flatnonzero(b > np.uint64(largest)) if size and largest >= 0
+            else np.arange(size) if largest < 0 else np.zeros(0, np.int64))
+    given_offset = offset
+    if slow.size:
+        b, offset = b.copy(), offset.copy()
+        b[slow], offset[slow] = 0, 0
+    numerator = offset * (np.uint64(2 * w) * b + offset)
+    if r != 1:
+        numerator *= np.uint64(r)
+    whole = np.flatnonzero(numerator >= np.uint64(d))  # gamma >= 1: far out, rare
+    if whole.size:
+        numerator = numerator.copy()
+        numerator[whole] = 0
+    k = max(0, d.bit_length() - 31)
+    d_hi = d >> k
+    scaled = numerator << np.uint64(32 - k)
+    lane = lane.astype(np.uint64, copy=False)
+    keep = lane * np.uint64(d_hi) >= scaled
+    go_on = (lane + np.uint64(1)) * np.uint64(d_hi + 1) <= scaled
+    resume = np.flatnonzero(go_on)
+    if resume.size:
+        keep[resume] = _bernoulli_exp_fraction(numerator[resume], np.zeros(resume.size, np.uint64),
+                                               d, 0, stream, first_k=2)
+    for i in np.flatnonzero(~keep & ~go_on):  # about 3 lanes in 2^32
+        keep[i] = _first_step_by_words(int(lane[i]), int(numerator[i]), d, stream)
+    if whole.size:  # exp(-gamma) from scratch (the lane's decision is discarded)
+        n = offset[whole] * (np.uint64(2 * w) * b[whole] + offset[whole]) * np.uint64(r)
+        whole_part = n // np.uint64(d)
+        keep[whole] = _bernoulli_exp(whole_part, n - whole_part * np.uint64(d),
+                                     np.zeros(whole.size, np.uint64), d, 0, stream)
+    for i in slow:
+        big_b, big_u = int(bucket[i]), int(given_offset[i])
         keep[i] = _bernoulli_exp_scalar(Fraction(big_u * (2 * big_b * w + big_u) * r, d), stream)
     return keep
+
+
+def _first_step_by_words(lane: int, numerator: int, d: int, stream: RandomBits) -> bool:
+    """Algorithm 1 for gamma = numerator / d < 1 when the 32-bit ``lane``
+    leaves A_1 = [V < gamma] open: V = (lane + V') / 2^32 gains 64 bits a word
+    until [u, u + 1) / 2^bits lies on one side of gamma (it ends: gamma is one
+    point), then A_1 = 0 accepts and A_1 = 1 resumes the loop at k = 2."""
+    u, bits = lane, 32
+    while True:
+        u, bits = (u << 64) | int(stream.words(1)[0]), bits + 64
+        if u * d >= numerator << bits:
+            return True
+        if (u + 1) * d <= numerator << bits:
+            return _bernoulli_exp_scalar(Fraction(numerator, d), stream, first_k=2)
 
 
 def discrete_gaussian_by_buckets(sigma_squared: Fraction, count: int,
                                  stream: RandomBits) -> np.ndarray:
     """``count`` int64 draws of N_Z(0, sigma^2) by the bucketed rejection of
     the module docstring; ``sigma_squared`` as
-    :func:`~privadapt.common.discrete_noise.discrete_gaussian` admits it."""
+    :func:`~privadapt.common.discrete_noise.discrete_gaussian` admits it
+    (sigma up to 2^28, so buckets of at most 2^20)."""
     j = bucket_width_exponent(sigma_squared)
+    if j >= 32:
+        raise ValueError("buckets of 2^32 or more need sigma above 2^40: not admissible")
     buckets = OneSidedDiscreteGaussian(sigma_squared / 4**j)
     limit = np.int64(2**62 >> j)
 
@@ -151,10 +195,12 @@ def discrete_gaussian_by_buckets(sigma_squared: Fraction, count: int,
         if bucket.size and int(bucket.max()) >= limit:
             # B w would pass 2^62: about 2^(62 - j) / sigma_b sigmas out of the bucket law.
             raise OverflowError("a bucket index overflowed 62 bits")
-        offset = _uniform_below(1 << j, size, stream) if j else np.zeros(size, np.uint64)
-        magnitude = (bucket << np.int64(j)) + offset.astype(np.int64)
-        negative = _sign_bits(size, stream)
-        keep = bucket_acceptance(bucket, offset, j, sigma_squared, stream)
+        # One word a proposal: U in bits 0..j-1, the sign in bit j, the lane in 32..63.
+        word = stream.words(size)
+        offset = word & np.uint64((1 << j) - 1)
+        negative = (word >> np.uint64(j)) & np.uint64(1) == 1
+        magnitude = (bucket << np.int64(j)) + offset.view(np.int64)
+        keep = bucket_acceptance(bucket, offset, word >> np.uint64(32), j, sigma_squared, stream)
         return np.where(negative, -magnitude, magnitude), keep & ~(negative & (magnitude == 0))
 
     return _rejection_fill(count, propose, 0.99)

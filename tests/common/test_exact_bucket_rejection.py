@@ -78,7 +78,8 @@ SIGMAS_SQUARED = [Fraction(2**30), Fraction(2**36), Fraction(2**44), Fraction(2*
                   Fraction(10**10, 3), Fraction(2**50 + 1, 5), Fraction(3.7e13)]
 
 
-@pytest.mark.parametrize("seed,sigma_squared", enumerate(SIGMAS_SQUARED, start=20), ids=str)
+@pytest.mark.parametrize("seed,sigma_squared", list(enumerate(SIGMAS_SQUARED, start=20)),
+                         ids=str)
 def test_bucketed_gaussian_matches_its_pmf_and_rejects_a_wrong_sigma(seed, sigma_squared):
     samples = discrete_gaussian(sigma_squared, SAMPLES, SeededRandomBits(seed))
     assert samples.dtype == np.int64
@@ -114,8 +115,10 @@ def test_acceptance_is_bernoulli_exp_minus_gamma(fast_limit, bucket, offset, j, 
     monkeypatch.setattr(exact_bucket_rejection, "_FAST_LIMIT", fast_limit)
     count = 200_000 if fast_limit > 1 else 4000
     gamma = Fraction(offset * (2 * bucket * 2**j + offset), 2) / sigma_squared
+    source = stream(13)
+    lane = source.words(count) >> np.uint64(32)
     draws = bucket_acceptance(np.full(count, bucket, np.int64), np.full(count, offset, np.uint64),
-                              j, sigma_squared, stream(13))
+                              lane, j, sigma_squared, source)
     exact = math.exp(-float(gamma))
     assert stats.binomtest(int(draws.sum()), count, exact).pvalue > STRICT
     wrong = exact * 0.9 if exact > 0.5 else exact * 1.2
@@ -123,10 +126,47 @@ def test_acceptance_is_bernoulli_exp_minus_gamma(fast_limit, bucket, offset, j, 
         assert stats.binomtest(int(draws.sum()), count, wrong).pvalue < STRICT
 
 
+def test_acceptance_reads_more_words_for_a_lane_at_the_threshold():
+    """All lanes at T = floor(gamma 2^32) (gamma = 1000 * 82920 / (2 sigma^2) = 0.206): the
+    vectorised acceptance hands each to the word-by-word decision, whose
+    acceptance is 1 - phi + phi (exp(-gamma) - 1 + gamma) / gamma (below)."""
+    sigma_squared = Fraction(3 * 2**26 + 1)
+    gamma = Fraction(1000 * (2 * 40 * 2**10 + 1000), 2) / sigma_squared
+    lane = math.floor(gamma * 2**32)
+    phi, g = float(gamma * 2**32 - lane), float(gamma)
+    expected = 1 - phi + phi * (math.exp(-g) - 1 + g) / g
+    draws = bucket_acceptance(np.full(4000, 40, np.int64), np.full(4000, 1000, np.uint64),
+                              np.full(4000, lane, np.uint64), 10, sigma_squared, stream(16))
+    assert stats.binomtest(int(draws.sum()), draws.size, expected).pvalue > STRICT
+    assert stats.binomtest(int(draws.sum()), draws.size, math.exp(-g)).pvalue < STRICT
+
+
 def test_zero_offset_is_always_accepted():
-    draws = bucket_acceptance(np.arange(1000, dtype=np.int64), np.zeros(1000, np.uint64), 10,
-                              Fraction(2**36), stream(14))
+    source = stream(14)
+    draws = bucket_acceptance(np.arange(1000, dtype=np.int64), np.zeros(1000, np.uint64),
+                              source.words(1000) >> np.uint64(32), 10, Fraction(2**36), source)
     assert draws.all()
+
+
+@pytest.mark.parametrize("numerator,d", [(2**56 + 12345 * 2**20 + 3, 2**57 - 1),  # phi 0.78
+                                         (5 * 2**53 + 2**25 + 777, 3 * 2**55 + 2**23 + 1),
+                                         (7, 30), (11, 20)])
+def test_a_lane_at_the_threshold_reads_more_words(numerator, d):
+    """The lane T = floor(gamma 2^32) cannot decide A_1 = [V < gamma] (unless
+    gamma 2^32 is whole): the further words make P(A_1 = 1) exactly
+    phi = gamma 2^32 - T, and then Algorithm 1 from k = 2 returns 1 with
+    probability (exp(-gamma) - 1 + gamma) / gamma; so the acceptance is
+    1 - phi + phi (exp(-gamma) - 1 + gamma) / gamma."""
+    gamma = Fraction(numerator, d)
+    lane = math.floor(gamma * 2**32)
+    phi = float(gamma * 2**32 - lane)
+    g = float(gamma)
+    expected = 1 - phi + phi * (math.exp(-g) - 1 + g) / g
+    source = stream(15)
+    draws = [exact_bucket_rejection._first_step_by_words(lane, numerator, d, source)
+             for _ in range(4000)]
+    assert stats.binomtest(sum(draws), len(draws), expected).pvalue > STRICT
+    assert stats.binomtest(sum(draws), len(draws), math.exp(-g)).pvalue < STRICT
 
 
 @pytest.mark.parametrize("sigma_squared", [Fraction(10, 3), Fraction(300), Fraction(2**17, 3)],
