@@ -1,5 +1,5 @@
 """The discrete Gaussian at large sigma, exactly, by rejection from a bucketed
-envelope: about two words and a dozen array passes per sample.
+envelope: about two words and twenty array passes per sample.
 
 Why: below about 2.4e4 grid steps the discrete Gaussian is drawn by inversion
 of its certified CDF table (:mod:`privadapt.common.exact_table_inversion`),
@@ -14,11 +14,19 @@ The sampler (sigma^2 = s / r rational, g(y) = exp(-y^2 / (2 sigma^2))):
 1. B >= 0 from the one-sided bucket law H(b) ∝ g(b w) = exp(-b^2 / (2 sigma_b^2)),
    sigma_b^2 = sigma^2 / w^2 (:class:`OneSidedDiscreteGaussian`, by exact
    inversion of its certified CDF: one word);
-2. U uniform on {0, ..., w - 1} (a half-word), Y = B w + U;
+2. one word W: U = its low j bits, uniform on {0, ..., w - 1}, Y = B w + U;
+   its bit j is a fair sign S; its top 32 bits a lane L;
 3. accept Y with probability g(Y) / g(B w) = exp(-gamma),
    gamma = U (2 B w + U) r / (2 s), a rational decided by CKS Algorithm 1
-   (Canonne, Kamath and Steinke 2020) in integers (:func:`bucket_acceptance`);
-4. a fair sign S; X = S Y, rejecting (S = -, Y = 0) so zero is not counted twice.
+   (Canonne, Kamath and Steinke 2020) in integers (:func:`bucket_acceptance`),
+   whose first step, A_1 ~ Bernoulli(gamma), is [V < gamma] for the uniform
+   real V = (L + V') / 2^32 -- V' the bits not read yet, read only in the rare
+   case L alone cannot decide;
+4. X = S Y, rejecting (S = -, Y = 0) so zero is not counted twice.
+
+The bits of W are disjoint (j <= 20 < 32 for sigma <= 2^28), so U, S and L
+are independent uniforms, and independent of B; each rejected attempt is
+discarded whole.
 
 Why this is exact (the envelope, or rejection, lemma). One attempt outputs
 y >= 0 and accepts with probability
@@ -38,7 +46,10 @@ integers.
 
 Cost: gamma is at most about w |Y| / sigma^2, below 0.04 up to 10 sigma, so
 an attempt is accepted with probability about 1 - 0.8 w / sigma (above 0.99)
-and Algorithm 1 almost always stops after one comparison of a word.
+and Algorithm 1 almost always stops at A_1 = 0, decided by the lane: two
+words an attempt (the table's and W) and about twenty array passes, about
+1.2 times the float sampler's time at 1e5 samples (benchmarks/discrete_noise.py),
+against about 10-20 times for Algorithm 3.
 """
 
 from __future__ import annotations
@@ -111,17 +122,11 @@ def bucket_width_exponent(sigma_squared: Fraction) -> int:
 def bucket_acceptance(bucket: np.ndarray, offset: np.ndarray, lane: np.ndarray, j: int,
                       sigma_squared: Fraction, stream: RandomBits) -> np.ndarray:
     """Bernoulli(g(B w + U) / g(B w)) = Bernoulli(exp(-gamma)) per element,
-    w = 2^j, gamma = U (2 B w + U) r / (2 s) = N / d for sigma^2 = s / r,
-    by Algorithm 1, whose first step A_1 ~ Bernoulli(gamma) is decided here
-    as [V < N / d] for the uniform real V = (``lane`` + V') / 2^32 (``lane``
-    uniform 32-bit integers, V' the unread bits). With d in
-    [d_hi 2^k, (d_hi + 1) 2^k), d_hi < 2^31, and M = N 2^(32 - k):
-    lane d_hi >= M proves V d >= N (A_1 = 0: accept, k = 1 is odd) and
-    (lane + 1)(d_hi + 1) <= M proves V d < N (A_1 = 1: the loop resumes at
-    k = 2, :func:`~privadapt.common.discrete_noise._bernoulli_exp_fraction`);
-    the two or three lanes between read more words (:func:`_first_step_by_words`).
-    Elements with gamma >= 1, or whose N could pass 2^63 (B beyond about
-    2^63 / (2 w^2 r), hundreds of sigma out), take the general samplers."""
+    w = 2^j, gamma = U (2 B w + U) r / (2 s) = N / d for sigma^2 = s / r, its
+    first step decided by ``lane`` (:func:`bernoulli_exp_by_lane`). Elements
+    with gamma >= 1, or whose N could pass 2^63 (B beyond about
+    2^63 / (2 w^2 r), hundreds of sigma out), take the general samplers
+    instead, with fresh words (their lane is discarded)."""
     s, r = sigma_squared.numerator, sigma_squared.denominator
     w, d = 1 << j, 2 * s
     # U (2 B w + U) r < w^2 (2 B + 1) r <= 2^63 - 1 whenever B <= largest.
@@ -141,6 +146,30 @@ def bucket_acceptance(bucket: np.ndarray, offset: np.ndarray, lane: np.ndarray, 
     if whole.size:
         numerator = numerator.copy()
         numerator[whole] = 0
+    keep = bernoulli_exp_by_lane(numerator, d, lane, stream)
+    if whole.size:  # exp(-gamma) from scratch (the lane's decision is discarded)
+        n = offset[whole] * (np.uint64(2 * w) * b[whole] + offset[whole]) * np.uint64(r)
+        whole_part = n // np.uint64(d)
+        keep[whole] = _bernoulli_exp(whole_part, n - whole_part * np.uint64(d),
+                                     np.zeros(whole.size, np.uint64), d, 0, stream)
+    for i in slow:
+        big_b, big_u = int(bucket[i]), int(given_offset[i])
+        keep[i] = _bernoulli_exp_scalar(Fraction(big_u * (2 * big_b * w + big_u) * r, d), stream)
+    return keep
+
+
+def bernoulli_exp_by_lane(numerator: np.ndarray, d: int, lane: np.ndarray,
+                          stream: RandomBits) -> np.ndarray:
+    """Bernoulli(exp(-gamma)), gamma = ``numerator`` / d < 1 per element
+    (uint64 numerators, d < 2^63), by Algorithm 1 (CKS 2020), whose first step
+    A_1 ~ Bernoulli(gamma) is [V < gamma] for the uniform real
+    V = (``lane`` + V') / 2^32 (``lane`` uniform 32-bit integers, V' the unread
+    bits). With d in [d_hi 2^k, (d_hi + 1) 2^k), d_hi < 2^31, and
+    M = N 2^(32 - k) (below 2^63 as N < d): lane d_hi >= M proves V d >= N
+    (A_1 = 0: accept, k = 1 is odd) and (lane + 1)(d_hi + 1) <= M proves
+    V d < N (A_1 = 1: the loop resumes at k = 2,
+    :func:`~privadapt.common.discrete_noise._bernoulli_exp_fraction`); the few
+    lanes between read more words (:func:`_first_step_by_words`)."""
     k = max(0, d.bit_length() - 31)
     d_hi = d >> k
     scaled = numerator << np.uint64(32 - k)
@@ -153,14 +182,6 @@ def bucket_acceptance(bucket: np.ndarray, offset: np.ndarray, lane: np.ndarray, 
                                                d, 0, stream, first_k=2)
     for i in np.flatnonzero(~keep & ~go_on):  # about 3 lanes in 2^32
         keep[i] = _first_step_by_words(int(lane[i]), int(numerator[i]), d, stream)
-    if whole.size:  # exp(-gamma) from scratch (the lane's decision is discarded)
-        n = offset[whole] * (np.uint64(2 * w) * b[whole] + offset[whole]) * np.uint64(r)
-        whole_part = n // np.uint64(d)
-        keep[whole] = _bernoulli_exp(whole_part, n - whole_part * np.uint64(d),
-                                     np.zeros(whole.size, np.uint64), d, 0, stream)
-    for i in slow:
-        big_b, big_u = int(bucket[i]), int(given_offset[i])
-        keep[i] = _bernoulli_exp_scalar(Fraction(big_u * (2 * big_b * w + big_u) * r, d), stream)
     return keep
 
 
