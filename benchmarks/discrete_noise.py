@@ -32,8 +32,10 @@ about one word a sample). A sigma whose table would pass 2^18 entries is
 drawn by bucketed rejection (:mod:`privadapt.common.exact_bucket_rejection`,
 the "(buckets)" rows at 2^18 and at the largest admitted sigma, 2^28), next
 to CKS Algorithm 3 called directly at 2^18 (the "(CKS)" row, the path it
-replaced); a Polya scale past the table takes the compound Poisson (the
-"t=1e5" row).
+replaced); so is a discrete Laplace scale past the table (t = 1e5, next to
+Algorithm 2 called directly, and also against the float Gaussian, because
+the float Laplace share is itself slow); a Polya scale past the table takes
+the compound Poisson (the "t=1e5" row).
 
 Run: ``.venv/bin/python benchmarks/discrete_noise.py``. Compare ratios, not
 absolute rates across machines.
@@ -53,6 +55,7 @@ from timing import median_seconds
 from privadapt.common.discrete_noise import (
     KeystreamBits,
     _discrete_gaussian_by_rejection,
+    _discrete_laplace,
     discrete_gaussian,
     discrete_laplace,
 )
@@ -102,6 +105,12 @@ def cks_gaussian(sigma_squared: int) -> np.ndarray:
                                            KeystreamBits(SecureRandomBits()))
 
 
+def algorithm_2_laplace(scale: int) -> np.ndarray:
+    """CKS Algorithm 2 called directly: a discrete Laplace past the table
+    before the bucketed rejection took it over."""
+    return _discrete_laplace(Fraction(scale), SAMPLES, KeystreamBits(SecureRandomBits()))
+
+
 def release(mechanism: KernelMechanism, num_sites: int, tolerance: int) -> Callable[[], object]:
     """One site's noise for one block of SAMPLES coordinates, encoded."""
     return lambda: CODEC.encode(mechanism.noise_shares([(SAMPLES,)], num_sites, tolerance)[0])
@@ -112,6 +121,10 @@ def rows() -> list[tuple[str, Callable[[], object], Callable[[], object]]]:
     float_gaussian = lambda: gaussian_share(1000.0, 1, 0, SAMPLES)  # noqa: E731
     return [
         ("discrete Laplace, t=1000", lambda: discrete_laplace(1000, SAMPLES), float_laplace),
+        ("d. Laplace, t=1e5 (Algorithm 2)", lambda: algorithm_2_laplace(10**5), float_laplace),
+        ("d. Laplace, t=1e5 (buckets)", lambda: discrete_laplace(10**5, SAMPLES), float_laplace),
+        ("d. Laplace, t=1e5 (buckets) vs N", lambda: discrete_laplace(10**5, SAMPLES),
+         lambda: gaussian_share(1000.0, 1, 0, SAMPLES)),
         (f"Polya share, K={K} t={T}", lambda: polya_share(1000, K, T, SAMPLES),
          lambda: laplace_share(1000.0, K, T, SAMPLES)),
         (f"Polya share vs float NB, K={K} t={T}", lambda: polya_share(1000, K, T, SAMPLES),

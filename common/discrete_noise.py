@@ -36,12 +36,12 @@ most :data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES`
 entries (t up to about 4.2e3, sigma up to about 2.4e4 grid steps) is drawn
 instead as |X| by exact inversion
 (:mod:`privadapt.common.exact_table_inversion`, about one word a sample) and a
-fair sign; Algorithm 2 serves every larger Laplace scale. A larger sigma
-(from 2^9 steps, so in practice every sigma past the table) is drawn by
-rejection from a bucketed envelope (:mod:`privadapt.common.exact_bucket_rejection`:
-a table over buckets of about sigma / 2^8 integers, a uniform offset, one
-Algorithm 1 Bernoulli; about two words a sample); Algorithm 3 remains for a
-smaller sigma when no table is allowed.
+fair sign. A larger sigma or t (from 2^9 and 2^7 steps, so in practice every
+one past the table) is drawn by rejection from a bucketed envelope
+(:mod:`privadapt.common.exact_bucket_rejection`: a table over buckets of
+about sigma / 2^8 or t / 2^6 integers, a uniform offset, one Algorithm 1
+Bernoulli; about two words a sample); Algorithms 2 and 3 remain for a
+smaller scale when no table is allowed.
 
 Vectorised: every round of every loop runs on the numpy array of samples still
 undecided, so 1e5 samples take a few dozen array passes, not 1e5 Python loops.
@@ -352,13 +352,21 @@ def discrete_laplace(scale: int | Fraction | float, shape: int | tuple[int, ...]
     Up to about 4.2e3 grid steps (a table of at most
     :data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES`) |X| is
     drawn by exact inversion of its certified CDF, then a fair sign;
-    beyond, by Algorithm 2."""
+    beyond, by bucketed rejection
+    (:func:`~privadapt.common.exact_bucket_rejection.discrete_laplace_by_buckets`)."""
     exact = as_rational(scale, "the discrete Laplace scale")
     count, shape = sample_shape(shape)
     stream = KeystreamBits(source or SecureRandomBits())
     if geometric_tail_table_entries(exact) <= MAX_TABLE_ENTRIES:
         return _signed(sample_by_inversion(FoldedDiscreteLaplace(exact), count, stream),
                        stream).reshape(shape)
+    # Imported here: that module builds on this one's Bernoulli samplers.
+    from privadapt.common.exact_bucket_rejection import (
+        discrete_laplace_by_buckets,
+        laplace_bucket_exponent,
+    )
+    if laplace_bucket_exponent(exact) >= 1:  # t >= 2^7: buckets of 2 or more
+        return discrete_laplace_by_buckets(exact, count, stream).reshape(shape)
     return _discrete_laplace(exact, count, stream).reshape(shape)
 
 

@@ -76,6 +76,10 @@ _TAIL_BITS = 8
 #: probability about 0.8 / sigma_b, at most 0.3%.
 BUCKET_SIGMA_BITS = 8
 _FAST_LIMIT = 2**63
+#: t / w is taken in [2^6, 2^7): an attempt is rejected with probability
+#: about w / (2 t), at most 0.8%, and the bucket table (ratio exp(-w / t))
+#: has about 50 t / w entries.
+LAPLACE_BUCKET_BITS = 6
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,76 @@ def discrete_gaussian_by_buckets(sigma_squared: Fraction, count: int,
         negative = (word >> np.uint64(j)) & np.uint64(1) == 1
         magnitude = (bucket << np.int64(j)) + offset.view(np.int64)
         keep = bucket_acceptance(bucket, offset, word >> np.uint64(32), j, sigma_squared, stream)
+        return np.where(negative, -magnitude, magnitude), keep & ~(negative & (magnitude == 0))
+
+    return _rejection_fill(count, propose, 0.99)
+
+
+# -- the discrete Laplace ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OneSidedGeometric:
+    """The law on {0, 1, ...} with weights exp(-k x), x > 0 rational, all k
+    alike: the bucket law of the discrete Laplace. Weights by the recurrence
+    w_(k+1) = w_k exp(-x), rounded down for the lower bound and up for the
+    upper at bits + 64 bits; those after k sum to w_(k+1) / (1 - exp(-x))."""
+
+    exponent: Fraction
+
+    def cdf_window(self, bits: int) -> CdfWindow:
+        p = bits + _GUARD_BITS
+        one = 1 << p
+        q_lo, q_hi = exp_minus_bounds(self.exponent, p)
+        e_lo = e_hi = one
+        lower, upper = [one], [one]
+        threshold = 1 << (p - bits - _TAIL_BITS)
+        while True:
+            e_lo, e_hi = (e_lo * q_lo) >> p, -((-e_hi * q_hi) >> p)
+            tail = -((-e_hi << p) // (one - q_hi))  # q_hi < 1: x > 0
+            if tail <= threshold:
+                return normalised_window(bits, 0, lower, upper, 0, tail)
+            lower.append(e_lo)
+            upper.append(e_hi)
+
+
+def laplace_bucket_exponent(scale: Fraction) -> int:
+    """j with t / 2^j in [2^LAPLACE_BUCKET_BITS, 2^(LAPLACE_BUCKET_BITS + 1)) (0 for
+    a smaller t): buckets of 2^j integers. Any j >= 0 is exact; this one
+    keeps the bucket table near 8e3 entries and the acceptance above 0.99."""
+    j = 0
+    while scale >= 2 ** (j + 1 + LAPLACE_BUCKET_BITS):
+        j += 1
+    return j
+
+
+
+def discrete_laplace_by_buckets(scale: Fraction, count: int, stream: RandomBits) -> np.ndarray:
+    """``count`` int64 draws of the discrete Laplace P(x) ∝ exp(-|x| / t),
+    t = ``scale`` = n / m, by the same bucketed rejection: B from
+    :class:`OneSidedGeometric` with x = w / t (weights exp(-B w / t), the
+    target's at the bucket's point nearest 0), U uniform on {0, ..., w - 1},
+    Y = B w + U accepted with probability exp(-U / t) = exp(-U m / n) (U m < n:
+    gamma < 1), a fair sign, rejecting (-, 0). One attempt gives y
+    probability exp(-B w / t) exp(-U / t) / (w Z) = exp(-y / t) / (w Z): exact,
+    by the argument of the module docstring."""
+    j = laplace_bucket_exponent(scale)
+    n, m = scale.numerator, scale.denominator
+    buckets = OneSidedGeometric(Fraction(1 << j) / scale)
+    limit = np.int64(2**62 >> j)
+    mask = np.uint64((1 << j) - 1)
+
+    def propose(size: int) -> tuple[np.ndarray, np.ndarray]:
+        bucket = sample_by_inversion(buckets, size, stream)
+        if bucket.size and int(bucket.max()) >= limit:
+            raise OverflowError("a bucket index overflowed 62 bits")
+        # The sign in bit 0 and the lane in bits 32..63 of one word; U in bits
+        # 1..j of it when they fit below the lane, else in a word of its own.
+        word = stream.words(size)
+        offset = ((word >> np.uint64(1)) if j <= 31 else stream.words(size)) & mask
+        negative = word & np.uint64(1) == 1
+        magnitude = (bucket << np.int64(j)) + offset.view(np.int64)
+        keep = bernoulli_exp_by_lane(offset * np.uint64(m), n, word >> np.uint64(32), stream)
         return np.where(negative, -magnitude, magnitude), keep & ~(negative & (magnitude == 0))
 
     return _rejection_fill(count, propose, 0.99)

@@ -1,9 +1,9 @@
-"""The discrete Gaussian at large sigma by bucketed rejection
-(common/exact_bucket_rejection.py): the bucket law's certified window holds
-its exact CDF, the acceptance step is Bernoulli(exp(-gamma)) on its own (fast
+"""The discrete Gaussian and Laplace at large scales by bucketed rejection
+(common/exact_bucket_rejection.py): the bucket laws' certified windows hold
+their exact CDFs, the acceptance step is Bernoulli(exp(-gamma)) on its own (fast
 and big-integer paths), the samples follow N_Z(0, sigma^2) from sigma = 2^15
-to 2^28 and at non-dyadic sigma^2, and the routing takes this path only past
-the table.
+to 2^28 and at non-dyadic sigma^2 and the discrete Laplace from t = 5000 to
+2^48 / 3, and the routing takes this path only past the table.
 
 Cell probabilities are exact to far below the sampling noise: the sum of
 f(x) = exp(-x^2 / (2 sigma^2)) over the integers of a cell is its integral
@@ -22,14 +22,17 @@ import pytest
 from scipy import stats
 
 from privadapt.common import discrete_noise, exact_bucket_rejection
-from privadapt.common.discrete_noise import KeystreamBits, discrete_gaussian
+from privadapt.common.discrete_noise import KeystreamBits, discrete_gaussian, discrete_laplace
 from privadapt.common.exact_bucket_rejection import (
     OneSidedDiscreteGaussian,
+    OneSidedGeometric,
     bucket_acceptance,
     bucket_width_exponent,
     discrete_gaussian_by_buckets,
+    discrete_laplace_by_buckets,
+    laplace_bucket_exponent,
 )
-from privadapt.common.exact_laws import gaussian_table_entries
+from privadapt.common.exact_laws import gaussian_table_entries, geometric_tail_table_entries
 from privadapt.common.exact_table_inversion import MAX_TABLE_ENTRIES
 from privadapt.common.noise import SeededRandomBits
 from tests.common.test_discrete_noise import STRICT
@@ -193,13 +196,13 @@ def test_bucket_width_keeps_sigma_b_between_2_8_and_2_9():
     assert bucket_width_exponent(Fraction(2**18) - 1) == 0
 
 
-def test_seeded_source_reproduces_a_call():
-    first = discrete_gaussian(Fraction(2**44), (50, 20), SeededRandomBits(7))
+@pytest.mark.parametrize("sampler,parameter", [(discrete_gaussian, Fraction(2**44)),
+                                               (discrete_laplace, Fraction(10**9, 7))])
+def test_seeded_source_reproduces_a_call(sampler, parameter):
+    first = sampler(parameter, (50, 20), SeededRandomBits(7))
     assert first.shape == (50, 20)
-    assert np.array_equal(first, discrete_gaussian(Fraction(2**44), (50, 20),
-                                                   SeededRandomBits(7)))
-    assert not np.array_equal(first, discrete_gaussian(Fraction(2**44), (50, 20),
-                                                       SeededRandomBits(8)))
+    assert np.array_equal(first, sampler(parameter, (50, 20), SeededRandomBits(7)))
+    assert not np.array_equal(first, sampler(parameter, (50, 20), SeededRandomBits(8)))
 
 
 def test_routing_takes_buckets_only_past_the_table(monkeypatch):
@@ -221,3 +224,97 @@ def test_routing_takes_buckets_only_past_the_table(monkeypatch):
     assert taken == [above]
     discrete_gaussian(Fraction(2**18), 10, SeededRandomBits(0))
     assert taken == [above, Fraction(2**18)]
+
+
+# -- the discrete Laplace ------------------------------------------------------------
+
+
+def laplace_cells_pvalue(samples: np.ndarray, scale: float) -> float:
+    """Chi-square of ``samples`` against P(x) ∝ q^|x|, q = exp(-1/scale), on
+    CELLS cells with integer edges near the quantiles of the continuous
+    Laplace; P(X < e) is q^(1 - e) / (1 + q) for e <= 0 and 1 - q^e / (1 + q)
+    for e > 0, exactly (geometric series), at 40 digits."""
+    q = mpmath.exp(-1 / mpmath.mpf(scale))
+    below = lambda e: q ** (1 - e) / (1 + q) if e <= 0 else 1 - q**e / (1 + q)  # noqa: E731
+    quantile = lambda p: (scale * mpmath.log(2 * p) if p < 0.5  # noqa: E731
+                          else -scale * mpmath.log(2 * (1 - p)))
+    edges = sorted({int(mpmath.floor(quantile(mpmath.mpf(i) / CELLS))) for i in range(1, CELLS)})
+    cdf = [mpmath.mpf(0), *(below(e) for e in edges), mpmath.mpf(1)]
+    expected = np.array([float(cdf[i + 1] - cdf[i]) for i in range(len(cdf) - 1)]) * samples.size
+    observed = np.bincount(np.searchsorted(np.array(edges), samples, side="right"),
+                           minlength=len(edges) + 1)
+    return float(stats.chisquare(observed, expected).pvalue)
+
+
+SCALES = [Fraction(5000), Fraction(2**16), Fraction(10**9, 7), Fraction(2**40),
+          Fraction(2**48 - 1, 3)]
+
+
+@pytest.mark.parametrize("seed,scale", list(enumerate(SCALES, start=40)), ids=str)
+def test_bucketed_laplace_matches_its_pmf_and_rejects_a_wrong_scale(seed, scale):
+    assert geometric_tail_table_entries(scale) > MAX_TABLE_ENTRIES  # the bucketed path
+    samples = discrete_laplace(scale, SAMPLES, SeededRandomBits(seed))
+    assert samples.dtype == np.int64
+    assert laplace_cells_pvalue(samples, float(scale)) > STRICT
+    assert laplace_cells_pvalue(samples, float(scale) * 1.01) < STRICT
+
+
+def test_coarse_laplace_buckets_lean_on_the_acceptance_and_stay_exact(monkeypatch):
+    """t / w in [2, 4): the acceptance exp(-U / t) carries much of the law;
+    with it disabled the test rejects the samples."""
+    monkeypatch.setattr(exact_bucket_rejection, "LAPLACE_BUCKET_BITS", 1)
+    scale = Fraction(10**6, 3)
+    assert scale / 2 ** laplace_bucket_exponent(scale) < 4
+    samples = discrete_laplace_by_buckets(scale, 200_000, stream(50))
+    assert laplace_cells_pvalue(samples, float(scale)) > STRICT
+    monkeypatch.setattr(exact_bucket_rejection, "bernoulli_exp_by_lane",
+                        lambda numerator, *_: np.ones(numerator.size, bool))
+    broken = discrete_laplace_by_buckets(scale, 200_000, stream(50))
+    assert laplace_cells_pvalue(broken, float(scale)) < STRICT
+
+
+@pytest.mark.parametrize("exponent", [Fraction(1, 3), Fraction(1, 100), Fraction(5, 2)], ids=str)
+def test_geometric_bucket_law_window_brackets_its_exact_cdf(exponent):
+    """F_k = 1 - exp(-(k + 1) x)."""
+    window = OneSidedGeometric(exponent).cdf_window(64)
+    x = mpmath.mpf(exponent.numerator) / exponent.denominator
+    entries = len(window.lower)
+    for i in sorted({0, 1, entries // 3, entries // 2, entries - 1}):
+        exact = (1 - mpmath.exp(-(i + 1) * x)) * 2**64
+        assert window.lower[i] <= exact <= window.upper[i]
+        assert window.upper[i] - window.lower[i] <= 3
+    assert 2**64 - window.lower[-1] <= 2
+
+
+def test_laplace_bucket_width_keeps_t_over_w_between_2_6_and_2_7():
+    for scale in [Fraction(128), Fraction(10**9, 7), Fraction(2**48 - 1, 3)]:
+        assert 2**6 <= scale / 2 ** laplace_bucket_exponent(scale) < 2**7
+    assert laplace_bucket_exponent(Fraction(127)) == 0
+
+
+def test_laplace_wide_buckets_take_their_offset_from_a_word_of_their_own():
+    """Past t = 2^37, w > 2^31: U no longer fits below the lane."""
+    scale = Fraction(2**47 + 1)
+    assert laplace_bucket_exponent(scale) > 31
+    samples = discrete_laplace_by_buckets(scale, 200_000, stream(51))
+    assert laplace_cells_pvalue(samples, float(scale)) > STRICT
+    assert laplace_cells_pvalue(samples, float(scale) * 1.03) < STRICT
+
+
+def test_laplace_routing_takes_buckets_only_past_the_table(monkeypatch):
+    taken = []
+    monkeypatch.setattr(exact_bucket_rejection, "discrete_laplace_by_buckets",
+                        lambda exact, count, stream: taken.append(exact) or np.zeros(count,
+                                                                                     np.int64))
+    below, above = Fraction(4000), Fraction(4500)
+    assert (geometric_tail_table_entries(below) <= MAX_TABLE_ENTRIES
+            < geometric_tail_table_entries(above))
+    discrete_laplace(below, 10, SeededRandomBits(0))
+    assert taken == []
+    discrete_laplace(above, 10, SeededRandomBits(0))
+    assert taken == [above]
+    monkeypatch.setattr(discrete_noise, "MAX_TABLE_ENTRIES", 0)
+    discrete_laplace(127, 10, SeededRandomBits(0))  # t < 2^7: Algorithm 2
+    assert taken == [above]
+    discrete_laplace(128, 10, SeededRandomBits(0))
+    assert taken == [above, Fraction(128)]
