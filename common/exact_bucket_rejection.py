@@ -1,5 +1,6 @@
-"""The discrete Gaussian at large sigma, exactly, by rejection from a bucketed
-envelope: about two words and twenty array passes per sample.
+"""The discrete Gaussian at large sigma and the discrete Laplace at large t,
+exactly, by rejection from a bucketed envelope: about two words and twenty
+array passes per sample.
 
 Why: below about 2.4e4 grid steps the discrete Gaussian is drawn by inversion
 of its certified CDF table (:mod:`privadapt.common.exact_table_inversion`),
@@ -8,6 +9,9 @@ often 2^16..2^28 and the table would be far too long; CKS Algorithm 3 serves
 those at about ten times the float sampler. Here the table is over *buckets*
 of w = 2^j integers, w about sigma / 2^8, so it stays a few thousand entries
 long whatever sigma is, and one cheap exact Bernoulli fills in the rest.
+The discrete Laplace past its table (t above about 4.2e3, where CKS
+Algorithm 2 served) takes the same scheme with a geometric bucket law
+(:func:`discrete_laplace_by_buckets`).
 
 The sampler (sigma^2 = s / r rational, g(y) = exp(-y^2 / (2 sigma^2))):
 
