@@ -174,19 +174,20 @@ def test_a_lane_at_the_threshold_reads_more_words(numerator, d):
 
 @pytest.mark.parametrize("sigma_squared", [Fraction(10, 3), Fraction(300), Fraction(2**17, 3)],
                          ids=str)
-def test_bucket_law_window_brackets_its_exact_cdf(sigma_squared):
+@pytest.mark.parametrize("bits", [64, 128])
+def test_bucket_law_window_brackets_its_exact_cdf(sigma_squared, bits):
     law = OneSidedDiscreteGaussian(sigma_squared)
     s = mpmath.mpf(sigma_squared.numerator) / sigma_squared.denominator
     weights = [mpmath.exp(-mpmath.mpf(k) ** 2 / (2 * s)) for k in range(int(20 * mpmath.sqrt(s))
                                                                           + 40)]
     total = mpmath.fsum(weights)
-    window = law.cdf_window(64)
+    window = law.cdf_window(bits)
     entries = len(window.lower)
     for i in sorted({0, 1, entries // 3, entries // 2, entries - 1}):
-        exact = mpmath.fsum(weights[:i + 1]) / total * 2**64
+        exact = mpmath.fsum(weights[:i + 1]) / total * 2**bits
         assert window.lower[i] <= exact <= window.upper[i]
         assert window.upper[i] - window.lower[i] <= 3
-    assert 2**64 - window.lower[-1] <= 2
+    assert 2**bits - window.lower[-1] <= 2
 
 
 def test_bucket_width_keeps_sigma_b_between_2_8_and_2_9():
@@ -274,16 +275,17 @@ def test_coarse_laplace_buckets_lean_on_the_acceptance_and_stay_exact(monkeypatc
 
 
 @pytest.mark.parametrize("exponent", [Fraction(1, 3), Fraction(1, 100), Fraction(5, 2)], ids=str)
-def test_geometric_bucket_law_window_brackets_its_exact_cdf(exponent):
+@pytest.mark.parametrize("bits", [64, 128])
+def test_geometric_bucket_law_window_brackets_its_exact_cdf(exponent, bits):
     """F_k = 1 - exp(-(k + 1) x)."""
-    window = OneSidedGeometric(exponent).cdf_window(64)
+    window = OneSidedGeometric(exponent).cdf_window(bits)
     x = mpmath.mpf(exponent.numerator) / exponent.denominator
     entries = len(window.lower)
     for i in sorted({0, 1, entries // 3, entries // 2, entries - 1}):
-        exact = (1 - mpmath.exp(-(i + 1) * x)) * 2**64
+        exact = (1 - mpmath.exp(-(i + 1) * x)) * 2**bits
         assert window.lower[i] <= exact <= window.upper[i]
         assert window.upper[i] - window.lower[i] <= 3
-    assert 2**64 - window.lower[-1] <= 2
+    assert 2**bits - window.lower[-1] <= 2
 
 
 def test_laplace_bucket_width_keeps_t_over_w_between_2_6_and_2_7():
