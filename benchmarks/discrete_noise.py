@@ -28,9 +28,14 @@ Which exact sampler each row measures: the discrete Gaussian (sigma = 1000
 steps), the Polya shares' negative binomials (t = 1000), the Skellam
 shares' Poissons and the discrete Laplace (t = 1000) are drawn by inversion
 of a certified CDF table (:mod:`privadapt.common.exact_table_inversion`,
-about one word a sample). Scales whose table would pass 2^18 entries fall back
-to CKS Algorithm 3 (the "sigma=2^18" row) and the compound Poisson (the
-"t=1e5" row).
+about one word a sample). A sigma whose table would pass 2^18 entries is
+drawn by bucketed rejection (:mod:`privadapt.common.exact_bucket_rejection`,
+the "(buckets)" rows at 2^18 and at the largest admitted sigma, 2^28), next
+to CKS Algorithm 3 called directly at 2^18 (the "(CKS)" row, the path it
+replaced); so is a discrete Laplace scale past the table (t = 1e5, next to
+Algorithm 2 called directly, and also against the float Gaussian, because
+the float Laplace share is itself slow); a Polya scale past the table takes
+the compound Poisson (the "t=1e5" row).
 
 Run: ``.venv/bin/python benchmarks/discrete_noise.py``. Compare ratios, not
 absolute rates across machines.
@@ -42,11 +47,15 @@ import math
 import os
 import sys
 from collections.abc import Callable
+from fractions import Fraction
 
 import numpy as np
 from timing import median_seconds
 
 from privadapt.common.discrete_noise import (
+    KeystreamBits,
+    _discrete_gaussian_by_rejection,
+    _discrete_laplace,
     discrete_gaussian,
     discrete_laplace,
 )
@@ -59,7 +68,7 @@ from privadapt.common.mechanisms import (
     KernelMechanism,
     LaplaceMechanism,
 )
-from privadapt.common.noise import gaussian_share, laplace_share
+from privadapt.common.noise import SecureRandomBits, gaussian_share, laplace_share
 
 SAMPLES = 100_000
 REPEATS = 7
@@ -89,6 +98,19 @@ def float_polya_share(scale: float, num_participants: int, collusion_tolerance: 
     return (first - generator.negative_binomial(1.0 / honest, success, count)).astype(np.int64)
 
 
+def cks_gaussian(sigma_squared: int) -> np.ndarray:
+    """CKS Algorithm 3 called directly: what a sigma past the table cost
+    before the bucketed rejection took it over (the "before" row)."""
+    return _discrete_gaussian_by_rejection(Fraction(sigma_squared), SAMPLES,
+                                           KeystreamBits(SecureRandomBits()))
+
+
+def algorithm_2_laplace(scale: int) -> np.ndarray:
+    """CKS Algorithm 2 called directly: a discrete Laplace past the table
+    before the bucketed rejection took it over."""
+    return _discrete_laplace(Fraction(scale), SAMPLES, KeystreamBits(SecureRandomBits()))
+
+
 def release(mechanism: KernelMechanism, num_sites: int, tolerance: int) -> Callable[[], object]:
     """One site's noise for one block of SAMPLES coordinates, encoded."""
     return lambda: CODEC.encode(mechanism.noise_shares([(SAMPLES,)], num_sites, tolerance)[0])
@@ -99,13 +121,20 @@ def rows() -> list[tuple[str, Callable[[], object], Callable[[], object]]]:
     float_gaussian = lambda: gaussian_share(1000.0, 1, 0, SAMPLES)  # noqa: E731
     return [
         ("discrete Laplace, t=1000", lambda: discrete_laplace(1000, SAMPLES), float_laplace),
+        ("d. Laplace, t=1e5 (Algorithm 2)", lambda: algorithm_2_laplace(10**5), float_laplace),
+        ("d. Laplace, t=1e5 (buckets)", lambda: discrete_laplace(10**5, SAMPLES), float_laplace),
+        ("d. Laplace, t=1e5 (buckets) vs N", lambda: discrete_laplace(10**5, SAMPLES),
+         lambda: gaussian_share(1000.0, 1, 0, SAMPLES)),
         (f"Polya share, K={K} t={T}", lambda: polya_share(1000, K, T, SAMPLES),
          lambda: laplace_share(1000.0, K, T, SAMPLES)),
         (f"Polya share vs float NB, K={K} t={T}", lambda: polya_share(1000, K, T, SAMPLES),
          lambda: float_polya_share(1000.0, K, T, SAMPLES)),
         ("discrete Gaussian, sigma=1000", lambda: discrete_gaussian(10**6, SAMPLES),
          float_gaussian),
-        ("d. Gaussian, sigma=2^18 (CKS)", lambda: discrete_gaussian(2**36, SAMPLES),
+        ("d. Gaussian, sigma=2^18 (CKS)", lambda: cks_gaussian(2**36), float_gaussian),
+        ("d. Gaussian, sigma=2^18 (buckets)", lambda: discrete_gaussian(2**36, SAMPLES),
+         float_gaussian),
+        ("d. Gaussian, sigma=2^28 (buckets)", lambda: discrete_gaussian(2**56, SAMPLES),
          float_gaussian),
         (f"Polya t=1e5 (compound) vs NB K={K}", lambda: polya_share(10**5, K, T, SAMPLES),
          lambda: float_polya_share(1e5, K, T, SAMPLES)),

@@ -36,7 +36,12 @@ most :data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES`
 entries (t up to about 4.2e3, sigma up to about 2.4e4 grid steps) is drawn
 instead as |X| by exact inversion
 (:mod:`privadapt.common.exact_table_inversion`, about one word a sample) and a
-fair sign; Algorithms 2 and 3 serve every larger scale.
+fair sign. A larger sigma or t (from 2^9 and 2^7 steps, so in practice every
+one past the table) is drawn by rejection from a bucketed envelope
+(:mod:`privadapt.common.exact_bucket_rejection`: a table over buckets of
+about sigma / 2^8 or t / 2^6 integers, a uniform offset, one Algorithm 1
+Bernoulli; about two words a sample); Algorithms 2 and 3 remain for a
+smaller scale when no table is allowed.
 
 Vectorised: every round of every loop runs on the numpy array of samples still
 undecided, so 1e5 samples take a few dozen array passes, not 1e5 Python loops.
@@ -187,14 +192,15 @@ def _bernoulli_exp_scalar(gamma: Fraction, stream: RandomBits, first_k: int = 1)
 
 
 def _bernoulli_exp_fraction(c: np.ndarray, e: np.ndarray, d: int, m: int,
-                            stream: RandomBits) -> np.ndarray:
+                            stream: RandomBits, first_k: int = 1) -> np.ndarray:
     """Bernoulli(exp(-gamma)) for gamma = (c 2^m + e) / (d 2^m) in [0, 1), per
     element (c < d, e < 2^m; m = 0 means e = 0), by Algorithm 1: at step k the
     draw U = V 2^m + W, uniform on [0, d k 2^m), is below c 2^m + e exactly when
-    V < c, or V = c and W < e."""
+    V < c, or V = c and W < e. With ``first_k`` > 1 it resumes the loop at that
+    k (its caller drew the steps before, all 1)."""
     result = np.zeros(c.size, dtype=bool)
     active = np.arange(c.size)
-    k = 1
+    k = first_k
     while active.size:
         if d * k >= _FAST_LIMIT:  # k near 2^7 or more: probability below 1/k!
             for i in active:
@@ -346,13 +352,21 @@ def discrete_laplace(scale: int | Fraction | float, shape: int | tuple[int, ...]
     Up to about 4.2e3 grid steps (a table of at most
     :data:`~privadapt.common.exact_table_inversion.MAX_TABLE_ENTRIES`) |X| is
     drawn by exact inversion of its certified CDF, then a fair sign;
-    beyond, by Algorithm 2."""
+    beyond, by bucketed rejection
+    (:func:`~privadapt.common.exact_bucket_rejection.discrete_laplace_by_buckets`)."""
     exact = as_rational(scale, "the discrete Laplace scale")
     count, shape = sample_shape(shape)
     stream = KeystreamBits(source or SecureRandomBits())
     if geometric_tail_table_entries(exact) <= MAX_TABLE_ENTRIES:
         return _signed(sample_by_inversion(FoldedDiscreteLaplace(exact), count, stream),
                        stream).reshape(shape)
+    # Imported here: that module builds on this one's Bernoulli samplers.
+    from privadapt.common.exact_bucket_rejection import (
+        discrete_laplace_by_buckets,
+        laplace_bucket_exponent,
+    )
+    if laplace_bucket_exponent(exact) >= 1:  # t >= 2^7: buckets of 2 or more
+        return discrete_laplace_by_buckets(exact, count, stream).reshape(shape)
     return _discrete_laplace(exact, count, stream).reshape(shape)
 
 
@@ -437,6 +451,13 @@ def discrete_gaussian(sigma_squared: int | Fraction | float, shape: int | tuple[
     stream = KeystreamBits(source or SecureRandomBits())
     if gaussian_table_entries(exact) <= MAX_TABLE_ENTRIES:
         return _discrete_gaussian_by_table(exact, count, stream).reshape(shape)
+    # Imported here: that module builds on this one's Bernoulli samplers.
+    from privadapt.common.exact_bucket_rejection import (
+        bucket_width_exponent,
+        discrete_gaussian_by_buckets,
+    )
+    if bucket_width_exponent(exact) >= 1:  # sigma >= 2^9: buckets of 2 or more
+        return discrete_gaussian_by_buckets(exact, count, stream).reshape(shape)
     return _discrete_gaussian_by_rejection(exact, count, stream).reshape(shape)
 
 
