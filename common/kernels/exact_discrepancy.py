@@ -71,13 +71,14 @@ the residual's terms; module docstring of certified_quadratic). Measured on
 the adversarial inputs of the tests (hard and near-hard cases, tied and
 clustered top eigenvalues, Lambda from 1e-3 to 1e3, d = 3 to 500), the width
 released (the whole schedule's intersection) is at most 0.017 of this charge;
-adversarial review 10a's fuzzing found a corner at about 0.25 of it (A near
-0 with a tiny r and Lambda, where the width-sized shift takes a quarter of
-the allowance by design), still inside it (formerly the first shift that fitted was kept: up to 0.42 of it, a near-hard
-case where the eigen-solver's mu is off by ~1e-11 relative). A smaller
-charged error is a direct utility gain: for d = 3 it is 330 times smaller
-than 2^-36, which matters where the charge is not negligible against B (a
-small r against Y with a large Lambda: reach / B ~ 2 N Lambda^2 s / Y^2).
+adversarial review 10a's fuzzing found a corner at about 0.25 of it (A near 0
+with a tiny r and Lambda, where the width-sized shift takes a quarter of the
+allowance by design), still inside it (formerly the first shift that fitted
+was kept: up to 0.42 of it, a near-hard case where the eigen-solver's mu is
+off by ~1e-11 relative). A smaller charged error is a direct utility gain: for
+d = 3 it is 330 times smaller than 2^-36, which matters where the charge is
+not negligible against B (a small r against Y with a large Lambda: reach / B ~
+2 N Lambda^2 s / Y^2).
 
 When the bracket does not fit. The certificate is proved under the
 floating-point model alone (IEEE double, round to nearest, the classical BLAS
