@@ -11,12 +11,8 @@ Exactness (Canonne, Kamath and Steinke 2020, "The Discrete Gaussian for
 Differential Privacy", Algorithms 1-3): every accept/reject decision compares a
 uniform *integer* with an integer, so no floating-point number enters:
 
-* Algorithm 1, Bernoulli(exp(-gamma)) for rational gamma in [0, 1]: draw
-  A_k ~ Bernoulli(gamma / k) for k = 1, 2, ... until one is 0; return 1 when
-  that k is odd. exp(-gamma) for gamma > 1 is floor(gamma) independent
-  Bernoulli(exp(-1)) all equal to 1, then Bernoulli(exp(-(gamma - floor gamma))).
-  Bernoulli(exp(-1)) itself, the commonest draw, compares uniform words with
-  the binary expansion of e^-1 computed exactly in integers: one word each.
+* Algorithm 1, Bernoulli(exp(-gamma)) for rational gamma, and uniform
+  integers from words: :mod:`privadapt.common.exact_bernoulli`.
 * Algorithm 2, the discrete Laplace P(x) ∝ exp(-|x| / t), t = n / d rational:
   U uniform on {0..n-1} kept with probability exp(-U / n), V the number of
   Bernoulli(exp(-1)) successes before a failure; X = U + n V is geometric with
@@ -62,14 +58,29 @@ Distributed shares that sum to discrete noise: :mod:`privadapt.common.discrete_s
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
+from privadapt.common.exact_bernoulli import (
+    FAST_LIMIT,
+    _bernoulli_exp,
+    _bernoulli_exp_fraction,
+    _bernoulli_exp_scalar,
+    _exp_minus_one_run,
+    _rejection_fill,
+    _sign_bits,
+    _uniform_below,
+    _uniform_below_int,
+)
+from privadapt.common.exact_bucket_rejection import (
+    bucket_width_exponent,
+    discrete_gaussian_by_buckets,
+    discrete_laplace_by_buckets,
+    laplace_bucket_exponent,
+)
 from privadapt.common.exact_laws import (
     FoldedDiscreteGaussian,
     FoldedDiscreteLaplace,
@@ -86,10 +97,8 @@ MAX_PARAMETER_PART = 2**48
 #: The discrete Gaussian needs s * r <= 2^56 for sigma^2 = s / r: sigma from
 #: 2^-28 to 2^28 grid steps. A coarser noise grid serves a larger sigma.
 MAX_GAUSSIAN_PRODUCT = 2**56
-_WORD = 2**64
-_FAST_LIMIT = 2**63  # uniform bounds and sums handled in uint64 stay below this
 # Products |Y| t r of the Gaussian acceptance stay below this on the fast path.
-_GAUSSIAN_FAST_LIMIT = _FAST_LIMIT
+_GAUSSIAN_FAST_LIMIT = FAST_LIMIT
 
 
 class KeystreamBits:
@@ -138,182 +147,6 @@ def sample_shape(shape: int | tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
 # -- uniform integers and Bernoulli(exp(-gamma)) -------------------------------------
 
 
-def _uniform_below(bound: int, count: int, stream: RandomBits) -> np.ndarray:
-    """``count`` uniform integers on [0, bound), bound < 2^63, as uint64: a word
-    (a 32-bit half-word when bound <= 2^32) modulo bound, rejecting the words
-    at or above the largest multiple of bound, so every residue is equally
-    likely."""
-    lane_bits = 32 if bound <= 2**32 else 64
-    accept_below = (1 << lane_bits) - (1 << lane_bits) % bound
-    out = _lanes(count, lane_bits, stream)
-    bad = np.flatnonzero(out >= accept_below)
-    while bad.size:  # probability below bound / 2^lane_bits per draw
-        out[bad] = _lanes(bad.size, lane_bits, stream)
-        bad = bad[out[bad] >= accept_below]
-    return _remainder(out, bound)
-
-
-def _remainder(values: np.ndarray, divisor: int) -> np.ndarray:
-    """values mod divisor for uint64 values, exactly: as values - (values //
-    divisor) divisor, because numpy divides by a scalar with a precomputed
-    multiplier (libdivide) but computes % element by element, 20x slower."""
-    divisor = np.uint64(divisor)
-    return values - (values // divisor) * divisor
-
-
-def _lanes(count: int, lane_bits: int, stream: RandomBits) -> np.ndarray:
-    """``count`` uniform integers of ``lane_bits`` (32 or 64) bits, as uint64."""
-    if lane_bits == 64:
-        return stream.words(count).copy()
-    return stream.words(-(-count // 2)).view(np.uint32)[:count].astype(np.uint64)
-
-
-def _uniform_below_int(bound: int, stream: RandomBits) -> int:
-    """One uniform Python integer on [0, bound) for any bound (the slow path)."""
-    num_words = max(1, -(-bound.bit_length() // 64))
-    span = 1 << (64 * num_words)
-    while True:
-        value = int.from_bytes(np.asarray(stream.words(num_words)).tobytes(), "little")
-        if value < span - span % bound:
-            return value % bound
-
-
-def _bernoulli_exp_scalar(gamma: Fraction, stream: RandomBits, first_k: int = 1) -> bool:
-    """Bernoulli(exp(-gamma)) in exact Python integers (Algorithm 1). With
-    ``first_k`` > 1 it resumes the loop of a gamma in [0, 1] at that k."""
-    if first_k == 1 and gamma > 1:
-        if not all(_bernoulli_exp_scalar(Fraction(1), stream) for _ in range(int(gamma))):
-            return False
-        gamma -= int(gamma)
-    k = first_k
-    while _uniform_below_int(gamma.denominator * k, stream) < gamma.numerator:
-        k += 1
-    return k % 2 == 1
-
-
-def _bernoulli_exp_fraction(c: np.ndarray, e: np.ndarray, d: int, m: int,
-                            stream: RandomBits, first_k: int = 1) -> np.ndarray:
-    """Bernoulli(exp(-gamma)) for gamma = (c 2^m + e) / (d 2^m) in [0, 1), per
-    element (c < d, e < 2^m; m = 0 means e = 0), by Algorithm 1: at step k the
-    draw U = V 2^m + W, uniform on [0, d k 2^m), is below c 2^m + e exactly when
-    V < c, or V = c and W < e. With ``first_k`` > 1 it resumes the loop at that
-    k (its caller drew the steps before, all 1)."""
-    result = np.zeros(c.size, dtype=bool)
-    active = np.arange(c.size)
-    k = first_k
-    while active.size:
-        if d * k >= _FAST_LIMIT:  # k near 2^7 or more: probability below 1/k!
-            for i in active:
-                gamma = Fraction(int(c[i]) * 2**m + int(e[i]), d * 2**m)
-                result[i] = _bernoulli_exp_scalar(gamma, stream, first_k=k)
-            break
-        v = _uniform_below(d * k, active.size, stream)
-        below = v < c[active]
-        if m:
-            ties = np.flatnonzero(v == c[active])
-            if ties.size:
-                w = stream.words(ties.size) >> np.uint64(64 - m)
-                below[ties] = w < e[active[ties]]
-        result[active[~below]] = k % 2 == 1
-        active = active[below]
-        k += 1
-    return result
-
-
-@functools.cache
-def exp_minus_one_bits(bits: int) -> int:
-    """floor(e^-1 2^bits), exactly: the partial sums S_N of sum_j (-1)^j / j!
-    bracket e^-1 within 1/(N+1)!, so terms are added until both ends of the
-    bracket floor to the same integer (e^-1 is irrational: this ends)."""
-    partial, term, j = Fraction(0), Fraction(1), 0
-    while True:
-        partial += term
-        j += 1
-        term = -term / j
-        low, high = (partial - abs(term)) * 2**bits, (partial + abs(term)) * 2**bits
-        if math.floor(low) == math.floor(high):
-            return math.floor(low)
-
-
-def _bernoulli_exp_minus_one(count: int, stream: RandomBits) -> np.ndarray:
-    """``count`` Bernoulli(exp(-1)) draws (:func:`bernoulli_below_constant`)."""
-    return bernoulli_below_constant(exp_minus_one_bits, count, stream)
-
-
-def bernoulli_below_constant(expansion: Callable[[int], int], count: int,
-                             stream: RandomBits) -> np.ndarray:
-    """``count`` Bernoulli(c) draws as [U < c] for a constant c in (0, 1) with
-    floor(c 2^bits) = ``expansion(bits)`` and a uniform real U read one 64-bit
-    word at a time: the first word decides unless it equals the first 64 bits
-    of c (probability 2^-64); then each further word is compared with the next
-    64 bits of c, computed exactly in integers (c irrational: this ends)."""
-    first = np.uint64(expansion(64))
-    words = stream.words(count)
-    result = words < first
-    for i in np.flatnonzero(words == first):
-        bits = 64
-        while True:
-            word = int(stream.words(1)[0])
-            target = expansion(bits + 64) & (_WORD - 1)
-            if word != target:
-                result[i] = word < target
-                break
-            bits += 64
-    return result
-
-
-def _exp_minus_one_run(cap: np.ndarray | None, count: int, stream: RandomBits) -> np.ndarray:
-    """The number V of Bernoulli(exp(-1)) successes before the first failure
-    (P(V >= v) = exp(-v)), counted up to ``cap`` per element when given."""
-    run = np.zeros(count, dtype=np.uint64)
-    active = np.arange(count) if cap is None else np.flatnonzero(cap > 0)
-    while active.size:
-        active = active[_bernoulli_exp_minus_one(active.size, stream)]
-        run[active] += np.uint64(1)
-        if cap is not None:
-            active = active[run[active] < cap[active]]
-    return run
-
-
-def _bernoulli_exp(whole: np.ndarray, c: np.ndarray, e: np.ndarray, d: int, m: int,
-                   stream: RandomBits) -> np.ndarray:
-    """Bernoulli(exp(-gamma)) for gamma = whole + (c 2^m + e) / (d 2^m): ``whole``
-    Bernoulli(exp(-1)) that must all be 1 -- a run of at least ``whole``
-    successes -- then the fractional part."""
-    result = _exp_minus_one_run(whole, whole.size, stream) >= whole
-    alive = np.flatnonzero(result)
-    result[alive] = _bernoulli_exp_fraction(c[alive], e[alive], d, m, stream)
-    return result
-
-
-def _rejection_fill(count: int, propose: Callable[[int], tuple[np.ndarray, np.ndarray]],
-                    rate: float) -> np.ndarray:
-    """``count`` accepted values of a rejection sampler. Each round proposes
-    enough for the remainder at the expected acceptance ``rate`` (re-estimated
-    from what it sees) and keeps the first accepted ones in order: which ones
-    are kept depends only on the accept pattern, so they are i.i.d. from the
-    target as in the one-at-a-time loop."""
-    out = np.empty(count, dtype=np.int64)
-    filled = 0
-    while filled < count:
-        need = count - filled
-        values, keep = propose(int(need * 1.05 / rate) + 16)
-        rate = max(float(keep.mean()), 0.01)
-        accepted = values[keep][:need]
-        out[filled:filled + accepted.size] = accepted
-        filled += accepted.size
-    return out
-
-
-def _sign_bits(count: int, stream: RandomBits) -> np.ndarray:
-    """``count`` fair bits, 64 to a word."""
-    words = stream.words(-(-count // 64))
-    return np.unpackbits(words.view(np.uint8))[:count].astype(bool)
-
-
-# -- discrete Laplace ------------------------------------------------------------------
-
-
 def _geometric(numerator: int, denominator: int, count: int, stream: RandomBits) -> np.ndarray:
     """Y >= 0 with P(Y = y) ∝ exp(-y denominator / numerator) (Algorithm 2, the
     loop before the sign), as uint64."""
@@ -326,7 +159,7 @@ def _geometric(numerator: int, denominator: int, count: int, stream: RandomBits)
     rate = math.expm1(-1.0) / (numerator * math.expm1(-1.0 / numerator))
     u = _rejection_fill(count, propose, rate).astype(np.uint64)
     v = _exp_minus_one_run(None, count, stream)
-    if v.size and int(v.max()) >= (_FAST_LIMIT - numerator) // numerator:
+    if v.size and int(v.max()) >= (FAST_LIMIT - numerator) // numerator:
         # Needs V of thousands of e-folds: probability below exp(-2^15).
         raise OverflowError("a geometric draw overflowed 63 bits")
     return (u + np.uint64(numerator) * v) // np.uint64(denominator)
@@ -360,11 +193,6 @@ def discrete_laplace(scale: int | Fraction | float, shape: int | tuple[int, ...]
     if geometric_tail_table_entries(exact) <= MAX_TABLE_ENTRIES:
         return _signed(sample_by_inversion(FoldedDiscreteLaplace(exact), count, stream),
                        stream).reshape(shape)
-    # Imported here: that module builds on this one's Bernoulli samplers.
-    from privadapt.common.exact_bucket_rejection import (
-        discrete_laplace_by_buckets,
-        laplace_bucket_exponent,
-    )
     if laplace_bucket_exponent(exact) >= 1:  # t >= 2^7: buckets of 2 or more
         return discrete_laplace_by_buckets(exact, count, stream).reshape(shape)
     return _discrete_laplace(exact, count, stream).reshape(shape)
@@ -451,11 +279,6 @@ def discrete_gaussian(sigma_squared: int | Fraction | float, shape: int | tuple[
     stream = KeystreamBits(source or SecureRandomBits())
     if gaussian_table_entries(exact) <= MAX_TABLE_ENTRIES:
         return _discrete_gaussian_by_table(exact, count, stream).reshape(shape)
-    # Imported here: that module builds on this one's Bernoulli samplers.
-    from privadapt.common.exact_bucket_rejection import (
-        bucket_width_exponent,
-        discrete_gaussian_by_buckets,
-    )
     if bucket_width_exponent(exact) >= 1:  # sigma >= 2^9: buckets of 2 or more
         return discrete_gaussian_by_buckets(exact, count, stream).reshape(shape)
     return _discrete_gaussian_by_rejection(exact, count, stream).reshape(shape)

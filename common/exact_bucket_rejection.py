@@ -42,7 +42,7 @@ sign step gives x != 0 probability g(|x|) / (2 w Z_H) and x = 0 probability
 g(0) / (2 w Z_H): proportional to g(x) on the integers. Attempts are
 independent and repeated until one is accepted, so the output is exactly
 N_Z(0, sigma^2) (a rejection sampler returns its target law conditioned on
-acceptance; :func:`~privadapt.common.discrete_noise._rejection_fill` keeps
+acceptance; :func:`~privadapt.common.exact_bernoulli._rejection_fill` keeps
 the accepted ones in order, as the one-at-a-time loop does). No float
 decides anything: H's table brackets are certified integers, U and the sign
 are bits of the stream, and the Bernoulli compares uniform integers with
@@ -63,7 +63,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from privadapt.common.discrete_noise import (
+from privadapt.common.exact_bernoulli import (
     _bernoulli_exp,
     _bernoulli_exp_fraction,
     _bernoulli_exp_scalar,
@@ -176,7 +176,7 @@ def bernoulli_exp_by_lane(numerator: np.ndarray, d: int, lane: np.ndarray,
     M = N 2^(32 - k) (below 2^63 as N < d): lane d_hi >= M proves V d >= N
     (A_1 = 0: accept, k = 1 is odd) and (lane + 1)(d_hi + 1) <= M proves
     V d < N (A_1 = 1: the loop resumes at k = 2,
-    :func:`~privadapt.common.discrete_noise._bernoulli_exp_fraction`); the few
+    :func:`~privadapt.common.exact_bernoulli._bernoulli_exp_fraction`); the few
     lanes between read more words (:func:`_first_step_by_words`)."""
     k = max(0, d.bit_length() - 31)
     d_hi = d >> k

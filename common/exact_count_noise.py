@@ -47,7 +47,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from privadapt.common.discrete_noise import (
+from privadapt.common.exact_bernoulli import (
     _bernoulli_exp,
     _bernoulli_exp_scalar,
     _rejection_fill,

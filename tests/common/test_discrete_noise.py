@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privadapt.common import discrete_noise
+from privadapt.common import discrete_noise, exact_bernoulli
 from privadapt.common.discrete_noise import (
     discrete_gaussian,
     discrete_laplace,
@@ -214,10 +214,10 @@ def test_exact_bernoulli_paths_agree_with_exp_minus_gamma(gamma):
     count = 40_000
     whole = np.full(count, int(gamma), np.uint64)
     fraction = gamma - int(gamma)
-    vectorised = discrete_noise._bernoulli_exp(
+    vectorised = exact_bernoulli._bernoulli_exp(
         whole, np.full(count, fraction.numerator, np.uint64), np.zeros(count, np.uint64),
         fraction.denominator, 0, stream)
-    scalar = [discrete_noise._bernoulli_exp_scalar(gamma, stream) for _ in range(4000)]
+    scalar = [exact_bernoulli._bernoulli_exp_scalar(gamma, stream) for _ in range(4000)]
     for draws in (vectorised, np.array(scalar)):
         assert stats.binomtest(int(draws.sum()), draws.size, math.exp(-gamma)).pvalue > STRICT
 
@@ -231,18 +231,18 @@ def test_overflowing_gaussian_proposals_take_the_exact_big_integer_path(monkeypa
 
 
 def test_exp_minus_one_expansion_is_consistent_and_correct():
-    first = discrete_noise.exp_minus_one_bits(64)
+    first = exact_bernoulli.exp_minus_one_bits(64)
     assert first / 2**64 == pytest.approx(math.exp(-1), rel=1e-15)
-    assert discrete_noise.exp_minus_one_bits(192) >> 128 == first
+    assert exact_bernoulli.exp_minus_one_bits(192) >> 128 == first
 
 
 @pytest.mark.parametrize("next_word,expected", [(0, True), (2**64 - 1, False)])
 def test_bernoulli_exp_minus_one_resolves_a_tied_word_with_more_bits(next_word, expected):
     class Tie:
         def __init__(self):
-            self.queue = [discrete_noise.exp_minus_one_bits(64), next_word]
+            self.queue = [exact_bernoulli.exp_minus_one_bits(64), next_word]
 
         def words(self, size):
             return np.array([self.queue.pop(0) for _ in range(size)], dtype=np.uint64)
 
-    assert discrete_noise._bernoulli_exp_minus_one(1, Tie()).tolist() == [expected]
+    assert exact_bernoulli._bernoulli_exp_minus_one(1, Tie()).tolist() == [expected]

@@ -16,8 +16,9 @@ import pytest
 from scipy import stats
 
 from privadapt.common import exact_count_noise
-from privadapt.common.discrete_noise import KeystreamBits, bernoulli_below_constant
+from privadapt.common.discrete_noise import KeystreamBits
 from privadapt.common.discrete_shares import polya_share
+from privadapt.common.exact_bernoulli import bernoulli_below_constant
 from privadapt.common.exact_count_noise import negative_binomial_difference
 from privadapt.common.noise import SeededRandomBits
 from tests.common.test_discrete_noise import STRICT, chi_square_pvalue, discrete_laplace_pmf

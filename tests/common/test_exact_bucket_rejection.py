@@ -211,7 +211,7 @@ def test_routing_takes_buckets_only_past_the_table(monkeypatch):
     sigma alone), and CKS Algorithm 3 for a sigma too small to bucket when no
     table is allowed."""
     taken = []
-    monkeypatch.setattr(exact_bucket_rejection, "discrete_gaussian_by_buckets",
+    monkeypatch.setattr(discrete_noise, "discrete_gaussian_by_buckets",
                         lambda exact, count, stream: taken.append(exact) or np.zeros(count,
                                                                                      np.int64))
     below, above = Fraction(23_000**2), Fraction(25_000**2)
@@ -305,7 +305,7 @@ def test_laplace_wide_buckets_take_their_offset_from_a_word_of_their_own():
 
 def test_laplace_routing_takes_buckets_only_past_the_table(monkeypatch):
     taken = []
-    monkeypatch.setattr(exact_bucket_rejection, "discrete_laplace_by_buckets",
+    monkeypatch.setattr(discrete_noise, "discrete_laplace_by_buckets",
                         lambda exact, count, stream: taken.append(exact) or np.zeros(count,
                                                                                      np.int64))
     below, above = Fraction(4000), Fraction(4500)

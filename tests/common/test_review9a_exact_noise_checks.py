@@ -19,8 +19,8 @@ from privadapt.common.discrete_accounting import (
     discrete_gaussian_sum_grid_rdp,
     discrete_gaussian_sum_rdp,
 )
-from privadapt.common.discrete_noise import _remainder
 from privadapt.common.discrete_shares import polya_share
+from privadapt.common.exact_bernoulli import _remainder
 from privadapt.common.mechanisms.distributed_discrete_gaussian import grid_l2_squared
 from privadapt.common.noise import SeededRandomBits
 
