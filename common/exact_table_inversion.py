@@ -129,9 +129,13 @@ def inversion_table(law: CdfLaw, table_bits: int = _WORD_BITS) -> InversionTable
     guide_bits = min(20, max(8, len(upper).bit_length() + 2))
     shift = np.uint64(_WORD_BITS - guide_bits)
     bucket_starts = np.arange(1 << guide_bits, dtype=np.uint64) << shift
-    guide = np.searchsorted(upper_minus_one[:-1], bucket_starts, side="left")
+    guide = np.searchsorted(upper_minus_one[:-1], bucket_starts, side="left").astype(np.int64)
+    # Cached and shared by every later call at this law: a stray in-place
+    # write would change every later sample's law, so none is allowed (review 10b).
+    for array in (upper_minus_one, lower, guide):
+        array.flags.writeable = False
     return InversionTable(window.first, window.start * scale, upper_minus_one, lower,
-                          guide.astype(np.int64), shift)
+                          guide, shift)
 
 
 def sample_by_inversion(law: CdfLaw, count: int, stream: RandomBits,
