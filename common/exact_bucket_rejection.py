@@ -69,7 +69,7 @@ from privadapt.common.exact_bernoulli import (
     _bernoulli_exp_scalar,
     _rejection_fill,
 )
-from privadapt.common.exact_laws import exp_minus_bounds
+from privadapt.common.exact_laws import exp_minus_bounds, gaussian_weight_window
 from privadapt.common.exact_table_inversion import CdfWindow, normalised_window, sample_by_inversion
 from privadapt.common.noise import RandomBits
 
@@ -99,22 +99,7 @@ class OneSidedDiscreteGaussian:
     sigma_squared: Fraction
 
     def cdf_window(self, bits: int) -> CdfWindow:
-        p = bits + _GUARD_BITS
-        one = 1 << p
-        ratio_lo, ratio_hi = exp_minus_bounds(1 / (2 * self.sigma_squared), p)
-        c_lo, c_hi = exp_minus_bounds(1 / self.sigma_squared, p)
-        e_lo = e_hi = one
-        lower, upper = [one], [one]
-        threshold = 1 << (p - bits - _TAIL_BITS)
-        while True:
-            e_lo, e_hi = (e_lo * ratio_lo) >> p, -((-e_hi * ratio_hi) >> p)
-            ratio_lo, ratio_hi = (ratio_lo * c_lo) >> p, -((-ratio_hi * c_hi) >> p)
-            if ratio_hi < one:
-                tail = -((-e_hi << p) // (one - ratio_hi))
-                if tail <= threshold:
-                    return normalised_window(bits, 0, lower, upper, 0, tail)
-            lower.append(e_lo)
-            upper.append(e_hi)
+        return gaussian_weight_window(self.sigma_squared, bits, 1)
 
 
 def bucket_width_exponent(sigma_squared: Fraction) -> int:

@@ -99,22 +99,29 @@ class FoldedDiscreteGaussian:
     sigma_squared: Fraction
 
     def cdf_window(self, bits: int) -> CdfWindow:
-        p = bits + _GUARD_BITS
-        one = 1 << p
-        ratio_lo, ratio_hi = exp_minus_bounds(1 / (2 * self.sigma_squared), p)
-        c_lo, c_hi = exp_minus_bounds(1 / self.sigma_squared, p)
-        e_lo = e_hi = one
-        lower, upper = [one], [one]
-        threshold = 1 << (p - bits - _TAIL_BITS)
-        while True:
-            e_lo, e_hi = _floor_product(e_lo, ratio_lo, p), _ceil_product(e_hi, ratio_hi, p)
-            ratio_lo, ratio_hi = _floor_product(ratio_lo, c_lo, p), _ceil_product(ratio_hi,
-                                                                                c_hi, p)
-            tail = _geometric_tail(2 * e_hi, ratio_hi, p)
-            if tail is not None and tail <= threshold:
-                return normalised_window(bits, 0, lower, upper, 0, tail)
-            lower.append(2 * e_lo)
-            upper.append(2 * e_hi)
+        return gaussian_weight_window(self.sigma_squared, bits, 2)
+
+
+def gaussian_weight_window(sigma_squared: Fraction, bits: int, multiplier: int) -> CdfWindow:
+    """The certified window of the law on {0, 1, ...} with weight 1 at 0 and
+    ``multiplier`` exp(-k^2 / (2 sigma^2)) at k >= 1: 2 for |X| of the discrete
+    Gaussian, 1 for the bucket law of :mod:`privadapt.common.exact_bucket_rejection`
+    (:class:`FoldedDiscreteGaussian`'s recurrence, products rounded outward)."""
+    p = bits + _GUARD_BITS
+    one = 1 << p
+    ratio_lo, ratio_hi = exp_minus_bounds(1 / (2 * sigma_squared), p)
+    c_lo, c_hi = exp_minus_bounds(1 / sigma_squared, p)
+    e_lo = e_hi = one
+    lower, upper = [one], [one]
+    threshold = 1 << (p - bits - _TAIL_BITS)
+    while True:
+        e_lo, e_hi = _floor_product(e_lo, ratio_lo, p), _ceil_product(e_hi, ratio_hi, p)
+        ratio_lo, ratio_hi = _floor_product(ratio_lo, c_lo, p), _ceil_product(ratio_hi, c_hi, p)
+        tail = _geometric_tail(multiplier * e_hi, ratio_hi, p)
+        if tail is not None and tail <= threshold:
+            return normalised_window(bits, 0, lower, upper, 0, tail)
+        lower.append(multiplier * e_lo)
+        upper.append(multiplier * e_hi)
 
 
 def gaussian_table_entries(sigma_squared: Fraction) -> float:
