@@ -41,6 +41,7 @@ from tests.common.test_discrete_noise import (
     discrete_laplace_pmf,
     skellam_pmf,
 )
+from tests.common.test_discrete_shares import CountingStream
 
 mpmath.mp.dps = 80
 
@@ -139,15 +140,6 @@ def test_fast_path_follows_the_exact_pmf(law, pmf, wrong):
     assert samples.dtype == np.int64
     assert chi_square_pvalue(samples, pmf) > STRICT
     assert chi_square_pvalue(samples, wrong) < STRICT
-
-
-class CountingStream:
-    def __init__(self, seed: int) -> None:
-        self.inner, self.count = stream(seed), 0
-
-    def words(self, size):
-        self.count += size
-        return self.inner.words(size)
 
 
 @pytest.mark.parametrize("law,pmf,wrong", FALLBACK_CASES, ids=lambda case: repr(case)[:40])
