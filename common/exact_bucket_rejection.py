@@ -69,12 +69,13 @@ from privadapt.common.exact_bernoulli import (
     _bernoulli_exp_scalar,
     _rejection_fill,
 )
-from privadapt.common.exact_laws import exp_minus_bounds, gaussian_weight_window
-from privadapt.common.exact_table_inversion import CdfWindow, normalised_window, sample_by_inversion
+from privadapt.common.exact_laws import (
+    gaussian_weight_window,
+    geometric_weight_window,
+)
+from privadapt.common.exact_table_inversion import CdfWindow, sample_by_inversion
 from privadapt.common.noise import RandomBits
 
-_GUARD_BITS = 64
-_TAIL_BITS = 8
 #: sigma_b^2 = sigma^2 / w^2 is taken in [2^16, 2^18): the bucket table has
 #: about 10 sigma_b, at most 5.5e3, entries and an attempt is rejected with
 #: probability about 0.8 / sigma_b, at most 0.3%.
@@ -233,19 +234,7 @@ class OneSidedGeometric:
     exponent: Fraction
 
     def cdf_window(self, bits: int) -> CdfWindow:
-        p = bits + _GUARD_BITS
-        one = 1 << p
-        q_lo, q_hi = exp_minus_bounds(self.exponent, p)
-        e_lo = e_hi = one
-        lower, upper = [one], [one]
-        threshold = 1 << (p - bits - _TAIL_BITS)
-        while True:
-            e_lo, e_hi = (e_lo * q_lo) >> p, -((-e_hi * q_hi) >> p)
-            tail = -((-e_hi << p) // (one - q_hi))  # q_hi < 1: x > 0
-            if tail <= threshold:
-                return normalised_window(bits, 0, lower, upper, 0, tail)
-            lower.append(e_lo)
-            upper.append(e_hi)
+        return geometric_weight_window(self.exponent, bits, 1)
 
 
 def laplace_bucket_exponent(scale: Fraction) -> int:

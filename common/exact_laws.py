@@ -139,18 +139,26 @@ class FoldedDiscreteLaplace:
     scale: Fraction
 
     def cdf_window(self, bits: int) -> CdfWindow:
-        p = bits + _GUARD_BITS
-        q_lo, q_hi = exp_minus_bounds(1 / self.scale, p)
-        e_lo = e_hi = 1 << p
-        lower, upper = [1 << p], [1 << p]
-        threshold = 1 << (p - bits - _TAIL_BITS)
-        while True:
-            e_lo, e_hi = _floor_product(e_lo, q_lo, p), _ceil_product(e_hi, q_hi, p)
-            tail = _geometric_tail(2 * e_hi, q_hi, p)
-            if tail is not None and tail <= threshold:
-                return normalised_window(bits, 0, lower, upper, 0, tail)
-            lower.append(2 * e_lo)
-            upper.append(2 * e_hi)
+        return geometric_weight_window(1 / self.scale, bits, 2)
+
+
+def geometric_weight_window(exponent: Fraction, bits: int, multiplier: int) -> CdfWindow:
+    """The certified window of the law on {0, 1, ...} with weight 1 at 0 and
+    ``multiplier`` exp(-k x) at k >= 1, x = ``exponent`` > 0: 2 for |X| of the
+    discrete Laplace (x = 1/t), 1 for the bucket law of
+    :mod:`privadapt.common.exact_bucket_rejection`; products rounded outward."""
+    p = bits + _GUARD_BITS
+    q_lo, q_hi = exp_minus_bounds(exponent, p)
+    e_lo = e_hi = 1 << p
+    lower, upper = [1 << p], [1 << p]
+    threshold = 1 << (p - bits - _TAIL_BITS)
+    while True:
+        e_lo, e_hi = _floor_product(e_lo, q_lo, p), _ceil_product(e_hi, q_hi, p)
+        tail = _geometric_tail(multiplier * e_hi, q_hi, p)
+        if tail is not None and tail <= threshold:
+            return normalised_window(bits, 0, lower, upper, 0, tail)
+        lower.append(multiplier * e_lo)
+        upper.append(multiplier * e_hi)
 
 
 @dataclass(frozen=True)
