@@ -174,7 +174,7 @@ def bernoulli_exp_by_lane(numerator: np.ndarray, d: int, lane: np.ndarray,
     if resume.size:
         keep[resume] = _bernoulli_exp_fraction(numerator[resume], np.zeros(resume.size, np.uint64),
                                                d, 0, stream, first_k=2)
-    for i in np.flatnonzero(~keep & ~go_on):  # about 3 lanes in 2^32
+    for i in np.flatnonzero(~keep & ~go_on):  # ~3 lanes in 2^32 at d >= 2^30; ~gamma 2^32 / d below
         keep[i] = _first_step_by_words(int(lane[i]), int(numerator[i]), d, stream)
     return keep
 
