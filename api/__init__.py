@@ -16,41 +16,50 @@ use, so a site daemon importing ``privadapt.common`` or ``privadapt.client``
 never loads the coordinator's code through this package.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
+import importlib as _importlib
 
 # name -> the module that defines it (the one list of what `import privadapt` offers)
 _EXPORTS = {
-    "NoisyGD": "privadapt.server.estimators",
-    "NoisySGD": "privadapt.server.estimators",
-    "PCnvxAdap": "privadapt.server.estimators",
-    "PNCnvxAdap": "privadapt.server.estimators",
-    "PrivateDiscrepancy": "privadapt.server.estimators",
-    "PrivateSelection": "privadapt.server.estimators",
-    "PrivateGridSearch": "privadapt.server.estimators",
-    "DPFrankWolfe": "privadapt.server.estimators",
-    "DPFrankWolfeTransfer": "privadapt.server.estimators",
-    "clone": "privadapt.server.estimators",
-    "InvalidParameterError": "privadapt.server.estimators",
-    "NotFittedError": "privadapt.server.estimators",
+    "NoisyGD": "privadapt.server.algorithms.gradient_descent.estimators",
+    "NoisySGD": "privadapt.server.algorithms.gradient_descent.estimators",
+    "PCnvxAdap": "privadapt.server.algorithms.reweighting.estimators",
+    "PNCnvxAdap": "privadapt.server.algorithms.reweighting.estimators",
+    "PrivateDiscrepancy": "privadapt.server.algorithms.discrepancy.estimators",
+    "PrivateDiscrepancyMinimization":
+        "privadapt.server.algorithms.discrepancy_minimization.estimators",
+    "PrivateSelection": "privadapt.server.algorithms.model_selection.selection",
+    "PrivateGridSearch": "privadapt.server.algorithms.model_selection.grid_search",
+    "ConfidenceBoosting": "privadapt.server.algorithms.model_selection.confidence_boosting",
+    "SelectedAdaptation": "privadapt.server.algorithms.model_selection.selected_adaptation",
+    "OutputPerturbation": "privadapt.server.algorithms.output_perturbation.estimators",
+    "DPFrankWolfe": "privadapt.server.algorithms.frank_wolfe.estimators",
+    "DPFrankWolfeTransfer": "privadapt.server.algorithms.frank_wolfe.estimators",
+    "NeighborNoisyAverages": "privadapt.server.algorithms.source_target_clustering.estimators",
+    "NoisyAverageSet": "privadapt.server.algorithms.source_target_clustering.estimators",
+    "PrivateLloydKMeans": "privadapt.server.algorithms.source_target_clustering.private_kmeans",
+    "PrivateGaussianMixtureSampler":
+        "privadapt.server.algorithms.source_target_clustering.private_mixture_sampler",
+    "clone": "privadapt.server.algorithms.base",
+    "InvalidParameterError": "privadapt.server.algorithms.base",
+    "NotFittedError": "privadapt.server.algorithms.base",
     "LocalFederation": "privadapt.client.local_federation",
     "SitePolicy": "privadapt.client.policy",
-    "Dataset": "privadapt.common.data",
-    "load_adult_domains": "privadapt.common.datasets.adult",
+    "Dataset": "privadapt.common.data.dataset",
+    "load_adult_domains": "privadapt.common.data.datasets.adult",
     "SitePrivacy": "privadapt.common.federation",
     "PrivadaptError": "privadapt.common.errors",
 }
 __all__ = sorted(_EXPORTS)
 
-def __getattr__(name: str) -> Any:
+
+def __getattr__(name: str) -> object:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'privadapt' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    value = getattr(_importlib.import_module(_EXPORTS[name]), name)
     globals()[name] = value  # the next lookup is a plain attribute
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    # What a user can use: the exports, not this module's own helpers.
+    return list(__all__)

@@ -1,5 +1,5 @@
 """The exact_discrepancy kernel's a posteriori certificate
-(``common/certified_quadratic.py``): its cost against the trust-region solve
+(``common/numerics/certified_quadratic.py``): its cost against the trust-region solve
 it certifies (both signs, medians in the same run; the ratio is the figure to
 compare), and its widths against the error the kernel charges for the solve
 (``ExactDiscrepancy.solver_allowance``) on adversarial inputs: the hard case
@@ -34,11 +34,11 @@ os.environ.update(SINGLE_THREADED_BLAS)  # before numpy loads
 import numpy as np
 from timing import median_seconds
 
-from privadapt.common.certified_quadratic import certified_discrepancy, certify_maximum
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels import get_kernel
 from privadapt.common.kernels.second_moments import exact_moment_sum
-from privadapt.common.trust_region import maximize_quadratic_on_ball
+from privadapt.common.numerics.certified_quadratic import certified_discrepancy, certify_maximum
+from privadapt.common.numerics.trust_region import maximize_quadratic_on_ball
 
 KERNEL = get_kernel("exact_discrepancy")
 KINDS = ("hard", "near_hard", "ties", "clustered", "rank_one")
@@ -145,7 +145,7 @@ def kernel_answer(sizes: tuple[tuple[int, int], ...], repeats: int) -> None:
 def smoothed(dims: tuple[int, ...], repeats: int) -> None:
     """smoothed_discrepancy_gradient's eigen certificate: its bound against the
     charged share, and its cost against the eigh it checks."""
-    from privadapt.common.smoothed_spectral import eigen_error_bound
+    from privadapt.common.numerics.smoothed_spectral import eigen_error_bound
 
     print("\nsmoothed gradient: d  spectrum    r        mu     bound / charge   cost / eigh")
     kernel = get_kernel("smoothed_discrepancy_gradient")

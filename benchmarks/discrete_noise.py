@@ -6,9 +6,9 @@ baseline in the same run. The ratio column is discrete
 time over float time (target: at most 2):
 
 * discrete Laplace (scale 1000 grid steps) and Polya shares vs
-  :func:`privadapt.common.noise.laplace_share`;
+  :func:`privadapt.common.noise.floating.laplace_share`;
 * discrete Gaussian (sigma = 1000 grid steps) and Skellam shares vs
-  :func:`privadapt.common.noise.gaussian_share`;
+  :func:`privadapt.common.noise.floating.gaussian_share`;
 * the exact Polya share against the float path it replaced (numpy's
   ``negative_binomial`` under a PCG64 seeded from the same source), so the
   ratio is the price of exactness itself;
@@ -27,9 +27,9 @@ time over float time (target: at most 2):
 Which exact sampler each row measures: the discrete Gaussian (sigma = 1000
 steps), the Polya shares' negative binomials (t = 1000), the Skellam
 shares' Poissons and the discrete Laplace (t = 1000) are drawn by inversion
-of a certified CDF table (:mod:`privadapt.common.exact_table_inversion`,
+of a certified CDF table (:mod:`privadapt.common.noise.table_inversion`,
 about one word a sample). A sigma whose table would pass 2^18 entries is
-drawn by bucketed rejection (:mod:`privadapt.common.exact_bucket_rejection`,
+drawn by bucketed rejection (:mod:`privadapt.common.noise.bucket_rejection`,
 the "(buckets)" rows at 2^18 and at the largest admitted sigma, 2^28), next
 to CKS Algorithm 3 called directly at 2^18 (the "(CKS)" row, the path it
 replaced); so is a discrete Laplace scale past the table (t = 1e5, next to
@@ -52,15 +52,6 @@ from fractions import Fraction
 import numpy as np
 from timing import median_seconds
 
-from privadapt.common.discrete_noise import (
-    KeystreamBits,
-    _discrete_gaussian_by_rejection,
-    _discrete_laplace,
-    discrete_gaussian,
-    discrete_laplace,
-)
-from privadapt.common.discrete_shares import polya_share, skellam_share
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.mechanisms import (
     DiscreteLaplaceMechanism,
     DistributedDiscreteGaussianMechanism,
@@ -68,7 +59,16 @@ from privadapt.common.mechanisms import (
     KernelMechanism,
     LaplaceMechanism,
 )
-from privadapt.common.noise import SecureRandomBits, gaussian_share, laplace_share
+from privadapt.common.noise.discrete import (
+    KeystreamBits,
+    _discrete_gaussian_by_rejection,
+    _discrete_laplace,
+    discrete_gaussian,
+    discrete_laplace,
+)
+from privadapt.common.noise.discrete_shares import polya_share, skellam_share
+from privadapt.common.noise.floating import SecureRandomBits, gaussian_share, laplace_share
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 
 SAMPLES = 100_000
 REPEATS = 7

@@ -12,7 +12,7 @@ Runs of ``dp_frank_wolfe`` on the same records:
   iteration), ``LocalFederation``;
 * networked, processes: the secure-sum route over three ``privadapt-site``
   processes on 127.0.0.1 (mutual TLS, secure aggregation), the coordinator in
-  this process (server/process_federation.py), and the selection route over
+  this process (api/simulation/process_federation.py), and the selection route over
   one such process;
 * networked, threads: the same three daemons (``SiteDaemon``, real gRPC over
   mutual TLS) run as threads of this process, so that their ledgers can be
@@ -46,15 +46,18 @@ import numpy as np
 from federation_processes import networked_federation
 
 from privadapt import Dataset, LocalFederation
-from privadapt.client.daemon import SiteDaemon
+from privadapt.client.daemon.config import SiteConfig
+from privadapt.client.daemon.main import SiteDaemon
 from privadapt.client.site import Site
-from privadapt.client.site_config import SiteConfig
 from privadapt.common.federation import Federation
-from privadapt.server.algorithms.dp_frank_wolfe import dp_frank_wolfe, selection_multiplier
-from privadapt.server.coordinator import Coordinator, CoordinatorConfig
-from privadapt.server.local_deployment import LOCALHOST, LocalDeployment, free_port, write_pki
-from privadapt.server.network_federation import NetworkFederation, NetworkJob
-from privadapt.server.process_federation import SitePolicyTerms
+from privadapt.server.algorithms.frank_wolfe.dp_frank_wolfe import (
+    dp_frank_wolfe,
+    selection_multiplier,
+)
+from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
+from privadapt.server.federation.network import NetworkFederation, NetworkJob
+from privadapt.simulation.local_deployment import LOCALHOST, LocalDeployment, free_port, write_pki
+from privadapt.simulation.process_federation import SitePolicyTerms
 
 DIM, RECORDS, EPSILON, DELTA, CAP = 200, 10_000, 1.0, 1e-6, 10.0
 

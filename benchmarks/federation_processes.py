@@ -1,4 +1,4 @@
-"""A networked federation for benchmarks (server/process_federation.py): the
+"""A networked federation for benchmarks (api/simulation/process_federation.py): the
 coordinator in this process, each site a ``privadapt-site`` process on
 127.0.0.1 over mutual TLS, and a ``NetworkFederation`` to query them directly
 (no operator API in the way).
@@ -20,9 +20,9 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from privadapt.common.data import Dataset
-from privadapt.server.network_federation import NetworkFederation
-from privadapt.server.process_federation import SitePolicyTerms, SiteProcesses
+from privadapt.common.data.dataset import Dataset
+from privadapt.server.federation.network import NetworkFederation
+from privadapt.simulation.process_federation import SitePolicyTerms, SiteProcesses
 
 
 @contextlib.contextmanager

@@ -15,9 +15,9 @@ exists.
 
 How the big histories are built: the rows are written with SQLite
 ``executemany`` (their chain computed by the ledger's own
-:mod:`privadapt.client.ledger_chain`, their ``epsilon_after`` left at 0),
+:mod:`privadapt.client.ledger.chain`, their ``epsilon_after`` left at 0),
 then the derived state is written by the ledger's own
-:func:`privadapt.client.ledger_open.write_derived` and the head file by
+:func:`privadapt.client.ledger.opening.write_derived` and the head file by
 ``write_head_file``. Opening the ledger then rebuilds everything from the
 rows and checks it, as every open does ("open" column).
 
@@ -46,14 +46,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from privadapt.client.ledger import PrivacyLedger
-from privadapt.client.ledger_accounting import mechanism_json
-from privadapt.client.ledger_chain import extend, genesis, head_file, row_bytes, write_head_file
-from privadapt.client.ledger_open import Rebuilt, write_derived
-from privadapt.client.ledger_schema import ROW_COLUMNS
-from privadapt.client.ledger_totals import LedgerTotals
+from privadapt.client.ledger.accounting import mechanism_json
+from privadapt.client.ledger.chain import extend, genesis, head_file, row_bytes, write_head_file
+from privadapt.client.ledger.opening import Rebuilt, write_derived
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
+from privadapt.client.ledger.schema import ROW_COLUMNS
+from privadapt.client.ledger.totals import LedgerTotals
 from privadapt.client.policy import SitePolicy
-from privadapt.common.accounting import PrivacyAccountant
+from privadapt.common.accounting.accountant import PrivacyAccountant
 from privadapt.common.mechanisms import (
     Adjacency,
     GaussianMechanism,

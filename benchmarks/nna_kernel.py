@@ -27,11 +27,11 @@ import time
 import numpy as np
 from scipy.spatial import cKDTree
 
-from privadapt.common.data import Dataset
-from privadapt.common.geometry import clip_rows_to_norm
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels import get_kernel
 from privadapt.common.kernels.nearest_cells import TargetIndex, nearest_targets
 from privadapt.common.kernels.nearest_target_sums import NearestTargetParams
+from privadapt.common.numerics.geometry import clip_rows_to_norm
 
 N, M, D = 1_000_000, 10_000, 8
 CHECKED_RECORDS = 10_000

@@ -27,10 +27,10 @@ import numpy as np
 from ledger_charges import history_ratio
 from timing import median_seconds
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
-from privadapt.common.calibration import calibrate_noise_multiplier
-from privadapt.common.data import Dataset
+from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import GaussianMechanism
 

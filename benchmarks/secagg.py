@@ -1,7 +1,7 @@
 """Mask expansion throughput of secure aggregation versus the raw cipher.
 
 For each vector length n (uint64 values) and roster size K, one site masks a
-share with :func:`privadapt.common.secagg.mask_share`: K - 1 pairwise masks of
+share with :func:`privadapt.common.secure.secagg.mask_share`: K - 1 pairwise masks of
 8n bytes each (HKDF per pair, ChaCha20 keystream, modular add). The raw-cipher
 row does only the ChaCha20 keystream for the same K - 1 fresh keys into a
 preallocated buffer -- the best the cipher can do. MB/s counts mask bytes
@@ -22,8 +22,8 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from timing import median_seconds
 
-from privadapt.common.roster import Roster
-from privadapt.common.secagg import RoundKeys, mask_share
+from privadapt.common.secure.roster import Roster
+from privadapt.common.secure.secagg import RoundKeys, mask_share
 
 SIZES = (1_000, 100_000, 1_000_000)
 ROSTER_SIZES = (3, 10)

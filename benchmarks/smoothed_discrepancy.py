@@ -1,12 +1,12 @@
 """Milliseconds per call of seed 003's F~ value and full vertex gradient
-(``common/smoothed_spectral.py``: one ``eigh`` of the d x d M(q) and one GEMM
+(``common/numerics/smoothed_spectral.py``: one ``eigh`` of the d x d M(q) and one GEMM
 of the m source points by the non-negligible eigenvectors) against an
 ``expm``-based version of the paper's formula (4) (exp(mu M~) by
 ``scipy.linalg.expm``, then -x_i^T (E+ - E-) x_i / Tr for every i), measured in
 the same run; the ratio is the figure to compare. Then milliseconds per
 Frank-Wolfe iteration (open-loop steps, and exact line search) with M(q) and the
 line search's direction kept by rank-one updates
-(``server/algorithms/simplex_iterate.py``) against rebuilding them by GEMMs
+(``server/algorithms/discrepancy_minimization/simplex_iterate.py``) against rebuilding them by GEMMs
 each step, same run, same iterates.
 
 Run: ``.venv/bin/python benchmarks/smoothed_discrepancy.py`` (a few minutes).
@@ -22,8 +22,11 @@ import numpy as np
 from scipy import linalg
 from timing import median_seconds
 
-from privadapt.common.smoothed_spectral import smoothed_norm_and_vertex_gradient
-from privadapt.server.algorithms.smoothed_discrepancy import SmoothedDiscrepancy, frank_wolfe
+from privadapt.common.numerics.smoothed_spectral import smoothed_norm_and_vertex_gradient
+from privadapt.server.algorithms.discrepancy_minimization.smoothed_discrepancy import (
+    SmoothedDiscrepancy,
+    frank_wolfe,
+)
 
 CASES = ((20_000, 50), (100_000, 50))
 MU = 30.0

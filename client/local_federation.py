@@ -26,10 +26,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
+from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.errors import DataError, QueryRefusedError
 from privadapt.common.federation import (
     AggregateAnswer,
@@ -41,11 +42,10 @@ from privadapt.common.federation import (
     SitePrivacy,
     SiteShare,
 )
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.mechanisms import Adjacency, Mechanism
-from privadapt.common.noise import SeededRandomBits
-from privadapt.common.record_parts import RecordPart
-from privadapt.common.wire import query_from_proto, query_to_proto
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.common.numerics.fixed_point import FixedPointCodec
+from privadapt.common.wire.messages import query_from_proto, query_to_proto
 
 # Site k of a federation seeded with s draws from SeededRandomBits(s * stride + k):
 # the streams the seed 000 results were produced with (experiments/seed000),

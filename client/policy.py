@@ -68,9 +68,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from privadapt.common.accounting import AccountingMethod
+from privadapt.common.accounting.accountant import AccountingMethod
+from privadapt.common.accounting.delta_guard import large_delta_refusal
 from privadapt.common.config import read_toml, render_toml
-from privadapt.common.delta_guard import large_delta_refusal
 from privadapt.common.errors import ConfigError
 from privadapt.common.kernels import registered_kernels
 from privadapt.common.mechanisms import Adjacency

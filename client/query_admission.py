@@ -23,7 +23,7 @@ Poisson sampling (a Gaussian with ``sampling_rate`` q < 1) is accounted under
 add/remove adjacency only, so a site whose cap is stated under replace-one
 refuses it; so does a kernel with per-record state, which assumes every record.
 
-Record parts (:mod:`privadapt.common.record_parts`): a query on one part of
+Record parts (:mod:`privadapt.common.data.record_parts`): a query on one part of
 the records under a replace-one policy is charged, block by block (score by
 score for a selection), the larger of the kernel's replace-one and add/remove
 sensitivities, since replacing a record can move it into or out of the part;
@@ -45,7 +45,6 @@ import numpy as np
 from privadapt.client.policy import SitePolicy
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query, ReleaseForm
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import Kernel, KernelParams, get_kernel
 from privadapt.common.kernels.grid_rounding import (
     ACCEPTED_FRACTIONAL_BITS,
@@ -57,7 +56,8 @@ from privadapt.common.mechanisms import (
     Mechanism,
     SelectionMechanism,
 )
-from privadapt.common.noise import NOISE_REACH, honest_share_count, max_grid_safe_noise
+from privadapt.common.noise.floating import NOISE_REACH, honest_share_count, max_grid_safe_noise
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 
 # Declared sensitivities may differ from the site's by float rounding only.
 _SENSITIVITY_SLACK = 1e-9

@@ -43,11 +43,11 @@ never leaves the site, which is what amplification by subsampling assumes
 (Abadi et al. 2016). Sensitivity still comes from clipping: one record's
 add/remove contribution. The site refuses a sampled query when its cap is
 stated under replace-one adjacency (the accountant has no sound replace-one
-form of the amplification, see :mod:`privadapt.common.accounting`) and for
+form of the amplification, see :mod:`privadapt.common.accounting.accountant`) and for
 kernels with per-record state, which assumes every record.
 Known limit: the kernel's running time grows with the sample's size.
 
-Record parts (a query's ``records``, :mod:`privadapt.common.record_parts`):
+Record parts (a query's ``records``, :mod:`privadapt.common.data.record_parts`):
 the site runs everything of the query -- local blocks and the job's state
 update, the released sums, a selection's scores, and Poisson sampling (which
 then samples within the part) -- on that part of its records only; the
@@ -75,7 +75,7 @@ numerical library broke its documented accuracy. Releasing would
 under-charge, and whether the check fails can depend on the data, so a
 refusal on that query is a one-bit release that nothing charges. The site
 bounds it: before such a kernel reads a record, its latch is *armed* in the
-ledger database (:mod:`privadapt.client.ledger_latches`), committed durably;
+ledger database (:mod:`privadapt.client.ledger.latches`), committed durably;
 a pass unarms it, and a failure (or a crash, or any other error) leaves it
 set. The site logs the details for its operator and refuses in fixed words;
 every later query of the kernel -- in this process, after a restart, or in
@@ -100,16 +100,16 @@ from typing import Any
 import numpy as np
 
 from privadapt.client.job_state import decode_state, encode_state
-from privadapt.client.ledger import PrivacyLedger
-from privadapt.client.ledger_admission import CheckedCharge
+from privadapt.client.ledger.admission import CheckedCharge
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.query_admission import AdmittedQuery, QueryAdmission, noise_split
-from privadapt.common.data import Dataset, Schema, load_dataset
+from privadapt.common.data.dataset import Dataset, Schema, load_dataset
+from privadapt.common.data.record_parts import RecordPart, RecordSplitter
 from privadapt.common.errors import QueryRefusedError, UncertifiedComputationError
 from privadapt.common.federation import Query, SitePrivacy, SiteShare
-from privadapt.common.noise import RandomBits, uniforms
-from privadapt.common.query_digest import canonical_encoding
-from privadapt.common.record_parts import RecordPart, RecordSplitter
+from privadapt.common.noise.floating import RandomBits, uniforms
+from privadapt.common.secure.query_digest import canonical_encoding
 
 # Where a job's per-record state records the part it was created on (absent:
 # every record, as for state from before record parts).
@@ -274,7 +274,7 @@ class Site:
     def _compute_certified(self, admitted: AdmittedQuery, records: Dataset,
                            state: dict[str, Any]) -> tuple[np.ndarray, ...]:
         """``compute`` of a kernel that certifies its own error, armed in the
-        ledger first (client/ledger_latches.py): one certificate at a time per
+        ledger first (client/ledger/latches.py): one certificate at a time per
         kernel, and any way it ends but a pass leaves the kernel latched."""
         query = admitted.query
         # One at a time in this process (a second query waits rather than be

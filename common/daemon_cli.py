@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from privadapt.common.tls import insecure_warning
+from privadapt.common.secure.tls import insecure_warning
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

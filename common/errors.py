@@ -36,6 +36,6 @@ class WireError(PrivadaptError, ValueError):
 
 class UncertifiedComputationError(PrivadaptError, ArithmeticError):
     """A kernel's a posteriori floating-point certificate did not fit the error
-    it charges (e.g. ``exact_discrepancy``, common/certified_quadratic.py): the
+    it charges (e.g. ``exact_discrepancy``, common/numerics/certified_quadratic.py): the
     value must not be released. The site refuses with public words only and
     disables the kernel until its operator restarts it (client/site.py)."""

@@ -43,10 +43,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from privadapt.common.accounting import EpsilonReport
-from privadapt.common.fixed_point import DEFAULT_FRACTIONAL_BITS
+from privadapt.common.accounting.accountant import EpsilonReport
+from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.mechanisms import Mechanism
-from privadapt.common.record_parts import RecordPart
+from privadapt.common.numerics.fixed_point import DEFAULT_FRACTIONAL_BITS
 
 
 class ReleaseForm(StrEnum):
@@ -65,7 +65,7 @@ class Query:
     ``fractional_bits`` fixes the aggregation grid 2^-f every share is rounded to;
     ``form`` says whether the answers are summed securely or seen one per site
     (:class:`ReleaseForm`); ``records`` which of its records each site runs
-    the kernel on (:mod:`privadapt.common.record_parts`; default every one).
+    the kernel on (:mod:`privadapt.common.data.record_parts`; default every one).
     """
 
     job_id: str
@@ -195,7 +195,7 @@ class Federation(Protocol):
 
 class RecordPartView:
     """The federation ``base`` restricted to one part of every site's records
-    (:mod:`privadapt.common.record_parts`): every query it makes carries the
+    (:mod:`privadapt.common.data.record_parts`): every query it makes carries the
     part, which each site applies to its own records and which is bound into
     every site's signed query digest. ``site_sizes`` are PUBLIC estimates of
     the parts' sizes (:meth:`RecordPart.public_size`), for normalisation

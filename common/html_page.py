@@ -1,6 +1,6 @@
 """Self-contained HTML pages for an auditor: the pieces the site's ledger
-report (client/ledger_report.py) and the coordinator's job report
-(server/job_report.py) share.
+report (client/ledger/report.py) and the coordinator's job report
+(server/jobs/report.py) share.
 
 A page needs no network: no script, no stylesheet, font or image from
 elsewhere, no link out; figures are inline SVG. Every text is HTML-escaped by

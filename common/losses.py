@@ -65,8 +65,8 @@ from typing import Literal, get_args
 import numpy as np
 from scipy import special
 
-from privadapt.common.geometry import clip_residuals, record_products
-from privadapt.common.trust_region import quadratic_range_on_ball
+from privadapt.common.numerics.geometry import clip_residuals, record_products
+from privadapt.common.numerics.trust_region import quadratic_range_on_ball
 
 BinaryLoss = Literal["squared", "logistic"]
 Loss = Literal["squared", "logistic", "softmax_cross_entropy"]
@@ -99,7 +99,7 @@ def record_loss_derivatives(
     loss: str, features: np.ndarray, weights: np.ndarray, labels: np.ndarray
 ) -> np.ndarray:
     """:func:`loss_derivative` at each record's own margin w.x_i
-    (:func:`~privadapt.common.geometry.record_products`: no other record's
+    (:func:`~privadapt.common.numerics.geometry.record_products`: no other record's
     rounding), the coefficient of each per-record gradient c_i x_i; an
     overflowing margin gives a non-finite c_i, which the kernels' clipping zeroes."""
     with np.errstate(over="ignore", invalid="ignore"):
@@ -221,7 +221,7 @@ def clipped_softmax_terms(
 ) -> tuple[np.ndarray, np.ndarray]:
     """For clipped ``features`` (n, d), class indices and W (d, C): each record's
     loss clipped to [0, B] (non-finite: 0) and its residual with
-    ||x_i|| ||r_i|| <= G (:func:`privadapt.common.geometry.clip_residuals`)."""
+    ||x_i|| ||r_i|| <= G (:func:`privadapt.common.numerics.geometry.clip_residuals`)."""
     with np.errstate(over="ignore", invalid="ignore"):
         logits = record_products(features, weights)
     losses, residuals = softmax_cross_entropy_terms(logits, classes)
@@ -254,7 +254,7 @@ def penalty_gradient(
     * kinf (1/mu) log sum_j exp(mu/u_j) gives -kinf softmax_i / u_i^2 with
       softmax_i = exp(mu/u_i - log Z), log Z = ``log_partition``. (F's exact
       kinf / min_j u_j is replaced by this softmax in the federated algorithm;
-      see ``privadapt.server.algorithms.cnvx_adap``.)
+      see ``privadapt.server.algorithms.reweighting.cnvx_adap``.)
     """
     inverse = 1.0 / u
     inverse_squared = inverse * inverse

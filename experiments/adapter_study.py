@@ -21,7 +21,7 @@ For each shift, private size n, epsilon in {1, 3, 10} and repeated splits
 * ``selected (private)``: ``SelectedAdaptation`` (issue 13, section 2), one
   job at (epsilon, 1e-5) in all: each site splits its private records into a
   training and a validation record part by a content hash
-  (``VALIDATION_FRACTION``; common/record_parts.py), noisy GD and
+  (``VALIDATION_FRACTION``; common/data/record_parts.py), noisy GD and
   the task's adapter with the smooth step trained on the training parts, the
   free public constant (majority / mean label) a candidate where the source
   has an intercept, and the free source-only model kept unless one beats it on one private
@@ -77,11 +77,11 @@ from experiments.seed000.reporting import mean_std, print_table, write_csv
 from experiments.seed000.synthetic import make_shifted_regression
 from experiments.selection import Task, adult_task, metric, regression_task, split_records
 from privadapt import Dataset, LocalFederation, NoisyGD, load_adult_domains
-from privadapt.common.datasets.adult import DEMO_SPLIT
+from privadapt.common.data.datasets.adult import DEMO_SPLIT
+from privadapt.common.data.record_parts import VALIDATION, RecordPart, RecordSplitter
 from privadapt.common.losses import loss_values
-from privadapt.common.record_parts import VALIDATION, RecordPart, RecordSplitter
+from privadapt.server.algorithms.model_selection.selected_adaptation import SelectedAdaptation
 from privadapt.server.algorithms.public_erm import fit_linear
-from privadapt.server.estimators.selected_adaptation import SelectedAdaptation
 
 EPSILONS = (1.0, 3.0, 10.0)
 DELTA = 1e-5

@@ -3,7 +3,7 @@
 On the ``sex`` split (men -> women) a model fitted on the public source alone
 is as good as one fitted on the private target: the shift costs nothing, so no
 adapter can show that it pays off. This script measures, for every candidate
-split of :data:`privadapt.common.datasets.adult.SPLITS` (one public rule on one
+split of :data:`privadapt.common.data.datasets.adult.SPLITS` (one public rule on one
 raw column: sex, race, two age bands, two education levels, two workclass
 groups, two marital-status groups, native country, blue-collar occupations),
 the target test accuracy (the rule's rows of adult.test) of
@@ -53,14 +53,14 @@ for _name, _value in SINGLE_THREADED_BLAS.items():
 import numpy as np  # noqa: E402
 
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv  # noqa: E402
-from privadapt.common.datasets.adult import (  # noqa: E402
+from privadapt.common.data.datasets.adult import (  # noqa: E402
     DEMO_RECORDS_PER_SITE,
     SPLITS,
     load_adult_domains,
 )
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear  # noqa: E402
 
-RADIUS = 20.0  # the demo's ball (server/simulate.py, experiments/demo.py)
+RADIUS = 20.0  # the demo's ball (api/simulation/simulate.py, experiments/demo.py)
 DEMO_SITES = 3
 MIN_PRIVATE_RECORDS = DEMO_SITES * DEMO_RECORDS_PER_SITE  # N
 MIN_TEST_RECORDS = 1000  # M

@@ -31,16 +31,16 @@ from pathlib import Path
 import numpy as np
 
 from privadapt import LocalFederation, NoisyGD, PrivadaptError, load_adult_domains
-from privadapt.common.datasets.adult import (
+from privadapt.common.data.datasets.adult import (
     DEMO_RECORDS_PER_SITE,
     DEMO_SPLIT,
     SPLITS,
     AdultDomains,
 )
-from privadapt.server.algorithms.noisy_gd import IterationRecord
+from privadapt.server.algorithms.gradient_descent.noisy_gd import IterationRecord
+from privadapt.server.algorithms.model_selection.selected_adaptation import SelectedAdaptation
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
-from privadapt.server.estimators.selected_adaptation import SelectedAdaptation
-from privadapt.server.simulate import DEMO_CANDIDATES, DEMO_SELECTION_SCORE
+from privadapt.simulation.simulate import DEMO_CANDIDATES, DEMO_SELECTION_SCORE
 
 SITE_NAMES = ("site-a", "site-b", "site-c")
 DELTA = 1e-6
@@ -48,7 +48,7 @@ SITE_CAP_EPSILON, SITE_CAP_DELTA = 5.0, 1e-5
 # Fixed by hand from a small grid (eta in 8/16/32, T in 50/100/200) scored on the
 # held-out target: a non-private choice, acceptable for a demo, not for a study.
 HYPERPARAMETERS = {"iterations": 100, "learning_rate": 16.0, "radius": 20.0, "clip_norm": 1.0}
-# The selection's adapter settings: make demo's (server/simulate.py).
+# The selection's adapter settings: make demo's (api/simulation/simulate.py).
 ADAPTER_SETTINGS = {"alpha": 0.5, "penalty": 0.01, "mu": 100.0, "step_scale": 100.0}
 PROGRESS_EVERY = 25
 

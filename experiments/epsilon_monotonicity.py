@@ -40,8 +40,8 @@ import numpy as np
 from experiments.adapter_study import RAM_DIRECTORY, adult_task, demo_split_task, federation
 from experiments.seed000.reporting import mean_std, print_table, write_csv
 from experiments.selection import metric, split_records
+from privadapt.server.algorithms.model_selection.confidence_boosting import ConfidenceBoosting
 from privadapt.server.algorithms.public_erm import fit_linear
-from privadapt.server.estimators import ConfidenceBoosting
 
 EPSILONS = (1.0, 3.0, 10.0)
 DELTA = 1e-5

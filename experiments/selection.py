@@ -56,7 +56,7 @@ from privadapt import (
     PrivateSelection,
     load_adult_domains,
 )
-from privadapt.server.algorithms.private_selection import choose
+from privadapt.server.algorithms.model_selection.private_selection import choose
 from privadapt.server.algorithms.public_erm import fit_linear
 
 EPSILONS = (1.0, 3.0, 10.0)

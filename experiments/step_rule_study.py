@@ -53,12 +53,12 @@ from experiments.adapter_study import (
 )
 from experiments.seed000.reporting import mean_std, print_table, write_csv
 from experiments.selection import Task, metric, split_records
-from privadapt.server.algorithms.noise_aware_plan import (
+from privadapt.server.algorithms.public_erm import fit_linear
+from privadapt.server.algorithms.reweighting.noise_aware_plan import (
     MAX_ITERATIONS,
     WARM_DISTANCE_FRACTION,
     iteration_demand,
 )
-from privadapt.server.algorithms.public_erm import fit_linear
 
 RULES = ("default", "smooth", "switch", "D ~ n eps")
 

@@ -8,11 +8,11 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.data.dataset import Dataset
+from privadapt.common.noise.floating import SeededRandomBits
 
 
 def synthetic_dataset(num_records: int, dim: int, seed: int) -> Dataset:

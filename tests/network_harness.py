@@ -15,19 +15,19 @@ from typing import Any
 
 import grpc
 
-from privadapt.client.daemon import SiteDaemon
+from privadapt.client.daemon.config import SiteConfig
+from privadapt.client.daemon.main import SiteDaemon
 from privadapt.client.policy import SitePolicy
-from privadapt.client.site_config import SiteConfig
-from privadapt.common import tls
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
-from privadapt.common.wire import channel_options
-from privadapt.server.coordinator import Coordinator, CoordinatorConfig
-from privadapt.server.local_deployment import LOCALHOST, LocalDeployment
-from privadapt.server.local_deployment import write_pki as make_pki
-from privadapt.server.local_processes import (
+from privadapt.common.secure import tls
+from privadapt.common.wire.messages import channel_options
+from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
+from privadapt.simulation.local_deployment import LOCALHOST, LocalDeployment
+from privadapt.simulation.local_deployment import write_pki as make_pki
+from privadapt.simulation.local_processes import (
     await_coordinator,
     start_coordinator,
     start_site,
@@ -124,7 +124,7 @@ def direct_federation(coordinator: Coordinator, job_id: str, sites: Sequence[str
                       **job_fields):
     """A NetworkFederation on an in-process coordinator, for tests that drive
     queries themselves (the job is registered in the store first)."""
-    from privadapt.server.network_federation import NetworkFederation, NetworkJob
+    from privadapt.server.federation.network import NetworkFederation, NetworkJob
 
     coordinator.store.create_job(job_id, "test", "{}", 0)
     job = NetworkJob(job_id, tuple(sites), **job_fields)

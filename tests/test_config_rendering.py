@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from privadapt.client.site_config import SiteConfig
-from privadapt.server.coordinator import CoordinatorConfig
-from privadapt.server.operator_cli import OperatorConfig
+from privadapt.cli.operator import OperatorConfig
+from privadapt.client.daemon.config import SiteConfig
+from privadapt.server.coordinator.main import CoordinatorConfig
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 

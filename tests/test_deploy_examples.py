@@ -10,19 +10,20 @@ from pathlib import Path
 
 import pytest
 
+from privadapt.cli.operator import OperatorConfig
+from privadapt.client.daemon.config import SiteConfig
 from privadapt.client.policy import SitePolicy
-from privadapt.client.site_config import SiteConfig
-from privadapt.common.datasets.adult import ADULT_SCHEMA
+from privadapt.common.data.datasets.adult import ADULT_SCHEMA
+from privadapt.common.data.schema import Schema
 from privadapt.common.mechanisms import GaussianMechanism
-from privadapt.common.schema import Schema
-from privadapt.server.algorithms.noisy_gd import gradient_mechanism
-from privadapt.server.coordinator import CoordinatorConfig
-from privadapt.server.job_algorithms import validate_hyperparameters
-from privadapt.server.job_spec import hyperparameters, job_spec_from_toml
-from privadapt.server.operator_cli import OperatorConfig
+from privadapt.server.algorithms.gradient_descent.noisy_gd import gradient_mechanism
+from privadapt.server.coordinator.main import CoordinatorConfig
+from privadapt.server.jobs.catalog import validate_hyperparameters
+from privadapt.server.jobs.spec import hyperparameters, job_spec_from_toml
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
-# The kernel each example algorithm queries (noisy_gd: server/algorithms/noisy_gd.py).
+# The kernel each example algorithm queries
+# (noisy_gd: server/algorithms/gradient_descent/noisy_gd.py).
 KERNEL_OF = {"noisy_gd": "linear_gradient"}
 
 

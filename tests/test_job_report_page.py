@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
-from privadapt.server import cli
-from privadapt.server.local_deployment import LocalDeployment
+from privadapt.cli import main as cli
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
+from privadapt.simulation.local_deployment import LocalDeployment
 from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from privadapt.client.daemon.config import SiteConfig
 from privadapt.client.job_state import decode_state
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
-from privadapt.client.site_config import SiteConfig
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels.reweighted_chains import chain_names
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import param_from_proto, params_to_proto
-from privadapt.server.estimators import PNCnvxAdap
+from privadapt.common.wire.messages import param_from_proto, params_to_proto
+from privadapt.server.algorithms.reweighting.estimators import PNCnvxAdap
 from tests.network_harness import run_job
 
 SITES = ("site-a", "site-b")

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.daemon.config import SiteConfig
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
-from privadapt.client.site_config import SiteConfig
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import param_from_proto, params_to_proto
-from privadapt.server.estimators import NoisyGD
+from privadapt.common.wire.messages import param_from_proto, params_to_proto
+from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
 from tests.network_harness import run_job
 
 SITES = ("site-a", "site-b")

@@ -17,12 +17,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from privadapt.common import tls
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import channel_options, params_to_proto
-from privadapt.server.call_limits import PER_CALLER_LIMITS, method_group
-from privadapt.server.coordinator import Coordinator, CoordinatorConfig
-from privadapt.server.event_loop_thread import EventLoopThread
+from privadapt.common.secure import tls
+from privadapt.common.wire.messages import channel_options, params_to_proto
+from privadapt.server.coordinator.call_limits import PER_CALLER_LIMITS, method_group
+from privadapt.server.coordinator.event_loop_thread import EventLoopThread
+from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
 from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,

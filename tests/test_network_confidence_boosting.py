@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from privadapt.client.ledger import PrivacyLedger
-from privadapt.client.site_config import SiteConfig
-from privadapt.common.data import Dataset
+from privadapt.client.daemon.config import SiteConfig
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import param_from_proto, params_to_proto
+from privadapt.common.wire.messages import param_from_proto, params_to_proto
 from tests.network_harness import run_job
 
 SITES = ("site-a", "site-b", "site-c")

@@ -26,20 +26,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.cli import main as cli
+from privadapt.client.daemon.config import SiteConfig
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
-from privadapt.client.site_config import SiteConfig
-from privadapt.common.data import Dataset
-from privadapt.common.fixed_point import DEFAULT_FRACTIONAL_BITS
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.numerics.fixed_point import DEFAULT_FRACTIONAL_BITS
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server import cli
-from privadapt.server.algorithms.dp_frank_wolfe import plan_queries
-from privadapt.server.estimators import DPFrankWolfeTransfer
-from privadapt.server.local_deployment import LocalDeployment
-from privadapt.server.planning_federation import plan_releases
-from privadapt.server.result_files import METADATA_ARRAYS
+from privadapt.server.algorithms.frank_wolfe.dp_frank_wolfe import plan_queries
+from privadapt.server.algorithms.frank_wolfe.estimators import DPFrankWolfeTransfer
+from privadapt.server.jobs.dry_run import plan_releases
+from privadapt.server.jobs.result_files import METADATA_ARRAYS
+from privadapt.simulation.local_deployment import LocalDeployment
 from tests.network_harness import (
     ThreadSites,
     in_process_coordinator,
@@ -177,7 +177,7 @@ def test_each_sites_ledger_holds_exactly_the_dry_run_plan(tmp_path, capsys, num_
     assert len(planned) == iterations and {r.kernel for r in planned} == {kernel}
     # privadapt result: beta-hat, the informative set and the privacy report.
     model = run["model"]
-    # The estimator's arrays, and the model file's metadata (server/result_files.py).
+    # The estimator's arrays, and the model file's metadata (server/jobs/result_files.py).
     assert set(model) == {"weights", "informative_set", "pilot_weights", "center",
                           *METADATA_ARRAYS}
     assert model["weights"].shape == (DIM,)

@@ -9,16 +9,16 @@ import math
 import numpy as np
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import param_from_proto, params_to_proto
-from privadapt.server.algorithms.noisy_gd import noisy_gd
-from privadapt.server.jobs import privacy_report_json
-from privadapt.server.network_federation import NetworkFederation, NetworkJob
+from privadapt.common.wire.messages import param_from_proto, params_to_proto
+from privadapt.server.algorithms.gradient_descent.noisy_gd import noisy_gd
+from privadapt.server.federation.network import NetworkFederation, NetworkJob
+from privadapt.server.jobs.manager import privacy_report_json
 from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
@@ -105,11 +105,11 @@ def test_private_job_reports_each_sites_ledger(federation):
 
 
 def test_pncnvx_adap_noise_off_networked_equals_in_process(tmp_path):
-    from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
-    from privadapt.server.algorithms.ncnvx_adap import pncnvx_adap
     from privadapt.server.algorithms.public_erm import fit_linear
-    from privadapt.server.algorithms.reweighted_descent import DataBounds
-    from privadapt.server.estimators import PNCnvxAdap
+    from privadapt.server.algorithms.reweighting.descent import DataBounds
+    from privadapt.server.algorithms.reweighting.estimators import PNCnvxAdap
+    from privadapt.server.algorithms.reweighting.ncnvx_adap import pncnvx_adap
+    from privadapt.server.algorithms.reweighting.objectives import ReweightingHyperparameters
 
     pki = make_pki(tmp_path / "pki", SITES)
     public = synthetic_dataset(120, DIM, seed=99)

@@ -8,11 +8,11 @@ import grpc
 import numpy as np
 import pytest
 
+from privadapt.cli import main as cli
 from privadapt.client.policy import SitePolicy
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import params_to_proto
-from privadapt.server import cli
-from privadapt.server.local_deployment import LOCALHOST, LocalDeployment
+from privadapt.common.wire.messages import params_to_proto
+from privadapt.simulation.local_deployment import LOCALHOST, LocalDeployment
 from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
@@ -193,7 +193,7 @@ def test_a_slow_plan_refuses_the_job_before_its_first_round_instead(federation, 
     published: the job fails naming the site, no round ran, the id is free."""
     import threading
 
-    from privadapt.server import jobs
+    from privadapt.server.jobs import manager as jobs
 
     # The plan is held until the launch call has returned: "not ready in
     # time" by construction, not by a race against a fast plan. (plan_job is
@@ -206,7 +206,7 @@ def test_a_slow_plan_refuses_the_job_before_its_first_round_instead(federation, 
         return plan(*args, **kwargs)
 
     monkeypatch.setattr(jobs, "plan_job", slow_plan)
-    monkeypatch.setattr("privadapt.server.launch_plans.PLAN_WAIT_S", 0.0)
+    monkeypatch.setattr("privadapt.server.jobs.launch_plans.PLAN_WAIT_S", 0.0)
     start, _, _ = federation
     stub = start()
     spec = _spec()

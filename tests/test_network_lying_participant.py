@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from privadapt.client import site_worker
+from privadapt.client.daemon import worker as site_worker
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
 from privadapt.common.proto import federation_pb2 as pb
 from tests.conftest import synthetic_dataset

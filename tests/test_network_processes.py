@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import param_from_proto, params_to_proto
-from privadapt.server.algorithms.noisy_gd import noisy_gd
-from privadapt.server.local_deployment import free_port
+from privadapt.common.wire.messages import param_from_proto, params_to_proto
+from privadapt.server.algorithms.gradient_descent.noisy_gd import noisy_gd
+from privadapt.simulation.local_deployment import free_port
 from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     direct_federation,

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from privadapt.client.local_federation import LocalFederation
+from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.mechanisms import NoNoise
-from privadapt.common.record_parts import RecordPart
 from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privadapt.client.round_progress import RoundProgress
-from privadapt.common import certs, tls
-from privadapt.common.fixed_point import FixedPointCodec
+from privadapt.client.daemon.round_progress import RoundProgress
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
-from privadapt.common.wire import MAX_MESSAGE_BYTES, channel_options, params_to_proto
+from privadapt.common.secure import certs, tls
+from privadapt.common.wire.messages import MAX_MESSAGE_BYTES, channel_options, params_to_proto
 from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
@@ -162,7 +162,7 @@ def test_budget_exhausted_at_one_site_fails_the_job_naming_the_site_and_cap(pki,
     assert "site 'site-b' has epsilon 0.5 left of its cap 0.5" in refused.value.details()
     # ... but the site's ledger is the authority: with that check skipped (a
     # coordinator that does not make it), the ledger still refuses mid-job.
-    monkeypatch.setattr("privadapt.server.jobs.refuse_over_budget", lambda previews: None)
+    monkeypatch.setattr("privadapt.server.jobs.manager.refuse_over_budget", lambda previews: None)
     job_id = operator.Launch(pb.LaunchRequest(spec=spec), timeout=TIMEOUT).job_id
     status = watch_until_done(operator, job_id)
     assert status.state == pb.JOB_STATE_FAILED
@@ -188,7 +188,7 @@ def test_one_sites_masked_share_looks_uniform_to_the_coordinator(coordinator, si
     params = {"weights": np.zeros(DIM), "loss": "logistic", "clip_norm": 1.0}
     for _ in range(40):
         federation.query("linear_gradient", params, mechanism)
-    from privadapt.common.wire import tensor_from_proto
+    from privadapt.common.wire.messages import tensor_from_proto
 
     masked = np.concatenate([tensor_from_proto(m.blocks[0]) for m in seen
                              if m.site_name == "site-a"])

@@ -15,19 +15,21 @@ import math
 import numpy as np
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.daemon.config import SiteConfig
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
-from privadapt.client.site_config import SiteConfig
-from privadapt.common.accounting import PrivacyAccountant
-from privadapt.common.data import Dataset
-from privadapt.common.fixed_point import DEFAULT_FRACTIONAL_BITS
-from privadapt.common.geometry import clip_rows_to_norm
+from privadapt.common.accounting.accountant import PrivacyAccountant
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, ReportNoisyMin
+from privadapt.common.numerics.fixed_point import DEFAULT_FRACTIONAL_BITS
+from privadapt.common.numerics.geometry import clip_rows_to_norm
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import param_from_proto, params_to_proto
-from privadapt.server.estimators import PrivateDiscrepancyMinimization
-from privadapt.server.planning_federation import plan_releases
+from privadapt.common.wire.messages import param_from_proto, params_to_proto
+from privadapt.server.algorithms.discrepancy_minimization.estimators import (
+    PrivateDiscrepancyMinimization,
+)
+from privadapt.server.jobs.dry_run import plan_releases
 from tests.network_harness import (
     ThreadSites,
     in_process_coordinator,

@@ -9,11 +9,15 @@ import logging
 import grpc
 import pytest
 
-from privadapt.common import tls
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
-from privadapt.common.wire import channel_options
-from privadapt.server.site_messages import MAX_KERNEL_NAME_CHARS, MAX_KERNELS, MAX_RECORDS
+from privadapt.common.secure import tls
+from privadapt.common.wire.messages import channel_options
+from privadapt.server.coordinator.site_messages import (
+    MAX_KERNEL_NAME_CHARS,
+    MAX_KERNELS,
+    MAX_RECORDS,
+)
 from tests.network_harness import in_process_coordinator, make_pki, write_coordinator_config
 
 TIMEOUT = 10
@@ -128,7 +132,7 @@ def test_malformed_protobuf_is_invalid_argument_without_a_traceback(pki, coordin
 
 
 def test_a_registration_loop_is_refused_per_identity(stub, coordinator):
-    from privadapt.server.federation_service import REGISTER_BURST
+    from privadapt.server.coordinator.federation_service import REGISTER_BURST
 
     for _ in range(REGISTER_BURST):
         assert _register(stub).session_id

@@ -7,9 +7,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import params_to_proto
+from privadapt.common.wire.messages import params_to_proto
 from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,

@@ -18,13 +18,13 @@ import threading
 import grpc
 import pytest
 
-from privadapt.common import tls
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
-from privadapt.common.wire import channel_options
-from privadapt.server.call_limits import PER_CALLER_LIMITS
-from privadapt.server.coordinator import Coordinator, CoordinatorConfig
-from privadapt.server.federation_service import FederationServicer
+from privadapt.common.secure import tls
+from privadapt.common.wire.messages import channel_options
+from privadapt.server.coordinator.call_limits import PER_CALLER_LIMITS
+from privadapt.server.coordinator.federation_service import FederationServicer
+from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
 from tests.network_harness import make_pki, operator_stub, write_coordinator_config
 
 MALLORY, EVE = "mallory", "eve"

@@ -14,17 +14,17 @@ from concurrent import futures
 import grpc
 import pytest
 
-from privadapt.client.daemon import SiteDaemon
-from privadapt.client.site_config import SiteConfig
-from privadapt.common import certs, tls
-from privadapt.common.dial_diagnosis import explain_unreachable, host_matches
+from privadapt.cli import main as cli
+from privadapt.client.daemon.config import SiteConfig
+from privadapt.client.daemon.main import SiteDaemon
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
-from privadapt.common.wire import channel_options
-from privadapt.server import cli
-from privadapt.server.coordinator import Coordinator, CoordinatorConfig
-from privadapt.server.local_deployment import LocalDeployment, free_port
+from privadapt.common.secure import certs, tls
+from privadapt.common.secure.dial_diagnosis import explain_unreachable, host_matches
+from privadapt.common.wire.messages import channel_options
+from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
+from privadapt.simulation.local_deployment import LocalDeployment, free_port
 from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,

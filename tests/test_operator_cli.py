@@ -9,11 +9,11 @@ import threading
 import numpy as np
 import pytest
 
-from privadapt.client.daemon import SiteDaemon
-from privadapt.client.site_config import SiteConfig
+from privadapt.cli import main as cli
+from privadapt.client.daemon.config import SiteConfig
+from privadapt.client.daemon.main import SiteDaemon
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server import cli
-from privadapt.server.coordinator import Coordinator, CoordinatorConfig
+from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
 from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,

@@ -16,7 +16,7 @@ EXPECTED = {"DPFrankWolfe", "DPFrankWolfeTransfer",
 
 def test_every_exported_name_resolves():
     assert set(privadapt.__all__) == EXPECTED
-    from privadapt.server.estimators import NoisyGD
+    from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
 
     assert privadapt.NoisyGD is NoisyGD
     assert all(getattr(privadapt, name) is not None for name in privadapt.__all__)

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from cryptography import x509
 
+from privadapt.cli import main as cli
+from privadapt.cli.operator import OperatorConfig
+from privadapt.client.daemon.config import SiteConfig
 from privadapt.client.policy import SitePolicy
-from privadapt.client.site_config import SiteConfig
-from privadapt.common import certs, tls
-from privadapt.server import cli
-from privadapt.server.coordinator import CoordinatorConfig
-from privadapt.server.local_deployment import free_port
-from privadapt.server.operator_cli import OperatorConfig
-from privadapt.server.systemd_units import render_unit, unit_file_name
+from privadapt.common.secure import certs, tls
+from privadapt.provisioning.systemd_units import render_unit, unit_file_name
+from privadapt.server.coordinator.main import CoordinatorConfig
+from privadapt.simulation.local_deployment import free_port
 from tests.conftest import synthetic_dataset
 from tests.network_harness import ThreadSites, in_process_coordinator
 
@@ -150,7 +150,7 @@ def test_a_federation_started_from_its_kits_runs_a_job(tmp_path, capsys):
 
 def test_the_deploy_example_federation_provisions(tmp_path):
     kits = tmp_path / "kits"
-    from privadapt.server.provision import provision
+    from privadapt.provisioning.provision import provision
 
     written = provision(DEPLOY / "federation.toml", kits)
     assert [k.name for k in written] == ["coordinator", "st-mary", "st-john", "city-general",

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 def _simulate(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "privadapt.server.cli", "simulate", *args],
+    return subprocess.run([sys.executable, "-m", "privadapt.cli.main", "simulate", *args],
                           capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -58,7 +58,7 @@ def test_simulate_runs_a_networked_job_and_reports_each_sites_ledger(tmp_path):
 
 
 def test_the_closing_note_never_names_a_removed_directory(tmp_path):
-    from privadapt.server.simulate import closing_note
+    from privadapt.simulation.simulate import closing_note
 
     gone = closing_note(tmp_path / "privadapt-simulate-x", True, tmp_path / "unused.toml")
     assert "was removed, ledgers included" in gone and "--keep" in gone

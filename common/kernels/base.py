@@ -42,7 +42,8 @@ from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
+from privadapt.common.data.record_parts import RecordPart, charged_adjacencies, worst_case
 from privadapt.common.kernels.exact_sum import clip_slack, conversion_error
 from privadapt.common.kernels.grid_rounding import (
     COARSEST_FRACTIONAL_BITS,
@@ -60,7 +61,6 @@ from privadapt.common.mechanisms import (
     Mechanism,
     NoNoise,
 )
-from privadapt.common.record_parts import RecordPart, charged_adjacencies, worst_case
 from privadapt.common.validation import check_positive, check_positive_finite
 
 NoiseKind = Literal["gaussian", "laplace", "discrete_laplace", "distributed_discrete_gaussian"]
@@ -141,7 +141,7 @@ class Kernel(ABC):
     per_record_state: ClassVar[bool] = False
     #: The kernel checks its own floating-point error a posteriori and raises
     #: ``UncertifiedComputationError`` when the check fails: the site arms a
-    #: latch before it runs (client/ledger_latches.py).
+    #: latch before it runs (client/ledger/latches.py).
     certifies_own_error: ClassVar[bool] = False
 
     @abstractmethod
@@ -290,7 +290,7 @@ class Kernel(ABC):
         with the kernel's own sensitivities. For a query on a part of the
         records (``records``) under replace-one, every sensitivity is the
         larger of its replace-one and add/remove values, as a site charges it
-        (common/record_parts.py)."""
+        (common/data/record_parts.py)."""
         adjacency = Adjacency(adjacency)
         adjacencies = charged_adjacencies(records, adjacency)
         check_positive("noise_multiplier", noise_multiplier, infinity_means="inf for no noise")

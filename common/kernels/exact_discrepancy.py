@@ -9,7 +9,7 @@ M = (1/N) sum z z^T, so the discrepancy estimate (2)
           = sup_{||w|| <= Lambda} | v^T (M_pub - M_priv) v |
 
 is the larger of two trust-region subproblems (both signs), solved exactly by
-:func:`privadapt.common.trust_region.maximize_quadratic_on_ball`
+:func:`privadapt.common.numerics.trust_region.maximize_quadratic_on_ball`
 (:func:`privadapt.common.losses.squared_loss_discrepancy`).
 
 The kernel releases the *sum-scaled* statistic n d-hat = sup_w |v^T (n M_pub -
@@ -42,7 +42,7 @@ proportional to (Lambda^2 + Lambda + 1) N s at a site of at most N records
 
 The solver's error is a checked fact, not a margin: after the trust-region
 solve the site computes a proved bracket [L, U] of the exact supremum for the
-float matrix D it formed (:mod:`privadapt.common.certified_quadratic`:
+float matrix D it formed (:mod:`privadapt.common.numerics.certified_quadratic`:
 feasible points' values, rounding-bounded, below; a Lagrangian dual bound
 with a Cholesky-verified multiplier above), releases the solver's value
 clamped into it (so its error is at most U - L whatever the solver did), and
@@ -126,8 +126,7 @@ from typing import Any
 
 import numpy as np
 
-from privadapt.common.certified_quadratic import certified_discrepancy
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import UncertifiedComputationError
 from privadapt.common.kernels.base import (
     Kernel,
@@ -144,6 +143,7 @@ from privadapt.common.kernels.second_moments import (
 )
 from privadapt.common.losses import loss_bounds, squared_loss_range
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.numerics.certified_quadratic import certified_discrepancy
 from privadapt.common.validation import check_finite_array
 
 _SECOND_MOMENTS = SecondMoments()

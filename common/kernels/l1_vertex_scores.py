@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels.base import (
     Kernel,
     KernelParams,

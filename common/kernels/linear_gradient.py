@@ -27,8 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from privadapt.common.data import Dataset
-from privadapt.common.geometry import clip_coefficients
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels.base import (
     Kernel,
     KernelParams,
@@ -41,6 +40,7 @@ from privadapt.common.kernels.blocked_gram import BLOCK_RECORDS, gram_error, wei
 from privadapt.common.kernels.exact_sum import clip_slack
 from privadapt.common.losses import BINARY_LOSSES, BinaryLoss, record_loss_derivatives
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.numerics.geometry import clip_coefficients
 from privadapt.common.validation import check_finite_array, check_one_of
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels.base import (
     CHUNK_RECORDS,
     Kernel,

@@ -85,7 +85,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.spatial import cKDTree
 
-from privadapt.common.geometry import row_norms
+from privadapt.common.numerics.geometry import row_norms
 
 #: Records per block (the unit that shares a candidate list and one BLAS product).
 BLOCK_RECORDS = 256

@@ -54,12 +54,12 @@ from typing import Any
 
 import numpy as np
 
-from privadapt.common.data import Dataset
-from privadapt.common.geometry import clip_rows_to_norm
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels.base import Kernel, KernelParams, register, wire_values
 from privadapt.common.kernels.exact_sum import FLOAT_UNIT_ROUNDOFF, clip_slack
 from privadapt.common.kernels.nearest_target_sums import CLIP_NORM, check_targets
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.numerics.geometry import clip_rows_to_norm
 
 #: The largest t a site averages over (its work per target grows with t).
 MAX_NEIGHBOURS = 4096

@@ -102,8 +102,7 @@ from typing import Any
 
 import numpy as np
 
-from privadapt.common.data import Dataset
-from privadapt.common.geometry import clip_rows_to_norm, row_norms
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels.base import (
     BOUND_RANGE,
     CHUNK_RECORDS,
@@ -118,6 +117,7 @@ from privadapt.common.kernels.exact_sum import ExactSum, clip_slack, conversion_
 from privadapt.common.kernels.grid_rounding import Norm, rounding_charged
 from privadapt.common.kernels.nearest_cells import SEARCH_RECORDS, TargetIndex, nearest_targets
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.numerics.geometry import clip_rows_to_norm, row_norms
 from privadapt.common.validation import check_finite_array
 
 #: The default clip radius (seed 001: maximal norm 1/2).

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels.base import Kernel, NoParams, register
 from privadapt.common.mechanisms import Adjacency
 

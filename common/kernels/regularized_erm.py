@@ -78,8 +78,7 @@ from typing import Any
 
 import numpy as np
 
-from privadapt.common.data import Dataset
-from privadapt.common.geometry import clip_rows_to_norm, project_to_ball, record_products
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels.base import (
     Kernel,
     KernelParams,
@@ -93,6 +92,7 @@ from privadapt.common.kernels.grid_rounding import Norm, rounding_charged
 from privadapt.common.losses import BINARY_LOSSES, BinaryLoss, loss_bounds, loss_smoothness
 from privadapt.common.losses import loss_derivative as margin_derivative
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.numerics.geometry import clip_rows_to_norm, project_to_ball, record_products
 from privadapt.common.validation import check_one_of
 
 #: The most solver steps a query may ask for (the site's time grows with T).

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from privadapt.common.geometry import clip_coefficients, clip_rows_to_norm, record_products
 from privadapt.common.kernels.base import CHUNK_RECORDS
 from privadapt.common.kernels.exact_sum import ExactSum
 from privadapt.common.losses import clipped_softmax_terms, loss_derivative, loss_values
+from privadapt.common.numerics.geometry import clip_coefficients, clip_rows_to_norm, record_products
 
 
 def binary_record_terms(

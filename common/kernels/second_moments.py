@@ -57,8 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from privadapt.common.data import Dataset
-from privadapt.common.geometry import clip_rows_to_norm
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels.base import (
     CHUNK_RECORDS,
     Kernel,
@@ -70,6 +69,7 @@ from privadapt.common.kernels.base import (
 from privadapt.common.kernels.blocked_gram import BLOCK_RECORDS, gram, gram_error
 from privadapt.common.kernels.exact_sum import ExactSum, clip_slack
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.numerics.geometry import clip_rows_to_norm
 
 #: The factor on every off-diagonal entry of the released triangle (module docstring).
 OFF_DIAGONAL_SCALE = math.sqrt(2.0)

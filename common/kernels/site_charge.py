@@ -6,12 +6,12 @@ declares: it charges the query's noise against the kernel's *own*
 sensitivities under its policy's adjacency, plus what rounding onto the
 fixed-point grid and the kernel's float arithmetic can add
 (:meth:`Kernel.charged_sensitivities`, :meth:`Kernel.charged_score_sensitivities`).
-On a part of the records (:mod:`privadapt.common.record_parts`) under
+On a part of the records (:mod:`privadapt.common.data.record_parts`) under
 replace-one it charges, entry by entry, the larger of the kernel's
 replace-one and add/remove values, since replacing a record can move it into
 or out of the part (the derivation is in that module's docstring).
 
-A dry run (server/privacy_plan.py) previews each site's charge with the same
+A dry run (server/jobs/privacy_plan.py) previews each site's charge with the same
 functions, so what it shows is what the site will charge, not a second
 description of the rule that could drift from it.
 """
@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from privadapt.common.data.record_parts import RecordPart, charged_adjacencies, worst_case
 from privadapt.common.kernels.base import Kernel
 from privadapt.common.kernels.grid_rounding import Norm
 from privadapt.common.mechanisms import Adjacency, KernelMechanism, Mechanism, SelectionMechanism
-from privadapt.common.record_parts import RecordPart, charged_adjacencies, worst_case
 
 
 class PartSensitivityError(ValueError):

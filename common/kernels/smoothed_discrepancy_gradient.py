@@ -13,7 +13,7 @@ releases one block of m scores, scaled by its (public) n:
 
     s_i = n (c [grad F~(q)]_i + lambda q_i + o_i),   [grad F~(q)]_i = -x_i^T G x_i,
 
-G = dF~/dA at A = M(q) (``common/smoothed_spectral.py``). Scaling by n makes
+G = dF~/dA at A = M(q) (``common/numerics/smoothed_spectral.py``). Scaling by n makes
 the sensitivity a function of public parameters alone (as ``exact_discrepancy``
 releases n d-hat); the coordinator divides by n.
 
@@ -97,9 +97,8 @@ from typing import Any
 
 import numpy as np
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import UncertifiedComputationError
-from privadapt.common.geometry import clip_rows_to_norm
 from privadapt.common.kernels.base import (
     Kernel,
     KernelParams,
@@ -110,7 +109,8 @@ from privadapt.common.kernels.base import (
 )
 from privadapt.common.kernels.blocked_gram import BLOCK_RECORDS, gram, gram_error
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.smoothed_spectral import (
+from privadapt.common.numerics.geometry import clip_rows_to_norm
+from privadapt.common.numerics.smoothed_spectral import (
     NEGLIGIBLE_WEIGHT,
     certified_vertex_gradient,
 )

@@ -64,8 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from privadapt.common.data import Dataset
-from privadapt.common.geometry import record_products
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels.base import (
     BOUND_RANGE,
     CHUNK_RECORDS,
@@ -86,6 +85,7 @@ from privadapt.common.losses import (
     softmax_cross_entropy_terms,
 )
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.numerics.geometry import record_products
 from privadapt.common.validation import check_finite_array, check_one_of
 
 #: The most candidates one query may score: the site's time grows with K and

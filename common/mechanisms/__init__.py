@@ -5,7 +5,7 @@ privatised. It knows everything that follows from its own fields -- its
 sensitivities and noise scales, whether it is free or not private at all, how it
 reads under another adjacency, the noise share a site adds for it -- so no
 caller needs to ask which class it is. How epsilon is computed from it is the
-accountant's business (:mod:`privadapt.common.accounting`), not the mechanism's.
+accountant's business (:mod:`privadapt.common.accounting.accountant`), not the mechanism's.
 
 Every mechanism states its adjacency (DESIGN.md section 2): the sensitivities
 it declares are the largest change of the released sum when one record is

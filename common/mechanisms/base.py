@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from privadapt.common.noise import RandomBits
+from privadapt.common.noise.floating import RandomBits
 
 Shape = tuple[int, ...]
 
@@ -91,7 +91,7 @@ class Mechanism:
         ``ValueError``: a site that accounts under add/remove must compute the
         kernel's sensitivity itself. A Poisson-sampled release stays under
         add/remove: amplification by sampling has no sound replace-one form
-        here (see :mod:`privadapt.common.accounting`).
+        here (see :mod:`privadapt.common.accounting.accountant`).
         """
         adjacency = Adjacency(adjacency)
         if self.adjacency == adjacency:
@@ -187,7 +187,7 @@ class KernelMechanism(Mechanism):
     ) -> tuple[np.ndarray, ...]:
         """One site's share of the noise of each released block of ``shapes``,
         sized so that any K - t honest shares carry the whole noise
-        (:mod:`privadapt.common.noise`)."""
+        (:mod:`privadapt.common.noise.floating`)."""
         raise NotImplementedError
 
     def local_noise(

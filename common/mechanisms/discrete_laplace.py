@@ -4,7 +4,7 @@ fixed-point grid itself (issue 17, "exact integer noise").
 Why: the float Laplace of :class:`~privadapt.common.mechanisms.laplace.LaplaceMechanism`
 is (epsilon, ~1e-300)-DP, not pure, because a float sampler reaches only a
 sparse set of values. Here the noise is an integer number of grid steps 2^-f
-(the two-sided geometric, :func:`privadapt.common.discrete_noise.discrete_laplace`),
+(the two-sided geometric, :func:`privadapt.common.noise.discrete.discrete_laplace`),
 so the site's ``codec.encode(share)`` is exact and the release is
 round(value 2^f) + Z, an integer-valued query plus discrete Laplace noise.
 
@@ -21,7 +21,7 @@ A discrete Laplace of scale t steps on an integer query of L1 sensitivity
 Delta is exactly pure (Delta / t)-DP (the ratio of the two shifted pmfs is
 exp((|z - Delta| - |z|) / t) <= exp(Delta / t) at every z, in every
 coordinate summed), and its tight PLD is
-:func:`privadapt.common.discrete_accounting.discrete_laplace_pld`.
+:func:`privadapt.common.accounting.discrete.discrete_laplace_pld`.
 
 The grid is the mechanism's own field ``fractional_bits``: integer noise is
 private only on the grid the value is rounded to (noise in steps of 2^-16 on a
@@ -44,7 +44,7 @@ site sample for long.
 Distributed shares (DESIGN.md section 2): with K - t = 1 honest share the
 site adds the whole exact discrete Laplace; with more, each site adds a Polya
 difference and any K - t of them sum to exactly the discrete Laplace
-(:func:`privadapt.common.discrete_shares.polya_share`, whose negative binomials
+(:func:`privadapt.common.noise.discrete_shares.polya_share`, whose negative binomials
 are exact too: compound Poisson sums of logarithmic jumps decided by integer
 comparisons of CSPRNG words, with bounded expected work for every admissible t).
 """
@@ -59,10 +59,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from privadapt.common.discrete_noise import MAX_PARAMETER_PART, as_rational, discrete_laplace
-from privadapt.common.discrete_shares import polya_share
 from privadapt.common.mechanisms.base import Adjacency, KernelMechanism, Shape
-from privadapt.common.noise import RandomBits, SecureRandomBits, honest_share_count
+from privadapt.common.noise.discrete import MAX_PARAMETER_PART, as_rational, discrete_laplace
+from privadapt.common.noise.discrete_shares import polya_share
+from privadapt.common.noise.floating import RandomBits, SecureRandomBits, honest_share_count
 from privadapt.common.validation import check_nonnegative_finite
 
 #: The largest noise scale, in grid steps: samples stay below 2^53 (exact

@@ -9,7 +9,7 @@ on its neighbour: (epsilon, ~1e-37)-DP (selection.py, module docstring).
 Here the scores, rounded onto the query's grid 2^-f, are integers of grid
 steps u_k (negated for ``minimize``), each gets an independent two-sided
 geometric Z_k, P(z) proportional to exp(-|z| / t) on the integers, drawn
-exactly from CSPRNG bits (:func:`privadapt.common.discrete_noise.discrete_laplace`),
+exactly from CSPRNG bits (:func:`privadapt.common.noise.discrete.discrete_laplace`),
 and the released index is the *first* k (lowest index) maximising u_k + Z_k.
 Ties have positive probability with integer noise; breaking them by index is
 part of the mechanism and of the proof below.
@@ -73,7 +73,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from privadapt.common.discrete_noise import discrete_laplace
 from privadapt.common.mechanisms.base import Adjacency
 from privadapt.common.mechanisms.discrete_laplace import (
     check_grid_bits,
@@ -87,7 +86,8 @@ from privadapt.common.mechanisms.selection import (
     _check_monotone_adjacency,
     _checked_sensitivities,
 )
-from privadapt.common.noise import RandomBits
+from privadapt.common.noise.discrete import discrete_laplace
+from privadapt.common.noise.floating import RandomBits
 from privadapt.common.validation import check_bool, check_nonnegative_finite
 
 

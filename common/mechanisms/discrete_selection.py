@@ -50,7 +50,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from privadapt.common.discrete_noise import uniform_index
 from privadapt.common.mechanisms.base import Adjacency
 from privadapt.common.mechanisms.discrete_laplace import check_grid_bits, grid_steps
 from privadapt.common.mechanisms.fixed_work_exponential import (
@@ -64,7 +63,8 @@ from privadapt.common.mechanisms.selection import (
     _check_monotone_adjacency,
     _checked_sensitivities,
 )
-from privadapt.common.noise import RandomBits
+from privadapt.common.noise.discrete import uniform_index
+from privadapt.common.noise.floating import RandomBits
 from privadapt.common.validation import (
     check_bool,
     check_nonnegative_finite,

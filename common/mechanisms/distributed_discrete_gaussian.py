@@ -8,14 +8,14 @@ Why: the float Gaussian of :class:`~privadapt.common.mechanisms.gaussian.Gaussia
 leaves a gap of about 2^-100 in its tails, and continuous Gaussian shares
 sum to a Gaussian only in exact arithmetic. Here every site adds an exact
 discrete Gaussian N_Z(0, s^2) of integer grid steps 2^-f
-(:func:`privadapt.common.discrete_noise.discrete_gaussian`, CKS 2020), so its
+(:func:`privadapt.common.noise.discrete.discrete_gaussian`, CKS 2020), so its
 ``codec.encode(share)`` is exact and the release is round(value 2^f) plus the
 sum of the shares.
 
 Shares. Each of the K sites draws N_Z(0, s^2), s^2 = ``share_sigma_squared``
 (grid steps squared), fixed by the query: the coordinator sizes it as
 sigma^2 / n for n = K - t (``honest_shares``; t the collusion tolerance,
-:func:`privadapt.common.noise.honest_share_count`). Colluders can subtract
+:func:`privadapt.common.noise.floating.honest_share_count`). Colluders can subtract
 their own t shares, so what protects a record is the sum of the n honest
 ones. If more sites turn out honest (K - t > n) their extra shares are
 independent noise added to that sum, a post-processing: the charge for n
@@ -42,11 +42,11 @@ this one charged L2 figure bounds every quantity the paper's bound reads
 Accounting: Renyi DP at every order alpha >= 1 by Kairouz, Liu and Steinke's
 Proposition 14 / Eq. (17) for sums of discrete Gaussians (s >= 1/2), applied
 per coordinate and summed:
-:func:`privadapt.common.discrete_accounting.discrete_gaussian_sum_grid_rdp`
+:func:`privadapt.common.accounting.discrete.discrete_gaussian_sum_grid_rdp`
 (Q times the bound for one step, derived there). For large s its tau term
 vanishes and the curve is the Gaussian's alpha / (2 z^2), z = sqrt(n s^2 / Q).
 The accountant has no PLD for it and answers by RDP, as for zCDP events
-(:mod:`privadapt.common.accounting`).
+(:mod:`privadapt.common.accounting.accountant`).
 
 The grid is the mechanism's own ``fractional_bits``, which must equal the
 query's (a site refuses another; see discrete_laplace.py for why).
@@ -71,10 +71,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from privadapt.common.discrete_noise import MAX_GAUSSIAN_PRODUCT, as_rational, discrete_gaussian
 from privadapt.common.mechanisms.base import Adjacency, KernelMechanism, Shape
 from privadapt.common.mechanisms.discrete_laplace import check_grid_bits
-from privadapt.common.noise import RandomBits, SecureRandomBits, honest_share_count
+from privadapt.common.noise.discrete import MAX_GAUSSIAN_PRODUCT, as_rational, discrete_gaussian
+from privadapt.common.noise.floating import RandomBits, SecureRandomBits, honest_share_count
 from privadapt.common.validation import check_nonnegative_finite
 
 #: The paper's bound needs a share sigma of at least 1/2 grid step.

@@ -86,7 +86,7 @@ from fractions import Fraction
 import numpy as np
 
 from privadapt.common.mechanisms.discrete_laplace import float_at_least
-from privadapt.common.noise import RandomBits, SecureRandomBits
+from privadapt.common.noise.floating import RandomBits, SecureRandomBits
 
 #: Gamma: scaled gaps are clamped here (module docstring), in nats.
 CLAMP = 128

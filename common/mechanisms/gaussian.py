@@ -15,7 +15,7 @@ from privadapt.common.mechanisms.base import (
     KernelMechanism,
     Shape,
 )
-from privadapt.common.noise import RandomBits, gaussian_noise, gaussian_share
+from privadapt.common.noise.floating import RandomBits, gaussian_noise, gaussian_share
 from privadapt.common.validation import check_nonnegative_finite, check_positive_finite
 
 

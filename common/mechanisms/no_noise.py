@@ -14,7 +14,7 @@ from privadapt.common.mechanisms.base import (
     KernelMechanism,
     Shape,
 )
-from privadapt.common.noise import RandomBits
+from privadapt.common.noise.floating import RandomBits
 from privadapt.common.validation import check_nonnegative_finite
 
 

@@ -50,7 +50,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from privadapt.common.mechanisms.base import Adjacency, Mechanism
-from privadapt.common.noise import RandomBits, gumbel_noise, laplace_noise
+from privadapt.common.noise.floating import RandomBits, gumbel_noise, laplace_noise
 from privadapt.common.validation import (
     check_bool,
     check_finite_array,
@@ -109,7 +109,7 @@ class SelectionMechanism(Mechanism):
 
     def select(self, scores: np.ndarray, source: RandomBits | None = None) -> int:
         """The released index; noise from ``source`` (None: the OS CSPRNG,
-        :mod:`privadapt.common.noise`)."""
+        :mod:`privadapt.common.noise.floating`)."""
         scores = self._checked_scores(scores)
         utilities = -scores if self.minimize else scores
         return int(np.argmax(self._noisy_utilities(utilities, source)))
@@ -267,7 +267,7 @@ class ExponentialMechanism(SelectionMechanism):
 
     The accountant uses both: a PLD of the pure epsilon-DP pair and the RDP
     curve above, and reports the smaller epsilon
-    (:mod:`privadapt.common.accounting`).
+    (:mod:`privadapt.common.accounting.accountant`).
 
     Under replace-one an add/remove release reads as sensitivity 2 Delta and
     epsilon 2 epsilon (same c), or, monotone, as sensitivity Delta not

@@ -10,12 +10,12 @@ algorithm that seed 003 (Section 6) privatises. Two stages:
    (seed 003, Lemma 1), M_0 the target's second moment. We minimise its softmax
    smoothing F~ plus (lambda / 2) ||q||^2 (seed 003, eq. (5) and Sec. 4.2) by
    (away-step, by default) Frank-Wolfe with exact line search
-   (:mod:`privadapt.server.algorithms.smoothed_discrepancy`). Cortes and Mohri
-   solve the same convex problem (the unsmoothed spectral norm) as an SDP; the
+   (:mod:`privadapt.server.algorithms.discrepancy_minimization.smoothed_discrepancy`).
+   Cortes and Mohri solve the same convex problem (the unsmoothed spectral norm) as an SDP; the
    smoothing error is at most log(2d) / mu in ||M||_2.
 2. The q-weighted least squares on the labelled source: either over the ball
    ||w|| <= Lambda (seed 003, eq. (6); exact, as a trust-region subproblem,
-   :mod:`privadapt.common.trust_region`) or, when ``ridge`` is given, its
+   :mod:`privadapt.common.numerics.trust_region`) or, when ``ridge`` is given, its
    equivalent ridge form min sum_i q_i (w.x_i - y_i)^2 + ridge ||w||^2
    (``weighted_least_squares`` of the KMM baseline).
 
@@ -31,8 +31,8 @@ import math
 import numpy as np
 
 from experiments.baselines.kmm import weighted_least_squares
-from privadapt.common.trust_region import maximize_quadratic_on_ball
-from privadapt.server.algorithms.smoothed_discrepancy import (
+from privadapt.common.numerics.trust_region import maximize_quadratic_on_ball
+from privadapt.server.algorithms.discrepancy_minimization.smoothed_discrepancy import (
     FrankWolfeResult,
     SmoothedDiscrepancy,
     discrepancy,

@@ -2,7 +2,7 @@
 (public source = men, private target = women), against the exact empirical
 discrepancy d-hat, for several epsilon.
 
-Two estimates (server/algorithms/discrepancy.py): **federated**, one Gaussian
+Two estimates (server/algorithms/discrepancy/private_discrepancy.py): **federated**, one Gaussian
 release of the private second moments summed over 3 sites, then the exact
 trust-region supremum; **single holder**, the paper's own d-hat + Laplace at one
 site that holds the whole private sample. The paper states its Laplace

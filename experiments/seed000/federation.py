@@ -3,7 +3,7 @@ sites, each with its own policy and SQLite ledger.
 
 In-process by default (``LocalFederation``, as experiments/demo.py); with
 ``networked=True`` every site is a real ``privadapt-site`` daemon on 127.0.0.1
-behind mutual TLS and secure aggregation (server/process_federation.py), and the
+behind mutual TLS and secure aggregation (api/simulation/process_federation.py), and the
 algorithms run unchanged against a ``NetworkFederation``.
 
 Simulation sites (``private=False``) have an infinite cap and
@@ -26,7 +26,7 @@ import numpy as np
 from privadapt import Dataset, LocalFederation
 from privadapt.common.federation import Federation
 from privadapt.common.mechanisms import Adjacency
-from privadapt.server.process_federation import SitePolicyTerms, SiteProcesses
+from privadapt.simulation.process_federation import SitePolicyTerms, SiteProcesses
 
 SITE_DELTA_CAP = 0.05
 

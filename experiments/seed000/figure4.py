@@ -30,7 +30,7 @@ import numpy as np
 from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from experiments.seed000.table4 import ALPHAS, RADIUS, adapt
-from privadapt.common.datasets.adult import load_adult_domains
+from privadapt.common.data.datasets.adult import load_adult_domains
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
 
 EPSILONS = (1.0, 5.0, 10.0, 15.0)

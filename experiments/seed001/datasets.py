@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 
 HALF = 0.5
 PROJECTED_DIM = 8

@@ -22,7 +22,10 @@ from privadapt.common.federation import Federation
 from privadapt.server.algorithms.source_target_clustering import target_coreset
 from privadapt.server.algorithms.source_target_clustering.nas import nas_sanitize
 from privadapt.server.algorithms.source_target_clustering.nna import nna_sanitize
-from privadapt.server.estimators import PrivateGaussianMixtureSampler, PrivateLloydKMeans
+from privadapt.server.algorithms.source_target_clustering.private_kmeans import PrivateLloydKMeans
+from privadapt.server.algorithms.source_target_clustering.private_mixture_sampler import (
+    PrivateGaussianMixtureSampler,
+)
 
 EPSILON = 3.0
 RHO = 3.0

@@ -28,7 +28,7 @@ w = beta + 1 on every entry (||delta||_2 = 1.7); labels x.w + N(0, 0.5^2)
 everywhere. Unlike the slides (whose migrated data are simply pooled with the
 target), the sources are public and the target private: the informative set
 is chosen against a DP pilot, and only the offset from w_A is fitted on the
-private target (server/algorithms/dp_fw_transfer.py).
+private target (server/algorithms/frank_wolfe/transfer.py).
 """
 
 from __future__ import annotations

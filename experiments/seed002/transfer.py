@@ -80,7 +80,7 @@ from experiments.seed000.reporting import maybe_png, mean_std, print_table, writ
 from experiments.seed002.designs import DESIGNS, Design, Problem
 from privadapt import Dataset, LocalFederation, NoisyGD
 from privadapt.common.federation import Federation
-from privadapt.server.estimators import DPFrankWolfe, DPFrankWolfeTransfer
+from privadapt.server.algorithms.frank_wolfe.estimators import DPFrankWolfe, DPFrankWolfeTransfer
 
 EPSILONS = (0.5, 1.0, 3.0, math.inf)
 AUXILIARY = (0, 5, 10, 15, 20)

@@ -42,15 +42,18 @@ import numpy as np
 from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from privadapt.client.local_federation import LocalFederation
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.federation import Federation
-from privadapt.common.fixed_point import FixedPointCodec
-from privadapt.server.algorithms.noisy_discrepancy_minimization import (
+from privadapt.common.numerics.fixed_point import FixedPointCodec
+from privadapt.server.algorithms.discrepancy_minimization.noisy_minimization import (
     noisy_frank_wolfe,
     noisy_mirror_descent,
 )
-from privadapt.server.algorithms.smoothed_discrepancy import second_moment, spectral_norm
-from privadapt.server.algorithms.unlabeled_adaptation import (
+from privadapt.server.algorithms.discrepancy_minimization.smoothed_discrepancy import (
+    second_moment,
+    spectral_norm,
+)
+from privadapt.server.algorithms.discrepancy_minimization.unlabeled_adaptation import (
     adapt_on_moment,
     federated_adaptation,
     weighted_ridge,

@@ -35,12 +35,15 @@ from experiments.seed003.section7 import (
     source_sample,
     test_error,
 )
-from privadapt.server.algorithms.single_stage_frank_wolfe import (
+from privadapt.server.algorithms.discrepancy_minimization.single_stage_frank_wolfe import (
     corollary2_step_size,
     single_stage_frank_wolfe,
 )
-from privadapt.server.algorithms.smoothed_discrepancy import SmoothedDiscrepancy, second_moment
-from privadapt.server.algorithms.unlabeled_adaptation import weighted_ridge
+from privadapt.server.algorithms.discrepancy_minimization.smoothed_discrepancy import (
+    SmoothedDiscrepancy,
+    second_moment,
+)
+from privadapt.server.algorithms.discrepancy_minimization.unlabeled_adaptation import weighted_ridge
 
 FULL = {"m": 1000, "sizes": (1000, 8000), "iterations": (1000, 4000), "test": 5000,
         "steps": ("corollary2", "1/sqrt(K)", 0.003, 0.01, 0.03)}

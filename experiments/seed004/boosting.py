@@ -18,7 +18,7 @@ Methods (every private one a single job at (epsilon, 1e-5) per site):
   reference only.
 
 Output perturbation's lambda is its public rule (``regularization="auto"``,
-server/algorithms/output_perturbation.py: lambda^3 = 8 n beta_l d z^2 G^2 / R^2,
+server/algorithms/output_perturbation/perturbed_erm.py: lambda^3 = 8 n beta_l d z^2 G^2 / R^2,
 the regulariser's bias against the noise's smoothness cost), not tuned on the
 target; its clip region is the task's (||x|| <= the noisy-GD clip for the
 logistic loss, 1 for the regressions, |y| <= 1). The tasks, splits and settings are
@@ -44,8 +44,9 @@ from experiments.adapter_study import RAM_DIRECTORY, federation, study_tasks
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from experiments.selection import Task, metric, split_records
 from privadapt import NoisyGD
+from privadapt.server.algorithms.model_selection.confidence_boosting import ConfidenceBoosting
+from privadapt.server.algorithms.output_perturbation.estimators import OutputPerturbation
 from privadapt.server.algorithms.public_erm import fit_linear
-from privadapt.server.estimators import ConfidenceBoosting, OutputPerturbation
 
 EPSILONS = (1.0, 3.0, 10.0)
 DELTA = 1e-5

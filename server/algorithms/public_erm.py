@@ -18,7 +18,6 @@ from __future__ import annotations
 import numpy as np
 from scipy import optimize
 
-from privadapt.common.geometry import project_to_ball
 from privadapt.common.losses import (
     LOSSES,
     SOFTMAX_CROSS_ENTROPY,
@@ -28,6 +27,7 @@ from privadapt.common.losses import (
     loss_values,
     softmax_cross_entropy_terms,
 )
+from privadapt.common.numerics.geometry import project_to_ball
 from privadapt.common.validation import check_int_at_least, check_one_of, check_positive
 
 

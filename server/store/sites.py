@@ -23,7 +23,7 @@ class SiteRecord:
 
 #: A stored registration larger than this (its kernel list or policy
 #: version, as stored) predates the coordinator's bounds on site messages
-#: (server/site_messages.py): a 38 MiB kernel list once made ``privadapt
+#: (server/coordinator/site_messages.py): a 38 MiB kernel list once made ``privadapt
 #: sites`` fail for good. Such rows are trimmed when the store opens.
 MAX_STORED_FIELD_CHARS = 8192
 

@@ -1,7 +1,7 @@
 """Review 9b (medium): the certificates' work is fixed by public things, so a
 site's reply time does not say which of them ran (issue 17, "Floating-point
 attack on a kernel" and "Refusals that depend on private data are free
-releases"; module docstring of common/certified_quadratic.py, "Fixed work").
+releases"; module docstring of common/numerics/certified_quadratic.py, "Fixed work").
 
 Not a timing assertion: every numerical operation of the certificate (each
 LAPACK factorisation and solve, each proved product, each dual attempt,
@@ -28,18 +28,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import privadapt.common.certified_quadratic as certified_quadratic
-import privadapt.common.secular_newton as secular_newton
-import privadapt.common.smoothed_spectral as smoothed_spectral
-from privadapt.client.ledger import PrivacyLedger
+import privadapt.common.numerics.certified_quadratic as certified_quadratic
+import privadapt.common.numerics.secular_newton as secular_newton
+import privadapt.common.numerics.smoothed_spectral as smoothed_spectral
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import UncertifiedComputationError
 from privadapt.common.federation import Query
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.trust_region import maximize_quadratic_on_ball
+from privadapt.common.numerics.trust_region import maximize_quadratic_on_ball
 from tests.client.test_exact_discrepancy_certificate import adversarial_case, neighbours
 
 KERNEL = get_kernel("exact_discrepancy")

@@ -13,18 +13,18 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from privadapt.client import daemon as daemon_module
-from privadapt.client.coordinator_replies import (
+from privadapt.client.daemon import main as daemon_module
+from privadapt.client.daemon.coordinator_replies import (
     DEFAULT_HEARTBEAT_S,
     check_register_response,
     check_work_item,
     heartbeat_interval,
 )
-from privadapt.client.daemon import SiteDaemon
+from privadapt.client.daemon.main import SiteDaemon
+from privadapt.common.data.schema_digest import SchemaDigest
 from privadapt.common.errors import WireError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
-from privadapt.common.schema_digest import SchemaDigest
 from tests.client.test_site_worker import Calls, announcement, make_worker, pki  # noqa: F401
 
 

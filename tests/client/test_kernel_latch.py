@@ -16,18 +16,18 @@ import sqlite3
 import numpy as np
 import pytest
 
-from privadapt.client import ledger_latches
-from privadapt.client.ledger import PrivacyLedger
-from privadapt.client.ledger_cli import show_ledger
-from privadapt.client.ledger_report import write_report
+from privadapt.cli.main import main
+from privadapt.client.ledger import latches as ledger_latches
+from privadapt.client.ledger.cli import show_ledger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
+from privadapt.client.ledger.report import write_report
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import DISABLED_KERNEL_REASON, Site
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import ConfigError, QueryRefusedError, UncertifiedComputationError
 from privadapt.common.federation import Query
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency
-from privadapt.server.cli import main
 
 DIM, NUM = 3, 10
 NAMES = tuple(f"x{i}" for i in range(DIM))

@@ -20,15 +20,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel, registered_kernels
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 
 DIM = 3
 NUM = 12

@@ -15,9 +15,9 @@ from dp_accounting import dp_event, pld
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
-from privadapt.common.accounting import epsilon_spent
+from privadapt.common.accounting.accountant import epsilon_spent
 from privadapt.common.errors import BudgetExceededError, ConfigError, ReplayError
 from privadapt.common.mechanisms import (
     Adjacency,

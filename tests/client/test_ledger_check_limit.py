@@ -11,7 +11,7 @@ or a new check must be refused while the ledger cannot keep that promise."""
 
 from __future__ import annotations
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.mechanisms import Adjacency, LaplaceMechanism

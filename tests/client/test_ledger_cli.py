@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
-from privadapt.client.ledger_cli import describe_mechanism, show_ledger
+from privadapt.client.ledger.cli import describe_mechanism, show_ledger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
-from privadapt.common.accounting import PrivacyAccountant, epsilon_spent
+from privadapt.common.accounting.accountant import PrivacyAccountant, epsilon_spent
 from privadapt.common.mechanisms import (
     Adjacency,
     GaussianBlock,

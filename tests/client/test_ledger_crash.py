@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.common.mechanisms import LaplaceMechanism
 
 TOTAL = 1000
 _SITE = textwrap.dedent("""
     import sys
-    from privadapt.client.ledger import PrivacyLedger
+    from privadapt.client.ledger.privacy_ledger import PrivacyLedger
     from privadapt.client.policy import SitePolicy
     from privadapt.common.errors import ReplayError
     from privadapt.common.mechanisms import LaplaceMechanism

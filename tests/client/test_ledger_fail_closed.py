@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
-from privadapt.client.ledger_chain import head_file
+from privadapt.client.ledger.chain import head_file
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.common.errors import ConfigError
 from privadapt.common.mechanisms import GaussianMechanism, LaplaceMechanism
@@ -79,7 +79,7 @@ def test_deleted_ledger_is_refused_even_with_create(db):
 
 _CRASHING_SITE = textwrap.dedent("""
     import os, sys
-    from privadapt.client.ledger import PrivacyLedger
+    from privadapt.client.ledger.privacy_ledger import PrivacyLedger
     from privadapt.client.policy import SitePolicy
     from privadapt.common.mechanisms import GaussianMechanism
     ledger = PrivacyLedger(sys.argv[1], SitePolicy("st-mary", 5.0, 1e-5))
@@ -197,7 +197,7 @@ def test_edited_database_is_refused(db, edit):
 
 
 def test_ledger_show_verifies_the_chain(db, capsys):
-    from privadapt.client.ledger_cli import show_ledger
+    from privadapt.client.ledger.cli import show_ledger
 
     charged(db, count=2)
     assert show_ledger(db) == 0
@@ -210,7 +210,7 @@ def test_ledger_show_verifies_the_chain(db, capsys):
 
 
 def test_ledger_init_creates_once_and_never_reopens(tmp_path, capsys):
-    from privadapt.server.cli import main
+    from privadapt.cli.main import main
 
     policy_file = tmp_path / "policy.toml"
     policy_file.write_text(policy().to_toml())
@@ -226,8 +226,8 @@ def test_site_daemon_refuses_to_start_on_a_missing_ledger(tmp_path, capsys):
     import numpy as np
 
     from privadapt.client.daemon import main
-    from privadapt.common.data import Dataset
-    from privadapt.server.local_deployment import LocalDeployment, write_pki
+    from privadapt.common.data.dataset import Dataset
+    from privadapt.simulation.local_deployment import LocalDeployment, write_pki
 
     deployment = LocalDeployment(tmp_path, write_pki(tmp_path / "pki"))
     data = Dataset(np.zeros((4, 2)), np.ones(4), ("a", "b"))

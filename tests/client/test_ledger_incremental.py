@@ -1,4 +1,4 @@
-"""The ledger's incremental state (client/ledger_totals.py): it equals a
+"""The ledger's incremental state (client/ledger/totals.py): it equals a
 recomputation from the rows, its upper bound never admits what the exact
 figure would refuse, and pure-epsilon and zCDP events are first-class charges."""
 
@@ -15,11 +15,16 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from privadapt.client.ledger import PrivacyLedger
-from privadapt.client.ledger_accounting import exact_report, mechanism_json
-from privadapt.client.ledger_totals import LAMBDAS, LedgerTotals
+from privadapt.client.ledger.accounting import exact_report, mechanism_json
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
+from privadapt.client.ledger.totals import LAMBDAS, LedgerTotals
 from privadapt.client.policy import SitePolicy
-from privadapt.common.accounting import AccountingMethod, epsilon_spent
+from privadapt.common.accounting.accountant import AccountingMethod, epsilon_spent
+from privadapt.common.accounting.log_mgf import (
+    GAUSSIAN_PLD_INFINITY_MASS,
+    gaussian_pld_log_mgf_bound,
+    pld_log_mgfs,
+)
 from privadapt.common.errors import BudgetExceededError, ConfigError
 from privadapt.common.mechanisms import (
     Adjacency,
@@ -27,11 +32,6 @@ from privadapt.common.mechanisms import (
     LaplaceMechanism,
     PureDpEvent,
     ZCdpEvent,
-)
-from privadapt.common.pld_log_mgf import (
-    GAUSSIAN_PLD_INFINITY_MASS,
-    gaussian_pld_log_mgf_bound,
-    pld_log_mgfs,
 )
 
 AR = Adjacency.ADD_REMOVE_ONE

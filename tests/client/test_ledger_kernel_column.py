@@ -12,14 +12,14 @@ import sqlite3
 import numpy as np
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
-from privadapt.client.ledger_cli import show_ledger
+from privadapt.client.ledger.cli import show_ledger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
+from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.errors import ConfigError
 from privadapt.common.federation import Query
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
-from privadapt.common.record_parts import RecordPart
 
 GAUSS = GaussianMechanism.single(1.0, 10.0)
 DIM = 5

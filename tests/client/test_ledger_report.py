@@ -11,8 +11,9 @@ from html.parser import HTMLParser
 
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
-from privadapt.client.ledger_accounting import exact_report, mechanism_json
+from privadapt.cli import main as cli
+from privadapt.client.ledger.accounting import exact_report, mechanism_json
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.common.mechanisms import (
     Adjacency,
@@ -20,7 +21,6 @@ from privadapt.common.mechanisms import (
     GaussianMechanism,
     LaplaceMechanism,
 )
-from privadapt.server import cli
 
 SAMPLED = GaussianMechanism.single(1.0, 1.73, Adjacency.ADD_REMOVE_ONE, 0.05)
 TWO_BLOCKS = GaussianMechanism((GaussianBlock(1.0, 4.0), GaussianBlock(0.5, 3.0)),

@@ -16,15 +16,15 @@ import threading
 import numpy as np
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
-from privadapt.client.ledger_reservations import owners_directory
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
+from privadapt.client.ledger.reservations import owners_directory
 from privadapt.client.policy import SitePolicy
-from privadapt.common import record_parts
+from privadapt.common.data import record_parts
+from privadapt.common.data.record_parts import RecordPart, RecordSplitter
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError, ReplayError
 from privadapt.common.federation import Query
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, LaplaceMechanism
-from privadapt.common.record_parts import RecordPart, RecordSplitter
 
 DIM = 5
 LINEAR = {"weights": np.zeros(DIM), "loss": "squared", "clip_norm": 1.0}
@@ -177,7 +177,7 @@ def test_closing_a_ledger_releases_what_it_reserved(tmp_path):
 
 _RESERVING_PROCESS = textwrap.dedent("""
     import os, sys
-    from privadapt.client.ledger import PrivacyLedger
+    from privadapt.client.ledger.privacy_ledger import PrivacyLedger
     from privadapt.client.policy import SitePolicy
     from privadapt.common.mechanisms import Adjacency, LaplaceMechanism
     ledger = PrivacyLedger(sys.argv[1], SitePolicy("st-mary", 1.0, 0.0, adjacency="add_remove_one"))

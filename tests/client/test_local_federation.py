@@ -97,7 +97,7 @@ def test_sizes_of_add_remove_sites_are_not_public(make_site):
 
 
 def test_parameters_that_cannot_cross_the_wire_fail_in_process_too(make_site):
-    from privadapt.common.wire import WireError
+    from privadapt.common.wire.messages import WireError
 
     federation = LocalFederation([make_site(epsilon_cap=float("inf"))])
     params = {**PARAMS, "weights": list(PARAMS["weights"])}  # a list, not an array

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from privadapt import Dataset, LocalFederation
+from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import OneSiteView, ReleaseForm
 from privadapt.common.kernels.linear_gradient import LinearGradient, LinearGradientParams
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.record_parts import RecordPart
-from privadapt.server.planning_federation import PlanningFederation
-from privadapt.server.privacy_plan import plan_lines, preview_site
+from privadapt.server.federation.planning import PlanningFederation
+from privadapt.server.jobs.privacy_plan import plan_lines, preview_site
 
 DIM = 3
 KERNEL = LinearGradient()

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from privadapt.client.policy import DEFAULT_MAX_RECORDS, SitePolicy
-from privadapt.common.accounting import AccountingMethod
+from privadapt.common.accounting.accountant import AccountingMethod
 from privadapt.common.errors import ConfigError
 from privadapt.common.mechanisms import Adjacency
 

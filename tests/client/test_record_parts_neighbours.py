@@ -1,4 +1,4 @@
-"""Adversarial neighbours for record parts (common/record_parts.py), through
+"""Adversarial neighbours for record parts (common/data/record_parts.py), through
 the real ``Site.answer``: under replace-one adjacency, replacing a record x of
 the training part by a record x' that hashes into the validation part is, on
 each part, a remove or an add, not a replacement. The site must charge
@@ -18,16 +18,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
+from privadapt.common.data.record_parts import RecordPart, record_hashes
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel, registered_kernels
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.record_parts import RecordPart, record_hashes
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 
 DIM = 3
 NUM = 12

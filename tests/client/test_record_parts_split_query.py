@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.federation import Query
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.record_parts import RecordPart
-from privadapt.common.wire import query_to_proto
+from privadapt.common.wire.messages import query_to_proto
 from tests.client.test_site_worker import (  # noqa: F401 -- pki is a fixture
     JOB,
     NAMES,

@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privadapt.client import ledger as ledger_module
-from privadapt.common import record_parts
+from privadapt.client.ledger import privacy_ledger as ledger_module
+from privadapt.common.data import record_parts
+from privadapt.common.data.record_parts import RecordPart, RecordSplitter
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError, ReplayError
 from privadapt.common.federation import Query
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, ReportNoisyMin
-from privadapt.common.record_parts import RecordPart, RecordSplitter
 
 DIM = 5
 LINEAR = {"weights": np.zeros(DIM), "loss": "squared", "clip_norm": 1.0}
@@ -169,7 +169,7 @@ def test_a_forged_or_copied_check_is_never_reused(tmp_path):
     the ledger issued (once) is reused; anything else is decided afresh."""
     import dataclasses
 
-    from privadapt.client.ledger_accounting import mechanism_json
+    from privadapt.client.ledger.accounting import mechanism_json
     from privadapt.client.policy import SitePolicy
     from privadapt.common.mechanisms import LaplaceMechanism
 

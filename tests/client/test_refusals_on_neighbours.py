@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, Mechanism, PureDpEvent
-from privadapt.common.noise import NOISE_REACH, SeededRandomBits
+from privadapt.common.noise.floating import NOISE_REACH, SeededRandomBits
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 
 DIM = 3
 NUM = 20

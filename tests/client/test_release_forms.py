@@ -129,11 +129,11 @@ def test_per_site_releases_among_several_sites_follow_the_policy(make_site):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from privadapt.client.ledger import PrivacyLedger  # noqa: E402
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger  # noqa: E402
 from privadapt.client.policy import SitePolicy  # noqa: E402
 from privadapt.client.site import Site  # noqa: E402
-from privadapt.common.data import Dataset  # noqa: E402
-from privadapt.common.fixed_point import FixedPointCodec  # noqa: E402
+from privadapt.common.data.dataset import Dataset  # noqa: E402
+from privadapt.common.numerics.fixed_point import FixedPointCodec  # noqa: E402
 
 _FINITE = st.floats(-1e3, 1e3, allow_nan=False)
 

@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from tests.client.test_certificate_fixed_work import (
     SMOOTHED,
     assert_same_work,

@@ -1,7 +1,7 @@
 """Review 10a (adversarial, a hostile coordinator): the uncertified-kernel
 latch is meant to bound what a failed certificate gives away to ONE bit per
 kernel per operator clearing (client/site.py, "Uncertified kernels";
-client/ledger_latches.py). Two ways it gives more, each shown here by a test
+client/ledger/latches.py). Two ways it gives more, each shown here by a test
 that FAILS on main at 4634877:
 
 1. Concurrency (medium). The latch is read at the start of ``Site.answer``
@@ -36,10 +36,10 @@ import threading
 import numpy as np
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import QueryRefusedError, UncertifiedComputationError
 from privadapt.common.federation import Query
 from privadapt.common.kernels import get_kernel
@@ -143,7 +143,7 @@ def test_review10a_concurrent_queries_give_at_most_log2_q_plus_one_bits(tmp_path
     # one round of two concurrent queries (four datasets, four distinct
     # outcome pairs). The armed latch serialises the certificates, so what
     # leaks is where the first failure falls among them: with Q = 2 queries
-    # at most Q + 1 = 3 outcomes (client/ledger_latches.py; the reviewer's
+    # at most Q + 1 = 3 outcomes (client/ledger/latches.py; the reviewer's
     # "at most one bit" is the single-query case, amended by me).
     seen = {}
     for number, secret in enumerate(((False, False), (True, False), (False, True),
@@ -180,11 +180,11 @@ def test_review10a_the_worker_sends_the_bit_when_the_latch_cannot_be_written(
     # FAILS on main: the daemon's worker catches the escaping OperationalError
     # and sends Refusal.INTERNAL -- the coordinator sees "no share" against
     # a share on the neighbour, although nothing was latched.
-    from privadapt.client.round_progress import RoundProgress
-    from privadapt.client.site_worker import SiteIdentity, SiteWorker
-    from privadapt.common import certs
+    from privadapt.client.daemon.round_progress import RoundProgress
+    from privadapt.client.daemon.worker import SiteIdentity, SiteWorker
     from privadapt.common.proto import federation_pb2 as pb
-    from privadapt.common.wire import query_to_proto
+    from privadapt.common.secure import certs
+    from privadapt.common.wire.messages import query_to_proto
     from tests.client.test_site_worker import Calls
 
     certs.init_ca(tmp_path / "pki")

@@ -17,7 +17,7 @@ the site (or its part) is empty beyond the charge.
 
 This test FAILED on main at 4634877 (the counts differed on add/remove and
 replace-one neighbours). Fixed by me: the solver always runs one eigh and a
-secular solve of a fixed number of bisection steps (common/trust_region.py,
+secular solve of a fixed number of bisection steps (common/numerics/trust_region.py,
 "Fixed work"); the count of Brent's evaluations became that of the secular
 residual's.
 """
@@ -29,8 +29,8 @@ import warnings
 import numpy as np
 import pytest
 
-import privadapt.common.trust_region as trust_region
-from privadapt.common.data import Dataset
+import privadapt.common.numerics.trust_region as trust_region
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels import get_kernel
 
 KERNEL = get_kernel("exact_discrepancy")

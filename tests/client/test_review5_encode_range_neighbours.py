@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.federation import Query
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, DiscreteLaplaceMechanism
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.noise.floating import SeededRandomBits
 
 BITS = 47  # threshold 2^(62 - 47) = 32,768 records; range 2^16 > max_records
 MAX_RECORDS = 40_000

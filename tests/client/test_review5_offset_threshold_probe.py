@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.federation import Query, ReleaseForm
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, DiscreteExponentialMechanism
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.noise.floating import SeededRandomBits
 
 BITS = 32
 CANDIDATES = np.array([[1.0, -0.5], [0.0, 0.0]])

@@ -38,10 +38,10 @@ import warnings
 import numpy as np
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.federation import Query
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency

@@ -1,5 +1,5 @@
 """A site daemon's process dying mid-round never lets it answer that round
-twice (client/round_progress.py, client/site_worker.py).
+twice (client/daemon/round_progress.py, client/daemon/worker.py).
 
 Round progress commits without its own sync (``synchronous=NORMAL``); the
 ledger's charge syncs the shared WAL before a share leaves. These tests kill a
@@ -16,25 +16,25 @@ import textwrap
 
 import pytest
 
-from privadapt.client.round_progress import RoundProgress
-from privadapt.client.site_worker import SiteIdentity, SiteWorker
-from privadapt.common import certs
+from privadapt.client.daemon.round_progress import RoundProgress
+from privadapt.client.daemon.worker import SiteIdentity, SiteWorker
+from privadapt.common.secure import certs
 
 _WORKER = textwrap.dedent("""
     import json, os, sys
     from pathlib import Path
     import numpy as np
-    from privadapt.client.ledger import PrivacyLedger
+    from privadapt.client.ledger.privacy_ledger import PrivacyLedger
     from privadapt.client.policy import SitePolicy
-    from privadapt.client.round_progress import RoundProgress
+    from privadapt.client.daemon.round_progress import RoundProgress
     from privadapt.client.site import Site
-    from privadapt.client.site_worker import SiteIdentity, SiteWorker
+    from privadapt.client.daemon.worker import SiteIdentity, SiteWorker
     from privadapt.common import certs
-    from privadapt.common.data import Dataset
+    from privadapt.common.data.dataset import Dataset
     from privadapt.common.federation import Query
     from privadapt.common.mechanisms import Adjacency, GaussianMechanism
     from privadapt.common.proto import federation_pb2 as pb
-    from privadapt.common.wire import query_to_proto
+    from privadapt.common.wire.messages import query_to_proto
 
     directory, pki, stage = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     JOB, DIM = "job-crash", 3

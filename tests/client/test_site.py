@@ -5,7 +5,6 @@ import pytest
 
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError, ReplayError
 from privadapt.common.federation import Query
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import (
     Adjacency,
@@ -14,6 +13,7 @@ from privadapt.common.mechanisms import (
     NoNoise,
     PureDpEvent,
 )
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 
 DIM = 5
 CODEC = FixedPointCodec()

@@ -17,17 +17,17 @@ from dp_accounting.pld import privacy_loss_distribution
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
-from privadapt.common.discrete_accounting import discrete_laplace_epsilon
+from privadapt.common.accounting.discrete import discrete_laplace_epsilon
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError
 from privadapt.common.federation import Query
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, DiscreteLaplaceMechanism
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 
 DIM = 3
 NAMES = tuple(f"x{i}" for i in range(DIM))

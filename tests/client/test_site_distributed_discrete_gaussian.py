@@ -16,17 +16,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.accounting import PrivacyAccountant
-from privadapt.common.data import Dataset
+from privadapt.common.accounting.accountant import PrivacyAccountant
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query, ReleaseForm
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, DistributedDiscreteGaussianMechanism
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 
 ADD_REMOVE = Adjacency.ADD_REMOVE_ONE
 REPLACE = Adjacency.REPLACE_ONE

@@ -12,7 +12,6 @@ import pytest
 
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError
 from privadapt.common.federation import Query
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import Kernel, NoParams, register
 from privadapt.common.kernels.reweighted_gradient import ReweightedGradient
 from privadapt.common.mechanisms import (
@@ -22,6 +21,7 @@ from privadapt.common.mechanisms import (
     LaplaceMechanism,
     NoNoise,
 )
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 
 CODEC = FixedPointCodec()
 LOCAL_SENSITIVITY = 3.0
@@ -175,7 +175,7 @@ def test_local_noise_coarser_than_the_grid_is_accepted_because_it_is_never_gridd
 
 
 def test_a_restarted_site_resumes_the_job_state_its_ledger_paid_for(make_site, tmp_path):
-    from privadapt.client.ledger import PrivacyLedger
+    from privadapt.client.ledger.privacy_ledger import PrivacyLedger
     from privadapt.client.site import Site
 
     restarted = make_site("restarted", epsilon_cap=math.inf)

@@ -1,5 +1,5 @@
 """A site answers a query on one part of its records (client/site.py,
-common/record_parts.py): the kernel sees exactly the hashed subset, Poisson
+common/data/record_parts.py): the kernel sees exactly the hashed subset, Poisson
 sampling samples within it, and a kernel with per-record state keeps to the
 part its state was created on."""
 
@@ -11,16 +11,16 @@ import math
 import numpy as np
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.site import Site
+from privadapt.common.data.record_parts import RecordPart, record_hashes
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query, ReleaseForm
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import Kernel, NoParams, get_kernel, register
 from privadapt.common.kernels.reweighted_gradient import ReweightedGradient
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, NoNoise, ReportNoisyMin
-from privadapt.common.record_parts import RecordPart, record_hashes
-from privadapt.common.wire import query_from_proto, query_to_proto
+from privadapt.common.numerics.fixed_point import FixedPointCodec
+from privadapt.common.wire.messages import query_from_proto, query_to_proto
 
 DIM = 5
 VALIDATION = RecordPart("validation", 0.25, "job-salt")

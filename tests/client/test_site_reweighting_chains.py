@@ -16,20 +16,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common import record_parts
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset, record_parts
+from privadapt.common.data.record_parts import RecordPart, RecordSplitter
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.kernels.reweighted_chains import MAX_CHAINS, chain_names
 from privadapt.common.kernels.reweighted_gradient import ReweightedGradient
 from privadapt.common.mechanisms import Adjacency, NoNoise
-from privadapt.common.query_digest import query_digest
-from privadapt.common.record_parts import RecordPart, RecordSplitter
+from privadapt.common.numerics.fixed_point import FixedPointCodec
+from privadapt.common.secure.query_digest import query_digest
 from tests.conftest import synthetic_dataset
 
 DIM = 5

@@ -12,18 +12,18 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 from scipy import stats
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.analytic_gaussian import gaussian_epsilon
-from privadapt.common.calibration import calibrate_noise_multiplier
-from privadapt.common.data import Dataset
+from privadapt.common.accounting.analytic_gaussian import gaussian_epsilon
+from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 
 ADD_REMOVE = Adjacency.ADD_REMOVE_ONE
 CODEC = FixedPointCodec()
@@ -171,7 +171,7 @@ def test_ledger_epsilon_after_sampled_releases_equals_dp_accounting(tmp_path):
     expected = reference.compose(event, releases).get_epsilon(DELTA)
     assert site.ledger.spent().epsilon == pytest.approx(expected, rel=1e-9)
     # Far below the cap a charge is admitted by an upper bound on the exact
-    # figure (client/ledger_totals.py), and records that bound.
+    # figure (client/ledger/totals.py), and records that bound.
     assert charges[-1].epsilon_after >= expected
 
 

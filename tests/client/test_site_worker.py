@@ -1,4 +1,4 @@
-"""The site side of a round (client/site_worker.py) without gRPC: three real
+"""The site side of a round (client/daemon/worker.py) without gRPC: three real
 sites with certificates from a test CA, the test playing the coordinator."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privadapt.client.round_progress import RoundProgress
-from privadapt.client.site_worker import SiteIdentity, SiteWorker
-from privadapt.common import certs
+from privadapt.client.daemon.round_progress import RoundProgress
+from privadapt.client.daemon.worker import SiteIdentity, SiteWorker
 from privadapt.common.federation import Query
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, NoNoise
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import query_to_proto, tensor_from_proto
+from privadapt.common.secure import certs
+from privadapt.common.wire.messages import query_to_proto, tensor_from_proto
 
 NAMES = ("site-a", "site-b", "site-c")
 JOB = "job-w"
@@ -203,7 +203,7 @@ def test_worker_refuses_a_certificate_for_another_site(make_site, pki, tmp_path)
 def test_low_order_key_in_roster_is_refused_before_any_charge(make_site, pki, tmp_path):
     from cryptography.hazmat.primitives.asymmetric import x25519
 
-    from privadapt.common.roster import sign_round_key
+    from privadapt.common.secure.roster import sign_round_key
 
     workers = [make_worker(make_site, pki, tmp_path, n) for n in NAMES[:2]]
     calls = [Calls(), Calls()]

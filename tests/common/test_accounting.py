@@ -19,8 +19,12 @@ from hypothesis import strategies as st
 from prv_accountant import GaussianMechanism as PrvGaussian
 from prv_accountant import PRVAccountant
 
-from privadapt.common.accounting import AccountingMethod, PrivacyAccountant, epsilon_spent
-from privadapt.common.accounting_rdp import DEFAULT_RDP_ORDERS
+from privadapt.common.accounting.accountant import (
+    AccountingMethod,
+    PrivacyAccountant,
+    epsilon_spent,
+)
+from privadapt.common.accounting.rdp import DEFAULT_RDP_ORDERS
 from privadapt.common.mechanisms import (
     Adjacency,
     GaussianBlock,
@@ -377,7 +381,7 @@ def test_with_sensitivities_refuses_wrong_block_count():
 def test_gaussian_sigma_matches_dp_accounting_analytic_gaussian(epsilon, delta):
     from dp_accounting import gaussian_mechanism
 
-    from privadapt.common.analytic_gaussian import gaussian_sigma
+    from privadapt.common.accounting.analytic_gaussian import gaussian_sigma
 
     expected = gaussian_mechanism.get_sigma_gaussian(epsilon, delta)
     assert gaussian_sigma(epsilon, delta) == pytest.approx(expected, rel=1e-6)
@@ -388,7 +392,7 @@ def test_gaussian_sigma_matches_dp_accounting_analytic_gaussian(epsilon, delta):
 def test_gaussian_delta_matches_dp_accounting_privacy_loss(noise_multiplier, epsilon):
     from dp_accounting.pld import privacy_loss_mechanism
 
-    from privadapt.common.analytic_gaussian import gaussian_delta
+    from privadapt.common.accounting.analytic_gaussian import gaussian_delta
 
     loss = privacy_loss_mechanism.GaussianPrivacyLoss(noise_multiplier, sensitivity=1.0)
     expected = loss.get_delta_for_epsilon(epsilon)
@@ -398,7 +402,7 @@ def test_gaussian_delta_matches_dp_accounting_privacy_loss(noise_multiplier, eps
 
 @given(st.floats(min_value=1e-6, max_value=8.0))
 def test_pure_epsilon_is_lifted_to_a_float_exactly_on_the_loss_grid(epsilon):
-    from privadapt.common.accounting_pld import pure_epsilon_on_grid
+    from privadapt.common.accounting.pld import pure_epsilon_on_grid
 
     lifted = pure_epsilon_on_grid(epsilon, 1e-4)
     assert epsilon <= lifted <= epsilon + 5 * 1e-4

@@ -11,9 +11,13 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 from scipy import special, stats
 
-from privadapt.common.accounting import AccountingMethod, PrivacyAccountant, epsilon_spent
-from privadapt.common.accounting_rdp import DEFAULT_RDP_ORDERS
-from privadapt.common.epsilon_lower_bounds import release_epsilon_lower_bound
+from privadapt.common.accounting.accountant import (
+    AccountingMethod,
+    PrivacyAccountant,
+    epsilon_spent,
+)
+from privadapt.common.accounting.lower_bounds import release_epsilon_lower_bound
+from privadapt.common.accounting.rdp import DEFAULT_RDP_ORDERS
 from privadapt.common.mechanisms import (
     Adjacency,
     ExponentialMechanism,
@@ -208,7 +212,7 @@ def test_pure_dp_figures_are_monotone_in_epsilon_and_exact_on_the_grid():
     import numpy as np
     from scipy import optimize, stats
 
-    from privadapt.common.accounting import PrivacyAccountant
+    from privadapt.common.accounting.accountant import PrivacyAccountant
     from privadapt.common.mechanisms import Adjacency
     from privadapt.common.mechanisms.selection import ReportNoisyMin
 

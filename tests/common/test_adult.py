@@ -11,9 +11,9 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from privadapt.common.data import Schema, encode_table, load_dataset
-from privadapt.common.datasets import adult
-from privadapt.common.datasets.adult import (
+from privadapt.common.data.dataset import Schema, encode_table, load_dataset
+from privadapt.common.data.datasets import adult
+from privadapt.common.data.datasets.adult import (
     ADULT_COLUMNS,
     ADULT_SCHEMA,
     DEMO_SPLIT,
@@ -60,7 +60,7 @@ def test_sites_partition_the_women_of_adult_data(domains):
 @pytest.mark.parametrize(("file_name", "sex", "part"), [
     (adult.TRAIN_FILE, "Male", "source"), (adult.TEST_FILE, "Female", "target_test")])
 def test_parts_are_the_complete_rows_of_one_sex(domains, file_name, sex, part):
-    folder = resources.files("privadapt.common.datasets").joinpath("adult")
+    folder = resources.files("privadapt.common.data.datasets").joinpath("adult")
     with gzip.open(folder.joinpath(file_name).open("rb"), "rt") as handle:
         rows = [line.split(", ") for line in handle if line.count(",") == 14]
     expected = sum(1 for r in rows if r[9] == sex and "?" not in r)
@@ -140,7 +140,7 @@ def test_sampling_weight_and_sex_are_not_features(domains):
 
 
 def test_declared_categories_are_those_listed_in_adult_names():
-    names = resources.files("privadapt.common.datasets").joinpath("adult", "adult.names")
+    names = resources.files("privadapt.common.data.datasets").joinpath("adult", "adult.names")
     listed = dict(re.findall(r"^([a-z-]+): (.+)\.$", names.read_text(), flags=re.MULTILINE))
     for column, categories in adult.CATEGORIES.items():
         assert tuple(listed[column].split(", ")) == categories
@@ -163,7 +163,7 @@ def test_site_schema_file_reads_back_as_the_adult_schema(domains, tmp_path):
 
 
 def test_bundled_files_ship_with_their_attribution():
-    folder = resources.files("privadapt.common.datasets").joinpath("adult")
+    folder = resources.files("privadapt.common.data.datasets").joinpath("adult")
     readme = folder.joinpath("README.md").read_text()
     assert "Ronny Kohavi and Barry Becker (1996)" in readme and "CC BY 4.0" in readme
     assert all(folder.joinpath(name).is_file()

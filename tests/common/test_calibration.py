@@ -8,8 +8,11 @@ import pytest
 from dp_accounting import mechanism_calibration
 from dp_accounting.pld import pld_privacy_accountant
 
-from privadapt.common.accounting import AccountingMethod, PrivacyAccountant
-from privadapt.common.calibration import calibrate_laplace_scale, calibrate_noise_multiplier
+from privadapt.common.accounting.accountant import AccountingMethod, PrivacyAccountant
+from privadapt.common.accounting.calibration import (
+    calibrate_laplace_scale,
+    calibrate_noise_multiplier,
+)
 from privadapt.common.mechanisms import (
     Adjacency,
     GaussianMechanism,
@@ -248,7 +251,7 @@ def test_sampled_calibration_is_decided_on_the_accountants_own_grid(epsilon, rel
 
 
 def test_a_wrong_coarse_guess_cannot_change_the_answer(monkeypatch):
-    from privadapt.common import calibration
+    from privadapt.common.accounting import calibration
 
     def calibrate():
         return calibrate_noise_multiplier(2.0, 1e-5, 20, adjacency=Adjacency.ADD_REMOVE_ONE,

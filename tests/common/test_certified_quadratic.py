@@ -23,17 +23,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privadapt.common import certified_quadratic
-from privadapt.common.certified_quadratic import (
+from privadapt.common.data.dataset import Dataset
+from privadapt.common.errors import UncertifiedComputationError
+from privadapt.common.kernels import get_kernel
+from privadapt.common.kernels.exact_discrepancy import ExactDiscrepancyParams
+from privadapt.common.numerics import certified_quadratic
+from privadapt.common.numerics.certified_quadratic import (
     UNIT,
     certified_discrepancy,
     certify_maximum,
 )
-from privadapt.common.data import Dataset
-from privadapt.common.errors import UncertifiedComputationError
-from privadapt.common.kernels import get_kernel
-from privadapt.common.kernels.exact_discrepancy import ExactDiscrepancyParams
-from privadapt.common.trust_region import maximize_quadratic_on_ball
+from privadapt.common.numerics.trust_region import maximize_quadratic_on_ball
 
 
 def hadamard(size: int) -> np.ndarray:

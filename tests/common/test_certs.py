@@ -12,8 +12,8 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from privadapt.common import certs
 from privadapt.common.errors import ConfigError, PrivadaptError
+from privadapt.common.secure import certs
 
 
 def _mode(path) -> int:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privadapt.common.data import Dataset, Schema, encode_table, load_dataset
+from privadapt.common.data.dataset import Dataset, Schema, encode_table, load_dataset
 from privadapt.common.errors import ConfigError, DataError
 
 SCHEMA = Schema(

@@ -9,7 +9,7 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant, privacy_loss_distribution
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from privadapt.common.discrete_accounting import (
+from privadapt.common.accounting.discrete import (
     SKELLAM_ORDERS,
     discrete_gaussian_epsilon,
     discrete_laplace_epsilon,

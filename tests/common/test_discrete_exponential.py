@@ -17,11 +17,10 @@ import pytest
 from scipy import stats
 
 from privadapt.client.local_federation import LocalFederation
-from privadapt.common.accounting import PrivacyAccountant
-from privadapt.common.data import Dataset
+from privadapt.common.accounting.accountant import PrivacyAccountant
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query, ReleaseForm
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import (
     Adjacency,
@@ -34,9 +33,10 @@ from privadapt.common.mechanisms.discrete_selection import (
     exact_probabilities,
     sampler_probabilities,
 )
-from privadapt.common.noise import SeededRandomBits
-from privadapt.common.query_digest import query_digest
-from privadapt.common.wire import mechanism_from_proto, mechanism_to_proto
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.common.numerics.fixed_point import FixedPointCodec
+from privadapt.common.secure.query_digest import query_digest
+from privadapt.common.wire.messages import mechanism_from_proto, mechanism_to_proto
 
 BITS = 16
 STEP = 2.0**-BITS

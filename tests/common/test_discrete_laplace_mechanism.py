@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privadapt.common.accounting import PrivacyAccountant
-from privadapt.common.discrete_accounting import discrete_laplace_epsilon
-from privadapt.common.epsilon_lower_bounds import release_epsilon_lower_bound
+from privadapt.common.accounting.accountant import PrivacyAccountant
+from privadapt.common.accounting.discrete import discrete_laplace_epsilon
+from privadapt.common.accounting.lower_bounds import release_epsilon_lower_bound
 from privadapt.common.federation import Query
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.mechanisms import (
     Adjacency,
     DiscreteLaplaceMechanism,
@@ -30,10 +29,11 @@ from privadapt.common.mechanisms.discrete_laplace import (
     expected_words_per_sample,
     grid_steps,
 )
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.query_digest import query_digest
-from privadapt.common.wire import WireError, mechanism_from_proto, mechanism_to_proto
+from privadapt.common.secure.query_digest import query_digest
+from privadapt.common.wire.messages import WireError, mechanism_from_proto, mechanism_to_proto
 
 ALPHA = 1e-3
 SAMPLES = 20_000

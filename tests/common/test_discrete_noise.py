@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privadapt.common import discrete_noise, exact_bernoulli
-from privadapt.common.discrete_noise import (
+from privadapt.common.noise import bernoulli as exact_bernoulli
+from privadapt.common.noise import discrete as discrete_noise
+from privadapt.common.noise.discrete import (
     discrete_gaussian,
     discrete_laplace,
 )
-from privadapt.common.discrete_shares import polya_share, skellam_share
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.noise.discrete_shares import polya_share, skellam_share
+from privadapt.common.noise.floating import SeededRandomBits
 
 STRICT = 1e-6
 SAMPLES = 200_000

@@ -1,4 +1,4 @@
-"""Exact Polya shares (common/exact_count_noise.py), tested against exact
+"""Exact Polya shares (common/noise/count_noise.py), tested against exact
 probability mass functions: the logarithmic jumps, the Poisson jump count, one
 share, and the sum of the honest shares; the bounded work per sample; and the
 lazy uniform that decides a word landing between a CDF's rigorous bounds.
@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privadapt.common import exact_count_noise
-from privadapt.common.discrete_noise import KeystreamBits
-from privadapt.common.discrete_shares import polya_share
-from privadapt.common.exact_bernoulli import bernoulli_below_constant
-from privadapt.common.exact_count_noise import negative_binomial_difference
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.noise import count_noise as exact_count_noise
+from privadapt.common.noise.bernoulli import bernoulli_below_constant
+from privadapt.common.noise.count_noise import negative_binomial_difference
+from privadapt.common.noise.discrete import KeystreamBits
+from privadapt.common.noise.discrete_shares import polya_share
+from privadapt.common.noise.floating import SeededRandomBits
 from tests.common.test_discrete_noise import STRICT, chi_square_pvalue, discrete_laplace_pmf
 
 SAMPLES = 200_000

@@ -17,10 +17,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privadapt.common.accounting import PrivacyAccountant
-from privadapt.common.discrete_accounting import discrete_gaussian_sum_grid_rdp
+from privadapt.common.accounting.accountant import PrivacyAccountant
+from privadapt.common.accounting.discrete import discrete_gaussian_sum_grid_rdp
 from privadapt.common.federation import Query
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.mechanisms import (
     Adjacency,
     DistributedDiscreteGaussianMechanism,
@@ -31,10 +30,11 @@ from privadapt.common.mechanisms.distributed_discrete_gaussian import (
     grid_l2_squared,
     sampler_variance_at_least,
 )
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.query_digest import query_digest
-from privadapt.common.wire import WireError, mechanism_from_proto, mechanism_to_proto
+from privadapt.common.secure.query_digest import query_digest
+from privadapt.common.wire.messages import WireError, mechanism_from_proto, mechanism_to_proto
 
 ALPHA = 1e-3
 SAMPLES = 20_000

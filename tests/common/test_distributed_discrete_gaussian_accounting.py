@@ -1,5 +1,5 @@
 """The Renyi bound the distributed discrete Gaussian is charged by
-(common/discrete_accounting.py: Kairouz, Liu and Steinke 2021, Proposition 14)
+(common/accounting/discrete.py: Kairouz, Liu and Steinke 2021, Proposition 14)
 against the exact Renyi divergence of a sum of n i.i.d. discrete Gaussians
 and its shift, computed here from the convolved pmfs: never below it, and
 within the paper's tau of it where the paper says it is tight (s >= 1).
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from privadapt.common.accounting import PrivacyAccountant
-from privadapt.common.discrete_accounting import (
+from privadapt.common.accounting.accountant import PrivacyAccountant
+from privadapt.common.accounting.discrete import (
     discrete_gaussian_sum_grid_rdp,
     discrete_gaussian_sum_rdp,
     discrete_gaussian_sum_tau,

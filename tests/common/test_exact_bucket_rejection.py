@@ -1,5 +1,5 @@
 """The discrete Gaussian and Laplace at large scales by bucketed rejection
-(common/exact_bucket_rejection.py): the bucket laws' certified windows hold
+(common/noise/bucket_rejection.py): the bucket laws' certified windows hold
 their exact CDFs, the acceptance step is Bernoulli(exp(-gamma)) on its own (fast
 and big-integer paths), the samples follow N_Z(0, sigma^2) from sigma = 2^15
 to 2^28 and at non-dyadic sigma^2 and the discrete Laplace from t = 5000 to
@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privadapt.common import discrete_noise, exact_bucket_rejection
-from privadapt.common.discrete_noise import KeystreamBits, discrete_gaussian, discrete_laplace
-from privadapt.common.exact_bucket_rejection import (
+from privadapt.common.noise import bucket_rejection as exact_bucket_rejection
+from privadapt.common.noise import discrete as discrete_noise
+from privadapt.common.noise.bucket_rejection import (
     OneSidedDiscreteGaussian,
     OneSidedGeometric,
     bucket_acceptance,
@@ -32,9 +32,13 @@ from privadapt.common.exact_bucket_rejection import (
     discrete_laplace_by_buckets,
     laplace_bucket_exponent,
 )
-from privadapt.common.exact_laws import gaussian_table_entries, geometric_tail_table_entries
-from privadapt.common.exact_table_inversion import MAX_TABLE_ENTRIES
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.noise.certified_laws import (
+    gaussian_table_entries,
+    geometric_tail_table_entries,
+)
+from privadapt.common.noise.discrete import KeystreamBits, discrete_gaussian, discrete_laplace
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.common.noise.table_inversion import MAX_TABLE_ENTRIES
 from tests.common.test_discrete_noise import STRICT
 
 mpmath.mp.dps = 40

@@ -1,5 +1,5 @@
-"""Exact inversion of certified CDF tables (common/exact_table_inversion.py,
-common/exact_laws.py): the integer brackets hold the exact CDF, the fast path
+"""Exact inversion of certified CDF tables (common/noise/table_inversion.py,
+common/noise/certified_laws.py): the integer brackets hold the exact CDF, the fast path
 and the forced fallback (a coarse table, so most words and the far tail go
 through the lazy path) both follow the exact pmf, a word between the bounds
 is decided by the next word, and the samplers that remain for large scales
@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privadapt.common import discrete_noise, discrete_shares, exact_count_noise
-from privadapt.common.discrete_noise import KeystreamBits, discrete_gaussian, discrete_laplace
-from privadapt.common.discrete_shares import polya_share, skellam_share
-from privadapt.common.exact_laws import (
+from privadapt.common.noise import count_noise as exact_count_noise
+from privadapt.common.noise import discrete as discrete_noise
+from privadapt.common.noise.certified_laws import (
     FoldedDiscreteGaussian,
     FoldedDiscreteLaplace,
     NegativeBinomial,
@@ -28,12 +27,14 @@ from privadapt.common.exact_laws import (
     geometric_tail_table_entries,
     poisson_table_entries,
 )
-from privadapt.common.exact_table_inversion import (
+from privadapt.common.noise.discrete import KeystreamBits, discrete_gaussian, discrete_laplace
+from privadapt.common.noise.discrete_shares import polya_share, skellam_share
+from privadapt.common.noise.floating import SeededRandomBits, discrete_shares
+from privadapt.common.noise.table_inversion import (
     _decide_lazily,
     inversion_table,
     sample_by_inversion,
 )
-from privadapt.common.noise import SeededRandomBits
 from tests.common.test_discrete_noise import (
     STRICT,
     chi_square_pvalue,

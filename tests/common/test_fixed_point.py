@@ -8,7 +8,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from privadapt.common.fixed_point import FixedPointCodec
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 
 CODEC = FixedPointCodec(32)
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)

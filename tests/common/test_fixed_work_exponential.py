@@ -19,14 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.accounting import PrivacyAccountant
-from privadapt.common.data import Dataset
+from privadapt.common.accounting.accountant import PrivacyAccountant
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.federation import Query, ReleaseForm
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.mechanisms import DiscreteExponentialMechanism
 from privadapt.common.mechanisms.discrete_selection import (
     exact_probabilities,
@@ -45,7 +44,8 @@ from privadapt.common.mechanisms.fixed_work_exponential import (
     lower_mantissa,
     random_words,
 )
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 
 mpmath.mp.prec = 400
 #: rho, the weights' relative deficit the derivation allows (< 2^-55).

@@ -1,4 +1,4 @@
-"""Clipping keeps its bound at the edges of floating point (common/geometry.py)."""
+"""Clipping keeps its bound at the edges of floating point (common/numerics/geometry.py)."""
 
 import math
 
@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privadapt.common.geometry import clip_coefficients, clip_residuals, row_norms
 from privadapt.common.kernels.exact_sum import clip_slack
+from privadapt.common.numerics.geometry import clip_coefficients, clip_residuals, row_norms
 
 HUGE = 1.1e308
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels import get_kernel, registered_kernels
 from privadapt.common.kernels.linear_gradient import LinearGradientParams
 from privadapt.common.kernels.reweighted_gradient import ReweightedGradientParams

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels import get_kernel, registered_kernels
 from privadapt.common.kernels.second_moments import symmetric_from_triangle
 from privadapt.common.mechanisms import Adjacency

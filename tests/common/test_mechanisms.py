@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privadapt.common.accounting import PrivacyAccountant
+from privadapt.common.accounting.accountant import PrivacyAccountant
 from privadapt.common.mechanisms import (
     MECHANISM_KINDS,
     Adjacency,
@@ -29,7 +29,7 @@ from privadapt.common.mechanisms import (
     mechanism_from_dict,
     mechanism_to_dict,
 )
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.noise.floating import SeededRandomBits
 
 ADD_REMOVE = Adjacency.ADD_REMOVE_ONE
 REPLACE = Adjacency.REPLACE_ONE

@@ -13,16 +13,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.federation import Query, ReleaseForm
-from privadapt.common.fixed_point import FixedPointCodec
-from privadapt.common.geometry import clip_rows_to_norm
 from privadapt.common.kernels import get_kernel
 from privadapt.common.kernels.nearest_source_averages import NearestSourceParams
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.numerics.fixed_point import FixedPointCodec
+from privadapt.common.numerics.geometry import clip_rows_to_norm
 
 KERNEL = get_kernel("nearest_source_averages")
 DIM = 3

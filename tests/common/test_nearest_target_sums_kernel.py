@@ -14,13 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.federation import Query
-from privadapt.common.fixed_point import FixedPointCodec
-from privadapt.common.geometry import clip_rows_to_norm
 from privadapt.common.kernels import get_kernel
 from privadapt.common.kernels.nearest_target_sums import (
     CLIP_NORM,
@@ -28,7 +26,9 @@ from privadapt.common.kernels.nearest_target_sums import (
     NearestTargetParams,
 )
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.noise import SeededRandomBits, laplace_share
+from privadapt.common.noise.floating import SeededRandomBits, laplace_share
+from privadapt.common.numerics.fixed_point import FixedPointCodec
+from privadapt.common.numerics.geometry import clip_rows_to_norm
 
 KERNEL = get_kernel("nearest_target_sums")
 DIM = 3

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from privadapt.common.fixed_point import FixedPointCodec
-from privadapt.common.noise import (
+from privadapt.common.noise.floating import (
     NOISE_REACH,
     SecureRandomBits,
     SeededRandomBits,
@@ -23,6 +22,7 @@ from privadapt.common.noise import (
     laplace_share,
     uniforms,
 )
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 
 ALPHA = 1e-3
 SAMPLES = 40_000

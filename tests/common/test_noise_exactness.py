@@ -2,7 +2,7 @@
 
 ``gaussian_noise`` computes -sigma * sign * ndtri(u) in place, with the sign
 applied as a bit flip, and ``SecureRandomBits`` writes its keystream in place
-from a shared block of zeros (common/noise.py). Neither may change a single
+from a shared block of zeros (common/noise/floating.py). Neither may change a single
 output bit: the law of the noise, and so everything the privacy analysis says
 about it (tails, reach, grid safety), is the law of the reference formula.
 """
@@ -14,8 +14,8 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from scipy import special
 
-from privadapt.common import noise
-from privadapt.common.noise import SecureRandomBits, SeededRandomBits, gaussian_noise
+from privadapt.common.noise import floating as noise
+from privadapt.common.noise.floating import SecureRandomBits, SeededRandomBits, gaussian_noise
 
 
 def reference_gaussian(sigma, count, source):

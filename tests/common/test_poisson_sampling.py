@@ -15,10 +15,10 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from privadapt.common import accounting
-from privadapt.common.accounting import AccountingMethod, PrivacyAccountant
-from privadapt.common.accounting_rdp import DEFAULT_RDP_ORDERS
-from privadapt.common.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting import accountant as accounting
+from privadapt.common.accounting.accountant import AccountingMethod, PrivacyAccountant
+from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.rdp import DEFAULT_RDP_ORDERS
 from privadapt.common.errors import WireError
 from privadapt.common.mechanisms import (
     Adjacency,
@@ -27,7 +27,7 @@ from privadapt.common.mechanisms import (
     mechanism_from_dict,
     mechanism_to_dict,
 )
-from privadapt.common.wire import mechanism_from_proto, mechanism_to_proto
+from privadapt.common.wire.messages import mechanism_from_proto, mechanism_to_proto
 
 ADD_REMOVE = Adjacency.ADD_REMOVE_ONE
 REPLACE = Adjacency.REPLACE_ONE

@@ -1,4 +1,4 @@
-"""The query digest every site signs into its round key (common/query_digest.py):
+"""The query digest every site signs into its round key (common/secure/query_digest.py):
 equal for the same query however it was built, different for any change that
 changes the answer."""
 
@@ -10,11 +10,15 @@ import hashlib
 import numpy as np
 import pytest
 
+from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.federation import Query, ReleaseForm
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, LaplaceMechanism
-from privadapt.common.query_digest import QUERY_DIGEST_BYTES, canonical_encoding, query_digest
-from privadapt.common.record_parts import RecordPart
-from privadapt.common.wire import query_from_proto, query_to_proto
+from privadapt.common.secure.query_digest import (
+    QUERY_DIGEST_BYTES,
+    canonical_encoding,
+    query_digest,
+)
+from privadapt.common.wire.messages import query_from_proto, query_to_proto
 
 MECHANISM = GaussianMechanism.single(2.0, 4.0, Adjacency.REPLACE_ONE)
 
@@ -131,7 +135,7 @@ def test_query_digests_are_the_ones_first_released():
         "b6ba0b0a2ce583a1057350d4158f1c8698d51e0b62bc3959a76700e200de7e72")
 
 
-# --- record parts (common/record_parts.py) ----------------------------------------------------
+# --- record parts (common/data/record_parts.py) ---------------------------------------------
 
 
 PARTS = (RecordPart("validation", 0.25, "salt"), RecordPart("train", 0.25, "salt"),

@@ -1,4 +1,4 @@
-"""Record parts (common/record_parts.py): membership is a function of each
+"""Record parts (common/data/record_parts.py): membership is a function of each
 record alone, the fraction is respected, the salt changes the split, and
 every public field is range-checked."""
 
@@ -12,10 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from privadapt.common.data import Dataset
-from privadapt.common.federation import RecordPartView
-from privadapt.common.mechanisms import Adjacency
-from privadapt.common.record_parts import (
+from privadapt.common.data.dataset import Dataset
+from privadapt.common.data.record_parts import (
     CACHED_SALTS,
     MAX_SALT_CHARS,
     RecordPart,
@@ -24,6 +22,8 @@ from privadapt.common.record_parts import (
     record_hashes,
     worst_case,
 )
+from privadapt.common.federation import RecordPartView
+from privadapt.common.mechanisms import Adjacency
 
 DIM = 3
 NAMES = tuple(f"x{i}" for i in range(DIM))
@@ -176,7 +176,7 @@ def test_hashes_are_the_same_whatever_the_hashing_block(monkeypatch):
     import hashlib
     import struct
 
-    from privadapt.common import record_parts
+    from privadapt.common.data import record_parts
 
     rng = np.random.default_rng(4)
     data = Dataset(rng.normal(size=(37, 3)), rng.normal(size=37), ("a", "b", "c"))

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privadapt.common.data import Dataset
-from privadapt.common.geometry import record_products
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels.validation_loss import ValidationLoss, ValidationLossParams
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.numerics.geometry import record_products
 
 
 def ill_conditioned(rng, n, d, weights):

@@ -16,13 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import minimize
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.kernels import get_kernel
 from privadapt.common.kernels.regularized_erm import (
     MAX_ITERATIONS,
@@ -34,6 +33,7 @@ from privadapt.common.kernels.regularized_erm import (
 )
 from privadapt.common.losses import loss_values
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 
 DIM = 3
 NUM = 40

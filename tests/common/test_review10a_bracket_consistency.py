@@ -1,6 +1,6 @@
 """Review 10a (low, defence in depth): the certificate of exact_discrepancy
 now releases within the INTERSECTION of every attempt's proved bracket
-(common/certified_quadratic.py). Each bracket holds the exact maximum only if
+(common/numerics/certified_quadratic.py). Each bracket holds the exact maximum only if
 its proof is right; if one is wrong (a proof bug, or the floating-point model
 broken, which is what the certificate exists to catch), the intersection can
 be EMPTY: lower > upper. Then ``certified_discrepancy`` returns a NEGATIVE
@@ -25,12 +25,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import privadapt.common.certified_quadratic as certified_quadratic
-from privadapt.common.certified_quadratic import certify_maximum
-from privadapt.common.data import Dataset
+import privadapt.common.numerics.certified_quadratic as certified_quadratic
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import UncertifiedComputationError
 from privadapt.common.kernels import get_kernel
-from privadapt.common.trust_region import maximize_quadratic_on_ball
+from privadapt.common.numerics.certified_quadratic import certify_maximum
+from privadapt.common.numerics.trust_region import maximize_quadratic_on_ball
 
 KERNEL = get_kernel("exact_discrepancy")
 PARAMS = {"feature_norm": 1.0, "label_bound": 1.0, "radius": 2.0,

@@ -1,5 +1,5 @@
 """Review 10b: an adversarial look at the exact table-inversion samplers
-(common/exact_table_inversion.py, common/exact_laws.py and their routing in
+(common/noise/table_inversion.py, common/noise/certified_laws.py and their routing in
 discrete_noise.py / discrete_shares.py / exact_count_noise.py).
 
 Findings (a failing test each):
@@ -42,22 +42,22 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privadapt.common import exact_table_inversion
-from privadapt.common.discrete_noise import KeystreamBits, discrete_gaussian, discrete_laplace
-from privadapt.common.discrete_shares import polya_share, skellam_share
-from privadapt.common.exact_count_noise import _JumpCountLaw, _poisson_table
-from privadapt.common.exact_laws import (
+from privadapt.common.noise import table_inversion as exact_table_inversion
+from privadapt.common.noise.certified_laws import (
     FoldedDiscreteGaussian,
     FoldedDiscreteLaplace,
     NegativeBinomial,
     RationalPoisson,
     gaussian_table_entries,
 )
-from privadapt.common.exact_table_inversion import (
+from privadapt.common.noise.count_noise import _JumpCountLaw, _poisson_table
+from privadapt.common.noise.discrete import KeystreamBits, discrete_gaussian, discrete_laplace
+from privadapt.common.noise.discrete_shares import polya_share, skellam_share
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.common.noise.table_inversion import (
     inversion_table,
     sample_by_inversion,
 )
-from privadapt.common.noise import SeededRandomBits
 from tests.common.test_discrete_noise import (
     STRICT,
     chi_square_pvalue,

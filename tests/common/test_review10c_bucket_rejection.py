@@ -1,5 +1,5 @@
 """Review 10c: an adversarial review of the bucketed rejection samplers
-(common/exact_bucket_rejection.py) and their routing in common/discrete_noise.py.
+(common/noise/bucket_rejection.py) and their routing in common/noise/discrete.py.
 
 Every test here is a PASSING CHECK of a property that held under attack (no
 failing test: no real problem was found). What each adds beyond
@@ -35,23 +35,24 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privadapt.common import discrete_noise, exact_bucket_rejection
-from privadapt.common.discrete_noise import (
-    KeystreamBits,
-    _bernoulli_exp_fraction,
-    discrete_gaussian,
-    discrete_laplace,
-)
-from privadapt.common.exact_bucket_rejection import (
+from privadapt.common.noise import bucket_rejection as exact_bucket_rejection
+from privadapt.common.noise import discrete as discrete_noise
+from privadapt.common.noise.bucket_rejection import (
     bernoulli_exp_by_lane,
     bucket_width_exponent,
     discrete_gaussian_by_buckets,
     discrete_laplace_by_buckets,
     laplace_bucket_exponent,
 )
-from privadapt.common.exact_laws import gaussian_table_entries
-from privadapt.common.exact_table_inversion import MAX_TABLE_ENTRIES
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.noise.certified_laws import gaussian_table_entries
+from privadapt.common.noise.discrete import (
+    KeystreamBits,
+    _bernoulli_exp_fraction,
+    discrete_gaussian,
+    discrete_laplace,
+)
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.common.noise.table_inversion import MAX_TABLE_ENTRIES
 from tests.common.test_discrete_noise import STRICT
 
 MASK64 = 2**64 - 1

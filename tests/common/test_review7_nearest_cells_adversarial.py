@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels import get_kernel
 from privadapt.common.kernels.nearest_cells import (
     TargetIndex,

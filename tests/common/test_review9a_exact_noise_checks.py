@@ -15,14 +15,14 @@ import pytest
 from scipy import stats
 from scipy.special import logsumexp
 
-from privadapt.common.discrete_accounting import (
+from privadapt.common.accounting.discrete import (
     discrete_gaussian_sum_grid_rdp,
     discrete_gaussian_sum_rdp,
 )
-from privadapt.common.discrete_shares import polya_share
-from privadapt.common.exact_bernoulli import _remainder
 from privadapt.common.mechanisms.distributed_discrete_gaussian import grid_l2_squared
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.noise.bernoulli import _remainder
+from privadapt.common.noise.discrete_shares import polya_share
+from privadapt.common.noise.floating import SeededRandomBits
 
 # -- _remainder == % --------------------------------------------------------------------
 
@@ -152,8 +152,8 @@ def test_honest_polya_shares_sum_to_the_discrete_laplace(scale, honest):
                                    Fraction(2**30 - 1, 2**28), 1 + Fraction(1, 2**47),
                                    Fraction(3, 4), Fraction(64), Fraction(65)])
 def test_logarithmic_jumps_at_dyadic_boundaries_follow_logser(scale):
-    from privadapt.common.discrete_noise import KeystreamBits
-    from privadapt.common.exact_count_noise import _logarithmic
+    from privadapt.common.noise.count_noise import _logarithmic
+    from privadapt.common.noise.discrete import KeystreamBits
 
     n = 500_000
     x = _logarithmic(Fraction(scale), n, KeystreamBits(SeededRandomBits(77)))

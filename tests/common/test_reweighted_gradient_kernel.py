@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels import get_kernel
 from privadapt.common.kernels.reweighted_gradient import ReweightedGradient
 from privadapt.common.mechanisms import Adjacency
-from privadapt.server.algorithms.adaptation_objectives import (
+from privadapt.server.algorithms.reweighting.objectives import (
     AdaptationSample,
     ReweightingHyperparameters,
     objective_and_gradient,

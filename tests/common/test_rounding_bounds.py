@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privadapt.common.rounding_bounds import (
+from privadapt.common.numerics.rounding_bounds import (
     accurate_product,
     down,
     gamma,

@@ -2,9 +2,9 @@
 
 import pytest
 
+from privadapt.common.data.schema import Schema
+from privadapt.common.data.schema_digest import SchemaDigest, describe_names
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.schema import Schema
-from privadapt.common.schema_digest import SchemaDigest, describe_names
 
 SCHEMA = Schema(label="income", numeric=("age",), categorical={"race": ("a", "b", "c")},
                 label_map={"<=50K": -1.0, ">50K": 1.0}, numeric_scale={"age": (17.0, 90.0)},

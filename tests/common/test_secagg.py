@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from privadapt.common.errors import QueryRefusedError, ReplayError
-from privadapt.common.fixed_point import FixedPointCodec
-from privadapt.common.roster import RosterError, sign_round_key
-from privadapt.common.secagg import (
+from privadapt.common.numerics.fixed_point import FixedPointCodec
+from privadapt.common.secure.roster import RosterError, sign_round_key
+from privadapt.common.secure.secagg import (
     MaskMismatchError,
     RoundKeys,
     SignedKey,

@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels.blocked_gram import (
     BLOCK_RECORDS,
     gram,

@@ -1,5 +1,5 @@
 """The a posteriori bound on eigh's error in the smoothed spectral gradient
-(common/smoothed_spectral.py, eigen_error_bound) and the kernel's check of it:
+(common/numerics/smoothed_spectral.py, eigen_error_bound) and the kernel's check of it:
 small for an exact decomposition, at least the true distance for a wrong
 one, and a corrupted eigh is refused by smoothed_discrepancy_gradient."""
 
@@ -8,10 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import UncertifiedComputationError
 from privadapt.common.kernels import get_kernel
-from privadapt.common.smoothed_spectral import eigen_error_bound, smoothed_norm_and_vertex_gradient
+from privadapt.common.numerics.smoothed_spectral import (
+    eigen_error_bound,
+    smoothed_norm_and_vertex_gradient,
+)
 
 UNIT = 2.0**-53
 
@@ -72,7 +75,7 @@ def test_the_kernel_answers_as_before_when_eigh_is_honest():
     (scores,) = KERNEL.compute(data, params, {})
     assert np.all(np.isfinite(scores))
     # The certified route computes the same scores as the plain one.
-    from privadapt.common.geometry import clip_rows_to_norm
+    from privadapt.common.numerics.geometry import clip_rows_to_norm
 
     clipped = clip_rows_to_norm(data.features, 1.0)
     matrix = clipped.T @ clipped / 50 - params.source_points.T @ (

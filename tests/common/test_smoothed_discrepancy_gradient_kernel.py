@@ -12,17 +12,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.federation import Query
-from privadapt.common.fixed_point import FixedPointCodec
-from privadapt.common.geometry import clip_rows_to_norm
 from privadapt.common.kernels import get_kernel
 from privadapt.common.kernels.grid_rounding import score_rounding_charged
 from privadapt.common.mechanisms import Adjacency
-from privadapt.server.algorithms.smoothed_discrepancy import SmoothedDiscrepancy, second_moment
+from privadapt.common.numerics.fixed_point import FixedPointCodec
+from privadapt.common.numerics.geometry import clip_rows_to_norm
+from privadapt.server.algorithms.discrepancy_minimization.smoothed_discrepancy import (
+    SmoothedDiscrepancy,
+    second_moment,
+)
 
 KERNEL = get_kernel("smoothed_discrepancy_gradient")
 DIM, NUM, R = 3, 10, 1.5
@@ -171,7 +174,7 @@ def test_a_selection_over_the_scores_is_answered_at_one_site(tmp_path):
 def test_softmax_weights_of_tied_eigenvalues_sum_to_one_at_huge_scales():
     # mu ||A|| = 2^400: a log-partition of 2^400 + log 2 rounds to 2^400, and
     # normalising by it gave each of two tied top eigenvalues weight 1 (sum 2).
-    from privadapt.common.smoothed_spectral import smoothed_spectrum
+    from privadapt.common.numerics.smoothed_spectral import smoothed_spectrum
 
     for top in (1.0, 2.0**60, 2.0**400):
         _, _, signed = smoothed_spectrum(np.diag([top, top, 0.0]), 1.0)

@@ -13,8 +13,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from privadapt.common import certs, tls
 from privadapt.common.errors import ConfigError
+from privadapt.common.secure import certs, tls
 
 TIMEOUT_S = 5.0
 SERVICE, METHOD = "privadapt.test.Echo", "Call"

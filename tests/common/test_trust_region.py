@@ -10,7 +10,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import optimize
 
-from privadapt.common.trust_region import maximize_quadratic_on_ball, quadratic_range_on_ball
+from privadapt.common.numerics.trust_region import (
+    maximize_quadratic_on_ball,
+    quadratic_range_on_ball,
+)
 
 entry = st.floats(min_value=-10, max_value=10, allow_nan=False, allow_infinity=False)
 

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels import get_kernel
 from privadapt.common.kernels.validation_loss import ValidationLossParams
 from privadapt.common.losses import loss_values
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.wire import param_from_proto, param_to_proto
+from privadapt.common.wire.messages import param_from_proto, param_to_proto
 
 DIM = 3
 RNG = np.random.default_rng(5)

@@ -1,5 +1,5 @@
 """The wire codec: what goes in comes out exactly, and malformed messages are
-refused with an error naming the field (privadapt.common.wire)."""
+refused with an error naming the field (privadapt.common.wire.messages)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import grpc
 import numpy as np
 import pytest
 
+from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.errors import PrivadaptError
 from privadapt.common.federation import Query
 from privadapt.common.mechanisms import (
@@ -26,8 +27,7 @@ from privadapt.common.mechanisms import (
 )
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as pb_grpc
-from privadapt.common.record_parts import RecordPart
-from privadapt.common.wire import (
+from privadapt.common.wire.messages import (
     MAX_MESSAGE_BYTES,
     WireError,
     channel_options,
@@ -473,7 +473,7 @@ def test_query_carries_its_fixed_point_grid() -> None:
 def test_tensor_with_an_unusable_shape_is_a_wire_error():
     from privadapt.common.errors import WireError
     from privadapt.common.proto import federation_pb2 as pb_
-    from privadapt.common.wire import tensor_from_proto as decode
+    from privadapt.common.wire.messages import tensor_from_proto as decode
 
     with pytest.raises(WireError, match="not usable"):
         decode(pb_.Tensor(dtype="float64", shape=[2**62, 2**62, 0], data=b""))

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from privadapt.common.datasets.adult import DEMO_RECORDS_PER_SITE, DEMO_SPLIT, SPLITS
+from privadapt.common.data.datasets.adult import DEMO_RECORDS_PER_SITE, DEMO_SPLIT, SPLITS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,10 @@ import pytest
 
 from experiments.seed001 import datasets as ds
 from privadapt.client.local_federation import LocalFederation
-from privadapt.server.estimators import PrivateGaussianMixtureSampler, PrivateLloydKMeans
+from privadapt.server.algorithms.source_target_clustering.private_kmeans import PrivateLloydKMeans
+from privadapt.server.algorithms.source_target_clustering.private_mixture_sampler import (
+    PrivateGaussianMixtureSampler,
+)
 
 DATA = ds.synthetic_2(seed=0)
 

@@ -11,9 +11,14 @@ import numpy as np
 import pytest
 
 from experiments.seed003 import section7
-from privadapt.server.algorithms.single_stage_frank_wolfe import single_stage_frank_wolfe
-from privadapt.server.algorithms.smoothed_discrepancy import SmoothedDiscrepancy, second_moment
-from privadapt.server.algorithms.unlabeled_adaptation import weighted_ridge
+from privadapt.server.algorithms.discrepancy_minimization.single_stage_frank_wolfe import (
+    single_stage_frank_wolfe,
+)
+from privadapt.server.algorithms.discrepancy_minimization.smoothed_discrepancy import (
+    SmoothedDiscrepancy,
+    second_moment,
+)
+from privadapt.server.algorithms.discrepancy_minimization.unlabeled_adaptation import weighted_ridge
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from experiments.step_rule_study import RULES, noise_ratio, rule_options
-from privadapt.server.algorithms.noise_aware_plan import auto_step_rule
+from privadapt.server.algorithms.reweighting.noise_aware_plan import auto_step_rule
 
 ROOT = Path(__file__).resolve().parents[2]
 

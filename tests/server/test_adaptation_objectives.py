@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from privadapt.server.algorithms.adaptation_objectives import (
+from privadapt.server.algorithms.reweighting.objectives import (
     AdaptationSample,
     ReweightingHyperparameters,
     objective_and_gradient,

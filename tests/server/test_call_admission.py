@@ -6,8 +6,8 @@ from concurrent import futures
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from privadapt.server.call_admission import AdmissionInterceptor
-from privadapt.server.call_limits import CallLimits
+from privadapt.server.coordinator.call_admission import AdmissionInterceptor
+from privadapt.server.coordinator.call_limits import CallLimits
 
 
 async def _idle_watches_then_check(watches: int) -> tuple[int, bool]:

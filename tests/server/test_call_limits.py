@@ -1,11 +1,11 @@
 """Per-caller budgets and the server-wide slots with their reserve
-(server/call_limits.py; the network attack is tests/test_network_call_flood.py)."""
+(server/coordinator/call_limits.py; the network attack is tests/test_network_call_flood.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from privadapt.server.call_limits import CallLimits, method_group
+from privadapt.server.coordinator.call_limits import CallLimits, method_group
 
 LIMITS = {"round": 3, "session": 1, "other": 1}
 

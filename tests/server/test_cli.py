@@ -5,11 +5,12 @@ import sys
 
 import pytest
 
-from privadapt.client import daemon
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.cli import main as cli
+from privadapt.client.daemon import main as daemon
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.common.mechanisms import GaussianMechanism
-from privadapt.server import cli, coordinator
+from privadapt.server.coordinator import main as coordinator
 
 
 def test_ledger_show_prints_charges_and_totals(tmp_path, capsys):
@@ -40,7 +41,7 @@ def test_privadapt_without_command_prints_help(capsys):
 
 def test_console_script_module_runs_in_a_fresh_process():
     result = subprocess.run(
-        [sys.executable, "-m", "privadapt.server.cli", "--help"],
+        [sys.executable, "-m", "privadapt.cli.main", "--help"],
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert result.returncode == 0 and "privadapt" in result.stdout

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cryptography import x509
 
-from privadapt.common import certs
-from privadapt.server import cli
+from privadapt.cli import main as cli
+from privadapt.common.secure import certs
 
 
 def _one_line_error(capsys) -> str:

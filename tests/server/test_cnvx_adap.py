@@ -10,24 +10,28 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
-from privadapt.common.noise import SeededRandomBits
-from privadapt.server.algorithms.adaptation_objectives import (
+from privadapt.common.data.dataset import Dataset
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.server.algorithms.reweighting.cnvx_adap import (
+    cnvx_adap,
+    paper_step_sizes,
+    pcnvx_adap,
+)
+from privadapt.server.algorithms.reweighting.descent import (
+    DataBounds,
+    StepSizes,
+    paper_noise_multiplier,
+)
+from privadapt.server.algorithms.reweighting.objectives import (
     AdaptationSample,
     ReweightingHyperparameters,
     objective_and_gradient,
     reference_descent,
     weight_lower_bounds,
-)
-from privadapt.server.algorithms.cnvx_adap import cnvx_adap, paper_step_sizes, pcnvx_adap
-from privadapt.server.algorithms.reweighted_descent import (
-    DataBounds,
-    StepSizes,
-    paper_noise_multiplier,
 )
 
 M, N, DIM = 40, 20, 3

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from privadapt.common.errors import ConfigError
-from privadapt.server.coordinator import Coordinator, CoordinatorConfig, check_listen_address
+from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig, check_listen_address
 from tests.network_harness import make_pki, write_coordinator_config
 
 

@@ -8,17 +8,17 @@ import math
 import numpy as np
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
-from privadapt.common.noise import SeededRandomBits
-from privadapt.server.algorithms.discrepancy import (
+from privadapt.common.data.dataset import Dataset
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.server.algorithms.discrepancy.estimators import PrivateDiscrepancy
+from privadapt.server.algorithms.discrepancy.private_discrepancy import (
     federated_discrepancy,
     single_holder_discrepancy,
 )
-from privadapt.server.estimators import PrivateDiscrepancy
 
 RADIUS, FEATURE_NORM, LABEL_BOUND = 2.0, 1.5, 1.0
 BOUND = (RADIUS * FEATURE_NORM + LABEL_BOUND) ** 2

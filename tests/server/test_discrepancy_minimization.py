@@ -9,28 +9,30 @@ import pytest
 from scipy import optimize
 
 from privadapt.client.local_federation import LocalFederation
-from privadapt.common.data import Dataset
-from privadapt.common.geometry import clip_rows_to_norm
-from privadapt.server.algorithms.pnorm_mirror_descent import (
+from privadapt.common.data.dataset import Dataset
+from privadapt.common.numerics.geometry import clip_rows_to_norm
+from privadapt.server.algorithms.discrepancy_minimization.estimators import (
+    PrivateDiscrepancyMinimization,
+)
+from privadapt.server.algorithms.discrepancy_minimization.pnorm_mirror_descent import (
     mirror_exponent,
     mirror_step,
     potential_gradient,
 )
-from privadapt.server.algorithms.single_stage_frank_wolfe import (
+from privadapt.server.algorithms.discrepancy_minimization.single_stage_frank_wolfe import (
     corollary2_step_size,
     single_stage_frank_wolfe,
 )
-from privadapt.server.algorithms.smoothed_discrepancy import (
+from privadapt.server.algorithms.discrepancy_minimization.smoothed_discrepancy import (
     SmoothedDiscrepancy,
     frank_wolfe,
     second_moment,
 )
-from privadapt.server.algorithms.unlabeled_adaptation import (
+from privadapt.server.algorithms.discrepancy_minimization.unlabeled_adaptation import (
     federated_adaptation,
     weighted_ridge,
 )
-from privadapt.server.estimators import PrivateDiscrepancyMinimization
-from privadapt.server.job_algorithms import ALGORITHMS
+from privadapt.server.jobs.catalog import ALGORITHMS
 
 FEATURE_NORM, MU, LAMBDA, RADIUS = 1.5, 20.0, 1e-3, 1.0
 DIM = 3
@@ -179,7 +181,7 @@ def test_mirror_step_solves_the_bregman_step():
 
 def test_a_job_runs_through_the_table_as_the_estimator_fits():
     from privadapt.common.proto import federation_pb2 as pb
-    from privadapt.server.job_algorithms import JobContext, run_job
+    from privadapt.server.jobs.catalog import JobContext, run_job
 
     spec = pb.JobSpec(algorithm="discrepancy_minimization", epsilon=1.0, delta=1e-5)
     hyper = {"feature_norm": FEATURE_NORM, "mu": MU, "iterations": 50, "method": "two_stage_fw"}
@@ -195,7 +197,7 @@ def test_a_job_runs_through_the_table_as_the_estimator_fits():
 
 # Route (b): the paper's per-iteration algorithms at a single data holder.
 
-from privadapt.server.algorithms.noisy_discrepancy_minimization import (  # noqa: E402
+from privadapt.server.algorithms.discrepancy_minimization.noisy_minimization import (  # noqa: E402
     noisy_frank_wolfe,
     noisy_mirror_descent,
 )
@@ -234,7 +236,7 @@ def test_per_iteration_ledger_is_k_events_composing_to_epsilon(algorithm):
 
 @pytest.mark.parametrize("algorithm", [noisy_frank_wolfe, noisy_mirror_descent])
 def test_paper_calibration_spends_at_most_epsilon(algorithm):
-    from privadapt.common.fixed_point import FixedPointCodec
+    from privadapt.common.numerics.fixed_point import FixedPointCodec
 
     federation = target_federation(3.0, num_sites=1)
     federation.codec = FixedPointCodec(16)  # the paper's Alg. 3 noise is large: a coarse grid

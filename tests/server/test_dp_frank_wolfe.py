@@ -11,22 +11,22 @@ import numpy as np
 import pytest
 
 from privadapt import Dataset, LocalFederation
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.calibration import calibrate_noise_multiplier
-from privadapt.common.fixed_point import FixedPointCodec
+from privadapt.common.accounting.calibration import calibrate_noise_multiplier
 from privadapt.common.kernels.grid_rounding import COARSEST_FRACTIONAL_BITS
 from privadapt.common.mechanisms import ReportNoisyMin
-from privadapt.common.noise import SeededRandomBits
-from privadapt.server.algorithms.dp_frank_wolfe import (
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.common.numerics.fixed_point import FixedPointCodec
+from privadapt.server.algorithms.base import InvalidParameterError
+from privadapt.server.algorithms.frank_wolfe.dp_frank_wolfe import (
     dp_frank_wolfe,
     plan_queries,
     resolve_route,
     selection_multiplier,
 )
-from privadapt.server.estimators import InvalidParameterError
-from privadapt.server.estimators.frank_wolfe import DPFrankWolfe
+from privadapt.server.algorithms.frank_wolfe.estimators import DPFrankWolfe
 
 DIM = 6
 DELTA = 1e-6

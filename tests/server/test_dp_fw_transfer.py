@@ -12,9 +12,9 @@ import pytest
 
 from privadapt import Dataset, LocalFederation
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server.algorithms.dp_fw_transfer import informative_set, least_squares
-from privadapt.server.estimators import DPFrankWolfeTransfer
-from privadapt.server.job_algorithms import JobContext, run_job
+from privadapt.server.algorithms.frank_wolfe.estimators import DPFrankWolfeTransfer
+from privadapt.server.algorithms.frank_wolfe.transfer import informative_set, least_squares
+from privadapt.server.jobs.catalog import JobContext, run_job
 
 DIM = 8
 BETA = np.array([1.0, -1.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0])
@@ -75,7 +75,7 @@ def test_the_truly_informative_sources_are_recovered_with_a_clear_gap():
 
 
 def test_transfer_beats_target_only_frank_wolfe_at_the_same_budget():
-    from privadapt.server.estimators import DPFrankWolfe
+    from privadapt.server.algorithms.frank_wolfe.estimators import DPFrankWolfe
     transfer_errors, target_errors = [], []
     for seed in range(4):
         with target(seed, n=500) as sites:
@@ -148,7 +148,7 @@ def test_a_job_without_public_sources_fails_naming_the_setting():
 
 def test_the_coordinator_reads_public_sources_relative_to_its_config(tmp_path):
     from privadapt.common.errors import ConfigError
-    from privadapt.server.coordinator import CoordinatorConfig
+    from privadapt.server.coordinator.main import CoordinatorConfig
 
     base = ('[coordinator]\nlisten = "127.0.0.1:0"\ndatabase = "c.db"\n{extra}\n'
             '[tls]\ncert = "c.crt"\nkey = "c.key"\nca = "ca.crt"\n')

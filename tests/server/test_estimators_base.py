@@ -8,19 +8,21 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from privadapt.server.algorithms.reweighted_descent import StepSizes
-from privadapt.server.estimators import (
+from privadapt.server.algorithms.base import (
+    InstanceOf,
+    Interval,
     InvalidParameterError,
-    NoisyGD,
-    NoisySGD,
-    PCnvxAdap,
-    PNCnvxAdap,
-    PrivateDiscrepancy,
+    Options,
     PrivateEstimator,
-    PrivateSelection,
     clone,
+    describe,
+    satisfies,
 )
-from privadapt.server.estimators.base import InstanceOf, Interval, Options, describe, satisfies
+from privadapt.server.algorithms.discrepancy.estimators import PrivateDiscrepancy
+from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD, NoisySGD
+from privadapt.server.algorithms.model_selection.selection import PrivateSelection
+from privadapt.server.algorithms.reweighting.descent import StepSizes
+from privadapt.server.algorithms.reweighting.estimators import PCnvxAdap, PNCnvxAdap
 
 # A valid set of hyperparameters for each estimator.
 VALID = {

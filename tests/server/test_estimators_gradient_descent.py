@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from privadapt.client.local_federation import LocalFederation
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import QueryRefusedError
-from privadapt.server.algorithms.noisy_gd import noisy_gd
-from privadapt.server.algorithms.noisy_sgd import noisy_sgd
-from privadapt.server.estimators import NoisyGD, NoisySGD, NotFittedError
+from privadapt.server.algorithms.base import NotFittedError
+from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD, NoisySGD
+from privadapt.server.algorithms.gradient_descent.noisy_gd import noisy_gd
+from privadapt.server.algorithms.gradient_descent.noisy_sgd import noisy_sgd
 from tests.conftest import synthetic_dataset
 
 DIM = 4

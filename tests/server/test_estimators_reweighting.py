@@ -8,14 +8,17 @@ import numpy as np
 import pytest
 
 from privadapt.client.local_federation import LocalFederation
-from privadapt.common.data import Dataset
-from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
-from privadapt.server.algorithms.cnvx_adap import pcnvx_adap
-from privadapt.server.algorithms.ncnvx_adap import pncnvx_adap
-from privadapt.server.algorithms.noise_aware_plan import auto_clip_radius, auto_iterations
+from privadapt.common.data.dataset import Dataset
 from privadapt.server.algorithms.public_erm import fit_linear
-from privadapt.server.algorithms.reweighted_descent import DataBounds
-from privadapt.server.estimators import PCnvxAdap, PNCnvxAdap
+from privadapt.server.algorithms.reweighting.cnvx_adap import pcnvx_adap
+from privadapt.server.algorithms.reweighting.descent import DataBounds
+from privadapt.server.algorithms.reweighting.estimators import PCnvxAdap, PNCnvxAdap
+from privadapt.server.algorithms.reweighting.ncnvx_adap import pncnvx_adap
+from privadapt.server.algorithms.reweighting.noise_aware_plan import (
+    auto_clip_radius,
+    auto_iterations,
+)
+from privadapt.server.algorithms.reweighting.objectives import ReweightingHyperparameters
 from tests.conftest import synthetic_dataset
 
 DIM = 3

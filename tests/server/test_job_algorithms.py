@@ -12,29 +12,32 @@ from privadapt.client.local_federation import LocalFederation
 from privadapt.common.errors import ConfigError
 from privadapt.common.mechanisms import DiscreteLaplaceMechanism, LaplaceMechanism
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server.estimators import (
-    DPFrankWolfeTransfer,
+from privadapt.server.algorithms.discrepancy_minimization.estimators import (
+    PrivateDiscrepancyMinimization,
+)
+from privadapt.server.algorithms.frank_wolfe.estimators import DPFrankWolfeTransfer
+from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
+from privadapt.server.algorithms.model_selection.confidence_boosting import ConfidenceBoosting
+from privadapt.server.algorithms.model_selection.selected_adaptation import SelectedAdaptation
+from privadapt.server.algorithms.output_perturbation.estimators import OutputPerturbation
+from privadapt.server.algorithms.reweighting.estimators import PCnvxAdap, PNCnvxAdap
+from privadapt.server.algorithms.source_target_clustering.estimators import (
     NeighborNoisyAverages,
     NoisyAverageSet,
-    NoisyGD,
-    PCnvxAdap,
-    PNCnvxAdap,
-    PrivateDiscrepancyMinimization,
-    SelectedAdaptation,
 )
-from privadapt.server.estimators.confidence_boosting import ConfidenceBoosting
-from privadapt.server.estimators.output_perturbation import OutputPerturbation
-from privadapt.server.estimators.private_kmeans import PrivateLloydKMeans
-from privadapt.server.estimators.private_mixture import PrivateGaussianMixtureSampler
-from privadapt.server.job_algorithms import (
+from privadapt.server.algorithms.source_target_clustering.private_kmeans import PrivateLloydKMeans
+from privadapt.server.algorithms.source_target_clustering.private_mixture_sampler import (
+    PrivateGaussianMixtureSampler,
+)
+from privadapt.server.jobs.catalog import (
     ALGORITHMS,
     JobContext,
     job_schema,
     run_job,
     validate_hyperparameters,
 )
-from privadapt.server.planning_federation import plan_releases
-from privadapt.server.privacy_plan import charged_at_site
+from privadapt.server.jobs.dry_run import plan_releases
+from privadapt.server.jobs.privacy_plan import charged_at_site
 from tests.conftest import synthetic_dataset
 
 DIM = 3

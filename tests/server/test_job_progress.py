@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
+from privadapt.cli.operator import _follow
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import timestamp_to_proto
-from privadapt.server.job_progress import log_lines, progress_bar
-from privadapt.server.operator_cli import _follow
-from privadapt.server.result_files import claim_output, files_owner, write_model
+from privadapt.common.wire.messages import timestamp_to_proto
+from privadapt.server.jobs.progress import log_lines, progress_bar
+from privadapt.server.jobs.result_files import claim_output, files_owner, write_model
 
 
 def _status(done: int, planned: int = 10, state=pb.JOB_STATE_RUNNING, aborted: int = 0):

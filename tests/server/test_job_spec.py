@@ -3,7 +3,7 @@
 import pytest
 
 from privadapt.common.errors import ConfigError
-from privadapt.server.job_spec import hyperparameters, job_spec_from_toml
+from privadapt.server.jobs.spec import hyperparameters, job_spec_from_toml
 
 JOB = """[job]
 id = "from-file"

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from privadapt.common.accounting import PrivacyAccountant
-from privadapt.common.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.accountant import PrivacyAccountant
+from privadapt.common.accounting.calibration import calibrate_noise_multiplier
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query
 from privadapt.common.kernels.base import SIZING_RECORDS, NoParams

@@ -4,17 +4,17 @@ import math
 
 import pytest
 
+from privadapt.common.data.schema import Schema
+from privadapt.common.data.schema_digest import SchemaDigest
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.schema import Schema
-from privadapt.common.schema_digest import SchemaDigest
-from privadapt.common.wire import params_to_proto
-from privadapt.server.job_spec import validate_spec
-from privadapt.server.launch_checks import (
+from privadapt.common.wire.messages import params_to_proto
+from privadapt.server.jobs.launch_checks import (
     check_delta_against_sizes,
     check_estimator,
     check_schema_agreement,
 )
+from privadapt.server.jobs.spec import validate_spec
 
 SCHEMA = Schema(label="y", numeric=("a",), categorical={"c": ("x", "y")},
                 label_map={"no": -1.0, "yes": 1.0})

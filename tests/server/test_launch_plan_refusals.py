@@ -9,10 +9,10 @@ import pytest
 
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import params_to_proto
-from privadapt.server.job_spec import hyperparameters
-from privadapt.server.launch_checks import dry_run_plan, plan_job
-from privadapt.server.site_registry import SiteRegistry
+from privadapt.common.wire.messages import params_to_proto
+from privadapt.server.coordinator.site_registry import SiteRegistry
+from privadapt.server.jobs.launch_checks import dry_run_plan, plan_job
+from privadapt.server.jobs.spec import hyperparameters
 from privadapt.server.store import SiteRecord
 
 SITES = ("site-a", "site-b")

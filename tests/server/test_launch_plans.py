@@ -1,5 +1,5 @@
 """A launch waits for its job's plan only briefly; a later plan is waited for
-by the job before its first round (server/launch_plans.py)."""
+by the job before its first round (server/jobs/launch_plans.py)."""
 
 import threading
 
@@ -7,7 +7,7 @@ import pytest
 
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server.launch_plans import LaunchPlans
+from privadapt.server.jobs.launch_plans import LaunchPlans
 
 
 def refusing_after(event: threading.Event):

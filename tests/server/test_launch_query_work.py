@@ -10,10 +10,10 @@ import pytest
 from privadapt.client.policy import SitePolicy
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import params_to_proto
-from privadapt.server.job_spec import hyperparameters
-from privadapt.server.launch_checks import check_query_work, plan_job
-from privadapt.server.site_registry import SiteRegistry
+from privadapt.common.wire.messages import params_to_proto
+from privadapt.server.coordinator.site_registry import SiteRegistry
+from privadapt.server.jobs.launch_checks import check_query_work, plan_job
+from privadapt.server.jobs.spec import hyperparameters
 
 SITES = ("site-a", "site-b")
 RECORDS, DIM, ITERATIONS = 1000, 3, 20

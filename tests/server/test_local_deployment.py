@@ -10,17 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from privadapt.cli.operator import OperatorConfig
+from privadapt.client.daemon.config import SiteConfig
 from privadapt.client.policy import SitePolicy
-from privadapt.client.site_config import SiteConfig
-from privadapt.common import certs
-from privadapt.common.certcheck import certificate_identity
-from privadapt.common.data import load_dataset
+from privadapt.common.data.dataset import load_dataset
+from privadapt.common.data.schema import Schema
 from privadapt.common.errors import ConfigError
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.schema import Schema
-from privadapt.server.coordinator import CoordinatorConfig
-from privadapt.server.local_deployment import LocalDeployment, free_port, write_pki
-from privadapt.server.operator_cli import OperatorConfig
+from privadapt.common.secure import certs
+from privadapt.common.secure.certcheck import certificate_identity
+from privadapt.server.coordinator.main import CoordinatorConfig
+from privadapt.simulation.local_deployment import LocalDeployment, free_port, write_pki
 from tests.conftest import synthetic_dataset
 
 ADDRESS = "127.0.0.1:50123"

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from privadapt.common.data.schema import Schema
+from privadapt.common.data.schema_digest import SchemaDigest
 from privadapt.common.errors import ConfigError
-from privadapt.common.schema import Schema
-from privadapt.common.schema_digest import SchemaDigest
-from privadapt.server.coordinator import _schema_names
-from privadapt.server.result_files import model_features, write_model
+from privadapt.server.coordinator.main import _schema_names
+from privadapt.server.jobs.result_files import model_features, write_model
 
 ADULT = Schema.from_toml(Path(__file__).parents[2] / "deploy" / "adult.schema.toml")
 DIM = len(ADULT.feature_names())

@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 from privadapt.client.local_federation import LocalFederation
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import QueryRefusedError
-from privadapt.common.geometry import clip_rows_to_norm
 from privadapt.common.mechanisms import GaussianMechanism, LaplaceMechanism
+from privadapt.common.numerics.geometry import clip_rows_to_norm
+from privadapt.server.algorithms.source_target_clustering.estimators import NoisyAverageSet
 from privadapt.server.algorithms.source_target_clustering.nas import (
     advanced_composition_epsilon,
     nas_sanitize,
 )
 from privadapt.server.algorithms.source_target_clustering.privacy import zcdp_rho
-from privadapt.server.estimators import NoisyAverageSet
 
 DIM = 2
 

@@ -7,21 +7,25 @@ import math
 import numpy as np
 import pytest
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
-from privadapt.common.noise import SeededRandomBits
-from privadapt.server.algorithms.adaptation_objectives import (
+from privadapt.common.data.dataset import Dataset
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.server.algorithms.reweighting.descent import DataBounds, StepSizes
+from privadapt.server.algorithms.reweighting.ncnvx_adap import (
+    ncnvx_adap,
+    pncnvx_adap,
+    smoothness_bound,
+)
+from privadapt.server.algorithms.reweighting.objectives import (
     AdaptationSample,
     ReweightingHyperparameters,
     objective_value,
     reference_descent,
     weight_lower_bounds,
 )
-from privadapt.server.algorithms.ncnvx_adap import ncnvx_adap, pncnvx_adap, smoothness_bound
-from privadapt.server.algorithms.reweighted_descent import DataBounds, StepSizes
 
 M, N, DIM = 60, 30, 4
 BOUNDS = DataBounds(feature_norm=2.0, label_bound=1.0, radius=5.0)

@@ -11,15 +11,15 @@ import pytest
 from scipy import stats
 
 from privadapt.client.local_federation import LocalFederation
-from privadapt.common.data import Dataset
-from privadapt.common.geometry import clip_rows_to_norm
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.mechanisms import GaussianMechanism, LaplaceMechanism
+from privadapt.common.numerics.geometry import clip_rows_to_norm
+from privadapt.server.algorithms.base import InvalidParameterError
 from privadapt.server.algorithms.source_target_clustering import stc_cost
 from privadapt.server.algorithms.source_target_clustering.distances import pairwise_distances
+from privadapt.server.algorithms.source_target_clustering.estimators import NeighborNoisyAverages
 from privadapt.server.algorithms.source_target_clustering.nna import nna_sanitize
 from privadapt.server.algorithms.source_target_clustering.privacy import zcdp_rho
-from privadapt.server.estimators import NeighborNoisyAverages
-from privadapt.server.estimators.base import InvalidParameterError
 
 DIM = 2
 

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from privadapt.server.algorithms.adaptation_objectives import ReweightingHyperparameters
-from privadapt.server.algorithms.noise_aware_plan import noise_aware_step_sizes
-from privadapt.server.algorithms.reweighted_descent import DataBounds, StepSizes
+from privadapt.server.algorithms.reweighting.descent import DataBounds, StepSizes
+from privadapt.server.algorithms.reweighting.noise_aware_plan import noise_aware_step_sizes
+from privadapt.server.algorithms.reweighting.objectives import ReweightingHyperparameters
 
 CURVATURE = StepSizes(100.0, 2.0, 3.0)
 HYPER = ReweightingHyperparameters(alpha=0.5)

@@ -7,8 +7,8 @@ import pytest
 
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.errors import BudgetExceededError
-from privadapt.common.geometry import project_to_ball
-from privadapt.server.algorithms.noisy_gd import noisy_gd, paper_noise_multiplier
+from privadapt.common.numerics.geometry import project_to_ball
+from privadapt.server.algorithms.gradient_descent.noisy_gd import noisy_gd, paper_noise_multiplier
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
 
 DIM = 5

@@ -10,10 +10,10 @@ from dp_accounting.pld import pld_privacy_accountant
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import AggregateAnswer, Query
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
-from privadapt.server.algorithms.noisy_gd import noisy_gd
-from privadapt.server.algorithms.noisy_sgd import noisy_sgd
+from privadapt.common.numerics.fixed_point import FixedPointCodec
+from privadapt.server.algorithms.gradient_descent.noisy_gd import noisy_gd
+from privadapt.server.algorithms.gradient_descent.noisy_sgd import noisy_sgd
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
 
 ADD_REMOVE = Adjacency.ADD_REMOVE_ONE

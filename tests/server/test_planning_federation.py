@@ -1,4 +1,4 @@
-"""The dry-run planner (server/planning_federation.py) restricted to a record
+"""The dry-run planner (server/federation/planning.py) restricted to a record
 part: every planned release says which part it runs on, and the view reports
 the public size estimates a job on that part normalises with."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.federation import ReleaseForm
 from privadapt.common.mechanisms import NoNoise
-from privadapt.common.record_parts import RecordPart
-from privadapt.server.planning_federation import PlanningFederation
+from privadapt.server.federation.planning import PlanningFederation
 
 GRADIENT = {"weights": np.zeros(3), "loss": "logistic", "clip_norm": 1.0}
 

@@ -6,22 +6,22 @@ import math
 
 import pytest
 
-from privadapt.common.accounting import PrivacyAccountant
+from privadapt.common.accounting.accountant import PrivacyAccountant
 from privadapt.common.errors import ConfigError, WireError
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import params_to_proto
-from privadapt.server.job_spec import hyperparameters
-from privadapt.server.planning_federation import plan_releases
-from privadapt.server.privacy_plan import (
+from privadapt.common.wire.messages import params_to_proto
+from privadapt.server.coordinator.site_messages import check_heartbeat_request, check_site_budget
+from privadapt.server.coordinator.site_registry import SiteRegistry
+from privadapt.server.jobs.dry_run import plan_releases
+from privadapt.server.jobs.privacy_plan import (
     charged_at_site,
     plan_lines,
     preview_site,
     previews_for,
     refuse_over_budget,
 )
-from privadapt.server.site_messages import check_heartbeat_request, check_site_budget
-from privadapt.server.site_registry import SiteRegistry
+from privadapt.server.jobs.spec import hyperparameters
 from tests.conftest import synthetic_dataset
 
 NOISY_GD = {"loss": "logistic", "iterations": 4, "learning_rate": 1.0, "radius": 5.0,

@@ -1,7 +1,7 @@
 """The dry run's preview of a query on a record part is what a real site
 charges (issue 18): on a "train" or "validation" part under replace-one a site
 charges the larger of the kernel's replace-one and add/remove sensitivities
-(common/record_parts.py), and the preview uses the same rule
+(common/data/record_parts.py), and the preview uses the same rule
 (common/kernels/site_charge.py). Checked against an in-process site's ledger."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.federation import Query
 from privadapt.common.kernels import get_kernel
 from privadapt.common.kernels.base import SIZING_RECORDS
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.record_parts import RecordPart
-from privadapt.server.planning_federation import PlanningFederation
-from privadapt.server.privacy_plan import charged_at_site, preview_site
+from privadapt.server.federation.planning import PlanningFederation
+from privadapt.server.jobs.privacy_plan import charged_at_site, preview_site
 
 DIM, NUM_RECORDS = 3, 200
 PARTS = [RecordPart("train", 0.25, "job-salt"), RecordPart("validation", 0.25, "job-salt")]

@@ -12,12 +12,13 @@ import pytest
 import privadapt
 from privadapt import Dataset, LocalFederation, NoisyGD
 from privadapt.common.mechanisms import GaussianMechanism, GeneralizedExponentialMechanism
-from privadapt.server.algorithms.private_grid_search import (
+from privadapt.server.algorithms.base import InvalidParameterError, clone
+from privadapt.server.algorithms.model_selection.grid_search import PrivateGridSearch
+from privadapt.server.algorithms.model_selection.private_grid_search import (
     loss_bound,
     penalty,
     private_grid_search,
 )
-from privadapt.server.estimators import InvalidParameterError, PrivateGridSearch, clone
 
 DIM, NORM, LABEL_BOUND, DELTA = 5, 4.0, 5.0, 1e-5
 ITERATIONS = 20

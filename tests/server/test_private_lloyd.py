@@ -11,13 +11,16 @@ import numpy as np
 import pytest
 
 from privadapt.client.local_federation import LocalFederation
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.mechanisms import GaussianMechanism, LaplaceMechanism
-from privadapt.server.algorithms.private_lloyd import PrivacyPlan, column_weights
-from privadapt.server.estimators import (
-    InvalidParameterError,
+from privadapt.server.algorithms.base import InvalidParameterError
+from privadapt.server.algorithms.source_target_clustering.private_kmeans import PrivateLloydKMeans
+from privadapt.server.algorithms.source_target_clustering.private_lloyd import (
+    PrivacyPlan,
+    column_weights,
+)
+from privadapt.server.algorithms.source_target_clustering.private_mixture_sampler import (
     PrivateGaussianMixtureSampler,
-    PrivateLloydKMeans,
 )
 
 TRUE_CENTRES = np.array([[0.25, 0.2], [-0.2, 0.15], [0.0, -0.3]])

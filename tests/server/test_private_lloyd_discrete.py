@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from privadapt.client.local_federation import LocalFederation
-from privadapt.common.data import Dataset
-from privadapt.common.fixed_point import FixedPointCodec
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.mechanisms import DiscreteLaplaceMechanism
-from privadapt.server.algorithms.private_lloyd import PrivacyPlan
-from privadapt.server.estimators import InvalidParameterError, PrivateLloydKMeans
+from privadapt.common.numerics.fixed_point import FixedPointCodec
+from privadapt.server.algorithms.base import InvalidParameterError
+from privadapt.server.algorithms.source_target_clustering.private_kmeans import PrivateLloydKMeans
+from privadapt.server.algorithms.source_target_clustering.private_lloyd import PrivacyPlan
 
 TRUE_CENTRES = np.array([[0.25, 0.2], [-0.2, 0.15], [0.0, -0.3]])
 INITIAL = np.array([[0.1, 0.1], [-0.1, 0.0], [0.0, -0.1]])

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from privadapt import Dataset, LocalFederation, NoisyGD
-from privadapt.server.algorithms.private_selection import baseline_margin, choose
-from privadapt.server.estimators import InvalidParameterError, PrivateSelection
-from privadapt.server.estimators.base import clone
+from privadapt.server.algorithms.base import InvalidParameterError, clone
+from privadapt.server.algorithms.model_selection.private_selection import baseline_margin, choose
+from privadapt.server.algorithms.model_selection.selection import PrivateSelection
 
 DIM = 4
 TRUE_WEIGHTS = np.array([1.0, -2.0, 0.5, 1.5])

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from privadapt.server.rate_limit import RateLimit
+from privadapt.server.coordinator.rate_limit import RateLimit
 from privadapt.server.store import CoordinatorStore
 from privadapt.server.store.sites import MAX_STORED_FIELD_CHARS
 

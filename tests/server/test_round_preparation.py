@@ -1,5 +1,5 @@
-"""How the coordinator prepares a round (server/network_federation.py,
-server/rounds.py). It encodes a step's query once: its fingerprint hashes the
+"""How the coordinator prepares a round (server/federation/network.py,
+server/federation/rounds.py). It encodes a step's query once: its fingerprint hashes the
 probe encoding, and every attempt announces it with the round's query id and
 number; that must be exactly the query's own encoding, and a round refuses an
 encoding of another query. It records the round while the sites handle the
@@ -12,14 +12,14 @@ import hashlib
 import numpy as np
 import pytest
 
+from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.federation import Query, ReleaseForm
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.record_parts import RecordPart
-from privadapt.common.wire import query_to_proto
-from privadapt.server.network_federation import _announced, _fingerprint
-from privadapt.server.rounds import RoundFailedError, RoundHub
-from privadapt.server.site_registry import SiteRegistry
+from privadapt.common.wire.messages import query_to_proto
+from privadapt.server.coordinator.site_registry import SiteRegistry
+from privadapt.server.federation.network import _announced, _fingerprint
+from privadapt.server.federation.rounds import RoundFailedError, RoundHub
 
 MECHANISM = GaussianMechanism.single(2.0, 5.0, Adjacency.REPLACE_ONE)
 PARAMS = {"weights": np.linspace(-1.0, 1.0, 1000), "loss": "logistic", "clip_norm": 1.0}

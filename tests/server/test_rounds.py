@@ -1,4 +1,4 @@
-"""The coordinator's round engine (server/rounds.py) without gRPC: fake site
+"""The coordinator's round engine (server/federation/rounds.py) without gRPC: fake site
 sessions in a real SiteRegistry, the test playing the sites."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from privadapt.common.federation import Query
-from privadapt.common.fixed_point import FixedPointCodec
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import tensor_to_proto
-from privadapt.server.rounds import DeliveryError, RoundFailedError, RoundHub
-from privadapt.server.site_registry import SiteRegistry
+from privadapt.common.wire.messages import tensor_to_proto
+from privadapt.server.coordinator.site_registry import SiteRegistry
+from privadapt.server.federation.rounds import DeliveryError, RoundFailedError, RoundHub
 
 SITES = ("site-a", "site-b", "site-c")
 JOB = "job-1"
@@ -207,7 +207,7 @@ def test_site_not_connected_at_announcement_fails_the_round_at_once():
 
 
 def test_coordinator_refuses_a_key_whose_signature_does_not_verify(tmp_path):
-    from privadapt.common import certs
+    from privadapt.common.secure import certs
 
     certs.init_ca(tmp_path)
     h = Harness()

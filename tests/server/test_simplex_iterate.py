@@ -1,13 +1,16 @@
-"""Frank-Wolfe's rank-one updates of M(q) (server/algorithms/simplex_iterate.py)
-equal rebuilding M(q) = M_0 - sum_i q_i x_i x_i^T from q, over many steps."""
+"""Frank-Wolfe's rank-one updates of M(q)
+(server/algorithms/discrepancy_minimization/simplex_iterate.py) equal
+rebuilding M(q) = M_0 - sum_i q_i x_i x_i^T from q, over many steps."""
 
 import numpy as np
 import pytest
 
-from privadapt.server.algorithms import simplex_iterate
-from privadapt.server.algorithms.simplex_iterate import SimplexIterate
-from privadapt.server.algorithms.single_stage_frank_wolfe import single_stage_frank_wolfe
-from privadapt.server.algorithms.smoothed_discrepancy import (
+from privadapt.server.algorithms.discrepancy_minimization import simplex_iterate
+from privadapt.server.algorithms.discrepancy_minimization.simplex_iterate import SimplexIterate
+from privadapt.server.algorithms.discrepancy_minimization.single_stage_frank_wolfe import (
+    single_stage_frank_wolfe,
+)
+from privadapt.server.algorithms.discrepancy_minimization.smoothed_discrepancy import (
     SmoothedDiscrepancy,
     frank_wolfe,
     second_moment,

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from privadapt.common.datasets.adult import DEMO_SPLIT, load_adult_domains
+from privadapt.common.data.datasets.adult import DEMO_SPLIT, load_adult_domains
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server.job_algorithms import ALGORITHMS, estimator_for, validate_hyperparameters
-from privadapt.server.job_spec import hyperparameters, job_spec_from_toml
-from privadapt.server.simulate import (
+from privadapt.server.jobs.catalog import ALGORITHMS, estimator_for, validate_hyperparameters
+from privadapt.server.jobs.spec import hyperparameters, job_spec_from_toml
+from privadapt.simulation.simulate import (
     DEMO_CANDIDATES,
     DEMO_JOBS,
     DEMO_KERNELS,

@@ -1,5 +1,5 @@
 """``privadapt simulate --set KEY=VALUE`` overrides every job it runs, read by
-the same function as ``privadapt launch --set`` (server/job_spec.py), and a
+the same function as ``privadapt launch --set`` (server/jobs/spec.py), and a
 malformed one is refused before anything is started."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from privadapt.cli.main import _build_parser
 from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server.cli import _build_parser
-from privadapt.server.job_spec import hyperparameters
-from privadapt.server.simulate import run_job, simulate
+from privadapt.server.jobs.spec import hyperparameters
+from privadapt.simulation.simulate import run_job, simulate
 
 JOB = ('[job]\nid = "short"\nalgorithm = "noisy_gd"\nepsilon = 1.0\ndelta = 1e-6\n'
        '[hyperparameters]\nloss = "logistic"\niterations = 20\nlearning_rate = 16.0\n'

@@ -12,19 +12,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from privadapt.client.daemon import SiteDaemon
+from privadapt.client.daemon.main import SiteDaemon
 from privadapt.client.policy import SitePolicy
 from privadapt.client.query_admission import QueryAdmission
+from privadapt.common.data.schema_digest import SchemaDigest
 from privadapt.common.errors import ConfigError, QueryRefusedError, WireError
 from privadapt.common.federation import Query, ReleaseForm
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import GaussianMechanism
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.schema_digest import SchemaDigest
-from privadapt.server.launch_checks import check_kernels_allowed, check_site_policies
-from privadapt.server.planning_federation import PlannedRelease
-from privadapt.server.site_messages import check_register_request
-from privadapt.server.site_registry import SiteRegistry
+from privadapt.server.coordinator.site_messages import check_register_request
+from privadapt.server.coordinator.site_registry import SiteRegistry
+from privadapt.server.federation.planning import PlannedRelease
+from privadapt.server.jobs.launch_checks import check_kernels_allowed, check_site_policies
 
 SITES = ["st-mary", "st-john", "northside"]
 

@@ -4,7 +4,7 @@ refreshes the spent figure its last heartbeat stated, on the same terms only."""
 import pytest
 
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server.site_registry import SiteRegistry
+from privadapt.server.coordinator.site_registry import SiteRegistry
 
 BUDGET = pb.SiteBudget(epsilon_cap=10.0, delta_cap=1e-5, epsilon_spent=0.5, accounting="pld")
 

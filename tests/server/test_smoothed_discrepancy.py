@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import linalg, optimize
 
-from privadapt.common.trust_region import quadratic_range_on_ball
-from privadapt.server.algorithms.smoothed_discrepancy import (
+from privadapt.common.numerics.trust_region import quadratic_range_on_ball
+from privadapt.server.algorithms.discrepancy_minimization.smoothed_discrepancy import (
     SmoothedDiscrepancy,
     discrepancy,
     frank_wolfe,

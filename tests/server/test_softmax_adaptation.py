@@ -12,28 +12,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privadapt.client.ledger import PrivacyLedger
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.local_federation import LocalFederation
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data import Dataset
-from privadapt.common.geometry import clip_rows_to_norm
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.losses import (
     softmax_cross_entropy_bounds,
     softmax_cross_entropy_smoothness,
     softmax_cross_entropy_terms,
 )
-from privadapt.common.noise import SeededRandomBits
-from privadapt.server.algorithms.adaptation_objectives import (
+from privadapt.common.noise.floating import SeededRandomBits
+from privadapt.common.numerics.geometry import clip_rows_to_norm
+from privadapt.server.algorithms.public_erm import accuracy, fit_linear
+from privadapt.server.algorithms.reweighting.descent import DataBounds, StepSizes
+from privadapt.server.algorithms.reweighting.ncnvx_adap import ncnvx_adap, pncnvx_adap
+from privadapt.server.algorithms.reweighting.objectives import (
     AdaptationSample,
     ReweightingHyperparameters,
     objective_value,
     reference_descent,
     weight_lower_bounds,
 )
-from privadapt.server.algorithms.ncnvx_adap import ncnvx_adap, pncnvx_adap
-from privadapt.server.algorithms.public_erm import accuracy, fit_linear
-from privadapt.server.algorithms.reweighted_descent import DataBounds, StepSizes
 
 SOFTMAX = "softmax_cross_entropy"
 M, N, DIM, CLASSES = 90, 45, 3, 3

@@ -11,7 +11,7 @@ the sites' blocks are added under secure aggregation with one noise, either
   Delta_1 = 1 + sqrt(d)/2 (add/remove; plus the rounding charge) by default,
   or the paper's b = (sqrt(d) + 1)/epsilon with ``calibration="paper"``; the
   noise is the sum of the sites' Gamma-difference shares
-  (:func:`privadapt.common.noise.laplace_share`), Laplace(b) in total; or
+  (:func:`privadapt.common.noise.floating.laplace_share`), Laplace(b) in total; or
 * Gaussian (rho-zCDP, Theorem 5.12): sigma = Delta_2 / sqrt(2 rho) with
   Delta_2 = sqrt(5)/2 by default, the paper's sigma = sqrt(2/rho) under
   ``calibration="paper"``.

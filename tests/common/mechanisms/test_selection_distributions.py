@@ -19,7 +19,7 @@ from privadapt.common.mechanisms import (
     GeneralizedExponentialMechanism,
     ReportNoisyMin,
 )
-from privadapt.common.noise import SeededRandomBits, gumbel_noise
+from privadapt.common.noise.floating import SeededRandomBits, gumbel_noise
 
 ADD_REMOVE = Adjacency.ADD_REMOVE_ONE
 DRAWS = 40_000

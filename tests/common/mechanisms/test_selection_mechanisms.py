@@ -16,7 +16,7 @@ from privadapt.common.mechanisms import (
     mechanism_from_dict,
     mechanism_to_dict,
 )
-from privadapt.common.noise import SeededRandomBits
+from privadapt.common.noise.floating import SeededRandomBits
 
 ADD_REMOVE = Adjacency.ADD_REMOVE_ONE
 REPLACE = Adjacency.REPLACE_ONE

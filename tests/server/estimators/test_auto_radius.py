@@ -1,4 +1,4 @@
-"""radius="auto" on NoisyGD and NoisySGD (server/estimators/auto_radius.py):
+"""radius="auto" on NoisyGD and NoisySGD (server/algorithms/model_selection/auto_radius.py):
 the norm bound chosen by seed 004's private grid search lands within a factor
 2 of ||w*|| on synthetic data, the ledger holds exactly the plan (K trainings
 at epsilon/2K, one selection at epsilon/2) within the learner's epsilon, a
@@ -12,7 +12,7 @@ import pytest
 
 from privadapt import Dataset, LocalFederation, NoisyGD, NoisySGD
 from privadapt.client.local_federation import LocalFederation as SiteFederation
-from privadapt.common.accounting import PrivacyAccountant, epsilon_spent
+from privadapt.common.accounting.accountant import PrivacyAccountant, epsilon_spent
 from privadapt.common.errors import ConfigError
 from privadapt.common.mechanisms import (
     Adjacency,
@@ -20,12 +20,13 @@ from privadapt.common.mechanisms import (
     GeneralizedExponentialMechanism,
 )
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import params_to_proto
-from privadapt.server.algorithms.noisy_gd import noisy_gd
-from privadapt.server.estimators import InvalidParameterError, PrivateGridSearch, clone
-from privadapt.server.job_algorithms import estimator_for, job_schema, validate_hyperparameters
-from privadapt.server.job_spec import hyperparameters
-from privadapt.server.planning_federation import plan_releases
+from privadapt.common.wire.messages import params_to_proto
+from privadapt.server.algorithms.base import InvalidParameterError, clone
+from privadapt.server.algorithms.gradient_descent.noisy_gd import noisy_gd
+from privadapt.server.algorithms.model_selection.grid_search import PrivateGridSearch
+from privadapt.server.jobs.catalog import estimator_for, job_schema, validate_hyperparameters
+from privadapt.server.jobs.dry_run import plan_releases
+from privadapt.server.jobs.spec import hyperparameters
 
 DIM, DELTA, ITERATIONS = 5, 1e-5, 20
 NAMES = tuple(f"x{i}" for i in range(DIM))

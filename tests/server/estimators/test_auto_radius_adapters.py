@@ -1,4 +1,4 @@
-"""radius="auto" on PCnvxAdap and PNCnvxAdap (server/estimators/auto_radius.py):
+"""radius="auto" on PCnvxAdap and PNCnvxAdap (server/algorithms/model_selection/auto_radius.py):
 each norm guess descends on its own site-side chain of the one job, the chosen
 radius is sensible on synthetic data with known ||w*||, the ledger holds
 exactly the plan (each clone's releases within (epsilon/2K, delta/2K), one
@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 
 from privadapt import Dataset, LocalFederation
-from privadapt.common.accounting import epsilon_spent
+from privadapt.common.accounting.accountant import epsilon_spent
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.kernels.reweighted_chains import chain_names
 from privadapt.common.mechanisms import GaussianMechanism, GeneralizedExponentialMechanism
+from privadapt.server.algorithms.base import InvalidParameterError
+from privadapt.server.algorithms.model_selection.grid_search import guess_chain
 from privadapt.server.algorithms.public_erm import fit_linear
-from privadapt.server.algorithms.reweighted_descent import DataBounds, plan_noise
-from privadapt.server.estimators import InvalidParameterError, PCnvxAdap, PNCnvxAdap
-from privadapt.server.estimators.grid_search import guess_chain
+from privadapt.server.algorithms.reweighting.descent import DataBounds, plan_noise
+from privadapt.server.algorithms.reweighting.estimators import PCnvxAdap, PNCnvxAdap
 
 DIM, DELTA, NORM = 4, 1e-5, 4.0
 NAMES = tuple(f"x{i}" for i in range(DIM))

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from privadapt.client.local_federation import LocalFederation
-from privadapt.server.algorithms.noise_aware_plan import (
+from privadapt.server.algorithms.reweighting.estimators import PCnvxAdap, PNCnvxAdap
+from privadapt.server.algorithms.reweighting.noise_aware_plan import (
     MAX_ITERATIONS,
     auto_step_rule,
     iteration_demand,
 )
-from privadapt.server.estimators import PCnvxAdap, PNCnvxAdap
 from tests.conftest import synthetic_dataset
 
 DIM = 3

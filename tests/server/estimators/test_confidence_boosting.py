@@ -9,17 +9,20 @@ import numpy as np
 import pytest
 
 from privadapt import Dataset, LocalFederation
-from privadapt.common.accounting import epsilon_spent
-from privadapt.common.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.accountant import epsilon_spent
+from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.record_parts import RecordPart
-from privadapt.common.wire import params_to_proto
-from privadapt.server.estimators import InvalidParameterError, clone
-from privadapt.server.estimators.confidence_boosting import SOURCE_ONLY, ConfidenceBoosting
-from privadapt.server.job_spec import hyperparameters
-from privadapt.server.planning_federation import plan_releases
-from privadapt.server.privacy_plan import preview_site
+from privadapt.common.wire.messages import params_to_proto
+from privadapt.server.algorithms.base import InvalidParameterError, clone
+from privadapt.server.algorithms.model_selection.confidence_boosting import (
+    SOURCE_ONLY,
+    ConfidenceBoosting,
+)
+from privadapt.server.jobs.dry_run import plan_releases
+from privadapt.server.jobs.privacy_plan import preview_site
+from privadapt.server.jobs.spec import hyperparameters
 from tests.conftest import synthetic_dataset
 
 DIM = 5

@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 import pytest
 
-from privadapt.common.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.calibration import calibrate_noise_multiplier
 from tests.server.estimators.test_confidence_boosting import (
     DELTA,
     PUBLIC,

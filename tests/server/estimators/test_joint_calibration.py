@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from privadapt.common.accounting import AccountingMethod, epsilon_spent
-from privadapt.common.analytic_gaussian import gaussian_sigma
+from privadapt.common.accounting.accountant import AccountingMethod, epsilon_spent
+from privadapt.common.accounting.analytic_gaussian import gaussian_sigma
+from privadapt.common.data.record_parts import TRAIN, RecordPart
 from privadapt.common.federation import ReleaseForm
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, LaplaceMechanism, NoNoise
-from privadapt.common.record_parts import TRAIN, RecordPart
-from privadapt.server.estimators.joint_calibration import calibrate_scale, composed_epsilon
-from privadapt.server.planning_federation import PlannedRelease
+from privadapt.server.algorithms.joint_calibration import calibrate_scale, composed_epsilon
+from privadapt.server.federation.planning import PlannedRelease
 
 EPSILON, DELTA = 1.0, 1e-5
 

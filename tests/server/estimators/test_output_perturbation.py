@@ -10,15 +10,17 @@ import numpy as np
 import pytest
 
 from privadapt import Dataset, LocalFederation
-from privadapt.common.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.kernels.regularized_erm import (
     RegularizedERM,
     RegularizedERMParams,
     solver_error,
 )
-from privadapt.common.record_parts import RecordPart
-from privadapt.server.algorithms.output_perturbation import record_bound
-from privadapt.server.estimators import ConfidenceBoosting, OutputPerturbation, clone
+from privadapt.server.algorithms.base import clone
+from privadapt.server.algorithms.model_selection.confidence_boosting import ConfidenceBoosting
+from privadapt.server.algorithms.output_perturbation.estimators import OutputPerturbation
+from privadapt.server.algorithms.output_perturbation.perturbed_erm import record_bound
 
 DIM = 5
 TARGET = np.array([1.0, -2.0, 0.5, 1.5, 1.0])

@@ -24,11 +24,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels import get_kernel
 from privadapt.common.kernels.reweighted_chains import MAX_CHAINS, check_chain
-from privadapt.server.estimators import InvalidParameterError
-from privadapt.server.estimators.selection_candidates import (
+from privadapt.server.algorithms.base import InvalidParameterError
+from privadapt.server.algorithms.model_selection.candidates import (
     ERROR_SCALE,
     error_scored,
     parse_candidates,

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from privadapt import Dataset, LocalFederation
+from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.kernels.reweighted_chains import chain_names
-from privadapt.common.record_parts import RecordPart
-from privadapt.server.estimators import InvalidParameterError, clone
-from privadapt.server.estimators.selected_adaptation import SelectedAdaptation
-from privadapt.server.estimators.selection_candidates import (
+from privadapt.server.algorithms.base import InvalidParameterError, clone
+from privadapt.server.algorithms.model_selection.candidates import (
     CANDIDATE_IDS,
     SOURCE_ONLY,
     candidate_names,
 )
+from privadapt.server.algorithms.model_selection.selected_adaptation import SelectedAdaptation
 
 DIM = 5
 TARGET = np.array([1.0, -2.0, 0.5, 1.5, 1.0])
@@ -43,7 +43,7 @@ def sites(n, seed, num_sites=3):
 @contextmanager
 def parts(n, seed, num_sites=3):
     """(train, validation) record-part views of one job over the sites: each
-    site splits its own records by content hash (common/record_parts.py)."""
+    site splits its own records by content hash (common/data/record_parts.py)."""
     with LocalFederation.from_datasets(sites(n, seed, num_sites), noise_seed=seed,
                                        epsilon_cap=20.0, delta_cap=1e-3) as federation:
         salt = federation.job_id
@@ -184,7 +184,7 @@ def test_the_noise_free_oracle_plans_no_budget():
 
 
 def test_every_hyperparameter_is_a_scalar_a_job_can_carry():
-    from privadapt.server.job_algorithms import job_schema
+    from privadapt.server.jobs.catalog import job_schema
     schema = job_schema(SelectedAdaptation)
     assert schema.optional["candidates"] == (str,)
     assert set(schema.required) == {"loss", "radius"}

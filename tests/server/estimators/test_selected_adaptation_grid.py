@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from privadapt import Dataset, LocalFederation
+from privadapt.common.data.record_parts import RecordPart, RecordSplitter
 from privadapt.common.errors import ConfigError
 from privadapt.common.kernels.reweighted_chains import chain_names
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.record_parts import RecordPart, RecordSplitter
-from privadapt.common.wire import params_to_proto
-from privadapt.server.estimators import InvalidParameterError
-from privadapt.server.estimators.selection_candidates import (
+from privadapt.common.wire.messages import params_to_proto
+from privadapt.server.algorithms.base import InvalidParameterError
+from privadapt.server.algorithms.model_selection.candidates import (
     MAX_PRIVATE_CANDIDATES,
     PUBLIC_CONSTANT,
     SOURCE_ONLY,
@@ -24,8 +24,8 @@ from privadapt.server.estimators.selection_candidates import (
     parse_candidates,
     public_constant_model,
 )
-from privadapt.server.job_spec import hyperparameters
-from privadapt.server.launch_checks import check_estimator
+from privadapt.server.jobs.launch_checks import check_estimator
+from privadapt.server.jobs.spec import hyperparameters
 from tests.server.estimators.test_selected_adaptation import PUBLIC, parts, selector, sites
 from tests.server.estimators.test_selected_adaptation_pld import assert_ledgers_hold_the_plan
 

@@ -10,12 +10,12 @@ import pytest
 from privadapt import Dataset, LocalFederation
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.wire import params_to_proto
-from privadapt.server.estimators import InvalidParameterError
-from privadapt.server.estimators.joint_calibration import composed_epsilon
-from privadapt.server.job_spec import hyperparameters
-from privadapt.server.planning_federation import plan_releases
-from privadapt.server.privacy_plan import charged_at_site
+from privadapt.common.wire.messages import params_to_proto
+from privadapt.server.algorithms.base import InvalidParameterError
+from privadapt.server.algorithms.joint_calibration import composed_epsilon
+from privadapt.server.jobs.dry_run import plan_releases
+from privadapt.server.jobs.privacy_plan import charged_at_site
+from privadapt.server.jobs.spec import hyperparameters
 from tests.server.estimators.test_selected_adaptation import PUBLIC, parts, selector, sites
 
 DIM = 5

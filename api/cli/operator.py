@@ -1,0 +1,299 @@
+"""Operator commands: ``privadapt launch | status | result | cancel | sites | logs``.
+
+``status``, ``sites``, ``result`` and ``logs`` take ``--json`` for scripts: one JSON
+document with the reply's proto field names (``result``: the model's path and
+the privacy report).
+
+They talk to the coordinator's ``OperatorService`` over mutual TLS with an
+operator certificate, named in an operator configuration file::
+
+    [operator]
+    coordinator = "127.0.0.1:50051"
+    [tls]
+    cert = "alice.crt"
+    key = "alice.key"
+    ca = "ca.crt"
+
+found at ``--config PATH``, else ``$PRIVADAPT_OPERATOR_CONFIG``, else
+``./operator.toml``. A refused call prints the coordinator's message on one
+line and exits 2.
+
+``--insecure`` reaches a coordinator started with ``--insecure`` (plaintext
+gRPC, for local experiments), spelled and warned about as the daemons do
+(common/daemon_cli.py); the ``[tls]`` section may then be left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import grpc
+from google.protobuf import json_format
+
+from privadapt.common.config import Layout, read_sections, read_toml, render_layout
+from privadapt.common.errors import ConfigError
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.proto import federation_pb2_grpc as rpc
+from privadapt.common.secure import tls
+from privadapt.common.secure.dial_diagnosis import explain_unreachable
+from privadapt.common.wire.messages import channel_options, params_from_proto
+from privadapt.server.jobs.progress import (
+    job_line,
+    log_lines,
+    new_round_lines,
+    progress_bar,
+    round_lines,
+)
+from privadapt.server.jobs.report import render_job_report
+from privadapt.server.jobs.result_files import (
+    NAMES_NOT_STATED,
+    PAGE_FILE,
+    REPORT_FILE,
+    claim_output,
+    write_model,
+)
+from privadapt.server.jobs.spec import SET_HELP, job_spec_from_toml, job_state_name
+
+CALL_TIMEOUT_S = 30.0
+DRY_RUN_TIMEOUT_S = 600.0
+_TLS_KEYS = ("cert", "key", "ca")
+_LAYOUT: Layout = {
+    "operator": {"coordinator": (str, True)},
+    "tls": {key: (str, True) for key in _TLS_KEYS},
+}
+# Plaintext needs no certificate: [tls] may be absent (it is ignored if present).
+_INSECURE_LAYOUT: Layout = {**_LAYOUT, "tls": {key: (str, False) for key in _TLS_KEYS}}
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """Where the coordinator is and the operator's TLS files (None only with
+    ``insecure``: a plaintext channel)."""
+
+    coordinator: str
+    cert: Path | None
+    key: Path | None
+    ca: Path | None
+    insecure: bool = False
+
+    @classmethod
+    def locate(cls, given: Path | None, insecure: bool = False) -> OperatorConfig:
+        path = given or Path(os.environ.get("PRIVADAPT_OPERATOR_CONFIG", "operator.toml"))
+        data = read_toml(path, "operator configuration",
+                         "pass --config PATH or set PRIVADAPT_OPERATOR_CONFIG")
+        layout = _INSECURE_LAYOUT if insecure else _LAYOUT
+        values = read_sections(data, layout, f"operator configuration {path}")
+        if insecure:
+            return cls(values["coordinator"], None, None, None, insecure=True)
+        return cls(values["coordinator"], *(path.parent / values[k] for k in _TLS_KEYS))
+
+    def to_toml(self, relative_to: Path | None = None) -> str:
+        """This configuration as TOML that :meth:`locate` (with the same
+        ``insecure``) reads back equal from a file in ``relative_to``; an
+        insecure one has no ``[tls]``."""
+        return render_layout(_LAYOUT, self, relative_to)
+
+    def stub(self) -> rpc.OperatorServiceStub:
+        if self.insecure:
+            channel = grpc.insecure_channel(self.coordinator, options=channel_options())
+        else:
+            assert self.cert is not None and self.key is not None and self.ca is not None
+            tls.check_own_certificate(self.cert, self.ca, "operator")
+            credentials = tls.channel_credentials(self.cert, self.key, self.ca)
+            channel = grpc.secure_channel(self.coordinator, credentials,
+                                          options=channel_options())
+        return rpc.OperatorServiceStub(channel)
+
+
+def add_operator_commands(commands: argparse._SubParsersAction) -> None:
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, help=help_text)
+        parser.add_argument("--config", type=Path, help="operator configuration (TOML)")
+        # Spelled and worded as the daemons' flag (common/daemon_cli.py).
+        parser.add_argument("--insecure", action="store_true",
+                            help="plaintext gRPC to a coordinator started with --insecure, for "
+                            "local debugging only (prints a warning)")
+        return parser
+
+    launch = command("launch", "launch a job described by a job TOML")
+    launch.add_argument("job_file", type=Path)
+    launch.add_argument("--follow", action="store_true", help="print progress until it ends")
+    launch.add_argument("--id", dest="job_id", help="the job's id (overrides [job] id)")
+    launch.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help=SET_HELP)
+    launch.add_argument("--dry-run", action="store_true",
+                        help="check the job against the coordinator and its sites and print "
+                        "what was checked; store and start nothing")
+    status = command("status", "a job's state and per-round progress (or every job)")
+    status.add_argument("job_id", nargs="?", default="")
+    status.add_argument("--follow", action="store_true", help="print progress until it ends")
+    result = command("result", "write a finished job's model, privacy report and its HTML page")
+    result.add_argument("job_id")
+    result.add_argument("--out", type=Path, required=True, help="directory to write into")
+    cancel = command("cancel", "cancel a running job")
+    cancel.add_argument("job_id")
+    cancel.add_argument("--reason", default="cancelled by the operator")
+    sites = command("sites", "list the sites the coordinator knows")
+    logs = command("logs", "a job's audit events and rounds from the coordinator's store")
+    logs.add_argument("job_id")
+    for parser in (status, result, sites, logs):
+        parser.add_argument("--json", action="store_true",
+                            help="print one JSON document instead of lines, for scripts")
+
+
+def run_operator_command(args: argparse.Namespace) -> int:
+    if args.insecure:
+        print(tls.insecure_warning(), file=sys.stderr)
+    stub = OperatorConfig.locate(args.config, args.insecure).stub()
+    try:
+        return _COMMANDS[args.command](stub, args)
+    except grpc.RpcError as err:
+        reason = None
+        if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            config = OperatorConfig.locate(args.config, args.insecure)
+            reason = explain_unreachable(config.coordinator, config.ca)
+        raise ConfigError(reason or f"coordinator: {err.code().name}: {err.details()}") from None
+
+
+def _launch(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
+    spec, job_id = job_spec_from_toml(args.job_file, args.overrides, args.job_id)
+    # A dry run runs the job's estimator on stand-ins: the adaptation estimators'
+    # public warm start can take a while on a busy coordinator.
+    response = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id, dry_run=args.dry_run),
+                           timeout=DRY_RUN_TIMEOUT_S if args.dry_run else CALL_TIMEOUT_S)
+    if args.dry_run:
+        print(response.plan)
+        return 0
+    job_id = response.job_id
+    print(f"launched {job_id}")
+    return _follow(stub, job_id) if args.follow else 0
+
+
+def _status(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
+    if args.follow and args.job_id:
+        return _follow(stub, args.job_id)
+    response = stub.Status(pb.StatusRequest(job_id=args.job_id), timeout=CALL_TIMEOUT_S)
+    if args.json:
+        return _print_json(response)
+    for job in response.jobs:
+        print(job_line(job))
+        if args.job_id:
+            for line in round_lines(job.rounds):
+                print(line)
+    return 0
+
+
+def _follow(stub: rpc.OperatorServiceStub, job_id: str, out: TextIO | None = None) -> int:
+    """Print the job's progress from the Watch stream until it ends: a
+    progress bar redrawn in place on a terminal, else one line per round."""
+    out = out or sys.stdout
+    on_terminal = out.isatty()
+    job = None
+    printed = 0
+    for job in watch(stub, job_id):
+        if on_terminal:
+            print(f"\r{progress_bar(job)}\x1b[K", end="", file=out, flush=True)
+            continue
+        lines, printed = new_round_lines(job, printed)
+        for line in lines:
+            print(line, file=out, flush=True)
+    if job is not None:
+        if on_terminal:
+            print(file=out)
+        print(job_line(job), file=out)
+    return 0 if job is not None and job.state == pb.JOB_STATE_SUCCEEDED else 1
+
+
+def watch(stub: rpc.OperatorServiceStub, job_id: str) -> Iterator[pb.JobStatus]:
+    """The job's status after every round until it ends (a server stream)."""
+    yield from stub.Watch(pb.StatusRequest(job_id=job_id))
+
+
+def _result(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
+    response = stub.Result(pb.ResultRequest(job_id=args.job_id), timeout=CALL_TIMEOUT_S)
+    if not response.privacy_report_json:
+        state = job_state_name(response.state)
+        raise ConfigError(f"job {args.job_id!r} has no result (state: {state})")
+    claim_output(args.out, response.job_id)
+    report = json.loads(response.privacy_report_json)
+    model_path = write_model(args.out, response.job_id,
+                             params_from_proto(response.model, "model"),
+                             response.schema_digest, response.feature_names,
+                             report.get("feature_names_source", NAMES_NOT_STATED))
+    report_path = args.out / REPORT_FILE
+    report_path.write_text(response.privacy_report_json + "\n")
+    log = stub.Logs(pb.StatusRequest(job_id=response.job_id), timeout=CALL_TIMEOUT_S)
+    page_path = args.out / PAGE_FILE
+    page_path.write_text(render_job_report(log, report), encoding="utf-8")
+    if args.json:
+        print(json.dumps({"model": str(model_path), "page": str(page_path),
+                          "privacy_report": report}, indent=2))
+        return 0
+    print(f"wrote {model_path}, {report_path} and {page_path}")
+    for name, site in report["sites"].items():
+        print(f"  {name}: epsilon {site['job_epsilon']:.4g} at delta {site['delta']:g} "
+              f"(cap {site['cap_epsilon']:g}; all jobs {site['total_epsilon']:.4g})")
+    return 0
+
+
+def _cancel(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
+    response = stub.Cancel(pb.CancelRequest(job_id=args.job_id, reason=args.reason),
+                           timeout=CALL_TIMEOUT_S + 5)
+    print(f"{args.job_id}: {job_state_name(response.state)}")
+    return 0
+
+
+def _sites(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
+    response = stub.ListSites(pb.ListSitesRequest(), timeout=CALL_TIMEOUT_S)
+    if args.json:
+        return _print_json(response)
+    for site in response.sites:
+        seen = site.last_seen.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        print(f"{site.site_name:<20} {'connected' if site.connected else 'away':<10} "
+              f"records={site.num_records:<8} last seen {seen}  {budget_text(site)}")
+    if not response.sites:
+        print("no site has registered yet")
+    else:
+        print("budgets as each site's ledger reported them (at its cap's delta); the ledger "
+              "checks every release against its cap")
+    return 0
+
+
+def budget_text(site: pb.SiteInfo) -> str:
+    """``epsilon 0.81 spent of 3 at delta 1e-06 (2.19 left)``, from the
+    budget the site's ledger last reported."""
+    if not site.HasField("budget"):
+        return "budget not reported this run"
+    budget = site.budget
+    left = max(0.0, budget.epsilon_cap - budget.epsilon_spent)
+    return (f"epsilon {budget.epsilon_spent:.4g} spent of {budget.epsilon_cap:g} at delta "
+            f"{budget.delta_cap:g} ({left:.4g} left)")
+
+
+def _print_json(message) -> int:
+    """A reply as JSON with the proto's field names (every field, defaults too)."""
+    print(json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True,
+                                               always_print_fields_with_no_presence=True),
+                     indent=2))
+    return 0
+
+
+def _logs(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
+    log = stub.Logs(pb.StatusRequest(job_id=args.job_id), timeout=CALL_TIMEOUT_S)
+    if args.json:
+        return _print_json(log)
+    for line in log_lines(log):
+        print(line)
+    return 0
+
+
+_COMMANDS = {"launch": _launch, "status": _status, "result": _result, "cancel": _cancel,
+             "sites": _sites, "logs": _logs}

@@ -1,0 +1,2 @@
+"""``privadapt provision``: a startup kit per participant, with its systemd unit.
+"""

@@ -1,0 +1,254 @@
+"""What a site daemon does with each work item its coordinator pushes.
+
+The site side of a secure-aggregation round (server/federation/rounds.py has the other):
+
+* ``RoundAnnouncement``: decode and validate the query at the edge, refuse a
+  round at or below the last one this site saw for the job (a stale or replayed
+  announcement), make a fresh X25519 key pair, sign it together with the digest
+  of the decoded query (``query_digest.query_digest``: the query this site will
+  answer) with the site's certificate key and publish it;
+* ``Roster``: verify every entry against the federation CA, refuse unless every
+  entry commits to this site's query digest (a coordinator sending different
+  queries under one query id), and take K from the verified roster
+  (``roster.verify_roster``; never from a number the coordinator states);
+  answer the query through :class:`~privadapt.client.site.Site` with that K --
+  policy checks, kernel, noise share sized by K and t, ledger charge committed --
+  then mask each block (a ``per_site`` query: the full noise, unmasked), add
+  the masked integrity check and the private half of the round's check key
+  (it masked the check alone, so the coordinator can verify this site's check
+  and learns nothing about its blocks)
+  (``secagg.mask_integrity_check``, which tells the coordinator whether the
+  masks cancelled) and submit;
+* ``RoundAbort``: forget the round's keys (the ledger keeps its charge);
+* ``PrivacyReportRequest``: report this job's spend from the site's own ledger.
+
+A refusal (policy, budget, bad roster, replay) goes back as a ``Refusal`` with
+the site's own message, so the coordinator's operator reads what the site said.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+
+from privadapt.client.daemon.coordinator_replies import check_work_item
+from privadapt.client.daemon.round_progress import RoundProgress
+from privadapt.client.site import Site
+from privadapt.common.errors import BudgetExceededError, QueryRefusedError, ReplayError, WireError
+from privadapt.common.federation import Query, ReleaseForm
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.secure.query_digest import query_digest
+from privadapt.common.secure.roster import RosterError, SigningKey, verify_roster
+from privadapt.common.secure.secagg import RoundKeys, mask_integrity_check, mask_share
+from privadapt.common.wire.messages import (
+    fill_tensor,
+    query_from_proto,
+    signed_key_from_proto,
+    signed_key_to_proto,
+    site_privacy_to_proto,
+)
+
+logger = logging.getLogger(__name__)
+
+# Unary replies to the coordinator; a round never waits longer than its deadline.
+CALL_TIMEOUT_S = 30.0
+
+
+class CoordinatorCalls(Protocol):
+    """The unary calls a site makes (``FederationServiceStub`` satisfies it)."""
+
+    def PublishKey(self, request: pb.KeyAnnouncement, timeout: float) -> pb.Ack: ...
+    def SubmitShare(self, request: pb.MaskedShare, timeout: float) -> pb.Ack: ...
+    def Refuse(self, request: pb.Refusal, timeout: float) -> pb.Ack: ...
+    def ReportPrivacy(self, request: pb.SitePrivacyReport, timeout: float) -> pb.Ack: ...
+
+
+@dataclass(frozen=True)
+class SiteIdentity:
+    """The site's certificate, its key, and the federation CA."""
+
+    name: str
+    certificate_pem: bytes
+    signing_key: SigningKey
+    ca_certificate_pem: bytes
+
+
+@dataclass
+class _OpenRound:
+    query: Query
+    round: int
+    keys: RoundKeys
+    query_digest: bytes
+
+
+class SiteWorker:
+    """Handles one work item at a time for one site."""
+
+    def __init__(self, site: Site, identity: SiteIdentity, progress: RoundProgress) -> None:
+        if identity.name != site.name:
+            raise ValueError(f"certificate is for {identity.name!r} but the policy for "
+                             f"{site.name!r}")
+        if progress.path.resolve() != site.ledger.path.resolve():
+            # Round progress is synced by the ledger's commits (client/daemon/round_progress.py).
+            raise ValueError(f"round progress must be kept in the ledger's database "
+                             f"{site.ledger.path}, not {progress.path}")
+        self.site = site
+        self.identity = identity
+        self.progress = progress
+        self._open: dict[tuple[str, int], _OpenRound] = {}
+
+    def handle(self, item: pb.WorkItem, calls: CoordinatorCalls) -> None:
+        """Act on one work item. Never raises: the daemon keeps serving."""
+        try:
+            check_work_item(item)
+        except WireError as err:
+            # Out of range (a round of 2^64 - 1, a 1 MB job id): logged and
+            # dropped; refusing would echo the bad fields back.
+            logger.warning("site=%s: work item %d ignored: %s", self.site.name, item.sequence, err)
+            return
+        try:
+            self._dispatch(item, calls)
+        except grpc.RpcError as err:
+            # E.g. the round was aborted while this site computed its share.
+            logger.warning("site=%s: the coordinator answered %s: %s", self.site.name,
+                           err.code().name, err.details())
+        except Exception:
+            logger.exception("site=%s: internal error handling work item %d", self.site.name,
+                             item.sequence)
+            self._refuse_internal(item, calls)
+
+    def _refuse_internal(self, item: pb.WorkItem, calls: CoordinatorCalls) -> None:
+        kind = item.WhichOneof("item")
+        if kind not in ("round_announcement", "roster"):
+            return
+        message = getattr(item, kind)
+        self._open.pop((message.job_id, message.round), None)
+        with contextlib.suppress(grpc.RpcError):
+            self._refuse(calls, message.job_id, message.round, message.query_id,
+                         pb.Refusal.INTERNAL, f"site {self.site.name!r}: internal error; see "
+                         "the site daemon's log")
+
+    def _dispatch(self, item: pb.WorkItem, calls: CoordinatorCalls) -> None:
+        kind = item.WhichOneof("item")
+        if kind == "round_announcement":
+            self._on_announcement(item.round_announcement, calls)
+        elif kind == "roster":
+            self._on_roster(item.roster, calls)
+        elif kind == "round_abort":
+            abort = item.round_abort
+            self._open.pop((abort.job_id, abort.round), None)
+            logger.info("site=%s job=%s round=%d aborted by the coordinator: %s",
+                        self.site.name, abort.job_id, abort.round, abort.reason)
+        elif kind == "privacy_report_request":
+            self._on_privacy_request(item.privacy_report_request, calls)
+        elif kind == "job_end":
+            self.progress.finish(item.job_end.job_id)
+            for key in [k for k in self._open if k[0] == item.job_end.job_id]:
+                del self._open[key]
+            logger.info("site=%s job=%s ended: %s", self.site.name, item.job_end.job_id,
+                        pb.JobState.Name(item.job_end.state))
+        elif kind == "job_start":
+            logger.info("site=%s job=%s started (%s)", self.site.name, item.job_start.job_id,
+                        item.job_start.algorithm)
+
+    # -- rounds ---------------------------------------------------------------
+
+    def _on_announcement(self, message: pb.RoundAnnouncement, calls: CoordinatorCalls) -> None:
+        job_id, round, query_id = message.job_id, message.round, message.query_id
+        if (job_id, round) in self._open:
+            return  # at-least-once delivery: the same announcement again
+        try:
+            query, query_round = query_from_proto(message.query)
+        except WireError as err:
+            self._refuse(calls, job_id, round, query_id, pb.Refusal.POLICY, str(err))
+            return
+        if (query.job_id, query_round, query.query_id) != (job_id, round, query_id):
+            self._refuse(calls, job_id, round, query_id, pb.Refusal.POLICY,
+                         "the announced query's job, round or id differ from the round's")
+            return
+        if not self.progress.enter_round(job_id, round):
+            last_round = self.progress.last_round(job_id)
+            # last_round lets a coordinator that lost count (its database) go
+            # straight above it rather than one refused round at a time.
+            self._refuse(calls, job_id, round, query_id, pb.Refusal.REPLAY,
+                         f"site {self.site.name!r}: round {round} of job {job_id!r} is not "
+                         f"above round {last_round} already seen", last_round=last_round)
+            return
+        keys = RoundKeys.generate()
+        digest = query_digest(query, round)
+        signed = keys.sign(
+            site_name=self.identity.name, job_id=job_id, round=round, query_digest=digest,
+            certificate_pem=self.identity.certificate_pem,
+            signing_key=self.identity.signing_key,
+            ca_certificate_pem=self.identity.ca_certificate_pem,
+        )
+        self._open[(job_id, round)] = _OpenRound(query, round, keys, digest)
+        calls.PublishKey(signed_key_to_proto(signed, query_id), timeout=CALL_TIMEOUT_S)
+
+    def _on_roster(self, message: pb.Roster, calls: CoordinatorCalls) -> None:
+        job_id, round, query_id = message.job_id, message.round, message.query_id
+        # One roster per round's keys: popping makes a second roster a no-op.
+        opened = self._open.pop((job_id, round), None)
+        if opened is None or opened.query.query_id != query_id:
+            logger.warning("site=%s job=%s round=%d: roster for a round this site has no "
+                           "keys for; ignored", self.site.name, job_id, round)
+            return
+        entries = [signed_key_from_proto(k) for k in message.keys]
+        try:
+            roster = verify_roster(entries, self.identity.ca_certificate_pem, job_id, round,
+                                   self.site.policy.min_participants, self.identity.name,
+                                   allowed_names=self.site.policy.allowed_roster_names(),
+                                   query_digest=opened.query_digest)
+            share = self.site.answer(opened.query, roster.size)
+            if opened.query.form == ReleaseForm.PER_SITE:
+                # Full noise, seen by the coordinator as it is (the query said so,
+                # and every roster entry signed the same form).
+                masked = list(share.blocks)
+            else:
+                masked = [
+                    mask_share(block, opened.keys, roster, job_id, round, query_id, index)
+                    for index, block in enumerate(share.blocks)
+                ]
+            masked.append(mask_integrity_check(opened.keys, roster, job_id, round, query_id))
+        except RosterError as err:
+            self._refuse(calls, job_id, round, query_id, pb.Refusal.ROSTER_INVALID, str(err))
+            return
+        except BudgetExceededError as err:
+            self._refuse(calls, job_id, round, query_id, pb.Refusal.BUDGET_EXHAUSTED, str(err))
+            return
+        except ReplayError as err:
+            self._refuse(calls, job_id, round, query_id, pb.Refusal.REPLAY, str(err))
+            return
+        except QueryRefusedError as err:
+            self._refuse(calls, job_id, round, query_id, pb.Refusal.POLICY, str(err))
+            return
+        submitted = pb.MaskedShare(
+            job_id=job_id, round=round, query_id=query_id, site_name=self.site.name,
+            fractional_bits=opened.query.fractional_bits, roster_sites=roster.names,
+            job_epsilon=self.site.ledger.spent_by_job(job_id).epsilon,
+            # Masked the check only: lets the coordinator verify this site's check.
+            check_private_key=opened.keys.check_private_bytes(),
+        )
+        for index, block in enumerate(masked):
+            fill_tensor(submitted.blocks.add(), block, f"share block {index}")
+        calls.SubmitShare(submitted, timeout=CALL_TIMEOUT_S)
+
+    def _refuse(self, calls: CoordinatorCalls, job_id: str, round: int, query_id: str,
+                reason: int, message: str, last_round: int = 0) -> None:
+        logger.warning("site=%s job=%s round=%d refused (%s): %s", self.site.name, job_id, round,
+                       pb.Refusal.Reason.Name(reason), message)
+        calls.Refuse(pb.Refusal(job_id=job_id, round=round, query_id=query_id,
+                                site_name=self.site.name, reason=reason, message=message,
+                                last_round=last_round),
+                     timeout=CALL_TIMEOUT_S)
+
+    def _on_privacy_request(self, message: pb.PrivacyReportRequest,
+                            calls: CoordinatorCalls) -> None:
+        delta = message.delta if 0 < message.delta < 1 else None
+        privacy = self.site.privacy_spent(message.job_id, delta)
+        calls.ReportPrivacy(site_privacy_to_proto(privacy, message.job_id),
+                            timeout=CALL_TIMEOUT_S)

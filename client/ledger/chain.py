@@ -1,0 +1,199 @@
+"""The ledger's hash chain and its head file: a lost or replaced ledger never
+looks like a new one (issue 12, section 3).
+
+Every charge extends a chain, ``head_n = sha256(head_{n-1} || row_n)``, where
+``row_n`` is the charge row's canonical bytes (:func:`row_bytes`: every field
+that determines the charge, the mechanism's JSON included, and the kernel
+that made it where the row records one) and ``head_0``
+names the site. The ledger stores ``(n, head_n)`` in its database, in the
+charge's own transaction, and a small *head file* beside it
+(``site.db.head``) holds the same pair, synced after the transaction commits
+and before the charge is returned, so before anything is released. It has
+two checksummed slots written alternately (:func:`write_head_file`): one
+sync per charge where write-temp-rename-sync-directory costs three, and a
+torn write still leaves the previous head.
+
+What each disagreement means, at open (:func:`check_head_file`):
+
+* head file equal to the database: the normal case;
+* head file exactly one charge behind, and equal to the chain over all rows
+  but the last: the site crashed between its commit and the head file write.
+  That charge was never released (a release waits for the head file), but the
+  database has it, so it stays charged and the head file is repaired;
+* head file ahead of the database, or naming another chain (a database
+  truncated, deleted and re-created, its WAL lost, an older copy or another
+  site's file put in its place): refused, with how to recover.
+
+Head file writes are made only while holding the database's write lock
+(:class:`~privadapt.client.ledger.privacy_ledger.PrivacyLedger`), always with the database's
+current head, so two processes charging one ledger never move the file back.
+What a chain cannot catch: an attacker replacing *both* files with an older
+consistent pair. Keep the head file where the site's operator can back it up
+separately (or mirror it) if that matters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from privadapt.common.errors import ConfigError
+
+_HEAD_FILE_TAG = "privadapt-ledger-head v1"
+_GENESIS_TAG = b"privadapt ledger chain v1\x00"
+# Two slots of this size: a head write never overwrites the previous head.
+_SLOT_BYTES = 128
+
+
+@dataclass(frozen=True)
+class ChainHead:
+    """``count`` charges whose chain ends at ``digest`` (hex sha256)."""
+
+    count: int
+    digest: str
+
+
+def genesis(site_name: str) -> ChainHead:
+    """The head of a site's empty ledger: tied to the site, so a fresh
+    ledger of one site never matches another's head file."""
+    return ChainHead(0, hashlib.sha256(_GENESIS_TAG + site_name.encode()).hexdigest())
+
+
+def row_bytes(
+    job_id: str, query_id: str, mechanism_json: str, epsilon_after: float, method: str,
+    created_at: float, kernel: str | None = None,
+) -> bytes:
+    """The canonical bytes of one charge row (floats by repr: exact). The
+    kernel (schema 3) is a seventh field when the row records one; a row
+    without (written before schema 3, or charged without a kernel name) has
+    the six-field bytes it always had, so an upgraded ledger's chain still
+    verifies, and setting or clearing a row's kernel breaks the chain."""
+    fields = [job_id, query_id, mechanism_json, repr(float(epsilon_after)), method,
+              repr(float(created_at))]
+    if kernel is not None:
+        fields.append(kernel)
+    return json.dumps(fields, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+def extend(head: ChainHead, row: bytes) -> ChainHead:
+    """The head after one more charge."""
+    digest = hashlib.sha256(bytes.fromhex(head.digest) + row).hexdigest()
+    return ChainHead(head.count + 1, digest)
+
+
+def chain(start: ChainHead, rows: Iterable[bytes]) -> tuple[ChainHead, ChainHead]:
+    """The head over ``rows`` from ``start``, and the head one row before it
+    (equal to ``start`` for no rows)."""
+    head = before = start
+    for row in rows:
+        before, head = head, extend(head, row)
+    return head, before
+
+
+def head_file(ledger_path: Path) -> Path:
+    """Where a ledger's head file lives: beside it, ``<name>.head``."""
+    return ledger_path.with_name(ledger_path.name + ".head")
+
+
+def _slot_bytes(head: ChainHead) -> bytes:
+    body = f"{_HEAD_FILE_TAG} {head.count} {head.digest}"
+    check = hashlib.sha256(body.encode("ascii")).hexdigest()[:16]
+    return f"{body} {check}\n".encode("ascii").ljust(_SLOT_BYTES, b" ")
+
+
+def _parse_slot(data: bytes) -> ChainHead | None:
+    """The head a slot holds, or None for an empty or torn one."""
+    try:
+        tag, version, count, digest, check = data.decode("ascii").split()
+        body = f"{tag} {version} {count} {digest}"
+        if body.split(" ", 2)[:2] != _HEAD_FILE_TAG.split(" ") or (
+                hashlib.sha256(body.encode("ascii")).hexdigest()[:16] != check):
+            return None
+        bytes.fromhex(digest)
+        return ChainHead(int(count), digest)
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def read_head_file(path: Path) -> ChainHead | None:
+    """The newest head a head file holds; None if there is no head file.
+    ``ConfigError`` if it is unreadable or holds no valid head."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise ConfigError(f"ledger head file {path}: unreadable ({err})") from None
+    heads = [_parse_slot(data[k * _SLOT_BYTES:(k + 1) * _SLOT_BYTES]) for k in range(2)]
+    valid = [head for head in heads if head is not None]
+    if not valid:
+        raise ConfigError(f"ledger head file {path}: holds no valid head (edited or corrupted)")
+    return max(valid, key=lambda head: head.count)
+
+
+def write_head_file(path: Path, head: ChainHead) -> None:
+    """Write ``head`` durably: into slot ``count % 2`` of the file, then
+    fdatasync. The other slot keeps the previous head, so a write torn by a
+    crash leaves that one (one charge behind: the legitimate crash case), and
+    a charge costs one sync, not the three of write-temp-rename-sync-dir. The
+    directory is synced once, when the file is created."""
+    created = not path.exists()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.pwrite(fd, _slot_bytes(head), (head.count % 2) * _SLOT_BYTES)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+_RECOVER = (
+    "Do not start the site on it: restore the ledger and its head file together from a backup "
+    "(or, if the lost charges are known, account them by hand and create a new ledger with "
+    "`privadapt ledger init` only after the site's data holders agree to a fresh budget)."
+)
+
+
+def check_head_file(
+    ledger_path: Path, stored: ChainHead | None, head: ChainHead, before: ChainHead
+) -> bool:
+    """Check the head file against the database's chain (``head`` over all
+    rows, ``before`` over all rows but the last; ``stored`` is what no
+    database may disagree with). Returns True when the head file must be
+    rewritten (missing on a ledger with no charges, or one charge behind
+    after a crash); raises ``ConfigError`` when the two disagree otherwise."""
+    path = head_file(ledger_path)
+    if stored == head:
+        return False
+    if stored is None:
+        if head.count == 0:
+            return True
+        raise ConfigError(
+            f"ledger {ledger_path}: its head file {path} is missing, but the ledger holds "
+            f"{head.count} charges. The head file is what shows that the database was not "
+            f"replaced or rolled back. {_RECOVER}"
+        )
+    if stored.count == head.count - 1 and stored == before:
+        return True  # crash between the commit and the head file write
+    if stored.count > head.count:
+        raise ConfigError(
+            f"ledger {ledger_path}: the database holds {head.count} charges but its head file "
+            f"{path} records {stored.count}: charges were lost (the file truncated, deleted "
+            f"and re-created, its WAL removed, or an older copy put in its place). "
+            f"A site that started on it would answer again as if it had spent less. {_RECOVER}"
+        )
+    raise ConfigError(
+        f"ledger {ledger_path}: the database's charge chain ({head.count} charges, head "
+        f"{head.digest[:16]}) does not match its head file {path} ({stored.count} charges, "
+        f"head {stored.digest[:16]}): the database or the head file was replaced (another "
+        f"site's ledger, an older copy) or edited. {_RECOVER}"
+    )

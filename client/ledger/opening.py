@@ -1,0 +1,236 @@
+"""Opening a ledger: refuse what is missing, empty, foreign or altered, and
+rebuild what the ledger keeps about its history from its rows (issue 12,
+section 3).
+
+The derived tables (``groups``, ``ledger_state``) are a cache written with
+every charge; the rows and their hash chain are the record. At open the
+ledger recomputes the chain, the groups and the sums from the rows and
+refuses to start when any stored copy disagrees (beyond float rounding for
+the sums): a corrupted or hand-edited database is never charged against.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from privadapt.client.ledger.accounting import parse_mechanism
+from privadapt.client.ledger.chain import (
+    ChainHead,
+    check_head_file,
+    extend,
+    genesis,
+    head_file,
+    read_head_file,
+    row_bytes,
+    write_head_file,
+)
+from privadapt.client.ledger.schema import (
+    SCHEMA_VERSION,
+    create_tables,
+    row_columns,
+    write_meta,
+)
+from privadapt.client.ledger.totals import LedgerTotals
+from privadapt.client.policy import SitePolicy
+from privadapt.common.errors import ConfigError
+
+# Stored derived sums must equal their recomputation from the rows to this.
+DERIVED_TOLERANCE = 1e-9
+
+
+def init_hint(path: Path) -> str:
+    return (f"create a site's ledger once, on purpose, with `privadapt ledger init --site-db "
+            f"{path} --policy POLICY.toml` (a lost or emptied ledger must never look like a "
+            "new one)")
+
+
+def refuse_missing(path: Path, create: bool) -> None:
+    """Refuse a ledger file that is missing or empty unless ``create``; with
+    ``create``, still refuse one whose head file survives it (a ledger that
+    was deleted or truncated, not a new one)."""
+    if path.is_dir():
+        raise ConfigError(f"ledger {path} is a directory; pass the ledger database file")
+    state = None
+    if not path.exists():
+        state = "no such file"
+    elif path.stat().st_size == 0:
+        state = "the file is empty (0 bytes)"
+    if state is None:
+        return
+    if not create:
+        raise ConfigError(f"ledger {path}: {state}; {init_hint(path)}")
+    previous = read_head_file(head_file(path))
+    if previous is not None:
+        raise ConfigError(
+            f"ledger {path}: {state}, but its head file {head_file(path)} records "
+            f"{previous.count} charges: the ledger was deleted or truncated, not new. Restore "
+            "the ledger from a backup; a site must not start over with an empty ledger."
+        )
+
+
+def open_tables(conn: sqlite3.Connection, path: Path, policy: SitePolicy,
+                totals: LedgerTotals, create: bool) -> Rebuilt:
+    """Inside the opening write transaction: create or upgrade the tables,
+    refuse a ledger of another site, schema or adjacency, or one that was
+    altered; rebuild the chain and ``totals`` from the rows, repair only the
+    legitimate crash case, and record the policy's cap in ``meta``."""
+    tables = {name for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "charges" not in tables and not create:
+        raise ConfigError(f"ledger {path}: not a privadapt ledger (no charges "
+                          f"table); {init_hint(path)}")
+    create_tables(conn)
+    version = _check_existing(conn, path, policy)
+    # Schema 1 never had the derived tables: a file that claims
+    # version 1 but has them was edited (its chain must not restart).
+    genuine_v1 = version < 2 and not tables & {"ledger_state", "groups"}
+    if version < 2 and not genuine_v1:
+        raise ConfigError(
+            f"ledger {path}: it says it was written by schema 1 but holds "
+            "tables schema 1 never had: it was altered; restore the site's "
+            "ledger and its head file from backup")
+    rebuilt = _rebuild_and_verify(conn, path, policy, totals, upgrading=genuine_v1)
+    write_meta(conn, policy)
+    return rebuilt
+
+
+def _rebuild_and_verify(conn: sqlite3.Connection, path: Path, policy: SitePolicy,
+                        totals: LedgerTotals, upgrading: bool) -> Rebuilt:
+    """Recompute chain and totals from the rows, check every stored copy
+    (derived tables, head file), repair only the legitimate crash case.
+    ``upgrading``: a schema-1 ledger, whose chain starts now."""
+    adjacency = policy.adjacency.value
+    rebuilt = rebuild(conn, policy.site_name, totals)
+    stored_head = read_head_file(head_file(path))
+    had_state = verify_derived(conn, path, rebuilt, adjacency)
+    if not had_state and stored_head is None and (upgrading or rebuilt.head.count == 0):
+        rewrite = True  # a new ledger, or a schema-1 one: its chain starts now
+    else:
+        rewrite = check_head_file(path, stored_head, rebuilt.head, rebuilt.before)
+    write_derived(conn, rebuilt, adjacency)
+    if rewrite:
+        # Under the write lock, with the committed head: no charge is added here.
+        write_head_file(head_file(path), rebuilt.head)
+    return rebuilt
+
+
+def _check_existing(conn: sqlite3.Connection, path: Path, policy: SitePolicy) -> int:
+    """Refuse a ledger of another site, schema or adjacency; its schema version."""
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    version = int(meta.get("schema_version", SCHEMA_VERSION))
+    if version > SCHEMA_VERSION:
+        raise ConfigError(
+            f"ledger {path}: schema version {version} is newer than this privadapt "
+            f"understands ({SCHEMA_VERSION}); upgrade privadapt on this site"
+        )
+    owner = meta.get("site_name", policy.site_name)
+    if owner != policy.site_name:
+        raise ConfigError(
+            f"ledger {path} belongs to site {owner!r} but the policy is for site "
+            f"{policy.site_name!r}; point each site at its own ledger database"
+        )
+    for (text,) in conn.execute("SELECT DISTINCT mechanism_json FROM charges"):
+        try:
+            parse_mechanism(text).in_adjacency(policy.adjacency)
+        except ValueError as err:
+            raise ConfigError(
+                f"ledger {path}: a stored charge cannot be accounted under the "
+                f"policy's adjacency {policy.adjacency.value!r} ({err}); keep the "
+                "adjacency the ledger was charged in"
+            ) from None
+    return version
+
+
+@dataclass
+class Rebuilt:
+    """What the rows of a ledger say, recomputed from them."""
+
+    head: ChainHead
+    before: ChainHead  # the head one charge earlier
+    totals: LedgerTotals
+    last_id: int
+    last_epsilon: float | None
+    last_method: str | None
+
+
+def rebuild(conn: sqlite3.Connection, site_name: str, totals: LedgerTotals) -> Rebuilt:
+    """Chain and totals over every row, oldest first (a full scan: at open only)."""
+    head = before = genesis(site_name)
+    groups: Counter[str] = Counter()
+    last_id, last_epsilon, last_method = 0, None, None
+    rows = conn.execute(f"SELECT id, {row_columns(conn)} FROM charges ORDER BY id")
+    for row_id, job, query, text, epsilon, method, created, kernel in rows:
+        before, head = head, extend(head, row_bytes(job, query, text, epsilon, method, created,
+                                                    kernel))
+        groups[text] += 1
+        last_id, last_epsilon, last_method = row_id, epsilon, method
+    for text, count in sorted(groups.items()):
+        totals.add(text, count)
+    return Rebuilt(head, before, totals, last_id, last_epsilon, last_method)
+
+
+def verify_derived(conn: sqlite3.Connection, path: Path, rebuilt: Rebuilt, adjacency: str) -> bool:
+    """Check the stored chain head, groups and sums against ``rebuilt``.
+    Returns False when there is no stored state yet (a new ledger, or one
+    written by schema 1); raises ``ConfigError`` on any disagreement."""
+    state = conn.execute(
+        "SELECT charges, head, pure_epsilon, rdp, adjacency FROM ledger_state").fetchone()
+    if state is None:
+        if rebuilt.head.count and conn.execute("SELECT COUNT(*) FROM groups").fetchone()[0]:
+            raise _altered(path, "its groups table exists without its chain state")
+        return False
+    count, digest, pure, rdp_blob, stored_adjacency = state
+    if ChainHead(count, digest) != rebuilt.head:
+        raise _altered(path, f"its stored chain head ({count} charges, {digest[:16]}) is not "
+                       f"the chain of its rows ({rebuilt.head.count}, "
+                       f"{rebuilt.head.digest[:16]})")
+    stored_groups = dict(conn.execute("SELECT mechanism_json, count FROM groups").fetchall())
+    if stored_groups != dict(rebuilt.totals.groups):
+        raise _altered(path, "its groups table is not the count of its rows' mechanisms")
+    if stored_adjacency == adjacency:
+        sums = rebuilt.totals.stored_sums()
+        rdp = np.frombuffer(rdp_blob, dtype="<f8")
+        if not (_close(pure, sums[0]) and rdp.shape == sums[1].shape
+                and all(_close(a, b) for a, b in zip(rdp, sums[1], strict=True))):
+            raise _altered(path, "its stored pure-epsilon sum or RDP curve is not the sum over "
+                           "its rows")
+    return True
+
+
+def write_derived(conn: sqlite3.Connection, rebuilt: Rebuilt, adjacency: str) -> None:
+    """Store the groups and the state recomputed from the rows."""
+    conn.execute("DELETE FROM groups")
+    conn.executemany("INSERT INTO groups (mechanism_json, count) VALUES (?, ?)",
+                     sorted(rebuilt.totals.groups.items()))
+    write_state(conn, rebuilt.totals, rebuilt.head, adjacency)
+
+
+def write_state(conn: sqlite3.Connection, totals: LedgerTotals, head: ChainHead,
+                adjacency: str) -> None:
+    pure, rdp = totals.stored_sums()
+    conn.execute(
+        "INSERT INTO ledger_state (id, charges, head, pure_epsilon, rdp, adjacency) "
+        "VALUES (1, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET charges = excluded.charges, "
+        "head = excluded.head, pure_epsilon = excluded.pure_epsilon, rdp = excluded.rdp, "
+        "adjacency = excluded.adjacency",
+        (head.count, head.digest, pure, np.asarray(rdp, dtype="<f8").tobytes(), adjacency),
+    )
+
+
+def _close(stored: float, recomputed: float) -> bool:
+    if math.isinf(stored) or math.isinf(recomputed):
+        return stored == recomputed
+    return math.isclose(stored, recomputed, rel_tol=DERIVED_TOLERANCE, abs_tol=1e-300)
+
+
+def _altered(path: Path, what: str) -> ConfigError:
+    return ConfigError(
+        f"ledger {path}: {what}: the database was corrupted or edited. The site refuses to "
+        "charge against it. Restore the ledger and its head file together from a backup."
+    )

@@ -1,0 +1,3 @@
+"""Privacy accounting: composing releases over dp-accounting, the per-release
+PLDs and RDP curves, exact accounting of integer noise, and calibration.
+"""

@@ -1,0 +1,3 @@
+"""Target-only baselines: noisy projected gradient descent and noisy minibatch
+SGD, with their estimators.
+"""

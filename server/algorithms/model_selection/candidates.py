@@ -1,0 +1,329 @@
+"""The candidates of :class:`~.selected_adaptation.SelectedAdaptation`: which
+learners a job can name, with which settings, how a candidate list is
+checked, each candidate built at its budget, the free public-constant model,
+and the validation losses' clip ``loss_bound="auto"``.
+
+Kept apart from the estimator so that the estimator's module holds its plan,
+fit and guarantee only; everything here is a function of public settings or
+of the public source.
+
+A candidate list (the job's ``candidates``, one scalar string) names the
+private learners, comma-separated, each optionally with settings of its own
+(issue 13 section 2: a small grid of a job's other hyperparameters, selected
+privately by the same release)::
+
+    noisy_gd, pncnvx_adap_smooth:alpha=0.2, pncnvx_adap_smooth:alpha=0.8:step_scale=30
+
+A setting overrides the job's hyperparameter of that name for that candidate
+only (:data:`GRID_SETTINGS`: iterations and learning_rate of noisy GD;
+alpha, iterations, step_scale, mu and penalty of the adapters; the step
+rule is the learner's name, ``_smooth`` or not). Each value is checked
+against the learner's own constraint on it, so a bad setting is refused when
+the job is launched or dry-run, naming the candidate. At most
+:data:`MAX_PRIVATE_CANDIDATES` (8): each costs a share of the budget, and
+each adapter holds a reweighting chain at every site (at most 16 per job,
+common/kernels/reweighted_chains.py). Chains: an adapter named without
+settings runs on the chain named after it (as before grids existed); one with
+settings on ``<name>-<position>`` (its 1-based position in the list), a valid
+chain name of at most 21 characters, so no two candidates share weights.
+
+The clip L (``loss_bound``). The margin grows with L (sigma = z sqrt(K) L),
+so a worst-case L wastes the selection: on the synthetic regression the
+losses are about 0.01 and L = 1 kept the source-only model at epsilon 10,
+n = 2000, where the oracle's choice has half its MSE. ``"auto"`` sets L to
+the 95th percentile of the source-only model's per-record losses on the
+public source: a function of public data only, so the release's sensitivity
+(L per record, the kernel's) and the selection's guarantee
+(selected_adaptation.py) are unchanged. Records whose loss exceeds L count
+as L, which understates the badness of a model that fails on them (the
+shift may make source-only such a model): the selection then errs towards
+keeping candidate 0, the safe side.
+
+The public constant (:func:`public_constant_model`): the best model, on the
+public source, among those that predict the same value for every record,
+i.e. that use only the intercept column: ``fit_linear`` on that column
+alone, in the job's ball. For the logistic loss that is the public source's
+log-odds, so it predicts the source's majority label everywhere (its
+confidence fitted to the source's label balance, never to the target's);
+for the squared loss the source's mean label. It reads only public data, so
+it is free, like source-only. Its confidence is the public log-odds, never
+more: a constant at the ball's edge scores a low clipped logistic loss
+wherever the target is lopsided, and on Adult men -> women it would beat
+source-only's (0.16 against 0.22) while 2.6 points less accurate.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from privadapt.common.data.schema import INTERCEPT_NAME
+from privadapt.common.losses import loss_values
+from privadapt.server.algorithms.base import (
+    Constraint,
+    InvalidParameterError,
+    PrivateEstimator,
+    describe,
+    satisfies,
+)
+from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
+from privadapt.server.algorithms.public_erm import fit_linear
+from privadapt.server.algorithms.reweighting.estimators import PCnvxAdap, PNCnvxAdap
+
+SOURCE_ONLY = "source_only"
+PUBLIC_CONSTANT = "public_constant"
+# Every candidate a job can name, in a fixed order: model_arrays reports the
+# candidates as positions in this tuple (the wire carries numbers only), so it
+# only ever grows at the end.
+CANDIDATE_IDS = (SOURCE_ONLY, "noisy_gd", "pcnvx_adap", "pcnvx_adap_smooth", "pncnvx_adap",
+                 "pncnvx_adap_smooth", PUBLIC_CONSTANT)
+# The free candidates (public data only); every other id is a private learner.
+FREE_CANDIDATES = frozenset({SOURCE_ONLY, PUBLIC_CONSTANT})
+PRIVATE_LEARNERS = tuple(i for i in CANDIDATE_IDS if i not in FREE_CANDIDATES)
+DEFAULT_CANDIDATES = "noisy_gd,pncnvx_adap_smooth"
+MAX_PRIVATE_CANDIDATES = 8
+# loss_bound="auto" (auto_loss_bound): a quantile of the free model's public losses.
+AUTO_LOSS_QUANTILE = 0.95
+MIN_AUTO_LOSS_BOUND = 1e-6
+# selection_score="error" (error_scored): the norm each candidate is scaled to.
+ERROR_SCALE = 1e6
+# PCnvxAdap minimises the squared loss only.
+_SQUARED_ONLY = frozenset({"pcnvx_adap", "pcnvx_adap_smooth"})
+_ADAPTER_SETTINGS = {"alpha": "alpha", "iterations": "adapter_iterations",
+                     "step_scale": "step_scale", "mu": "mu", "penalty": "penalty"}
+# learner -> {setting as written -> SelectedAdaptation's hyperparameter it overrides}.
+GRID_SETTINGS: dict[str, dict[str, str]] = {
+    "noisy_gd": {"iterations": "iterations", "learning_rate": "learning_rate"},
+    **{name: _ADAPTER_SETTINGS for name in PRIVATE_LEARNERS if name != "noisy_gd"}}
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+@dataclass(frozen=True)
+class CandidateSpec:
+    """One named private candidate: ``name`` as the job wrote it (spaces
+    removed; the key of its budget, privacy line and ``chosen_``), its
+    ``learner`` id, the ``settings`` it overrides (SelectedAdaptation's
+    hyperparameter names) and the reweighting ``chain`` it runs on."""
+
+    name: str
+    learner: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    chain: str = ""
+
+
+def _setting_value(text: str) -> Any:
+    """An int, a float or a word ("auto") as a job file would carry it."""
+    if _NUMBER.fullmatch(text):
+        return int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text)
+    return text
+
+
+def _learner_constraints(learner: str, setting: str):
+    """The learner's own constraint on what ``setting`` sets in it."""
+    if learner == "noisy_gd":
+        return NoisyGD._parameter_constraints[setting]
+    target = {"penalty": "l1", "iterations": "iterations"}.get(setting, setting)
+    if learner.startswith("pcnvx_adap") and setting == "penalty":
+        target = "k1"
+    cls = PCnvxAdap if learner.startswith("pcnvx_adap") else PNCnvxAdap
+    return cls._parameter_constraints[target]
+
+
+def _parse_one(text: str, position: int, loss: str | None, who: str) -> CandidateSpec:
+    learner, *assignments = text.split(":")
+    known = PRIVATE_LEARNERS
+    if learner == SOURCE_ONLY:
+        raise InvalidParameterError(f"{who}: {SOURCE_ONLY!r} is always candidate 0 (it is "
+                                    "free); name only the private candidates")
+    if learner == PUBLIC_CONSTANT:
+        raise InvalidParameterError(f"{who}: {PUBLIC_CONSTANT!r} is free and set by "
+                                    "'constant_candidate'; name only the private candidates")
+    if learner not in known:
+        close = difflib.get_close_matches(learner, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InvalidParameterError(f"{who}: unknown candidate {learner!r}{hint}; known: "
+                                    f"{list(known)}")
+    if loss is not None and learner in _SQUARED_ONLY and loss != "squared":
+        raise InvalidParameterError(f"{who}: candidate {learner!r} needs loss 'squared' "
+                                    f"(PCnvxAdap's F is a squared loss); got {loss!r}")
+    settings: dict[str, Any] = {}
+    for assignment in assignments:
+        key, equals, value_text = assignment.partition("=")
+        allowed = GRID_SETTINGS[learner]
+        if not equals or key not in allowed or not value_text:
+            raise InvalidParameterError(
+                f"{who}: candidate {text!r}: settings are written name=value after a ':', "
+                f"and {learner} takes {sorted(allowed)}; got {assignment!r}")
+        if allowed[key] in settings:
+            raise InvalidParameterError(f"{who}: candidate {text!r} sets {key!r} twice")
+        value = _setting_value(value_text)
+        constraints = _learner_constraints(learner, key)
+        if not satisfies(value, constraints):
+            raise InvalidParameterError(f"{who}: candidate {text!r}: {key} must be "
+                                        f"{describe(constraints)}; got {value_text!r}")
+        settings[allowed[key]] = value
+    chain = learner if not settings else f"{learner}-{position}"
+    return CandidateSpec(text, learner, settings, chain)
+
+
+def parse_candidates(text: str, loss: str | None = None,
+                     who: str = "SelectedAdaptation") -> list[CandidateSpec]:
+    """The named private candidates of ``text`` ("a,b:alpha=0.2,c"), in
+    order, or InvalidParameterError naming the first bad one (with the closest
+    known name, or the setting and what it must be). ``loss`` None skips the
+    check that a learner fits the job's loss."""
+    names = ["".join(name.split()) for name in text.split(",")]
+    if not names or any(not name for name in names):
+        raise InvalidParameterError(f"{who}: parameter 'candidates' must be a comma-separated "
+                                    f"list of names among {list(PRIVATE_LEARNERS)}, each "
+                                    f"optionally with :name=value settings; got {text!r}")
+    if len(names) > MAX_PRIVATE_CANDIDATES:
+        raise InvalidParameterError(f"{who}: parameter 'candidates' names {len(names)} private "
+                                    f"candidates, more than {MAX_PRIVATE_CANDIDATES} (each costs "
+                                    "a share of the budget); make the grid smaller")
+    specs = [_parse_one(name, position, loss, who)
+             for position, name in enumerate(names, start=1)]
+    seen = [(spec.learner, sorted(spec.settings.items())) for spec in specs]
+    if any(seen.count(one) > 1 for one in seen):
+        raise InvalidParameterError(f"{who}: parameter 'candidates' names the same learner with "
+                                    f"the same settings twice: {text!r}")
+    return specs
+
+
+class CandidateList(Constraint):
+    """A candidate list :func:`parse_candidates` accepts (a job's
+    hyperparameter is a scalar; ``fit`` and the launch check say which
+    candidate is wrong and why)."""
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        if not isinstance(value, str):
+            return False
+        try:
+            parse_candidates(value)
+        except InvalidParameterError:
+            return False
+        return True
+
+    @property
+    def wire_types(self) -> tuple[type, ...]:
+        return (str,)
+
+    def __str__(self) -> str:
+        return (f"a comma-separated list of at most {MAX_PRIVATE_CANDIDATES} distinct names "
+                f"among {list(PRIVATE_LEARNERS)}, each optionally with :name=value settings")
+
+
+def candidate_learner(spec: CandidateSpec, settings: Mapping[str, Any], epsilon: float,
+                      delta: float) -> PrivateEstimator:
+    """The unfitted candidate ``spec`` at the budget (``epsilon``, ``delta``),
+    with the learning settings of a SelectedAdaptation's ``get_params()``
+    overridden by the candidate's own."""
+    settings = {**settings, **spec.settings}
+    if spec.learner == "noisy_gd":
+        return NoisyGD(loss=settings["loss"], epsilon=epsilon, delta=delta,
+                       iterations=settings["iterations"], learning_rate=settings["learning_rate"],
+                       radius=settings["radius"], clip_norm=settings["clip_norm"],
+                       calibration=settings["calibration"])
+    penalty = settings["penalty"]
+    shared = {"alpha": settings["alpha"], "epsilon": epsilon, "delta": delta,
+              "feature_norm": settings["feature_norm"], "label_bound": settings["label_bound"],
+              "radius": settings["radius"], "iterations": settings["adapter_iterations"],
+              "mu": settings["mu"], "step_scale": settings["step_scale"],
+              "calibration": settings["calibration"], "chain": spec.chain,
+              "step_sizes": "noise_aware_smooth" if spec.learner.endswith("_smooth")
+              else "noise_aware"}
+    if spec.learner.startswith("pcnvx_adap"):
+        return PCnvxAdap(k1=penalty, k2=penalty, kinf=penalty, **shared)
+    return PNCnvxAdap(loss=settings["loss"], l1=penalty, l2=penalty, linf=penalty,
+                      seed=settings["seed"], **shared)
+
+
+def candidate_names(candidate_ids: np.ndarray, candidates: str | None = None) -> list[str]:
+    """The names of a job result's ``candidate_ids`` (the inverse of
+    model_arrays): the learners' ids, or, given the job's ``candidates``
+    hyperparameter, each private candidate as the job named it, settings
+    included (they follow the free ones in the job's order), so that
+    ``best_index`` maps back to the settings it chose."""
+    names = [CANDIDATE_IDS[int(i)] for i in np.asarray(candidate_ids).ravel()]
+    if candidates is None:
+        return names
+    private = [spec.name for spec in parse_candidates(candidates)]
+    return names[:len(names) - len(private)] + private
+
+
+def intercept_column(features: np.ndarray, feature_names: Sequence[str] | None) -> int | None:
+    """The public source's intercept column: the one named ``intercept`` (a
+    schema's, :data:`~privadapt.common.data.schema.INTERCEPT_NAME`) when the
+    source carries names; else the only column that is one non-zero value on
+    every public record. None when there is none or the constant columns are
+    ambiguous (a split rule can make a one-hot column constant on the source
+    alone, e.g. marital status on the married, and a constant fitted on it
+    would not be constant on the target)."""
+    if feature_names is not None and INTERCEPT_NAME in feature_names:
+        return list(feature_names).index(INTERCEPT_NAME)
+    if features.shape[0] == 0:
+        return None
+    first = features[0]
+    constant = np.flatnonzero(np.all(features == first, axis=0) & (first != 0))
+    return int(constant[0]) if constant.size == 1 else None
+
+
+def public_constant_model(features: np.ndarray, labels: np.ndarray, loss: str, radius: float,
+                          feature_names: Sequence[str] | None = None) -> np.ndarray | None:
+    """The free public-constant candidate (module docstring): ``fit_linear``
+    on the intercept column alone, embedded in R^d; None when the public
+    source has no intercept column."""
+    column = intercept_column(features, feature_names)
+    if column is None:
+        return None
+    weights = np.zeros(features.shape[1])
+    weights[column] = fit_linear(features[:, [column]], labels, loss, radius)[0]
+    return weights
+
+
+def auto_loss_bound(loss: str, source_only: np.ndarray, features: np.ndarray,
+                    labels: np.ndarray) -> float:
+    """L = the ``AUTO_LOSS_QUANTILE`` quantile of the source-only model's
+    per-record losses on the public source (at least ``MIN_AUTO_LOSS_BOUND``):
+    computed from public data only, so it is a public parameter of the
+    release and costs nothing (selected_adaptation's module docstring)."""
+    losses = loss_values(loss, np.asarray(features, float) @ source_only,
+                         np.asarray(labels, float))
+    return max(float(np.quantile(losses, AUTO_LOSS_QUANTILE)), MIN_AUTO_LOSS_BOUND)
+
+
+def error_scored(candidates: np.ndarray) -> np.ndarray:
+    """The candidates as the release scores them for ``selection_score =
+    "error"``: each scaled to norm :data:`ERROR_SCALE` (same sign of x.w, so
+    the same predictions). With the clip L = 1 the kernel's min(log(1 +
+    exp(-y x.w')), 1) is then 1 for a record the candidate misclassifies
+    (y x.w < 0) and about exp(-ERROR_SCALE |x.w| / ||w||), nearly 0, for
+    one it gets right: the sums are the validation error counts, up to the
+    records within about 1e-5 / ||x|| of the decision boundary (which score
+    in between, log 2 exactly on it) and a zero candidate (log 2 on every
+    record). Public post-processing of the candidates: the release's
+    sensitivity (sqrt(K) L) does not depend on them.
+
+    Why it is the default for a logistic classifier (``selection_score =
+    "auto"``): the clipped logistic loss prefers a calibrated model to a
+    more accurate one (on the demo split it takes noisy GD at 0.90-0.91 over
+    the majority label's 0.934); errors differ less between good models than
+    losses do, so at the same noise the margin lets fewer small improvements
+    through, but on every Adult row of the study the error score delivered
+    at least the loss score's accuracy (README).
+
+    Each candidate is divided by its largest entry before its norm is taken,
+    so no norm overflows or underflows (review 8: a candidate of norm 1e160
+    was scaled by 0 and scored log 2 on every record)."""
+    flat = candidates.reshape(len(candidates), -1)
+    largest = np.abs(flat).max(axis=1)
+    safe = np.where(largest > 0, largest, 1.0)
+    unit = flat / safe[:, None]  # largest entry 1 in size (or all 0)
+    norms = np.linalg.norm(unit, axis=1)  # in [1, sqrt(size)], or 0
+    scale = np.where(largest > 0, ERROR_SCALE / np.where(norms > 0, norms, 1.0), 0.0)
+    return (unit * scale[:, None]).reshape(candidates.shape)

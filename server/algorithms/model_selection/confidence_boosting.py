@@ -1,0 +1,288 @@
+"""ConfidenceBoosting: one private model per site, the best chosen privately
+(seed 004, ../shared/seeds/004_2b354816f00c2aef.txt, Appendix E, "Boosting",
+in the federated form of issue 13 section 1).
+
+The paper splits one sample S into chunks S_1..S_{m+1}, runs a DP learner A
+on each of S_1..S_m alone, and picks among the m models by report-noisy-max
+of their negated empirical risks on the held-out chunk S_{m+1}. In a
+federation the chunks are already there: the sites. Here
+
+* site k trains one model w_k with ``learner`` (noisy GD or output
+  perturbation) on the "train"
+  record part of its own records only, through a one-site view of the job
+  (:class:`privadapt.common.federation.OneSiteView`: per-site releases asked
+  of site k alone, charged to site k's ledger only);
+* the free source-only model w_0 (the ball-constrained ERM on the public
+  source, ``server/algorithms/public_erm.py``; it reads no private record) is
+  always a candidate, and candidate 0;
+* one private selection among w_0, w_1..w_K on the "validation" record parts
+  of every site (``server/algorithms/model_selection/private_selection.py``: a Gaussian
+  release of the K + 1 clipped validation-loss sums over all sites, secure
+  sum; with a single site and no baseline margin the site runs the
+  exponential mechanism itself). The paper's Laplace report-noisy-max on one
+  chunk becomes this release because a held-out "chunk" here is spread over
+  all sites, whose scores must be summed before an argmax; the Gaussian
+  release is the secure sum's form of the same selection.
+
+Privacy, per site (replace-one, as each site's policy states; the record
+parts' own argument, common/data/record_parts.py, turns a release on a part into
+a release on the site's whole data at the larger of the part's add/remove
+and replace-one sensitivities, which is what the site charges). Fix a site
+k and two neighbouring datasets of its own, D_k ~ D_k'; the other sites'
+records are the same in both worlds. Then:
+
+* w_j for j != k is computed from site j's records only: its distribution is
+  the same in both worlds (it does not depend on D_k at all: cost 0 to site
+  k). This is parallel composition across sites: every record lives at one
+  site, so only the one model trained where it lives sees it.
+* w_k is (epsilon_t, delta_t)-DP in D_k: noisy GD calibrated to exactly
+  that budget (``server/algorithms/gradient_descent/noisy_gd.py``), or output perturbation's
+  one release calibrated to it (``server/algorithms/output_perturbation/perturbed_erm.py``).
+* the selection, for any fixed candidates, is (epsilon_s, delta_s)-DP in the
+  union of the validation parts, hence in D_k; it takes w_k as an input, an
+  adaptive choice, which sequential composition (Dwork and Roth 2014,
+  Thm. 3.16, which holds for adaptively chosen mechanisms) covers.
+* the index chosen, ``coef_`` and every fitted attribute are
+  post-processing.
+
+So the job is (epsilon_t + epsilon_s, delta_t + delta_s)-DP for the records of
+every site k, with (epsilon_t, delta_t) = ((1 - s) epsilon, (1 - s) delta) and
+(epsilon_s, delta_s) = (s epsilon, s delta) at ``selection_share`` s: the plan
+adds up to the job's (epsilon, delta) at every site, and site k's ledger
+holds exactly its own T gradient releases plus the one selection release
+(composed there with the PLD accountant, which comes out below the plan's
+basic composition). Compared with training every candidate on every site
+(``SelectedAdaptation``, where M candidates share (1 - s) epsilon), each
+per-site model gets the whole training budget: the chunks are disjoint.
+
+What this buys (Appendix E, Theorem E.1, sketched): the chosen model's risk
+is within the selection's noise of the best per-site model's and of the
+source-only model's; the paper's point is a high-probability bound from
+learners whose guarantee holds in expectation. With ``baseline_confidence``
+beta, the margin of private_selection.py keeps w_0 unless a per-site model
+beats it clearly, so with probability 1 - beta the delivered model's clipped
+validation loss is no larger than source-only's. The price: each model sees
+one site's records only, so with many small sites each candidate is noisy;
+it pays where one site is large, or where the sites' distributions differ
+and one of them resembles the target.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from privadapt.common.accounting.accountant import epsilon_spent
+from privadapt.common.data.record_parts import TRAIN, RecordPart
+from privadapt.common.federation import Federation, OneSiteView, SitePrivacy
+from privadapt.server.algorithms.base import (
+    CALIBRATION,
+    DELTA,
+    EPSILON,
+    ITERATIONS,
+    POSITIVE,
+    VALIDATION_FRACTION,
+    Constraints,
+    Interval,
+    InvalidParameterError,
+    Options,
+    PrivateEstimator,
+    PublicSource,
+    record_parts,
+    require_public_arrays,
+)
+from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
+from privadapt.server.algorithms.linear_model import LinearModelMixin
+from privadapt.server.algorithms.model_selection.private_selection import private_selection
+from privadapt.server.algorithms.model_selection.selected_adaptation import auto_loss_bound
+from privadapt.server.algorithms.output_perturbation.estimators import OutputPerturbation
+from privadapt.server.algorithms.public_erm import fit_linear
+
+SOURCE_ONLY = "source_only"
+#: The DP learners a site can train its model with (a job names one).
+LEARNERS = ("noisy_gd", "output_perturbation")
+
+
+class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
+    """One private model per site, privately selected with the free
+    source-only model as candidate 0 (module docstring: plan, guarantee).
+
+    Hyperparameters: ``learner`` (``"noisy_gd"``, or
+    ``"output_perturbation"``: regularised ERM solved at the site and
+    released once, :class:`OutputPerturbation`) and its problem (``loss``
+    "logistic" or "squared", ``radius``, ``clip_norm``; noisy GD's
+    ``iterations``, ``learning_rate`` and ``calibration``; output
+    perturbation's ``regularization`` lambda and ``label_bound``, its
+    iterations sized by the site's public n); ``epsilon``, ``delta`` (each site's
+    whole budget for the job); ``selection_share`` s; ``loss_bound`` L of
+    the selection (each validation loss clipped to [0, L]; "auto": the 95th
+    percentile of the source-only model's losses on the public source, as
+    :class:`SelectedAdaptation`); ``baseline_confidence`` beta (None: plain
+    argmin); ``validation_fraction`` (each site's validation part).
+
+    Fitted: ``coef_`` (the delivered model), ``chosen_`` (``"source_only"``
+    or the name of the site whose model won), ``candidate_names_``
+    (source_only, then the sites in the federation's order),
+    ``candidates_`` (their coefficients, stacked), ``best_index_``,
+    ``learners_`` (site -> its fitted learner), ``noisy_losses_``,
+    ``margin_``, ``loss_bound_``, ``budget_plan_`` ("train" and "selection"
+    -> (epsilon, delta), the same at every site), ``site_train_epsilon_``
+    (site -> the epsilon its own ledger reports for its training releases,
+    at the training delta; NaN where the federation reports no ledger) and
+    ``privacy_`` (each site's ledger for the whole job)."""
+
+    requires_public_source = True
+
+    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
+        "learner": [Options(*LEARNERS)], "loss": [Options("logistic", "squared")],
+        "radius": POSITIVE, "epsilon": EPSILON, "delta": DELTA,
+        "clip_norm": POSITIVE, "iterations": ITERATIONS, "learning_rate": POSITIVE,
+        "calibration": CALIBRATION, "regularization": [*POSITIVE, Options("auto")],
+        "label_bound": POSITIVE,
+        "selection_share": [Interval(float, 0, 1, closed="neither")],
+        "loss_bound": [*POSITIVE, Options("auto")],
+        "baseline_confidence": [Interval(float, 0, 1, closed="neither"), None],
+        "validation_fraction": VALIDATION_FRACTION,
+    }
+
+    def __init__(
+        self,
+        *,
+        loss: str,
+        radius: float,
+        epsilon: float,
+        delta: float,
+        learner: str = "noisy_gd",
+        clip_norm: float = 1.0,
+        iterations: int = 100,
+        learning_rate: float = 1.0,
+        calibration: str = "accountant",
+        regularization: float | str = "auto",
+        label_bound: float = 1.0,
+        selection_share: float = 0.25,
+        loss_bound: float | str = "auto",
+        baseline_confidence: float | None = 0.1,
+        validation_fraction: float = 0.25,
+    ) -> None:
+        self.learner = learner
+        self.loss = loss
+        self.radius = radius
+        self.epsilon = epsilon
+        self.delta = delta
+        self.clip_norm = clip_norm
+        self.iterations = iterations
+        self.learning_rate = learning_rate
+        self.calibration = calibration
+        self.regularization = regularization
+        self.label_bound = label_bound
+        self.selection_share = selection_share
+        self.loss_bound = loss_bound
+        self.baseline_confidence = baseline_confidence
+        self.validation_fraction = validation_fraction
+
+    def _prediction_loss(self) -> str:
+        return self.loss
+
+    def budget_plan(self) -> dict[str, tuple[float, float]]:
+        """"train" (each site's own model) and "selection" -> (epsilon,
+        delta); they add up to the job's budget at every site (module
+        docstring). Without noise (epsilon = inf) both are (inf, 0)."""
+        if math.isinf(self.epsilon):
+            return {"train": (math.inf, 0.0), "selection": (math.inf, 0.0)}
+        share = self.selection_share
+        return {"train": ((1 - share) * self.epsilon, (1 - share) * self.delta),
+                "selection": (share * self.epsilon, share * self.delta)}
+
+    def _site_learner(self, epsilon: float, delta: float) -> NoisyGD | OutputPerturbation:
+        if self.learner == "output_perturbation":
+            return OutputPerturbation(loss=self.loss, regularization=self.regularization,
+                                      radius=self.radius, epsilon=epsilon, delta=delta,
+                                      clip_norm=self.clip_norm, label_bound=self.label_bound)
+        return NoisyGD(loss=self.loss, epsilon=epsilon, delta=delta,
+                       iterations=self.iterations, learning_rate=self.learning_rate,
+                       radius=self.radius, clip_norm=self.clip_norm,
+                       calibration=self.calibration)
+
+    def fit(self, federation: Federation, public_source: PublicSource | None = None, *,
+            source_only: np.ndarray | None = None) -> ConfidenceBoosting:
+        """Train one model per site on its own train part, fit the
+        source-only model on ``public_source`` (required) and select on
+        every site's validation part, all in one job of ``federation``.
+        ``source_only``: candidate 0 when the caller has already fitted it
+        on the same public source (an experiment's repeated fits; it is
+        public, so it changes no privacy argument)."""
+        self._validate_params()
+        name = type(self).__name__
+        _check_one_site_queries(federation, name)
+        features, labels = require_public_arrays(public_source, name)
+        _, validation = record_parts(federation, self.validation_fraction, name)
+        train_part = RecordPart(TRAIN, self.validation_fraction, federation.job_id)
+        plan = self.budget_plan()
+        if source_only is None:  # free: public data only
+            source_only = fit_linear(features, labels, self.loss, self.radius)
+        learners: dict[str, NoisyGD | OutputPerturbation] = {}
+        train_epsilon: dict[str, float] = {}
+        epsilon, delta = plan["train"]
+        for site in federation.site_sizes:
+            view = OneSiteView(federation, site, train_part)
+            learners[site] = self._site_learner(epsilon, delta).fit(view, public_source)
+            train_epsilon[site] = _own_epsilon(view.privacy_spent().get(site), delta)
+        coefficients = np.stack([source_only, *(model.coef_ for model in learners.values())])
+        loss_bound = self.loss_bound
+        if loss_bound == "auto":
+            loss_bound = auto_loss_bound(self.loss, source_only, features, labels)
+        epsilon, delta = plan["selection"]
+        result = private_selection(
+            validation, candidates=coefficients, loss=self.loss, loss_bound=loss_bound,
+            epsilon=epsilon, delta=delta, baseline_confidence=self.baseline_confidence)
+        self.candidate_names_ = [SOURCE_ONLY, *learners]
+        self.candidates_ = coefficients
+        self.learners_ = learners
+        self.best_index_ = result.best_index
+        self.chosen_ = self.candidate_names_[result.best_index]
+        self.coef_ = coefficients[result.best_index]
+        self.noisy_losses_ = (None if result.noisy_loss_sums is None
+                              else result.noisy_loss_sums / result.num_records)
+        self.margin_ = result.margin
+        self.loss_bound_ = loss_bound
+        self.budget_plan_ = plan
+        self.site_train_epsilon_ = train_epsilon
+        self.privacy_ = federation.privacy_spent(None if self.delta == 0 else self.delta)
+        self.n_features_in_ = features.shape[1]
+        return self
+
+    def model_arrays(self) -> dict[str, np.ndarray]:
+        """weights (the delivered model), candidates (source-only first, then
+        one per site in the federation's order), best_index, and the noisy
+        mean validation losses when they left the sites."""
+        self._check_is_fitted()
+        model = {"weights": self.coef_, "candidates": self.candidates_,
+                 "best_index": np.asarray(self.best_index_, dtype=np.int64)}
+        if self.noisy_losses_ is not None:
+            model["noisy_losses"] = np.asarray(self.noisy_losses_, dtype=float)
+        return model
+
+
+def _check_one_site_queries(federation: Federation, who: str) -> None:
+    """InvalidParameterError unless the federation can ask one site alone
+    (``sites`` on ``query_per_site``) and split records into parts."""
+    ask = getattr(federation, "query_per_site", None)
+    if ask is None or "sites" not in inspect.signature(ask).parameters:
+        raise InvalidParameterError(
+            f"{who}: fit needs the job's own federation (LocalFederation, NetworkFederation), "
+            "which can ask one site alone (query_per_site(..., sites=...)): each site trains "
+            "its model on its own records only; a record-part view cannot")
+
+
+def _own_epsilon(spent: SitePrivacy | None, delta: float) -> float:
+    """The site's epsilon at ``delta`` for the releases its ledger holds for
+    the job so far: called right after its own training, before the
+    selection, that is its training alone (no other site's is charged there)."""
+    if spent is None:  # not reported (a dry run charges nothing)
+        return math.nan
+    if delta == 0:
+        return math.inf
+    return epsilon_spent(spent.mechanisms, delta).epsilon

@@ -1,0 +1,204 @@
+"""PrivateGridSearch: a learner's norm bound chosen privately by seed 004's
+Algorithm 1 (guesses 2^1..2^K, one DP model each, selected by the generalized
+exponential mechanism on penalised validation losses).
+
+An estimator over ``server/algorithms/model_selection/private_grid_search.py`` (the algorithm,
+its guarantee and the OCR reconstructions are there).
+
+Which records train and which validate: the paper splits the private sample
+into S1 (training) and S2 (validation). The coordinator never holds the
+records and so cannot split them; ``fit`` therefore takes two federations over
+disjoint records, ``train_federation`` (S1) and ``validation_federation``
+(S2), e.g. each site's records split once at random by the site. A single
+federation is refused: training and validating on the same records would keep
+the privacy (the costs compose) but void the accuracy guarantee, whose
+Bernstein step needs S2 independent of the models.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from privadapt.common.federation import Federation
+from privadapt.common.kernels.reweighted_chains import MAX_CHAINS, check_chain
+from privadapt.server.algorithms.base import (
+    DELTA,
+    FLAG,
+    POSITIVE,
+    Constraints,
+    InstanceOf,
+    Interval,
+    InvalidParameterError,
+    Options,
+    PrivateEstimator,
+    PublicSource,
+    require_public_arrays,
+)
+from privadapt.server.algorithms.linear_model import LinearModelMixin
+from privadapt.server.algorithms.model_selection.private_grid_search import (
+    GRID_LOSSES,
+    private_grid_search,
+)
+from privadapt.server.algorithms.model_selection.private_selection import METHODS
+from privadapt.server.algorithms.public_erm import fit_linear
+
+NUM_GUESSES = [Interval(int, 1, 30, closed="both")]  # K: guesses 2^1..2^K
+
+
+class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
+    """Seed 004, Algorithm 1: the norm bound of ``learner`` chosen privately.
+
+    Hyperparameters: ``learner`` (an unfitted estimator with ``radius``,
+    ``epsilon`` and ``delta``, e.g. :class:`NoisyGD`; cloned per guess with
+    radius 2^j at epsilon / 2K, delta / 2K), ``num_guesses`` K, ``epsilon``,
+    ``delta`` (the whole search's budget, finite), ``loss`` ("squared" or
+    "logistic"), ``label_bound`` Y and ``feature_bound`` r (the public record
+    bounds the loss bounds Delta(2^j) are computed from; losses are clipped to
+    them, so records outside cost no privacy, only accuracy), ``beta`` (the
+    confidence), ``include_source_only`` (candidate 0 is then the ball-2^K ERM
+    fitted for free on ``public_source`` instead of the zero model, scored
+    privately with its own bound) and ``method`` (as
+    :class:`PrivateSelection`: ``"auto"`` runs GEM at a single site, the
+    secure sum across several), ``num_validation_records`` (a public size
+    of S2 where the sites keep theirs private, add/remove adjacency).
+    A learner with a ``chain`` hyperparameter (PCnvxAdap, PNCnvxAdap: per-job
+    state at the sites) trains guess j on its own chain ``guess_chain(chain,
+    j)``, so the K descents share the job without sharing weights.
+
+    Fitted: ``coef_`` (the chosen model), ``best_index_`` (0: zero or source
+    model; j >= 1: guess 2^j), ``radius_`` (the chosen 2^j, 0.0 for
+    candidate 0), ``radii_``, ``candidates_`` (K + 1 stacked),
+    ``loss_bounds_``, ``penalties_``, ``learners_`` (the K fitted clones),
+    ``method_``, ``noisy_sums_`` (secure sum only), ``train_privacy_`` and
+    ``privacy_`` (each site's ledgers for S1 and S2)."""
+
+    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
+        "learner": [InstanceOf(PrivateEstimator)],
+        "num_guesses": NUM_GUESSES,
+        "epsilon": POSITIVE, "delta": DELTA,
+        "loss": [Options(*GRID_LOSSES)],
+        "label_bound": POSITIVE, "feature_bound": POSITIVE,
+        "beta": [Interval(float, 0, 1, closed="neither")],
+        "include_source_only": FLAG,
+        "method": [Options(*METHODS)],
+        "num_validation_records": [Interval(int, 1, math.inf, closed="left"), None],
+    }
+
+    def __init__(
+        self,
+        *,
+        learner: PrivateEstimator,
+        num_guesses: int,
+        epsilon: float,
+        delta: float,
+        loss: str,
+        label_bound: float,
+        feature_bound: float,
+        beta: float = 0.1,
+        include_source_only: bool = False,
+        method: str = "auto",
+        num_validation_records: int | None = None,
+    ) -> None:
+        self.learner = learner
+        self.num_guesses = num_guesses
+        self.epsilon = epsilon
+        self.delta = delta
+        self.loss = loss
+        self.label_bound = label_bound
+        self.feature_bound = feature_bound
+        self.beta = beta
+        self.include_source_only = include_source_only
+        self.method = method
+        self.num_validation_records = num_validation_records
+
+    def _prediction_loss(self) -> str:
+        return self.loss
+
+    def _check_learner(self) -> None:
+        names = set(self.learner.get_params())
+        missing = {"radius", "epsilon", "delta"} - names
+        if missing:
+            raise InvalidParameterError(
+                f"{type(self).__name__}: parameter 'learner' must take radius, epsilon and "
+                f"delta; {type(self.learner).__name__} lacks {sorted(missing)}")
+
+    def _guess_params(self) -> list[dict[str, Any]] | None:
+        """Each guess's own chain for a learner with a ``chain`` (class docstring)."""
+        params = self.learner.get_params()
+        if "chain" not in params:
+            return None
+        if self.num_guesses > MAX_CHAINS:  # the site would refuse guess 17 mid-job
+            raise InvalidParameterError(
+                f"{type(self).__name__}: {type(self.learner).__name__} keeps one chain of "
+                f"weights per guess at the sites, which hold at most {MAX_CHAINS} per job; "
+                f"got num_guesses={self.num_guesses}")
+        try:
+            return [{"chain": guess_chain(params["chain"], j)}
+                    for j in range(1, self.num_guesses + 1)]
+        except ValueError as err:
+            raise InvalidParameterError(
+                f"{type(self).__name__}: the learner's chain {params['chain']!r} leaves no "
+                f"room for the guesses' chains: {err}") from None
+
+    def fit(
+        self,
+        train_federation: Federation,
+        validation_federation: Federation | None = None,
+        public_source: PublicSource | None = None,
+        **fit_options: Any,
+    ) -> PrivateGridSearch:
+        """Train the K guesses on ``train_federation`` (S1) and select on
+        ``validation_federation`` (S2, required: module docstring);
+        ``public_source`` (when given) and ``fit_options`` go to every
+        learner's ``fit`` (the adapters need the source; noisy GD reads d)."""
+        self._validate_params()
+        self._check_learner()
+        name = type(self).__name__
+        if validation_federation is None:
+            raise InvalidParameterError(
+                f"{name}: fit needs a validation_federation over records disjoint from the "
+                "train_federation's (the paper's S2; the coordinator cannot split the sites' "
+                "records itself)")
+        guess_params = self._guess_params()
+        source = None
+        if self.include_source_only:
+            features, labels = require_public_arrays(public_source, name)
+            source = fit_linear(features, labels, self.loss, 2.0**self.num_guesses, None)
+        result = private_grid_search(
+            train_federation, validation_federation, num_guesses=self.num_guesses,
+            learner=self.learner, loss=self.loss, label_bound=self.label_bound,
+            feature_bound=self.feature_bound, epsilon=self.epsilon, delta=self.delta,
+            beta=self.beta, source_model=source, method=self.method,
+            num_validation_records=self.num_validation_records, guess_params=guess_params,
+            fit_options=fit_options if public_source is None
+            else {"public_source": public_source, **fit_options})
+        self.coef_ = result.weights
+        self.best_index_ = result.best_index
+        self.radii_ = result.radii
+        self.radius_ = float(result.radii[result.best_index - 1]) if result.best_index else 0.0
+        self.candidates_ = result.candidates
+        self.loss_bounds_ = result.loss_bounds
+        self.penalties_ = result.penalties
+        self.learners_ = result.learners
+        self.method_ = result.method
+        self.noisy_sums_ = result.noisy_sums
+        self.train_privacy_ = result.train_privacy
+        self.privacy_ = result.validation_privacy
+        self.n_features_in_ = result.candidates.shape[1]
+        return self
+
+    def model_arrays(self) -> dict[str, np.ndarray]:
+        """weights (the chosen model), candidates, radii, best_index."""
+        self._check_is_fitted()
+        return {"weights": self.coef_, "candidates": self.candidates_, "radii": self.radii_,
+                "best_index": np.asarray(self.best_index_)}
+
+
+def guess_chain(chain: str, guess: int) -> str:
+    """The site-side chain of guess ``guess`` (1..K) of a learner on ``chain``:
+    "g<j>" under the default chain, "<chain>-g<j>" under a named one;
+    ``ValueError`` when that is no valid chain name (too long)."""
+    return check_chain(f"{chain}-g{guess}" if chain else f"g{guess}")

@@ -1,0 +1,458 @@
+"""SelectedAdaptation: the job-level "select" step of issue 13, section 2.
+
+One job trains a few named private learners on one part of each site's
+records, fits the source-only model for free on the public source, and
+delivers the one a single private release of clipped validation losses on
+the other part prefers (seed 004, ../shared/seeds/004_2b354816f00c2aef.txt,
+Algorithm 1 with the candidates being different learners instead of
+different norm guesses, and Appendix E's confidence boosting, whose
+report-noisy-max over chunks is the same shape; the release and its
+derivation are ``server/algorithms/model_selection/private_selection.py``).
+
+Budget plan. With ``selection_share`` s, M named private candidates and a
+scale c (below):
+
+* each candidate learner: (c (1 - s) epsilon / M, (1 - s) delta / M),
+  trained on ``train_federation`` (its noise calibrated to exactly that);
+* the selection: (c s epsilon, s delta), one release on ``validation_federation``;
+* the free candidates, (0, 0): they read only public data. Candidate 0 is
+  the source-only model; candidate 1, with ``constant_candidate`` (default)
+  and whenever the public source has an intercept column, the public
+  constant (selection_candidates.py: the public source's majority label,
+  resp. mean label, predicted everywhere).
+
+A candidate may carry settings (``"pncnvx_adap_smooth:alpha=0.2"``,
+selection_candidates.py): a grid of the job's other hyperparameters is M such
+candidates, each with its share and its own privacy line (``candidate_privacy_``).
+
+``composition="basic"`` (c = 1, the plan before joint calibration, kept
+bit for bit): the M + 1 budgets add up to (epsilon, delta), so by sequential
+composition (Dwork and Roth 2014, Thm. 3.16) the job is (epsilon, delta)-DP;
+the ledgers' PLD total came to 0.57 epsilon (epsilon 1, two candidates).
+
+``composition="pld"`` (default; "rdp" for sites whose ledgers account by
+RDP): c is the largest factor found for which the job's releases at c,
+composed by the ledgers' own accountant (replace-one), give at most epsilon
+at the job's delta and at least 0.99 epsilon (``calibrate_scale`` on runs
+of this fit on stand-ins, the planning of ``launch --dry-run``; c depends on
+public values only, so it costs nothing). Its soundness (joint_calibration.py)
+needs a data-independent release sequence, which this job has: noisy GD runs
+its fixed T; an adapter's T ("auto") is a function of (epsilon_i, delta_i,
+the public n, d); every noise multiplier comes from (epsilon_i, delta_i, T),
+every sensitivity from the public clipping, ``loss_bound`` and part sizes;
+the free candidates and the candidate list (settings included) are public;
+the selection's answer is used only after it. So the sites' run repeats the
+plan release for release (the tests compare every ledger with it), and the
+job is (epsilon_total, delta)-DP with epsilon_total <= epsilon. Replace-one
+only: the job reads the sites' public sizes, which a federation refuses for
+a site accounting under add/remove.
+
+Either way, the two parts holding disjoint records would allow parallel
+composition (max instead of sum); it is not used, so the plan is sound even
+if a site's parts overlap. The index chosen, ``coef_`` and every fitted
+attribute are post-processing of these releases and of public data.
+
+Utility (the issue's "never worse than the free baseline"). Candidate 0 is
+the source-only model and ``baseline_confidence`` beta keeps it unless
+another candidate's noisy loss sum is below it by the margin
+m = 2 sigma sqrt(2 log(K / beta)) (private_selection.py, the Gaussian tail
+and a union bound over the K candidates' noises): with probability >= 1 - beta
+over the selection's noise, the delivered model's clipped mean loss on the
+validation records is no larger than the source-only model's. Since the
+candidates are fitted on the other part, the validation records are an
+independent sample for them, and by Hoeffding's inequality over the K
+candidates the clipped population loss differs from the validation mean by at
+most L sqrt(log(2K / beta) / (2 n_val)) for each, with probability >= 1 - beta:
+with probability >= 1 - 2 beta the delivered model's clipped population loss
+exceeds source-only's by at most 2 L sqrt(log(2K / beta) / (2 n_val)). Seed
+004's Theorem 1 gets a variance-sensitive (Bernstein) version of this step
+and its Eq. for tau_j; the plain bound suffices here. The price is that an
+improvement smaller than m / n_val on the validation mean is not taken: at
+small n or epsilon the job delivers the source-only model, as it should.
+
+Two free candidates. K counts every candidate, so the above holds as stated
+with the public constant among them; it gets a weaker promise of its own:
+when all K noises are within m / 2 (probability >= 1 - 2 beta), the
+delivered model's clipped validation mean is within 2 m / n_val of the
+constant's (s~_j <= s~_k for the one delivered, or s~_0 <= s~_best + m).
+It is on by default because it costs no privacy and changes the guarantee
+only through K; its price is utility, sigma ~ sqrt(K) L growing by
+sqrt(K / (K - 1)) (selection_candidates.py says why its confidence is the
+public log-odds).
+
+``selection_score = "error"`` (logistic loss only; the default "auto" is
+"error" for logistic and "loss" otherwise): the release scores validation
+errors (``error_scored`` in selection_candidates.py,
+which says why it is an option), and the guarantees above hold with the 0-1
+loss for the clipped loss and L = 1: they bound the accuracy lost.
+
+The clip L (``loss_bound``, "auto" by default: a quantile of the free
+model's public losses, so public) is derived in selection_candidates.py.
+
+Default ``selection_share`` 0.25, measured (experiments/adapter_study.py,
+README): at 0.1 the selection kept the source-only model at epsilon 1 on
+the demo Adult split, where the adapter is 40 points more accurate; at 0.5
+the candidates' smaller budgets cost accuracy (0.91-0.92 against 0.92-0.93
+there at epsilon 1-3) without changing which model was chosen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from privadapt.common.accounting.accountant import AccountingMethod
+from privadapt.common.federation import Federation
+from privadapt.server.algorithms.base import (
+    CALIBRATION,
+    DELTA,
+    EPSILON,
+    FLAG,
+    ITERATIONS,
+    NON_NEGATIVE,
+    POSITIVE,
+    VALIDATION_FRACTION,
+    Constraints,
+    Interval,
+    InvalidParameterError,
+    Options,
+    PrivateEstimator,
+    PublicSource,
+    record_parts,
+    require_public_arrays,
+)
+from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
+from privadapt.server.algorithms.joint_calibration import (
+    JointCalibration,
+    calibrate_scale,
+    stand_in,
+)
+from privadapt.server.algorithms.linear_model import LinearModelMixin
+from privadapt.server.algorithms.model_selection.candidates import (
+    CANDIDATE_IDS,
+    DEFAULT_CANDIDATES,
+    PUBLIC_CONSTANT,
+    SOURCE_ONLY,
+    CandidateList,
+    CandidateSpec,
+    auto_loss_bound,
+    candidate_learner,
+    error_scored,
+    parse_candidates,
+    public_constant_model,
+)
+from privadapt.server.algorithms.model_selection.private_selection import (
+    SelectionResult,
+    private_selection,
+)
+from privadapt.server.algorithms.public_erm import fit_linear
+from privadapt.server.algorithms.step_privacy import charges_so_far, report_delta, step_epsilon
+
+# composition -> the accountant the joint calibration composes with (module docstring).
+COMPOSITIONS = {"pld": AccountingMethod.PLD, "rdp": AccountingMethod.RDP}
+
+
+class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
+    """Train named private candidates, privately keep the best or the free
+    source-only model (module docstring: plan, guarantee, utility).
+
+    Hyperparameters: the learning problem (``loss`` "logistic" or "squared",
+    ``radius`` of the ball, ``clip_norm``, ``iterations`` and
+    ``learning_rate`` of noisy GD; ``feature_norm``, ``label_bound``,
+    ``alpha``, ``penalty`` (the adapters' l1 = l2 = linf, resp. k1 = k2 =
+    kinf), ``mu``, ``step_scale`` and ``adapter_iterations`` ("auto" or T) of
+    the reweighting adapters), ``candidates`` (names from
+    :data:`CANDIDATE_IDS`, comma-separated), ``epsilon`` and ``delta`` (the
+    whole job's budget), ``selection_share``, ``loss_bound`` L (each
+    validation loss is clipped to [0, L]; "auto": the 95th percentile of
+    the source-only model's losses on the public source, module
+    docstring), ``baseline_confidence`` beta,
+    ``calibration`` and ``seed`` (the adapters' coordinator randomness),
+    ``composition`` ("pld", "rdp" or "basic": how the sub-budgets are
+    sized, module docstring), ``constant_candidate`` (the free public
+    constant as candidate 1 when the public source has an intercept),
+    ``selection_score`` ("loss": clipped validation losses; "error", for
+    classifiers: validation errors, L = 1; "auto" (default): "error" for
+    loss "logistic", else "loss"; module docstring). Why "auto": a
+    classifier is judged by its accuracy, and on every Adult row of the
+    study (README, ``--selection-score error``) the error score delivered
+    at least the loss score's accuracy, non-decreasing in epsilon, where the
+    loss score can never pick the majority label (its clipped logistic loss
+    is high however accurate it is).
+
+    Fitted: ``selection_score_`` (what the release scored), ``coef_`` (the
+    delivered model), ``chosen_`` (its name, with
+    its settings as the job wrote them), ``candidate_names_`` (the free ones
+    first: source_only, then public_constant if present), ``candidate_learners_``
+    (each one's id in CANDIDATE_IDS), ``best_index_`` (into them),
+    ``candidates_`` (their coefficients, stacked), ``learners_`` (the fitted
+    private candidates), ``noisy_losses_`` (noisy mean clipped validation
+    losses; None if the site selected itself), ``margin_``, ``budget_plan_``
+    (name -> planned (epsilon, delta), "selection" included, at the scale
+    ``budget_scale_``), ``joint_calibration_`` (the
+    :class:`~.joint_calibration.JointCalibration`: the scale, the planned
+    releases and their composed epsilon; None for "basic" or without noise),
+    ``loss_bound_`` (the L used), ``candidate_privacy_`` (name -> each
+    site's epsilon for that step's releases at its planned delta, from the
+    site's ledger view),
+    ``train_privacy_`` (the sites' job spend after training) and ``privacy_``
+    (after the selection: the whole job when both federations charge the
+    same ledgers and job, as record parts of one job do)."""
+
+    requires_public_source = True
+
+    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
+        "loss": [Options("logistic", "squared")], "radius": POSITIVE, "clip_norm": POSITIVE,
+        "iterations": ITERATIONS, "learning_rate": POSITIVE, "feature_norm": POSITIVE,
+        "label_bound": POSITIVE, "alpha": [Interval(float, 0, 1, closed="neither")],
+        "penalty": NON_NEGATIVE, "mu": POSITIVE, "step_scale": POSITIVE,
+        "adapter_iterations": [*ITERATIONS, Options("auto")],
+        "candidates": [CandidateList()], "epsilon": EPSILON, "delta": DELTA,
+        "selection_share": [Interval(float, 0, 1, closed="neither")],
+        "loss_bound": [*POSITIVE, Options("auto")],
+        "baseline_confidence": [Interval(float, 0, 1, closed="neither"), None],
+        "calibration": CALIBRATION, "seed": [Interval(int, 0, math.inf, closed="left"), None],
+        "validation_fraction": VALIDATION_FRACTION,
+        "composition": [Options("pld", "rdp", "basic")], "constant_candidate": FLAG,
+        "selection_score": [Options("auto", "loss", "error")],
+    }
+
+    def __init__(
+        self,
+        *,
+        loss: str,
+        radius: float,
+        epsilon: float,
+        delta: float,
+        clip_norm: float = 1.0,
+        iterations: int = 100,
+        learning_rate: float = 1.0,
+        feature_norm: float = 1.0,
+        label_bound: float = 1.0,
+        alpha: float = 0.5,
+        penalty: float = 0.0,
+        mu: float = 100.0,
+        step_scale: float = 1.0,
+        adapter_iterations: int | str = "auto",
+        candidates: str = DEFAULT_CANDIDATES,
+        loss_bound: float | str = "auto",
+        selection_share: float = 0.25,
+        baseline_confidence: float | None = 0.1,
+        calibration: str = "accountant",
+        seed: int | None = None,
+        validation_fraction: float = 0.25,
+        composition: str = "pld",
+        constant_candidate: bool = True,
+        selection_score: str = "auto",
+    ) -> None:
+        self.loss = loss
+        self.radius = radius
+        self.clip_norm = clip_norm
+        self.iterations = iterations
+        self.learning_rate = learning_rate
+        self.feature_norm = feature_norm
+        self.label_bound = label_bound
+        self.alpha = alpha
+        self.penalty = penalty
+        self.mu = mu
+        self.step_scale = step_scale
+        self.adapter_iterations = adapter_iterations
+        self.candidates = candidates
+        self.epsilon = epsilon
+        self.delta = delta
+        self.selection_share = selection_share
+        self.loss_bound = loss_bound
+        self.baseline_confidence = baseline_confidence
+        self.calibration = calibration
+        self.seed = seed
+        self.validation_fraction = validation_fraction
+        self.composition = composition
+        self.constant_candidate = constant_candidate
+        self.selection_score = selection_score
+
+    def _prediction_loss(self) -> str:
+        return self.loss
+
+    def budget_plan(self, scale: float = 1.0) -> dict[str, tuple[float, float]]:
+        """name -> (epsilon, delta) of each step (module docstring), every
+        epsilon times ``scale``; at scale 1 they add up to the job's (epsilon,
+        delta) (the "basic" plan). Without noise (epsilon = inf) every step is
+        (inf, 0)."""
+        names = [spec.name for spec in parse_candidates(self.candidates, self.loss)]
+        if math.isinf(self.epsilon):
+            return {**{name: (math.inf, 0.0) for name in names}, "selection": (math.inf, 0.0)}
+        share = (1.0 - self.selection_share) / len(names)
+        plan = {name: (scale * share * self.epsilon, share * self.delta) for name in names}
+        plan["selection"] = (scale * self.selection_share * self.epsilon,
+                             self.selection_share * self.delta)
+        return plan
+
+    def fit(
+        self,
+        train_federation: Federation,
+        validation_federation: Federation | None = None,
+        public_source: PublicSource | None = None,
+    ) -> SelectedAdaptation:
+        """Fit the source-only model on ``public_source`` (required), every
+        named candidate on ``train_federation`` and select on
+        ``validation_federation``: records other than the training ones. When
+        it is not given (a networked job), the two are the "train" and
+        "validation" record parts of the one federation given, split at
+        ``validation_fraction`` under the job id as salt
+        (common/data/record_parts.py: each site splits its own records by a
+        content hash; the coordinator never learns which record is where).
+        With ``composition`` "pld" or "rdp" the budgets are first calibrated
+        jointly on stand-ins of the two (module docstring); nothing is asked
+        of the sites until then."""
+        name = type(self).__name__
+        self._validate_params()
+        specs = parse_candidates(self.candidates, self.loss, name)
+        if validation_federation is None:
+            train_federation, validation_federation = record_parts(
+                train_federation, self.validation_fraction, name)
+        features, labels = require_public_arrays(public_source, name)
+        # The free candidates: public data only.
+        free = {SOURCE_ONLY: fit_linear(features, labels, self.loss, self.radius)}
+        if self.constant_candidate:
+            constant = public_constant_model(features, labels, self.loss, self.radius,
+                                             getattr(public_source, "feature_names", None))
+            if constant is not None:
+                free[PUBLIC_CONSTANT] = constant
+        loss_bound = self.loss_bound
+        self.selection_score_ = self._score()
+        if self.selection_score_ == "error":
+            loss_bound = 1.0  # each record scores its error, in [0, 1] (error_scored)
+        elif loss_bound == "auto":
+            loss_bound = auto_loss_bound(self.loss, free[SOURCE_ONLY], features, labels)
+        context = _Context(specs, free, public_source, loss_bound)
+        calibration = None
+        if self.composition in COMPOSITIONS and math.isfinite(self.epsilon) and self.delta > 0:
+            calibration = self._calibrate(train_federation, validation_federation, context)
+        plan = self.budget_plan(1.0 if calibration is None else calibration.scale)
+        run = self._train_and_select(train_federation, validation_federation, context, plan)
+        self.candidate_names_ = [*free, *(spec.name for spec in specs)]
+        self.candidate_learners_ = [*free, *(spec.learner for spec in specs)]
+        self.candidates_ = run.coefficients
+        self.learners_ = run.learners
+        self.best_index_ = run.result.best_index
+        self.chosen_ = self.candidate_names_[run.result.best_index]
+        self.coef_ = run.coefficients[run.result.best_index]
+        self.noisy_losses_ = (None if run.result.noisy_loss_sums is None
+                              else run.result.noisy_loss_sums / run.result.num_records)
+        self.loss_bound_ = loss_bound
+        self.margin_ = run.result.margin
+        self.num_validation_records_ = run.result.num_records
+        self.selection_method_ = run.result.method
+        self.budget_plan_ = plan
+        self.budget_scale_ = 1.0 if calibration is None else calibration.scale
+        self.joint_calibration_ = calibration
+        self.candidate_privacy_ = run.privacy
+        self.train_privacy_ = run.train_privacy
+        self.privacy_ = validation_federation.privacy_spent(report_delta(self.delta))
+        self.n_features_in_ = features.shape[1]
+        return self
+
+    def _validate_params(self) -> None:
+        """The candidate list first (its message names the bad candidate or
+        setting; ``launch`` and ``--dry-run`` call this), then every constraint."""
+        if isinstance(self.candidates, str) and isinstance(self.loss, str):
+            parse_candidates(self.candidates, self.loss, type(self).__name__)
+        super()._validate_params()
+        if self.selection_score == "error" and self.loss != "logistic":
+            raise InvalidParameterError(f"{type(self).__name__}: selection_score 'error' "
+                                        f"scores classifiers (loss 'logistic'); got {self.loss!r}")
+
+    def _score(self) -> str:
+        """What the selection release scores: ``selection_score`` with
+        "auto" resolved ("error" for a logistic classifier, else "loss")."""
+        if self.selection_score != "auto":
+            return self.selection_score
+        return "error" if self.loss == "logistic" else "loss"
+
+    def _calibrate(self, train_federation: Federation, validation_federation: Federation,
+                   context: _Context) -> JointCalibration:
+        """The joint calibration of this job's budgets: this same fit, at each
+        scale tried, on stand-ins of the two federations (module docstring)."""
+        def releases_at(scale: float) -> list:
+            train_recorder, train_view = stand_in(train_federation)
+            validation_recorder, validation_view = stand_in(validation_federation)
+            self._train_and_select(train_view, validation_view, context,
+                                   self.budget_plan(scale))
+            return [*train_recorder.releases, *validation_recorder.releases]
+
+        return calibrate_scale(releases_at, epsilon=self.epsilon, delta=self.delta,
+                               dim=train_federation.dim,
+                               method=COMPOSITIONS[self.composition])
+
+    def _train_and_select(self, train_federation: Federation,
+                          validation_federation: Federation, context: _Context,
+                          plan: Mapping[str, tuple[float, float]]) -> _Run:
+        """Every candidate trained at its planned budget, then the selection:
+        the job's releases, in order (on the sites, or on stand-ins)."""
+        settings = self.get_params()
+        learners, privacy = {}, {}
+        for spec in context.specs:
+            epsilon, delta = plan[spec.name]
+            before = charges_so_far(train_federation)
+            learner = candidate_learner(spec, settings, epsilon, delta)
+            if isinstance(learner, NoisyGD):
+                learner.fit(train_federation, context.public_source)
+            else:
+                learner.fit(train_federation, context.public_source,
+                            initial_weights=context.free[SOURCE_ONLY])
+            learners[spec.name] = learner
+            privacy[spec.name] = step_epsilon(train_federation, before, delta)
+        train_privacy = train_federation.privacy_spent(report_delta(self.delta))
+        epsilon, delta = plan["selection"]
+        before = charges_so_far(validation_federation)
+        coefficients = np.stack([*context.free.values(),
+                                 *(learners[spec.name].coef_ for spec in context.specs)])
+        scored = coefficients if self._score() == "loss" else error_scored(coefficients)
+        result = private_selection(
+            validation_federation, candidates=scored, loss=self.loss,
+            loss_bound=context.loss_bound, epsilon=epsilon, delta=delta,
+            baseline_confidence=self.baseline_confidence)
+        privacy["selection"] = step_epsilon(validation_federation, before, delta)
+        return _Run(learners, coefficients, result, privacy, train_privacy)
+
+    def model_arrays(self) -> dict[str, np.ndarray]:
+        """weights (the delivered model), candidates (all K, source-only first),
+        candidate_ids (each candidate's position in :data:`CANDIDATE_IDS`:
+        the wire carries numbers, not names), best_index (into candidates) and
+        chosen_id (the delivered one's position in CANDIDATE_IDS), and the
+        noisy mean validation losses when they left the sites."""
+        self._check_is_fitted()
+        ids = [CANDIDATE_IDS.index(n) for n in self.candidate_learners_]
+        model = {"weights": self.coef_, "candidates": self.candidates_,
+                 "candidate_ids": np.asarray(ids, dtype=np.int64),
+                 "best_index": np.asarray(self.best_index_, dtype=np.int64),
+                 "chosen_id": np.asarray(ids[self.best_index_], dtype=np.int64)}
+        if self.noisy_losses_ is not None:
+            model["noisy_losses"] = np.asarray(self.noisy_losses_, dtype=float)
+        return model
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every run of the job shares: public, computed once per fit."""
+
+    specs: list[CandidateSpec]
+    free: dict[str, np.ndarray]  # the free candidates by name, source-only first
+    public_source: PublicSource
+    loss_bound: float
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One run's fitted candidates, selection and privacy lines."""
+
+    learners: dict[str, PrivateEstimator]
+    coefficients: np.ndarray
+    result: SelectionResult
+    privacy: dict[str, dict[str, float]]
+    train_privacy: dict
+

@@ -1,0 +1,3 @@
+"""``privadapt-coordinator``: the coordinator daemon, its two gRPC services and
+the admission of calls before they cost a thread.
+"""

@@ -1,0 +1,69 @@
+"""How a job's progress reads on an operator's screen: one line per job, one
+per round, a progress bar for ``--follow`` on a terminal, and ``privadapt
+logs`` (the job's audit events from the coordinator's store)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.server.jobs.spec import job_state_name
+
+BAR_WIDTH = 30
+
+
+def job_line(job: pb.JobStatus) -> str:
+    state = job_state_name(job.state)
+    done = sum(1 for r in job.rounds if not r.aborted)
+    aborted = len(job.rounds) - done
+    text = f"{job.job_id}  {job.algorithm}  {state}  rounds={done}"
+    if aborted:
+        text += f" (+{aborted} aborted)"
+    return text + (f"  {job.message}" if job.message else "")
+
+
+def round_lines(rounds: Iterable[pb.RoundProgress]) -> list[str]:
+    lines = []
+    for r in rounds:
+        ms = r.duration.ToTimedelta() / dt.timedelta(milliseconds=1)
+        if r.aborted:
+            lines.append(f"  round {r.round:>5}  ABORTED  {r.abort_reason}")
+        else:
+            lines.append(f"  round {r.round:>5}  sites={len(r.participants)}  {ms:8.1f} ms  "
+                         f"epsilon so far {r.epsilon_so_far:.4g}")
+    return lines
+
+
+def progress_bar(job: pb.JobStatus, width: int = BAR_WIDTH) -> str:
+    """``[#########.........]  37/100 rounds  epsilon so far 0.41``: the
+    rounds done against the job's planned rounds (a count alone when the
+    coordinator has no plan for it)."""
+    done = [r for r in job.rounds if not r.aborted]
+    epsilon = f"  epsilon so far {done[-1].epsilon_so_far:.4g}" if done else ""
+    aborted = len(job.rounds) - len(done)
+    tail = f"{epsilon}{f'  ({aborted} aborted)' if aborted else ''}"
+    if not job.planned_rounds:
+        return f"{len(done)} rounds{tail}"
+    filled = min(width, width * len(done) // job.planned_rounds)
+    return f"[{'#' * filled}{'.' * (width - filled)}]  {len(done)}/{job.planned_rounds} " \
+        f"rounds{tail}"
+
+
+def log_lines(log: pb.JobLog) -> list[str]:
+    """``privadapt logs JOB``: the job's line, its audit events oldest first
+    (time, event, site, detail), then its rounds."""
+    lines = [job_line(log.status)]
+    for event in log.events:
+        when = event.time.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%fZ")
+        site = f"  site={event.site_name}" if event.site_name else ""
+        lines.append(f"  {when}  {event.event}{site}"
+                     f"{f'  {event.detail}' if event.detail else ''}")
+    lines.extend(round_lines(log.status.rounds))
+    return lines
+
+
+def new_round_lines(job: pb.JobStatus, printed: int) -> tuple[Sequence[str], int]:
+    """The round lines not printed yet, and how many there are now."""
+    lines = round_lines(job.rounds)
+    return lines[printed:], len(lines)
