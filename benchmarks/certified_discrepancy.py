@@ -5,7 +5,7 @@ compare), and its widths against the error the kernel charges for the solve
 (``ExactDiscrepancy.solver_allowance``) on adversarial inputs: the hard case
 (records orthogonal to the public moments' top direction), a near-hard case,
 tied and clustered top eigenvalues, a rank-one public sample; radius 1e-3 to
-1e3. The site runs the whole schedule whatever the data (review 9b: which
+1e3. The site runs the whole schedule whatever the data (which
 attempts ran was a timing channel) and releases within the intersection of
 every attempt's bracket: "released" is that width with the charge's sized
 shift, "no tolerance" the same schedule without it. Then the whole kernel

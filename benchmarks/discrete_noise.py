@@ -12,13 +12,13 @@ time over float time (target: at most 2):
 * the exact Polya share against the float path it replaced (numpy's
   ``negative_binomial`` under a PCG64 seeded from the same source), so the
   ratio is the price of exactness itself;
-* the wired mechanism (issue 17): one site's release noise for a block of 1e5
+* the wired mechanism: one site's release noise for a block of 1e5
   coordinates as ``Site.answer`` draws and encodes it
   (``mechanism.noise_shares`` then ``codec.encode``), the
   :class:`~privadapt.common.mechanisms.DiscreteLaplaceMechanism` against the
   float :class:`~privadapt.common.mechanisms.LaplaceMechanism` and
   :class:`~privadapt.common.mechanisms.GaussianMechanism` of the same scale;
-* the distributed discrete Gaussian (issue 17): one site's exact N_Z share of
+* the distributed discrete Gaussian: one site's exact N_Z share of
   a :class:`~privadapt.common.mechanisms.DistributedDiscreteGaussianMechanism`
   (sigma = 1000 grid steps summed over K - t honest shares) against the float
   :class:`~privadapt.common.mechanisms.GaussianMechanism` share of the same

@@ -25,7 +25,7 @@ timer: the table gives the share of the loop's time spent in the ledger
 (summed over the sites: in-process and threads they charge one after the
 other, so the sum is on the loop's critical path), and that share over the
 first and the last tenth of the iterations: it must not grow with the
-iteration count (issue 16). Ledgers go to ``--dir`` (default the system's
+iteration count. Ledgers go to ``--dir`` (default the system's
 temporary directory, on disk: every charge is committed and synced).
 """
 

@@ -1,5 +1,5 @@
 """The fixed-work exponential sampler's time on tied against spread scores
-(adversarial reviews 5 and 7): the ratio of the medians, interleaved in one
+(a timing channel if they differ): the ratio of the medians, interleaved in one
 run, should stay near 1 whatever the scores' gap bits.
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/exponential_timing.py``.

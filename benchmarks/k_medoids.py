@@ -1,6 +1,6 @@
 """Accelerated k-medoids (AkM) against plain PAM on source-target clustering
 (seed 001): seconds and Cost(T, S, T_k) at |T| = 8,000, |S| = 5,000, d = 20,
-k = 20 (issue 15's benchmark).
+k = 20.
 
 Data: the target is a mixture of 40 Gaussian clusters, the source a mixture of
 25 clusters of which 10 share the target's centres (the overlap a good choice

@@ -1,4 +1,4 @@
-"""Ledger charges per second against the size of its history (issue 12, section 3).
+"""Ledger charges per second against the size of its history.
 
     .venv/bin/python benchmarks/ledger_charges.py [--sizes 100 10000 100000]
         [--charges 300] [--dir DIR ...] [--history-ratio]
@@ -10,7 +10,7 @@ more charges, each committed (SQLite ``synchronous=FULL``) and its head file
 synced before the next. Two policies: *PLD* (Gaussian, Poisson-sampled
 Gaussian, Laplace and pure-epsilon events, accounted by PLD) and *RDP* (the
 same and zCDP events, which the accountant can account only by RDP). A
-selection mechanism kind (issue 12, section 1) joins ``_HISTORY`` once it
+selection mechanism kind joins ``_HISTORY`` once it
 exists.
 
 How the big histories are built: the rows are written with SQLite
@@ -71,7 +71,7 @@ _HISTORY = {
         GaussianMechanism.single(1.0, 2.0, AR, sampling_rate=0.001),
         LaplaceMechanism(1.0, 2000.0, AR),
         PureDpEvent(0.0005, AR),
-        # A selection kind (issue 12, section 1) goes here.
+        # A selection kind goes here.
     ),
 }
 _HISTORY["rdp"] = (*_HISTORY["pld"], ZCdpEvent(1e-6, AR))

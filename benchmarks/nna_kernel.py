@@ -1,6 +1,6 @@
 """NNA's site-side work (kernel ``nearest_target_sums``): seconds for 1e6
-private points and 10,000 target points at d = 8 (issue 15's benchmark:
-target under 5 s on one core), on three data sets:
+private points and 10,000 target points at d = 8 (the
+target: under 5 s on one core), on three data sets:
 
 * clustered: records and targets each in 40 Gaussian clusters (as real data
   after a random projection tends to be), the two sets' clusters at

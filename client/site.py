@@ -25,7 +25,7 @@ the query against the policy and says what it costs; the ledger checks that it
 can afford it and reserves that budget until the charge commits or the answer
 ends (``PrivacyLedger.reservation``) and the kernel that the job's state admits it
 (``Kernel.check_state``), all before any record is read, so that no unpriced
-refusal takes data-dependent time (issue 17); then local blocks
+refusal takes data-dependent time; then local blocks
 (``Kernel.local_block_shapes``, empty for most kernels; e.g. the per-record
 weights of PCnvxAdap) are noised by the site itself at the full sigma of the
 mechanism's local group and handed back to the kernel to update the job's
@@ -188,7 +188,7 @@ class Site:
         admitted = self._admission.admit(query, num_participants)
         # Every refusal the query and the job's state decide comes before any
         # private data is read (records split, kernel): a refusal is unpriced,
-        # so it must not take data-dependent time (issue 17). The check
+        # so it must not take data-dependent time. The check
         # reserves the budget until the charge commits, and any other exit
         # releases it, so a concurrent query is refused at its own check.
         with self.ledger.reservation(admitted.query.job_id, admitted.query.query_id,

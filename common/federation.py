@@ -10,7 +10,7 @@ privatised; a *Federation* turns the query into one privatised aggregate. An
 algorithm is written against :class:`Federation` only and never knows whether
 its sites are in-process objects or daemons across the network (DESIGN.md 3).
 
-Three release forms (issue 12), named by :class:`ReleaseForm` and bound into
+Three release forms, named by :class:`ReleaseForm` and bound into
 every site's signed query digest, so a coordinator cannot show one site one
 form and another site another:
 

@@ -1,4 +1,4 @@
-"""Issue 13, section 3: why PCnvxAdap / PNCnvxAdap stayed far from their
+"""Why PCnvxAdap / PNCnvxAdap stayed far from their
 non-private versions, and what each lever of the iteration plan does.
 
 For each shift, private size n, epsilon in {1, 3, 10} and repeated splits
@@ -18,7 +18,7 @@ For each shift, private size n, epsilon in {1, 3, 10} and repeated splits
 * ``after, smooth step``: ``after`` with ``step_sizes="noise_aware_smooth"``
   (the noise-aware cap without the Lipschitz G^2 term, which keeps the
   default's step at D / (G sqrt(T)) whatever epsilon is);
-* ``selected (private)``: ``SelectedAdaptation`` (issue 13, section 2), one
+* ``selected (private)``: ``SelectedAdaptation``, one
   job at (epsilon, 1e-5) in all: each site splits its private records into a
   training and a validation record part by a content hash
   (``VALIDATION_FRACTION``; common/data/record_parts.py), noisy GD and

@@ -1,4 +1,4 @@
-"""Issue 13, section 4: which UCI Adult split should ``make demo`` run?
+"""Which UCI Adult split should ``make demo`` run?
 
 On the ``sex`` split (men -> women) a model fitted on the public source alone
 is as good as one fitted on the private target: the shift costs nothing, so no

@@ -1,4 +1,4 @@
-"""Issue 13's third target, "accuracy improves with epsilon (mean over
+"""The target "accuracy improves with epsilon (mean over
 splits) for every private adapter": is a drop in a study's table real, or
 the noise of a few splits?
 

@@ -1,4 +1,4 @@
-"""Issue 13: does private model selection keep the delivered model from losing
+"""Does private model selection keep the delivered model from losing
 to the free source-only baseline?
 
 Per dataset, repeated random splits of the private target; per split and

@@ -1,4 +1,4 @@
-"""Issue 13, section 3: does a public, data-independent step rule beat the
+"""Does a public, data-independent step rule beat the
 adapters' default (the noise-aware w step with D = Lambda / 4 from the warm
 start) on every row of experiments/adapter_study.py without losing on any?
 

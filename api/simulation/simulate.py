@@ -79,7 +79,7 @@ DEMO_SELECTION_SCORE = "error"
 DEMO_JOBS = (
     ("noisy-gd", "noisy_gd", 'loss = "logistic"\niterations = 100\nlearning_rate = 16.0\n'
      "radius = 20.0\nclip_norm = 1.0\n"),
-    # Issue 13: no hand-picked method. Noisy GD and PNCnvxAdap (smooth step,
+    # No hand-picked method. Noisy GD and PNCnvxAdap (smooth step,
     # alpha 0.5 and 0.1: a grid of its source weight) are trained on each
     # site's "train" record part, and one private release of their clipped
     # errors on the "validation" part picks one of them or a free model

@@ -4,7 +4,7 @@ the site acts on it.
 A coordinator certificate is enough to send any bytes a field can hold; a reply
 with ``heartbeat_interval`` 1e14 s once crashed the site daemon (``OverflowError``
 out of ``Duration.ToTimedelta``) and 1e12 s silently killed its heartbeat thread
-(``Event.wait`` refuses such a timeout) (issue 17, section 2). Each check here
+(``Event.wait`` refuses such a timeout). Each check here
 raises :class:`~privadapt.common.errors.WireError`, which the daemon logs before
 backing off and reconnecting (a bad Register reply) and the worker refuses (a
 bad work item); neither ends the daemon.

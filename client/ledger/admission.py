@@ -1,5 +1,5 @@
-"""Whether a ledger admits one more release, and what it records (issue 12,
-section 3, and issue 17's cheap refusals).
+"""Whether a ledger admits one more release, and what it records (refusals
+cheap enough to make before any record is read).
 
 Every refusal is made by a closed-form lower bound (before any PLD is built)
 or by the policy's exact figure; the additive upper bound of

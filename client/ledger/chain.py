@@ -1,5 +1,5 @@
 """The ledger's hash chain and its head file: a lost or replaced ledger never
-looks like a new one (issue 12, section 3).
+looks like a new one.
 
 Every charge extends a chain, ``head_n = sha256(head_{n-1} || row_n)``, where
 ``row_n`` is the charge row's canonical bytes (:func:`row_bytes`: every field

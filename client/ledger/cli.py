@@ -3,7 +3,7 @@ ledger for its operator.
 
 ``init`` creates a site's ledger, once, on purpose: a site daemon never
 creates one, so a ledger that was lost, emptied or replaced can never pass for
-a new one (issue 12). ``show`` reads the ledger read-only, with the cap
+a new one. ``show`` reads the ledger read-only, with the cap
 recorded in it (no policy file needed, and a running site daemon is not
 disturbed): it first verifies the hash chain over every charge against the
 head stored in the database and the head file beside it, then prints one line

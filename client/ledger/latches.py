@@ -1,4 +1,4 @@
-"""Kernels a site has latched off, kept in its ledger database (issue 17).
+"""Kernels a site has latched off, kept in its ledger database.
 
 A kernel that certifies its own floating-point error a posteriori
 (``exact_discrepancy``, ``smoothed_discrepancy_gradient``) refuses when its
@@ -20,7 +20,7 @@ ledger's history of charges. A ledger from before schema 4 has no table: a
 site opening it for charging adds it empty (client/ledger/schema.py), and a
 read-only open reads no latches.
 
-Armed before the certificate runs (review 10a). A latch written only after a
+Armed before the certificate runs. A latch written only after a
 failed certificate lets more than one data-dependent outcome out: two queries
 in flight together (two processes on one ledger) both ran their certificate,
 and a latch that could not be written still let the failure leave as an
@@ -84,7 +84,7 @@ def active(conn: sqlite3.Connection, kernel: str) -> KernelLatch | None:
                            "WHERE kernel = ? AND cleared_at IS NULL", (kernel,)).fetchone()
     except sqlite3.OperationalError as err:
         # A read-only ledger from before schema 4; any other failure (an I/O
-        # error) fails closed: it escapes before a record is read (review 10a).
+        # error) fails closed: it escapes before a record is read.
         if _NO_TABLE not in str(err):
             raise
         return None

@@ -1,6 +1,5 @@
 """Opening a ledger: refuse what is missing, empty, foreign or altered, and
-rebuild what the ledger keeps about its history from its rows (issue 12,
-section 3).
+rebuild what the ledger keeps about its history from its rows.
 
 The derived tables (``groups``, ``ledger_state``) are a cache written with
 every charge; the rows and their hash chain are the record. At open the

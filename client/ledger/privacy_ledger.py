@@ -32,14 +32,14 @@ refused at its own check, never after its kernel ran.
 Cost independent of the history: no charge reads the history. A release is
 refused before any PLD by closed-form lower bounds when it is new or near the
 cap (a composition costs at least its costliest release), and no PLD larger
-than :data:`~privadapt.common.accounting.accountant.MAX_PLD_POINTS` is ever built (issue
-17). It is admitted without any exact figure when an upper bound on the exact
+than :data:`~privadapt.common.accounting.accountant.MAX_PLD_POINTS` is ever built.
+It is admitted without any exact figure when an upper bound on the exact
 figure, kept by addition (:meth:`~privadapt.client.ledger.totals.Sums.upper_bound`),
 fits the cap; only a release whose bound does not fit pays for the policy's
 exact figure, over the groups (cost in the number of distinct mechanisms).
 So every decision is the one the exact figure would make.
 
-Fail closed (issue 12): a ledger is created only on purpose (``create=True``,
+Fail closed: a ledger is created only on purpose (``create=True``,
 ``privadapt ledger init``); a missing, empty or unreadable one is a
 ``ConfigError``. Every charge extends a hash chain whose head is also synced
 to a file beside the ledger before the charge returns
@@ -103,7 +103,7 @@ class PrivacyLedger(LedgerView):
         super().__init__(path, policy, read_only)
         # The checks this ledger issued and has not consumed, by token; a
         # CheckedCharge is reused only if it is the very object issued (never
-        # a copy or a forgery handed back by a caller; adversarial review 4).
+        # a copy or a forgery handed back by a caller).
         self._issued_checks: dict[str, CheckedCharge] = {}
         self._owner = reservations.ReservationOwner(self.path)
         if not read_only:
@@ -175,7 +175,7 @@ class PrivacyLedger(LedgerView):
         accounting); else reserve the release's budget and return what the
         charge would record, for ``charge`` to reuse.
 
-        A site calls this before it touches any private data (issue 17): a
+        A site calls this before it touches any private data: a
         refusal is unpriced, so one decided after the kernel ran would leak
         the kernel's data-dependent running time for free. Every other
         release reserved on this ledger is composed as if charged, and this
@@ -188,7 +188,7 @@ class PrivacyLedger(LedgerView):
             conn = self._connection()
             if len(self._issued_checks) >= _MAX_ISSUED_CHECKS:
                 # Never evict: an outstanding check's query may be running its
-                # kernel, and its charge must not be refused late (review 6).
+                # kernel, and its charge must not be refused late.
                 raise QueryRefusedError(
                     f"site {self.policy.site_name!r}: {_MAX_ISSUED_CHECKS} queries are being "
                     f"answered on this ledger now; query {query_id!r} of job {job_id!r} is "

@@ -1,5 +1,5 @@
 """Budget reserved by a check until its charge commits or it is released
-(issue 17: refusals before any private data is read, also under concurrency).
+(refusals before any private data is read, also under concurrency).
 
 ``PrivacyLedger.check_charge`` is made before a site reads its data, so that a
 refusal takes data-independent time. A check that only read the ledger left

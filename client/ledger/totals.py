@@ -1,5 +1,5 @@
 """What a ledger keeps about its history so that a charge costs the same
-after a hundred charges or a hundred thousand (issue 12, section 3).
+after a hundred charges or a hundred thousand.
 
 Why not keep the composed PLD of the history and convolve each new release
 into it: the composed figure would then depend on the order of composition
@@ -32,7 +32,7 @@ thousand pure events of epsilon 1.1e-4 are charged as epsilon 2e-4 each).
 So a charge whose upper bound fits the cap is admitted without any PLD, and
 only one near the cap pays for the exact figure.
 
-A selection mechanism kind (issue 12, section 1) needs nothing here: its RDP
+A selection mechanism kind needs nothing here: its RDP
 and PLD come through ``release_rdp`` and ``release_pld``, the accountant's
 own dispatch tables.
 """

@@ -60,7 +60,7 @@ and L2 2 (add/remove). Both exceed the NNA values above, so the paper's noise
 (b = (sqrt(d) + 1)/epsilon, sigma = sqrt(2/rho)) is sound for this kernel and
 charged at what it really spends.
 
-Rounding and float error (issue 17). Only the changed rows differ between
+Rounding and float error. Only the changed rows differ between
 neighbours: every other row is bitwise identical (the same records in the
 same cells, each record's own computed term summed exactly), so the grid
 rounding and the computation error are charged on the 1 + d (+ d) entries of
@@ -133,8 +133,8 @@ MAX_TARGETS = 2**16
 #: The most entries of one release.
 MAX_RELEASE_ENTRIES = 2**22
 #: The most target coordinates (m d) one query may send. A site's work per
-#: record grows with them (the search prunes little in high dimension): an
-#: adversarial review measured 10 ms per record at m = 2^16, d = 63 with a
+#: record grows with them (the search prunes little in high dimension): we
+#: measured 10 ms per record at m = 2^16, d = 63 with a
 #: k-d tree (hours at the 2^20-record bound); 10,000 targets in 8 dimensions
 #: stay allowed.
 MAX_TARGET_COORDINATES = 2**17

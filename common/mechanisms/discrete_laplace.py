@@ -1,5 +1,5 @@
 """The discrete Laplace mechanism: exact pure epsilon-DP integer noise on the
-fixed-point grid itself (issue 17, "exact integer noise").
+fixed-point grid itself.
 
 Why: the float Laplace of :class:`~privadapt.common.mechanisms.laplace.LaplaceMechanism`
 is (epsilon, ~1e-300)-DP, not pure, because a float sampler reaches only a

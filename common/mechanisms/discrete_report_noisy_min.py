@@ -1,5 +1,5 @@
 """Report-noisy-min (or -max) with exact discrete Laplace noise on the
-fixed-point grid (issue 17): the pure-epsilon selection of
+fixed-point grid: the pure-epsilon selection of
 :class:`~privadapt.common.mechanisms.selection.ReportNoisyMin` without its
 float gap.
 

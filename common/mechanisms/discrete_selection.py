@@ -1,5 +1,5 @@
 """The exponential mechanism on the fixed-point grid, drawn with work that does
-not depend on the scores (issue 17).
+not depend on the scores.
 
 Why: :class:`~privadapt.common.mechanisms.selection.ExponentialMechanism`
 draws through float Gumbel noise, whose samples are bounded, so a candidate
@@ -29,7 +29,7 @@ is the mechanism's field ``fractional_bits`` and a site refuses it unless it
 is the query's: read on a coarser grid, the scores would be rounded once
 more, by a step nobody charged.
 
-Timing (adversarial review 5, medium, fixed). The sampler this replaced
+Timing. The sampler this replaced
 proposed candidates until one was kept, a number geometric in the scores'
 spread (K = 20,000: 5 ms with all scores tied, 626 ms with one clear
 winner), so a coordinator timing the answer learned about the scores. The

@@ -1,6 +1,6 @@
 """The distributed discrete Gaussian: exact integer Gaussian-like noise on the
-fixed-point grid, shared among the sites of a secure sum (issue 17, "exact
-integer noise"; Kairouz, Liu and Steinke, "The Distributed Discrete Gaussian
+fixed-point grid, shared among the sites of a secure sum
+(Kairouz, Liu and Steinke, "The Distributed Discrete Gaussian
 Mechanism for Federated Learning with Secure Aggregation", ICML 2021, arXiv
 2102.06387).
 

@@ -1,5 +1,5 @@
 """Private selection: a site scores K candidates on its private data, noises the
-scores itself and releases only the index of the winner (issue 12, section 1).
+scores itself and releases only the index of the winner.
 
 Three mechanisms, each with its own ledger kind. Throughout, a *score vector*
 u(D) in R^K has per-candidate sensitivity Delta_k = max |u_k(D) - u_k(D')| over
@@ -30,14 +30,14 @@ coordinator sent, since a plan claiming it would halve the site's charge.
 low-bit attack on noisy values has nothing to read; the site still rounds the
 scores onto its fixed-point grid first (and charges the rounding in the
 sensitivity), so the noise is applied to a grid value as the proofs assume.
-One gap remains (found by review): the Laplace and Gumbel samples are bounded
+One gap remains: the Laplace and Gumbel samples are bounded
 (about 82 scales, since a half-uniform bottoms out near 2^-118), so a candidate
 whose scaled score trails another's by more than about 86 has probability
 exactly 0 on one dataset and may not on its neighbour: report-noisy-min and the
 exponential mechanism are (epsilon, ~1e-37)-DP rather than pure epsilon-DP.
 :class:`~privadapt.common.mechanisms.discrete_selection.DiscreteExponentialMechanism`
 closes it for the exponential mechanism (integer weights on the grid, every
-candidate's probability positive, pure (epsilon + 2^-50)-DP, issue 17).
+candidate's probability positive, pure (epsilon + 2^-50)-DP).
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def inversion_table(law: CdfLaw, table_bits: int = _WORD_BITS) -> InversionTable
     bucket_starts = np.arange(1 << guide_bits, dtype=np.uint64) << shift
     guide = np.searchsorted(upper_minus_one[:-1], bucket_starts, side="left").astype(np.int64)
     # Cached and shared by every later call at this law: a stray in-place
-    # write would change every later sample's law, so none is allowed (review 10b).
+    # write would change every later sample's law, so none is allowed.
     for array in (upper_minus_one, lower, guide):
         array.flags.writeable = False
     return InversionTable(window.first, window.start * scale, upper_minus_one, lower,

@@ -1,8 +1,8 @@
 """A posteriori certificate for the trust-region maximum: a rigorous bracket
 [L, U] around v* = max over ||w|| <= Lambda of q(w) = w^T A w + 2 b^T w + c,
 computed from a solver's answer (maximiser w, multiplier mu) in ordinary
-floating point with proved rounding bounds (issue 17, "floating-point attack
-on a kernel": the solver's error must be a checked fact, not a margin).
+floating point with proved rounding bounds (the solver's error must be a
+checked fact, not a margin).
 
 Floating-point model (the one assumption, stated in
 :mod:`privadapt.common.numerics.rounding_bounds`, the same as
@@ -73,7 +73,7 @@ the proved bracket lies, never whether it holds, so the caller's argument
 (a released value inside a bracket of width at most its charge is within
 that charge of the exact maximum) is unchanged.
 
-Fixed work (review 9b, medium: a timing channel). The site's reply time is
+Fixed work. The site's reply time is
 seen by the coordinator and the charge covers only the released value, so
 which operations run must not depend on the records. Formerly the schedule
 stopped at the first shift that fitted and ran the re-solve only when none
@@ -194,8 +194,8 @@ def certify_maximum(
     base = max(multiplier, 0.0) if math.isfinite(multiplier) else 0.0
     for factor in SHIFT_FACTORS:
         attempt(base, factor)
-    # A shift whose mu' rho^2 term takes a quarter of the allowed width (review
-    # 9b, medium: with A = 0 and a tiny b, mu* is tiny, the relative shifts
+    # A shift whose mu' rho^2 term takes a quarter of the allowed width (with
+    # A = 0 and a tiny b, mu* is tiny, the relative shifts
     # above leave mu' I - A barely definite, and the residual term over it
     # grew like 1/|b|, so a certificate failed on one record's presence).
     estimate = shift_estimate(unit_matrix, base)
@@ -344,7 +344,7 @@ def certified_discrepancy(
         values.append(solution.value)
     if not all(bracket.lower <= bracket.upper for bracket in brackets):
         # An empty intersection: some "proved" bound is false, so nothing is
-        # proved (review 10a). An infinite error fails every allowance: the
+        # proved. An infinite error fails every allowance: the
         # caller refuses as for any failed certificate.
         return max(abs(v) for v in values), math.inf
     lower = max(bracket.lower for bracket in brackets)

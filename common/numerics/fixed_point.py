@@ -14,7 +14,7 @@ not fit.
 A site encodes what its kernel computed from private records with
 :meth:`encode_saturating`, never with :meth:`encode`: an error raised after the
 kernel ran is an uncharged output whose occurrence depends on the records
-(adversarial review 5: a public offset put the encoding limit between two
+(a public offset once put the encoding limit between two
 neighbouring datasets and a binary search read a private score from the errors).
 Saturation is a 1-Lipschitz map of each coordinate, so it never increases the
 distance between neighbours' outputs: the charged sensitivity still bounds it.

@@ -27,8 +27,8 @@ def record_products(features: np.ndarray, weights: np.ndarray) -> np.ndarray:
     edge tile) differently from the others, so adding or removing one record
     changed the float margins of a few *other* records; with large cancelling
     features that moved their clipped losses by up to the clip bound each,
-    beyond any kernel's sensitivity (issue 17; an adversarial review measured
-    a score change of 2.3 L against a charge of L). An elementwise product
+    beyond any kernel's sensitivity (a score change of 2.3 L was measured
+    against a charge of L). An elementwise product
     (exactly rounded per entry) reduced along the contiguous last axis (numpy's
     pairwise sum over d, the same for every row) depends only on the row."""
     features = np.ascontiguousarray(features, dtype=np.float64)
@@ -74,8 +74,8 @@ def clip_coefficients(coefficients: np.ndarray, rows: np.ndarray, bound: float) 
     computed in floating point (overflow) contributes zero, which keeps the bound.
 
     A clipped coefficient in the subnormal range is set to zero too: there it
-    has lost its relative precision (an adversarial review built c' = 2 x the
-    least subnormal against x = 1.1e308, so ||c' x|| = 2.67 C), and the
+    has lost its relative precision (c' = 2 x the
+    least subnormal against x = 1.1e308 gave ||c' x|| = 2.67 C), and the
     kernels' clip slack assumes a few ulps of relative error."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         row_norm = row_norms(rows)

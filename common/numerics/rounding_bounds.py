@@ -1,6 +1,6 @@
 """Proved floating-point bounds for a posteriori certificates: outward-rounded
 scalars, gamma_k, and matrix products with an entrywise error bound far
-below the classical gamma_m |A| |B| (issue 17: a kernel's rounding error must
+below the classical gamma_m |A| |B| (a kernel's rounding error must
 be a checked fact).
 
 Model (the one assumption, as :mod:`privadapt.common.kernels.blocked_gram`):

@@ -6,7 +6,7 @@ candidates from a dual solve, and the eigen-free re-solve of the multiplier
 trusted: the certificate proves its bracket from whatever these return.
 
 Each function runs a number of operations fixed by the problem's size (the
-certificate's "Fixed work", review 9b): a failed factorisation returns the
+certificate's "Fixed work"): a failed factorisation returns the
 identity for the caller to run the same work on, and the re-solve's loops
 have fixed counts.
 """

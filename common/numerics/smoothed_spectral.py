@@ -13,7 +13,7 @@ For a symmetric A with eigenpairs (lambda_k, v_k),
 the softmax over the 2d eigenvalues +-lambda_k of diag(A, -A), computed with a
 max-shift (log-sum-exp) so nothing overflows however large mu ||A|| is.
 
-Speed (issue 14 item 5). Source point i's partial derivative of F~(M(q)),
+Speed. Source point i's partial derivative of F~(M(q)),
 M(q) = M_0 - sum_i q_i x_i x_i^T, is -x_i^T G x_i = -sum_k s_k (v_k . x_i)^2:
 one GEMM Y = X V (m x d by d x d'), squared, times s. Directions whose weight
 |s_k| is below :data:`NEGLIGIBLE_WEIGHT` are dropped first (d' <= d columns):
@@ -22,7 +22,7 @@ score by at most d * NEGLIGIBLE_WEIGHT * ||x_i||^2 (the s_k sum to at most 1
 in absolute value), which the site kernel charges in its computation error.
 No d x d x m tensor and no ``expm`` is ever formed.
 
-Certified eigen error (issue 17; :func:`certified_vertex_gradient`, used by
+Certified eigen error (:func:`certified_vertex_gradient`, used by
 the site kernel). From ``eigh``'s output (lambda, V) alone, with the proved
 products of :mod:`privadapt.common.numerics.rounding_bounds`: eta >= ||V^T V - I||_2,
 so V's singular values are within eta of 1 and its polar factor Q (exactly
@@ -135,7 +135,7 @@ def _vertex_gradient(points: np.ndarray, eigenvectors: np.ndarray,
                      signed: np.ndarray) -> np.ndarray:
     """-x_i^T V diag(s) V^T x_i over the non-negligible directions: every
     direction is projected and the negligible ones weigh 0, so the work does
-    not depend on how many the (private) spectrum keeps (review 9b, timing)."""
+    not depend on how many the (private) spectrum keeps (a coordinator times replies)."""
     weights = np.where(np.abs(signed) >= NEGLIGIBLE_WEIGHT, signed, 0.0)
     projections = points @ eigenvectors
     return -(projections * projections) @ weights

@@ -29,7 +29,7 @@ mu_0 - lambda_i vanishes ("singular") set aside:
 * otherwise, if it lies inside the ball: the *hard case*. mu = lambda_1 and
   w = w(mu_0) + tau q_1, with tau filling the ball's radius (q_1 a top
   eigenvector, orthogonal to b).
-Fixed work (adversarial review 10a). A site runs this on private moments,
+Fixed work. A site runs this on private moments,
 and a coordinator can time its reply: the work must not follow the records.
 So every solve does one ``eigh`` (also of a zero matrix, whose answer is
 known) and one secular solve of a fixed number of bisection steps (also when

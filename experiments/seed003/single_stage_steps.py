@@ -1,5 +1,5 @@
 """Seed 003: why non-private single-stage Frank-Wolfe (Alg. 1) was worse than
-public-only in Section 7 (issue 14), as a table of the target test MSE of its
+public-only in Section 7, as a table of the target test MSE of its
 w-hat against the step size eta and the number of iterations K.
 
 Alg. 1 takes eta as an input. Its former default 1 / sqrt(K) (the generic

@@ -1,5 +1,5 @@
 """Seed 004's confidence boosting across sites and output perturbation, on the
-project's shifts (issue 13, section 1), against source-only and target-only
+project's shifts, against source-only and target-only
 noisy GD at epsilon 1, 3 and 10 over repeated splits (mean +- std).
 
 Methods (every private one a single job at (epsilon, 1e-5) per site):

@@ -5,7 +5,7 @@ and stay so: they share locks and queues with the job threads. On grpc's
 synchronous server a call took a pool thread as soon as its headers arrived
 and kept it while the request trickled in, and interceptors could not see the
 caller's certificate, so about 240 half-sent calls by any certificate holder
-took every slot (issue 17, section 2). Here the server is ``grpc.aio``, and
+took every slot. Here the server is ``grpc.aio``, and
 :class:`AdmissionInterceptor` turns each one-request method into a handler
 that, on the event loop and before a thread is involved:
 
@@ -144,8 +144,8 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
         handler that runs on a pool thread (``needs_thread``), a server-wide
         slot is free. A handler that runs on the event loop (a coroutine or
         async generator, e.g. health's Watch) holds no thread, so it takes no
-        slot: an adversarial review held every slot with idle Watch streams,
-        4 per certificate, and starved new registrations."""
+        slot: idle Watch streams, 4 per certificate, once held every
+        slot and starved new registrations."""
         name, identity = caller_of(context)
         admission = self._limits.admit(name, method_group(method))
         if isinstance(admission, str):

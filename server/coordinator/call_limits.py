@@ -2,7 +2,7 @@
 
 Before these limits, any certificate from the CA could open a few hundred
 half-sent calls and take every slot of grpc's synchronous server before a
-role check ran (issue 17, section 2). Now a call counts against its caller's
+role check ran. Now a call counts against its caller's
 own small budget per method group (the caller is the certificate's name)
 from its first bytes, so a flood of half-sent calls fills only the flooder's
 budget; and it takes one of the server-wide slots (one per pool thread) only

@@ -1,7 +1,7 @@
 """A sliding-window limit on how often one caller may do one thing.
 
 Register writes a row to the store and an audit entry; a holder of any site
-certificate could call it in a loop (issue 17, section 2). The limit is per
+certificate could call it in a loop. The limit is per
 authenticated identity, so one site's loop never delays another site, and
 memory is bounded by the number of identities the CA issued times the burst.
 """

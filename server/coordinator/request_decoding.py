@@ -3,7 +3,7 @@ are the caller's error (INVALID_ARGUMENT), not the server's (INTERNAL).
 
 gRPC Python decodes a request with the handler's ``request_deserializer``;
 when the bytes do not parse it logs "Exception deserializing message!" with a
-traceback and answers INTERNAL (issue 17, section 2), so anyone able to
+traceback and answers INTERNAL, so anyone able to
 connect could fill the coordinator's log and the status said the fault was the
 server's. :func:`tolerant` wraps a deserializer so that it never raises: bytes
 that do not parse become a :class:`MalformedRequest`, and

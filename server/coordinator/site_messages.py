@@ -7,7 +7,7 @@ checks, ``num_records`` 2^64 - 1 at Register raised a raw ``OverflowError``
 out of SQLite; ``last_closed_round`` 2^63 - 1 at Connect made the job's next
 round 2^63, which the store cannot hold, and failed the job; and 38 MiB of
 kernel names per registration were stored and made every ``privadapt sites``
-reply too large to send, across restarts (issue 17, section 2). Each check
+reply too large to send, across restarts. Each check
 raises :class:`~privadapt.common.errors.WireError`, which the handlers turn
 into INVALID_ARGUMENT naming the field: an out-of-range value is the sending
 site's error and changes nothing on the coordinator.

@@ -1,4 +1,4 @@
-"""Which participant broke a round (issue 17, section 2: a lying participant).
+"""Which participant broke a round (a participant may lie).
 
 Two faults are provable, so the job leaves the site out for good
 (``RoundFailedError.blamed``) instead of aborting retry after retry at the

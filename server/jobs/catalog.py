@@ -55,7 +55,7 @@ ALGORITHMS: dict[str, type[PrivateEstimator]] = {
     "nna": NeighborNoisyAverages,  # seed 001: the coordinator's public source is the target T
     "nas": NoisyAverageSet,  # seed 001: per-site releases (allow_per_site_releases)
     "dp_frank_wolfe_transfer": DPFrankWolfeTransfer,
-    # issue 13: candidates on the sites' train record part, chosen on their validation part
+    # candidates on the sites' train record part, chosen on their validation part
     "selected_adaptation": SelectedAdaptation,
     # seed 001's baselines: the job's epsilon as a pure epsilon-DP (Laplace) budget
     "dp_lloyd_kmeans": PrivateLloydKMeans,

@@ -1,6 +1,6 @@
 """Checks of a job against its sites, made before anything is spent.
 
-Issue 18: a job is refused at launch, when the operator can still fix it, and
+A job is refused at launch, when the operator can still fix it, and
 again at its start (once its sites have connected, before any key is
 published), never as an internal error after rounds were charged:
 

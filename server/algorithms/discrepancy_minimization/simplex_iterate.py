@@ -1,5 +1,5 @@
 """A Frank-Wolfe iterate q over the simplex together with M(q), kept by rank-one
-updates instead of rebuilt (issue 14 item 5; seed 003, Lemma 1).
+updates instead of rebuilt, for speed (seed 003, Lemma 1).
 
 Derivation. With M(q) = M_0 - sum_i q_i x_i x_i^T (Lemma 1) and
 S(q) = sum_i q_i x_i x_i^T = M_0 - M(q), a Frank-Wolfe step towards the

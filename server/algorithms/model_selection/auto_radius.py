@@ -1,5 +1,5 @@
 """``radius="auto"``: a learner's norm bound chosen privately inside its own
-(epsilon, delta), by seed 004's private grid search (issue 13, section 2).
+(epsilon, delta), by seed 004's private grid search.
 
 A learner whose ``radius`` (the ball Lambda its model is projected on: noisy
 GD, noisy SGD, PCnvxAdap, PNCnvxAdap) is ``"auto"`` fits a

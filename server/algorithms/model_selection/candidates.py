@@ -9,7 +9,7 @@ of the public source.
 
 A candidate list (the job's ``candidates``, one scalar string) names the
 private learners, comma-separated, each optionally with settings of its own
-(issue 13 section 2: a small grid of a job's other hyperparameters, selected
+(a small grid of a job's other hyperparameters, selected
 privately by the same release)::
 
     noisy_gd, pncnvx_adap_smooth:alpha=0.2, pncnvx_adap_smooth:alpha=0.8:step_scale=30
@@ -318,7 +318,7 @@ def error_scored(candidates: np.ndarray) -> np.ndarray:
     at least the loss score's accuracy (README).
 
     Each candidate is divided by its largest entry before its norm is taken,
-    so no norm overflows or underflows (review 8: a candidate of norm 1e160
+    so no norm overflows or underflows (a candidate of norm 1e160
     was scaled by 0 and scored log 2 on every record)."""
     flat = candidates.reshape(len(candidates), -1)
     largest = np.abs(flat).max(axis=1)

@@ -1,6 +1,6 @@
 """ConfidenceBoosting: one private model per site, the best chosen privately
 (seed 004, ../shared/seeds/004_2b354816f00c2aef.txt, Appendix E, "Boosting",
-in the federated form of issue 13 section 1).
+in its federated form).
 
 The paper splits one sample S into chunks S_1..S_{m+1}, runs a DP learner A
 on each of S_1..S_m alone, and picks among the m models by report-noisy-max

@@ -1,6 +1,6 @@
 """Private grid search over the norm of the unknown minimiser (seed 004,
-../shared/seeds/004_2b354816f00c2aef.txt, Algorithm 1 and its Theorem, in the
-federated form of issue 13).
+../shared/seeds/004_2b354816f00c2aef.txt, Algorithm 1 and its Theorem, in its
+federated form).
 
 The algorithm. For guesses B_j = 2^j, j = 1..K, of ||w*||, a DP learner A
 (any estimator with a ``radius`` hyperparameter: the ball it returns a model

@@ -1,6 +1,6 @@
 """Federated private model selection: one noisy release of K clipped validation
 loss sums, the argmin as post-processing (seed 004, ../shared/seeds/
-004_2b354816f00c2aef.txt, Alg. 1, in the federated form of issue 13).
+004_2b354816f00c2aef.txt, Alg. 1, in its federated form).
 
 Given K candidate linear models w_1..w_K (public: trained on other records, or
 on public data only), every site computes s_k = sum_i min(l(w_k; x_i, y_i), L)

@@ -1,4 +1,4 @@
-"""SelectedAdaptation: the job-level "select" step of issue 13, section 2.
+"""SelectedAdaptation: the job-level "select" step: no hand-picked method.
 
 One job trains a few named private learners on one part of each site's
 records, fits the source-only model for free on the public source, and
@@ -52,7 +52,7 @@ composition (max instead of sum); it is not used, so the plan is sound even
 if a site's parts overlap. The index chosen, ``coef_`` and every fitted
 attribute are post-processing of these releases and of public data.
 
-Utility (the issue's "never worse than the free baseline"). Candidate 0 is
+Utility (never worse than the free baseline). Candidate 0 is
 the source-only model and ``baseline_confidence`` beta keeps it unless
 another candidate's noisy loss sum is below it by the margin
 m = 2 sigma sqrt(2 log(K / beta)) (private_selection.py, the Gaussian tail

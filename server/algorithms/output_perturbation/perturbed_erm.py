@@ -1,7 +1,7 @@
 """Output perturbation: regularised ERM solved at the site, released once with
 Gaussian noise (seed 004, ../shared/seeds/004_2b354816f00c2aef.txt, Section 1's
-output-perturbation learner; Chaudhuri, Monteleoni and Sarwate 2011, in the
-sum form of issue 13).
+output-perturbation learner; Chaudhuri, Monteleoni and Sarwate 2011, in a
+federated sum form).
 
 Each site solves min over ||w|| <= R of sum_i l(w; x_i, y_i) + (lambda / 2) ||w||^2
 on its clipped records in exactly T projected gradient steps (the

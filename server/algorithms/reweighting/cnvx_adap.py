@@ -46,7 +46,7 @@ Where this deviates from the paper, and why:
   paper's noise and accounts it; ``weight_noise=False`` drops that block,
   which lowers the noise of the released blocks for the same epsilon and
   stops the u's from random-walking (measured: much lower test MSE). The
-  estimators default to ``weight_noise=False`` (issue 13; this function keeps
+  estimators default to ``weight_noise=False`` (this function keeps
   the paper's default).
 * Step sizes, iteration count, warm start and clip radius: the estimators
   default to the public rules of ``noise_aware_plan`` (``step_sizes=

@@ -9,7 +9,7 @@ form ``ReweightingHyperparameters``; ``feature_norm``, ``label_bound``,
 ``radius`` (and ``num_classes``) form ``DataBounds``. ``epsilon = inf`` runs
 the noise-free CnvxAdap / NCnvxAdap (simulation sites only).
 
-The default iteration plan (issue 13, section 3; measured lever by lever in
+The default iteration plan (measured lever by lever in
 experiments/adapter_study.py) is built from public quantities only, so it is
 free in privacy and every release and ledger charge stays the kernel's:
 

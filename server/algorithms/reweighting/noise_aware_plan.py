@@ -1,5 +1,5 @@
 """Public rules for PCnvxAdap / PNCnvxAdap's iteration plan: how many steps, how
-long a w step, which clip radius and where to start (issue 13, section 3).
+long a w step, which clip radius and where to start.
 
 Every rule here reads public quantities only: n (public under replace-one
 adjacency, as the kernel already assumes), epsilon, delta, d, the clip region
@@ -124,7 +124,7 @@ def noise_aware_step_sizes(
     adapter study's small regressions at epsilon 1-3). Which is better
     depends on the unknown ||w_0 - w*||: the default rule (``auto_step_rule``)
     takes the smooth cap only where epsilon n is large, and both are
-    candidates for a private choice (issue 13, section 2). Both read public
+    candidates for a private choice. Both read public
     quantities only, so both are free in privacy."""
     if math.isinf(noise_multiplier):
         return curvature

@@ -32,14 +32,14 @@ kernel's block; the T releases compose:
   (charged L1 sensitivity) T / epsilon, so the ledger's pure epsilon is
   exactly epsilon (basic composition of pure DP). With ``noise="discrete"``
   the same budget is spent by the exact discrete Laplace on the federation's
-  fixed-point grid (issue 17; :class:`~privadapt.common.mechanisms.DiscreteLaplaceMechanism`):
+  fixed-point grid (:class:`~privadapt.common.mechanisms.DiscreteLaplaceMechanism`):
   exactly pure, where the float Laplace is (epsilon, ~1e-300).
 * ``rho`` (rho-zCDP): Gaussian on each round with multiplier
   z = sqrt(T / (2 rho)), i.e. rho / T per round (rho = 1 / (2 z^2) for a
   Gaussian of L2 sensitivity 1 and sigma z), rho in all (zCDP composes
   additively). With ``noise="discrete"`` the same multiplier is spent by the
-  distributed discrete Gaussian (issue 17;
-  :class:`~privadapt.common.mechanisms.DistributedDiscreteGaussianMechanism`):
+  distributed discrete Gaussian
+  (:class:`~privadapt.common.mechanisms.DistributedDiscreteGaussianMechanism`):
   each of the K sites adds an exact N_Z share on the federation's grid, n =
   K - t of them carrying sigma (t the federation's ``collusion_tolerance``,
   0 where it has none). Each site's ledger charges the Kairouz-Liu-Steinke
