@@ -2,19 +2,20 @@
 
 One reader so every TOML file a user points privadapt at fails the same way:
 a ``ConfigError`` naming what the file is, its path and what went wrong. One
-writer (:func:`render_toml`) so every configuration object renders itself
-(``to_toml``) as text its own loader reads back equal: tools that set up a
-deployment write objects, not hand-made TOML.
+writer (:func:`render_toml`, over tomli-w) so every configuration object
+renders itself (``to_toml``) as text its own loader reads back equal: tools
+that set up a deployment write objects, not hand-made TOML.
 """
 
 from __future__ import annotations
 
-import json
 import tomllib
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Any
+
+import tomli_w
 
 from privadapt.common.errors import ConfigError
 
@@ -70,28 +71,12 @@ def read_sections(data: dict[str, Any], layout: Layout, source: str) -> dict[str
     return values
 
 
-def toml_value(value: Any) -> str:
-    """``value`` as a TOML value: a string, a whole number, a float (``inf``
-    and ``nan`` included), a boolean, or an array of these (a set is written
-    sorted); an enum as its value, a path as its text."""
-    if isinstance(value, Enum):
-        value = value.value
-    if isinstance(value, Path):
-        value = str(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)  # 'inf', 'nan', '1e-05': all TOML floats
-    if isinstance(value, str):
-        # A JSON string is a TOML basic string, except that TOML wants DEL escaped.
-        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
-    if isinstance(value, set | frozenset):
-        value = sorted(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} ({type(value).__name__}) as a TOML value")
+def toml_text(document: Mapping[str, Any]) -> str:
+    """``document`` as TOML text (tomli-w) that tomllib reads back equal: its
+    strings, whole numbers, floats (``inf`` and ``nan`` included), booleans,
+    arrays and tables; an enum is written as its value, a path as its text and
+    a set as a sorted array. ``TypeError`` for any other value."""
+    return tomli_w.dumps(_plain(document))
 
 
 def render_toml(sections: Mapping[str, Mapping[str, Any]],
@@ -103,13 +88,10 @@ def render_toml(sections: Mapping[str, Mapping[str, Any]],
     which the loaders resolve relative paths against) is written relative to
     it, so the directory can be moved as a whole; other paths as they are
     (give absolute ones)."""
-    blocks = []
-    for section, table in sections.items():
-        lines = [f"{key} = {toml_value(_relative(value, relative_to))}"
-                 for key, value in table.items() if value is not None and value != ""]
-        if lines:
-            blocks.append("\n".join([f"[{section}]", *lines]))
-    return "\n\n".join(blocks) + "\n"
+    document = {section: {key: _relative(value, relative_to) for key, value in table.items()
+                          if value is not None and value != ""}
+                for section, table in sections.items()}
+    return toml_text({section: table for section, table in document.items() if table})
 
 
 def render_layout(layout: Layout, record: object, relative_to: Path | None = None) -> str:
@@ -122,4 +104,19 @@ def render_layout(layout: Layout, record: object, relative_to: Path | None = Non
 def _relative(value: Any, base: Path | None) -> Any:
     if isinstance(value, Path) and base is not None and value.is_relative_to(base):
         return value.relative_to(base)
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with the types tomli-w does not know turned into ones it does."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, set | frozenset):
+        value = sorted(value)
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
     return value

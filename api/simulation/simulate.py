@@ -40,6 +40,7 @@ import numpy as np
 from privadapt.cli.operator import DRY_RUN_TIMEOUT_S, OperatorConfig, watch
 from privadapt.client.daemon.config import SiteConfig
 from privadapt.client.policy import SitePolicy
+from privadapt.common.config import render_toml
 from privadapt.common.data.datasets.adult import (
     DEMO_RECORDS_PER_SITE,
     DEMO_SPLIT,
@@ -77,18 +78,18 @@ DEMO_CANDIDATES = "noisy_gd,pncnvx_adap_smooth,pncnvx_adap_smooth:alpha=0.1"
 # (selection_candidates.error_scored says why this is not the default).
 DEMO_SELECTION_SCORE = "error"
 DEMO_JOBS = (
-    ("noisy-gd", "noisy_gd", 'loss = "logistic"\niterations = 100\nlearning_rate = 16.0\n'
-     "radius = 20.0\nclip_norm = 1.0\n"),
+    ("noisy-gd", "noisy_gd", {"loss": "logistic", "iterations": 100, "learning_rate": 16.0,
+                              "radius": 20.0, "clip_norm": 1.0}),
     # No hand-picked method. Noisy GD and PNCnvxAdap (smooth step,
     # alpha 0.5 and 0.1: a grid of its source weight) are trained on each
     # site's "train" record part, and one private release of their clipped
     # errors on the "validation" part picks one of them or a free model
     # (source-only, or the public majority label); the sub-budgets are scaled
     # together so the sites' accountant composes them to the job's epsilon.
-    ("selected", "selected_adaptation", 'loss = "logistic"\nradius = 20.0\niterations = 100\n'
-     "learning_rate = 16.0\nclip_norm = 1.0\nalpha = 0.5\npenalty = 0.01\nmu = 100.0\n"
-     f'step_scale = 100.0\ncandidates = "{DEMO_CANDIDATES}"\n'
-     f'selection_score = "{DEMO_SELECTION_SCORE}"\n'),
+    ("selected", "selected_adaptation", {
+        "loss": "logistic", "radius": 20.0, "iterations": 100, "learning_rate": 16.0,
+        "clip_norm": 1.0, "alpha": 0.5, "penalty": 0.01, "mu": 100.0, "step_scale": 100.0,
+        "candidates": DEMO_CANDIDATES, "selection_score": DEMO_SELECTION_SCORE}),
 )
 _LABELS = {"noisy_gd": "noisy GD, target only", "pncnvx_adap": "PNCnvxAdap, source + target",
            "selected_adaptation": "private selection"}
@@ -108,16 +109,14 @@ def site_policy(name: str, num_sites: int) -> SitePolicy:
 def write_demo_jobs(workdir: Path, site_names: Sequence[str]) -> list[Path]:
     run = os.urandom(3).hex()  # job ids unique per run: site ledgers refuse replays
     jobs = []
-    sites = ", ".join(f'"{name}"' for name in site_names)
     for tag, algorithm, settings in DEMO_JOBS:
-        for epsilon in (1, 3):
-            path = workdir / f"job-{tag}-eps{epsilon}.toml"
-            path.write_text(
-                f'[job]\nid = "{tag}-eps{epsilon}-{run}"\nalgorithm = "{algorithm}"\n'
-                f"epsilon = {epsilon}.0\ndelta = {DEMO_DELTA}\nsites = [{sites}]\n"
-                f"min_participants = {min(2, len(site_names))}\nseed = 0\n"
-                f"[hyperparameters]\n{settings}"
-            )
+        for epsilon in (1.0, 3.0):
+            path = workdir / f"job-{tag}-eps{epsilon:g}.toml"
+            path.write_text(render_toml({
+                "job": {"id": f"{tag}-eps{epsilon:g}-{run}", "algorithm": algorithm,
+                        "epsilon": epsilon, "delta": DEMO_DELTA, "sites": list(site_names),
+                        "min_participants": min(2, len(site_names)), "seed": 0},
+                "hyperparameters": settings}))
             jobs.append(path)
     return jobs
 

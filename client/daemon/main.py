@@ -66,7 +66,16 @@ _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class Backoff:
-    """Capped exponential backoff with full jitter."""
+    """Capped exponential backoff with jitter: the k-th delay since the last
+    :meth:`reset` is uniform between ``initial`` and min(``cap``, ``initial``
+    2^(k-1)) (the floor keeps a starting coordinator's first retries short).
+
+    Hand-written rather than tenacity's ``wait_random_exponential`` (the same
+    law): tenacity retries a call until it succeeds, while this loop never
+    stops, restarts its schedule in the middle of a session (at registration)
+    and must not dial again once stopped during a wait; tenacity needed its
+    attempt counter reset by hand and a guard for the attempt it starts after
+    its sleep, in as many lines."""
 
     def __init__(self, initial: float = BACKOFF_INITIAL_S, cap: float = BACKOFF_CAP_S) -> None:
         self.initial, self.cap = initial, cap

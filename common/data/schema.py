@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from privadapt.common.config import read_toml, toml_value
+from privadapt.common.config import read_toml, toml_text
 from privadapt.common.errors import ConfigError
 
 INTERCEPT_NAME = "intercept"
@@ -142,18 +142,17 @@ class Schema:
 
     def to_toml(self) -> str:
         """This schema as TOML that :meth:`from_toml` reads back equal."""
-        lines = [f"label = {toml_value(self.label)}", f"numeric = {toml_value(self.numeric)}",
-                 f"intercept = {toml_value(self.intercept)}"]
+        document: dict[str, Any] = {"label": self.label, "numeric": self.numeric,
+                                    "intercept": self.intercept}
         if self.log1p_columns:
-            lines.append(f"log1p_columns = {toml_value(self.log1p_columns)}")
+            document["log1p_columns"] = self.log1p_columns
         if self.row_norm_divisor is not None:
-            lines.append(f"row_norm_divisor = {toml_value(self.row_norm_divisor)}")
+            document["row_norm_divisor"] = self.row_norm_divisor
         for name in ("categorical", "label_map", "numeric_scale"):
             table = getattr(self, name)
             if table is not None:
-                lines += ["", f"[{name}]"] + [f"{toml_value(k)} = {toml_value(v)}"
-                                              for k, v in table.items()]
-        return "\n".join(lines) + "\n"
+                document[name] = table
+        return toml_text(document)
 
 
 def _check_categories(key: str, categories: tuple[str, ...]) -> None:

@@ -1,0 +1,117 @@
+"""The site daemon's reconnect schedule: after the k-th failed session in a
+row it waits a uniform time between 0.2 s and min(30 s, 0.2 s x 2^(k-1));
+a session that registered starts the schedule again; and it never gives up,
+however long the coordinator refuses, until it is stopped. The waits are read
+from a fake clock (the daemon's stop event, which it waits on instead of
+sleeping), and the jitter's window from random.uniform's arguments."""
+
+from __future__ import annotations
+
+import random
+import threading
+from concurrent import futures
+from types import SimpleNamespace
+
+import grpc
+import pytest
+
+from privadapt.client.daemon.main import SiteDaemon
+from privadapt.common.data.schema_digest import SchemaDigest
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.proto import federation_pb2_grpc as rpc
+
+INITIAL, CAP = 0.2, 30.0
+
+
+class _Clock:
+    """Stands in for the daemon's stop event: records each wait instead of
+    sleeping, and stops the daemon after ``limit`` waits."""
+
+    def __init__(self, limit: int) -> None:
+        self.waits: list[float] = []
+        self.limit = limit
+        self._stopped = False
+
+    def is_set(self) -> bool:
+        return self._stopped
+
+    def set(self) -> None:
+        self._stopped = True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert timeout is not None, "the daemon waits with a timeout, never for ever"
+        self.waits.append(timeout)
+        self._stopped = len(self.waits) >= self.limit
+        return self._stopped
+
+
+class _Coordinator(rpc.FederationServiceServicer):
+    """Refuses Register except at the sessions listed in ``accept`` (1-based),
+    where it registers the site and ends the Connect stream at once."""
+
+    def __init__(self, accept: set[int]) -> None:
+        self.accept = accept
+        self.sessions = 0
+
+    def Register(self, request, context):  # noqa: N802 (the gRPC method name)
+        self.sessions += 1
+        if self.sessions not in self.accept:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many registrations")
+        return pb.RegisterResponse(session_id="s1", coordinator_name="test")
+
+    def Connect(self, request, context):  # noqa: N802
+        return iter(())
+
+
+def _windows(make_site, monkeypatch, accept: set[int], waits: int):
+    """Run a daemon against a coordinator that accepts the sessions ``accept``
+    for ``waits`` reconnect waits; the jitter windows, the waits and how many
+    sessions the coordinator saw."""
+    windows: list[tuple[float, float]] = []
+
+    def uniform(low: float, high: float) -> float:
+        windows.append((low, high))
+        return high
+
+    coordinator = _Coordinator(accept)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    rpc.add_FederationServiceServicer_to_server(coordinator, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    # Built without __init__: no certificates or configuration files.
+    daemon = SiteDaemon.__new__(SiteDaemon)
+    daemon.site = make_site(name="site-a", num_records=20, dim=3)
+    daemon.schema_digest = SchemaDigest.of(None, daemon.site.dim)
+    daemon.progress = SimpleNamespace(unfinished=dict, close=lambda: None)
+    daemon.worker = None
+    daemon.config = SimpleNamespace(coordinator=f"127.0.0.1:{port}")
+    daemon._insecure, daemon._credentials = True, None
+    daemon._lock, daemon._stream = threading.Lock(), None
+    daemon._stop = clock = _Clock(waits)
+    monkeypatch.setattr(random, "uniform", uniform)
+    try:
+        assert daemon.run() == 0
+    finally:
+        server.stop(0)
+    return windows, clock.waits, coordinator.sessions
+
+
+def test_the_window_doubles_from_the_initial_wait_to_the_cap(make_site, monkeypatch):
+    windows, waits, sessions = _windows(make_site, monkeypatch, accept=set(), waits=11)
+    highs = [min(CAP, INITIAL * 2**k) for k in range(11)]
+    assert windows == [(INITIAL, high) for high in highs]
+    assert highs[-2:] == [CAP, CAP]
+    assert waits == highs and sessions == 11
+
+
+def test_a_registered_session_starts_the_schedule_again(make_site, monkeypatch):
+    windows, _, _ = _windows(make_site, monkeypatch, accept={3, 4}, waits=6)
+    assert [high for _, high in windows] == pytest.approx(
+        [INITIAL, 2 * INITIAL, INITIAL, INITIAL, 2 * INITIAL, 4 * INITIAL])
+    assert all(low == INITIAL for low, _ in windows)
+
+
+def test_the_daemon_never_gives_up_while_it_runs(make_site, monkeypatch):
+    windows, waits, sessions = _windows(make_site, monkeypatch, accept=set(), waits=40)
+    assert sessions == 40 and len(waits) == 40
+    assert windows[-30:] == [(INITIAL, CAP)] * 30
