@@ -441,7 +441,8 @@ EPSILON = [Interval(float, 0, math.inf, closed="right")]  # inf: the non-private
 DELTA = [Interval(float, 0, 1, closed="left")]  # 0 only with epsilon = inf (checked at fit)
 ITERATIONS = [Interval(int, 1, math.inf, closed="left")]
 FLAG = [InstanceOf(bool)]
-CALIBRATION = [Options("accountant", "paper")]
+CALIBRATIONS = ("accountant", "paper")  # the accountant's noise, or the paper's closed form
+CALIBRATION = [Options(*CALIBRATIONS)]
 # The share of each site's records that validates (common/data/record_parts.py).
 VALIDATION_FRACTION = [Interval(float, *VALIDATION_FRACTION_RANGE, closed="both")]
 
