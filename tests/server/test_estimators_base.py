@@ -3,6 +3,7 @@ declaration agreeing with every estimator's signature."""
 
 import inspect
 import math
+
 import numpy as np
 import pytest
 
