@@ -41,18 +41,32 @@ COUNT = [Interval(int, 1, math.inf, closed="left")]
 SEED = [Interval(int, 0, math.inf, closed="left"), None]
 
 
-def check_one_budget(estimator: PrivateEstimator) -> None:
-    """InvalidParameterError unless exactly one of ``epsilon`` (pure DP,
-    Laplace) and ``rho`` (zCDP, Gaussian) is given."""
-    epsilon, rho = estimator.epsilon, estimator.rho  # type: ignore[attr-defined]
-    if (epsilon is None) == (rho is None):
-        raise InvalidParameterError(
-            f"{type(estimator).__name__}: give exactly one of 'epsilon' (pure epsilon-DP, "
-            f"Laplace noise) and 'rho' (rho-zCDP, Gaussian noise); got epsilon={epsilon!r}, "
-            f"rho={rho!r} (a job always gives epsilon: leave 'rho' out of its hyperparameters)")
+class ClusteringBaseline(PrivateEstimator):
+    """The hyperparameters seed 001's private stand-ins for S share (DP Lloyd
+    here, the mixture sampler beside it): ``iterations`` releases at exactly
+    one budget, ``epsilon`` (pure DP, Laplace) or ``rho`` (zCDP, Gaussian),
+    on records clipped to ``clip_norm``; ``min_count`` and ``seed``."""
+
+    iterations: int = hyperparameter(ITERATIONS, default=5)
+    epsilon: float | None = hyperparameter([*EPSILON, None], default=None)
+    rho: float | None = hyperparameter([*RHO, None], default=None)
+    clip_norm: float = hyperparameter(POSITIVE, default=0.5)
+    min_count: float | None = hyperparameter([*NON_NEGATIVE, None], default=None)
+    seed: int | None = hyperparameter(SEED, default=None)
+
+    def _check_together(self) -> None:
+        """InvalidParameterError unless exactly one of ``epsilon`` and ``rho``
+        is given."""
+        super()._check_together()
+        if (self.epsilon is None) == (self.rho is None):
+            raise InvalidParameterError(
+                f"{type(self).__name__}: give exactly one of 'epsilon' (pure epsilon-DP, "
+                f"Laplace noise) and 'rho' (rho-zCDP, Gaussian noise); got "
+                f"epsilon={self.epsilon!r}, rho={self.rho!r} (a job always gives epsilon: "
+                "leave 'rho' out of its hyperparameters)")
 
 
-class PrivateLloydKMeans(PrivateEstimator):
+class PrivateLloydKMeans(ClusteringBaseline):
     """DP Lloyd k-means (Su et al. 2016) on the federation's records, clipped to
     ||x|| <= ``clip_norm``: ``iterations`` secure-sum releases of per-centre
     counts and sums, at ``epsilon`` / ``iterations`` each (Laplace, pure DP)
@@ -70,18 +84,8 @@ class PrivateLloydKMeans(PrivateEstimator):
     ``history_``, ``mechanisms_`` (one per release, as planned), ``privacy_``."""
 
     n_clusters: int = hyperparameter(COUNT, default=100)
-    iterations: int = hyperparameter(ITERATIONS, default=5)
-    epsilon: float | None = hyperparameter([*EPSILON, None], default=None)
-    rho: float | None = hyperparameter([*RHO, None], default=None)
-    clip_norm: float = hyperparameter(POSITIVE, default=0.5)
     count_share: float = hyperparameter(SHARE, default=0.5)
-    min_count: float | None = hyperparameter([*NON_NEGATIVE, None], default=None)
-    seed: int | None = hyperparameter(SEED, default=None)
     noise: str = hyperparameter([Options("continuous", "discrete")], default="continuous")
-
-    def _check_together(self) -> None:
-        super()._check_together()
-        check_one_budget(self)
 
     @fit_context(prefer_skip_nested_validation=True)
     def fit(self, federation: Federation, public_source: object = None, *,

@@ -12,27 +12,21 @@ import numpy as np
 
 from privadapt.common.federation import Federation
 from privadapt.server.algorithms.base import (
-    EPSILON,
-    ITERATIONS,
-    NON_NEGATIVE,
     POSITIVE,
-    PrivateEstimator,
     fit_context,
     hyperparameter,
 )
 from privadapt.server.algorithms.source_target_clustering.private_kmeans import (
     COUNT,
-    RHO,
-    SEED,
     SHARE,
-    check_one_budget,
+    ClusteringBaseline,
 )
 from privadapt.server.algorithms.source_target_clustering.private_mixture import (
     private_gaussian_mixture,
 )
 
 
-class PrivateGaussianMixtureSampler(PrivateEstimator):
+class PrivateGaussianMixtureSampler(ClusteringBaseline):
     """A diagonal Gaussian mixture of ``n_components`` fitted to the
     federation's records (clipped to ``clip_norm``) by hard-assignment DP EM
     in ``iterations`` releases (``epsilon`` / ``iterations`` each, Laplace,
@@ -45,19 +39,9 @@ class PrivateGaussianMixtureSampler(PrivateEstimator):
     ``privacy_``."""
 
     n_components: int = hyperparameter(COUNT, default=20)
-    iterations: int = hyperparameter(ITERATIONS, default=5)
-    epsilon: float | None = hyperparameter([*EPSILON, None], default=None)
-    rho: float | None = hyperparameter([*RHO, None], default=None)
-    clip_norm: float = hyperparameter(POSITIVE, default=0.5)
     count_share: float = hyperparameter(SHARE, default=0.4)
     n_samples: int = hyperparameter(COUNT, default=100)
-    min_count: float | None = hyperparameter([*NON_NEGATIVE, None], default=None)
     variance_floor: float = hyperparameter(POSITIVE, default=1e-4)
-    seed: int | None = hyperparameter(SEED, default=None)
-
-    def _check_together(self) -> None:
-        super()._check_together()
-        check_one_budget(self)
 
     @fit_context(prefer_skip_nested_validation=True)
     def fit(self, federation: Federation, public_source: object = None, *,
