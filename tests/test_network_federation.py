@@ -81,7 +81,8 @@ def test_noise_off_network_result_equals_local_federation(federation, tmp_path):
         policy = SitePolicy(name, math.inf, 1e-5, allow_non_private=True)
         ledger = PrivacyLedger(tmp_path / f"local-{name}.db", policy, create=True)
         local_sites.append(Site(data, policy, ledger))
-    local = noisy_gd(LocalFederation(local_sites), dim=DIM, epsilon=math.inf, delta=1e-6, **HYPER)
+    local = noisy_gd(LocalFederation(local_sites), dim=DIM, epsilon=math.inf, delta=1e-6,
+                     calibration="accountant", **HYPER)
     np.testing.assert_allclose(networked, local.weights, rtol=0, atol=1e-9)
     assert len(status.rounds) == HYPER["iterations"]
     assert all(sorted(r.participants) == list(SITES) for r in status.rounds)

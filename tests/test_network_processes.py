@@ -67,7 +67,7 @@ def _local_weights(tmp_path, iterations: int) -> np.ndarray:
         ledger = PrivacyLedger(tmp_path / f"local-{name}.db", policy, create=True)
         sites.append(Site(data, policy, ledger))
     result = noisy_gd(LocalFederation(sites), dim=DIM, epsilon=math.inf, delta=1e-6,
-                      **_hyper(iterations))
+                      calibration="accountant", **_hyper(iterations))
     return result.weights
 
 

@@ -1,25 +1,41 @@
-"""What every estimator shares: parameter constraints, get/set_params, clone.
+"""What every estimator shares: hyperparameter declarations, get/set_params, clone.
 
 The estimators are the public face of the algorithms (scikit-learn's shape):
 hyperparameters go to ``__init__``, which only stores them; ``fit(federation,
 public_source=None)`` validates them, calls the solver function of
 ``privadapt.server.algorithms`` by keyword and keeps what it returned in
-attributes ending in ``_``. Each class declares its hyperparameters' valid
-values once, in ``_parameter_constraints`` (one list of alternatives per
-``__init__`` argument, as scikit-learn's ``_parameter_constraints``), built
-from the small vocabulary here. The same declaration feeds the networked
-job table (``server/jobs/catalog.py``), which derives a job's hyperparameter
-schema from it and from the ``__init__`` signature.
+attributes ending in ``_``. Each hyperparameter is declared once, as a class
+attribute in the style of a dataclass field::
+
+    class NoisyGD(PrivateEstimator):
+        epsilon: float = hyperparameter(EPSILON)
+        calibration: str = hyperparameter(CALIBRATION, default="accountant")
+
+(name, type, valid values from the small constraint vocabulary here, and the
+default; none: required). Everything else is derived from that declaration:
+the keyword-only ``__init__``, ``_parameter_constraints`` (one list of
+alternatives per parameter, as scikit-learn's), ``get_params`` /
+``set_params`` / ``clone``, ``parameter_defaults`` and the networked job's
+hyperparameter schema (``server/jobs/catalog.py``). A subclass inherits its
+bases' declarations (a mixin's too) and may declare a name again to change it.
+
+Validation runs once per fit, at its start (``fit_context``), and not again
+for the estimators a fit builds from values it validated (scikit-learn's
+``_fit_context``): a selection's candidates, an auto radius's clones.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import inspect
 import math
 import numbers
-from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 
@@ -141,38 +157,112 @@ def describe(constraints: Constraints) -> str:
     return " or ".join("None" if c is None else str(c) for c in constraints)
 
 
-class PrivateEstimator:
-    """Base of every estimator: hyperparameters stored by ``__init__`` as
-    attributes of the same name, checked against ``_parameter_constraints``
-    at ``fit``; ``get_params`` / ``set_params`` by signature introspection."""
+class _Required:
+    """The default of a hyperparameter that has none."""
 
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+
+@dataclass(frozen=True)
+class Hyperparameter:
+    """One hyperparameter's declaration: its constraints and its default
+    (``REQUIRED``: none). Its name is the class attribute it is assigned to."""
+
+    constraints: Constraints
+    default: Any = REQUIRED
+
+
+def hyperparameter(constraints: Constraints, *, default: Any = REQUIRED) -> Any:
+    """Declare a hyperparameter (module docstring); typed ``Any`` so that the
+    class attribute can carry the parameter's own annotation."""
+    return Hyperparameter(constraints, default)
+
+
+# Whether the fit running in this thread was handed validated parameters
+# (scikit-learn's skip_parameter_validation), so its own check is skipped.
+_validation = threading.local()
+
+
+@contextlib.contextmanager
+def _skipping_validation(skip: bool) -> Iterator[None]:
+    before = getattr(_validation, "skip", False)
+    _validation.skip = skip
+    try:
+        yield
+    finally:
+        _validation.skip = before
+
+
+def parameters_validated() -> contextlib.AbstractContextManager[None]:
+    """Within it, ``fit`` does not validate its parameters again: for a
+    caller that has validated them itself (a job launch checks them once,
+    before its dry run and its run)."""
+    return _skipping_validation(True)
+
+
+Fit = TypeVar("Fit", bound=Callable[..., Any])
+
+
+def fit_context(*, prefer_skip_nested_validation: bool) -> Callable[[Fit], Fit]:
+    """Decorate ``fit``: validate the parameters first (unless the caller
+    validated them, :func:`parameters_validated`), then fit. With
+    ``prefer_skip_nested_validation`` the estimators the fit builds and fits
+    are not validated again: it built them from values it validated (a
+    selection's candidates at their budget shares, an auto radius's clones).
+    Without it (a user-given estimator inside, PrivateGridSearch's learner)
+    they validate their own."""
+    def decorate(fit: Fit) -> Fit:
+        @functools.wraps(fit)
+        def validated_fit(self: PrivateEstimator, *args: Any, **kwargs: Any) -> Any:
+            skip = getattr(_validation, "skip", False)
+            if not skip:
+                self._validate_params()
+            with _skipping_validation(skip or prefer_skip_nested_validation):
+                return fit(self, *args, **kwargs)
+        return validated_fit  # type: ignore[return-value]
+    return decorate
+
+
+class PrivateEstimator:
+    """Base of every estimator: hyperparameters declared as class attributes
+    (module docstring), stored by the derived ``__init__``, checked against
+    their constraints at ``fit``."""
+
+    _hyperparameters: ClassVar[dict[str, Hyperparameter]] = {}
     _parameter_constraints: ClassVar[dict[str, Constraints]] = {}
     # Whether fit needs the public source sample (a job then needs the coordinator's).
     requires_public_source: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # The declaration and the signature must agree, or validation and the
-        # job schema would silently miss a parameter: fail at import instead.
-        if cls.__init__ is not PrivateEstimator.__init__:
-            names, declared = set(cls._get_param_names()), set(cls._parameter_constraints)
-            if names != declared:
-                raise TypeError(f"{cls.__name__}: _parameter_constraints declares "
-                                f"{sorted(declared)} but __init__ takes {sorted(names)}")
+        if "__init__" in vars(cls):
+            raise TypeError(f"{cls.__name__}: declare each hyperparameter as a class attribute "
+                            "(name: type = hyperparameter(...)); __init__ is derived from them")
+        declared = _declarations(cls)
+        for name, declaration in declared.items():
+            # A default outside its own constraints would fail every fit that keeps it.
+            default = declaration.default
+            if default is not REQUIRED and not satisfies(default, declaration.constraints):
+                raise TypeError(f"{cls.__name__}: the default {default!r} of {name!r} is not "
+                                f"{describe(declaration.constraints)}")
+        cls._hyperparameters = declared
+        cls._parameter_constraints = {name: d.constraints for name, d in declared.items()}
+        cls.__init__ = _derived_init(cls)  # type: ignore[method-assign]
 
     @classmethod
     def _get_param_names(cls) -> list[str]:
-        """The ``__init__`` keyword arguments, in signature order."""
-        parameters = inspect.signature(cls.__init__).parameters.values()
-        return [p.name for p in parameters
-                if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+        """The hyperparameters, in declaration order (bases' first)."""
+        return list(cls._hyperparameters)
 
     @classmethod
     def parameter_defaults(cls) -> dict[str, Any]:
         """Each hyperparameter's default; those without one are required."""
-        signature = inspect.signature(cls.__init__).parameters
-        return {name: signature[name].default for name in cls._get_param_names()
-                if signature[name].default is not inspect.Parameter.empty}
+        return {name: declaration.default for name, declaration in cls._hyperparameters.items()
+                if declaration.default is not REQUIRED}
 
     def get_params(self, deep: bool = False) -> dict[str, Any]:
         """The hyperparameters, as ``__init__`` takes them (``deep`` is accepted
@@ -189,17 +279,28 @@ class PrivateEstimator:
             setattr(self, name, value)
         return self
 
-    def _validate_params(self) -> None:
+    def _validate_params(self, checked: Mapping[str, Constraints] | None = None) -> None:
         """InvalidParameterError naming the first hyperparameter outside its
-        constraints and what it must be."""
+        constraints and what it must be, then :meth:`_check_together`.
+        ``checked``: name -> constraints its value was already found to
+        satisfy where it came from (a job file's checks); a name whose
+        declared alternatives include every one of them is not checked again."""
+        checked = checked or {}
         for name, constraints in self._parameter_constraints.items():
+            if name in checked and all(c in constraints for c in checked[name]):
+                continue
             value = getattr(self, name)
             if not satisfies(value, constraints):
                 raise InvalidParameterError(
                     f"{type(self).__name__}: parameter {name!r} must be "
                     f"{describe(constraints)}; got {value!r}")
-        # The one constraint spanning two parameters: delta = 0 is pure epsilon-DP,
-        # which no Gaussian release meets; only the noise-free run may say it.
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """The checks spanning several parameters (InvalidParameterError);
+        a subclass adds its own. The one every estimator shares: delta = 0 is
+        pure epsilon-DP, which no Gaussian release meets; only the noise-free
+        run may say it."""
         epsilon, delta = getattr(self, "epsilon", None), getattr(self, "delta", None)
         if delta == 0 and epsilon is not None and math.isfinite(epsilon):
             raise InvalidParameterError(
@@ -219,6 +320,48 @@ class PrivateEstimator:
         shown = [f"{name}={value!r}" for name, value in self.get_params().items()
                  if name not in defaults or not _same(value, defaults[name])]
         return f"{type(self).__name__}({', '.join(shown)})"
+
+
+def _declarations(cls: type[PrivateEstimator]) -> dict[str, Hyperparameter]:
+    """Every hyperparameter ``cls`` declares or inherits, in order: its
+    estimator bases' first, then its mixins' (an auto radius's search
+    settings); each name's declaration is the most derived one."""
+    ancestors = list(reversed(cls.__mro__))
+    in_order = ([k for k in ancestors if issubclass(k, PrivateEstimator)]
+                + [k for k in ancestors if not issubclass(k, PrivateEstimator)])
+    names = dict.fromkeys(name for klass in in_order for name, value in vars(klass).items()
+                          if isinstance(value, Hyperparameter))
+    return {name: next(vars(k)[name] for k in cls.__mro__
+                       if isinstance(vars(k).get(name), Hyperparameter)) for name in names}
+
+
+def _derived_init(cls: type[PrivateEstimator]) -> Callable[..., None]:
+    """The keyword-only ``__init__`` of ``cls``'s declarations: it only stores."""
+    annotations: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        annotations.update(vars(klass).get("__annotations__", {}))
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    parameters += [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                          default=(inspect.Parameter.empty if d.default is REQUIRED
+                                   else d.default),
+                          annotation=annotations.get(name, inspect.Parameter.empty))
+        for name, d in cls._hyperparameters.items()]
+    signature = inspect.Signature(parameters)
+
+    def init(self: PrivateEstimator, **params: Any) -> None:
+        try:
+            bound = signature.bind(self, **params)
+        except TypeError as err:
+            raise TypeError(f"{cls.__name__}(): {err}") from None
+        bound.apply_defaults()
+        for name in cls._hyperparameters:
+            setattr(self, name, bound.arguments[name])
+
+    init.__name__ = "__init__"
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__signature__ = signature  # type: ignore[attr-defined]
+    return init
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -298,6 +441,11 @@ EPSILON = [Interval(float, 0, math.inf, closed="right")]  # inf: the non-private
 DELTA = [Interval(float, 0, 1, closed="left")]  # 0 only with epsilon = inf (checked at fit)
 ITERATIONS = [Interval(int, 1, math.inf, closed="left")]
 FLAG = [InstanceOf(bool)]
-CALIBRATION = [Options("accountant", "paper")]
+CALIBRATIONS = ("accountant", "paper")  # the accountant's noise, or the paper's closed form
+CALIBRATION = [Options(*CALIBRATIONS)]
 # The share of each site's records that validates (common/data/record_parts.py).
 VALIDATION_FRACTION = [Interval(float, *VALIDATION_FRACTION_RANGE, closed="both")]
+
+# Hyperparameters several estimators take with one meaning, range and default.
+CALIBRATION_PARAMETER = hyperparameter(CALIBRATION, default="accountant")
+VALIDATION_FRACTION_PARAMETER = hyperparameter(VALIDATION_FRACTION, default=0.25)

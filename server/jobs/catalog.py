@@ -4,8 +4,8 @@ A job builds the named estimator (``privadapt.server.estimators``) from the
 spec's hyperparameters, fits it on the job's ``NetworkFederation`` (and the
 coordinator's public source, for the estimators that need one) and stores
 ``estimator.model_arrays()``. Each estimator's hyperparameter schema
-(required, optional, types, defaults) is derived from its ``__init__``
-signature and ``_parameter_constraints``, so adding a job is one line here.
+(required, optional, types, defaults) is derived from its hyperparameter
+declarations (server/algorithms/base.py), so adding a job is one line here.
 Transport code never names an algorithm; this table is the only link
 (STYLE.md section 2).
 """
@@ -25,7 +25,13 @@ from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import ConfigError
 from privadapt.common.federation import Federation
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server.algorithms.base import PrivateEstimator, describe, satisfies
+from privadapt.server.algorithms.base import (
+    Constraints,
+    PrivateEstimator,
+    describe,
+    parameters_validated,
+    satisfies,
+)
 from privadapt.server.algorithms.discrepancy_minimization.estimators import (
     PrivateDiscrepancyMinimization,
 )
@@ -43,6 +49,7 @@ from privadapt.server.algorithms.source_target_clustering.private_kmeans import 
 from privadapt.server.algorithms.source_target_clustering.private_mixture_sampler import (
     PrivateGaussianMixtureSampler,
 )
+from privadapt.server.jobs.spec import CHECKED_BY_SPEC
 
 Model = dict[str, np.ndarray]
 Checkpoint = Callable[[int, Model], None]
@@ -67,12 +74,7 @@ ALGORITHMS: dict[str, type[PrivateEstimator]] = {
 }
 
 # Estimator parameters a job takes from its JobSpec, never from [hyperparameters].
-_FROM_SPEC: dict[str, Callable[[pb.JobSpec, int], Any]] = {
-    "epsilon": lambda spec, seed: spec.epsilon,
-    "delta": lambda spec, seed: spec.delta,
-    "calibration": lambda spec, seed: spec.calibration or "accountant",
-    "seed": lambda spec, seed: seed,
-}
+FROM_SPEC = ("epsilon", "delta", "calibration", "seed")
 # A job option of every estimator whose fit takes a checkpoint callback:
 # store the model every this many iterations.
 CHECKPOINT_EVERY = "checkpoint_every"
@@ -88,6 +90,10 @@ class JobContext:
     checkpoint: Checkpoint
     public_source: Dataset | None = None  # the coordinator's public sample, if configured
     public_sources: tuple[Dataset, ...] = ()  # its several public samples, if configured
+    # The job's estimator as its launch built and validated it (unfitted):
+    # the run fits it without checking its parameters again. None (a resumed
+    # job): built from the spec, and validated by its fit.
+    estimator: PrivateEstimator | None = None
 
 
 @dataclass(frozen=True)
@@ -112,7 +118,7 @@ def job_schema(estimator: type[PrivateEstimator]) -> JobSchema:
     for name, constraints in estimator._parameter_constraints.items():
         types = tuple(dict.fromkeys(t for c in constraints if c is not None
                                     for t in c.wire_types))
-        if name in _FROM_SPEC or not types:
+        if name in FROM_SPEC or not types:
             continue
         (optional if name in defaults else required)[name] = types
     job_defaults = {name: defaults[name] for name in optional}
@@ -153,7 +159,7 @@ def validate_hyperparameters(algorithm: str, values: Mapping[str, Any]) -> None:
 
 def _unknown_hint(name: str, known: Mapping[str, Any]) -> str:
     """Where an unknown hyperparameter belongs, or the known one it is closest to."""
-    if name in _FROM_SPEC:
+    if name in FROM_SPEC:
         return " (it is a [job] key, not a hyperparameter)"
     close = difflib.get_close_matches(name, known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -189,14 +195,28 @@ def _as_declared(estimator: type[PrivateEstimator], name: str, value: Any) -> An
 
 def estimator_for(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
                   seed: int) -> PrivateEstimator:
-    """The job's estimator, unfitted: its hyperparameters and the spec's
-    epsilon, delta, calibration and seed (launch checks build it too)."""
+    """The job's estimator, unfitted and unchecked: its hyperparameters and the
+    spec's epsilon, delta, calibration (unset: the estimator's default) and seed."""
     estimator_class = ALGORITHMS[spec.algorithm]
     hyper = {name: _as_declared(estimator_class, name, value)
              for name, value in hyperparameters.items() if name != CHECKPOINT_EVERY}
+    from_spec = {"epsilon": spec.epsilon, "delta": spec.delta, "seed": seed}
+    if spec.calibration:
+        from_spec["calibration"] = spec.calibration
     names = estimator_class._get_param_names()
-    from_spec = {name: read(spec, seed) for name, read in _FROM_SPEC.items() if name in names}
-    return estimator_class(**hyper, **from_spec)
+    return estimator_class(**hyper, **{k: v for k, v in from_spec.items() if k in names})
+
+
+def checked_at_launch(estimator: type[PrivateEstimator], hyperparameters: Mapping[str, Any]
+                      ) -> dict[str, Constraints]:
+    """What a launch has checked before it builds the estimator: each job
+    hyperparameter against the estimator's own constraints
+    (:func:`validate_hyperparameters`) and the spec's values against theirs
+    (``validate_spec``), name -> constraints; what the estimator must still
+    check is the rest (``_validate_params(checked=...)``)."""
+    declared = estimator._parameter_constraints
+    checked = {name: declared[name] for name in hyperparameters if name in declared}
+    return {**checked, **CHECKED_BY_SPEC}
 
 
 def run_job(job: JobContext) -> Model:
@@ -204,7 +224,6 @@ def run_job(job: JobContext) -> Model:
     algorithm = job.spec.algorithm
     estimator_class = ALGORITHMS[algorithm]
     every = int(job.hyperparameters.get(CHECKPOINT_EVERY, _CHECKPOINT_EVERY_DEFAULT))
-    estimator = estimator_for(job.spec, job.hyperparameters, job.seed)
     fit_options: dict[str, Any] = {}
     if estimator_class.requires_public_source:
         if job.public_source is None:
@@ -220,4 +239,8 @@ def run_job(job: JobContext) -> Model:
                 job.checkpoint(iteration, {"weights": weights})
 
         fit_options["checkpoint"] = checkpoint
-    return estimator.fit(job.federation, **fit_options).model_arrays()
+    if job.estimator is None:
+        estimator = estimator_for(job.spec, job.hyperparameters, job.seed)
+        return estimator.fit(job.federation, **fit_options).model_arrays()
+    with parameters_validated():
+        return job.estimator.fit(job.federation, **fit_options).model_arrays()

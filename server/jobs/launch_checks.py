@@ -43,10 +43,10 @@ from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server.algorithms.base import InvalidParameterError
+from privadapt.server.algorithms.base import InvalidParameterError, PrivateEstimator
 from privadapt.server.coordinator.site_registry import SiteSession
 from privadapt.server.federation.planning import PlannedRelease
-from privadapt.server.jobs.catalog import ALGORITHMS, estimator_for
+from privadapt.server.jobs.catalog import ALGORITHMS, checked_at_launch, estimator_for
 from privadapt.server.jobs.dry_run import plan_releases
 from privadapt.server.jobs.privacy_plan import SiteBudgetPreview, plan_lines, previews_for
 from privadapt.server.store import SiteRecord
@@ -196,19 +196,24 @@ def check_query_work(releases: Sequence[PlannedRelease], sessions: Sequence[Site
 
 
 def check_estimator(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
-                    has_public_source: bool) -> None:
-    """Build the job's estimator and make the checks its ``fit`` would make
-    first, so a value it rejects is refused at launch rather than after the
-    job started; refuse a job that needs a public sample the coordinator lacks."""
+                    has_public_source: bool) -> PrivateEstimator:
+    """Build the job's estimator, once, and make the checks its ``fit`` would
+    make that the launch has not made yet (``validate_spec`` and
+    ``validate_hyperparameters`` run first: each value is checked once), so
+    a value it rejects is refused at launch rather than after the job
+    started; refuse a job that needs a public sample the coordinator lacks.
+    Returns the estimator, unfitted: the job's dry run and its run fit it
+    without checking it again."""
     estimator = estimator_for(spec, hyperparameters, spec.seed if spec.HasField("seed") else 0)
     try:
-        estimator._validate_params()
+        estimator._validate_params(checked_at_launch(type(estimator), hyperparameters))
     except InvalidParameterError as err:
         raise ConfigError(f"job: {err}") from None
     if ALGORITHMS[spec.algorithm].requires_public_source and not has_public_source:
         raise ConfigError(f"job: {spec.algorithm} needs the public source sample, and this "
                           "coordinator has none: set [coordinator] public_source in its "
                           "configuration")
+    return estimator
 
 
 @dataclass(frozen=True)
@@ -224,10 +229,13 @@ class JobPlan:
 
 def plan_job(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
              sessions: Sequence[SiteSession], public_source: Dataset | None,
-             public_sources: tuple[Dataset, ...] = ()) -> JobPlan:
+             public_sources: tuple[Dataset, ...] = (),
+             estimator: PrivateEstimator | None = None) -> JobPlan:
     """The privacy plan of ``spec`` over its registered sites: their public
     sizes (None under add/remove), dimension, adjacency and reported budget.
-    ConfigError for what the algorithm itself refuses on these sites."""
+    ConfigError for what the algorithm itself refuses on these sites.
+    ``estimator``: the one :func:`check_estimator` built (a clone of it is
+    fitted on stand-ins); None: built from the spec and validated by its fit."""
     named = [s for s in sessions if s.name in set(spec.sites)]
     if not named:
         return JobPlan(note="no plan yet: none of the job's sites has registered")
@@ -239,7 +247,7 @@ def plan_job(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
     dim = max(int(r.num_features) for r in registrations.values())
     try:
         releases = plan_releases(spec, hyperparameters, sizes, dim, public_source,
-                                 public_sources)
+                                 public_sources, estimator)
     except (PrivadaptError, InvalidParameterError) as err:
         # What the estimator's fit refuses about its own parameters (a
         # dp_lloyd_kmeans job that also sets rho) fails the job before any

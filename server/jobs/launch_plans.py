@@ -28,7 +28,7 @@ class LaunchPlans:
     """``check`` runs ``plan_and_refuse`` (raises ConfigError to refuse) for a
     spec; plans that outlast the launch are kept per job until it starts."""
 
-    def __init__(self, plan_and_refuse: Callable[[pb.JobSpec], object],
+    def __init__(self, plan_and_refuse: Callable[..., object],
                  wait_s: float | None = None) -> None:
         self._plan_and_refuse = plan_and_refuse
         self._wait_s = wait_s  # None: PLAN_WAIT_S, read at each launch
@@ -37,12 +37,13 @@ class LaunchPlans:
         self._lock = threading.Lock()
         self._pending: dict[str, concurrent.futures.Future] = {}
 
-    def check(self, spec: pb.JobSpec) -> concurrent.futures.Future:
-        """Raise what the plan raises if it is ready within ``wait_s``; else
-        the plan's future (done, or still running: for :meth:`adopt`)."""
+    def check(self, spec: pb.JobSpec, *context: object) -> concurrent.futures.Future:
+        """Raise what the plan (of ``spec`` and ``context``: the job's checked
+        estimator) raises if it is ready within ``wait_s``; else the plan's
+        future (done, or still running: for :meth:`adopt`)."""
         snapshot = pb.JobSpec()
-        snapshot.CopyFrom(spec)  # the launch goes on to fill in the seed
-        future = self._executor.submit(self._plan_and_refuse, snapshot)
+        snapshot.CopyFrom(spec)  # the plan's own, whatever the caller does with spec
+        future = self._executor.submit(self._plan_and_refuse, snapshot, *context)
         # A refusal ready in time is raised here; a slower plan goes on.
         with contextlib.suppress(concurrent.futures.TimeoutError):
             future.result(timeout=PLAN_WAIT_S if self._wait_s is None else self._wait_s)

@@ -28,6 +28,7 @@ from privadapt.common.data.schema_digest import SchemaDigest
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.federation import SitePrivacy
 from privadapt.common.proto import federation_pb2 as pb
+from privadapt.server.algorithms.base import PrivateEstimator
 from privadapt.server.coordinator.site_registry import SiteRegistry
 from privadapt.server.federation.network import (
     JobCancelledError,
@@ -104,35 +105,39 @@ class JobManager:
         self._schema_names = dict(schema_names or {})
         # Each launched job's privacy plan (this run), for its planned round count.
         self._job_plans: dict[str, concurrent.futures.Future] = {}
+        # Each launched job's checked estimator, until its thread fits it.
+        self._estimators: dict[str, PrivateEstimator] = {}
 
     def launch(self, spec: pb.JobSpec, job_id: str = "") -> str:
         """Check ``spec`` and start it; ``ConfigError`` (nothing stored, the id
         still free) for anything the checks refuse. A job id whose job failed
         before its first round is free again (nothing was spent under it)."""
-        self._check_launch(spec)
+        # The seed first: the estimator checked now is the one the plan
+        # previews (a clone) and the run fits.
+        if not spec.HasField("seed"):
+            spec.seed = secrets.randbits(63)
+        estimator = self._check_launch(spec)
         # The budget check: at once when the plan is quick, else before round 1.
-        pending_plan = self._plans.check(spec)
+        pending_plan = self._plans.check(spec, estimator)
         if job_id and self._store.discard_unstarted_failure(job_id):
             self._store.audit("job_id_reused", job_id=job_id,
                               detail="the earlier job of this id failed before its first round")
         job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
-        if not spec.HasField("seed"):
-            spec.seed = secrets.randbits(63)
-        seed = spec.seed
-        record = self._store.create_job(job_id, spec.algorithm, spec_to_json(spec), seed)
+        record = self._store.create_job(job_id, spec.algorithm, spec_to_json(spec), spec.seed)
         detail = f"{spec.algorithm} epsilon={spec.epsilon:g} sites={list(spec.sites)}"
         self._store.audit("job_launched", job_id=job_id, detail=detail)
         self._plans.adopt(job_id, pending_plan)
         with self._lock:
             self._job_plans[job_id] = pending_plan
+            self._estimators[job_id] = estimator
         self._start(record)
         return job_id
 
     def dry_run(self, spec: pb.JobSpec, job_id: str = "") -> str:
         """Every check :meth:`launch` makes, and what was checked, as text;
         nothing is stored or started. ``ConfigError`` for what launch refuses."""
-        self._check_launch(spec)
-        plan = self._plan_and_refuse(spec)
+        estimator = self._check_launch(spec)
+        plan = self._plan_and_refuse(spec, estimator)
         record = self._store.job(job_id) if job_id else None
         if record is not None and record.state != "failed":
             raise ConfigError(f"job {job_id!r} already exists ({record.state}); choose another "
@@ -140,13 +145,16 @@ class JobManager:
         return dry_run_plan(spec, job_id, self._store.sites(), self._registry.connected_names(),
                             self._public_schema, plan)
 
-    def _check_launch(self, spec: pb.JobSpec) -> None:
+    def _check_launch(self, spec: pb.JobSpec) -> PrivateEstimator:
         """Refuse ``spec`` for anything known before it starts; fills in its
         sites (every registered one if it names none) and min_participants.
-        The budget check is :meth:`_plan_and_refuse`."""
+        Each value is checked once: the spec's, the hyperparameters', then
+        what only the built estimator can check; it is returned, for the
+        plan and the run. The budget check is :meth:`_plan_and_refuse`."""
         validate_spec(spec)
-        validate_hyperparameters(spec.algorithm, hyperparameters(spec))
-        check_estimator(spec, hyperparameters(spec), self._public_source is not None)
+        values = hyperparameters(spec)
+        validate_hyperparameters(spec.algorithm, values)
+        estimator = check_estimator(spec, values, self._public_source is not None)
         if not spec.sites:
             registered = sorted(site.name for site in self._store.sites())
             if not registered:
@@ -158,12 +166,14 @@ class JobManager:
         self._check_sites(spec)
         if not spec.min_participants:
             spec.min_participants = min(max(self._min_sites, 1), len(spec.sites))
+        return estimator
 
-    def _plan_and_refuse(self, spec: pb.JobSpec) -> JobPlan:
-        """The job's privacy plan over its registered sites; ConfigError if it
-        would exceed a site's reported remaining budget (server/jobs/privacy_plan.py)."""
+    def _plan_and_refuse(self, spec: pb.JobSpec, estimator: PrivateEstimator) -> JobPlan:
+        """The job's privacy plan over its registered sites, from its checked
+        ``estimator``; ConfigError if it would exceed a site's reported
+        remaining budget (server/jobs/privacy_plan.py)."""
         plan = plan_job(spec, hyperparameters(spec), self._registry.sessions(),
-                        self._public_source, self._public_sources)
+                        self._public_source, self._public_sources, estimator)
         refuse_over_budget(plan.previews)
         return plan
 
@@ -291,10 +301,12 @@ class JobManager:
                 job_id=job_id, algorithm=spec.algorithm,
                 collusion_tolerance=spec.collusion_tolerance,
                 min_participants=spec.min_participants, participants=spec.sites))
+            with self._lock:  # none for a resumed job: its fit checks the stored spec
+                estimator = self._estimators.pop(job_id, None)
             context = JobContext(
                 federation, spec, hyperparameters(spec), record.seed,
                 lambda step, model: self._store.save_checkpoint(job_id, step, model),
-                self._public_source, self._public_sources,
+                self._public_source, self._public_sources, estimator,
             )
             model = run_job(context)
             privacy = federation.privacy_spent(None if math.isinf(spec.epsilon) else spec.delta)

@@ -37,7 +37,6 @@ sizes are known (server/jobs/launch_checks.py).
 
 from __future__ import annotations
 
-import math
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,6 +49,13 @@ from privadapt.common.config import Layout, read_sections, read_toml
 from privadapt.common.errors import ConfigError, WireError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire.messages import params_from_proto, params_to_proto
+from privadapt.server.algorithms.base import (
+    CALIBRATION,
+    CALIBRATIONS,
+    EPSILON,
+    Constraints,
+    satisfies,
+)
 
 _JOB_LAYOUT: Layout = {
     "job": {
@@ -63,7 +69,9 @@ _SECTIONS = ("job", "hyperparameters")
 #: The help of ``--set`` wherever a command reads job files (launch, simulate).
 SET_HELP = ("override a [job] key or a hyperparameter (repeatable), e.g. --set epsilon=3 "
             "--set iterations=50")
-CALIBRATIONS = ("accountant", "paper")
+# The estimators' own constraints on the values a spec gives them: a job's
+# epsilon and calibration are checked here, once, in that vocabulary.
+CHECKED_BY_SPEC: dict[str, Constraints] = {"epsilon": EPSILON, "calibration": CALIBRATION}
 
 
 def job_spec_from_toml(path: str | Path, overrides: Sequence[str] = (),
@@ -139,7 +147,7 @@ def validate_spec(spec: pb.JobSpec, source: str = "job") -> None:
     """Refuse a spec no algorithm could run, before anything is stored."""
     if not spec.algorithm:
         raise ConfigError(f"{source}: algorithm is empty")
-    if math.isnan(spec.epsilon) or spec.epsilon <= 0:
+    if not satisfies(spec.epsilon, EPSILON):
         raise ConfigError(f"{source}: epsilon must be > 0 (inf for a non-private simulation), "
                           f"got {spec.epsilon}")
     if not 0 < spec.delta < 1:
@@ -147,7 +155,7 @@ def validate_spec(spec: pb.JobSpec, source: str = "job") -> None:
     refusal = large_delta_refusal(spec.delta, "delta", "[job] allow_large_delta")
     if refusal and not spec.allow_large_delta:
         raise ConfigError(f"{source}: {refusal}")
-    if spec.calibration and spec.calibration not in CALIBRATIONS:
+    if spec.calibration and not satisfies(spec.calibration, CALIBRATION):
         raise ConfigError(f"{source}: calibration must be one of {', '.join(CALIBRATIONS)}, "
                           f"got {spec.calibration!r}")
     if len(set(spec.sites)) != len(spec.sites):

@@ -3,7 +3,6 @@ declaration agreeing with every estimator's signature."""
 
 import inspect
 import math
-from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from privadapt.server.algorithms.base import (
     PrivateEstimator,
     clone,
     describe,
+    hyperparameter,
     satisfies,
 )
 from privadapt.server.algorithms.discrepancy.estimators import PrivateDiscrepancy
@@ -76,13 +76,19 @@ def test_constraints_declare_exactly_the_signature(estimator):
                if name != "self")
 
 
-def test_a_declaration_disagreeing_with_the_signature_fails_at_class_creation():
-    with pytest.raises(TypeError, match="radius"):
+def test_a_hand_written_init_fails_at_class_creation():
+    with pytest.raises(TypeError, match="__init__ is derived"):
         class Broken(PrivateEstimator):
-            _parameter_constraints: ClassVar = {"epsilon": [Interval(float, 0, 1, closed="both")]}
+            epsilon: float = hyperparameter([Interval(float, 0, 1, closed="both")])
 
             def __init__(self, *, epsilon, radius):
                 self.epsilon, self.radius = epsilon, radius
+
+
+def test_a_default_outside_its_constraints_fails_at_class_creation():
+    with pytest.raises(TypeError, match=r"default 2.0 of 'epsilon' is not a number in \[0, 1\]"):
+        class Broken(PrivateEstimator):
+            epsilon: float = hyperparameter([Interval(float, 0, 1, closed="both")], default=2.0)
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)

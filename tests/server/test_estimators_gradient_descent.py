@@ -31,7 +31,7 @@ def federation(tmp_path):
 
 
 def test_fit_returns_self_and_equals_noisy_gd_at_a_fixed_noise_seed(federation):
-    expected = noisy_gd(federation(name="function"), dim=DIM, **SETTINGS)
+    expected = noisy_gd(federation(name="function"), dim=DIM, calibration="accountant", **SETTINGS)
     model = NoisyGD(**SETTINGS)
     assert model.fit(federation(name="estimator")) is model
     np.testing.assert_array_equal(model.coef_, expected.weights)
@@ -48,7 +48,8 @@ def test_fit_returns_self_and_equals_noisy_gd_at_a_fixed_noise_seed(federation):
 def test_noisy_sgd_equals_the_function_and_records_its_sampling(federation):
     settings = {**SETTINGS, "expected_batch_size": 40.0}
     sites = dict(adjacency="add_remove_one")
-    expected = noisy_sgd(federation(name="function", **sites), dim=DIM, **settings)
+    expected = noisy_sgd(federation(name="function", **sites), dim=DIM, num_records=None,
+                         count_budget_fraction=0.05, **settings)
     model = NoisySGD(**settings).fit(federation(name="estimator", **sites))
     np.testing.assert_array_equal(model.coef_, expected.weights)
     assert model.sampling_rate_ == expected.sampling_rate

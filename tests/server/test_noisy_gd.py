@@ -8,11 +8,13 @@ import pytest
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.errors import BudgetExceededError
 from privadapt.common.numerics.geometry import project_to_ball
+from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
 from privadapt.server.algorithms.gradient_descent.noisy_gd import noisy_gd, paper_noise_multiplier
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
 
 DIM = 5
-SETTINGS = {"dim": DIM, "loss": "logistic", "learning_rate": 2.0, "radius": 5.0, "clip_norm": 1.0}
+SETTINGS = {"dim": DIM, "loss": "logistic", "learning_rate": 2.0, "radius": 5.0, "clip_norm": 1.0,
+            "calibration": "accountant"}
 
 
 def sites(make_site, count=3, **fields):
@@ -68,7 +70,7 @@ def test_job_larger_than_a_site_cap_fails_naming_that_site(make_site):
 
 def test_paper_calibration_is_looser_than_the_accountant(make_site):
     result = noisy_gd(LocalFederation(sites(make_site)), epsilon=1.0, delta=1e-5, iterations=10,
-                      calibration="paper", **SETTINGS)
+                      **{**SETTINGS, "calibration": "paper"})
     assert result.noise_multiplier == pytest.approx(paper_noise_multiplier(1.0, 1e-5, 10))
     for spent in result.privacy.values():
         assert spent.job.epsilon < 1.0
@@ -85,8 +87,9 @@ def test_progress_is_reported_per_block(make_site):
                                          ("radius", -1.0), ("epsilon", 0.0)])
 def test_bad_arguments_are_refused(make_site, field, value):
     arguments = {**SETTINGS, "epsilon": 1.0, "delta": 1e-5, "iterations": 5, field: value}
-    with pytest.raises(ValueError, match=field):
-        noisy_gd(LocalFederation(sites(make_site, count=1)), **arguments)
+    del arguments["dim"]
+    with pytest.raises(ValueError, match=field):  # the estimator checks what the solver takes
+        NoisyGD(**arguments).fit(LocalFederation(sites(make_site, count=1)))
 
 
 def test_projection_scales_onto_the_sphere():

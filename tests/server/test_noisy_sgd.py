@@ -12,14 +12,22 @@ from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import AggregateAnswer, Query
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
 from privadapt.common.numerics.fixed_point import FixedPointCodec
+from privadapt.server.algorithms.gradient_descent import noisy_sgd as solver
+from privadapt.server.algorithms.gradient_descent.estimators import NoisySGD
 from privadapt.server.algorithms.gradient_descent.noisy_gd import noisy_gd
-from privadapt.server.algorithms.gradient_descent.noisy_sgd import noisy_sgd
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
 
 ADD_REMOVE = Adjacency.ADD_REMOVE_ONE
 DELTA = 1e-5
 DIM = 5
 SETTINGS = {"dim": DIM, "loss": "logistic", "learning_rate": 2.0, "radius": 5.0, "clip_norm": 1.0}
+
+
+def noisy_sgd(federation, **arguments):
+    """The solver with NoisySGD's defaults for what a test leaves out, as the estimator calls it."""
+    defaults = NoisySGD.parameter_defaults()
+    given = {name: defaults[name] for name in ("num_records", "count_budget_fraction")}
+    return solver.noisy_sgd(federation, **{**given, **arguments})
 
 
 class InProcessFederation:
@@ -76,7 +84,7 @@ def test_noise_off_equals_noisy_gd_non_private_path(make_site):
     sgd_sites = [make_site(f"sgd-{k}", num_records=300, seed=k, epsilon_cap=math.inf,
                            adjacency=ADD_REMOVE) for k in range(3)]
     gd = noisy_gd(LocalFederation(gd_sites), epsilon=math.inf, delta=DELTA, iterations=50,
-                  **SETTINGS)
+                  calibration="accountant", **SETTINGS)
     sgd = noisy_sgd(LocalFederation(sgd_sites), epsilon=math.inf, delta=DELTA, iterations=50,
                     expected_batch_size=900, **SETTINGS)
     assert sgd.sampling_rate == 1.0 and sgd.num_records == 900
@@ -154,9 +162,10 @@ def test_weights_never_leave_the_ball(make_site):
 def test_bad_arguments_are_refused_before_any_query(make_site, name, value):
     arguments = {"epsilon": 3.0, "delta": DELTA, "iterations": 5, "expected_batch_size": 90,
                  **SETTINGS, name: value}
+    del arguments["dim"]
     federation = InProcessFederation(sites(make_site))
-    with pytest.raises(ValueError, match=name):
-        noisy_sgd(federation, **arguments)
+    with pytest.raises(ValueError, match=name):  # the estimator checks what the solver takes
+        NoisySGD(**arguments).fit(federation)
     assert all(not spent.mechanisms for spent in federation.privacy_spent().values())
 
 

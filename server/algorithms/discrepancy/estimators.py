@@ -10,17 +10,16 @@ where the ledgers' spend is reported).
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from privadapt.common.federation import Federation
 from privadapt.server.algorithms.base import (
     DELTA,
     EPSILON,
     POSITIVE,
-    Constraints,
     Options,
     PrivateEstimator,
     PublicSource,
+    fit_context,
+    hyperparameter,
     require_public_arrays,
 )
 from privadapt.server.algorithms.discrepancy.private_discrepancy import (
@@ -42,34 +41,18 @@ class PrivateDiscrepancy(PrivateEstimator):
     ``privacy_`` (each site's ledger)."""
 
     requires_public_source = True
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        "epsilon": EPSILON, "delta": [*DELTA, None], "radius": POSITIVE,
-        "feature_norm": POSITIVE, "label_bound": POSITIVE,
-        "method": [Options(*_ROUTES)],
-    }
+    epsilon: float = hyperparameter(EPSILON)
+    delta: float | None = hyperparameter([*DELTA, None], default=None)
+    radius: float = hyperparameter(POSITIVE)
+    feature_norm: float = hyperparameter(POSITIVE)
+    label_bound: float = hyperparameter(POSITIVE)
+    method: str = hyperparameter([Options(*_ROUTES)], default="federated")
 
-    def __init__(
-        self,
-        *,
-        epsilon: float,
-        delta: float | None = None,
-        radius: float,
-        feature_norm: float,
-        label_bound: float,
-        method: str = "federated",
-    ) -> None:
-        self.epsilon = epsilon
-        self.delta = delta
-        self.radius = radius
-        self.feature_norm = feature_norm
-        self.label_bound = label_bound
-        self.method = method
-
+    @fit_context(prefer_skip_nested_validation=True)
     def fit(self, federation: Federation, public_source: PublicSource | None = None
             ) -> PrivateDiscrepancy:
         """Estimate d_DP from ``public_source`` (a Dataset or (features, labels);
         required) and one release from the federation's sites."""
-        self._validate_params()
         features, labels = require_public_arrays(public_source, type(self).__name__)
         # The route checks what spans arguments (delta for the Gaussian, one site
         # for the single holder) before it queries anything.

@@ -20,23 +20,23 @@ Single-stage FW per iteration is not built (module docstring of
 from __future__ import annotations
 
 import math
-from typing import ClassVar
 
 import numpy as np
 
 from privadapt.common.federation import Federation
 from privadapt.common.numerics.geometry import clip_rows_to_norm
 from privadapt.server.algorithms.base import (
-    CALIBRATION,
+    CALIBRATION_PARAMETER,
     DELTA,
     EPSILON,
     ITERATIONS,
     NON_NEGATIVE,
     POSITIVE,
-    Constraints,
     Options,
     PrivateEstimator,
     PublicSource,
+    fit_context,
+    hyperparameter,
     require_public_arrays,
 )
 from privadapt.server.algorithms.discrepancy_minimization.noisy_minimization import (
@@ -66,45 +66,23 @@ class PrivateDiscrepancyMinimization(LinearModelMixin, PrivateEstimator):
     ``privacy_`` (each site's ledger)."""
 
     requires_public_source = True
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        "epsilon": EPSILON, "delta": [*DELTA, None], "feature_norm": POSITIVE,
-        "method": [Options(*METHODS)], "mu": POSITIVE, "regularization": NON_NEGATIVE,
-        "radius": POSITIVE, "ridge": NON_NEGATIVE, "iterations": ITERATIONS,
-        "route": [Options(*ROUTES)], "calibration": CALIBRATION,
-    }
+    epsilon: float = hyperparameter(EPSILON)
+    delta: float | None = hyperparameter([*DELTA, None], default=None)
+    feature_norm: float = hyperparameter(POSITIVE)
+    method: str = hyperparameter([Options(*METHODS)], default="two_stage_fw")
+    mu: float = hyperparameter(POSITIVE, default=10.0)
+    regularization: float = hyperparameter(NON_NEGATIVE, default=1e-3)
+    radius: float = hyperparameter(POSITIVE, default=1.0)
+    ridge: float = hyperparameter(NON_NEGATIVE, default=1e-3)
+    iterations: int = hyperparameter(ITERATIONS, default=1000)
+    route: str = hyperparameter([Options(*ROUTES)], default="federated")
+    calibration: str = CALIBRATION_PARAMETER
 
-    def __init__(
-        self,
-        *,
-        epsilon: float,
-        delta: float | None = None,
-        feature_norm: float,
-        method: str = "two_stage_fw",
-        mu: float = 10.0,
-        regularization: float = 1e-3,
-        radius: float = 1.0,
-        ridge: float = 1e-3,
-        iterations: int = 1000,
-        route: str = "federated",
-        calibration: str = "accountant",
-    ) -> None:
-        self.epsilon = epsilon
-        self.delta = delta
-        self.feature_norm = feature_norm
-        self.method = method
-        self.mu = mu
-        self.regularization = regularization
-        self.radius = radius
-        self.ridge = ridge
-        self.iterations = iterations
-        self.route = route
-        self.calibration = calibration
-
+    @fit_context(prefer_skip_nested_validation=True)
     def fit(self, federation: Federation, public_source: PublicSource | None = None
             ) -> PrivateDiscrepancyMinimization:
         """One release of the sites' M_0, then the chosen method on the public
         source (required) as post-processing."""
-        self._validate_params()
         features, labels = require_public_arrays(public_source, type(self).__name__)
         if math.isfinite(self.epsilon) and self.delta is None:
             raise ValueError(f"{type(self).__name__}: the Gaussian release of M_0 needs "

@@ -12,18 +12,19 @@ import numpy as np
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.federation import Federation
 from privadapt.server.algorithms.base import (
-    CALIBRATION,
+    CALIBRATION_PARAMETER,
     DELTA,
     EPSILON,
     ITERATIONS,
     POSITIVE,
-    Constraints,
     InstanceOf,
     Interval,
     Options,
     PrivateEstimator,
     PublicSource,
     feature_dim,
+    fit_context,
+    hyperparameter,
     require_public_arrays,
 )
 from privadapt.server.algorithms.frank_wolfe.dp_frank_wolfe import ROUTES, dp_frank_wolfe
@@ -46,35 +47,19 @@ class DPFrankWolfe(LinearModelMixin, PrivateEstimator):
     +h e_j, d + j is -h e_j), ``route_``, ``noise_scale_`` (Laplace scale or
     Gaussian sigma per entry, sum units; 0 without noise), ``privacy_``."""
 
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        "radius": POSITIVE, "clip_norm": POSITIVE, "epsilon": EPSILON, "delta": DELTA,
-        "iterations": ITERATIONS, "loss": LOSS, "calibration": CALIBRATION, "route": ROUTE,
-    }
-
-    def __init__(
-        self,
-        *,
-        radius: float,
-        clip_norm: float,
-        epsilon: float,
-        delta: float,
-        iterations: int,
-        loss: str = "squared",
-        calibration: str = "accountant",
-        route: str = "auto",
-    ) -> None:
-        self.radius = radius
-        self.clip_norm = clip_norm
-        self.epsilon = epsilon
-        self.delta = delta
-        self.iterations = iterations
-        self.loss = loss
-        self.calibration = calibration
-        self.route = route
+    radius: float = hyperparameter(POSITIVE)
+    clip_norm: float = hyperparameter(POSITIVE)
+    epsilon: float = hyperparameter(EPSILON)
+    delta: float = hyperparameter(DELTA)
+    iterations: int = hyperparameter(ITERATIONS)
+    loss: str = hyperparameter(LOSS, default="squared")
+    calibration: str = CALIBRATION_PARAMETER
+    route: str = hyperparameter(ROUTE, default="auto")
 
     def _prediction_loss(self) -> str:
         return self.loss
 
+    @fit_context(prefer_skip_nested_validation=True)
     def fit(
         self,
         federation: Federation,
@@ -84,7 +69,6 @@ class DPFrankWolfe(LinearModelMixin, PrivateEstimator):
     ) -> DPFrankWolfe:
         """Fit on the federation's private records; ``checkpoint`` gets
         (iteration, theta) after every step."""
-        self._validate_params()
         dim = feature_dim(federation, public_source, type(self).__name__)
         result = dp_frank_wolfe(federation, dim=dim, progress=checkpoint, **self.get_params())
         self.coef_ = result.weights
@@ -143,49 +127,25 @@ class DPFrankWolfeTransfer(LinearModelMixin, PrivateEstimator):
     # The sources come from public_sources or from the public sample split by
     # its column (fit says which is missing), so neither alone is required.
     requires_public_source: ClassVar[bool] = False
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        "radius": POSITIVE, "pilot_radius": POSITIVE, "informative_threshold": POSITIVE,
-        "clip_norm": POSITIVE, "epsilon": EPSILON, "delta": DELTA, "iterations": ITERATIONS,
-        "pilot_iterations": ITERATIONS,
-        "pilot_fraction": [Interval(float, 0, 1, closed="neither")],
-        "norm": [Options("l1", "l2")], "calibration": CALIBRATION, "route": ROUTE,
-        "source_column": [InstanceOf(str)],
-    }
-
-    def __init__(
-        self,
-        *,
-        radius: float,
-        pilot_radius: float,
-        informative_threshold: float,
-        clip_norm: float,
-        epsilon: float,
-        delta: float,
-        iterations: int,
-        pilot_iterations: int = 50,
-        pilot_fraction: float = 0.3,
-        norm: str = "l1",
-        calibration: str = "accountant",
-        route: str = "auto",
-        source_column: str = "source",
-    ) -> None:
-        self.radius = radius
-        self.pilot_radius = pilot_radius
-        self.informative_threshold = informative_threshold
-        self.clip_norm = clip_norm
-        self.epsilon = epsilon
-        self.delta = delta
-        self.iterations = iterations
-        self.pilot_iterations = pilot_iterations
-        self.pilot_fraction = pilot_fraction
-        self.norm = norm
-        self.calibration = calibration
-        self.route = route
-        self.source_column = source_column
+    radius: float = hyperparameter(POSITIVE)
+    pilot_radius: float = hyperparameter(POSITIVE)
+    informative_threshold: float = hyperparameter(POSITIVE)
+    clip_norm: float = hyperparameter(POSITIVE)
+    epsilon: float = hyperparameter(EPSILON)
+    delta: float = hyperparameter(DELTA)
+    iterations: int = hyperparameter(ITERATIONS)
+    pilot_iterations: int = hyperparameter(ITERATIONS, default=50)
+    pilot_fraction: float = hyperparameter([Interval(float, 0, 1, closed="neither")],
+                                           default=0.3)
+    norm: str = hyperparameter([Options("l1", "l2")], default="l1")
+    calibration: str = CALIBRATION_PARAMETER
+    route: str = hyperparameter(ROUTE, default="auto")
+    source_column: str = hyperparameter([InstanceOf(str)], default="source")
 
     def _prediction_loss(self) -> str:
         return "squared"
 
+    @fit_context(prefer_skip_nested_validation=True)
     def fit(
         self,
         federation: Federation,
@@ -195,7 +155,6 @@ class DPFrankWolfeTransfer(LinearModelMixin, PrivateEstimator):
         checkpoint: Checkpoint | None = None,
     ) -> DPFrankWolfeTransfer:
         """Fit on the federation's private target and the public sources."""
-        self._validate_params()
         who = type(self).__name__
         if public_sources:
             sources = [require_public_arrays(source, who) for source in public_sources]

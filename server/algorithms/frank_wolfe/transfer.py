@@ -119,17 +119,14 @@ def dp_fw_transfer(
     delta: float,
     iterations: int,
     pilot_iterations: int,
-    pilot_fraction: float = 0.3,
-    norm: Norm = "l1",
-    calibration: Calibration = "accountant",
-    route: Route = "auto",
+    pilot_fraction: float,
+    norm: Norm,
+    calibration: Calibration,
+    route: Route,
     progress: Callable[[int, np.ndarray], None] | None = None,
 ) -> TransferResult:
-    """beta-hat = w_A + delta-hat (module docstring)."""
-    if not 0 < pilot_fraction < 1:
-        raise ValueError(f"pilot_fraction must be in (0, 1), got {pilot_fraction!r}")
-    if norm not in ("l1", "l2"):
-        raise ValueError(f"norm must be 'l1' or 'l2', got {norm!r}")
+    """beta-hat = w_A + delta-hat (module docstring), with the values
+    :class:`~.estimators.DPFrankWolfeTransfer` checked at fit."""
     for k, (features, labels) in enumerate(sources):
         if features.ndim != 2 or features.shape[1] != dim or len(labels) != len(features):
             raise ValueError(f"public source {k} must have features (m, {dim}) and m labels, "

@@ -26,47 +26,50 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from privadapt.common.federation import Federation
 from privadapt.server.algorithms.base import (
-    CALIBRATION,
+    CALIBRATION_PARAMETER,
     DELTA,
     EPSILON,
     ITERATIONS,
     POSITIVE,
-    VALIDATION_FRACTION,
-    Constraints,
     Interval,
     InvalidParameterError,
     Options,
     PrivateEstimator,
     PublicSource,
     feature_dim,
+    fit_context,
+    hyperparameter,
 )
 from privadapt.server.algorithms.gradient_descent.noisy_gd import IterationRecord, noisy_gd
 from privadapt.server.algorithms.gradient_descent.noisy_sgd import noisy_sgd
 from privadapt.server.algorithms.linear_model import LinearModelMixin
 from privadapt.server.algorithms.model_selection.auto_radius import AUTO, RADIUS, AutoRadiusMixin
-from privadapt.server.algorithms.model_selection.grid_search import NUM_GUESSES
+from privadapt.server.algorithms.model_selection.auto_radius import NORM_SEARCH as AUTO_RADIUS
 
 LOSS = [Options("logistic", "squared")]
 # The hyperparameters of radius="auto" (module docstring); the solvers never see them.
-NORM_SEARCH: dict[str, Constraints] = {
-    "num_guesses": NUM_GUESSES, "feature_bound": [*POSITIVE, None],
-    "label_bound": [*POSITIVE, None], "validation_fraction": VALIDATION_FRACTION,
-}
+NORM_SEARCH = (*AUTO_RADIUS, "feature_bound", "label_bound")
 
 
 class _ProjectedDescent(AutoRadiusMixin, LinearModelMixin, PrivateEstimator):
-    """The fit both share; subclasses name their solver call in ``_solve``."""
+    """The hyperparameters and the fit both share; subclasses name their
+    solver call in ``_solve``."""
 
-    loss: str
-    clip_norm: float
-    feature_bound: float | None
-    label_bound: float | None
+    loss: str = hyperparameter(LOSS)
+    epsilon: float = hyperparameter(EPSILON)
+    delta: float = hyperparameter(DELTA)
+    iterations: int = hyperparameter(ITERATIONS)
+    learning_rate: float = hyperparameter(POSITIVE)
+    radius: float | str = hyperparameter(RADIUS)
+    clip_norm: float = hyperparameter(POSITIVE)
+    feature_bound: float | None = hyperparameter([*POSITIVE, None], default=None)
+    label_bound: float | None = hyperparameter([*POSITIVE, None], default=None)
 
     def _prediction_loss(self) -> str:
         return self.loss
@@ -92,6 +95,7 @@ class _ProjectedDescent(AutoRadiusMixin, LinearModelMixin, PrivateEstimator):
     def _solve(self, federation: Federation, **options: Any) -> Any:
         raise NotImplementedError
 
+    @fit_context(prefer_skip_nested_validation=True)
     def fit(
         self,
         federation: Federation,
@@ -107,7 +111,6 @@ class _ProjectedDescent(AutoRadiusMixin, LinearModelMixin, PrivateEstimator):
         iterations; ``checkpoint`` gets (iteration, weights) after each
         (not with radius="auto": the search's K runs would overwrite each
         other's steps, and none of their iterates is the delivered model)."""
-        self._validate_params()
         if self.radius == AUTO:  # no checkpoints: the K candidates' iterates are not the model
             return self._fit_auto_radius(federation, public_source, {
                 "initial_weights": initial_weights, "progress": progress,
@@ -150,40 +153,7 @@ class NoisyGD(_ProjectedDescent):
     bound, 0.0 for the zero model) and ``norm_search_`` (the fitted
     :class:`PrivateGridSearch`)."""
 
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        "loss": LOSS, "epsilon": EPSILON, "delta": DELTA, "iterations": ITERATIONS,
-        "learning_rate": POSITIVE, "radius": RADIUS, "clip_norm": POSITIVE,
-        "calibration": CALIBRATION, **NORM_SEARCH,
-    }
-
-    def __init__(
-        self,
-        *,
-        loss: str,
-        epsilon: float,
-        delta: float,
-        iterations: int,
-        learning_rate: float,
-        radius: float | str,
-        clip_norm: float,
-        calibration: str = "accountant",
-        num_guesses: int = 5,
-        feature_bound: float | None = None,
-        label_bound: float | None = None,
-        validation_fraction: float = 0.25,
-    ) -> None:
-        self.loss = loss
-        self.epsilon = epsilon
-        self.delta = delta
-        self.iterations = iterations
-        self.learning_rate = learning_rate
-        self.radius = radius
-        self.clip_norm = clip_norm
-        self.calibration = calibration
-        self.num_guesses = num_guesses
-        self.feature_bound = feature_bound
-        self.label_bound = label_bound
-        self.validation_fraction = validation_fraction
+    calibration: str = CALIBRATION_PARAMETER
 
     def _solve(self, federation: Federation, **options: Any) -> Any:
         # The hyperparameters are the solver's keyword arguments, name for name.
@@ -201,45 +171,11 @@ class NoisySGD(_ProjectedDescent):
     Fitted: as :class:`NoisyGD`, plus ``sampling_rate_`` (q) and
     ``num_records_`` (the n the steps were scaled with)."""
 
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        "loss": LOSS, "epsilon": EPSILON, "delta": DELTA, "iterations": ITERATIONS,
-        "expected_batch_size": POSITIVE, "learning_rate": POSITIVE, "radius": RADIUS,
-        "clip_norm": POSITIVE, "num_records": [Interval(float, 1, math.inf, closed="left"), None],
-        "count_budget_fraction": [Interval(float, 0, 1, closed="neither")], **NORM_SEARCH,
-    }
-
-    def __init__(
-        self,
-        *,
-        loss: str,
-        epsilon: float,
-        delta: float,
-        iterations: int,
-        expected_batch_size: float,
-        learning_rate: float,
-        radius: float | str,
-        clip_norm: float,
-        num_records: float | None = None,
-        count_budget_fraction: float = 0.05,
-        num_guesses: int = 5,
-        feature_bound: float | None = None,
-        label_bound: float | None = None,
-        validation_fraction: float = 0.25,
-    ) -> None:
-        self.loss = loss
-        self.epsilon = epsilon
-        self.delta = delta
-        self.iterations = iterations
-        self.expected_batch_size = expected_batch_size
-        self.learning_rate = learning_rate
-        self.radius = radius
-        self.clip_norm = clip_norm
-        self.num_records = num_records
-        self.count_budget_fraction = count_budget_fraction
-        self.num_guesses = num_guesses
-        self.feature_bound = feature_bound
-        self.label_bound = label_bound
-        self.validation_fraction = validation_fraction
+    expected_batch_size: float = hyperparameter(POSITIVE)
+    num_records: float | None = hyperparameter(
+        [Interval(float, 1, math.inf, closed="left"), None], default=None)
+    count_budget_fraction: float = hyperparameter(
+        [Interval(float, 0, 1, closed="neither")], default=0.05)
 
     def _public_num_records(self) -> float | None:
         """radius="auto" needs a public n: add/remove sites keep theirs private."""

@@ -35,7 +35,6 @@ from privadapt.common.kernels.linear_gradient import LinearGradient, LinearGradi
 from privadapt.common.losses import BinaryLoss
 from privadapt.common.mechanisms import Adjacency, Mechanism
 from privadapt.common.numerics.geometry import project_to_ball
-from privadapt.common.validation import check_int_at_least, check_positive
 
 Calibration = Literal["accountant", "paper"]
 KERNEL = LinearGradient()
@@ -70,7 +69,7 @@ def gradient_mechanism(
     delta: float,
     iterations: int,
     clip_norm: float,
-    calibration: Calibration = "accountant",
+    calibration: Calibration,
     *,
     dim: int,
 ) -> Mechanism:
@@ -140,20 +139,17 @@ def noisy_gd(
     learning_rate: float,
     radius: float,
     clip_norm: float,
+    calibration: Calibration,
     initial_weights: np.ndarray | None = None,
-    calibration: Calibration = "accountant",
     progress: Callable[[IterationRecord], None] | None = None,
     progress_every: int = 10,
     checkpoint: Callable[[int, np.ndarray], None] | None = None,
 ) -> NoisyGDResult:
     """Fit a linear model on the federation's private records by noisy
     projected gradient descent; see the module docstring. ``checkpoint`` is
-    called with (iteration, weights) after every iteration."""
-    check_int_at_least("iterations", iterations, 1)
-    for name, value in (("learning_rate", learning_rate), ("radius", radius),
-                        ("clip_norm", clip_norm)):
-        check_positive(name, value)
-    check_positive("epsilon", epsilon, infinity_means="inf for no noise")
+    called with (iteration, weights) after every iteration. The
+    hyperparameters come checked (:class:`~.estimators.NoisyGD` validates
+    them at fit); nothing here checks their ranges again."""
     num_records = sum(federation.site_sizes.values())
     mechanism = gradient_mechanism(epsilon, delta, iterations, clip_norm, calibration, dim=dim)
     weights, average_weights, history = projected_gradient_descent(

@@ -54,7 +54,6 @@ from privadapt.common.kernels.linear_gradient import LinearGradient, LinearGradi
 from privadapt.common.kernels.record_count import RecordCount
 from privadapt.common.losses import BinaryLoss
 from privadapt.common.mechanisms import Adjacency, Mechanism
-from privadapt.common.validation import check_int_at_least, check_positive, check_probability
 from privadapt.server.algorithms.gradient_descent.noisy_gd import (
     IterationRecord,
     projected_gradient_descent,
@@ -94,8 +93,8 @@ def noisy_sgd(
     learning_rate: float,
     radius: float,
     clip_norm: float,
-    num_records: float | None = None,
-    count_budget_fraction: float = 0.05,
+    num_records: float | None,
+    count_budget_fraction: float,
     initial_weights: np.ndarray | None = None,
     progress: Callable[[IterationRecord], None] | None = None,
     progress_every: int = 10,
@@ -104,11 +103,10 @@ def noisy_sgd(
     """Fit a linear model on the federation's private records by projected
     noisy minibatch SGD with Poisson batches of expected size
     ``expected_batch_size``; see the module docstring. ``checkpoint`` is called
-    with (iteration, weights) after every step."""
-    _check_arguments(iterations, expected_batch_size, learning_rate, radius, clip_norm, epsilon,
-                     count_budget_fraction, num_records)
-    # Checked before the count spends anything. The step's sensitivity depends
-    # on the clip norm alone, not on the weights.
+    with (iteration, weights) after every step. The hyperparameters come
+    checked (:class:`~.estimators.NoisySGD` validates them at fit, before the
+    count spends anything); nothing here checks their ranges again."""
+    # The step's sensitivity depends on the clip norm alone, not on the weights.
     step_params = LinearGradientParams(np.zeros(dim), loss, clip_norm)
     private = not math.isinf(epsilon)
     spent: tuple[Mechanism, ...] = ()
@@ -133,29 +131,6 @@ def noisy_sgd(
         history=history,
         privacy=federation.privacy_spent(delta if private else None),
     )
-
-
-def _check_arguments(
-    iterations: int,
-    expected_batch_size: float,
-    learning_rate: float,
-    radius: float,
-    clip_norm: float,
-    epsilon: float,
-    count_budget_fraction: float,
-    num_records: float | None,
-) -> None:
-    check_int_at_least("iterations", iterations, 1)
-    for name, value in (("expected_batch_size", expected_batch_size),
-                        ("learning_rate", learning_rate), ("radius", radius),
-                        ("clip_norm", clip_norm)):
-        check_positive(name, value)
-    check_positive("epsilon", epsilon, infinity_means="inf for no noise")
-    if num_records is not None and not (math.isfinite(num_records) and num_records >= 1):
-        raise ValueError(f"num_records must be a finite number >= 1 (or None), got {num_records!r}")
-    if num_records is None and not math.isinf(epsilon):
-        check_probability("count_budget_fraction (when num_records is not given)",
-                          count_budget_fraction)
 
 
 def _count_mechanism(

@@ -51,33 +51,40 @@ from privadapt.common.data.record_parts import VALIDATION, RecordPart
 from privadapt.common.federation import Federation
 from privadapt.server.algorithms.base import (
     POSITIVE,
+    VALIDATION_FRACTION_PARAMETER,
     InvalidParameterError,
     Options,
     PrivateEstimator,
     PublicSource,
     clone,
+    hyperparameter,
     record_parts,
 )
-from privadapt.server.algorithms.model_selection.grid_search import PrivateGridSearch
+from privadapt.server.algorithms.model_selection.grid_search import (
+    NUM_GUESSES,
+    PrivateGridSearch,
+)
 
 AUTO = "auto"
 # A norm bound, or "auto": chosen privately (module docstring).
 RADIUS = [*POSITIVE, Options(AUTO)]
+# The hyperparameters that serve radius="auto" only (the solvers never see them).
+NORM_SEARCH = ("num_guesses", "validation_fraction")
 # Attributes that hold the delivered model (replaced by candidate 0 when it wins).
 _MODEL_ATTRIBUTES = ("coef_", "average_coef_", "last_coef_")
 
 
 class AutoRadiusMixin:
-    """``fit`` with ``radius="auto"`` (module docstring): the class provides
-    ``_norm_search_bounds`` and the hyperparameters ``num_guesses`` and
-    ``validation_fraction``; candidate 0 is the zero model, or the
+    """``fit`` with ``radius="auto"`` (module docstring): declares the
+    hyperparameters ``num_guesses`` and ``validation_fraction``; the class
+    provides ``_norm_search_bounds``; candidate 0 is the zero model, or the
     source-only model when the fit has a public source."""
 
     radius: float | str
     epsilon: float
     delta: float
-    num_guesses: int
-    validation_fraction: float
+    num_guesses: int = hyperparameter(NUM_GUESSES, default=5)
+    validation_fraction: float = VALIDATION_FRACTION_PARAMETER
 
     def _norm_search_bounds(self) -> tuple[str, float, float]:
         """(loss, feature bound r, label bound Y) of the selection's Delta(B)."""

@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import ClassVar
 
 import numpy as np
 
@@ -79,18 +78,19 @@ from privadapt.common.accounting.accountant import epsilon_spent
 from privadapt.common.data.record_parts import TRAIN, RecordPart
 from privadapt.common.federation import Federation, OneSiteView, SitePrivacy
 from privadapt.server.algorithms.base import (
-    CALIBRATION,
+    CALIBRATION_PARAMETER,
     DELTA,
     EPSILON,
     ITERATIONS,
     POSITIVE,
-    VALIDATION_FRACTION,
-    Constraints,
+    VALIDATION_FRACTION_PARAMETER,
     Interval,
     InvalidParameterError,
     Options,
     PrivateEstimator,
     PublicSource,
+    fit_context,
+    hyperparameter,
     record_parts,
     require_public_arrays,
 )
@@ -136,52 +136,23 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
 
     requires_public_source = True
 
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        "learner": [Options(*LEARNERS)], "loss": [Options("logistic", "squared")],
-        "radius": POSITIVE, "epsilon": EPSILON, "delta": DELTA,
-        "clip_norm": POSITIVE, "iterations": ITERATIONS, "learning_rate": POSITIVE,
-        "calibration": CALIBRATION, "regularization": [*POSITIVE, Options("auto")],
-        "label_bound": POSITIVE,
-        "selection_share": [Interval(float, 0, 1, closed="neither")],
-        "loss_bound": [*POSITIVE, Options("auto")],
-        "baseline_confidence": [Interval(float, 0, 1, closed="neither"), None],
-        "validation_fraction": VALIDATION_FRACTION,
-    }
-
-    def __init__(
-        self,
-        *,
-        loss: str,
-        radius: float,
-        epsilon: float,
-        delta: float,
-        learner: str = "noisy_gd",
-        clip_norm: float = 1.0,
-        iterations: int = 100,
-        learning_rate: float = 1.0,
-        calibration: str = "accountant",
-        regularization: float | str = "auto",
-        label_bound: float = 1.0,
-        selection_share: float = 0.25,
-        loss_bound: float | str = "auto",
-        baseline_confidence: float | None = 0.1,
-        validation_fraction: float = 0.25,
-    ) -> None:
-        self.learner = learner
-        self.loss = loss
-        self.radius = radius
-        self.epsilon = epsilon
-        self.delta = delta
-        self.clip_norm = clip_norm
-        self.iterations = iterations
-        self.learning_rate = learning_rate
-        self.calibration = calibration
-        self.regularization = regularization
-        self.label_bound = label_bound
-        self.selection_share = selection_share
-        self.loss_bound = loss_bound
-        self.baseline_confidence = baseline_confidence
-        self.validation_fraction = validation_fraction
+    loss: str = hyperparameter([Options("logistic", "squared")])
+    radius: float = hyperparameter(POSITIVE)
+    epsilon: float = hyperparameter(EPSILON)
+    delta: float = hyperparameter(DELTA)
+    learner: str = hyperparameter([Options(*LEARNERS)], default="noisy_gd")
+    clip_norm: float = hyperparameter(POSITIVE, default=1.0)
+    iterations: int = hyperparameter(ITERATIONS, default=100)
+    learning_rate: float = hyperparameter(POSITIVE, default=1.0)
+    calibration: str = CALIBRATION_PARAMETER
+    regularization: float | str = hyperparameter([*POSITIVE, Options("auto")], default="auto")
+    label_bound: float = hyperparameter(POSITIVE, default=1.0)
+    selection_share: float = hyperparameter([Interval(float, 0, 1, closed="neither")],
+                                            default=0.25)
+    loss_bound: float | str = hyperparameter([*POSITIVE, Options("auto")], default="auto")
+    baseline_confidence: float | None = hyperparameter(
+        [Interval(float, 0, 1, closed="neither"), None], default=0.1)
+    validation_fraction: float = VALIDATION_FRACTION_PARAMETER
 
     def _prediction_loss(self) -> str:
         return self.loss
@@ -206,6 +177,7 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
                        radius=self.radius, clip_norm=self.clip_norm,
                        calibration=self.calibration)
 
+    @fit_context(prefer_skip_nested_validation=True)
     def fit(self, federation: Federation, public_source: PublicSource | None = None, *,
             source_only: np.ndarray | None = None) -> ConfidenceBoosting:
         """Train one model per site on its own train part, fit the
@@ -214,7 +186,6 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         ``source_only``: candidate 0 when the caller has already fitted it
         on the same public source (an experiment's repeated fits; it is
         public, so it changes no privacy argument)."""
-        self._validate_params()
         name = type(self).__name__
         _check_one_site_queries(federation, name)
         features, labels = require_public_arrays(public_source, name)

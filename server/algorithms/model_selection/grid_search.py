@@ -18,7 +18,7 @@ Bernstein step needs S2 independent of the models.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -28,13 +28,14 @@ from privadapt.server.algorithms.base import (
     DELTA,
     FLAG,
     POSITIVE,
-    Constraints,
     InstanceOf,
     Interval,
     InvalidParameterError,
     Options,
     PrivateEstimator,
     PublicSource,
+    fit_context,
+    hyperparameter,
     require_public_arrays,
 )
 from privadapt.server.algorithms.linear_model import LinearModelMixin
@@ -75,44 +76,18 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     ``method_``, ``noisy_sums_`` (secure sum only), ``train_privacy_`` and
     ``privacy_`` (each site's ledgers for S1 and S2)."""
 
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        "learner": [InstanceOf(PrivateEstimator)],
-        "num_guesses": NUM_GUESSES,
-        "epsilon": POSITIVE, "delta": DELTA,
-        "loss": [Options(*GRID_LOSSES)],
-        "label_bound": POSITIVE, "feature_bound": POSITIVE,
-        "beta": [Interval(float, 0, 1, closed="neither")],
-        "include_source_only": FLAG,
-        "method": [Options(*METHODS)],
-        "num_validation_records": [Interval(int, 1, math.inf, closed="left"), None],
-    }
-
-    def __init__(
-        self,
-        *,
-        learner: PrivateEstimator,
-        num_guesses: int,
-        epsilon: float,
-        delta: float,
-        loss: str,
-        label_bound: float,
-        feature_bound: float,
-        beta: float = 0.1,
-        include_source_only: bool = False,
-        method: str = "auto",
-        num_validation_records: int | None = None,
-    ) -> None:
-        self.learner = learner
-        self.num_guesses = num_guesses
-        self.epsilon = epsilon
-        self.delta = delta
-        self.loss = loss
-        self.label_bound = label_bound
-        self.feature_bound = feature_bound
-        self.beta = beta
-        self.include_source_only = include_source_only
-        self.method = method
-        self.num_validation_records = num_validation_records
+    learner: PrivateEstimator = hyperparameter([InstanceOf(PrivateEstimator)])
+    num_guesses: int = hyperparameter(NUM_GUESSES)
+    epsilon: float = hyperparameter(POSITIVE)
+    delta: float = hyperparameter(DELTA)
+    loss: str = hyperparameter([Options(*GRID_LOSSES)])
+    label_bound: float = hyperparameter(POSITIVE)
+    feature_bound: float = hyperparameter(POSITIVE)
+    beta: float = hyperparameter([Interval(float, 0, 1, closed="neither")], default=0.1)
+    include_source_only: bool = hyperparameter(FLAG, default=False)
+    method: str = hyperparameter([Options(*METHODS)], default="auto")
+    num_validation_records: int | None = hyperparameter(
+        [Interval(int, 1, math.inf, closed="left"), None], default=None)
 
     def _prediction_loss(self) -> str:
         return self.loss
@@ -143,6 +118,8 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
                 f"{type(self).__name__}: the learner's chain {params['chain']!r} leaves no "
                 f"room for the guesses' chains: {err}") from None
 
+    # The learner is the caller's: its clones validate their own parameters.
+    @fit_context(prefer_skip_nested_validation=False)
     def fit(
         self,
         train_federation: Federation,
@@ -154,7 +131,6 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
         ``validation_federation`` (S2, required: module docstring);
         ``public_source`` (when given) and ``fit_options`` go to every
         learner's ``fit`` (the adapters need the source; noisy GD reads d)."""
-        self._validate_params()
         self._check_learner()
         name = type(self).__name__
         if validation_federation is None:

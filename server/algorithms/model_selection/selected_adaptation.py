@@ -101,27 +101,28 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
 from privadapt.common.accounting.accountant import AccountingMethod
 from privadapt.common.federation import Federation
 from privadapt.server.algorithms.base import (
-    CALIBRATION,
+    CALIBRATION_PARAMETER,
     DELTA,
     EPSILON,
     FLAG,
     ITERATIONS,
     NON_NEGATIVE,
     POSITIVE,
-    VALIDATION_FRACTION,
+    VALIDATION_FRACTION_PARAMETER,
     Constraints,
     Interval,
     InvalidParameterError,
     Options,
     PrivateEstimator,
     PublicSource,
+    fit_context,
+    hyperparameter,
     record_parts,
     require_public_arrays,
 )
@@ -205,74 +206,34 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
 
     requires_public_source = True
 
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        "loss": [Options("logistic", "squared")], "radius": POSITIVE, "clip_norm": POSITIVE,
-        "iterations": ITERATIONS, "learning_rate": POSITIVE, "feature_norm": POSITIVE,
-        "label_bound": POSITIVE, "alpha": [Interval(float, 0, 1, closed="neither")],
-        "penalty": NON_NEGATIVE, "mu": POSITIVE, "step_scale": POSITIVE,
-        "adapter_iterations": [*ITERATIONS, Options("auto")],
-        "candidates": [CandidateList()], "epsilon": EPSILON, "delta": DELTA,
-        "selection_share": [Interval(float, 0, 1, closed="neither")],
-        "loss_bound": [*POSITIVE, Options("auto")],
-        "baseline_confidence": [Interval(float, 0, 1, closed="neither"), None],
-        "calibration": CALIBRATION, "seed": [Interval(int, 0, math.inf, closed="left"), None],
-        "validation_fraction": VALIDATION_FRACTION,
-        "composition": [Options("pld", "rdp", "basic")], "constant_candidate": FLAG,
-        "selection_score": [Options("auto", "loss", "error")],
-    }
-
-    def __init__(
-        self,
-        *,
-        loss: str,
-        radius: float,
-        epsilon: float,
-        delta: float,
-        clip_norm: float = 1.0,
-        iterations: int = 100,
-        learning_rate: float = 1.0,
-        feature_norm: float = 1.0,
-        label_bound: float = 1.0,
-        alpha: float = 0.5,
-        penalty: float = 0.0,
-        mu: float = 100.0,
-        step_scale: float = 1.0,
-        adapter_iterations: int | str = "auto",
-        candidates: str = DEFAULT_CANDIDATES,
-        loss_bound: float | str = "auto",
-        selection_share: float = 0.25,
-        baseline_confidence: float | None = 0.1,
-        calibration: str = "accountant",
-        seed: int | None = None,
-        validation_fraction: float = 0.25,
-        composition: str = "pld",
-        constant_candidate: bool = True,
-        selection_score: str = "auto",
-    ) -> None:
-        self.loss = loss
-        self.radius = radius
-        self.clip_norm = clip_norm
-        self.iterations = iterations
-        self.learning_rate = learning_rate
-        self.feature_norm = feature_norm
-        self.label_bound = label_bound
-        self.alpha = alpha
-        self.penalty = penalty
-        self.mu = mu
-        self.step_scale = step_scale
-        self.adapter_iterations = adapter_iterations
-        self.candidates = candidates
-        self.epsilon = epsilon
-        self.delta = delta
-        self.selection_share = selection_share
-        self.loss_bound = loss_bound
-        self.baseline_confidence = baseline_confidence
-        self.calibration = calibration
-        self.seed = seed
-        self.validation_fraction = validation_fraction
-        self.composition = composition
-        self.constant_candidate = constant_candidate
-        self.selection_score = selection_score
+    loss: str = hyperparameter([Options("logistic", "squared")])
+    radius: float = hyperparameter(POSITIVE)
+    epsilon: float = hyperparameter(EPSILON)
+    delta: float = hyperparameter(DELTA)
+    clip_norm: float = hyperparameter(POSITIVE, default=1.0)
+    iterations: int = hyperparameter(ITERATIONS, default=100)
+    learning_rate: float = hyperparameter(POSITIVE, default=1.0)
+    feature_norm: float = hyperparameter(POSITIVE, default=1.0)
+    label_bound: float = hyperparameter(POSITIVE, default=1.0)
+    alpha: float = hyperparameter([Interval(float, 0, 1, closed="neither")], default=0.5)
+    penalty: float = hyperparameter(NON_NEGATIVE, default=0.0)
+    mu: float = hyperparameter(POSITIVE, default=100.0)
+    step_scale: float = hyperparameter(POSITIVE, default=1.0)
+    adapter_iterations: int | str = hyperparameter([*ITERATIONS, Options("auto")],
+                                                   default="auto")
+    candidates: str = hyperparameter([CandidateList()], default=DEFAULT_CANDIDATES)
+    loss_bound: float | str = hyperparameter([*POSITIVE, Options("auto")], default="auto")
+    selection_share: float = hyperparameter([Interval(float, 0, 1, closed="neither")],
+                                            default=0.25)
+    baseline_confidence: float | None = hyperparameter(
+        [Interval(float, 0, 1, closed="neither"), None], default=0.1)
+    calibration: str = CALIBRATION_PARAMETER
+    seed: int | None = hyperparameter([Interval(int, 0, math.inf, closed="left"), None],
+                                      default=None)
+    validation_fraction: float = VALIDATION_FRACTION_PARAMETER
+    composition: str = hyperparameter([Options("pld", "rdp", "basic")], default="pld")
+    constant_candidate: bool = hyperparameter(FLAG, default=True)
+    selection_score: str = hyperparameter([Options("auto", "loss", "error")], default="auto")
 
     def _prediction_loss(self) -> str:
         return self.loss
@@ -291,6 +252,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
                              self.selection_share * self.delta)
         return plan
 
+    @fit_context(prefer_skip_nested_validation=True)
     def fit(
         self,
         train_federation: Federation,
@@ -309,7 +271,6 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         jointly on stand-ins of the two (module docstring); nothing is asked
         of the sites until then."""
         name = type(self).__name__
-        self._validate_params()
         specs = parse_candidates(self.candidates, self.loss, name)
         if validation_federation is None:
             train_federation, validation_federation = record_parts(
@@ -356,12 +317,16 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         self.n_features_in_ = features.shape[1]
         return self
 
-    def _validate_params(self) -> None:
+    def _validate_params(self, checked: Mapping[str, Constraints] | None = None) -> None:
         """The candidate list first (its message names the bad candidate or
-        setting; ``launch`` and ``--dry-run`` call this), then every constraint."""
+        setting, and whether it suits the loss; ``launch`` and ``--dry-run``
+        call this), then every constraint."""
         if isinstance(self.candidates, str) and isinstance(self.loss, str):
             parse_candidates(self.candidates, self.loss, type(self).__name__)
-        super()._validate_params()
+        super()._validate_params(checked)
+
+    def _check_together(self) -> None:
+        super()._check_together()
         if self.selection_score == "error" and self.loss != "logistic":
             raise InvalidParameterError(f"{type(self).__name__}: selection_score 'error' "
                                         f"scores classifiers (loss 'logistic'); got {self.loss!r}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +35,6 @@ from privadapt.server.algorithms.base import (
     EPSILON,
     FLAG,
     POSITIVE,
-    Constraints,
     InstanceOf,
     Interval,
     InvalidParameterError,
@@ -43,6 +42,8 @@ from privadapt.server.algorithms.base import (
     PrivateEstimator,
     PublicSource,
     feature_dim,
+    fit_context,
+    hyperparameter,
     require_public_arrays,
 )
 from privadapt.server.algorithms.linear_model import LinearModelMixin
@@ -79,37 +80,16 @@ class PrivateSelection(LinearModelMixin, PrivateEstimator):
     ``margin_``, ``num_records_`` (n), ``method_`` (the method used),
     ``privacy_`` (each site's ledger)."""
 
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        "candidates": [InstanceOf(list, tuple)],
-        "epsilon": EPSILON, "delta": DELTA, "loss_bound": POSITIVE,
-        "loss": [Options("logistic", "squared", SOFTMAX_CROSS_ENTROPY)],
-        "include_source_only": FLAG, "radius": [*POSITIVE, None],
-        "baseline_confidence": [Interval(float, 0, 1, closed="neither"), None],
-        "method": [Options(*METHODS)],
-    }
-
-    def __init__(
-        self,
-        *,
-        candidates: Sequence[Candidate],
-        epsilon: float,
-        delta: float,
-        loss_bound: float,
-        loss: str,
-        include_source_only: bool = True,
-        radius: float | None = None,
-        baseline_confidence: float | None = None,
-        method: str = "auto",
-    ) -> None:
-        self.candidates = candidates
-        self.epsilon = epsilon
-        self.delta = delta
-        self.loss_bound = loss_bound
-        self.loss = loss
-        self.include_source_only = include_source_only
-        self.radius = radius
-        self.baseline_confidence = baseline_confidence
-        self.method = method
+    candidates: Sequence[Candidate] = hyperparameter([InstanceOf(list, tuple)])
+    epsilon: float = hyperparameter(EPSILON)
+    delta: float = hyperparameter(DELTA)
+    loss_bound: float = hyperparameter(POSITIVE)
+    loss: str = hyperparameter([Options("logistic", "squared", SOFTMAX_CROSS_ENTROPY)])
+    include_source_only: bool = hyperparameter(FLAG, default=True)
+    radius: float | None = hyperparameter([*POSITIVE, None], default=None)
+    baseline_confidence: float | None = hyperparameter(
+        [Interval(float, 0, 1, closed="neither"), None], default=None)
+    method: str = hyperparameter([Options(*METHODS)], default="auto")
 
     def _prediction_loss(self) -> str:
         return self.loss
@@ -149,12 +129,12 @@ class PrivateSelection(LinearModelMixin, PrivateEstimator):
         num_classes = shape[1] if self.loss == SOFTMAX_CROSS_ENTROPY else None
         return fit_linear(features, labels, self.loss, self.radius, num_classes)
 
+    @fit_context(prefer_skip_nested_validation=True)
     def fit(self, federation: Federation, public_source: PublicSource | None = None
             ) -> PrivateSelection:
         """Score the candidates on the federation's records (one job) and keep
         the privately chosen one; ``public_source`` is needed for
         ``include_source_only``."""
-        self._validate_params()
         dim = feature_dim(federation, public_source, type(self).__name__)
         given = self._coefficients(dim)
         models: list[Candidate] = list(self.candidates)

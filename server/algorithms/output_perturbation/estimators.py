@@ -7,7 +7,6 @@ solver's certified tolerance in ``common/kernels/regularized_erm.py``)."""
 from __future__ import annotations
 
 import math
-from typing import ClassVar
 
 import numpy as np
 
@@ -17,12 +16,13 @@ from privadapt.server.algorithms.base import (
     EPSILON,
     ITERATIONS,
     POSITIVE,
-    Constraints,
     Interval,
     Options,
     PrivateEstimator,
     PublicSource,
     feature_dim,
+    fit_context,
+    hyperparameter,
 )
 from privadapt.server.algorithms.linear_model import LinearModelMixin
 from privadapt.server.algorithms.output_perturbation.perturbed_erm import output_perturbation
@@ -46,43 +46,23 @@ class OutputPerturbation(LinearModelMixin, PrivateEstimator):
     ``noise_std_``, ``iterations_``, ``tolerance_`` (the
     certified ||w_T - w*|| the charge includes twice) and ``privacy_``."""
 
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        "loss": [Options("logistic", "squared")], "regularization": [*POSITIVE, Options("auto")],
-        "radius": POSITIVE, "epsilon": EPSILON, "delta": DELTA, "clip_norm": POSITIVE,
-        "label_bound": POSITIVE, "iterations": [*ITERATIONS, None],
-        "tolerance_share": TOLERANCE_SHARE,
-    }
-
-    def __init__(
-        self,
-        *,
-        loss: str,
-        radius: float,
-        epsilon: float,
-        delta: float,
-        regularization: float | str = "auto",
-        clip_norm: float = 1.0,
-        label_bound: float = 1.0,
-        iterations: int | None = None,
-        tolerance_share: float = 1e-3,
-    ) -> None:
-        self.loss = loss
-        self.regularization = regularization
-        self.radius = radius
-        self.epsilon = epsilon
-        self.delta = delta
-        self.clip_norm = clip_norm
-        self.label_bound = label_bound
-        self.iterations = iterations
-        self.tolerance_share = tolerance_share
+    loss: str = hyperparameter([Options("logistic", "squared")])
+    radius: float = hyperparameter(POSITIVE)
+    epsilon: float = hyperparameter(EPSILON)
+    delta: float = hyperparameter(DELTA)
+    regularization: float | str = hyperparameter([*POSITIVE, Options("auto")], default="auto")
+    clip_norm: float = hyperparameter(POSITIVE, default=1.0)
+    label_bound: float = hyperparameter(POSITIVE, default=1.0)
+    iterations: int | None = hyperparameter([*ITERATIONS, None], default=None)
+    tolerance_share: float = hyperparameter(TOLERANCE_SHARE, default=1e-3)
 
     def _prediction_loss(self) -> str:
         return self.loss
 
+    @fit_context(prefer_skip_nested_validation=True)
     def fit(self, federation: Federation, public_source: PublicSource | None = None
             ) -> OutputPerturbation:
         """One release per site (``public_source``, if given, only says d)."""
-        self._validate_params()
         dim = feature_dim(federation, public_source, type(self).__name__)
         result = output_perturbation(
             federation, dim=dim, loss=self.loss, regularization=self.regularization,

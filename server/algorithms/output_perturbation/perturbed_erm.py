@@ -66,7 +66,6 @@ from privadapt.common.kernels.regularized_erm import (
 )
 from privadapt.common.losses import BinaryLoss
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.validation import check_positive
 
 KERNEL = RegularizedERM()
 
@@ -117,12 +116,11 @@ def output_perturbation(
     label_bound: float,
     epsilon: float,
     delta: float,
-    iterations: int | None = None,
-    tolerance_share: float = 1e-3,
+    iterations: int | None,
+    tolerance_share: float,
 ) -> OutputPerturbationResult:
-    """One noisy regularised-ERM release per site (module docstring)."""
-    check_positive("epsilon", epsilon, infinity_means="inf for no noise")
-    check_positive("tolerance_share", tolerance_share)
+    """One noisy regularised-ERM release per site (module docstring), with
+    the values :class:`~.estimators.OutputPerturbation` checked at fit."""
     sizes = federation.site_sizes
     bound = max(record_bound(federation, n) for n in sizes.values())
     multiplier = math.inf if math.isinf(epsilon) else calibrate_noise_multiplier(epsilon, delta,

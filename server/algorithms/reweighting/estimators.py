@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -62,27 +62,26 @@ from privadapt.common.federation import Federation
 from privadapt.common.kernels.reweighted_chains import MAX_CHAIN_NAME, check_chain
 from privadapt.common.losses import SOFTMAX_CROSS_ENTROPY as SOFTMAX
 from privadapt.server.algorithms.base import (
-    CALIBRATION,
+    CALIBRATION_PARAMETER,
     DELTA,
     EPSILON,
     FLAG,
     ITERATIONS,
     NON_NEGATIVE,
     POSITIVE,
-    VALIDATION_FRACTION,
     Constraint,
-    Constraints,
     InstanceOf,
     Interval,
     InvalidParameterError,
     Options,
     PrivateEstimator,
     PublicSource,
+    fit_context,
+    hyperparameter,
     require_public_arrays,
 )
 from privadapt.server.algorithms.linear_model import LinearModelMixin
 from privadapt.server.algorithms.model_selection.auto_radius import AUTO, RADIUS, AutoRadiusMixin
-from privadapt.server.algorithms.model_selection.grid_search import NUM_GUESSES
 from privadapt.server.algorithms.model_selection.private_grid_search import GRID_LOSSES
 from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.algorithms.reweighting.cnvx_adap import pcnvx_adap
@@ -119,25 +118,32 @@ class ChainName(Constraint):
         return f"a chain name: at most {MAX_CHAIN_NAME} characters of [a-z0-9_-]"
 
 
-# Every parameter both share, with its constraints; each class adds its own.
-_SHARED = {
-    "alpha": [Interval(float, 0, 1, closed="neither")], "epsilon": EPSILON, "delta": DELTA,
-    "iterations": [*ITERATIONS, Options("auto")], "feature_norm": POSITIVE,
-    "label_bound": POSITIVE, "radius": RADIUS,
-    "clip_radius": [*POSITIVE, Options("auto"), None], "discrepancy": NON_NEGATIVE,
-    "step_sizes": [Options("auto", "noise_aware", "noise_aware_smooth", "curvature", "paper"),
-                   InstanceOf(StepSizes)],
-    "step_scale": POSITIVE, "step_distance": [*POSITIVE, None], "calibration": CALIBRATION,
-    "aggregate_noise_ratio": POSITIVE, "weight_noise": FLAG, "warm_start": FLAG,
-    "chain": [ChainName()], "num_guesses": NUM_GUESSES,
-    "validation_fraction": VALIDATION_FRACTION,
-}
-
-
 class _Reweighting(AutoRadiusMixin, LinearModelMixin, PrivateEstimator):
-    """The fit both share; subclasses name their solver call in ``_solve``."""
+    """The hyperparameters and the fit both share; each class adds its own
+    and names its solver call in ``_solve``."""
 
     requires_public_source = True
+
+    alpha: float = hyperparameter([Interval(float, 0, 1, closed="neither")])
+    epsilon: float = hyperparameter(EPSILON)
+    delta: float = hyperparameter(DELTA)
+    feature_norm: float = hyperparameter(POSITIVE)
+    label_bound: float = hyperparameter(POSITIVE)
+    radius: float | str = hyperparameter(RADIUS)
+    iterations: int | str = hyperparameter([*ITERATIONS, Options("auto")], default="auto")
+    clip_radius: float | str | None = hyperparameter([*POSITIVE, Options("auto"), None],
+                                                     default="auto")
+    discrepancy: float = hyperparameter(NON_NEGATIVE, default=0.0)
+    step_sizes: str | StepSizes = hyperparameter(
+        [Options("auto", "noise_aware", "noise_aware_smooth", "curvature", "paper"),
+         InstanceOf(StepSizes)], default="auto")
+    step_scale: float = hyperparameter(POSITIVE, default=1.0)
+    step_distance: float | None = hyperparameter([*POSITIVE, None], default=None)
+    calibration: str = CALIBRATION_PARAMETER
+    aggregate_noise_ratio: float = hyperparameter(POSITIVE, default=3.0)
+    weight_noise: bool = hyperparameter(FLAG, default=False)
+    warm_start: bool = hyperparameter(FLAG, default=True)
+    chain: str = hyperparameter([ChainName()], default="")
 
     def _solve(self, federation: Federation, features: np.ndarray, labels: np.ndarray,
                **common: Any) -> AdaptationResult:
@@ -159,6 +165,7 @@ class _Reweighting(AutoRadiusMixin, LinearModelMixin, PrivateEstimator):
                 "numeric radius")
         return loss, self.feature_norm, self.label_bound
 
+    @fit_context(prefer_skip_nested_validation=True)
     def fit(
         self,
         federation: Federation,
@@ -173,7 +180,6 @@ class _Reweighting(AutoRadiusMixin, LinearModelMixin, PrivateEstimator):
         ``initial_weights`` is a warm start w_0 (default, with ``warm_start``:
         the public source's own fit, free in privacy); ``progress`` gets an
         ``IterationRecord`` every ``progress_every`` iterations."""
-        self._validate_params()
         features, labels = require_public_arrays(public_source, type(self).__name__)
         if self.radius == AUTO:
             return self._fit_auto_radius(federation, public_source, {
@@ -249,61 +255,11 @@ class PCnvxAdap(_Reweighting):
     ``privacy_``; with ``radius="auto"`` also ``radius_`` (the chosen 2^j,
     0.0 when candidate 0, the source-only model, wins) and ``norm_search_``."""
 
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        **_SHARED, "k1": NON_NEGATIVE, "k2": NON_NEGATIVE, "kinf": NON_NEGATIVE,
-        "mu": [Interval(float, 0, math.inf, closed="right")],
-    }
-
-    def __init__(
-        self,
-        *,
-        alpha: float,
-        epsilon: float,
-        delta: float,
-        feature_norm: float,
-        label_bound: float,
-        radius: float | str,
-        iterations: int | str = "auto",
-        clip_radius: float | str | None = "auto",
-        k1: float = 0.0,
-        k2: float = 0.0,
-        kinf: float = 0.0,
-        mu: float = math.inf,
-        discrepancy: float = 0.0,
-        step_sizes: str | StepSizes = "auto",
-        step_scale: float = 1.0,
-        step_distance: float | None = None,
-        calibration: str = "accountant",
-        aggregate_noise_ratio: float = 3.0,
-        weight_noise: bool = False,
-        warm_start: bool = True,
-        chain: str = "",
-        num_guesses: int = 5,
-        validation_fraction: float = 0.25,
-    ) -> None:
-        self.alpha = alpha
-        self.epsilon = epsilon
-        self.delta = delta
-        self.iterations = iterations
-        self.feature_norm = feature_norm
-        self.label_bound = label_bound
-        self.radius = radius
-        self.clip_radius = clip_radius
-        self.k1 = k1
-        self.k2 = k2
-        self.kinf = kinf
-        self.mu = mu
-        self.discrepancy = discrepancy
-        self.step_sizes = step_sizes
-        self.step_scale = step_scale
-        self.step_distance = step_distance
-        self.calibration = calibration
-        self.aggregate_noise_ratio = aggregate_noise_ratio
-        self.weight_noise = weight_noise
-        self.warm_start = warm_start
-        self.chain = chain
-        self.num_guesses = num_guesses
-        self.validation_fraction = validation_fraction
+    k1: float = hyperparameter(NON_NEGATIVE, default=0.0)
+    k2: float = hyperparameter(NON_NEGATIVE, default=0.0)
+    kinf: float = hyperparameter(NON_NEGATIVE, default=0.0)
+    mu: float = hyperparameter([Interval(float, 0, math.inf, closed="right")],
+                               default=math.inf)
 
     def _prediction_loss(self) -> str:
         return "squared"
@@ -326,71 +282,16 @@ class PNCnvxAdap(_Reweighting):
 
     Fitted: as :class:`PCnvxAdap`, plus ``output_iteration_`` (t*)."""
 
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        **_SHARED, "loss": [Options("logistic", "squared", "softmax_cross_entropy")],
-        "num_classes": [Interval(int, 2, math.inf, closed="left")],
-        "l1": NON_NEGATIVE, "l2": NON_NEGATIVE, "linf": NON_NEGATIVE, "mu": POSITIVE,
-        "return_average": FLAG, "seed": [Interval(int, 0, math.inf, closed="left"), None],
-    }
-
-    def __init__(
-        self,
-        *,
-        alpha: float,
-        epsilon: float,
-        delta: float,
-        feature_norm: float,
-        label_bound: float,
-        radius: float | str,
-        iterations: int | str = "auto",
-        clip_radius: float | str | None = "auto",
-        loss: str = "logistic",
-        num_classes: int = 2,
-        l1: float = 0.0,
-        l2: float = 0.0,
-        linf: float = 0.0,
-        mu: float = 100.0,
-        discrepancy: float = 0.0,
-        return_average: bool = True,
-        seed: int | None = None,
-        step_sizes: str | StepSizes = "auto",
-        step_scale: float = 1.0,
-        step_distance: float | None = None,
-        calibration: str = "accountant",
-        aggregate_noise_ratio: float = 3.0,
-        weight_noise: bool = False,
-        warm_start: bool = True,
-        chain: str = "",
-        num_guesses: int = 5,
-        validation_fraction: float = 0.25,
-    ) -> None:
-        self.alpha = alpha
-        self.epsilon = epsilon
-        self.delta = delta
-        self.iterations = iterations
-        self.feature_norm = feature_norm
-        self.label_bound = label_bound
-        self.radius = radius
-        self.clip_radius = clip_radius
-        self.loss = loss
-        self.num_classes = num_classes
-        self.l1 = l1
-        self.l2 = l2
-        self.linf = linf
-        self.mu = mu
-        self.discrepancy = discrepancy
-        self.return_average = return_average
-        self.seed = seed
-        self.step_sizes = step_sizes
-        self.step_scale = step_scale
-        self.step_distance = step_distance
-        self.calibration = calibration
-        self.aggregate_noise_ratio = aggregate_noise_ratio
-        self.weight_noise = weight_noise
-        self.warm_start = warm_start
-        self.chain = chain
-        self.num_guesses = num_guesses
-        self.validation_fraction = validation_fraction
+    loss: str = hyperparameter([Options("logistic", "squared", "softmax_cross_entropy")],
+                               default="logistic")
+    num_classes: int = hyperparameter([Interval(int, 2, math.inf, closed="left")], default=2)
+    l1: float = hyperparameter(NON_NEGATIVE, default=0.0)
+    l2: float = hyperparameter(NON_NEGATIVE, default=0.0)
+    linf: float = hyperparameter(NON_NEGATIVE, default=0.0)
+    mu: float = hyperparameter(POSITIVE, default=100.0)
+    return_average: bool = hyperparameter(FLAG, default=True)
+    seed: int | None = hyperparameter([Interval(int, 0, math.inf, closed="left"), None],
+                                      default=None)
 
     def _prediction_loss(self) -> str:
         return self.loss

@@ -19,7 +19,6 @@ for Gaussian noise), ``rho_`` (planned zCDP rho, inf for Laplace),
 from __future__ import annotations
 
 import math
-from typing import ClassVar
 
 import numpy as np
 
@@ -27,18 +26,19 @@ from privadapt.common.federation import Federation
 from privadapt.common.kernels.nearest_source_averages import MAX_NEIGHBOURS
 from privadapt.common.mechanisms import Adjacency
 from privadapt.server.algorithms.base import (
-    CALIBRATION,
+    CALIBRATION_PARAMETER,
     DELTA,
     EPSILON,
     FLAG,
     NON_NEGATIVE,
-    Constraints,
     InstanceOf,
     Interval,
     InvalidParameterError,
     Options,
     PrivateEstimator,
     PublicSource,
+    fit_context,
+    hyperparameter,
     public_arrays,
 )
 from privadapt.server.algorithms.source_target_clustering import (
@@ -54,29 +54,30 @@ from privadapt.server.algorithms.source_target_clustering.privacy import (
     zcdp_epsilon,
 )
 
-_COMMON: dict[str, Constraints] = {
-    "k": [Interval(int, 1, math.inf, closed="left")],
-    "epsilon": EPSILON,
-    "delta": [*DELTA, None],
-    "rho": [Interval(float, 0, math.inf, closed="right"), None],
-    "coreset": FLAG,
-    "coreset_diameter": NON_NEGATIVE,
-    "calibration": CALIBRATION,
-    "adjacency": [Options(*(str(a) for a in Adjacency))],
-    "seed": [InstanceOf(int), None],
-}
-
 
 class _SourceTargetClustering(PrivateEstimator):
-    """fit / model_arrays shared by NNA and NAS; subclasses sanitise."""
+    """The hyperparameters and fit / model_arrays NNA and NAS share; each
+    class adds its own and sanitises."""
 
     requires_public_source = True
 
+    k: int = hyperparameter([Interval(int, 1, math.inf, closed="left")])
+    epsilon: float = hyperparameter(EPSILON, default=3.0)
+    delta: float | None = hyperparameter([*DELTA, None], default=1e-6)
+    rho: float | None = hyperparameter([Interval(float, 0, math.inf, closed="right"), None],
+                                       default=None)
+    coreset: bool = hyperparameter(FLAG, default=True)
+    coreset_diameter: float = hyperparameter(NON_NEGATIVE, default=0.05)
+    calibration: str = CALIBRATION_PARAMETER
+    adjacency: str = hyperparameter([Options(*(str(a) for a in Adjacency))],
+                                    default=str(Adjacency.ADD_REMOVE_ONE))
+    seed: int | None = hyperparameter([InstanceOf(int), None], default=0)
+
+    @fit_context(prefer_skip_nested_validation=True)
     def fit(self, federation: Federation, target: np.ndarray | None = None, *,
             public_source: PublicSource | None = None) -> _SourceTargetClustering:
         """Sanitise the sites' source for ``target`` (or the public source's
         features) in one release (per site for NAS), then choose k targets."""
-        self._validate_params()
         points = self._target(target, public_source)
         if self.k > len(points):
             raise InvalidParameterError(f"{type(self).__name__}: k = {self.k} exceeds the "
@@ -158,26 +159,8 @@ class NeighborNoisyAverages(_SourceTargetClustering):
     kept where the noisy count passes the threshold at confidence ``gamma``.
     Fitted (besides the module's list): ``threshold_``, ``noisy_counts_``."""
 
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        **_COMMON, "noise": [Options("laplace", "gaussian")],
-        "gamma": [Interval(float, 0, 1, closed="neither")]}
-
-    def __init__(self, *, k: int, epsilon: float = 3.0, delta: float | None = 1e-6,
-                 noise: str = "laplace", rho: float | None = None, gamma: float = 0.05,
-                 coreset: bool = True, coreset_diameter: float = 0.05,
-                 calibration: str = "accountant", adjacency: str = "add_remove_one",
-                 seed: int | None = 0) -> None:
-        self.k = k
-        self.epsilon = epsilon
-        self.delta = delta
-        self.noise = noise
-        self.rho = rho
-        self.gamma = gamma
-        self.coreset = coreset
-        self.coreset_diameter = coreset_diameter
-        self.calibration = calibration
-        self.adjacency = adjacency
-        self.seed = seed
+    noise: str = hyperparameter([Options("laplace", "gaussian")], default="laplace")
+    gamma: float = hyperparameter([Interval(float, 0, 1, closed="neither")], default=0.05)
 
     def _sanitize(self, federation: Federation, targets: np.ndarray) -> SanitizedSource:
         epsilon, rho = self._budget(self.noise == "gaussian")
@@ -203,26 +186,8 @@ class NoisyAverageSet(_SourceTargetClustering):
     ``releases_`` (per site). For the approximate variant ``epsilon_`` is the
     pure bound of basic composition; the guarantee is (epsilon, delta)."""
 
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        **_COMMON, "t": [Interval(int, 1, MAX_NEIGHBOURS, closed="both")],
-        "variant": [Options(*VARIANTS)]}
-
-    def __init__(self, *, k: int, t: int = 150, epsilon: float = 3.0,
-                 delta: float | None = 1e-6, variant: str = "laplace", rho: float | None = None,
-                 coreset: bool = True, coreset_diameter: float = 0.05,
-                 calibration: str = "accountant", adjacency: str = "add_remove_one",
-                 seed: int | None = 0) -> None:
-        self.k = k
-        self.t = t
-        self.epsilon = epsilon
-        self.delta = delta
-        self.variant = variant
-        self.rho = rho
-        self.coreset = coreset
-        self.coreset_diameter = coreset_diameter
-        self.calibration = calibration
-        self.adjacency = adjacency
-        self.seed = seed
+    t: int = hyperparameter([Interval(int, 1, MAX_NEIGHBOURS, closed="both")], default=150)
+    variant: str = hyperparameter([Options(*VARIANTS)], default="laplace")
 
     def _sanitize(self, federation: Federation, targets: np.ndarray) -> SanitizedSource:
         epsilon, rho = self._budget(self.variant == "gaussian")

@@ -17,7 +17,6 @@ the job meets what its spec states, with delta 0 to spare. A zCDP budget
 from __future__ import annotations
 
 import math
-from typing import ClassVar
 
 import numpy as np
 
@@ -27,11 +26,12 @@ from privadapt.server.algorithms.base import (
     ITERATIONS,
     NON_NEGATIVE,
     POSITIVE,
-    Constraints,
     Interval,
     InvalidParameterError,
     Options,
     PrivateEstimator,
+    fit_context,
+    hyperparameter,
 )
 from privadapt.server.algorithms.source_target_clustering.private_lloyd import private_lloyd
 
@@ -41,18 +41,32 @@ COUNT = [Interval(int, 1, math.inf, closed="left")]
 SEED = [Interval(int, 0, math.inf, closed="left"), None]
 
 
-def check_one_budget(estimator: PrivateEstimator) -> None:
-    """InvalidParameterError unless exactly one of ``epsilon`` (pure DP,
-    Laplace) and ``rho`` (zCDP, Gaussian) is given."""
-    epsilon, rho = estimator.epsilon, estimator.rho  # type: ignore[attr-defined]
-    if (epsilon is None) == (rho is None):
-        raise InvalidParameterError(
-            f"{type(estimator).__name__}: give exactly one of 'epsilon' (pure epsilon-DP, "
-            f"Laplace noise) and 'rho' (rho-zCDP, Gaussian noise); got epsilon={epsilon!r}, "
-            f"rho={rho!r} (a job always gives epsilon: leave 'rho' out of its hyperparameters)")
+class ClusteringBaseline(PrivateEstimator):
+    """The hyperparameters seed 001's private stand-ins for S share (DP Lloyd
+    here, the mixture sampler beside it): ``iterations`` releases at exactly
+    one budget, ``epsilon`` (pure DP, Laplace) or ``rho`` (zCDP, Gaussian),
+    on records clipped to ``clip_norm``; ``min_count`` and ``seed``."""
+
+    iterations: int = hyperparameter(ITERATIONS, default=5)
+    epsilon: float | None = hyperparameter([*EPSILON, None], default=None)
+    rho: float | None = hyperparameter([*RHO, None], default=None)
+    clip_norm: float = hyperparameter(POSITIVE, default=0.5)
+    min_count: float | None = hyperparameter([*NON_NEGATIVE, None], default=None)
+    seed: int | None = hyperparameter(SEED, default=None)
+
+    def _check_together(self) -> None:
+        """InvalidParameterError unless exactly one of ``epsilon`` and ``rho``
+        is given."""
+        super()._check_together()
+        if (self.epsilon is None) == (self.rho is None):
+            raise InvalidParameterError(
+                f"{type(self).__name__}: give exactly one of 'epsilon' (pure epsilon-DP, "
+                f"Laplace noise) and 'rho' (rho-zCDP, Gaussian noise); got "
+                f"epsilon={self.epsilon!r}, rho={self.rho!r} (a job always gives epsilon: "
+                "leave 'rho' out of its hyperparameters)")
 
 
-class PrivateLloydKMeans(PrivateEstimator):
+class PrivateLloydKMeans(ClusteringBaseline):
     """DP Lloyd k-means (Su et al. 2016) on the federation's records, clipped to
     ||x|| <= ``clip_norm``: ``iterations`` secure-sum releases of per-centre
     counts and sums, at ``epsilon`` / ``iterations`` each (Laplace, pure DP)
@@ -69,43 +83,16 @@ class PrivateLloydKMeans(PrivateEstimator):
     ``all_centres_``, ``counts_`` (last noisy counts), ``threshold_``,
     ``history_``, ``mechanisms_`` (one per release, as planned), ``privacy_``."""
 
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        "n_clusters": COUNT, "iterations": ITERATIONS, "epsilon": [*EPSILON, None],
-        "rho": [*RHO, None], "clip_norm": POSITIVE, "count_share": SHARE,
-        "min_count": [*NON_NEGATIVE, None], "seed": SEED,
-        "noise": [Options("continuous", "discrete")],
-    }
+    n_clusters: int = hyperparameter(COUNT, default=100)
+    count_share: float = hyperparameter(SHARE, default=0.5)
+    noise: str = hyperparameter([Options("continuous", "discrete")], default="continuous")
 
-    def __init__(
-        self,
-        *,
-        n_clusters: int = 100,
-        iterations: int = 5,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        clip_norm: float = 0.5,
-        count_share: float = 0.5,
-        min_count: float | None = None,
-        seed: int | None = None,
-        noise: str = "continuous",
-    ) -> None:
-        self.n_clusters = n_clusters
-        self.iterations = iterations
-        self.epsilon = epsilon
-        self.rho = rho
-        self.clip_norm = clip_norm
-        self.count_share = count_share
-        self.min_count = min_count
-        self.seed = seed
-        self.noise = noise
-
+    @fit_context(prefer_skip_nested_validation=True)
     def fit(self, federation: Federation, public_source: object = None, *,
             initial_centres: np.ndarray | None = None) -> PrivateLloydKMeans:
         """Cluster the federation's records; ``initial_centres`` (public,
         (n_clusters, d), inside the clip ball) or uniform ones from ``seed``.
         ``public_source`` is ignored (the baseline does not look at T)."""
-        self._validate_params()
-        check_one_budget(self)
         result = private_lloyd(federation, **self.get_params(), initial_centres=initial_centres)
         self.centres_ = result.centres
         self.all_centres_ = result.all_centres

@@ -260,17 +260,16 @@ def lloyd_rounds(federation: Federation, centres: np.ndarray, rounds: int, *,
     return centres, cells, threshold
 
 
-def private_lloyd(federation: Federation, *, n_clusters: int = 100, iterations: int = 5,
-                  epsilon: float | None = None, rho: float | None = None,
-                  clip_norm: float = 0.5, count_share: float = 0.5,
-                  min_count: float | None = None, initial_centres: np.ndarray | None = None,
-                  seed: int | None = None, noise: str = "continuous") -> PrivateLloydResult:
+def private_lloyd(federation: Federation, *, n_clusters: int, iterations: int,
+                  epsilon: float | None, rho: float | None, clip_norm: float,
+                  count_share: float, min_count: float | None,
+                  initial_centres: np.ndarray | None = None, seed: int | None,
+                  noise: str) -> PrivateLloydResult:
     """DP Lloyd on the federation's records (module docstring): ``iterations``
     releases at ``epsilon`` / ``iterations`` (Laplace; with ``noise="discrete"``
     the exact discrete Laplace) or ``rho`` / ``iterations`` (Gaussian; with
-    ``noise="discrete"`` the distributed discrete Gaussian) each."""
-    if noise not in ("continuous", "discrete"):
-        raise ValueError(f"noise must be 'continuous' or 'discrete', got {noise!r}")
+    ``noise="discrete"`` the distributed discrete Gaussian) each; the values
+    :class:`~.private_kmeans.PrivateLloydKMeans` checked at fit."""
     plan = PrivacyPlan.split(epsilon, rho, iterations, discrete=noise == "discrete")
     dim = federation.dim
     if initial_centres is None:

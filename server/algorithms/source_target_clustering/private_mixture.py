@@ -94,11 +94,11 @@ def sample_mixture(weights: np.ndarray, means: np.ndarray, variances: np.ndarray
 
 
 def private_gaussian_mixture(
-    federation: Federation, *, n_components: int = 20, iterations: int = 5,
-    epsilon: float | None = None, rho: float | None = None, clip_norm: float = 0.5,
-    count_share: float = 0.4, n_samples: int = 100, min_count: float | None = None,
-    variance_floor: float = 1e-4, initial_centres: np.ndarray | None = None,
-    seed: int | None = None,
+    federation: Federation, *, n_components: int, iterations: int,
+    epsilon: float | None, rho: float | None, clip_norm: float,
+    count_share: float, n_samples: int, min_count: float | None,
+    variance_floor: float, initial_centres: np.ndarray | None = None,
+    seed: int | None,
 ) -> PrivateMixtureResult:
     """Fit the DP mixture and sample it (module docstring)."""
     plan = PrivacyPlan.split(epsilon, rho, iterations)

@@ -8,32 +8,25 @@ the private source S: the experiment hands them to AkM as free centres.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import numpy as np
 
 from privadapt.common.federation import Federation
 from privadapt.server.algorithms.base import (
-    EPSILON,
-    ITERATIONS,
-    NON_NEGATIVE,
     POSITIVE,
-    Constraints,
-    PrivateEstimator,
+    fit_context,
+    hyperparameter,
 )
 from privadapt.server.algorithms.source_target_clustering.private_kmeans import (
     COUNT,
-    RHO,
-    SEED,
     SHARE,
-    check_one_budget,
+    ClusteringBaseline,
 )
 from privadapt.server.algorithms.source_target_clustering.private_mixture import (
     private_gaussian_mixture,
 )
 
 
-class PrivateGaussianMixtureSampler(PrivateEstimator):
+class PrivateGaussianMixtureSampler(ClusteringBaseline):
     """A diagonal Gaussian mixture of ``n_components`` fitted to the
     federation's records (clipped to ``clip_norm``) by hard-assignment DP EM
     in ``iterations`` releases (``epsilon`` / ``iterations`` each, Laplace,
@@ -45,45 +38,17 @@ class PrivateGaussianMixtureSampler(PrivateEstimator):
     kept components, ``threshold_``, ``history_``, ``mechanisms_``,
     ``privacy_``."""
 
-    _parameter_constraints: ClassVar[dict[str, Constraints]] = {
-        "n_components": COUNT, "iterations": ITERATIONS, "epsilon": [*EPSILON, None],
-        "rho": [*RHO, None], "clip_norm": POSITIVE, "count_share": SHARE,
-        "n_samples": COUNT, "min_count": [*NON_NEGATIVE, None],
-        "variance_floor": POSITIVE, "seed": SEED,
-    }
+    n_components: int = hyperparameter(COUNT, default=20)
+    count_share: float = hyperparameter(SHARE, default=0.4)
+    n_samples: int = hyperparameter(COUNT, default=100)
+    variance_floor: float = hyperparameter(POSITIVE, default=1e-4)
 
-    def __init__(
-        self,
-        *,
-        n_components: int = 20,
-        iterations: int = 5,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        clip_norm: float = 0.5,
-        count_share: float = 0.4,
-        n_samples: int = 100,
-        min_count: float | None = None,
-        variance_floor: float = 1e-4,
-        seed: int | None = None,
-    ) -> None:
-        self.n_components = n_components
-        self.iterations = iterations
-        self.epsilon = epsilon
-        self.rho = rho
-        self.clip_norm = clip_norm
-        self.count_share = count_share
-        self.n_samples = n_samples
-        self.min_count = min_count
-        self.variance_floor = variance_floor
-        self.seed = seed
-
+    @fit_context(prefer_skip_nested_validation=True)
     def fit(self, federation: Federation, public_source: object = None, *,
             initial_centres: np.ndarray | None = None) -> PrivateGaussianMixtureSampler:
         """Fit the mixture on the federation's records and sample it;
         ``initial_centres`` (public) or uniform ones from ``seed``.
         ``public_source`` is ignored (the baseline does not look at T)."""
-        self._validate_params()
-        check_one_budget(self)
         result = private_gaussian_mixture(federation, **self.get_params(),
                                           initial_centres=initial_centres)
         self.samples_ = result.samples

@@ -110,7 +110,7 @@ def test_a_numeric_radius_runs_the_solver_exactly_as_before():
     with federation(3) as sites:  # same records, same noise seed
         direct = noisy_gd(sites, loss="squared", epsilon=8.0, delta=DELTA,
                           iterations=ITERATIONS, learning_rate=0.5, radius=4.0, clip_norm=6.0,
-                          dim=DIM)
+                          calibration="accountant", dim=DIM)
     np.testing.assert_array_equal(model.coef_, direct.weights)
     assert not hasattr(model, "radius_") and "radius" not in model.model_arrays()
 
