@@ -106,14 +106,16 @@ def _add_simulate_parser(commands: argparse._SubParsersAction) -> None:
     simulate.add_argument("--keep", action="store_true", help="keep the temporary work "
                           "directory (certificates, configs, data, ledgers, logs)")
     simulate.add_argument("--job", type=Path, action="append", default=[], dest="jobs",
-                          help="a job TOML to run (repeatable; default: the demo jobs)")
+                          help="a job TOML to run (repeatable; default: the demo jobs, on "
+                          "your own files the private selection at epsilon 1)")
     simulate.add_argument("--split", help="the UCI Adult split (default: the demo's; "
                           "names in privadapt.common.data.datasets.adult.SPLITS, e.g. sex)")
     simulate.add_argument("--set", dest="overrides", action="append", default=[],
                           metavar="KEY=VALUE", help=f"{SET_HELP}, in every job it runs")
     simulate.add_argument("--public", type=Path, metavar="PUBLIC.csv",
                           help="the coordinator's public source file (CSV or Parquet), "
-                          "instead of the Adult demo's; needs --data and --schema")
+                          "instead of the Adult demo's; needs --data, --schema and --workdir "
+                          "(or --keep); results in WORKDIR/results/")
     simulate.add_argument("--data", type=Path, nargs="+", default=[], metavar="SITE.csv",
                           help="one private file per site (CSV or Parquet); the sites are "
                           "named site-1, site-2, ... in this order")
