@@ -10,6 +10,10 @@ What a researcher needs, from one import::
     model = pa.NoisyGD(loss="logistic", epsilon=1.0, delta=1e-6, iterations=60,
                        learning_rate=3.0, radius=20.0, clip_norm=1.0).fit(federation)
 
+On your own files: ``schema = pa.Schema.infer("public.csv", label="outcome")``
+(from the coordinator's public file only), then ``pa.Dataset.from_csv(path,
+schema)`` or ``pa.Dataset.from_parquet(path, schema)`` per site.
+
 The roles live in subpackages (``privadapt.common``, ``privadapt.client``,
 ``privadapt.server``; DESIGN.md section 4). Names here are imported on first
 use, so a site daemon importing ``privadapt.common`` or ``privadapt.client``
@@ -45,6 +49,7 @@ _EXPORTS = {
     "LocalFederation": "privadapt.client.local_federation",
     "SitePolicy": "privadapt.client.policy",
     "Dataset": "privadapt.common.data.dataset",
+    "Schema": "privadapt.common.data.schema",
     "load_adult_domains": "privadapt.common.data.datasets.adult",
     "SitePrivacy": "privadapt.common.federation",
     "PrivadaptError": "privadapt.common.errors",

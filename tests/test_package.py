@@ -12,7 +12,8 @@ EXPECTED = {"ConfidenceBoosting", "DPFrankWolfe", "DPFrankWolfeTransfer",
             "NoisyAverageSet", "NoisyGD", "NoisySGD", "NotFittedError", "OutputPerturbation",
             "PCnvxAdap", "PNCnvxAdap", "PrivadaptError", "PrivateDiscrepancy",
             "PrivateDiscrepancyMinimization", "PrivateGaussianMixtureSampler",
-            "PrivateGridSearch", "PrivateLloydKMeans", "PrivateSelection", "SelectedAdaptation",
+            "PrivateGridSearch", "PrivateLloydKMeans", "PrivateSelection", "Schema",
+            "SelectedAdaptation",
             "SitePolicy", "SitePrivacy", "clone", "load_adult_domains"}
 
 

@@ -20,7 +20,13 @@
 * ``privadapt --version``: the installed version.
 * ``privadapt simulate [--sites N] [--workdir DIR | --keep] [--job JOB.toml ...] [--split NAME]
   [--set KEY=VALUE ...]``:
-  a coordinator and N sites as processes on this machine (api/simulation/simulate.py).
+  a coordinator and N sites as processes on this machine (api/simulation/simulate.py);
+  with ``--public PUBLIC.csv --data A.csv B.csv ... --schema schema.toml``, on those files.
+* ``privadapt schema infer PUBLIC.csv --label COLUMN [--drop C ...] [--categorical C ...]
+  [--widen F] [--max-categories N]``: a draft schema from the public file, as TOML on
+  stdout (api/cli/schema_infer.py).
+* ``privadapt evaluate --model MODEL.npz --data TEST.csv --schema schema.toml [--json]``:
+  a result model's figures on a labelled file (api/cli/evaluate.py).
 
 Expected errors (missing file, bad database) print one line and exit 2, no traceback.
 """
@@ -84,21 +90,73 @@ def _build_parser() -> argparse.ArgumentParser:
     provision.add_argument("--force", action="store_true",
                            help="replace existing kits (their certificates are issued again)")
     add_operator_commands(commands)
+    _add_simulate_parser(commands)
+    _add_data_parsers(commands)
+    return parser
+
+
+def _add_simulate_parser(commands: argparse._SubParsersAction) -> None:
     simulate = commands.add_parser(
         "simulate", help="run a coordinator and N site daemons on this machine, over mutual "
-        "TLS, on the bundled UCI Adult split")
-    simulate.add_argument("--sites", type=int, default=3, help="number of sites (default 3)")
+        "TLS, on the bundled UCI Adult split or on your own files (--public, --data, --schema)")
+    simulate.add_argument("--sites", type=int, help="number of sites of the Adult demo "
+                          "(default 3; with --data, one site per file)")
     simulate.add_argument("--workdir", type=Path, help="where everything goes, kept at the "
                           "end (default: a new temporary directory, removed at the end)")
     simulate.add_argument("--keep", action="store_true", help="keep the temporary work "
                           "directory (certificates, configs, data, ledgers, logs)")
     simulate.add_argument("--job", type=Path, action="append", default=[], dest="jobs",
-                          help="a job TOML to run (repeatable; default: the demo jobs)")
+                          help="a job TOML to run (repeatable; default: the demo jobs, on "
+                          "your own files the private selection at epsilon 1)")
     simulate.add_argument("--split", help="the UCI Adult split (default: the demo's; "
                           "names in privadapt.common.data.datasets.adult.SPLITS, e.g. sex)")
     simulate.add_argument("--set", dest="overrides", action="append", default=[],
                           metavar="KEY=VALUE", help=f"{SET_HELP}, in every job it runs")
-    return parser
+    simulate.add_argument("--public", type=Path, metavar="PUBLIC.csv",
+                          help="the coordinator's public source file (CSV or Parquet), "
+                          "instead of the Adult demo's; needs --data, --schema and --workdir "
+                          "(or --keep); results in WORKDIR/results/")
+    simulate.add_argument("--data", type=Path, nargs="+", default=[], metavar="SITE.csv",
+                          help="one private file per site (CSV or Parquet); the sites are "
+                          "named site-1, site-2, ... in this order")
+    simulate.add_argument("--schema", type=Path, metavar="schema.toml",
+                          help="the schema every file is read with (privadapt schema infer)")
+
+
+def _add_data_parsers(commands: argparse._SubParsersAction) -> None:
+    schema = commands.add_parser("schema", help="draft a schema from the public file")
+    schema_commands = schema.add_subparsers(dest="schema_command", metavar="SUBCOMMAND")
+    infer = schema_commands.add_parser(
+        "infer", help="print a draft schema (TOML) drawn from the coordinator's PUBLIC file",
+        description="Draw a schema from the coordinator's PUBLIC file only, never from a "
+                    "site's private one: its ranges, categories and label coding are shown "
+                    "to every party. Numeric columns: the public [min, max]; other columns: "
+                    "the categories seen; the label: its classes coded -1/+1 or 0..C-1, or a "
+                    "number. Rules: privadapt.common.data.schema_inference.")
+    infer.add_argument("public_file", type=Path, metavar="PUBLIC.csv",
+                       help="the coordinator's public source file (CSV or Parquet)")
+    infer.add_argument("--label", required=True, help="the label column")
+    infer.add_argument("--drop", action="append", default=[], metavar="COLUMN",
+                       help="leave a column out (an identifier, free text; repeatable)")
+    infer.add_argument("--categorical", action="append", default=[], metavar="COLUMN",
+                       help="one-hot a numeric column (codes such as a region number; "
+                       "repeatable)")
+    infer.add_argument("--widen", type=float, default=0.0, metavar="F",
+                       help="move each numeric range out by F x (max - min) on each side "
+                       "(default 0: the public file's [min, max])")
+    infer.add_argument("--max-categories", type=int, default=50, metavar="N",
+                       help="refuse a text column with more categories (default 50)")
+    evaluate = commands.add_parser(
+        "evaluate", help="score a result model (model.npz) on a labelled file: accuracy, "
+        "balanced accuracy, ROC AUC, or MSE/MAE/R^2 for a regression")
+    evaluate.add_argument("--model", required=True, type=Path, metavar="MODEL.npz",
+                          help="a job's model.npz (privadapt result or simulate)")
+    evaluate.add_argument("--data", required=True, type=Path, metavar="TEST.csv",
+                          help="labelled records (CSV, Parquet or .npz)")
+    evaluate.add_argument("--schema", required=True, type=Path, metavar="schema.toml",
+                          help="the schema the job's sites used")
+    evaluate.add_argument("--json", action="store_true",
+                          help="print one JSON document instead of lines, for scripts")
 
 
 def _version() -> str:
@@ -181,10 +239,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in OPERATOR_COMMANDS:
             return run_operator_command(args)
         if args.command == "simulate":
+            from privadapt.simulation.own_files import OwnFiles
             from privadapt.simulation.simulate import simulate
 
-            return simulate(args.sites, args.workdir, args.jobs, args.split, keep=args.keep,
-                            overrides=args.overrides)
+            own = OwnFiles.given(args.public, args.data, args.schema, args.sites, args.split)
+            return simulate(3 if args.sites is None else args.sites, args.workdir, args.jobs,
+                            args.split, keep=args.keep, overrides=args.overrides,
+                            own_files=own)
+        if args.command == "schema" and args.schema_command == "infer":
+            from privadapt.cli.schema_infer import infer_schema_toml
+
+            print(infer_schema_toml(args.public_file, args.label, args.drop, args.categorical,
+                                    args.widen, args.max_categories), end="")
+            return 0
+        if args.command == "evaluate":
+            from privadapt.cli.evaluate import evaluate
+
+            return evaluate(args.model, args.data, args.schema, args.json)
     except PrivadaptError as err:
         print(f"privadapt: {err}", file=sys.stderr)
         return 2

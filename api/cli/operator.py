@@ -217,27 +217,47 @@ def watch(stub: rpc.OperatorServiceStub, job_id: str) -> Iterator[pb.JobStatus]:
     yield from stub.Watch(pb.StatusRequest(job_id=job_id))
 
 
-def _result(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
-    response = stub.Result(pb.ResultRequest(job_id=args.job_id), timeout=CALL_TIMEOUT_S)
+@dataclass(frozen=True)
+class ResultFiles:
+    """Where :func:`write_result_files` put a job's result."""
+
+    model: Path
+    privacy_report: Path
+    page: Path
+
+
+def write_result_files(stub: rpc.OperatorServiceStub, response: pb.ResultResponse,
+                       out: Path, job_id: str) -> ResultFiles:
+    """Write the ``model.npz``, ``privacy_report.json`` and ``report.html``
+    of the job ``job_id`` (``response``: the coordinator's Result reply)
+    into ``out`` (server/jobs/result_files.py); ``ConfigError`` if the job
+    has no result."""
     if not response.privacy_report_json:
         state = job_state_name(response.state)
-        raise ConfigError(f"job {args.job_id!r} has no result (state: {state})")
-    claim_output(args.out, response.job_id)
+        raise ConfigError(f"job {job_id!r} has no result (state: {state})")
+    claim_output(out, response.job_id)
     report = json.loads(response.privacy_report_json)
-    model_path = write_model(args.out, response.job_id,
+    model_path = write_model(out, response.job_id,
                              params_from_proto(response.model, "model"),
                              response.schema_digest, response.feature_names,
                              report.get("feature_names_source", NAMES_NOT_STATED))
-    report_path = args.out / REPORT_FILE
+    report_path = out / REPORT_FILE
     report_path.write_text(response.privacy_report_json + "\n")
     log = stub.Logs(pb.StatusRequest(job_id=response.job_id), timeout=CALL_TIMEOUT_S)
-    page_path = args.out / PAGE_FILE
+    page_path = out / PAGE_FILE
     page_path.write_text(render_job_report(log, report), encoding="utf-8")
+    return ResultFiles(model_path, report_path, page_path)
+
+
+def _result(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
+    response = stub.Result(pb.ResultRequest(job_id=args.job_id), timeout=CALL_TIMEOUT_S)
+    files = write_result_files(stub, response, args.out, args.job_id)
+    report = json.loads(response.privacy_report_json)
     if args.json:
-        print(json.dumps({"model": str(model_path), "page": str(page_path),
+        print(json.dumps({"model": str(files.model), "page": str(files.page),
                           "privacy_report": report}, indent=2))
         return 0
-    print(f"wrote {model_path}, {report_path} and {page_path}")
+    print(f"wrote {files.model}, {files.privacy_report} and {files.page}")
     for name, site in report["sites"].items():
         print(f"  {name}: epsilon {site['job_epsilon']:.4g} at delta {site['delta']:g} "
               f"(cap {site['cap_epsilon']:g}; all jobs {site['total_epsilon']:.4g})")

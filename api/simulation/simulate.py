@@ -2,6 +2,12 @@
 
     privadapt simulate [--sites 3] [--workdir DIR | --keep] [--job job.toml ...] [--split NAME]
                        [--set KEY=VALUE ...]
+    privadapt simulate --public PUBLIC.csv --data A.csv B.csv ... --schema schema.toml
+                       (--workdir DIR | --keep) [--job job.toml ...] [--set KEY=VALUE ...]
+
+The second form runs the same federation on the user's files instead of the
+Adult demo's, and writes each job's result files
+(:mod:`privadapt.simulation.own_files`); what follows describes the demo.
 
 Creates a federation CA and certificates (coordinator, operator, one per site)
 in a work directory, splits the private target of a bundled UCI Adult split
@@ -37,14 +43,16 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from privadapt.cli.operator import DRY_RUN_TIMEOUT_S, OperatorConfig, watch
+from privadapt.cli.operator import DRY_RUN_TIMEOUT_S, OperatorConfig, watch, write_result_files
 from privadapt.client.daemon.config import SiteConfig
 from privadapt.client.policy import SitePolicy
 from privadapt.common.config import render_toml
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.data.datasets.adult import (
     DEMO_RECORDS_PER_SITE,
     DEMO_SPLIT,
     SPLITS,
+    AdultDomains,
     load_adult_domains,
     site_schema_path,
     write_site_csvs,
@@ -58,7 +66,12 @@ from privadapt.server.algorithms.model_selection.candidates import (
 )
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
 from privadapt.server.jobs.progress import job_line
-from privadapt.server.jobs.spec import apply_override, hyperparameters, job_spec_from_toml
+from privadapt.server.jobs.spec import (
+    apply_override,
+    hyperparameters,
+    job_spec_from_toml,
+    job_state_name,
+)
 from privadapt.simulation.local_deployment import LOCALHOST, LocalDeployment, free_port, write_pki
 from privadapt.simulation.local_processes import (
     Processes,
@@ -66,6 +79,7 @@ from privadapt.simulation.local_processes import (
     start_coordinator,
     start_site,
 )
+from privadapt.simulation.own_files import OwnFiles, results_dir
 
 SITE_CAP_EPSILON, SITE_CAP_DELTA = 10.0, 1e-5
 DEMO_DELTA = 1e-6
@@ -106,32 +120,54 @@ def site_policy(name: str, num_sites: int) -> SitePolicy:
                       max_clip_norm=10.0, max_label_bound=10.0)
 
 
-def write_demo_jobs(workdir: Path, site_names: Sequence[str]) -> list[Path]:
+def write_demo_jobs(workdir: Path, site_names: Sequence[str],
+                    jobs: Sequence[tuple[str, str, dict]] = DEMO_JOBS,
+                    epsilons: Sequence[float] = (1.0, 3.0), prefix: str = "job-") -> list[Path]:
+    """A job file per demo job and epsilon (``PREFIX{tag}-eps{epsilon}.toml``)."""
     run = os.urandom(3).hex()  # job ids unique per run: site ledgers refuse replays
-    jobs = []
-    for tag, algorithm, settings in DEMO_JOBS:
-        for epsilon in (1.0, 3.0):
-            path = workdir / f"job-{tag}-eps{epsilon:g}.toml"
+    paths = []
+    for tag, algorithm, settings in jobs:
+        for epsilon in epsilons:
+            path = workdir / f"{prefix}{tag}-eps{epsilon:g}.toml"
             path.write_text(render_toml({
                 "job": {"id": f"{tag}-eps{epsilon:g}-{run}", "algorithm": algorithm,
                         "epsilon": epsilon, "delta": DEMO_DELTA, "sites": list(site_names),
                         "min_participants": min(2, len(site_names)), "seed": 0},
                 "hyperparameters": settings}))
-            jobs.append(path)
-    return jobs
+            paths.append(path)
+    return paths
+
+
+def write_own_files_job(workdir: Path, site_names: Sequence[str]) -> list[Path]:
+    """The one job run on the user's files without ``--job``: the demo's
+    private selection at epsilon 1, in ``jobs/selected-eps1.toml``."""
+    (workdir / "jobs").mkdir(exist_ok=True)
+    selection = [job for job in DEMO_JOBS if job[1] == "selected_adaptation"]
+    return write_demo_jobs(workdir / "jobs", site_names, selection, (1.0,), prefix="")
 
 
 def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path],
              split: str | None = None, keep: bool = False,
-             overrides: Sequence[str] = ()) -> int:
-    """Run the simulation; a temporary work directory (no ``workdir``) is
-    removed at the end unless ``keep``. ``overrides`` (``--set KEY=VALUE``)
-    apply to every job, as ``privadapt launch --set`` applies them."""
-    if num_sites < 1:
-        raise ConfigError(f"--sites must be >= 1, got {num_sites}")
-    split = split or DEMO_SPLIT
-    if split not in SPLITS:
-        raise ConfigError(f"--split {split!r} is not an Adult split; known: {', '.join(SPLITS)}")
+             overrides: Sequence[str] = (), own_files: OwnFiles | None = None) -> int:
+    """Run the simulation, on the Adult demo or on ``own_files``; a
+    temporary work directory (no ``workdir``) is removed at the end unless
+    ``keep``. ``overrides`` (``--set KEY=VALUE``) apply to every job, as
+    ``privadapt launch --set`` applies them."""
+    if own_files is None:
+        if num_sites < 1:
+            raise ConfigError(f"--sites must be >= 1, got {num_sites}")
+        split = split or DEMO_SPLIT
+        if split not in SPLITS:
+            raise ConfigError(f"--split {split!r} is not an Adult split; known: "
+                              f"{', '.join(SPLITS)}")
+    else:
+        if workdir is None and not keep:
+            raise ConfigError("simulating on your own files writes the models you want to "
+                              "keep: pass --workdir DIR (a new or empty directory) or --keep")
+        if not job_files:
+            own_files.check_default_job()
+        summary = own_files.check()
+        num_sites = len(own_files.sites)
     # A malformed --set or job file is refused before anything is started.
     for override in overrides:
         apply_override({}, override)
@@ -148,15 +184,17 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path],
     logs.mkdir(parents=True, exist_ok=True)
     names = [f"site-{k}" for k in range(1, num_sites + 1)]
     deployment = LocalDeployment(workdir, write_pki(workdir / "pki"))
-    domains = load_adult_domains(num_sites=num_sites, seed=0, split=split,
-                                 max_records_per_site=DEMO_RECORDS_PER_SITE)
-    csvs = write_site_csvs(domains, workdir / "data")
-    print(f"UCI Adult, split {split}: public source ({domains.split.source_label}) "
-          f"{domains.source.num_records} records; private target ({domains.split.target_label})"
-          f" over {num_sites} sites: "
-          + ", ".join(f"{n}={d.num_records}" for n, d in zip(names, domains.target_sites,
-                                                             strict=True))
-          + f"; held-out target {domains.target_test.num_records}; d={domains.source.dim}")
+    if own_files is None:
+        domains = load_adult_domains(num_sites=num_sites, seed=0, split=split,
+                                     max_records_per_site=DEMO_RECORDS_PER_SITE)
+        site_files = write_site_csvs(domains, workdir / "data")
+        print(demo_summary(domains, names))
+        schemas = [site_schema_path(path) for path in site_files]
+        public_source: Dataset | Path = domains.source
+    else:
+        print("\n".join(summary))
+        site_files, public_source = list(own_files.sites), own_files.public
+        schemas = [own_files.schema] * num_sites
     fate = ("a temporary one, removed at the end; --keep or --workdir DIR keeps it"
             if temporary and not keep else "kept")
     print(f"work directory: {workdir} (certificates, configs, site data, ledgers, logs; "
@@ -171,35 +209,51 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path],
         coordinator = processes.add("coordinator", start_coordinator(
             # The source with the sites' schema: its feature names (the free
             # public-constant candidate finds the intercept by name).
-            deployment.write_coordinator(address, public_source=domains.source,
-                                         public_source_schema=site_schema_path(csvs[0]),
+            deployment.write_coordinator(address, public_source=public_source,
+                                         public_source_schema=schemas[0],
                                          **COORDINATOR_SETTINGS), coordinator_log))
         site_configs = []
-        for name, csv in zip(names, csvs, strict=True):
-            site_configs.append(deployment.write_site(site_policy(name, num_sites), csv, address,
-                                                      schema=site_schema_path(csv)))
+        for name, data, schema in zip(names, site_files, schemas, strict=True):
+            site_configs.append(deployment.write_site(site_policy(name, num_sites), data, address,
+                                                      schema=schema))
             processes.add(name, start_site(site_configs[-1], logs / f"{name}.log"))
         await_coordinator(coordinator, coordinator_log)
         print(f"started the coordinator ({address}) and {num_sites} site daemons, "
               "mutual TLS, secure aggregation")
         stub = OperatorConfig.locate(deployment.write_operator(address)).stub()
-        jobs = list(job_files) or write_demo_jobs(workdir, names)
+        jobs = list(job_files) or (write_demo_jobs(workdir, names) if own_files is None
+                                   else write_own_files_job(workdir, names))
         # One job's privacy plan, as `privadapt launch --dry-run` shows it: what
         # each site will be charged and have left, before anything runs. The
         # second job's, since by then every site has registered and reported
-        # its budget (the first job waited for them; no polling here).
-        planned = min(1, len(jobs) - 1)
-        results = [run_job(stub, path, started_at, names, overrides, show_plan=index == planned)
+        # its budget (the first job waited for them; no polling here). On
+        # the user's files a lone job gets none: its sites may not be there yet.
+        planned = 1 if own_files is not None else min(1, len(jobs) - 1)
+        results = [run_job(stub, path, started_at, names, overrides, show_plan=index == planned,
+                           results=None if own_files is None else results_dir(workdir, path))
                    for index, path in enumerate(jobs)]
         memory = processes.peak_memory_mib()
     finally:
         processes.stop()
         if temporary and not keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    report(domains, results, memory)
+    if own_files is None:
+        report(domains, results, memory)
+    else:
+        report_own_files(own_files, results, memory)
     print(closing_note(workdir, temporary and not keep, site_configs[0]))
     print(f"Done in {time.perf_counter() - launched_at:.1f} s.")
     return 0 if all(r.state == pb.JOB_STATE_SUCCEEDED for r in results) else 1
+
+
+def demo_summary(domains: AdultDomains, names: Sequence[str]) -> str:
+    """The demo's first line: the split, the source, each site's records."""
+    sites = ", ".join(f"{n}={d.num_records}" for n, d in zip(names, domains.target_sites,
+                                                             strict=True))
+    return (f"UCI Adult, split {domains.split.name}: public source "
+            f"({domains.split.source_label}) {domains.source.num_records} records; private "
+            f"target ({domains.split.target_label}) over {len(names)} sites: {sites}; held-out "
+            f"target {domains.target_test.num_records}; d={domains.source.dim}")
 
 
 def closing_note(workdir: Path, removed: bool, site_config: Path) -> str:
@@ -225,10 +279,14 @@ class JobOutcome:
     first_round_s: float
     round_ms: list[float]
     hyperparameters: dict
+    model_file: Path | None = None
 
 
 def run_job(stub, path: Path, launched_at: float, site_names: Sequence[str],
-            overrides: Sequence[str] = (), show_plan: bool = False) -> JobOutcome:
+            overrides: Sequence[str] = (), show_plan: bool = False,
+            results: Path | None = None) -> JobOutcome:
+    """Launch the job of ``path`` and follow it to its end; with
+    ``results``, write its result files there if it has a result."""
     spec, job_id = job_spec_from_toml(path, overrides)
     if not spec.sites:
         # The simulated sites may not have registered yet; naming them makes
@@ -258,10 +316,13 @@ def run_job(stub, path: Path, launched_at: float, site_names: Sequence[str],
     print(f"  {job_line(status)}")
     result = stub.Result(pb.ResultRequest(job_id=job_id), timeout=30)
     privacy = json.loads(result.privacy_report_json) if result.privacy_report_json else {}
+    model_file = None
+    if results is not None and result.privacy_report_json:
+        model_file = write_result_files(stub, result, results, job_id).model
     return JobOutcome(job_id, spec.algorithm, spec.epsilon, status.state, status.message,
                       params_from_proto(result.model, "model"), privacy, first_round_s,
                       [r.duration.ToMicroseconds() / 1e3 for r in status.rounds if not r.aborted],
-                      hyperparameters(spec))
+                      hyperparameters(spec), model_file)
 
 
 def report(domains, results: Sequence[JobOutcome], memory: dict[str, float]) -> None:
@@ -282,10 +343,36 @@ def report(domains, results: Sequence[JobOutcome], memory: dict[str, float]) -> 
             value = f"{'failed':>9}"
         label = f"{_LABELS.get(r.algorithm, r.algorithm)}, networked"
         if "best_index" in r.model:  # which candidate the private selection chose
-            names = candidate_names(r.model["candidate_ids"],
-                                    r.hyperparameters.get("candidates", DEFAULT_CANDIDATES))
-            label = f"{_LABELS[r.algorithm]}: {names[int(r.model['best_index'])]}"
+            label = f"{_LABELS[r.algorithm]}: {_chosen(r)}"
         print(f"  {label:<52} {r.epsilon:>8g} {value}")
+    _report_selections_and_privacy(results, memory)
+
+
+def report_own_files(files: OwnFiles, results: Sequence[JobOutcome],
+                     memory: dict[str, float]) -> None:
+    """Where each job's model is, what it chose, each site's spend, and how
+    to score a model on a labelled file."""
+    print("\nModels")
+    for r in results:
+        where = r.model_file or f"none ({job_state_name(r.state)})"
+        print(f"  {r.job_id} ({r.algorithm}, epsilon {r.epsilon:g}): {where}")
+        if "best_index" in r.model:
+            print(f"    the private selection chose {_chosen(r)}")
+    _report_selections_and_privacy(results, memory)
+    scored = next((r.model_file for r in results if r.model_file), None)
+    if scored is not None:
+        print(f"\nScore a model on a labelled file: privadapt evaluate --model {scored} "
+              f"--data TEST.csv --schema {files.schema}")
+
+
+def _chosen(r: JobOutcome) -> str:
+    names = candidate_names(r.model["candidate_ids"],
+                            r.hyperparameters.get("candidates", DEFAULT_CANDIDATES))
+    return names[int(r.model["best_index"])]
+
+
+def _report_selections_and_privacy(results: Sequence[JobOutcome],
+                                   memory: dict[str, float]) -> None:
     for r in results:
         if "best_index" in r.model and "noisy_losses" in r.model:
             names = candidate_names(r.model["candidate_ids"],

@@ -4,7 +4,7 @@
 
     [site]
     coordinator = "coordinator.example.org:50051"
-    data = "records.csv"             # .csv/.csv.gz (needs schema) or .npz
+    data = "records.csv"             # .csv/.csv.gz/.parquet (needs schema) or .npz
     schema = "records.schema.toml"   # optional for .npz
     policy = "policy.toml"           # the site's privacy policy (client/policy.py)
     database = "site.db"             # privacy ledger, round progress

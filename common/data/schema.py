@@ -1,12 +1,15 @@
-"""The schema of a site's CSV file: which columns become which features.
+"""The schema of a site's data file: which columns become which features.
 
 A :class:`Schema` names the label column, the numeric columns (with optional
 public scaling bounds and log1p), the categorical columns with their declared
 categories (one-hot encoded in declared order), the label coding, an optional
-intercept and an optional public divisor for every feature vector. Operators
-write it as TOML next to their data; :func:`privadapt.common.data.dataset.load_dataset`
-applies it. Every constant in a schema must be public: the encoding of one
-record never depends on the other records.
+intercept, an optional public divisor for every feature vector, and what
+happens to a value outside a column's bounds (``out_of_range``). Operators
+write it as TOML next to their data, or draft it from the coordinator's public
+file with :meth:`Schema.infer` (``privadapt schema infer``);
+:func:`privadapt.common.data.dataset.load_dataset` applies it. Every constant in
+a schema must be public: the encoding of one record never depends on the other
+records.
 """
 
 from __future__ import annotations
@@ -19,17 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from privadapt.common.config import read_toml, toml_text
+from privadapt.common.data.schema_inference import infer_schema_document
+from privadapt.common.data.tables import name_list
 from privadapt.common.errors import ConfigError
 
+__all__ = ["INTERCEPT_NAME", "OUT_OF_RANGE_POLICIES", "Schema", "name_list"]
+
 INTERCEPT_NAME = "intercept"
-
-
-def name_list(names: Sequence[str], limit: int = 25) -> str:
-    """Names for a message; long lists are cut so the message stays readable."""
-    if not names:
-        return "(none)"
-    shown = ", ".join(repr(n) for n in names[:limit])
-    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
+#: What loading does with a numeric value outside its ``numeric_scale`` bounds:
+#: "clip" it to the nearer bound (the default; the loading party logs how many
+#: per column, and the counts go nowhere else) or "reject" the file, naming the row.
+CLIP, REJECT = "clip", "reject"
+OUT_OF_RANGE_POLICIES = (CLIP, REJECT)
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,10 @@ class Schema:
     (v - low) / (high - low); a column in ``log1p_columns`` is mapped through
     log1p first (its bounds stay in raw units). Every feature vector is then
     divided by ``row_norm_divisor``. ``label_map`` codes a categorical label
-    (None: the label column is numeric). All of these must be public constants.
+    (None: the label column is numeric). A value outside its column's
+    ``numeric_scale`` bounds is clipped to them, or the file refused, as
+    ``out_of_range`` says (:data:`OUT_OF_RANGE_POLICIES`), so every scaled
+    feature lies in [0, 1]. All of these must be public constants.
     """
 
     label: str
@@ -53,6 +60,7 @@ class Schema:
     intercept: bool = False
     row_norm_divisor: float | None = None
     log1p_columns: tuple[str, ...] = ()
+    out_of_range: str = CLIP
 
     def __post_init__(self) -> None:
         # Type checks here, not only in from_dict, so a schema built in code is
@@ -104,6 +112,10 @@ class Schema:
                               f"got {divisor!r}")
         if not columns and not self.intercept:
             raise ConfigError("the schema declares no feature columns")
+        if self.out_of_range not in OUT_OF_RANGE_POLICIES:
+            raise ConfigError(f"key 'out_of_range': expected one of "
+                              f"{', '.join(map(repr, OUT_OF_RANGE_POLICIES))}, "
+                              f"got {self.out_of_range!r}")
 
     def feature_names(self) -> tuple[str, ...]:
         """Names of the encoded features, in column order (``col=category``)."""
@@ -135,6 +147,23 @@ class Schema:
             raise ConfigError(f"{source}: {exc}") from None
 
     @classmethod
+    def infer(cls, public_file: str | Path, label: str, *, drop: Sequence[str] = (),
+              categorical: Sequence[str] = (), widen: float = 0.0,
+              max_categories: int = 50) -> Schema:
+        """A draft schema from the coordinator's PUBLIC file (CSV or Parquet),
+        by the rules of :mod:`privadapt.common.data.schema_inference`: numeric
+        columns scaled by their public [min, max] (each side moved out by
+        ``widen`` times the range), other columns (and those named in
+        ``categorical``) one-hot over the categories seen, the ``label``
+        coded by :func:`~privadapt.common.data.schema_inference.label_coding`,
+        columns in ``drop`` left out. Never infer from a site's private file:
+        every constant of a schema is published to every party."""
+        document = infer_schema_document(public_file, label, drop=drop,
+                                         categorical=categorical, widen=widen,
+                                         max_categories=max_categories)
+        return cls.from_dict(document, source=f"schema inferred from {public_file}")
+
+    @classmethod
     def from_toml(cls, path: str | Path) -> Schema:
         """A schema from a TOML file (keys as the fields of this class)."""
         document = read_toml(path, "schema", "pass the path of the data file's schema TOML")
@@ -143,7 +172,8 @@ class Schema:
     def to_toml(self) -> str:
         """This schema as TOML that :meth:`from_toml` reads back equal."""
         document: dict[str, Any] = {"label": self.label, "numeric": self.numeric,
-                                    "intercept": self.intercept}
+                                    "intercept": self.intercept,
+                                    "out_of_range": self.out_of_range}
         if self.log1p_columns:
             document["log1p_columns"] = self.log1p_columns
         if self.row_norm_divisor is not None:

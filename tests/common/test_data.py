@@ -221,9 +221,9 @@ def test_csv_with_numeric_label_column_needs_no_label_map(tmp_path):
     np.testing.assert_array_equal(data.labels, [0.5, -3.0])
 
 
-def test_csv_values_outside_the_public_range_are_not_clipped(tmp_path):
+def test_csv_values_outside_the_public_range_are_clipped_to_it(tmp_path):
     data = load_rows(tmp_path, ["170,0,red,>50K"])
-    assert data.features[0, 0] == pytest.approx(2.0 / 2.0)
+    assert data.features[0, 0] == pytest.approx(1.0 / 2.0)  # age 90 of [10, 90], divisor 2
 
 
 def test_csv_with_byte_order_mark_reads_first_column_name(tmp_path):
@@ -263,7 +263,7 @@ def test_missing_file_is_rejected_naming_the_path(tmp_path):
 
 def test_unsupported_extension_is_rejected_listing_supported_ones(tmp_path):
     path = write_csv(tmp_path, [HEADER, *GOOD_ROWS], "site.xlsx")
-    with raises(DataError, "unsupported file type; use one of .csv, .csv.gz, .npz"):
+    with raises(DataError, "unsupported file type; use one of .csv, .csv.gz, .parquet, .npz"):
         load_dataset(path, SCHEMA)
 
 
@@ -356,9 +356,12 @@ def test_csv_with_a_used_column_twice_is_rejected(tmp_path):
 
 
 def test_csv_log1p_value_at_or_below_minus_one_is_rejected(tmp_path):
+    # Without bounds: with them, such a value is clipped to the lower bound (> -1).
+    unbounded = Schema(label="income", numeric=("age", "gain"), log1p_columns=("gain",),
+                       label_map=SCHEMA.label_map, categorical=SCHEMA.categorical)
     path = write_csv(tmp_path, [HEADER, "50,-1,red,>50K"])
     with raises(DataError, f"{path}: row 2, column 'gain': value '-1' must be > -1"):
-        load_dataset(path, SCHEMA)
+        load_dataset(path, unbounded)
 
 
 def test_csv_of_another_dimension_than_expected_is_rejected(tmp_path):
