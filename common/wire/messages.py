@@ -268,7 +268,10 @@ def params_from_proto(source: Mapping[str, pb.ParamValue], field: str = "params"
 def mechanism_to_proto(mechanism: Mechanism) -> pb.Mechanism:
     """Encode via :func:`mechanism_to_dict`, which stays the single description
     of a mechanism's fields: its kind names the oneof field, and every other
-    key the field of that kind's message with the same name."""
+    key the field of that kind's message with the same name (a repeated
+    message field, such as ``GaussianBlock``, from a list of tuples of its
+    fields in declaration order). Nothing here names a mechanism: a new one
+    needs only its message in the oneof."""
     data = mechanism_to_dict(mechanism)
     msg = pb.Mechanism(adjacency=data["adjacency"])
     body = getattr(msg, data["kind"])
@@ -277,9 +280,10 @@ def mechanism_to_proto(mechanism: Mechanism) -> pb.Mechanism:
         if name in ("kind", "adjacency"):
             continue
         field = body.DESCRIPTOR.fields_by_name[name]
-        if field.message_type is not None:  # repeated GaussianBlock
-            for sensitivity, sigma in value:
-                getattr(body, name).add(sensitivity=sensitivity, sigma=sigma)
+        if field.message_type is not None:  # repeated messages, e.g. GaussianBlock
+            names = [sub.name for sub in field.message_type.fields]
+            for item in value:
+                getattr(body, name).add(**dict(zip(names, item, strict=True)))
         elif field.is_repeated:
             getattr(body, name).extend(value)
         else:
@@ -301,8 +305,9 @@ def mechanism_from_proto(msg: pb.Mechanism, field: str = "mechanism") -> Mechani
     data: dict[str, Any] = {"kind": kind, "adjacency": msg.adjacency}
     for descriptor in body.DESCRIPTOR.fields:
         name, value = descriptor.name, getattr(body, descriptor.name)
-        if descriptor.message_type is not None:  # repeated GaussianBlock
-            data[name] = [(b.sensitivity, b.sigma) for b in value]
+        if descriptor.message_type is not None:  # repeated messages, e.g. GaussianBlock
+            names = [sub.name for sub in descriptor.message_type.fields]
+            data[name] = [tuple(getattr(item, sub) for sub in names) for item in value]
         elif descriptor.is_repeated:
             data[name] = list(value)
         elif body.HasField(name):
