@@ -20,13 +20,13 @@ import gzip
 import math
 import zipfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from privadapt.common.data.schema import Schema, name_list
 from privadapt.common.errors import ConfigError, DataError
+from privadapt.common.validation import frozen_value
 
 __all__ = ["SUPPORTED_SUFFIXES", "Dataset", "Schema", "encode_table", "load_dataset"]
 
@@ -34,7 +34,7 @@ SUPPORTED_SUFFIXES = (".csv", ".csv.gz", ".npz")
 _FIRST_ROW = 2  # data rows are numbered as in the file, the header being row 1
 
 
-@dataclass(frozen=True, eq=False)
+@frozen_value(eq=False)
 class Dataset:
     """One site's records: ``features`` (n, d), ``labels`` (n,), float64.
 
@@ -67,8 +67,8 @@ class Dataset:
                                 f"record index {bad[0][0]}, column {bad[0][1]}); remove or "
                                 f"impute them before loading")
             array.setflags(write=False)
-            object.__setattr__(self, what, array)
-        object.__setattr__(self, "feature_names", names)
+            setattr(self, what, array)
+        self.feature_names = names
 
     @property
     def num_records(self) -> int:
