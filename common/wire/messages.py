@@ -265,6 +265,10 @@ def params_from_proto(source: Mapping[str, pb.ParamValue], field: str = "params"
 
 # --------------------------------------------------------------------------- mechanisms
 
+# The kinds the wire contract has a message for (the Mechanism oneof).
+_WIRE_KINDS = frozenset(
+    field.name for field in pb.Mechanism.DESCRIPTOR.oneofs_by_name["kind"].fields)
+
 def mechanism_to_proto(mechanism: Mechanism) -> pb.Mechanism:
     """Encode via :func:`mechanism_to_dict`, which stays the single description
     of a mechanism's fields: its kind names the oneof field, and every other
@@ -273,6 +277,9 @@ def mechanism_to_proto(mechanism: Mechanism) -> pb.Mechanism:
     fields in declaration order). Nothing here names a mechanism: a new one
     needs only its message in the oneof."""
     data = mechanism_to_dict(mechanism)
+    if data["kind"] not in _WIRE_KINDS:
+        raise WireError(f"mechanism kind {data['kind']!r} has no message in the wire contract: "
+                        "add it to the Mechanism oneof of proto/privadapt/v1/federation.proto")
     msg = pb.Mechanism(adjacency=data["adjacency"])
     body = getattr(msg, data["kind"])
     body.SetInParent()  # an empty kind's message still says which kind it is
