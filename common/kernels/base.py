@@ -51,7 +51,11 @@ from privadapt.common.kernels.grid_rounding import (
     score_rounding_charged,
 )
 from privadapt.common.mechanisms import Adjacency, Mechanism, NoNoise
-from privadapt.common.mechanisms.base import OneBlockMechanism, kernel_noise_class
+from privadapt.common.mechanisms.base import (
+    NoiseRequest,
+    OneBlockMechanism,
+    kernel_noise_class,
+)
 from privadapt.common.validation import check_positive, check_positive_finite, frozen_value
 
 #: The kind of a kernel mechanism a kernel builds (``Kernel.mechanism``'s
@@ -305,11 +309,9 @@ class Kernel(ABC):
                                                            or self.per_record_state):
             raise ValueError(f"{noise} noise takes one released block; kernel "
                              f"{self.name!r} has {len(charged)} (or keeps per-record state)")
-        return noise_class.for_kernel(
-            charged, noise_multiplier, ratios, kernel=self.name,
-            released=len(self.output_shapes(params, dim)), adjacency=adjacency,
-            sampling_rate=sampling_rate, fractional_bits=fractional_bits,
-            honest_shares=honest_shares)
+        return noise_class.for_kernel(NoiseRequest(
+            charged, noise_multiplier, ratios, self.name, len(self.output_shapes(params, dim)),
+            adjacency, sampling_rate, fractional_bits, honest_shares))
 
     # Selection queries (issue 12): the one released block read as scores.
 

@@ -211,6 +211,26 @@ class Mechanism:
         raise NotImplementedError
 
 
+@dataclasses.dataclass(frozen=True)
+class NoiseRequest:
+    """What :meth:`Kernel.mechanism <privadapt.common.kernels.base.Kernel.mechanism>`
+    asks a kernel mechanism class for: block b of charged sensitivity
+    ``charged[b]`` (the first ``released`` released, the rest local) with
+    noise ``noise_multiplier * ratios[b]`` times it, under ``adjacency``; the
+    Poisson ``sampling_rate``, the grid 2^-``fractional_bits`` and the
+    ``honest_shares`` are for the mechanisms that use them."""
+
+    charged: tuple[float, ...]
+    noise_multiplier: float
+    ratios: tuple[float, ...]
+    kernel: str
+    released: int
+    adjacency: Adjacency
+    sampling_rate: float
+    fractional_bits: int
+    honest_shares: int
+
+
 class KernelMechanism(Mechanism):
     """A mechanism a site applies to a kernel's released sums: one declared
     sensitivity per block (in the norm ``noise_norm``), and the noise it adds."""
@@ -243,24 +263,10 @@ class KernelMechanism(Mechanism):
         return math.isinf(self.noise_multiplier)
 
     @classmethod
-    def for_kernel(
-        cls,
-        charged: Sequence[float],
-        noise_multiplier: float,
-        ratios: Sequence[float],
-        *,
-        kernel: str,
-        released: int,
-        adjacency: Adjacency,
-        sampling_rate: float,
-        fractional_bits: int,
-        honest_shares: int,
-    ) -> KernelMechanism:
+    def for_kernel(cls, request: NoiseRequest) -> KernelMechanism:
         """The mechanism :meth:`Kernel.mechanism
         <privadapt.common.kernels.base.Kernel.mechanism>` builds for
-        ``noise=cls.kinds[0]``: block b of charged sensitivity ``charged[b]`` (the
-        first ``released`` released, the rest local) gets noise
-        ``noise_multiplier * ratios[b]`` times it. A class that does not
+        ``noise=cls.kinds[0]`` (:class:`NoiseRequest`). A class that does not
         override it is no noise a kernel can be asked for."""
         raise ValueError(f"{cls.__name__} is not a noise a kernel builds")
 

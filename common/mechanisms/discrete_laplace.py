@@ -52,13 +52,12 @@ comparisons of CSPRNG words, with bounded expected work for every admissible t).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from privadapt.common.mechanisms.base import Adjacency, GridNoiseMechanism, Shape
+from privadapt.common.mechanisms.base import Adjacency, GridNoiseMechanism, NoiseRequest, Shape
 from privadapt.common.noise.discrete import MAX_PARAMETER_PART, as_rational, discrete_laplace
 from privadapt.common.noise.discrete_shares import polya_share
 from privadapt.common.noise.floating import RandomBits, honest_share_count
@@ -163,22 +162,11 @@ class DiscreteLaplaceMechanism(GridNoiseMechanism):
         self.adjacency = Adjacency(self.adjacency)
 
     @classmethod
-    def for_kernel(
-        cls,
-        charged: Sequence[float],
-        noise_multiplier: float,
-        ratios: Sequence[float],
-        *,
-        kernel: str,
-        released: int,
-        adjacency: Adjacency,
-        sampling_rate: float,
-        fractional_bits: int,
-        honest_shares: int,
-    ) -> DiscreteLaplaceMechanism:
+    def for_kernel(cls, request: NoiseRequest) -> DiscreteLaplaceMechanism:
         """:meth:`for_noise_multiplier` of z ratio on the grid 2^-``fractional_bits``."""
-        return cls.for_noise_multiplier(charged[0], noise_multiplier * ratios[0],
-                                        fractional_bits, adjacency)
+        (charged,), (ratio,) = request.charged, request.ratios
+        return cls.for_noise_multiplier(charged, request.noise_multiplier * ratio,
+                                        request.fractional_bits, request.adjacency)
 
     @classmethod
     def for_noise_multiplier(

@@ -63,13 +63,12 @@ when asked for more.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from privadapt.common.mechanisms.base import Adjacency, GridNoiseMechanism, Shape
+from privadapt.common.mechanisms.base import Adjacency, GridNoiseMechanism, NoiseRequest, Shape
 from privadapt.common.mechanisms.discrete_laplace import check_grid_bits
 from privadapt.common.noise.discrete import MAX_GAUSSIAN_PRODUCT, as_rational, discrete_gaussian
 from privadapt.common.noise.floating import RandomBits, honest_share_count
@@ -195,22 +194,12 @@ class DistributedDiscreteGaussianMechanism(GridNoiseMechanism):
         self.adjacency = Adjacency(self.adjacency)
 
     @classmethod
-    def for_kernel(
-        cls,
-        charged: Sequence[float],
-        noise_multiplier: float,
-        ratios: Sequence[float],
-        *,
-        kernel: str,
-        released: int,
-        adjacency: Adjacency,
-        sampling_rate: float,
-        fractional_bits: int,
-        honest_shares: int,
-    ) -> DistributedDiscreteGaussianMechanism:
+    def for_kernel(cls, request: NoiseRequest) -> DistributedDiscreteGaussianMechanism:
         """:meth:`for_noise_multiplier` of z ratio for ``honest_shares`` shares."""
-        return cls.for_noise_multiplier(charged[0], noise_multiplier * ratios[0],
-                                        fractional_bits, honest_shares, adjacency)
+        (charged,), (ratio,) = request.charged, request.ratios
+        return cls.for_noise_multiplier(charged, request.noise_multiplier * ratio,
+                                        request.fractional_bits, request.honest_shares,
+                                        request.adjacency)
 
     @classmethod
     def for_noise_multiplier(

@@ -12,6 +12,7 @@ import numpy as np
 from privadapt.common.mechanisms.base import (
     Adjacency,
     KernelMechanism,
+    NoiseRequest,
     Shape,
 )
 from privadapt.common.noise.floating import RandomBits, gaussian_noise, gaussian_share
@@ -123,26 +124,17 @@ class GaussianMechanism(KernelMechanism):
         return cls((block,), adjacency, sampling_rate)
 
     @classmethod
-    def for_kernel(
-        cls,
-        charged: Sequence[float],
-        noise_multiplier: float,
-        ratios: Sequence[float],
-        *,
-        kernel: str,
-        released: int,
-        adjacency: Adjacency,
-        sampling_rate: float,
-        fractional_bits: int,
-        honest_shares: int,
-    ) -> GaussianMechanism:
+    def for_kernel(cls, request: NoiseRequest) -> GaussianMechanism:
         """sigma_b = z ratio_b charged_b on every block, released then local."""
-        if 0.0 in charged:
-            raise ValueError(f"kernel {kernel!r} has a block of sensitivity 0 under "
-                             f"{adjacency}: Gaussian noise on it is meaningless; ask for NoNoise")
-        blocks = tuple(GaussianBlock(s, noise_multiplier * k * s)
-                       for s, k in zip(charged, ratios, strict=True))
-        return cls(blocks[:released], adjacency, sampling_rate, blocks[released:])
+        if 0.0 in request.charged:
+            raise ValueError(f"kernel {request.kernel!r} has a block of sensitivity 0 under "
+                             f"{request.adjacency}: Gaussian noise on it is meaningless; ask for "
+                             "NoNoise")
+        z = request.noise_multiplier
+        blocks = tuple(GaussianBlock(s, z * k * s)
+                       for s, k in zip(request.charged, request.ratios, strict=True))
+        return cls(blocks[:request.released], request.adjacency, request.sampling_rate,
+                   blocks[request.released:])
 
     @property
     def kind(self) -> str:  # type: ignore[override]

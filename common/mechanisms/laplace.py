@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from privadapt.common.mechanisms.base import Adjacency, OneBlockMechanism, Shape
+from privadapt.common.mechanisms.base import Adjacency, NoiseRequest, OneBlockMechanism, Shape
 from privadapt.common.noise.floating import RandomBits, laplace_share
 from privadapt.common.validation import (
     check_nonnegative_finite,
@@ -39,21 +39,10 @@ class LaplaceMechanism(OneBlockMechanism):
         self.adjacency = Adjacency(self.adjacency)
 
     @classmethod
-    def for_kernel(
-        cls,
-        charged: Sequence[float],
-        noise_multiplier: float,
-        ratios: Sequence[float],
-        *,
-        kernel: str,
-        released: int,
-        adjacency: Adjacency,
-        sampling_rate: float,
-        fractional_bits: int,
-        honest_shares: int,
-    ) -> LaplaceMechanism:
+    def for_kernel(cls, request: NoiseRequest) -> LaplaceMechanism:
         """scale = z ratio charged L1 sensitivity, i.e. z = 1/epsilon."""
-        return cls(charged[0], noise_multiplier * ratios[0] * charged[0], adjacency)
+        (charged,), (ratio,) = request.charged, request.ratios
+        return cls(charged, request.noise_multiplier * ratio * charged, request.adjacency)
 
     @property
     def epsilon(self) -> float:
