@@ -46,7 +46,7 @@ and a dataset larger than it is refused once, when the site loads it
 Every problem is reported as a ``ConfigError`` naming the file, the key and
 what would be accepted, once, when the policy is loaded.
 
-A deployed site's policy must cap something (issue 18): outside a simulation
+A deployed site's policy must cap something: outside a simulation
 it refuses ``epsilon_cap = 0`` (the site could answer nothing),
 ``epsilon_cap = inf`` (nothing is capped), ``delta_cap >= 1e-3`` unless
 ``allow_large_delta = true`` says so on purpose (such a delta protects no one

@@ -33,7 +33,7 @@ Adjacency of sampled releases. dp-accounting 0.6 accounts
 in both accountants; its RDP accountant refuses ``REPLACE_ONE``, and its PLD one
 builds a one-dimensional replace pair (a record's contribution moving from -s
 to +s) whose norm bound s is a *per-record* bound, not the sum's replace-one
-sensitivity our mechanisms declare (google/differential-privacy issue 378 is
+sensitivity our mechanisms declare (google/differential-privacy#378 is
 this very confusion). Nor can a sampled add/remove guarantee be converted by
 doubling the sensitivity: the shift of a sampled record is not a shift of the
 whole output. So a sampled mechanism exists only under add/remove

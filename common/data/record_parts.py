@@ -1,7 +1,7 @@
 """Record parts: a query may ask a site to run its kernel on one part of its
 records (a training part or a validation part), chosen record by record.
 
-Why: a private selection job (issue 13, section 2) trains candidates on some
+Why: a private selection job trains candidates on some
 of every site's records and scores them on the others, but the coordinator
 never sees a record, so it cannot split them. It names a split instead,
 ``RecordPart(part, validation_fraction, salt)``, and every site applies it to

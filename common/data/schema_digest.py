@@ -1,6 +1,6 @@
 """What a party's features mean, as a digest the federation can compare.
 
-Issue 18, section 2: a site whose schema flipped the label map and reordered a
+Why: a site whose schema flipped the label map and reordered a
 categorical column (same dimension) was aggregated silently. Each site
 registers a :class:`SchemaDigest` of its schema and the coordinator compares
 them, and that of its public sample, before a job starts

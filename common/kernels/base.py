@@ -110,7 +110,7 @@ def wire_values(params: Mapping[str, Any], required: Sequence[str]) -> dict[str,
 
 
 # Clip bounds and radii a kernel accepts: their squares, and those times any n
-# below 2^53, stay far inside float range, so no bound overflows (issue 17).
+# below 2^53, stay far inside float range, so no bound overflows.
 BOUND_RANGE = (2.0**-200, 2.0**200)
 
 
@@ -181,8 +181,8 @@ class Kernel(ABC):
     ) -> tuple[float, ...]:
         """Per released block, a public bound e on how far each entry of
         ``compute`` can sit from a function of the records whose sensitivity is
-        the kernel's, at a site of at most ``max_records`` records (issue 17;
-        charged by :mod:`.grid_rounding`). Default, for a kernel that sums
+        the kernel's, at a site of at most ``max_records`` records
+        (charged by :mod:`.grid_rounding`). Default, for a kernel that sums
         per-record terms exactly (:mod:`.exact_sum`): the one float64 rounding
         of the sum, plus a few ulps of a clipped term's norm for the float clip."""
         term = self.max_abs_sum(params, 1)
@@ -205,7 +205,7 @@ class Kernel(ABC):
         """Raise ``ValueError`` if this query cannot run on the job's
         ``state`` (e.g. a step out of order). Reads only the query and the
         state, never the records: the site calls it before it touches them,
-        so such a refusal costs no data-dependent time (issue 17). Default:
+        so such a refusal costs no data-dependent time. Default:
         every state will do."""
         return None
 
@@ -313,7 +313,7 @@ class Kernel(ABC):
             charged, noise_multiplier, ratios, self.name, len(self.output_shapes(params, dim)),
             adjacency, sampling_rate, fractional_bits, honest_shares))
 
-    # Selection queries (issue 12): the one released block read as scores.
+    # Selection queries: the one released block read as scores.
 
     def score_sensitivities(
         self, params: Any, adjacency: Adjacency, dim: int

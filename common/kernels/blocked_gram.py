@@ -1,6 +1,6 @@
 """Sums of per-record products by BLAS (a Gram matrix sum_i z_i z_i^T, a
 weighted column sum X^T c), with a proved, data-independent bound on their
-float error (issue 17, without the cost of an exact sum).
+float error (without the cost of an exact sum).
 
 An exact sum (:mod:`.exact_sum`) makes one record move the result by its own
 term only, but costs a per-record outer product. A Gram matrix needs less: its

@@ -29,7 +29,7 @@ so the release is sup_w |f(w)|, and sup_w |f| moves by at most sup_w |f' - f|.
   for honest public moments (clipped the same way) p is in [0, B] and this is B.
 The release is one number, so its L1 and L2 sensitivities are equal.
 
-Public moments and floating point (issue 17). A coordinator could send
+Public moments and floating point. A coordinator could send
 moments of size 2^28/n, so that n M_pub dwarfs the data and one ulp of it
 (3e-8) is 89 times B: the solver's rounding then told neighbours apart. The
 kernel therefore accepts only moments that clipped records can have (their
@@ -71,7 +71,7 @@ the residual's terms; module docstring of certified_quadratic). Measured on
 the adversarial inputs of the tests (hard and near-hard cases, tied and
 clustered top eigenvalues, Lambda from 1e-3 to 1e3, d = 3 to 500), the width
 released (the whole schedule's intersection) is at most 0.017 of this charge;
-adversarial review 10a's fuzzing found a corner at about 0.25 of it (A near 0
+fuzzing found a corner at about 0.25 of it (A near 0
 with a tiny r and Lambda, where the width-sized shift takes a quarter of the
 allowance by design), still inside it (formerly the first shift that fitted
 was kept: up to 0.42 of it, a near-hard case where the eigen-solver's mu is
@@ -86,8 +86,8 @@ error bound of blocked_gram.py); the certificate tries a fixed schedule of
 shifts, then a second solve without the eigen-solver (Newton on the secular
 equation with Cholesky factors), so it fits unless LAPACK's Cholesky (or the
 BLAS) broke its own accuracy or the model itself. Releasing would then
-under-charge, and refusing is itself a release that depends on the data
-(issue 17); the least bad course is to refuse in words that depend on
+under-charge, and refusing is itself a release that depends on the data;
+the least bad course is to refuse in words that depend on
 nothing private, raising
 :class:`privadapt.common.errors.UncertifiedComputationError`, on which the
 site disables this kernel until its operator restarts it (client/site.py):
@@ -98,7 +98,7 @@ the site's log records the width and the charge for its operator. The
 residual assumption is thus "the floating-point model holds", in place of
 "eigh meets 2^-36".
 
-Timing (review 9b, medium). The coordinator sees how long a site takes to
+Timing. The coordinator sees how long a site takes to
 answer, and the charge covers only the released value, so the certificate's
 work must not depend on the records. It once stopped at the first shift that
 fitted and re-solved only when none did: on replace-one neighbours under
@@ -308,8 +308,8 @@ class ExactDiscrepancy(Kernel):
         # the certificate refuses anything else and that must never happen here.
         difference = 0.5 * (difference + difference.T)
         # At least one record's allowance: with none, D = 0 and the value is
-        # exactly 0, but an allowance of 0 fits no bracket (review 9b, medium:
-        # an empty site refused where its one-record neighbour answered). The
+        # exactly 0, but an allowance of 0 fits no bracket
+        # (an empty site refused where its one-record neighbour answered). The
         # charge uses the public bound N >= max(n, 1), so this stays within it.
         allowance = self.solver_allowance(params, data.dim, max(data.num_records, 1))
         value, error = certified_discrepancy(difference, params.radius, allowance)

@@ -10,13 +10,13 @@ exactly is identical on neighbours, and so is its rounding: it is charged
 nothing. Local blocks
 never reach the grid and are charged their own sensitivity.
 
-The kernel's own float computation comes first (issue 17): its value may sit
+The kernel's own float computation comes first: its value may sit
 up to e per coordinate (``Kernel.computation_errors``, a public bound: the one
 float64 rounding of an exact sum, a solver's error) from a function whose
 sensitivity is the kernel's, so two neighbours differ by up to 2e more per
 coordinate; that is charged with the step.
 
-A selection (issue 12) charges per entry instead: each score is rounded onto
+A selection charges per entry instead: each score is rounded onto
 the grid and decoded back to a float before the site draws, which rounds once
 more by at most u B on each neighbour (B the public bound on the sum):
 :func:`score_rounding_charged`.
@@ -30,7 +30,7 @@ charges less), and exactly the target on the coarsest.
 A block of sensitivity 0 whose computation still carries an error bound e > 0
 is not free: its ideal value is the same on neighbours, but the computed
 values may differ by 2e per entry and then round to different grid points, so
-it is charged the step and 2e like any other block (review 9a).
+it is charged the step and 2e like any other block.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ at most C (``clip_norm``) before summing, so one record moves the sum by at
 most C (add/remove) or 2C (replace one), whatever the record holds: the bound
 comes from clipping, not from the data.
 
-Float error (issue 17). The sum X^T c is taken by BLAS in fixed blocks of rows
+Float error. The sum X^T c is taken by BLAS in fixed blocks of rows
 (:mod:`.blocked_gram`): every entry is a sum of products x_ij c_i with
 |x_ij c_i| <= ||c_i x_i|| <= C (plus the float clip's few ulps), so it lies
 within ``gram_error(N, C)`` (Higham's gamma bound, any evaluation order, N the

@@ -19,7 +19,7 @@ give: clipping in the infinity norm costs nothing in L2 over clipping the same
 vectors' L2 norm at sqrt(d) C, and it is what bounds each Frank-Wolfe vertex
 score <+-h e_j, g> by h C per record (:mod:`.l1_vertex_scores`). The terms are
 summed exactly (:class:`~privadapt.common.kernels.exact_sum.ExactSum`), so no
-other record's rounding moves the sum when one changes (issue 17).
+other record's rounding moves the sum when one changes.
 """
 
 from __future__ import annotations

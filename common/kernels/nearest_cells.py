@@ -1,5 +1,5 @@
 """Each record's nearest public target, by one canonical per-record rule, found
-fast on one core with numpy (issue 15's NNA benchmark: 1e6 records, 10,000
+fast on one core with numpy (the NNA benchmark: 1e6 records, 10,000
 targets, d = 8) while every record's answer stays a function of that record
 and the targets alone.
 
@@ -272,8 +272,8 @@ def _search(records: np.ndarray, index: TargetIndex) -> np.ndarray:
                 target_ids = index.order[candidates]
                 # A bounded number of (record, target) entries per pass: a
                 # coordinator can place m targets on a sphere around a point
-                # where records may sit, tying each such record with all m
-                # (adversarial review 7); each then costs O(m d) time and the
+                # where records may sit, tying each such record with all m;
+                # each then costs O(m d) time and the
                 # pass O(_TIE_ENTRIES) memory, like a brute-force query.
                 step = max(1, _TIE_ENTRIES // len(candidates))
                 for part in range(0, len(close), step):

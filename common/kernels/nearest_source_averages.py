@@ -26,7 +26,7 @@ epsilon/n, by basic composition, are one Laplace mechanism of L1
 sensitivity n sqrt(d)/t at scale b), and Theorem 5.11's sigma =
 (1/t) sqrt(n/(2 rho)) to (the L2 sqrt(n)/t, rho = (n/t^2)/(2 sigma^2)).
 
-Determinism (issue 17). The order must not depend on other records: each
+Determinism. The order must not depend on other records: each
 (record, target) squared distance is computed from that pair alone
 (coordinate by coordinate, elementwise), ties go to the earlier record.
 The average of the chosen points is a float sum whose rounding depends on
@@ -140,7 +140,7 @@ class NearestSourceAverages(Kernel):
 
     def work(self, params: NearestSourceParams, dim: int, num_records: int) -> float:
         # One pass over the records (their tree), then each public target's
-        # t nearest records and their average (review 8: without the t the
+        # t nearest records and their average (without the t the
         # estimate undercounted a large t about 21x).
         targets = params.targets.shape[0]
         return float(num_records) * max(dim, 1) + float(targets) * params.t * max(dim, 1)

@@ -60,7 +60,7 @@ and L2 2 (add/remove). Both exceed the NNA values above, so the paper's noise
 (b = (sqrt(d) + 1)/epsilon, sigma = sqrt(2/rho)) is sound for this kernel and
 charged at what it really spends.
 
-Rounding and float error (issue 17). Only the changed rows differ between
+Rounding and float error. Only the changed rows differ between
 neighbours: every other row is bitwise identical (the same records in the
 same cells, each record's own computed term summed exactly), so the grid
 rounding and the computation error are charged on the 1 + d (+ d) entries of

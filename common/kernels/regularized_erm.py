@@ -1,7 +1,7 @@
 """Regularized ERM solved at the site: the statistic of output perturbation
 (seed 004, ../shared/seeds/004_2b354816f00c2aef.txt, the "output perturbation"
 learner of Section 1 and Appendix D.3, after Chaudhuri, Monteleoni and
-Sarwate 2011, in the sum form of issue 13).
+Sarwate 2011, in its sum form over sites).
 
 The site clips every record, x_i -> x_i min(1, r / ||x_i||) (``clip_norm`` r)
 and y_i -> max(-Y, min(Y, y_i)) (``label_bound`` Y), and releases (one block of
@@ -176,7 +176,7 @@ def solver_error(params: RegularizedERMParams, dim: int, max_records: int) -> fl
     lipschitz, smooth = params.lipschitz, params.smoothness
     beta = records * smooth + lam
     contraction = steps * math.log1p(-lam / beta) if lam < beta else -math.inf
-    # Rounded upwards (adversarial review 6, info): lam / beta, log1p and the
+    # Rounded upwards: lam / beta, log1p and the
     # product with T are each within an ulp or two, so the computed exponent
     # (<= 0) is within 8u of the true one relative to it; shrinking it by 8u
     # and inflating exp's and the radius product's rounding by 8u keeps the
@@ -225,7 +225,8 @@ def iterations_for(params: RegularizedERMParams, dim: int, max_records: int,
 def clipped_records(data: Dataset, params: RegularizedERMParams
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Features scaled to norm at most r and labels clipped to [-Y, Y]; a
-    non-finite entry makes its record all zeros (never a refusal: issue 17)."""
+    non-finite entry makes its record all zeros (never a refusal, which would
+    depend on the data)."""
     features = np.asarray(data.features, dtype=np.float64)
     labels = np.asarray(data.labels, dtype=np.float64)
     finite = np.all(np.isfinite(features), axis=1) & np.isfinite(labels)

@@ -328,7 +328,7 @@ class ReweightedGradient(Kernel):
         own = chain_state(state, params.chain)
         lower, mu = params.lower_bound, params.mu
         ratio = lower / np.fmax(own["u"], lower)  # (n/(1-alpha)) q_i, in [0, 1]
-        # Both sums exact (issue 17): one record moves them by its own term.
+        # Both sums exact: one record moves them by its own term.
         inverse_squares = ExactSum((1,))
         inverse_squares.add_terms((ratio * ratio)[:, None], 1.0)
         # exp(mu (q_i - 1/lower)) = exp(mu/lower (ratio - 1)), each in [0, 1].

@@ -8,7 +8,7 @@ first clipped to ||x|| <= r (and |y| <= Y for the binary losses). A record
 whose loss or gradient overflows contributes zero, which keeps both bounds.
 Records are processed in chunks so memory stays bounded, and the gradient
 terms are summed exactly (:class:`~privadapt.common.kernels.exact_sum.ExactSum`,
-issue 17): one record moves the sum by its own clipped term only.
+exactly): one record moves the sum by its own clipped term only.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ loss (seed 000, d_DP; seed 003, M0).
 Each record contributes z z^T with x scaled to norm at most r (``feature_norm``)
 and y clipped to [-Y, Y] (``label_bound``), so ||z||^2 <= r^2 + Y^2 = s.
 
-What is released (issue 14; a wire and shape change): not the (d+1) x (d+1)
+What is released: not the (d+1) x (d+1)
 matrix sum_i z_i z_i^T, which is symmetric and so repeats every off-diagonal
 entry, but its upper triangle, D (D+1)/2 entries for D = d + 1, in
 :func:`triangle_of` order: row by row, j <= k (``numpy.triu_indices(D)``:
@@ -40,7 +40,7 @@ that the unscaled maximum falls below s^2, but there the declared sqrt(2) s
 of the scaled triangle is itself not tight (it is attained only for Y <= r),
 so tightening that bound for Y > r is the open improvement.
 
-Computation (issue 17): the sum is one BLAS Gram matrix of the clipped rows
+Computation: the sum is one BLAS Gram matrix of the clipped rows
 (:mod:`.blocked_gram`), not an exact sum; ``computation_errors`` charges its
 proved, public error bound (about (4096 + N / 4096) u N s per entry at a site
 of at most N records, u = 2^-53) plus a few ulps of a record's float clip.
@@ -143,7 +143,7 @@ def exact_moment_sum(data: Dataset, params: SecondMomentsParams) -> np.ndarray:
     (:class:`~privadapt.common.kernels.exact_sum.ExactSum`): each record's
     z z^T is rounded toward zero (so its norm bound still holds) and the terms
     added without rounding, so a changed record moves the sum by its own term
-    only, however large n or the other records are (issue 17)."""
+    only, however large n or the other records are."""
     size = data.dim + 1
     total = ExactSum((size, size))
     chunk = max(1, CHUNK_RECORDS * 64 // size**2)  # chunk x size^2 products in memory

@@ -56,7 +56,7 @@ it by O(d u ||M||), moved into G by mu times that; forming G, the projections
 and the dropped directions (``NEGLIGIBLE_WEIGHT``) add a few d u ||x||^2; the
 public terms a few ulps.
 
-The eigen-solver's share is checked, not assumed (issue 17): from ``eigh``'s
+The eigen-solver's share is checked, not assumed: from ``eigh``'s
 own output the site proves (``smoothed_spectral.eigen_error_bound``, the
 residual A V - V Lambda and the orthogonality defect V^T V - I, both by
 error-free split products) that an exactly orthogonal Q within eta of V
@@ -73,7 +73,7 @@ projections and the weights' rounding was 16 (d + 2) u and stays so; the
 certified orthogonality term is charged beside it (+16 (d + 2) u r^2 per
 record, negligible next to the sensitivity c mu r^2 ||x_i||^2).
 
-Timing (review 9b's question for ``exact_discrepancy``: is the work fixed by
+Timing (the question asked of ``exact_discrepancy``: is the work fixed by
 public things?). The eigen check is one ``eigh`` and two proved products of
 size d, whatever the data; it stops early only when V is too far from
 orthogonal to bound (eta >= 1/2), and then the site refuses anyway, in

@@ -1,6 +1,6 @@
 """Clipped validation losses of K candidate linear models: the score of private
 model selection (seed 004, ../shared/seeds/004_2b354816f00c2aef.txt, Alg. 1
-line 7, in its federated form of issue 13).
+line 7, in its federated form).
 
 For candidates w_1..w_K (public: the coordinator sends them) and a clip bound
 L (``loss_bound``), a site releases one block of shape (K,):
@@ -22,7 +22,7 @@ whatever candidates the coordinator sends; the bound comes from the clip, not
 from the data, so features need no clipping here (the score is the loss of the
 model as it will be used).
 
-Per-candidate bounds (issue 13, seed 004's grid search). ``loss_bound`` may
+Per-candidate bounds (seed 004's grid search). ``loss_bound`` may
 instead be an array of K bounds L_k >= 0 (at least one positive): candidate
 k's losses are clipped to [0, L_k], so by the argument above entry k moves by
 at most L_k, the score sensitivities are (L_1..L_K), and the L2 sensitivity is
@@ -193,7 +193,7 @@ def clipped_losses(
     """min(l(w_k; x_i, y_i), L) for each record i and candidate k, shape (n, K);
     non-finite losses count as L, and so does a record whose label is no class
     index of a softmax candidate (the worst a record can score; never a
-    refusal, which would depend on the data, issue 17)."""
+    refusal, which would depend on the data)."""
     if params.loss == SOFTMAX_CROSS_ENTROPY:
         classes, valid = masked_class_indices(labels, params.candidates.shape[2])
         with np.errstate(over="ignore", invalid="ignore"):
@@ -252,14 +252,14 @@ class ValidationLoss(Kernel):
     def compute(
         self, data: Dataset, params: ValidationLossParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray]:
-        # Exact (issue 17). Column k is summed on the grid of its own bound,
+        # Exact. Column k is summed on the grid of its own bound,
         # 2^-84 of top_k (the least power of two >= L_k), as one exact sum:
         # dividing the column by top_k (a power of two) puts every column on
         # the grid 2^-84 of 1 without changing any rounding (what underflows
         # lies far below that grid, where the sum rounds to 0 anyway), and
         # the correctly rounded total times top_k is exact. One sum for all K
         # columns costs what one bound did; a sum per distinct bound cost
-        # 5.7x as much at K = 4,096 (review 8, low). Columns of bound 0 are 0.
+        # 5.7x as much at K = 4,096. Columns of bound 0 are 0.
         bounds = params.bounds
         scored = bounds > 0
         tops = np.ones(params.num_candidates)
@@ -267,7 +267,7 @@ class ValidationLoss(Kernel):
         total = ExactSum((params.num_candidates,))
         # Rows per chunk so that the (rows, K, C) margins stay within the
         # working memory of CHUNK_RECORDS records of one column, whatever K
-        # and C are sent (review 8: sized by K alone, C = 100,000 took 2 GB at
+        # and C are sent (sized by K alone, C = 100,000 took 2 GB at
         # n = 400, so whether a site failed depended on its private n).
         rows = max(1, CHUNK_RECORDS // params.scored_columns)
         for start in range(0, data.num_records, rows):

@@ -33,7 +33,7 @@ the mechanism's own adjacency. A replay expresses every mechanism in the
 ledger's adjacency first (:meth:`Mechanism.in_adjacency`) and composes the
 events under ``ADD_OR_REMOVE_ONE``; never under dp-accounting's
 ``REPLACE_ONE``, where the unit is one record's contribution and a Gaussian's
-PLD (not its RDP) shifts by twice it (google/differential-privacy issue 378).
+PLD (not its RDP) shifts by twice it (google/differential-privacy#378).
 Pure epsilon-DP releases are the exception: their event is randomized
 response over two buckets, the tight epsilon-DP pair, which dp-accounting
 reads under ``REPLACE_ONE`` only, so a ledger mixing them with shift events

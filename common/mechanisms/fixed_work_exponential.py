@@ -1,5 +1,5 @@
 """The exponential mechanism on integer utilities, drawn with a fixed amount of
-work whatever the utilities are (issue 17, adversarial review 5, medium).
+work whatever the utilities are.
 
 Why: the exact sampler this replaces proposed uniform candidates until one was
 kept with probability exp(-c g_k); the number of proposals is geometric with
@@ -65,7 +65,7 @@ and the one modulo and one binary search (from K), all fixed by public
 values; :class:`SamplerWork` records them and a test compares them, and the
 Python-level call trace, on extreme score vectors. The per-candidate selects
 are multiplications, not np.where (whose per-element branch made tied scores
-1.3-1.6x faster than spread ones: adversarial review 7); after that change
+1.3-1.6x faster than spread ones); after that change
 ``benchmarks/exponential_timing.py`` measures tied against spread scores at
 ratios of 1.002-1.011 (K = 4,096 and 20,000, c = 2^-10 to 2^-38). Not
 addressed: memory
@@ -222,7 +222,7 @@ def _select(bit: np.ndarray, when_one: np.ndarray | np.uint64,
     """when_zero + bit (when_one - when_zero), modulo 2^64, for 0/1 uint64
     ``bit``: a select by multiplication, with no branch whose prediction
     depends on the bits (np.where's per-element branch made the sampler's
-    time depend on the scores' gap bits: adversarial review 7, medium)."""
+    time depend on the scores' gap bits)."""
     return when_zero + bit * (when_one - when_zero)
 
 
