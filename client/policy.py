@@ -64,7 +64,6 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +73,7 @@ from privadapt.common.config import read_toml, render_toml
 from privadapt.common.errors import ConfigError
 from privadapt.common.kernels import registered_kernels
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.validation import frozen_value
 
 DEFAULT_MAX_RECORDS = 2**20
 """The public bound on n under add/remove adjacency when the policy declares
@@ -91,7 +91,7 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-@dataclass(frozen=True)
+@frozen_value
 class SitePolicy:
     """What a site allows. Validated on construction (``ConfigError``)."""
 
@@ -141,7 +141,7 @@ class SitePolicy:
             peers = self.peers
             if isinstance(peers, str) or not all(isinstance(p, str) and p for p in peers):
                 raise self._fail(f"peers must be a list of site names, got {peers!r}")
-            object.__setattr__(self, "peers", frozenset(peers))
+            self.peers = frozenset(peers)
 
     def range_records(self, num_records: int) -> int:
         """The record count this site's range checks may assume: n itself where
@@ -173,25 +173,25 @@ class SitePolicy:
             raise self._fail(
                 f"epsilon_cap must be a number >= 0 (inf only for a simulation site), got {cap!r}"
             )
-        object.__setattr__(self, "epsilon_cap", float(cap))
+        self.epsilon_cap = float(cap)
         delta = self.delta_cap
         if not _is_number(delta) or not 0 <= delta < 1:
             raise self._fail(f"delta_cap must be a number in [0, 1) such as 1e-5, got {delta!r}")
-        object.__setattr__(self, "delta_cap", float(delta))
+        self.delta_cap = float(delta)
         for name, allowed, convert in (
             ("adjacency", Adjacency, Adjacency),
             ("accounting", AccountingMethod, AccountingMethod),
         ):
             value = getattr(self, name)
             try:
-                object.__setattr__(self, name, convert(value))
+                setattr(self, name, convert(value))
             except ValueError:
                 choices = ", ".join(repr(a.value) for a in allowed)
                 raise self._fail(f"{name} must be one of {choices}, got {value!r}") from None
         z = self.min_noise_multiplier
         if not _is_number(z) or not math.isfinite(z) or z < 0:
             raise self._fail(f"min_noise_multiplier must be a finite number >= 0, got {z!r}")
-        object.__setattr__(self, "min_noise_multiplier", float(z))
+        self.min_noise_multiplier = float(z)
         t, k = self.collusion_tolerance, self.min_participants
         if not _is_int(t) or t < 0:
             raise self._fail(f"collusion_tolerance must be a whole number >= 0, got {t!r}")
@@ -248,20 +248,20 @@ class SitePolicy:
                         f"allowed_kernels names unknown kernel {name!r}{_suggest(name, known)}; "
                         f"registered kernels: {sorted(known)}"
                     )
-            object.__setattr__(self, "allowed_kernels", kernels)
+            self.allowed_kernels = kernels
         for name in ("max_clip_norm", "max_label_bound"):
             value = getattr(self, name)
             if value is None:
                 continue
             if not _is_number(value) or not math.isfinite(value) or value <= 0:
                 raise self._fail(f"{name} must be a finite number > 0 (or absent), got {value!r}")
-            object.__setattr__(self, name, float(value))
+            setattr(self, name, float(value))
         work = self.max_query_work
         if work is not None:
             if not _is_number(work) or not math.isfinite(work) or work < 1:
                 raise self._fail(f"max_query_work must be a finite number >= 1 (or absent), "
                                  f"got {work!r}")
-            object.__setattr__(self, "max_query_work", float(work))
+            self.max_query_work = float(work)
         if not isinstance(self.allow_per_site_releases, bool):
             raise self._fail(f"allow_per_site_releases must be true or false, got "
                              f"{self.allow_per_site_releases!r}")

@@ -7,16 +7,81 @@ same mistake wherever it is made. Each check returns the value normalised
 (``float``, ``int``, ``bool`` or a float64 array) so a caller can validate and
 store in one line, and raises ``ValueError`` naming ``name`` and what was
 expected. Booleans are never numbers here: ``True`` is a mistake, not 1.
+
+:func:`frozen_value` is how a value class uses them: a frozen dataclass whose
+``__post_init__`` validates its fields and may store them normalised, once.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import numbers
-from collections.abc import Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
+
+_Class = TypeVar("_Class", bound=type)
+# Instances (by id) whose __post_init__ is running, per thread: only they may
+# assign their own fields.
+_OPEN = threading.local()
+
+
+def frozen_value(cls: _Class | None = None, /, **options: Any) -> Any:
+    """Class decorator: ``@dataclass(frozen=True, **options)`` whose
+    ``__post_init__`` may assign its own fields (``self.scale = float(self.scale)``)
+    to store them validated and normalised; before it returns the instance is
+    frozen like any frozen dataclass (``FrozenInstanceError`` on assignment).
+
+    Why not ``object.__setattr__`` in every ``__post_init__``: the same
+    effect written as the assignment it is. Equality, hashing, ``repr`` and
+    ``dataclasses.replace`` are the dataclass's own, unchanged; only the one
+    ``__post_init__`` call of a new instance may assign, and only to that
+    instance (a value built inside it is frozen as usual)."""
+
+    def wrap(klass: _Class) -> _Class:
+        validate = klass.__dict__.get("__post_init__")
+        if validate is not None:
+            klass.__post_init__ = _opened(validate)  # type: ignore[attr-defined]
+        klass = dataclasses.dataclass(frozen=True, **options)(klass)
+        frozen_setattr = klass.__setattr__
+
+        def assign(self: Any, name: str, value: Any) -> None:
+            if id(self) in _open_ids():
+                object.__setattr__(self, name, value)
+            else:
+                frozen_setattr(self, name, value)
+
+        klass.__setattr__ = assign  # type: ignore[method-assign]
+        return klass
+
+    return wrap if cls is None else wrap(cls)
+
+
+def _open_ids() -> set[int]:
+    ids = getattr(_OPEN, "ids", None)
+    if ids is None:
+        ids = _OPEN.ids = set()
+    return ids
+
+
+def _opened(validate: Callable[[Any], None]) -> Callable[[Any], None]:
+    @functools.wraps(validate)
+    def post_init(self: Any) -> None:
+        ids = _open_ids()
+        if id(self) in ids:  # a subclass's __post_init__ calling its parent's
+            validate(self)
+            return
+        ids.add(id(self))
+        try:
+            validate(self)
+        finally:
+            ids.discard(id(self))
+
+    return post_init
 
 
 def check_number(name: str, value: Any) -> float:

@@ -23,7 +23,7 @@ from privadapt.client.ledger.accounting import (
 from privadapt.client.ledger.totals import LedgerTotals
 from privadapt.client.policy import SitePolicy
 from privadapt.common.accounting.accountant import MAX_PLD_POINTS, AccountingMethod, EpsilonReport
-from privadapt.common.accounting.lower_bounds import release_epsilon_lower_bound
+from privadapt.common.accounting.cases import release_epsilon_lower_bound
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError
 from privadapt.common.mechanisms import Mechanism
 

@@ -48,14 +48,15 @@ import numpy as np
 
 from privadapt.client.ledger.accounting import parse_mechanism
 from privadapt.common.accounting.accountant import AccountingMethod
+from privadapt.common.accounting.cases import has_pld, release_pld, release_rdp
 from privadapt.common.accounting.log_mgf import (
     GAUSSIAN_PLD_INFINITY_MASS,
     epsilon_from_log_mgf,
     gaussian_pld_log_mgf_bound,
     pld_log_mgfs,
 )
-from privadapt.common.accounting.pld import DEFAULT_VALUE_DISCRETIZATION, has_pld, release_pld
-from privadapt.common.accounting.rdp import DEFAULT_RDP_ORDERS, release_rdp
+from privadapt.common.accounting.pld import DEFAULT_VALUE_DISCRETIZATION
+from privadapt.common.accounting.rdp import DEFAULT_RDP_ORDERS
 from privadapt.common.mechanisms import Adjacency
 
 ORDERS = np.asarray(DEFAULT_RDP_ORDERS, dtype=float)

@@ -7,14 +7,16 @@ Two methods, each saying which it is in every number it produces:
   calibrated to exactly its site's cap can run to completion.
 * ``RDP`` (Renyi DP): cheap running totals; a looser but valid upper bound.
 
-The accountant reads only what a mechanism says about itself (its kind, whether
-it is free or not private, its pure epsilon, whether it composes as one
-Gaussian). The only two dispatches on kind live beside it, one job a module: a
-release's PLD (:mod:`privadapt.common.accounting.pld`) and its RDP
-(:mod:`privadapt.common.accounting.rdp`); a new mechanism kind adds one entry
-to each. The Gaussian closed form is :mod:`privadapt.common.accounting.analytic_gaussian`,
-the cheap refusals :mod:`privadapt.common.accounting.lower_bounds`, and the
-additive bounds an incremental ledger keeps :mod:`privadapt.common.accounting.log_mgf`.
+The accountant reads only what a mechanism says about itself (the accountant
+case it names, whether it is free or not private, its pure epsilon, whether it
+composes as one Gaussian). The one dispatch on the case is
+:mod:`privadapt.common.accounting.cases`: a release's PLD
+(:mod:`privadapt.common.accounting.pld`), its RDP
+(:mod:`privadapt.common.accounting.rdp`) and its cheap lower bound
+(:mod:`privadapt.common.accounting.lower_bounds`); a new mechanism adds one
+case there, or names one already there. The Gaussian closed form is
+:mod:`privadapt.common.accounting.analytic_gaussian`, and the additive bounds
+an incremental ledger keeps :mod:`privadapt.common.accounting.log_mgf`.
 
 Poisson-sampled Gaussians (``GaussianMechanism.sampling_rate`` q < 1) are the
 exception to the plain shift pairs of
@@ -31,9 +33,9 @@ Adjacency of sampled releases. dp-accounting 0.6 accounts
 in both accountants; its RDP accountant refuses ``REPLACE_ONE``, and its PLD one
 builds a one-dimensional replace pair (a record's contribution moving from -s
 to +s) whose norm bound s is a *per-record* bound, not the sum's replace-one
-sensitivity our mechanisms declare (an easy confusion to make with this API).
-Nor can a sampled add/remove guarantee be converted by doubling the
-sensitivity: the shift of a sampled record is not a shift of the
+sensitivity our mechanisms declare (google/differential-privacy#378 is
+this very confusion). Nor can a sampled add/remove guarantee be converted by
+doubling the sensitivity: the shift of a sampled record is not a shift of the
 whole output. So a sampled mechanism exists only under add/remove
 (:class:`GaussianMechanism` enforces it), ``in_adjacency`` refuses to move it
 to replace-one, and a site whose cap is stated under replace-one refuses it.
@@ -50,14 +52,16 @@ from enum import StrEnum
 import numpy as np
 
 from privadapt.common.accounting.analytic_gaussian import gaussian_epsilon
-from privadapt.common.accounting.lower_bounds import release_epsilon_lower_bound
-from privadapt.common.accounting.pld import (
-    DEFAULT_VALUE_DISCRETIZATION,
+from privadapt.common.accounting.cases import (
     has_pld,
+    is_bounded_range,
     pld_loss_width,
+    release_epsilon_lower_bound,
     release_pld,
+    release_rdp,
 )
-from privadapt.common.accounting.rdp import BOUNDED_RANGE_KINDS, DEFAULT_RDP_ORDERS, release_rdp
+from privadapt.common.accounting.pld import DEFAULT_VALUE_DISCRETIZATION
+from privadapt.common.accounting.rdp import DEFAULT_RDP_ORDERS
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, Mechanism
 
 #: The most points one release's discretised PLD may have before an accountant
@@ -127,7 +131,7 @@ class PrivacyAccountant:
         """Epsilon at ``delta``. A PLD accountant holding a zCDP event answers
         by RDP and says so in the report's ``method``. A PLD accountant holding
         a bounded-range selection
-        (:data:`~privadapt.common.accounting.rdp.BOUNDED_RANGE_KINDS`) computes
+        (:attr:`~privadapt.common.accounting.cases.AccountingCase.bounded_range`) computes
         both figures and reports the smaller, with its method: each is a valid
         upper bound on the composition's epsilon at ``delta`` (the PLD one
         treats those selections as pure epsilon-DP, the RDP one as epsilon-
@@ -147,7 +151,7 @@ class PrivacyAccountant:
         if method == AccountingMethod.RDP:
             return EpsilonReport(self._rdp_epsilon(delta), delta, method)
         pld = EpsilonReport(self._pld_epsilon(delta), delta, method)
-        if not any(m.kind in BOUNDED_RANGE_KINDS for m in self._counts):
+        if not any(is_bounded_range(m) for m in self._counts):
             return pld
         rdp = EpsilonReport(self._rdp_epsilon(delta), delta, AccountingMethod.RDP)
         return rdp if rdp.epsilon < pld.epsilon else pld

@@ -1,5 +1,24 @@
 """Noise calibration: the least noise that meets a target (epsilon, delta).
 
+:func:`noise_multiplier` is the one entry point every algorithm calibrates
+through, in the shape of Opacus's ``make_private_with_epsilon`` and
+dp-accounting's ``calibrate_dp_mechanism``: a target (epsilon, delta), a
+:class:`ReleasePlan` (how many releases of which mechanism, after which
+releases already spent) and ``calibration``: ``"accountant"``, the least
+multiplier the site's own accountant admits (:func:`calibrate_noise_multiplier`
+below), or ``"paper"``, the closed form of the algorithm's paper, registered
+beside the algorithm with :func:`paper_closed_form` and carried by its plan.
+:func:`noise_scale` is the same for a plan whose noise is a scale (report-noisy-min).
+
+Why not ``calibrate_dp_mechanism`` itself: its Brent search, run on this
+accountant, finds a multiplier about 0.1% smaller for a Gaussian plan (the
+search below stops at a relative 1e-3, rounded up), with 8 accountant probes
+where the analytic start below needs 2, and for a Poisson-sampled Gaussian it
+takes 10 fine-grid PLD probes (5.3 s) where the coarse-to-fine search below
+takes 1.9 s (eps 1, delta 1e-5, 20 steps at q = 0.05); its default bracket
+search also probes multipliers near 0, whose PLDs do not fit in memory. And
+every algorithm's noise would change in its last digits.
+
 :func:`calibrate_noise_multiplier` finds the smallest noise multiplier ``z``
 such that ``num_releases`` copies of ``make_mechanism(z)`` (by default one
 Gaussian of sensitivity 1 and sigma ``z``), composed after the releases already
@@ -42,8 +61,12 @@ fine probes when the guess is right, a few more when it is not.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeVar
 
 from privadapt.common.accounting.accountant import AccountingMethod, PrivacyAccountant
 from privadapt.common.accounting.analytic_gaussian import gaussian_sigma
@@ -53,6 +76,98 @@ from privadapt.common.validation import check_int_at_least, check_positive_finit
 _MAX_BRACKET_STEPS = 200
 # The coarse search's loss grid and tolerance (module docstring).
 _COARSE_DISCRETIZATION = 1e-3
+
+Calibration = Literal["accountant", "paper"]
+CALIBRATIONS: tuple[str, ...] = ("accountant", "paper")
+
+#: A paper's closed form: (epsilon, delta, number of releases) -> its noise
+#: multiplier (or its noise scale, for a plan calibrated by :func:`noise_scale`).
+PaperForm = Callable[[float, float, int], float]
+_Form = TypeVar("_Form", bound=Callable[..., float])
+
+#: Every algorithm's paper closed form, by name (:func:`paper_closed_form`).
+PAPER_CLOSED_FORMS: dict[str, Callable[..., float]] = {}
+
+
+def paper_closed_form(name: str) -> Callable[[_Form], _Form]:
+    """Decorator: register an algorithm's closed-form noise from its paper,
+    beside the algorithm, under ``name``. The function takes (epsilon, delta,
+    number of releases) and any public constants of the algorithm by keyword
+    (bound into the plan's ``paper`` with ``functools.partial``)."""
+
+    def register(form: _Form) -> _Form:
+        if PAPER_CLOSED_FORMS.setdefault(name, form) is not form:
+            raise ValueError(f"a paper closed form {name!r} is registered twice")
+        return form
+
+    return register
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """What a noise multiplier z is calibrated for: ``num_releases`` releases
+    of ``make_mechanism(z)`` (default: one Gaussian of sensitivity 1 and
+    sigma z, on a Poisson sample at ``sampling_rate``) after
+    ``already_spent``, accounted as a site does under ``adjacency`` by
+    ``method``; ``paper`` is the algorithm's paper closed form for it, if it
+    has one (:func:`paper_closed_form`). ``reuse``: keep the accountant's
+    answer (the last 256) for an equal plan, for a plan of module-level
+    values that recurs across fits (a pilot's charges), whose search costs
+    seconds; ``paper`` is not part of what is compared."""
+
+    num_releases: int
+    make_mechanism: Callable[[float], Mechanism] | None = None
+    adjacency: Adjacency = Adjacency.REPLACE_ONE
+    sampling_rate: float = 1.0
+    already_spent: tuple[Mechanism, ...] = ()
+    paper: PaperForm | None = None
+    method: AccountingMethod = AccountingMethod.PLD
+    reuse: bool = False
+
+
+def noise_multiplier(epsilon: float, delta: float, plan: ReleasePlan, *,
+                     calibration: Calibration | str = "accountant") -> float:
+    """The noise multiplier of ``plan`` at the target (``epsilon``, ``delta``):
+    with ``calibration="accountant"`` the least the site's accountant admits
+    (:func:`calibrate_noise_multiplier`), with ``"paper"`` the plan's paper
+    closed form. inf for ``epsilon = inf`` (no noise: the kernel then builds
+    ``NoNoise``). ``ValueError`` for another calibration, or ``"paper"`` for
+    a plan whose algorithm has no closed form."""
+    if calibration not in CALIBRATIONS:
+        raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
+    if math.isinf(epsilon) and epsilon > 0:
+        return math.inf
+    if calibration == "paper":
+        if plan.paper is None:
+            raise ValueError("this release has no closed form in its paper: calibrate it with "
+                             "calibration='accountant'")
+        return plan.paper(epsilon, delta, plan.num_releases)
+    if plan.reuse:
+        return _reused_multiplier(epsilon, delta, dataclasses.replace(plan, paper=None))
+    return _accountant_multiplier(epsilon, delta, plan)
+
+
+def _accountant_multiplier(epsilon: float, delta: float, plan: ReleasePlan) -> float:
+    return calibrate_noise_multiplier(
+        epsilon, delta, plan.num_releases, plan.make_mechanism, method=plan.method,
+        adjacency=plan.adjacency, already_spent=plan.already_spent,
+        sampling_rate=plan.sampling_rate)
+
+
+@functools.lru_cache(maxsize=256)
+def _reused_multiplier(epsilon: float, delta: float, plan: ReleasePlan) -> float:
+    return _accountant_multiplier(epsilon, delta, plan)
+
+
+def noise_scale(epsilon: float, delta: float, plan: ReleasePlan, sensitivity: float, *,
+                calibration: Calibration | str = "accountant") -> float:
+    """The noise scale b of a plan whose mechanism is stated by a scale over
+    ``sensitivity`` (report-noisy-min): ``sensitivity`` times the
+    accountant's :func:`noise_multiplier`, or the paper's own closed form,
+    which such a plan states as a scale."""
+    if calibration == "paper" and plan.paper is not None:
+        return plan.paper(epsilon, delta, plan.num_releases)
+    return sensitivity * noise_multiplier(epsilon, delta, plan, calibration=calibration)
 
 
 def calibrate_noise_multiplier(

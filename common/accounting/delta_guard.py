@@ -2,7 +2,7 @@
 
 A delta of 1e-3 or more protects no one in a data set of a few hundred
 records: (epsilon, delta)-DP allows a mechanism that publishes each record
-outright with probability delta. So such a delta is refused
+outright with probability delta. Such a delta must be refused
 unless the configuration says, in a key of its own, that it is meant.
 """
 

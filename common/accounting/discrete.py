@@ -47,6 +47,10 @@ import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
+from privadapt.common.mechanisms.distributed_discrete_gaussian import (
+    check_sum_of_discrete_gaussians,
+    discrete_gaussian_sum_tau,
+)
 from privadapt.common.noise.discrete import as_rational
 
 DEFAULT_VALUE_DISCRETIZATION = 1e-4
@@ -193,16 +197,6 @@ def skellam_epsilon(variance: float, l1_sensitivity: float, l2_sensitivity: floa
 # -- sums of discrete Gaussians (the distributed discrete Gaussian) ------------------
 
 
-def discrete_gaussian_sum_tau(share_sigma_squared: float, shares: int) -> float:
-    """tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 s^2 k / (k + 1)) of Kairouz, Liu and
-    Steinke 2021 for a sum of n = ``shares`` i.i.d. N_Z(0, s^2): how far the
-    sum is from one discrete Gaussian N_Z(0, n s^2) (0 for n = 1)."""
-    _check_sum_of_discrete_gaussians(share_sigma_squared, shares)
-    k = np.arange(1, shares, dtype=float)
-    return float(10.0 * np.sum(np.exp(-2.0 * math.pi**2 * float(share_sigma_squared)
-                                      * k / (k + 1.0))))
-
-
 def discrete_gaussian_sum_rdp(share_sigma_squared: float, shares: int, l2_squared: float,
                               l1: float, support: float,
                               orders: np.ndarray | tuple[float, ...]) -> np.ndarray:
@@ -231,7 +225,7 @@ def discrete_gaussian_sum_rdp(share_sigma_squared: float, shares: int, l2_square
     discrete Gaussian; tau is what that costs, and it vanishes quickly with s
     (5e-4 at s = 1, n = 2). Rounded up by a relative 1e-12 for the float
     error of tau and of these few operations, so it never understates."""
-    _check_sum_of_discrete_gaussians(share_sigma_squared, shares)
+    check_sum_of_discrete_gaussians(share_sigma_squared, shares)
     for name, value in (("l2_squared", l2_squared), ("l1", l1), ("support", support)):
         if not value >= 0:
             raise ValueError(f"{name} must be non-negative, got {value!r}")
@@ -274,12 +268,3 @@ def discrete_gaussian_sum_grid_rdp(share_sigma_squared: float, shares: int,
     unit = discrete_gaussian_sum_rdp(share_sigma_squared, shares, 1.0, 1.0, 1.0, orders)
     scale = math.inf if l2_squared_bound > 2**1000 else float(l2_squared_bound)
     return unit * scale
-
-
-def _check_sum_of_discrete_gaussians(share_sigma_squared: float, shares: int) -> None:
-    if isinstance(shares, bool) or not isinstance(shares, int | np.integer) or shares < 1:
-        raise ValueError(f"shares must be a positive integer, got {shares!r}")
-    if not (isinstance(share_sigma_squared, int | float | Fraction | np.floating)
-            and 0.25 <= share_sigma_squared < math.inf):
-        raise ValueError("the bound for sums of discrete Gaussians needs a share sigma of at "
-                         f"least 1/2 (sigma^2 >= 1/4), got sigma^2 = {share_sigma_squared!r}")

@@ -6,7 +6,8 @@ the exact figure, and an attacker may send one whose PLD would take gigabytes
 accounting of the release (PLD or RDP) reports, so refusing on it is sound;
 :meth:`PrivacyAccountant.epsilon_lower_bound
 <privadapt.common.accounting.accountant.PrivacyAccountant.epsilon_lower_bound>` takes the
-largest over a composition's releases.
+largest over a composition's releases; which bound a release gets is its
+accountant case's (:mod:`privadapt.common.accounting.cases`).
 """
 
 from __future__ import annotations
@@ -16,44 +17,42 @@ import math
 import numpy as np
 
 from privadapt.common.accounting.analytic_gaussian import gaussian_epsilon
-from privadapt.common.accounting.rdp import BOUNDED_RANGE_KINDS
 from privadapt.common.mechanisms import Mechanism
 
 
-def release_epsilon_lower_bound(mechanism: Mechanism, delta: float) -> float:
-    """A lower bound (exact where known) on the epsilon at ``delta`` of one
-    release of ``mechanism``, in closed form, with no PLD:
+def gaussian_lower_bound(mechanism: Mechanism, delta: float) -> float:
+    """A Gaussian of multiplier z: :func:`gaussian_epsilon`, exact."""
+    return gaussian_epsilon(mechanism.noise_multiplier, delta)
 
-    * Gaussian of multiplier z: :func:`gaussian_epsilon` (exact);
-    * Laplace of pure epsilon e: e + 2 log(1 - delta), from its exact
-      delta(epsilon) = 1 - exp((epsilon - e) / 2);
-    * discrete Laplace of pure epsilon e: e + log(1 - 2 delta) (its mass
-      1/(1 + q) >= 1/2 at loss e);
-    * a pure e-DP event or a report-noisy-min (the tight pair):
-      log(e^e - delta (1 + e^e));
-    * an e-bounded-range selection (exponential mechanisms): the exact
-      epsilon of the worst of a grid of e-bounded-range pairs
-      (:func:`_bounded_range_epsilon_lower_bound`), which both its PLD and its
-      RDP bound from above;
-    * anything else (sampled Gaussians, zCDP): 0, no bound claimed.
-    """
-    if mechanism.is_non_private:
-        return math.inf
-    if mechanism.is_free:
-        return 0.0
-    if mechanism.composes_as_gaussian:
-        return gaussian_epsilon(mechanism.noise_multiplier, delta)
-    pure = mechanism.pure_epsilon
-    if mechanism.kind == "laplace":
-        return max(0.0, pure + 2.0 * math.log1p(-delta))
-    if mechanism.kind == "discrete_laplace":
-        # Mass 1/(1 + q) >= 1/2 sits at loss exactly e (outputs at or beyond
-        # the far centre), so delta(epsilon') >= (1 - e^(epsilon' - e)) / 2.
-        return max(0.0, pure + math.log1p(-min(1.0, 2.0 * delta)))
-    if mechanism.kind in ("pure_dp", "report_noisy_laplace", "discrete_report_noisy_laplace"):
-        return _randomized_response_epsilon(pure, delta)
-    if mechanism.kind in BOUNDED_RANGE_KINDS:
-        return _bounded_range_epsilon_lower_bound(pure, delta)
+
+def laplace_lower_bound(mechanism: Mechanism, delta: float) -> float:
+    """A Laplace of pure epsilon e: e + 2 log(1 - delta), from its exact
+    delta(epsilon) = 1 - exp((epsilon - e) / 2)."""
+    return max(0.0, mechanism.pure_epsilon + 2.0 * math.log1p(-delta))
+
+
+def discrete_laplace_lower_bound(mechanism: Mechanism, delta: float) -> float:
+    """A discrete Laplace of pure epsilon e: e + log(1 - 2 delta). Mass
+    1/(1 + q) >= 1/2 sits at loss exactly e (outputs at or beyond the far
+    centre), so delta(epsilon') >= (1 - e^(epsilon' - e)) / 2."""
+    return max(0.0, mechanism.pure_epsilon + math.log1p(-min(1.0, 2.0 * delta)))
+
+
+def pure_dp_lower_bound(mechanism: Mechanism, delta: float) -> float:
+    """A pure e-DP event or a report-noisy-min, read as the tight pair:
+    log(e^e - delta (1 + e^e))."""
+    return _randomized_response_epsilon(mechanism.pure_epsilon, delta)
+
+
+def bounded_range_lower_bound(mechanism: Mechanism, delta: float) -> float:
+    """An e-bounded-range selection (exponential mechanisms): the exact
+    epsilon of the worst of a grid of e-bounded-range pairs, which both its
+    PLD and its RDP bound from above."""
+    return _bounded_range_epsilon_lower_bound(mechanism.pure_epsilon, delta)
+
+
+def no_lower_bound(mechanism: Mechanism, delta: float) -> float:
+    """Anything else (sampled Gaussians, zCDP): 0, no bound claimed."""
     return 0.0
 
 

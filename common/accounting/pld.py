@@ -1,4 +1,5 @@
-"""Per-release privacy loss distributions: the one PLD dispatch on mechanism kind.
+"""Per-release privacy loss distributions: how each accountant case builds one
+(the dispatch on a mechanism's case is :mod:`privadapt.common.accounting.cases`).
 
 Why PLDs are built per mechanism instead of through dp-accounting's
 ``PLDAccountant``: that accountant fixes one neighbouring relation for every
@@ -11,8 +12,8 @@ every mechanism in its own adjacency first (``Mechanism.in_adjacency``).
 
 Poisson-sampled Gaussians are the exception: their PLD is dp-accounting's own
 (see :mod:`privadapt.common.accounting.accountant` for the pair and its adjacency). A
-kind missing from the dispatch (zCDP events, sums of discrete Gaussians) is
-accounted by RDP only (:mod:`privadapt.common.accounting.rdp`).
+case with no PLD (zCDP events, sums of discrete Gaussians) is accounted by
+RDP only (:mod:`privadapt.common.accounting.rdp`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _pld_modules():  # -> (dp_accounting.pld.common, .privacy_loss_distribution)
     return pld_common, pld_lib
 
 
-def _gaussian_pld(mechanism: Mechanism, count: int, interval: float):
+def gaussian_pld(mechanism: Mechanism, count: int, interval: float):
     # count Gaussians of multiplier z compose to one of multiplier z/sqrt(count).
     return _pld_modules()[1].from_gaussian_mechanism(
         standard_deviation=mechanism.noise_multiplier / math.sqrt(count),
@@ -47,12 +48,13 @@ def _gaussian_pld(mechanism: Mechanism, count: int, interval: float):
     )
 
 
-def _sampled_gaussian_pld_composed(mechanism: Mechanism, count: int, interval: float):
-    single = _sampled_gaussian_pld(mechanism.noise_multiplier, mechanism.sampling_rate, interval)
+def sampled_gaussian_pld(mechanism: Mechanism, count: int, interval: float):
+    single = _sampled_gaussian_single(mechanism.noise_multiplier, mechanism.sampling_rate,
+                                      interval)
     return single.self_compose(count)
 
 
-def _laplace_pld(mechanism: Mechanism, count: int, interval: float):
+def laplace_pld(mechanism: Mechanism, count: int, interval: float):
     single = _pld_modules()[1].from_laplace_mechanism(
         parameter=mechanism.scale / mechanism.sensitivity,
         value_discretization_interval=interval,
@@ -60,13 +62,13 @@ def _laplace_pld(mechanism: Mechanism, count: int, interval: float):
     return single.self_compose(count)
 
 
-def _discrete_laplace_pld(mechanism: Mechanism, count: int, interval: float):
+def discrete_laplace_pld(mechanism: Mechanism, count: int, interval: float):
     # The exact integer mechanism's own PLD, in grid steps (Delta, t), built in
     # closed form: its cost grows with epsilon / interval, not with Delta.
-    from privadapt.common.accounting.discrete import discrete_laplace_pld
+    from privadapt.common.accounting import discrete
 
-    return discrete_laplace_pld(mechanism.exact_scale, mechanism.grid_sensitivity, count,
-                                interval)
+    return discrete.discrete_laplace_pld(mechanism.exact_scale, mechanism.grid_sensitivity,
+                                         count, interval)
 
 
 def pure_epsilon_on_grid(epsilon: float, interval: float) -> float:
@@ -108,7 +110,7 @@ def pure_epsilon_on_grid(epsilon: float, interval: float) -> float:
 _GRID_SEARCH_STEPS = 8
 
 
-def _pure_dp_pld(mechanism: Mechanism, count: int, interval: float):
+def pure_dp_pld(mechanism: Mechanism, count: int, interval: float):
     # The tight pair of pure epsilon-DP (randomized response), which dominates
     # every epsilon-DP mechanism: pure events and selections alike, at its
     # epsilon rounded up to the loss grid (pure_epsilon_on_grid).
@@ -118,48 +120,8 @@ def _pure_dp_pld(mechanism: Mechanism, count: int, interval: float):
     return pld_lib.from_privacy_parameters(params, interval).self_compose(count)
 
 
-#: The one PLD dispatch: mechanism kind -> PLD of ``count`` releases of it. A
-#: kind missing here (zCDP events) is accounted by RDP only.
-_PLD_BY_KIND = {
-    "gaussian": _gaussian_pld,
-    "poisson_sampled_gaussian": _sampled_gaussian_pld_composed,
-    "laplace": _laplace_pld,
-    "discrete_laplace": _discrete_laplace_pld,
-    "pure_dp": _pure_dp_pld,
-    "report_noisy_laplace": _pure_dp_pld,
-    "discrete_report_noisy_laplace": _pure_dp_pld,
-    "exponential": _pure_dp_pld,
-    "discrete_exponential": _pure_dp_pld,
-    "generalized_exponential": _pure_dp_pld,
-}
-
-
-def has_pld(mechanism: Mechanism) -> bool:
-    """Whether ``mechanism``'s kind has a PLD here; an accountant holding one
-    that has none answers by RDP."""
-    return mechanism.kind in _PLD_BY_KIND
-
-
-def release_pld(
-    mechanism: Mechanism, interval: float = DEFAULT_VALUE_DISCRETIZATION, count: int = 1
-):  # -> PrivacyLossDistribution
-    """The discretised PLD of ``count`` releases of ``mechanism`` (already in
-    the accountant's adjacency): what :meth:`PrivacyAccountant.report
-    <privadapt.common.accounting.accountant.PrivacyAccountant.report>` composes for its
-    group, and (``count`` 1) what an incremental ledger takes log-MGFs of.
-    A ledger does not take it for unsampled Gaussians: the accountant folds
-    those into one Gaussian (``composes_as_gaussian``), whose log-MGF the
-    ledger bounds in closed form (:mod:`privadapt.common.accounting.log_mgf`)."""
-    builder = _PLD_BY_KIND.get(mechanism.kind)
-    if builder is None:
-        raise ValueError(
-            f"{type(mechanism).__name__} has no privacy loss distribution; use the RDP method"
-        )
-    return builder(mechanism, count, interval)
-
-
 @functools.lru_cache(maxsize=64)
-def _sampled_gaussian_pld(noise_multiplier: float, sampling_rate: float, interval: float):
+def _sampled_gaussian_single(noise_multiplier: float, sampling_rate: float, interval: float):
     """One Poisson-sampled Gaussian release's PLD under add/remove, exactly as
     dp-accounting's ``PLDAccountant`` builds it for ``PoissonSampledDpEvent``.
     Cached: a ledger recomposes the same release at every charge, and building
@@ -174,16 +136,17 @@ def _sampled_gaussian_pld(noise_multiplier: float, sampling_rate: float, interva
     )
 
 
-def pld_loss_width(mechanism: Mechanism) -> float:
-    """The privacy-loss range dp-accounting's PLD of one release spans
-    (measured against dp-accounting 0.6 at interval 1e-4, rounded up)."""
-    if mechanism.kind in ("gaussian", "poisson_sampled_gaussian"):
-        # Loss (2x - 1) / (2 z^2) over |x| <= 10 z, and the mean shift 1/z^2.
-        if not mechanism.noise_multiplier > 0:
-            return math.inf
-        inverse = 1.0 / mechanism.noise_multiplier
-        return 2.0 * _GAUSSIAN_TAIL_SIGMAS * inverse + inverse * inverse
-    if mechanism.kind in ("laplace", "discrete_laplace") \
-            or _PLD_BY_KIND.get(mechanism.kind) is _pure_dp_pld:
-        return 2.0 * mechanism.pure_epsilon  # losses in [-e, e]
-    return 0.0
+def gaussian_loss_width(mechanism: Mechanism) -> float:
+    """The privacy-loss range dp-accounting's PLD of one Gaussian release,
+    sampled or not, spans (measured against dp-accounting 0.6 at interval
+    1e-4, rounded up): loss (2x - 1) / (2 z^2) over |x| <= 10 z, and the mean
+    shift 1/z^2."""
+    if not mechanism.noise_multiplier > 0:
+        return math.inf
+    inverse = 1.0 / mechanism.noise_multiplier
+    return 2.0 * _GAUSSIAN_TAIL_SIGMAS * inverse + inverse * inverse
+
+
+def pure_loss_width(mechanism: Mechanism) -> float:
+    """The privacy-loss range of one pure epsilon-DP release's PLD: [-e, e]."""
+    return 2.0 * mechanism.pure_epsilon

@@ -25,7 +25,6 @@ import logging
 import math
 import zipfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +38,7 @@ from privadapt.common.data.tables import (
     table_suffix,
 )
 from privadapt.common.errors import ConfigError, DataError
+from privadapt.common.validation import frozen_value
 
 __all__ = ["SUPPORTED_SUFFIXES", "Dataset", "Schema", "encode_table", "load_dataset"]
 
@@ -48,7 +48,7 @@ _FIRST_ROW = 2  # data rows are numbered as in the file, the header being row 1
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, eq=False)
+@frozen_value(eq=False)
 class Dataset:
     """One site's records: ``features`` (n, d), ``labels`` (n,), float64,
     and the features' names (default: ``x0`` .. ``x{d-1}``).
@@ -84,8 +84,8 @@ class Dataset:
                                 f"record index {bad[0][0]}, column {bad[0][1]}); remove or "
                                 f"impute them before loading")
             array.setflags(write=False)
-            object.__setattr__(self, what, array)
-        object.__setattr__(self, "feature_names", names)
+            setattr(self, what, array)
+        self.feature_names = names
 
     @classmethod
     def from_csv(cls, path: str | Path, schema: Schema | str | Path) -> Dataset:

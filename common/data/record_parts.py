@@ -72,13 +72,13 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.validation import frozen_value
 
 ALL, TRAIN, VALIDATION = "all", "train", "validation"
 PART_NAMES = (ALL, TRAIN, VALIDATION)
@@ -94,7 +94,7 @@ _TAG = b"privadapt/record-part/v1\x00"
 _HASH_BLOCK_BYTES = 1 << 20
 
 
-@dataclass(frozen=True)
+@frozen_value
 class RecordPart:
     """Which of a site's records a query runs on (module docstring).
 
@@ -117,8 +117,8 @@ class RecordPart:
             raise ValueError(f"records: part must be one of {list(PART_NAMES)}, "
                              f"got {str(self.part)[:64]!r}")
         if self.part == ALL:
-            object.__setattr__(self, "validation_fraction", 0.0)
-            object.__setattr__(self, "salt", "")
+            self.validation_fraction = 0.0
+            self.salt = ""
             return
         fraction = self.validation_fraction
         low, high = VALIDATION_FRACTION_RANGE
@@ -126,7 +126,7 @@ class RecordPart:
                 or not low <= fraction <= high):  # NaN fails the comparison
             raise ValueError(f"records: validation_fraction must be a number in [1/64, 1/2], "
                              f"got {fraction!r}")
-        object.__setattr__(self, "validation_fraction", float(fraction))
+        self.validation_fraction = float(fraction)
         salt = self.salt
         if (not isinstance(salt, str) or len(salt) > MAX_SALT_CHARS or not salt.isascii()
                 or not salt.isprintable()):

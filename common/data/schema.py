@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from privadapt.common.config import read_toml, toml_text
 from privadapt.common.data.schema_inference import infer_schema_document
 from privadapt.common.data.tables import name_list
 from privadapt.common.errors import ConfigError
+from privadapt.common.validation import frozen_value
 
 __all__ = ["INTERCEPT_NAME", "OUT_OF_RANGE_POLICIES", "Schema", "name_list"]
 
@@ -36,7 +37,7 @@ CLIP, REJECT = "clip", "reject"
 OUT_OF_RANGE_POLICIES = (CLIP, REJECT)
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Schema:
     """How the columns of a CSV file become features and a label.
 
@@ -66,18 +67,17 @@ class Schema:
         # Type checks here, not only in from_dict, so a schema built in code is
         # held to the same rules; containers are normalised so that it compares
         # equal to the same schema read from TOML.
-        set_ = object.__setattr__
-        set_(self, "label", _typed(self.label, str, "label"))
-        set_(self, "numeric", _strings(self.numeric, "numeric"))
-        set_(self, "log1p_columns", _strings(self.log1p_columns, "log1p_columns"))
-        set_(self, "categorical", _table(self.categorical, "categorical", _strings))
-        set_(self, "intercept", _typed(self.intercept, bool, "intercept"))
+        self.label = _typed(self.label, str, "label")
+        self.numeric = _strings(self.numeric, "numeric")
+        self.log1p_columns = _strings(self.log1p_columns, "log1p_columns")
+        self.categorical = _table(self.categorical, "categorical", _strings)
+        self.intercept = _typed(self.intercept, bool, "intercept")
         if self.label_map is not None:
-            set_(self, "label_map", _table(self.label_map, "label_map", _number))
+            self.label_map = _table(self.label_map, "label_map", _number)
         if self.numeric_scale is not None:
-            set_(self, "numeric_scale", _table(self.numeric_scale, "numeric_scale", _pair))
+            self.numeric_scale = _table(self.numeric_scale, "numeric_scale", _pair)
         if self.row_norm_divisor is not None:
-            set_(self, "row_norm_divisor", _number(self.row_norm_divisor, "row_norm_divisor"))
+            self.row_norm_divisor = _number(self.row_norm_divisor, "row_norm_divisor")
         self._validate()
 
     def _validate(self) -> None:

@@ -1,7 +1,7 @@
 """What a party's features mean, as a digest the federation can compare.
 
 Why: a site whose schema flipped the label map and reordered a
-categorical column (same dimension) could be aggregated silently. Each site
+categorical column (same dimension) was aggregated silently. Each site
 registers a :class:`SchemaDigest` of its schema and the coordinator compares
 them, and that of its public sample, before a job starts
 (server/jobs/launch_checks.py).

@@ -37,8 +37,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -51,21 +50,18 @@ from privadapt.common.kernels.grid_rounding import (
     rounding_charged,
     score_rounding_charged,
 )
-from privadapt.common.mechanisms import (
-    Adjacency,
-    DiscreteLaplaceMechanism,
-    DistributedDiscreteGaussianMechanism,
-    GaussianBlock,
-    GaussianMechanism,
-    LaplaceMechanism,
-    Mechanism,
-    NoNoise,
+from privadapt.common.mechanisms import Adjacency, Mechanism, NoNoise
+from privadapt.common.mechanisms.base import (
+    NoiseRequest,
+    OneBlockMechanism,
+    kernel_noise_class,
 )
-from privadapt.common.validation import check_positive, check_positive_finite
+from privadapt.common.validation import check_positive, check_positive_finite, frozen_value
 
-NoiseKind = Literal["gaussian", "laplace", "discrete_laplace", "distributed_discrete_gaussian"]
-#: The noises measured in L2 (the rest, the Laplaces, in L1).
-_L2_NOISES = ("gaussian", "distributed_discrete_gaussian")
+#: The kind of a kernel mechanism a kernel builds (``Kernel.mechanism``'s
+#: ``noise``): any registered one that overrides ``KernelMechanism.for_kernel``
+#: (``privadapt.common.mechanisms.base.kernel_noises``).
+NoiseKind = str
 
 #: The record count an algorithm sizes a mechanism's computation error for
 #: (``Kernel.mechanism``): the same public bound a site's policy assumes when
@@ -91,7 +87,7 @@ class KernelParams(ABC):
         """The dict a coordinator sends (``from_wire`` inverts it)."""
 
 
-@dataclass(frozen=True)
+@frozen_value
 class NoParams(KernelParams):
     """The parameters of a kernel that takes none."""
 
@@ -185,8 +181,8 @@ class Kernel(ABC):
     ) -> tuple[float, ...]:
         """Per released block, a public bound e on how far each entry of
         ``compute`` can sit from a function of the records whose sensitivity is
-        the kernel's, at a site of at most ``max_records`` records (charged
-        by :mod:`.grid_rounding`). Default, for a kernel that sums
+        the kernel's, at a site of at most ``max_records`` records
+        (charged by :mod:`.grid_rounding`). Default, for a kernel that sums
         per-record terms exactly (:mod:`.exact_sum`): the one float64 rounding
         of the sum, plus a few ulps of a clipped term's norm for the float clip."""
         term = self.max_abs_sum(params, 1)
@@ -279,26 +275,25 @@ class Kernel(ABC):
         charges its own, and so one at or below the bound charges no more
         than the algorithm planned), times its entry of
         ``block_ratios`` (one per block, released then local; default all 1).
-        Gaussian: sigma_b = z ratio_b charged_b; Laplace (one block only):
-        scale = z charged L1 sensitivity, i.e. z = 1/epsilon; discrete Laplace
-        (one block): the same in integer steps of the grid 2^-``fractional_bits``,
-        which must then be the federation's own (the noise is exact only on the
-        grid the value is rounded to); distributed discrete Gaussian (one
-        block): exact N_Z shares on that grid whose ``honest_shares`` n = K - t
-        sum to sigma = z sqrt(Q) grid steps, Q the squared charged L2
-        sensitivity in steps; ``noise_multiplier = inf``: ``NoNoise``
-        with the kernel's own sensitivities. For a query on a part of the
+        ``noise`` names the mechanism (its kind), which builds itself
+        (``KernelMechanism.for_kernel``): Gaussian: sigma_b = z ratio_b
+        charged_b; Laplace (one block only): scale = z charged L1
+        sensitivity, i.e. z = 1/epsilon; discrete Laplace (one block): the
+        same in integer steps of the grid 2^-``fractional_bits``, which must
+        then be the federation's own (the noise is exact only on the grid the
+        value is rounded to); distributed discrete Gaussian (one block): exact
+        N_Z shares on that grid whose ``honest_shares`` n = K - t sum to sigma
+        = z sqrt(Q) grid steps, Q the squared charged L2 sensitivity in steps;
+        ``noise_multiplier = inf``: ``NoNoise`` with the kernel's own
+        sensitivities. For a query on a part of the
         records (``records``) under replace-one, every sensitivity is the
         larger of its replace-one and add/remove values, as a site charges it
         (common/data/record_parts.py)."""
         adjacency = Adjacency(adjacency)
         adjacencies = charged_adjacencies(records, adjacency)
         check_positive("noise_multiplier", noise_multiplier, infinity_means="inf for no noise")
-        if noise not in ("gaussian", "laplace", "discrete_laplace",
-                         "distributed_discrete_gaussian"):
-            raise ValueError(f"noise must be 'gaussian', 'laplace', 'discrete_laplace' or "
-                             f"'distributed_discrete_gaussian', got {noise!r}")
-        norm: Norm = "l2" if noise in _L2_NOISES else "l1"
+        noise_class = kernel_noise_class(noise)
+        norm: Norm = "l2" if noise_class.noise_norm == "l2" else "l1"
         if math.isinf(noise_multiplier):
             own = worst_case([self.sensitivities(params, each, norm, dim)
                               + self.local_l2_sensitivities(params, each) for each in adjacencies])
@@ -310,26 +305,13 @@ class Kernel(ABC):
         if len(ratios) != len(charged):
             raise ValueError(f"{len(ratios)} block_ratios for the {len(charged)} blocks of "
                              f"kernel {self.name!r}")
-        if noise != "gaussian":
-            if len(charged) != 1 or self.per_record_state:
-                raise ValueError(f"{noise} noise takes one released block; kernel "
-                                 f"{self.name!r} has {len(charged)} (or keeps per-record state)")
-            if noise == "distributed_discrete_gaussian":
-                return DistributedDiscreteGaussianMechanism.for_noise_multiplier(
-                    charged[0], noise_multiplier * ratios[0], fractional_bits, honest_shares,
-                    adjacency)
-            if noise == "discrete_laplace":
-                return DiscreteLaplaceMechanism.for_noise_multiplier(
-                    charged[0], noise_multiplier * ratios[0], fractional_bits, adjacency)
-            return LaplaceMechanism(charged[0], noise_multiplier * ratios[0] * charged[0],
-                                    adjacency)
-        if 0.0 in charged:
-            raise ValueError(f"kernel {self.name!r} has a block of sensitivity 0 under "
-                             f"{adjacency}: Gaussian noise on it is meaningless; ask for NoNoise")
-        blocks = tuple(GaussianBlock(s, noise_multiplier * k * s)
-                       for s, k in zip(charged, ratios, strict=True))
-        released = len(self.output_shapes(params, dim))
-        return GaussianMechanism(blocks[:released], adjacency, sampling_rate, blocks[released:])
+        if issubclass(noise_class, OneBlockMechanism) and (len(charged) != 1
+                                                           or self.per_record_state):
+            raise ValueError(f"{noise} noise takes one released block; kernel "
+                             f"{self.name!r} has {len(charged)} (or keeps per-record state)")
+        return noise_class.for_kernel(NoiseRequest(
+            charged, noise_multiplier, ratios, self.name, len(self.output_shapes(params, dim)),
+            adjacency, sampling_rate, fractional_bits, honest_shares))
 
     # Selection queries: the one released block read as scores.
 

@@ -87,8 +87,8 @@ shifts, then a second solve without the eigen-solver (Newton on the secular
 equation with Cholesky factors), so it fits unless LAPACK's Cholesky (or the
 BLAS) broke its own accuracy or the model itself. Releasing would then
 under-charge, and refusing is itself a release that depends on the data;
-the least bad course is to refuse in words that depend on nothing private,
-raising
+the least bad course is to refuse in words that depend on
+nothing private, raising
 :class:`privadapt.common.errors.UncertifiedComputationError`, on which the
 site disables this kernel until its operator restarts it (client/site.py):
 a coordinator learns at most one bit, once per site restart, and only on an
@@ -121,7 +121,6 @@ its own Laplace mechanism path.
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -144,7 +143,7 @@ from privadapt.common.kernels.second_moments import (
 from privadapt.common.losses import loss_bounds, squared_loss_range
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.numerics.certified_quadratic import certified_discrepancy
-from privadapt.common.validation import check_finite_array
+from privadapt.common.validation import check_finite_array, frozen_value
 
 _SECOND_MOMENTS = SecondMoments()
 # Public moments may exceed what clipped records give by this fraction of s
@@ -157,7 +156,7 @@ SOLVER_ERROR = 2.0**-36
 CERTIFIED_ULPS = 256
 
 
-@dataclass(frozen=True, eq=False)
+@frozen_value(eq=False)
 class ExactDiscrepancyParams(KernelParams):
     """``feature_norm`` r, ``label_bound`` Y, ``radius`` Lambda and
     ``public_moments`` (d+1) x (d+1), the public M_pub normalised by m."""
@@ -169,7 +168,7 @@ class ExactDiscrepancyParams(KernelParams):
 
     def __post_init__(self) -> None:
         for key in ("feature_norm", "label_bound", "radius"):
-            object.__setattr__(self, key, check_bound(f"parameter {key!r}", getattr(self, key)))
+            setattr(self, key, check_bound(f"parameter {key!r}", getattr(self, key)))
         moments = check_finite_array("parameter 'public_moments'", self.public_moments,
                                      (None, None))
         if moments.shape[0] != moments.shape[1] or moments.shape[0] < 2:
@@ -183,7 +182,7 @@ class ExactDiscrepancyParams(KernelParams):
                 "||x|| <= feature_norm, |y| <= label_bound: a symmetric part that is positive "
                 "semi-definite, with the feature block's trace at most feature_norm^2 and the "
                 "label entry at most label_bound^2")
-        object.__setattr__(self, "public_moments", readonly(symmetric))
+        self.public_moments = readonly(symmetric)
 
     def _clipped_moments(self, symmetric: np.ndarray) -> bool:
         """Whether ``symmetric`` could be the mean z z^T of clipped records,
@@ -309,8 +308,8 @@ class ExactDiscrepancy(Kernel):
         # the certificate refuses anything else and that must never happen here.
         difference = 0.5 * (difference + difference.T)
         # At least one record's allowance: with none, D = 0 and the value is
-        # exactly 0, but an allowance of 0 fits no bracket (so
-        # an empty site refused where its one-record neighbour answered). The
+        # exactly 0, but an allowance of 0 fits no bracket
+        # (an empty site refused where its one-record neighbour answered). The
         # charge uses the public bound N >= max(n, 1), so this stays within it.
         allowance = self.solver_allowance(params, data.dim, max(data.num_records, 1))
         value, error = certified_discrepancy(difference, params.radius, allowance)

@@ -1,5 +1,5 @@
 """Sums over records that are exact, so one record moves a kernel's sum by its
-own term and nothing else.
+own term and nothing else (a floating-point attack on a kernel reads the rest).
 
 A float sum of n terms (or a BLAS product X^T Y) carries a rounding error that
 depends on every record and grows with n and with the terms' size: one changed

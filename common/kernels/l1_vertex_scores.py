@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -58,13 +57,13 @@ from privadapt.common.kernels.base import (
 from privadapt.common.kernels.linf_gradient import exact_clipped_gradient_sum
 from privadapt.common.losses import BINARY_LOSSES, BinaryLoss
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.validation import check_finite_array, check_one_of
+from privadapt.common.validation import check_finite_array, check_one_of, frozen_value
 
 #: The rounding a coordinator's convex combination may leave on ||offset||_1.
 BALL_SLACK = 1e-12
 
 
-@dataclass(frozen=True, eq=False)
+@frozen_value(eq=False)
 class L1VertexScoresParams(KernelParams):
     """``offset`` theta - c (d,) with ||offset||_1 <= h, ``radius`` h,
     ``clip_norm`` C (infinity norm of a per-record gradient), ``loss``, and
@@ -78,11 +77,10 @@ class L1VertexScoresParams(KernelParams):
 
     def __post_init__(self) -> None:
         offset = check_finite_array("parameter 'offset'", self.offset, (None,))
-        object.__setattr__(self, "offset", readonly(offset))
+        self.offset = readonly(offset)
         radius = check_bound("parameter 'radius'", self.radius)
-        object.__setattr__(self, "radius", radius)
-        object.__setattr__(self, "clip_norm",
-                           check_bound("parameter 'clip_norm'", self.clip_norm))
+        self.radius = radius
+        self.clip_norm = check_bound("parameter 'clip_norm'", self.clip_norm)
         check_one_of("parameter 'loss'", self.loss, BINARY_LOSSES)
         norm = math.fsum(np.abs(offset))
         if norm > radius * (1.0 + BALL_SLACK):
@@ -90,7 +88,7 @@ class L1VertexScoresParams(KernelParams):
                              f"{radius:g}, got ||offset||_1 = {norm:g}")
         if self.center is not None:
             center = check_finite_array("parameter 'center'", self.center, offset.shape)
-            object.__setattr__(self, "center", readonly(center))
+            self.center = readonly(center)
 
     @classmethod
     def from_wire(cls, params: Mapping[str, Any], dim: int) -> L1VertexScoresParams:

@@ -49,7 +49,6 @@ m d <= :data:`MAX_TARGET_COORDINATES`.
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -60,6 +59,7 @@ from privadapt.common.kernels.exact_sum import FLOAT_UNIT_ROUNDOFF, clip_slack
 from privadapt.common.kernels.nearest_target_sums import CLIP_NORM, check_targets
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.numerics.geometry import clip_rows_to_norm
+from privadapt.common.validation import frozen_value
 
 #: The largest t a site averages over (its work per target grows with t).
 MAX_NEIGHBOURS = 4096
@@ -70,7 +70,7 @@ MAX_TARGET_COORDINATES = 2**16
 _BLOCK_PAIRS = 2**18
 
 
-@dataclass(frozen=True, eq=False)
+@frozen_value(eq=False)
 class NearestSourceParams(KernelParams):
     """``targets``: m public points (m, d); ``t``: how many nearest private
     points each target's average takes."""
@@ -79,13 +79,13 @@ class NearestSourceParams(KernelParams):
     t: int
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "targets", check_targets(self.targets))
+        self.targets = check_targets(self.targets)
         t = self.t
         if isinstance(t, bool) or not isinstance(t, int | np.integer) \
                 or not 1 <= t <= MAX_NEIGHBOURS:
             raise ValueError(f"parameter 't' must be an integer in [1, {MAX_NEIGHBOURS}], "
                              f"got {t!r}")
-        object.__setattr__(self, "t", int(t))
+        self.t = int(t)
         m, d = self.targets.shape
         if m * d > MAX_TARGET_COORDINATES:
             raise ValueError(f"parameter 'targets' holds {m} points of {d} features; a site "

@@ -97,7 +97,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -118,7 +117,7 @@ from privadapt.common.kernels.grid_rounding import Norm, rounding_charged
 from privadapt.common.kernels.nearest_cells import SEARCH_RECORDS, TargetIndex, nearest_targets
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.numerics.geometry import clip_rows_to_norm, row_norms
-from privadapt.common.validation import check_finite_array
+from privadapt.common.validation import check_finite_array, frozen_value
 
 #: The default clip radius (seed 001: maximal norm 1/2).
 CLIP_NORM = 0.5
@@ -175,7 +174,7 @@ def power_of_two_at_or_above(value: float) -> float:
     return math.ldexp(1.0, exponent - 1 if mantissa == 0.5 else exponent)
 
 
-@dataclass(frozen=True, eq=False)
+@frozen_value(eq=False)
 class NearestTargetParams(KernelParams):
     """``targets`` (m, d) of norm at most 2 r; ``clip_norm`` r, ``count_weight``
     w, ``moment_weight`` v, each None when absent from the query (r = 1/2,
@@ -188,23 +187,21 @@ class NearestTargetParams(KernelParams):
 
     def __post_init__(self) -> None:
         if self.clip_norm is not None:
-            object.__setattr__(self, "clip_norm",
-                               check_bound("parameter 'clip_norm'", self.clip_norm))
+            self.clip_norm = check_bound("parameter 'clip_norm'", self.clip_norm)
         if self.count_weight is not None:
-            object.__setattr__(self, "count_weight",
-                               check_bound("parameter 'count_weight'", self.count_weight))
+            self.count_weight = check_bound("parameter 'count_weight'", self.count_weight)
         if self.moment_weight is not None:
             weight = check_bound("parameter 'moment_weight'", self.moment_weight)
             if not weight * self.clip**2 <= BOUND_RANGE[1]:  # the moment columns' bound
                 raise ValueError(f"parameter 'moment_weight' times clip_norm^2 must be at most "
                                  f"2^200, got {weight!r} * {self.clip!r}^2")
-            object.__setattr__(self, "moment_weight", weight)
+            self.moment_weight = weight
         targets = check_targets(self.targets, norm_bound=TARGET_NORM_FACTOR * self.clip)
         if targets.shape[0] * self.num_columns(targets.shape[1]) > MAX_RELEASE_ENTRIES:
             raise ValueError(f"parameter 'targets' holds {targets.shape[0]} points; with "
                              f"moments a site answers at most {MAX_RELEASE_ENTRIES} released "
                              "entries per query")
-        object.__setattr__(self, "targets", targets)
+        self.targets = targets
 
     @classmethod
     def from_wire(cls, params: Mapping[str, Any], dim: int) -> NearestTargetParams:

@@ -1,7 +1,7 @@
 """Regularized ERM solved at the site: the statistic of output perturbation
 (seed 004, ../shared/seeds/004_2b354816f00c2aef.txt, the "output perturbation"
 learner of Section 1 and Appendix D.3, after Chaudhuri, Monteleoni and
-Sarwate 2011, in a federated sum form).
+Sarwate 2011, in its sum form over sites).
 
 The site clips every record, x_i -> x_i min(1, r / ||x_i||) (``clip_norm`` r)
 and y_i -> max(-Y, min(Y, y_i)) (``label_bound`` Y), and releases (one block of
@@ -73,7 +73,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -93,7 +92,7 @@ from privadapt.common.losses import BINARY_LOSSES, BinaryLoss, loss_bounds, loss
 from privadapt.common.losses import loss_derivative as margin_derivative
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.numerics.geometry import clip_rows_to_norm, project_to_ball, record_products
-from privadapt.common.validation import check_one_of
+from privadapt.common.validation import check_one_of, frozen_value
 
 #: The most solver steps a query may ask for (the site's time grows with T).
 MAX_ITERATIONS = 100_000
@@ -107,7 +106,7 @@ _PRODUCT_LIMIT = 2.0**300
 _U = FLOAT_UNIT_ROUNDOFF
 
 
-@dataclass(frozen=True)
+@frozen_value
 class RegularizedERMParams(KernelParams):
     """``loss`` in {"squared", "logistic"}, ``regularization`` lambda,
     ``radius`` R, ``clip_norm`` r, ``label_bound`` Y and ``iterations`` T
@@ -123,13 +122,13 @@ class RegularizedERMParams(KernelParams):
     def __post_init__(self) -> None:
         check_one_of("parameter 'loss'", self.loss, BINARY_LOSSES)
         for name in ("regularization", "radius", "clip_norm", "label_bound"):
-            object.__setattr__(self, name, check_bound(f"parameter {name!r}", getattr(self, name)))
+            setattr(self, name, check_bound(f"parameter {name!r}", getattr(self, name)))
         steps = self.iterations
         if isinstance(steps, bool) or not isinstance(steps, int | np.integer) \
                 or not 1 <= steps <= MAX_ITERATIONS:
             raise ValueError(f"parameter 'iterations' must be an integer in "
                              f"[1, {MAX_ITERATIONS}], got {steps!r}")
-        object.__setattr__(self, "iterations", int(steps))
+        self.iterations = int(steps)
         lipschitz, smoothness = self.lipschitz, self.smoothness
         for name, value in (("R r", self.radius * self.clip_norm), ("G", lipschitz),
                             ("beta_l", smoothness), ("G / lambda", self.sensitivity_unit),
@@ -226,8 +225,8 @@ def iterations_for(params: RegularizedERMParams, dim: int, max_records: int,
 def clipped_records(data: Dataset, params: RegularizedERMParams
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Features scaled to norm at most r and labels clipped to [-Y, Y]; a
-    non-finite entry makes its record all zeros (never a refusal, whose
-    occurrence would depend on the data)."""
+    non-finite entry makes its record all zeros (never a refusal, which would
+    depend on the data)."""
     features = np.asarray(data.features, dtype=np.float64)
     labels = np.asarray(data.labels, dtype=np.float64)
     finite = np.all(np.isfinite(features), axis=1) & np.isfinite(labels)

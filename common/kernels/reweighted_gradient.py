@@ -72,7 +72,6 @@ original descent and keeps the wire encoding of a query without it.
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -115,6 +114,7 @@ from privadapt.common.validation import (
     check_one_of,
     check_positive_finite,
     check_probability,
+    frozen_value,
 )
 
 _PENDING_GRADIENT = "pending_weight_gradient"
@@ -129,7 +129,7 @@ _POSITIVE = ("mu", "inverse_square_sum", "step_size")
 _MAX_STEP = 2.0**500
 
 
-@dataclass(frozen=True, eq=False, kw_only=True)
+@frozen_value(eq=False, kw_only=True)
 class ReweightedGradientParams(KernelParams):
     """One step's query (module docstring): ``weights`` w (d,) (softmax
     cross-entropy: W (d C,) flattened row-major, with ``num_classes`` C >= 2),
@@ -163,32 +163,29 @@ class ReweightedGradientParams(KernelParams):
     chain: str = ""
 
     def __post_init__(self) -> None:
-        def store(key: str, value: Any) -> None:
-            object.__setattr__(self, key, value)
-
         def name(key: str) -> str:
             return f"parameter {key!r}"
 
         check_one_of(name("objective"), self.objective, OBJECTIVES)
         check_one_of(name("loss"), self.loss, LOSSES)
-        store("num_classes", check_int_at_least(name("num_classes"), self.num_classes, 2))
-        store("weights", readonly(check_finite_array(name("weights"), self.weights, (None,))))
+        self.num_classes = check_int_at_least(name("num_classes"), self.num_classes, 2)
+        self.weights = readonly(check_finite_array(name("weights"), self.weights, (None,)))
         if self.weights.size % self.model_columns:
             raise ValueError(f"parameter 'weights' must hold d x {self.num_classes} entries, "
                              f"got {self.weights.size}")
-        store("step", check_int_at_least(name("step"), self.step, 0))
-        store("total_private_records",
-              check_int_at_least(name("total_private_records"), self.total_private_records, 1))
-        store("alpha", check_probability(name("alpha"), self.alpha, allow_zero=True))
+        self.step = check_int_at_least(name("step"), self.step, 0)
+        self.total_private_records = check_int_at_least(
+            name("total_private_records"), self.total_private_records, 1)
+        self.alpha = check_probability(name("alpha"), self.alpha, allow_zero=True)
         for key in _CLIP:
-            store(key, check_bound(name(key), getattr(self, key)))
+            setattr(self, key, check_bound(name(key), getattr(self, key)))
         for key in _POSITIVE:
-            store(key, check_positive_finite(name(key), getattr(self, key)))
+            setattr(self, key, check_positive_finite(name(key), getattr(self, key)))
         for key in ("k1", "k2", "kinf"):
-            store(key, check_nonnegative_finite(name(key), getattr(self, key)))
-        store("log_partition", check_finite(name("log_partition"), self.log_partition))
-        store("weight_noise", check_bool(name("weight_noise"), self.weight_noise))
-        store("chain", check_chain(self.chain))
+            setattr(self, key, check_nonnegative_finite(name(key), getattr(self, key)))
+        self.log_partition = check_finite(name("log_partition"), self.log_partition)
+        self.weight_noise = check_bool(name("weight_noise"), self.weight_noise)
+        self.chain = check_chain(self.chain)
         step = self.step_size * self.penalty_bound
         if not step <= _MAX_STEP:  # also NaN
             raise ValueError(

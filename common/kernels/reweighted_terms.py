@@ -7,8 +7,8 @@ min(l_i, B) ratio_i^2 (per record: the local block), where every record is
 first clipped to ||x|| <= r (and |y| <= Y for the binary losses). A record
 whose loss or gradient overflows contributes zero, which keeps both bounds.
 Records are processed in chunks so memory stays bounded, and the gradient
-terms are summed exactly (:class:`~privadapt.common.kernels.exact_sum.ExactSum`):
-one record moves the sum by its own clipped term only.
+terms are summed exactly (:class:`~privadapt.common.kernels.exact_sum.ExactSum`,
+exactly): one record moves the sum by its own clipped term only.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ loss (seed 000, d_DP; seed 003, M0).
 Each record contributes z z^T with x scaled to norm at most r (``feature_norm``)
 and y clipped to [-Y, Y] (``label_bound``), so ||z||^2 <= r^2 + Y^2 = s.
 
-What is released (a wire and shape change): not the (d+1) x (d+1)
+What is released: not the (d+1) x (d+1)
 matrix sum_i z_i z_i^T, which is symmetric and so repeats every off-diagonal
 entry, but its upper triangle, D (D+1)/2 entries for D = d + 1, in
 :func:`triangle_of` order: row by row, j <= k (``numpy.triu_indices(D)``:
@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, MutableMapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -70,6 +69,7 @@ from privadapt.common.kernels.blocked_gram import BLOCK_RECORDS, gram, gram_erro
 from privadapt.common.kernels.exact_sum import ExactSum, clip_slack
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.numerics.geometry import clip_rows_to_norm
+from privadapt.common.validation import frozen_value
 
 #: The factor on every off-diagonal entry of the released triangle (module docstring).
 OFF_DIAGONAL_SCALE = math.sqrt(2.0)
@@ -103,7 +103,7 @@ def symmetric_from_triangle(triangle: np.ndarray) -> np.ndarray:
     return matrix
 
 
-@dataclass(frozen=True)
+@frozen_value
 class SecondMomentsParams(KernelParams):
     """The clip region: ``feature_norm`` r (||x|| <= r) and ``label_bound`` Y (|y| <= Y)."""
 
@@ -112,7 +112,7 @@ class SecondMomentsParams(KernelParams):
 
     def __post_init__(self) -> None:
         for key in ("feature_norm", "label_bound"):
-            object.__setattr__(self, key, check_bound(f"parameter {key!r}", getattr(self, key)))
+            setattr(self, key, check_bound(f"parameter {key!r}", getattr(self, key)))
 
     @classmethod
     def from_wire(cls, params: Mapping[str, Any], dim: int) -> SecondMomentsParams:

@@ -73,7 +73,7 @@ projections and the weights' rounding was 16 (d + 2) u and stays so; the
 certified orthogonality term is charged beside it (+16 (d + 2) u r^2 per
 record, negligible next to the sensitivity c mu r^2 ||x_i||^2).
 
-Timing (as for ``exact_discrepancy``: is the work fixed by
+Timing (the question asked of ``exact_discrepancy``: is the work fixed by
 public things?). The eigen check is one ``eigh`` and two proved products of
 size d, whatever the data; it stops early only when V is too far from
 orthogonal to bound (eta >= 1/2), and then the site refuses anyway, in
@@ -92,7 +92,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -114,7 +113,7 @@ from privadapt.common.numerics.smoothed_spectral import (
     NEGLIGIBLE_WEIGHT,
     certified_vertex_gradient,
 )
-from privadapt.common.validation import check_finite_array
+from privadapt.common.validation import check_finite_array, frozen_value
 
 #: The most source points (candidates) one query may carry.
 MAX_POINTS = 2**16
@@ -137,7 +136,7 @@ def _check_factor(name: str, value: Any, *, zero_ok: bool) -> float:
     return value
 
 
-@dataclass(frozen=True, eq=False)
+@frozen_value(eq=False)
 class SmoothedDiscrepancyGradientParams(KernelParams):
     """``feature_norm`` r; ``source_points`` (m, d), norms <= r; ``weights`` q
     (m,) in the simplex; ``mu``; ``scale`` c; ``regularization`` lambda;
@@ -154,7 +153,7 @@ class SmoothedDiscrepancyGradientParams(KernelParams):
 
     def __post_init__(self) -> None:
         radius = check_bound("parameter 'feature_norm'", self.feature_norm)
-        object.__setattr__(self, "feature_norm", radius)
+        self.feature_norm = radius
         points = check_finite_array("parameter 'source_points'", self.source_points,
                                     (None, None))
         if not 1 <= points.shape[0] <= MAX_POINTS or points.shape[1] < 1:
@@ -163,23 +162,22 @@ class SmoothedDiscrepancyGradientParams(KernelParams):
         if float(np.max(np.linalg.norm(points, axis=1))) > radius * (1 + NORM_SLACK):
             raise ValueError("parameter 'source_points' has a point of norm above "
                              "feature_norm: clip the public source to the same radius")
-        object.__setattr__(self, "source_points", readonly(points))
+        self.source_points = readonly(points)
         weights = check_finite_array("parameter 'weights'", self.weights, (points.shape[0],))
         if np.any(weights < 0) or abs(math.fsum(weights) - 1.0) > SIMPLEX_SLACK:
             raise ValueError("parameter 'weights' must lie in the simplex (>= 0, sum 1)")
-        object.__setattr__(self, "weights", readonly(weights))
-        object.__setattr__(self, "mu", _check_factor("mu", self.mu, zero_ok=False))
-        object.__setattr__(self, "scale", _check_factor("scale", self.scale, zero_ok=False))
-        object.__setattr__(self, "regularization",
-                           _check_factor("regularization", self.regularization, zero_ok=True))
+        self.weights = readonly(weights)
+        self.mu = _check_factor("mu", self.mu, zero_ok=False)
+        self.scale = _check_factor("scale", self.scale, zero_ok=False)
+        self.regularization = _check_factor("regularization", self.regularization, zero_ok=True)
         bound = _check_factor("offset_bound", self.offset_bound, zero_ok=True)
-        object.__setattr__(self, "offset_bound", bound)
+        self.offset_bound = bound
         if self.offsets is not None:
             offsets = check_finite_array("parameter 'offsets'", self.offsets,
                                          (points.shape[0],))
             if float(np.max(np.abs(offsets))) > bound:
                 raise ValueError("parameter 'offsets' exceeds 'offset_bound'")
-            object.__setattr__(self, "offsets", readonly(offsets))
+            self.offsets = readonly(offsets)
 
     @classmethod
     def from_wire(cls, params: Mapping[str, Any], dim: int

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -86,7 +85,7 @@ from privadapt.common.losses import (
 )
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.numerics.geometry import record_products
-from privadapt.common.validation import check_finite_array, check_one_of
+from privadapt.common.validation import check_finite_array, check_one_of, frozen_value
 
 #: The most candidates one query may score: the site's time grows with K and
 #: a coordinator chooses K (the wire alone would let it send millions).
@@ -97,7 +96,7 @@ MAX_CANDIDATES = 4096
 MAX_SCORED_COLUMNS = 2**16
 
 
-@dataclass(frozen=True, eq=False)
+@frozen_value(eq=False)
 class ValidationLossParams(KernelParams):
     """``candidates``: K linear models, an array of shape (K, d) (squared or
     logistic ``loss``) or (K, d, C) with C >= 2 classes (softmax cross-entropy);
@@ -128,13 +127,12 @@ class ValidationLossParams(KernelParams):
             raise ValueError(f"parameter 'candidates' asks for {columns} scored columns (models "
                              f"times classes), more than the {MAX_SCORED_COLUMNS} a site scores "
                              "in one query")
-        object.__setattr__(self, "candidates", readonly(candidates))
-        object.__setattr__(self, "loss_bound",
-                           _checked_loss_bound(self.loss_bound, candidates.shape[0]))
+        self.candidates = readonly(candidates)
+        self.loss_bound = _checked_loss_bound(self.loss_bound, candidates.shape[0])
         if self.score_offsets is not None:
             offsets = check_finite_array("parameter 'score_offsets'", self.score_offsets,
                                          (candidates.shape[0],))
-            object.__setattr__(self, "score_offsets", readonly(offsets))
+            self.score_offsets = readonly(offsets)
 
     @classmethod
     def from_wire(cls, params: Mapping[str, Any], dim: int) -> ValidationLossParams:

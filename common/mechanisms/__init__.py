@@ -26,7 +26,17 @@ accountant.
 
 Mechanisms serialise to plain JSON-compatible dicts (:func:`mechanism_to_dict`,
 :func:`mechanism_from_dict`) through one kind table, :data:`MECHANISM_KINDS`, so
-a ledger can store them and any accountant can replay them later.
+a ledger can store them and any accountant can replay them later; each also
+states itself as dp-accounting's own event (``to_dp_event``; the sensitivity
+convention is in :mod:`.base`).
+
+A new mechanism is its class, its accountant case and its proto message: the
+class, in a module of this package, declares its ``kind`` and is registered
+by that (:mod:`.base`; every module here is imported below, so nothing else
+lists it); its ``accounted_as`` names its case in
+:mod:`privadapt.common.accounting.cases` (a new case only for new
+accounting); and the wire carries it as the ``Mechanism.kind`` oneof field of
+that name (``proto/privadapt/v1/federation.proto``), filled from its dict form.
 
 Poisson subsampling (dp-accounting's ``PoissonSampledDpEvent``) is a field of
 the Gaussian mechanism, ``sampling_rate`` q: the site includes each of its
@@ -41,9 +51,16 @@ an unsampled one keeps kind ``gaussian`` and the exact dict it always had.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Any
 
-from privadapt.common.mechanisms.base import Adjacency, KernelMechanism, Mechanism
+from privadapt.common.mechanisms.base import (
+    MECHANISM_KINDS,
+    Adjacency,
+    KernelMechanism,
+    Mechanism,
+)
 from privadapt.common.mechanisms.discrete_laplace import DiscreteLaplaceMechanism
 from privadapt.common.mechanisms.discrete_report_noisy_min import DiscreteReportNoisyMin
 from privadapt.common.mechanisms.discrete_selection import DiscreteExponentialMechanism
@@ -52,11 +69,11 @@ from privadapt.common.mechanisms.distributed_discrete_gaussian import (
 )
 from privadapt.common.mechanisms.events import PureDpEvent, ZCdpEvent
 from privadapt.common.mechanisms.gaussian import GaussianBlock, GaussianMechanism
+from privadapt.common.mechanisms.generalized_exponential import GeneralizedExponentialMechanism
 from privadapt.common.mechanisms.laplace import LaplaceMechanism
 from privadapt.common.mechanisms.no_noise import NoNoise
 from privadapt.common.mechanisms.selection import (
     ExponentialMechanism,
-    GeneralizedExponentialMechanism,
     ReportNoisyMin,
     SelectionMechanism,
 )
@@ -84,29 +101,15 @@ __all__ = [
     "mechanism_to_dict",
 ]
 
-#: Serialised kind -> class: the one table every dict and wire form goes through.
-MECHANISM_KINDS: dict[str, type[Mechanism]] = {
-    "gaussian": GaussianMechanism,
-    "poisson_sampled_gaussian": GaussianMechanism,
-    "laplace": LaplaceMechanism,
-    "discrete_laplace": DiscreteLaplaceMechanism,
-    "distributed_discrete_gaussian": DistributedDiscreteGaussianMechanism,
-    "pure_dp": PureDpEvent,
-    "zcdp": ZCdpEvent,
-    "no_noise": NoNoise,
-    "report_noisy_laplace": ReportNoisyMin,
-    "discrete_report_noisy_laplace": DiscreteReportNoisyMin,
-    "exponential": ExponentialMechanism,
-    "discrete_exponential": DiscreteExponentialMechanism,
-    "generalized_exponential": GeneralizedExponentialMechanism,
-}
-
-_KNOWN_CLASSES = frozenset(MECHANISM_KINDS.values())
+# Every module of the package, so that every mechanism class is registered
+# (MECHANISM_KINDS) whether or not it is re-exported above.
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def mechanism_to_dict(mechanism: Mechanism) -> dict[str, Any]:
     """A JSON-compatible description that :func:`mechanism_from_dict` inverts."""
-    if type(mechanism) not in _KNOWN_CLASSES:
+    if MECHANISM_KINDS.get(getattr(mechanism, "kind", None)) is not type(mechanism):
         raise TypeError(f"not a privadapt mechanism: {mechanism!r}")
     return mechanism.to_dict()
 

@@ -1,27 +1,65 @@
-"""What every mechanism knows about itself: the two base classes.
+"""What every mechanism knows about itself: the base classes, and the one
+registry of mechanism kinds.
 
 :class:`Mechanism` is the interface every accountant reads (kind, adjacency,
 free or not private, pure epsilon, how it reads under another adjacency, its
-dict form); :class:`KernelMechanism` adds what a site needs to release a
-kernel's sums with it (sensitivities per block, the norm they are in, noise
-scales, noise shares and local-block noise). Selection mechanisms, which
-release an index instead of a sum, have their own base class
-(:class:`privadapt.common.mechanisms.selection.SelectionMechanism`). See the
-package docstring.
+dict form, its dp-accounting event); :class:`KernelMechanism` adds what a site
+needs to release a kernel's sums with it (sensitivities per block, the norm
+they are in, noise scales, noise shares and local-block noise) and how a
+kernel builds it from a noise multiplier; :class:`OneBlockMechanism` is a
+kernel mechanism of one released block and no local blocks. Selection
+mechanisms, which release an index instead of a sum, have their own base
+class (:class:`privadapt.common.mechanisms.selection.SelectionMechanism`).
+See the package docstring.
+
+**The registry.** A concrete mechanism class declares its serialised ``kind``
+(or ``kinds``, when one class writes several) and is registered by that
+declaration alone (:meth:`Mechanism.__init_subclass__`): the dict form, the
+wire, a ledger and :meth:`Kernel.mechanism
+<privadapt.common.kernels.base.Kernel.mechanism>` all find it in
+:data:`MECHANISM_KINDS`; its accountant case is the one its ``accounted_as``
+names (:mod:`privadapt.common.accounting.cases`).
+
+**Sensitivity convention and dp-accounting events.** A mechanism's declared
+sensitivity is the largest change of the released value between neighbours
+under its *own* adjacency: the whole shift of the output. Its noise
+multiplier is its noise over that sensitivity (sigma / sensitivity for a
+Gaussian, scale / sensitivity for a Laplace). :meth:`Mechanism.to_dp_event`
+states the release in dp-accounting's vocabulary under the same convention,
+which is dp-accounting's ``NeighboringRelation.ADD_OR_REMOVE_ONE`` reading (an
+event of noise multiplier z moves the output by one unit of noise z), so the
+event's noise multiplier *is* the mechanism's, sigma / sensitivity, whatever
+the mechanism's own adjacency. A replay expresses every mechanism in the
+ledger's adjacency first (:meth:`Mechanism.in_adjacency`) and composes the
+events under ``ADD_OR_REMOVE_ONE``; never under dp-accounting's
+``REPLACE_ONE``, where the unit is one record's contribution and a Gaussian's
+PLD (not its RDP) shifts by twice it (google/differential-privacy#378).
+Pure epsilon-DP releases are the exception: their event is randomized
+response over two buckets, the tight epsilon-DP pair, which dp-accounting
+reads under ``REPLACE_ONE`` only, so a ledger mixing them with shift events
+has no single dp-accounting replay (its accountants report them unsupported).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from privadapt.common.noise.floating import RandomBits
+from privadapt.common.noise.floating import RandomBits, SecureRandomBits
+
+if TYPE_CHECKING:
+    from dp_accounting.dp_event import DpEvent
 
 Shape = tuple[int, ...]
+
+#: Serialised kind -> class: the one table every dict and wire form goes
+#: through, filled by the classes themselves (:meth:`Mechanism.__init_subclass__`).
+MECHANISM_KINDS: dict[str, type[Mechanism]] = {}
 
 
 class Adjacency(StrEnum):
@@ -33,10 +71,12 @@ class Adjacency(StrEnum):
 
 class Mechanism:
     """What every mechanism knows about itself. Subclasses are frozen
-    dataclasses with an ``adjacency`` field; the kind table maps their
-    serialised ``kind`` back to them."""
+    dataclasses with an ``adjacency`` field; a concrete one declares its
+    serialised ``kind`` (or ``kinds``) and is registered under it."""
 
     kind: ClassVar[str]
+    #: Every kind the class reads and writes (default: its one ``kind``).
+    kinds: ClassVar[tuple[str, ...]]
     adjacency: Adjacency
     #: Can a kernel's sum be released with it (False: an accounting-only event).
     releases_kernel_sums: ClassVar[bool] = False
@@ -48,6 +88,49 @@ class Mechanism:
     #: Is its privacy loss exactly one Gaussian's, of ``noise_multiplier``, so
     #: that compositions of it fold in closed form.
     composes_as_gaussian: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register a class that declares its ``kind`` or ``kinds``: the only
+        step that makes a new mechanism known to the dict form and the wire."""
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        if "kinds" not in own and isinstance(own.get("kind"), str):
+            cls.kinds = (own["kind"],)
+        if "kinds" not in vars(cls):
+            return  # an abstract family (KernelMechanism, SelectionMechanism)
+        for kind in cls.kinds:
+            known = MECHANISM_KINDS.setdefault(kind, cls)
+            if known is not cls:
+                raise TypeError(f"mechanism kind {kind!r} is declared by both "
+                                f"{known.__name__} and {cls.__name__}")
+
+    @property
+    def accounted_as(self) -> str:
+        """The accountant case that reads it
+        (:mod:`privadapt.common.accounting.cases`): its own kind, unless it is
+        accounted as a family it belongs to ("pure_dp": an epsilon-DP release,
+        accounted as the tight epsilon-DP pair; "bounded_range": an
+        epsilon-bounded-range one)."""
+        return self.kind
+
+    def to_dp_event(self) -> DpEvent:
+        """The release as dp-accounting's own event, under the sensitivity
+        convention of the module docstring (its noise multiplier is this
+        mechanism's sigma / sensitivity; replayed under ``ADD_OR_REMOVE_ONE``
+        once in the ledger's adjacency). ``NoOpDpEvent`` when it is free,
+        ``NonPrivateDpEvent`` when it is not private. dp-accounting is
+        imported here, not at module import: a site never needs it."""
+        from dp_accounting import dp_event
+
+        if self.is_non_private:
+            return dp_event.NonPrivateDpEvent()
+        if self.is_free:
+            return dp_event.NoOpDpEvent()
+        return self._dp_event()
+
+    def _dp_event(self) -> DpEvent:
+        """The event of a release that costs something and is private."""
+        raise NotImplementedError
 
     @property
     def is_sampled(self) -> bool:
@@ -128,6 +211,26 @@ class Mechanism:
         raise NotImplementedError
 
 
+@dataclasses.dataclass(frozen=True)
+class NoiseRequest:
+    """What :meth:`Kernel.mechanism <privadapt.common.kernels.base.Kernel.mechanism>`
+    asks a kernel mechanism class for: block b of charged sensitivity
+    ``charged[b]`` (the first ``released`` released, the rest local) with
+    noise ``noise_multiplier * ratios[b]`` times it, under ``adjacency``; the
+    Poisson ``sampling_rate``, the grid 2^-``fractional_bits`` and the
+    ``honest_shares`` are for the mechanisms that use them."""
+
+    charged: tuple[float, ...]
+    noise_multiplier: float
+    ratios: tuple[float, ...]
+    kernel: str
+    released: int
+    adjacency: Adjacency
+    sampling_rate: float
+    fractional_bits: int
+    honest_shares: int
+
+
 class KernelMechanism(Mechanism):
     """A mechanism a site applies to a kernel's released sums: one declared
     sensitivity per block (in the norm ``noise_norm``), and the noise it adds."""
@@ -158,6 +261,14 @@ class KernelMechanism(Mechanism):
     @property
     def is_free(self) -> bool:
         return math.isinf(self.noise_multiplier)
+
+    @classmethod
+    def for_kernel(cls, request: NoiseRequest) -> KernelMechanism:
+        """The mechanism :meth:`Kernel.mechanism
+        <privadapt.common.kernels.base.Kernel.mechanism>` builds for
+        ``noise=cls.kinds[0]`` (:class:`NoiseRequest`). A class that does not
+        override it is no noise a kernel can be asked for."""
+        raise ValueError(f"{cls.__name__} is not a noise a kernel builds")
 
     def with_sensitivities(
         self, sensitivities: Sequence[float], adjacency: Adjacency
@@ -196,3 +307,98 @@ class KernelMechanism(Mechanism):
         """The full noise of each local block of ``shapes`` (nobody else adds
         noise to them); ``()`` for no local blocks."""
         raise NotImplementedError
+
+
+def kernel_noise_class(noise: str) -> type[KernelMechanism]:
+    """The kernel mechanism ``Kernel.mechanism(noise=...)`` builds, by its
+    kind, or ``ValueError`` naming the kinds a kernel can be asked for."""
+    noises = kernel_noises()
+    if noise not in noises:
+        raise ValueError(f"noise must be one of {sorted(noises)}, got {noise!r}")
+    return noises[noise]
+
+
+def kernel_noises() -> dict[str, type[KernelMechanism]]:
+    """Every registered kernel mechanism that a kernel builds from a noise
+    multiplier (it overrides :meth:`KernelMechanism.for_kernel`), by its
+    first kind (``gaussian`` for the Gaussian, sampled or not)."""
+    return {cls.kinds[0]: cls for cls in MECHANISM_KINDS.values()
+            if issubclass(cls, KernelMechanism) and "for_kernel" in vars(cls)}
+
+
+class OneBlockMechanism(KernelMechanism):
+    """A kernel mechanism of one released block of declared ``sensitivity``
+    and no local blocks (Laplace, and the exact integer noises): subclasses
+    are frozen dataclasses with ``sensitivity`` and ``adjacency`` fields."""
+
+    sensitivity: float
+    supports_local_blocks: ClassVar[bool] = False
+
+    @property
+    def sensitivities(self) -> tuple[float, ...]:
+        return (self.sensitivity,)
+
+    def with_sensitivities(
+        self, sensitivities: Sequence[float], adjacency: Adjacency
+    ) -> OneBlockMechanism:
+        (sensitivity,) = sensitivities
+        return dataclasses.replace(self, sensitivity=sensitivity,  # type: ignore[type-var]
+                                   adjacency=adjacency)
+
+    def local_noise(
+        self, shapes: Sequence[Shape], source: RandomBits | None = None
+    ) -> tuple[np.ndarray, ...]:
+        if shapes:
+            raise ValueError(f"a {self.kind} mechanism has no local blocks: a kernel with "
+                             "local blocks takes Gaussian noise only")
+        return ()
+
+
+class GridNoiseMechanism(OneBlockMechanism):
+    """A one-block mechanism whose noise is exact integers of the grid
+    2^-``fractional_bits`` (the query's own grid: ``noise_grid_bits``)."""
+
+    fractional_bits: int
+
+    @property
+    def noise_grid_bits(self) -> int:
+        return self.fractional_bits
+
+    def noise_steps(
+        self, shape: Shape, num_sites: int, collusion_tolerance: int,
+        source: RandomBits | None = None,
+    ) -> np.ndarray:
+        """One site's int64 share of the noise of a block of ``shape``, in grid steps."""
+        raise NotImplementedError
+
+    def noise_shares(
+        self,
+        shapes: Sequence[Shape],
+        num_sites: int,
+        collusion_tolerance: int,
+        source: RandomBits | None = None,
+    ) -> tuple[np.ndarray, ...]:
+        """Shares as floats that are exactly integers times 2^-f, so the
+        codec's rint(share 2^f) gives the integers back."""
+        source = source or SecureRandomBits()
+        out = []
+        for shape in shapes:
+            steps = self.noise_steps(shape, num_sites, collusion_tolerance, source)
+            if steps.size and int(np.max(np.abs(steps))) >= 2**53:  # probability exp(-256)
+                raise OverflowError(f"a {self.kind} sample left the exact float range")
+            out.append(np.ldexp(steps.astype(np.float64), -self.fractional_bits))
+        return tuple(out)
+
+
+def pure_dp_event(epsilon: float) -> DpEvent:
+    """dp-accounting's event for a release known only to be pure
+    ``epsilon``-DP: randomized response over two buckets, the tight
+    epsilon-DP pair (its loss is +-epsilon), with noise parameter
+    p = 2 / (1 + e^epsilon) rounded down (a hair more loss, never less). It is
+    what the ledger's pure-DP PLD builds; dp-accounting reads it under
+    ``REPLACE_ONE`` only (module docstring)."""
+    from dp_accounting import dp_event
+
+    tail = math.exp(-epsilon)
+    noise = math.nextafter(2.0 * tail / (1.0 + tail), 0.0)
+    return dp_event.RandomizedResponseDpEvent(noise_parameter=noise, num_buckets=2)

@@ -52,18 +52,19 @@ comparisons of CSPRNG words, with bounded expected work for every admissible t).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from privadapt.common.mechanisms.base import Adjacency, KernelMechanism, Shape
+from privadapt.common.mechanisms.base import Adjacency, GridNoiseMechanism, NoiseRequest, Shape
 from privadapt.common.noise.discrete import MAX_PARAMETER_PART, as_rational, discrete_laplace
 from privadapt.common.noise.discrete_shares import polya_share
-from privadapt.common.noise.floating import RandomBits, SecureRandomBits, honest_share_count
-from privadapt.common.validation import check_nonnegative_finite
+from privadapt.common.noise.floating import RandomBits, honest_share_count
+from privadapt.common.validation import check_nonnegative_finite, frozen_value
+
+if TYPE_CHECKING:
+    from dp_accounting.dp_event import DpEvent
 
 #: The largest noise scale, in grid steps: samples stay below 2^53 (exact
 #: floats) but with probability exp(-256). In data units 2^(45 - f), the same
@@ -131,12 +132,17 @@ def expected_words_per_sample() -> float:
     return 2.0 * ((1.0 + e) / (1.0 - 1.0 / e) + e / (e - 1.0) + 1.0)
 
 
-@dataclass(frozen=True)
-class DiscreteLaplaceMechanism(KernelMechanism):
+@frozen_value
+class DiscreteLaplaceMechanism(GridNoiseMechanism):
     """Discrete Laplace noise of ``scale_steps`` t grid steps on a one-block
     release of charged L1 ``sensitivity`` S (rounding included), on the grid
     2^-``fractional_bits``: exactly pure (Delta / t)-DP, Delta =
-    :func:`grid_steps` (S, f)."""
+    :func:`grid_steps` (S, f). Its dp-accounting event is
+    ``DiscreteLaplaceDpEvent(1 / t, Delta)`` in grid steps (1 / t rounded up:
+    a hair less noise, never more), whose noise multiplier t / Delta is this
+    mechanism's in steps; dp-accounting's PLD of it enumerates about Delta
+    points, so it replays only on coarse grids (the ledger's own PLD is in
+    closed form)."""
 
     sensitivity: float
     scale_steps: float
@@ -145,16 +151,22 @@ class DiscreteLaplaceMechanism(KernelMechanism):
 
     kind: ClassVar[str] = "discrete_laplace"
     noise_norm: ClassVar[str] = "l1"
-    supports_local_blocks: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_nonnegative_finite("DiscreteLaplaceMechanism.sensitivity", self.sensitivity)
-        object.__setattr__(self, "fractional_bits", check_grid_bits(
-            "DiscreteLaplaceMechanism.fractional_bits", self.fractional_bits))
-        object.__setattr__(self, "sensitivity", float(self.sensitivity))
-        object.__setattr__(self, "scale_steps", check_scale_steps(
-            "DiscreteLaplaceMechanism.scale_steps", self.scale_steps))
-        object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
+        self.fractional_bits = check_grid_bits("DiscreteLaplaceMechanism.fractional_bits",
+                                               self.fractional_bits)
+        self.sensitivity = float(self.sensitivity)
+        self.scale_steps = check_scale_steps("DiscreteLaplaceMechanism.scale_steps",
+                                             self.scale_steps)
+        self.adjacency = Adjacency(self.adjacency)
+
+    @classmethod
+    def for_kernel(cls, request: NoiseRequest) -> DiscreteLaplaceMechanism:
+        """:meth:`for_noise_multiplier` of z ratio on the grid 2^-``fractional_bits``."""
+        (charged,), (ratio,) = request.charged, request.ratios
+        return cls.for_noise_multiplier(charged, request.noise_multiplier * ratio,
+                                        request.fractional_bits, request.adjacency)
 
     @classmethod
     def for_noise_multiplier(
@@ -193,17 +205,9 @@ class DiscreteLaplaceMechanism(KernelMechanism):
         return float_at_least(self.exact_epsilon)
 
     @property
-    def noise_grid_bits(self) -> int:
-        return self.fractional_bits
-
-    @property
     def scale(self) -> float:
         """t in data units, t 2^-f."""
         return math.ldexp(self.scale_steps, -self.fractional_bits)
-
-    @property
-    def sensitivities(self) -> tuple[float, ...]:
-        return (self.sensitivity,)
 
     @property
     def noise_scales(self) -> tuple[float, ...]:
@@ -219,12 +223,12 @@ class DiscreteLaplaceMechanism(KernelMechanism):
         return (f"discrete laplace eps={self.epsilon:.3g} (Delta={self.grid_sensitivity} "
                 f"steps of 2^-{self.fractional_bits})")
 
-    def with_sensitivities(
-        self, sensitivities: Sequence[float], adjacency: Adjacency
-    ) -> DiscreteLaplaceMechanism:
-        (sensitivity,) = sensitivities
-        return DiscreteLaplaceMechanism(sensitivity, self.scale_steps, self.fractional_bits,
-                                        adjacency)
+    def _dp_event(self) -> DpEvent:
+        from dp_accounting import dp_event
+
+        return dp_event.DiscreteLaplaceDpEvent(
+            noise_parameter=float_at_least(1 / self.exact_scale),
+            sensitivity=self.grid_sensitivity)
 
     def noise_steps(
         self, shape: Shape, num_sites: int, collusion_tolerance: int,
@@ -236,31 +240,6 @@ class DiscreteLaplaceMechanism(KernelMechanism):
         if honest == 1:
             return discrete_laplace(self.exact_scale, shape, source)
         return polya_share(self.exact_scale, num_sites, collusion_tolerance, shape, source)
-
-    def noise_shares(
-        self,
-        shapes: Sequence[Shape],
-        num_sites: int,
-        collusion_tolerance: int,
-        source: RandomBits | None = None,
-    ) -> tuple[np.ndarray, ...]:
-        """Shares as floats that are exactly integers times 2^-f, so the
-        codec's rint(share 2^f) gives the integers back."""
-        source = source or SecureRandomBits()
-        out = []
-        for shape in shapes:
-            steps = self.noise_steps(shape, num_sites, collusion_tolerance, source)
-            if steps.size and int(np.max(np.abs(steps))) >= 2**53:  # probability exp(-256)
-                raise OverflowError("a discrete Laplace sample left the exact float range")
-            out.append(np.ldexp(steps.astype(np.float64), -self.fractional_bits))
-        return tuple(out)
-
-    def local_noise(
-        self, shapes: Sequence[Shape], source: RandomBits | None = None
-    ) -> tuple[np.ndarray, ...]:
-        if shapes:
-            raise ValueError("a discrete Laplace mechanism has no local blocks")
-        return ()
 
     def _fields(self) -> dict[str, Any]:
         return {"sensitivity": self.sensitivity, "scale_steps": self.scale_steps,

@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar
 
@@ -81,18 +80,14 @@ from privadapt.common.mechanisms.discrete_laplace import (
     grid_steps,
 )
 from privadapt.common.mechanisms.discrete_selection import grid_utilities
-from privadapt.common.mechanisms.selection import (
-    SelectionMechanism,
-    _check_monotone_adjacency,
-    _checked_sensitivities,
-)
+from privadapt.common.mechanisms.selection import OneBoundSelection
 from privadapt.common.noise.discrete import discrete_laplace
 from privadapt.common.noise.floating import RandomBits
-from privadapt.common.validation import check_bool, check_nonnegative_finite
+from privadapt.common.validation import frozen_value
 
 
-@dataclass(frozen=True)
-class DiscreteReportNoisyMin(SelectionMechanism):
+@frozen_value
+class DiscreteReportNoisyMin(OneBoundSelection):
     """Report-noisy-min (or -max) with discrete Laplace noise of ``scale_steps``
     grid steps on scores of charged ``sensitivity`` read on the grid
     2^-``fractional_bits``, ties to the lowest index (module docstring)."""
@@ -107,17 +102,12 @@ class DiscreteReportNoisyMin(SelectionMechanism):
     kind: ClassVar[str] = "discrete_report_noisy_laplace"
 
     def __post_init__(self) -> None:
-        name = "DiscreteReportNoisyMin"
-        object.__setattr__(self, "sensitivity", check_nonnegative_finite(
-            f"{name}.sensitivity", self.sensitivity))
-        object.__setattr__(self, "scale_steps",
-                           check_scale_steps(f"{name}.scale_steps", self.scale_steps))
-        object.__setattr__(self, "fractional_bits",
-                           check_grid_bits(f"{name}.fractional_bits", self.fractional_bits))
-        object.__setattr__(self, "minimize", check_bool(f"{name}.minimize", self.minimize))
-        object.__setattr__(self, "monotone", check_bool(f"{name}.monotone", self.monotone))
-        object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
-        _check_monotone_adjacency(name, self.monotone, self.adjacency)
+        self._check_sensitivity()
+        self.scale_steps = check_scale_steps("DiscreteReportNoisyMin.scale_steps",
+                                             self.scale_steps)
+        self.fractional_bits = check_grid_bits("DiscreteReportNoisyMin.fractional_bits",
+                                               self.fractional_bits)
+        self._check_direction()
 
     @property
     def grid_sensitivity(self) -> int:
@@ -142,30 +132,10 @@ class DiscreteReportNoisyMin(SelectionMechanism):
         return self.fractional_bits
 
     @property
-    def is_free(self) -> bool:
-        return self.sensitivity == 0
-
-    @property
-    def score_sensitivities(self) -> tuple[float, ...]:
-        return (self.sensitivity,)
-
-    @property
     def summary(self) -> str:
-        monotone = ", monotone" if self.monotone else ""
         return (f"discrete report-noisy laplace {self._direction} eps={self.epsilon:.3g}"
-                f"{monotone} (Delta={self.grid_sensitivity} steps of 2^-{self.fractional_bits})")
-
-    def with_score_sensitivities(
-        self, sensitivities: Sequence[float], adjacency: Adjacency, *, monotone: bool = False
-    ) -> DiscreteReportNoisyMin:
-        sensitivity = max(_checked_sensitivities("score sensitivities", sensitivities))
-        return DiscreteReportNoisyMin(sensitivity, self.scale_steps, self.fractional_bits,
-                                      self.minimize, monotone, adjacency)
-
-    def _as_replace_one(self) -> DiscreteReportNoisyMin:
-        sensitivity = self.sensitivity if self.monotone else 2 * self.sensitivity
-        return DiscreteReportNoisyMin(sensitivity, self.scale_steps, self.fractional_bits,
-                                      self.minimize, False, Adjacency.REPLACE_ONE)
+                f"{self._monotone_note} (Delta={self.grid_sensitivity} steps of "
+                f"2^-{self.fractional_bits})")
 
     def select(self, scores: np.ndarray, source: RandomBits | None = None) -> int:
         scores = self._checked_scores(scores)

@@ -43,8 +43,6 @@ addressed (that module's docstring).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar
 
@@ -58,22 +56,14 @@ from privadapt.common.mechanisms.fixed_work_exponential import (
     fixed_work_exponential_index,
     integer_weights,
 )
-from privadapt.common.mechanisms.selection import (
-    SelectionMechanism,
-    _check_monotone_adjacency,
-    _checked_sensitivities,
-)
+from privadapt.common.mechanisms.selection import OneBoundSelection
 from privadapt.common.noise.discrete import uniform_index
 from privadapt.common.noise.floating import RandomBits
-from privadapt.common.validation import (
-    check_bool,
-    check_nonnegative_finite,
-    check_positive_finite,
-)
+from privadapt.common.validation import check_positive_finite, frozen_value
 
 
-@dataclass(frozen=True)
-class DiscreteExponentialMechanism(SelectionMechanism):
+@frozen_value
+class DiscreteExponentialMechanism(OneBoundSelection):
     """The exponential mechanism at ``epsilon`` on scores of charged
     sensitivity ``sensitivity`` read in integer steps of the grid
     2^-``fractional_bits``, drawn with score-independent work and charged
@@ -89,17 +79,15 @@ class DiscreteExponentialMechanism(SelectionMechanism):
     kind: ClassVar[str] = "discrete_exponential"
 
     def __post_init__(self) -> None:
-        name = "DiscreteExponentialMechanism"
-        object.__setattr__(self, "sensitivity", check_nonnegative_finite(
-            f"{name}.sensitivity", self.sensitivity))
-        object.__setattr__(self, "epsilon",
-                           check_positive_finite(f"{name}.epsilon", self.epsilon))
-        object.__setattr__(self, "fractional_bits",
-                           check_grid_bits(f"{name}.fractional_bits", self.fractional_bits))
-        object.__setattr__(self, "minimize", check_bool(f"{name}.minimize", self.minimize))
-        object.__setattr__(self, "monotone", check_bool(f"{name}.monotone", self.monotone))
-        object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
-        _check_monotone_adjacency(name, self.monotone, self.adjacency)
+        self._check_sensitivity()
+        self.epsilon = check_positive_finite("DiscreteExponentialMechanism.epsilon", self.epsilon)
+        self.fractional_bits = check_grid_bits("DiscreteExponentialMechanism.fractional_bits",
+                                               self.fractional_bits)
+        self._check_direction()
+
+    @property
+    def accounted_as(self) -> str:
+        return "bounded_range"
 
     @property
     def grid_sensitivity(self) -> int:
@@ -119,37 +107,19 @@ class DiscreteExponentialMechanism(SelectionMechanism):
         return self.fractional_bits
 
     @property
-    def is_free(self) -> bool:
-        return self.sensitivity == 0
-
-    @property
     def pure_epsilon(self) -> float:
         # epsilon plus the sampler's distance from the exact law, rounded up:
         # the one figure the ledger's pure, PLD and bounded-range RDP paths read.
         return 0.0 if self.is_free else charged_epsilon(self.epsilon)
 
     @property
-    def score_sensitivities(self) -> tuple[float, ...]:
-        return (self.sensitivity,)
-
-    @property
     def summary(self) -> str:
-        monotone = ", monotone" if self.monotone else ""
-        return (f"discrete exponential {self._direction} eps={self.epsilon:.3g}{monotone} "
-                f"(Delta={self.grid_sensitivity} steps of 2^-{self.fractional_bits})")
+        return (f"discrete exponential {self._direction} eps={self.epsilon:.3g}"
+                f"{self._monotone_note} (Delta={self.grid_sensitivity} steps of "
+                f"2^-{self.fractional_bits})")
 
-    def with_score_sensitivities(
-        self, sensitivities: Sequence[float], adjacency: Adjacency, *, monotone: bool = False
-    ) -> DiscreteExponentialMechanism:
-        sensitivity = max(_checked_sensitivities("score sensitivities", sensitivities))
-        return DiscreteExponentialMechanism(sensitivity, self.epsilon, self.fractional_bits,
-                                            self.minimize, monotone, adjacency)
-
-    def _as_replace_one(self) -> DiscreteExponentialMechanism:
-        # Group privacy of size 2, as ExponentialMechanism reads it.
-        sensitivity = self.sensitivity if self.monotone else 2 * self.sensitivity
-        return DiscreteExponentialMechanism(sensitivity, 2 * self.epsilon, self.fractional_bits,
-                                            self.minimize, False, Adjacency.REPLACE_ONE)
+    def _replace_one_changes(self) -> dict[str, object]:
+        return {"epsilon": 2 * self.epsilon}  # as ExponentialMechanism reads it
 
     def utility_steps(self, scores: np.ndarray) -> np.ndarray:
         """The utilities in integer grid steps (:func:`grid_utilities`)."""

@@ -1,8 +1,7 @@
 """The distributed discrete Gaussian: exact integer Gaussian-like noise on the
-fixed-point grid, shared among the sites of a secure sum
-(Kairouz, Liu and Steinke, "The Distributed Discrete Gaussian
-Mechanism for Federated Learning with Secure Aggregation", ICML 2021, arXiv
-2102.06387).
+fixed-point grid, shared among the sites of a secure sum (Kairouz, Liu and
+Steinke, "The Distributed Discrete Gaussian Mechanism for Federated Learning
+with Secure Aggregation", ICML 2021, arXiv 2102.06387).
 
 Why: the float Gaussian of :class:`~privadapt.common.mechanisms.gaussian.GaussianMechanism`
 leaves a gap of about 2^-100 in its tails, and continuous Gaussian shares
@@ -64,18 +63,19 @@ when asked for more.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from privadapt.common.mechanisms.base import Adjacency, KernelMechanism, Shape
+from privadapt.common.mechanisms.base import Adjacency, GridNoiseMechanism, NoiseRequest, Shape
 from privadapt.common.mechanisms.discrete_laplace import check_grid_bits
 from privadapt.common.noise.discrete import MAX_GAUSSIAN_PRODUCT, as_rational, discrete_gaussian
-from privadapt.common.noise.floating import RandomBits, SecureRandomBits, honest_share_count
-from privadapt.common.validation import check_nonnegative_finite
+from privadapt.common.noise.floating import RandomBits, honest_share_count
+from privadapt.common.validation import check_nonnegative_finite, frozen_value
+
+if TYPE_CHECKING:
+    from dp_accounting.dp_event import DpEvent
 
 #: The paper's bound needs a share sigma of at least 1/2 grid step.
 MIN_SHARE_SIGMA_SQUARED = Fraction(1, 4)
@@ -113,6 +113,26 @@ def check_share_sigma_squared(value: Any) -> Fraction:
     return exact
 
 
+def discrete_gaussian_sum_tau(share_sigma_squared: float, shares: int) -> float:
+    """tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 s^2 k / (k + 1)) of Kairouz, Liu and
+    Steinke 2021 for a sum of n = ``shares`` i.i.d. N_Z(0, s^2): how far the
+    sum is from one discrete Gaussian N_Z(0, n s^2) (0 for n = 1)."""
+    check_sum_of_discrete_gaussians(share_sigma_squared, shares)
+    k = np.arange(1, shares, dtype=float)
+    return float(10.0 * np.sum(np.exp(-2.0 * math.pi**2 * float(share_sigma_squared)
+                                      * k / (k + 1.0))))
+
+
+def check_sum_of_discrete_gaussians(share_sigma_squared: float, shares: int) -> None:
+    """ValueError unless ``shares`` n >= 1 and s^2 >= 1/4 (the bound's premise)."""
+    if isinstance(shares, bool) or not isinstance(shares, int | np.integer) or shares < 1:
+        raise ValueError(f"shares must be a positive integer, got {shares!r}")
+    if not (isinstance(share_sigma_squared, int | float | Fraction | np.floating)
+            and 0.25 <= share_sigma_squared < math.inf):
+        raise ValueError("the bound for sums of discrete Gaussians needs a share sigma of at "
+                         f"least 1/2 (sigma^2 >= 1/4), got sigma^2 = {share_sigma_squared!r}")
+
+
 def sampler_variance_at_least(variance: float) -> float:
     """The least float >= ``variance`` (and >= 1/4) of the form j / 2^k whose
     numerator times denominator is at most 2^56: a share variance the exact
@@ -133,12 +153,20 @@ def sampler_variance_at_least(variance: float) -> float:
         bits -= 1
 
 
-@dataclass(frozen=True)
-class DistributedDiscreteGaussianMechanism(KernelMechanism):
+@frozen_value
+class DistributedDiscreteGaussianMechanism(GridNoiseMechanism):
     """Exact discrete Gaussian shares N_Z(0, ``share_sigma_squared``) (grid
     steps squared) from each site, on a one-block release of charged L2
     ``sensitivity`` S (rounding included) on the grid 2^-``fractional_bits``,
-    charged as the sum of ``honest_shares`` of them (module docstring)."""
+    charged as the sum of ``honest_shares`` of them (module docstring).
+
+    dp-accounting has no event for a sum of discrete Gaussians; its event is
+    ``ZCDpEvent(rho, xi)`` with rho = Q / (2 n s^2) and xi = tau Q, the first
+    of Kairouz, Liu and Steinke's three Renyi bounds (alpha rho + xi), which
+    the ledger's bound (their minimum) never exceeds: its noise multiplier
+    1 / sqrt(2 rho) is this mechanism's, sqrt(n s^2 / Q). dp-accounting's RDP
+    accountant replays it; its PLD accountant does not (nor does the ledger's:
+    the accountant answers by RDP)."""
 
     sensitivity: float
     share_sigma_squared: float
@@ -148,24 +176,30 @@ class DistributedDiscreteGaussianMechanism(KernelMechanism):
 
     kind: ClassVar[str] = "distributed_discrete_gaussian"
     noise_norm: ClassVar[str] = "l2"
-    supports_local_blocks: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_nonnegative_finite(f"{_NAME}.sensitivity", self.sensitivity)
-        object.__setattr__(self, "sensitivity", float(self.sensitivity))
-        object.__setattr__(self, "fractional_bits", check_grid_bits(
-            f"{_NAME}.fractional_bits", self.fractional_bits))
+        self.sensitivity = float(self.sensitivity)
+        self.fractional_bits = check_grid_bits(f"{_NAME}.fractional_bits", self.fractional_bits)
         shares = self.honest_shares
         if isinstance(shares, bool) or not isinstance(shares, int | np.integer) \
                 or not 1 <= shares <= MAX_HONEST_SHARES:
             raise ValueError(f"{_NAME}.honest_shares must be an integer in "
                              f"[1, {MAX_HONEST_SHARES}], got {shares!r}")
-        object.__setattr__(self, "honest_shares", int(shares))
+        self.honest_shares = int(shares)
         if isinstance(self.share_sigma_squared, bool):
             raise ValueError(f"{_NAME}.share_sigma_squared must be a number")
         check_share_sigma_squared(self.share_sigma_squared)
-        object.__setattr__(self, "share_sigma_squared", float(self.share_sigma_squared))
-        object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
+        self.share_sigma_squared = float(self.share_sigma_squared)
+        self.adjacency = Adjacency(self.adjacency)
+
+    @classmethod
+    def for_kernel(cls, request: NoiseRequest) -> DistributedDiscreteGaussianMechanism:
+        """:meth:`for_noise_multiplier` of z ratio for ``honest_shares`` shares."""
+        (charged,), (ratio,) = request.charged, request.ratios
+        return cls.for_noise_multiplier(charged, request.noise_multiplier * ratio,
+                                        request.fractional_bits, request.honest_shares,
+                                        request.adjacency)
 
     @classmethod
     def for_noise_multiplier(
@@ -195,10 +229,6 @@ class DistributedDiscreteGaussianMechanism(KernelMechanism):
         return Fraction(self.share_sigma_squared)
 
     @property
-    def noise_grid_bits(self) -> int:
-        return self.fractional_bits
-
-    @property
     def sigma_steps(self) -> float:
         """The standard deviation of the n honest shares' sum, sqrt(n s^2), in steps."""
         return math.sqrt(self.honest_shares * self.share_sigma_squared)
@@ -207,10 +237,6 @@ class DistributedDiscreteGaussianMechanism(KernelMechanism):
     def sigma(self) -> float:
         """sqrt(n s^2) in data units (times 2^-f)."""
         return math.ldexp(self.sigma_steps, -self.fractional_bits)
-
-    @property
-    def sensitivities(self) -> tuple[float, ...]:
-        return (self.sensitivity,)
 
     @property
     def noise_scales(self) -> tuple[float, ...]:
@@ -233,13 +259,16 @@ class DistributedDiscreteGaussianMechanism(KernelMechanism):
                 f"(n={self.honest_shares} shares of sigma^2={self.share_sigma_squared:.4g} "
                 f"steps of 2^-{self.fractional_bits})")
 
-    def with_sensitivities(
-        self, sensitivities: Sequence[float], adjacency: Adjacency
-    ) -> DistributedDiscreteGaussianMechanism:
-        (sensitivity,) = sensitivities
-        return DistributedDiscreteGaussianMechanism(
-            sensitivity, self.share_sigma_squared, self.honest_shares, self.fractional_bits,
-            adjacency)
+    def _dp_event(self) -> DpEvent:
+        from dp_accounting import dp_event
+
+        l2_squared = self.grid_l2_squared
+        if l2_squared > 2**1000:  # what the ledger's bound reads as infinite
+            return dp_event.NonPrivateDpEvent()
+        exact = Fraction(l2_squared) / (2 * self.honest_shares * self.exact_share_sigma_squared)
+        slack = 1.0 + 1e-12  # the ledger's own rounding up of the bound
+        tau = discrete_gaussian_sum_tau(self.share_sigma_squared, self.honest_shares)
+        return dp_event.ZCDpEvent(rho=float(exact) * slack, xi=tau * l2_squared * slack)
 
     def check_sharing(self, num_sites: int, collusion_tolerance: int) -> None:
         """Refuse (ValueError) a split whose honest shares are fewer than the
@@ -258,29 +287,6 @@ class DistributedDiscreteGaussianMechanism(KernelMechanism):
         """One site's int64 share of the noise, in grid steps: N_Z(0, s^2)."""
         self.check_sharing(num_sites, collusion_tolerance)
         return discrete_gaussian(self.exact_share_sigma_squared, shape, source)
-
-    def noise_shares(
-        self,
-        shapes: Sequence[Shape],
-        num_sites: int,
-        collusion_tolerance: int,
-        source: RandomBits | None = None,
-    ) -> tuple[np.ndarray, ...]:
-        """Shares as floats that are exactly integers times 2^-f, so the
-        codec's rint(share 2^f) gives the integers back (samples are below
-        2^53: s is at most 2^28 steps)."""
-        source = source or SecureRandomBits()
-        return tuple(
-            np.ldexp(self.noise_steps(shape, num_sites, collusion_tolerance, source)
-                     .astype(np.float64), -self.fractional_bits)
-            for shape in shapes)
-
-    def local_noise(
-        self, shapes: Sequence[Shape], source: RandomBits | None = None
-    ) -> tuple[np.ndarray, ...]:
-        if shapes:
-            raise ValueError("a distributed discrete Gaussian mechanism has no local blocks")
-        return ()
 
     def _fields(self) -> dict[str, Any]:
         return {"sensitivity": self.sensitivity,

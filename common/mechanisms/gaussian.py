@@ -5,21 +5,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from privadapt.common.mechanisms.base import (
     Adjacency,
     KernelMechanism,
+    NoiseRequest,
     Shape,
 )
 from privadapt.common.noise.floating import RandomBits, gaussian_noise, gaussian_share
-from privadapt.common.validation import check_nonnegative_finite, check_positive_finite
+from privadapt.common.validation import (
+    check_nonnegative_finite,
+    check_positive_finite,
+    frozen_value,
+)
+
+if TYPE_CHECKING:
+    from dp_accounting.dp_event import DpEvent
 
 
-@dataclass(frozen=True)
+@frozen_value
 class GaussianBlock:
     """One block of a Gaussian release: its L2 sensitivity and the standard
     deviation ``sigma`` of the *total* noise (summed over all sites' shares)."""
@@ -40,7 +47,7 @@ def _blocks_from_list(pairs: Any) -> tuple[GaussianBlock, ...]:
     return tuple(GaussianBlock(float(s), float(g)) for s, g in pairs)
 
 
-@dataclass(frozen=True)
+@frozen_value
 class GaussianMechanism(KernelMechanism):
     """Gaussian noise on one or more blocks released together.
 
@@ -65,6 +72,11 @@ class GaussianMechanism(KernelMechanism):
     ``PoissonSampledDpEvent(q, GaussianDpEvent(noise_multiplier))``; the
     sensitivities stay those of one record's clipped contribution. A sampled
     release has no local blocks (their per-record state needs every record).
+
+    Its dp-accounting event is ``GaussianDpEvent(noise_multiplier)``, or
+    ``PoissonSampledDpEvent(q, GaussianDpEvent(noise_multiplier))`` when
+    sampled: the effective multiplier over every block, sigma / sensitivity
+    (the sensitivity convention of :mod:`.base`).
     """
 
     blocks: tuple[GaussianBlock, ...]
@@ -72,19 +84,21 @@ class GaussianMechanism(KernelMechanism):
     sampling_rate: float = 1.0
     local_blocks: tuple[GaussianBlock, ...] = ()
 
+    kinds: ClassVar[tuple[str, ...]] = ("gaussian", "poisson_sampled_gaussian")
+
     def __post_init__(self) -> None:
         if not self.blocks:
             raise ValueError("GaussianMechanism needs at least one block")
-        object.__setattr__(self, "blocks", tuple(self.blocks))
-        object.__setattr__(self, "local_blocks", tuple(self.local_blocks))
-        object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
+        self.blocks = tuple(self.blocks)
+        self.local_blocks = tuple(self.local_blocks)
+        self.adjacency = Adjacency(self.adjacency)
         check_positive_finite("GaussianMechanism.sampling_rate", self.sampling_rate)
         if self.sampling_rate > 1:
             raise ValueError(
                 f"GaussianMechanism.sampling_rate is a probability in (0, 1], "
                 f"got {self.sampling_rate!r}"
             )
-        object.__setattr__(self, "sampling_rate", float(self.sampling_rate))
+        self.sampling_rate = float(self.sampling_rate)
         if self.is_sampled and self.adjacency != Adjacency.ADD_REMOVE_ONE:
             raise ValueError(
                 "a Poisson-sampled Gaussian release is accounted under add/remove "
@@ -109,9 +123,29 @@ class GaussianMechanism(KernelMechanism):
         block = GaussianBlock(sensitivity, noise_multiplier * sensitivity)
         return cls((block,), adjacency, sampling_rate)
 
+    @classmethod
+    def for_kernel(cls, request: NoiseRequest) -> GaussianMechanism:
+        """sigma_b = z ratio_b charged_b on every block, released then local."""
+        if 0.0 in request.charged:
+            raise ValueError(f"kernel {request.kernel!r} has a block of sensitivity 0 under "
+                             f"{request.adjacency}: Gaussian noise on it is meaningless; ask for "
+                             "NoNoise")
+        z = request.noise_multiplier
+        blocks = tuple(GaussianBlock(s, z * k * s)
+                       for s, k in zip(request.charged, request.ratios, strict=True))
+        return cls(blocks[:request.released], request.adjacency, request.sampling_rate,
+                   blocks[request.released:])
+
     @property
     def kind(self) -> str:  # type: ignore[override]
         return "poisson_sampled_gaussian" if self.is_sampled else "gaussian"
+
+    def _dp_event(self) -> DpEvent:
+        from dp_accounting import dp_event
+
+        event = dp_event.GaussianDpEvent(self.noise_multiplier)
+        return dp_event.PoissonSampledDpEvent(self.sampling_rate, event) if self.is_sampled \
+            else event
 
     @property
     def composes_as_gaussian(self) -> bool:  # type: ignore[override]

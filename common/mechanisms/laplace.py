@@ -4,24 +4,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from privadapt.common.mechanisms.base import (
-    Adjacency,
-    KernelMechanism,
-    Shape,
-)
+from privadapt.common.mechanisms.base import Adjacency, NoiseRequest, OneBlockMechanism, Shape
 from privadapt.common.noise.floating import RandomBits, laplace_share
-from privadapt.common.validation import check_nonnegative_finite, check_positive_finite
+from privadapt.common.validation import (
+    check_nonnegative_finite,
+    check_positive_finite,
+    frozen_value,
+)
+
+if TYPE_CHECKING:
+    from dp_accounting.dp_event import DpEvent
 
 
-@dataclass(frozen=True)
-class LaplaceMechanism(KernelMechanism):
+@frozen_value
+class LaplaceMechanism(OneBlockMechanism):
     """Laplace noise of ``scale`` b on a one-block release of L1
-    ``sensitivity``: pure epsilon = sensitivity / scale."""
+    ``sensitivity``: pure epsilon = sensitivity / scale. Its dp-accounting
+    event is ``LaplaceDpEvent(scale / sensitivity)``."""
 
     sensitivity: float
     scale: float
@@ -29,12 +32,17 @@ class LaplaceMechanism(KernelMechanism):
 
     kind: ClassVar[str] = "laplace"
     noise_norm: ClassVar[str] = "l1"
-    supports_local_blocks: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_nonnegative_finite("LaplaceMechanism.sensitivity", self.sensitivity)
         check_positive_finite("LaplaceMechanism.scale", self.scale)
-        object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
+        self.adjacency = Adjacency(self.adjacency)
+
+    @classmethod
+    def for_kernel(cls, request: NoiseRequest) -> LaplaceMechanism:
+        """scale = z ratio charged L1 sensitivity, i.e. z = 1/epsilon."""
+        (charged,), (ratio,) = request.charged, request.ratios
+        return cls(charged, request.noise_multiplier * ratio * charged, request.adjacency)
 
     @property
     def epsilon(self) -> float:
@@ -43,10 +51,6 @@ class LaplaceMechanism(KernelMechanism):
     @property
     def pure_epsilon(self) -> float:
         return self.epsilon
-
-    @property
-    def sensitivities(self) -> tuple[float, ...]:
-        return (self.sensitivity,)
 
     @property
     def noise_scales(self) -> tuple[float, ...]:
@@ -60,11 +64,10 @@ class LaplaceMechanism(KernelMechanism):
     def summary(self) -> str:
         return f"laplace eps={self.epsilon:.3g}"
 
-    def with_sensitivities(
-        self, sensitivities: Sequence[float], adjacency: Adjacency
-    ) -> LaplaceMechanism:
-        (sensitivity,) = sensitivities
-        return LaplaceMechanism(sensitivity, self.scale, adjacency)
+    def _dp_event(self) -> DpEvent:
+        from dp_accounting import dp_event
+
+        return dp_event.LaplaceDpEvent(self.noise_multiplier)
 
     def noise_shares(
         self,
@@ -77,14 +80,6 @@ class LaplaceMechanism(KernelMechanism):
             laplace_share(self.scale, num_sites, collusion_tolerance, shape, source)
             for shape in shapes
         )
-
-    def local_noise(
-        self, shapes: Sequence[Shape], source: RandomBits | None = None
-    ) -> tuple[np.ndarray, ...]:
-        if shapes:
-            raise ValueError("a Laplace mechanism has no local blocks: a kernel with local "
-                             "blocks takes Gaussian noise only")
-        return ()
 
     def _fields(self) -> dict[str, Any]:
         return {"sensitivity": self.sensitivity, "scale": self.scale}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -15,15 +14,16 @@ from privadapt.common.mechanisms.base import (
     Shape,
 )
 from privadapt.common.noise.floating import RandomBits
-from privadapt.common.validation import check_nonnegative_finite
+from privadapt.common.validation import check_nonnegative_finite, frozen_value
 
 
-@dataclass(frozen=True)
+@frozen_value
 class NoNoise(KernelMechanism):
     """Release without noise. Private (epsilon 0) only when every declared
     sensitivity is 0 (e.g. a site's record count under replace-one adjacency,
     where site sizes are public); otherwise it is a non-private release that only
-    a site whose policy allows it (test and simulation mode) will answer."""
+    a site whose policy allows it (test and simulation mode) will answer. Its
+    dp-accounting event is ``NoOpDpEvent`` when free, else ``NonPrivateDpEvent``."""
 
     sensitivities: tuple[float, ...] = (0.0,)  # type: ignore[assignment]
     adjacency: Adjacency = Adjacency.REPLACE_ONE
@@ -31,10 +31,10 @@ class NoNoise(KernelMechanism):
     kind: ClassVar[str] = "no_noise"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sensitivities", tuple(float(s) for s in self.sensitivities))
+        self.sensitivities = tuple(float(s) for s in self.sensitivities)
         for s in self.sensitivities:
             check_nonnegative_finite("NoNoise.sensitivities", s)
-        object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
+        self.adjacency = Adjacency(self.adjacency)
 
     @property
     def is_free(self) -> bool:

@@ -1,7 +1,10 @@
 """Private selection: a site scores K candidates on its private data, noises the
 scores itself and releases only the index of the winner.
 
-Three mechanisms, each with its own ledger kind. Throughout, a *score vector*
+Report-noisy-min and the exponential mechanism here, their exact grid forms
+(:mod:`.discrete_report_noisy_min`, :mod:`.discrete_selection`) and the
+generalized exponential mechanism (:mod:`.generalized_exponential`), each
+with its own ledger kind. Throughout, a *score vector*
 u(D) in R^K has per-candidate sensitivity Delta_k = max |u_k(D) - u_k(D')| over
 neighbours D, D' under the mechanism's ``adjacency``; ``minimize`` says whether
 the winner is the smallest score (losses) or the largest (utilities). For
@@ -38,26 +41,36 @@ exponential mechanism are (epsilon, ~1e-37)-DP rather than pure epsilon-DP.
 :class:`~privadapt.common.mechanisms.discrete_selection.DiscreteExponentialMechanism`
 closes it for the exponential mechanism (integer weights on the grid, every
 candidate's probability positive, pure (epsilon + 2^-50)-DP).
+
+**dp-accounting events.** Every selection here is pure epsilon-DP; its event
+is randomized response over two buckets, the tight epsilon-DP pair
+(:func:`~privadapt.common.mechanisms.base.pure_dp_event`). dp-accounting has
+no bounded-range event, so the exponential mechanisms' event forgets that
+property: a replay of many of them is looser than the ledger, which also
+reads them as epsilon-bounded-range.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from privadapt.common.mechanisms.base import Adjacency, Mechanism
+from privadapt.common.mechanisms.base import Adjacency, Mechanism, pure_dp_event
 from privadapt.common.noise.floating import RandomBits, gumbel_noise, laplace_noise
 from privadapt.common.validation import (
     check_bool,
     check_finite_array,
     check_nonnegative_finite,
     check_positive_finite,
-    check_probability,
+    frozen_value,
 )
+
+if TYPE_CHECKING:
+    from dp_accounting.dp_event import DpEvent
 
 
 def _checked_sensitivities(name: str, values: Sequence[float]) -> tuple[float, ...]:
@@ -85,6 +98,15 @@ class SelectionMechanism(Mechanism):
     releases_kernel_sums: ClassVar[bool] = False  # never a noised sum
     releases_index: ClassVar[bool] = True
     minimize: bool
+
+    @property
+    def accounted_as(self) -> str:
+        """"pure_dp": an epsilon-DP release, accounted as the tight pair
+        (the exponential mechanisms say "bounded_range")."""
+        return "pure_dp"
+
+    def _dp_event(self) -> DpEvent:
+        return pure_dp_event(self.pure_epsilon)
 
     @property
     def score_sensitivities(self) -> tuple[float, ...]:
@@ -135,8 +157,62 @@ class SelectionMechanism(Mechanism):
         return "arg-min" if self.minimize else "arg-max"
 
 
-@dataclass(frozen=True)
-class ReportNoisyMin(SelectionMechanism):
+class OneBoundSelection(SelectionMechanism):
+    """A selection on scores of one declared ``sensitivity`` bound, monotone
+    or not: report-noisy-min and the exponential mechanisms. Subclasses are
+    frozen dataclasses with ``sensitivity``, ``minimize``, ``monotone`` and
+    ``adjacency`` fields and check them with :meth:`_check_sensitivity` and
+    :meth:`_check_direction`."""
+
+    sensitivity: float
+    monotone: bool
+    adjacency: Adjacency
+
+    def _check_sensitivity(self) -> None:
+        self.sensitivity = check_nonnegative_finite(  # type: ignore[misc]
+            f"{type(self).__name__}.sensitivity", self.sensitivity)
+
+    def _check_direction(self) -> None:
+        name = type(self).__name__
+        self.minimize = check_bool(f"{name}.minimize", self.minimize)  # type: ignore[misc]
+        self.monotone = check_bool(f"{name}.monotone", self.monotone)  # type: ignore[misc]
+        self.adjacency = Adjacency(self.adjacency)  # type: ignore[misc]
+        _check_monotone_adjacency(name, self.monotone, self.adjacency)
+
+    @property
+    def is_free(self) -> bool:
+        return self.sensitivity == 0
+
+    @property
+    def score_sensitivities(self) -> tuple[float, ...]:
+        return (self.sensitivity,)
+
+    @property
+    def _monotone_note(self) -> str:
+        return ", monotone" if self.monotone else ""
+
+    def with_score_sensitivities(
+        self, sensitivities: Sequence[float], adjacency: Adjacency, *, monotone: bool = False
+    ) -> OneBoundSelection:
+        sensitivity = max(_checked_sensitivities("score sensitivities", sensitivities))
+        return dataclasses.replace(self, sensitivity=sensitivity,  # type: ignore[type-var]
+                                   monotone=monotone, adjacency=adjacency)
+
+    def _as_replace_one(self) -> OneBoundSelection:
+        """Group privacy of size 2: sensitivity Delta (monotone) or 2 Delta, not
+        monotone, and whatever else :meth:`_replace_one_changes` says."""
+        sensitivity = self.sensitivity if self.monotone else 2 * self.sensitivity
+        return dataclasses.replace(self, sensitivity=sensitivity,  # type: ignore[type-var]
+                                   monotone=False, adjacency=Adjacency.REPLACE_ONE,
+                                   **self._replace_one_changes())
+
+    def _replace_one_changes(self) -> dict[str, Any]:
+        """Other fields the replace-one reading changes (none for report-noisy-min)."""
+        return {}
+
+
+@frozen_value
+class ReportNoisyMin(OneBoundSelection):
     """Laplace report-noisy-min (or -max): add Lap(b) independently to every
     score and release the arg-min (``minimize``) or arg-max.
 
@@ -176,45 +252,22 @@ class ReportNoisyMin(SelectionMechanism):
     kind: ClassVar[str] = "report_noisy_laplace"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sensitivity",
-                           check_nonnegative_finite("ReportNoisyMin.sensitivity", self.sensitivity))
-        object.__setattr__(self, "scale",
-                           check_positive_finite("ReportNoisyMin.scale", self.scale))
-        object.__setattr__(self, "minimize", check_bool("ReportNoisyMin.minimize", self.minimize))
-        object.__setattr__(self, "monotone", check_bool("ReportNoisyMin.monotone", self.monotone))
-        object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
-        _check_monotone_adjacency("ReportNoisyMin", self.monotone, self.adjacency)
+        self._check_sensitivity()
+        self.scale = check_positive_finite("ReportNoisyMin.scale", self.scale)
+        self._check_direction()
 
     @property
     def epsilon(self) -> float:
         return (1.0 if self.monotone else 2.0) * self.sensitivity / self.scale
 
     @property
-    def is_free(self) -> bool:
-        return self.sensitivity == 0
-
-    @property
     def pure_epsilon(self) -> float:
         return self.epsilon
 
     @property
-    def score_sensitivities(self) -> tuple[float, ...]:
-        return (self.sensitivity,)
-
-    @property
     def summary(self) -> str:
-        monotone = ", monotone" if self.monotone else ""
-        return f"report-noisy laplace {self._direction} eps={self.epsilon:.3g}{monotone}"
-
-    def with_score_sensitivities(
-        self, sensitivities: Sequence[float], adjacency: Adjacency, *, monotone: bool = False
-    ) -> ReportNoisyMin:
-        sensitivity = max(_checked_sensitivities("score sensitivities", sensitivities))
-        return ReportNoisyMin(sensitivity, self.scale, self.minimize, monotone, adjacency)
-
-    def _as_replace_one(self) -> ReportNoisyMin:
-        sensitivity = self.sensitivity if self.monotone else 2 * self.sensitivity
-        return ReportNoisyMin(sensitivity, self.scale, self.minimize, False, Adjacency.REPLACE_ONE)
+        return (f"report-noisy laplace {self._direction} eps={self.epsilon:.3g}"
+                f"{self._monotone_note}")
 
     def _noisy_utilities(self, utilities: np.ndarray, source: RandomBits | None) -> np.ndarray:
         # Laplace noise is symmetric: arg-min(u + Z) has the law of arg-max(-u + Z).
@@ -240,8 +293,8 @@ def _gumbel_argmax_logits(coefficient: float, utilities: np.ndarray) -> np.ndarr
     return coefficient * centred
 
 
-@dataclass(frozen=True)
-class ExponentialMechanism(SelectionMechanism):
+@frozen_value
+class ExponentialMechanism(OneBoundSelection):
     """The exponential mechanism (McSherry and Talwar 2007) in Gumbel-max form:
     release arg-max_k (c u_k + G_k) with G_k i.i.d. standard Gumbel and
     c = epsilon / (2 Delta), or c = epsilon / Delta for monotone scores; for
@@ -284,16 +337,13 @@ class ExponentialMechanism(SelectionMechanism):
     kind: ClassVar[str] = "exponential"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sensitivity", check_nonnegative_finite(
-            "ExponentialMechanism.sensitivity", self.sensitivity))
-        object.__setattr__(self, "epsilon",
-                           check_positive_finite("ExponentialMechanism.epsilon", self.epsilon))
-        object.__setattr__(self, "minimize",
-                           check_bool("ExponentialMechanism.minimize", self.minimize))
-        object.__setattr__(self, "monotone",
-                           check_bool("ExponentialMechanism.monotone", self.monotone))
-        object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
-        _check_monotone_adjacency("ExponentialMechanism", self.monotone, self.adjacency)
+        self._check_sensitivity()
+        self.epsilon = check_positive_finite("ExponentialMechanism.epsilon", self.epsilon)
+        self._check_direction()
+
+    @property
+    def accounted_as(self) -> str:
+        return "bounded_range"
 
     @property
     def coefficient(self) -> float:
@@ -304,32 +354,15 @@ class ExponentialMechanism(SelectionMechanism):
         return self.epsilon / ((1.0 if self.monotone else 2.0) * self.sensitivity)
 
     @property
-    def is_free(self) -> bool:
-        return self.sensitivity == 0
-
-    @property
     def pure_epsilon(self) -> float:
         return 0.0 if self.is_free else self.epsilon
 
     @property
-    def score_sensitivities(self) -> tuple[float, ...]:
-        return (self.sensitivity,)
-
-    @property
     def summary(self) -> str:
-        monotone = ", monotone" if self.monotone else ""
-        return f"exponential {self._direction} eps={self.epsilon:.3g}{monotone}"
+        return f"exponential {self._direction} eps={self.epsilon:.3g}{self._monotone_note}"
 
-    def with_score_sensitivities(
-        self, sensitivities: Sequence[float], adjacency: Adjacency, *, monotone: bool = False
-    ) -> ExponentialMechanism:
-        sensitivity = max(_checked_sensitivities("score sensitivities", sensitivities))
-        return ExponentialMechanism(sensitivity, self.epsilon, self.minimize, monotone, adjacency)
-
-    def _as_replace_one(self) -> ExponentialMechanism:
-        sensitivity = self.sensitivity if self.monotone else 2 * self.sensitivity
-        return ExponentialMechanism(sensitivity, 2 * self.epsilon, self.minimize, False,
-                                    Adjacency.REPLACE_ONE)
+    def _replace_one_changes(self) -> dict[str, Any]:
+        return {"epsilon": 2 * self.epsilon}  # same coefficient c: epsilon doubles
 
     def _noisy_utilities(self, utilities: np.ndarray, source: RandomBits | None) -> np.ndarray:
         return _gumbel_argmax_logits(self.coefficient, utilities) + gumbel_noise(
@@ -343,126 +376,3 @@ class ExponentialMechanism(SelectionMechanism):
     def from_dict(cls, data: dict[str, Any]) -> ExponentialMechanism:
         return cls(data["sensitivity"], data["epsilon"], data["minimize"], data["monotone"],
                    Adjacency(data["adjacency"]))
-
-
-@dataclass(frozen=True)
-class GeneralizedExponentialMechanism(SelectionMechanism):
-    """The generalized exponential mechanism (GEM; Raskhodnikova and Smith 2016)
-    for candidates whose scores have different sensitivities, as seed 004
-    (Arora et al., Algorithm 1 and Appendix D.1) uses it to pick a model among
-    K norm guesses: losses q_k with sensitivities Delta_k, minimised.
-
-    The mechanism (RS16's algorithm; seed 004 only cites it), for N
-    candidates, privacy parameter epsilon and confidence beta:
-
-    1. t = 2 ln(N / beta) / epsilon;
-    2. normalised scores s_i = max_j ((q_i + t Delta_i) - (q_j + t Delta_j))
-       / (Delta_i + Delta_j);
-    3. output i with probability proportional to exp(-epsilon s_i / 2),
-       drawn here in Gumbel-max form.
-
-    Privacy: each term of s_i moves by at most (Delta_i + Delta_j) /
-    (Delta_i + Delta_j) = 1 between neighbours, and a max of sensitivity-1
-    functions has sensitivity 1; step 3 is the exponential mechanism of
-    sensitivity 1 on the utility -s at epsilon, so GEM is epsilon-DP and
-    epsilon-bounded-range, accounted as :class:`ExponentialMechanism` is.
-    When Delta_i = Delta_j = 0 both scores are data-independent and the term is
-    taken as its limit (+inf, 0 or -inf by the sign of q_i - q_j), a constant.
-
-    Accuracy, which fixes the constants: seed 004's Theorem D.1 is OCR-garbled
-    (its min reuses the output index j); rebuilt, with probability >= 1 - beta
-    the output j* has q_{j*} <= min_j (q_j + 4 Delta_j ln(N / beta) / epsilon).
-    It follows from the steps above: s_i >= 0 (take j = i) and the minimiser of
-    q + t Delta has s = 0, so the exponential mechanism's accuracy bound gives
-    s_{j*} <= 2 ln(N / beta) / epsilon = t; expanding s_{j*} <= t gives
-    q_{j*} <= q_j + 2 t Delta_j, the stated bound. Seed 004 runs it at epsilon/2
-    and beta/4 with the pairs (0, B_y^2), (Delta(B_1), L~_1), ...
-
-    The randomisation depends only on (Delta / epsilon): GEM(c Delta, c epsilon)
-    draws exactly as GEM(Delta, epsilon) (t Delta and s epsilon are unchanged),
-    which is how an add/remove release reads under replace-one: sensitivities
-    doubled, epsilon doubled (:meth:`in_adjacency`). With ``minimize`` False the
-    scores are utilities and GEM runs on the losses -scores.
-    """
-
-    sensitivities: tuple[float, ...]
-    epsilon: float
-    beta: float
-    minimize: bool = True
-    adjacency: Adjacency = Adjacency.REPLACE_ONE
-
-    kind: ClassVar[str] = "generalized_exponential"
-
-    def __post_init__(self) -> None:
-        name = "GeneralizedExponentialMechanism"
-        object.__setattr__(self, "sensitivities",
-                           _checked_sensitivities(f"{name}.sensitivities", self.sensitivities))
-        object.__setattr__(self, "epsilon", check_positive_finite(f"{name}.epsilon", self.epsilon))
-        object.__setattr__(self, "beta", check_probability(f"{name}.beta", self.beta))
-        object.__setattr__(self, "minimize", check_bool(f"{name}.minimize", self.minimize))
-        object.__setattr__(self, "adjacency", Adjacency(self.adjacency))
-
-    @property
-    def is_free(self) -> bool:
-        return not any(self.sensitivities)
-
-    @property
-    def pure_epsilon(self) -> float:
-        return 0.0 if self.is_free else self.epsilon
-
-    @property
-    def score_sensitivities(self) -> tuple[float, ...]:
-        return self.sensitivities
-
-    @property
-    def summary(self) -> str:
-        count = len(self.sensitivities)
-        return (f"generalized-exponential {self._direction} eps={self.epsilon:.3g} "
-                f"beta={self.beta:.3g} ({count} sensitivit{'ies' if count > 1 else 'y'})")
-
-    def with_score_sensitivities(
-        self, sensitivities: Sequence[float], adjacency: Adjacency, *, monotone: bool = False
-    ) -> GeneralizedExponentialMechanism:
-        # GEM's guarantee does not use monotonicity: the flag changes nothing.
-        own = _checked_sensitivities("score sensitivities", sensitivities)
-        planned = len(self.sensitivities)
-        if len(own) == 1 and planned > 1:
-            own = own * planned
-        elif planned > 1 and len(own) != planned:
-            raise ValueError(f"{len(own)} score sensitivities for a generalized exponential "
-                             f"mechanism over {planned} candidates")
-        return GeneralizedExponentialMechanism(own, self.epsilon, self.beta, self.minimize,
-                                               adjacency)
-
-    def _as_replace_one(self) -> GeneralizedExponentialMechanism:
-        return GeneralizedExponentialMechanism(
-            tuple(2 * s for s in self.sensitivities), 2 * self.epsilon, self.beta,
-            self.minimize, Adjacency.REPLACE_ONE)
-
-    def normalized_scores(self, losses: np.ndarray) -> np.ndarray:
-        """s_i of step 2 for ``losses`` q (each s_i >= 0, and 0 at the minimiser
-        of q + t Delta)."""
-        count = losses.size
-        deltas = np.broadcast_to(np.asarray(self.sensitivities), (count,))
-        t = 2.0 * math.log(count / self.beta) / self.epsilon
-        shifted = losses + t * deltas
-        numerator = shifted[:, None] - shifted[None, :]
-        denominator = deltas[:, None] + deltas[None, :]
-        # Where both sensitivities are 0 the term is data-independent: its limit.
-        limit = np.where(numerator > 0, np.inf, np.where(numerator < 0, -np.inf, 0.0))
-        terms = np.divide(numerator, denominator, out=limit, where=denominator > 0)
-        return terms.max(axis=1)
-
-    def _noisy_utilities(self, utilities: np.ndarray, source: RandomBits | None) -> np.ndarray:
-        normalized = self.normalized_scores(-utilities)
-        return _gumbel_argmax_logits(self.epsilon / 2.0, -normalized) + gumbel_noise(
-            utilities.shape, source)
-
-    def _fields(self) -> dict[str, Any]:
-        return {"sensitivities": list(self.sensitivities), "epsilon": self.epsilon,
-                "beta": self.beta, "minimize": self.minimize}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GeneralizedExponentialMechanism:
-        return cls(tuple(data["sensitivities"]), data["epsilon"], data["beta"],
-                   data["minimize"], Adjacency(data["adjacency"]))

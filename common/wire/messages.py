@@ -265,11 +265,21 @@ def params_from_proto(source: Mapping[str, pb.ParamValue], field: str = "params"
 
 # --------------------------------------------------------------------------- mechanisms
 
+# The kinds the wire contract has a message for (the Mechanism oneof).
+_WIRE_KINDS = frozenset(
+    field.name for field in pb.Mechanism.DESCRIPTOR.oneofs_by_name["kind"].fields)
+
 def mechanism_to_proto(mechanism: Mechanism) -> pb.Mechanism:
     """Encode via :func:`mechanism_to_dict`, which stays the single description
     of a mechanism's fields: its kind names the oneof field, and every other
-    key the field of that kind's message with the same name."""
+    key the field of that kind's message with the same name (a repeated
+    message field, such as ``GaussianBlock``, from a list of tuples of its
+    fields in declaration order). Nothing here names a mechanism: a new one
+    needs only its message in the oneof."""
     data = mechanism_to_dict(mechanism)
+    if data["kind"] not in _WIRE_KINDS:
+        raise WireError(f"mechanism kind {data['kind']!r} has no message in the wire contract: "
+                        "add it to the Mechanism oneof of proto/privadapt/v1/federation.proto")
     msg = pb.Mechanism(adjacency=data["adjacency"])
     body = getattr(msg, data["kind"])
     body.SetInParent()  # an empty kind's message still says which kind it is
@@ -277,9 +287,10 @@ def mechanism_to_proto(mechanism: Mechanism) -> pb.Mechanism:
         if name in ("kind", "adjacency"):
             continue
         field = body.DESCRIPTOR.fields_by_name[name]
-        if field.message_type is not None:  # repeated GaussianBlock
-            for sensitivity, sigma in value:
-                getattr(body, name).add(sensitivity=sensitivity, sigma=sigma)
+        if field.message_type is not None:  # repeated messages, e.g. GaussianBlock
+            names = [sub.name for sub in field.message_type.fields]
+            for item in value:
+                getattr(body, name).add(**dict(zip(names, item, strict=True)))
         elif field.is_repeated:
             getattr(body, name).extend(value)
         else:
@@ -301,8 +312,9 @@ def mechanism_from_proto(msg: pb.Mechanism, field: str = "mechanism") -> Mechani
     data: dict[str, Any] = {"kind": kind, "adjacency": msg.adjacency}
     for descriptor in body.DESCRIPTOR.fields:
         name, value = descriptor.name, getattr(body, descriptor.name)
-        if descriptor.message_type is not None:  # repeated GaussianBlock
-            data[name] = [(b.sensitivity, b.sigma) for b in value]
+        if descriptor.message_type is not None:  # repeated messages, e.g. GaussianBlock
+            names = [sub.name for sub in descriptor.message_type.fields]
+            data[name] = [tuple(getattr(item, sub) for sub in names) for item in value]
         elif descriptor.is_repeated:
             data[name] = list(value)
         elif body.HasField(name):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from privadapt.common.validation import frozen_value
 from privadapt.server.store.arrays import read_arrays, write_arrays
 from privadapt.server.store.database import StoreDatabase, insert_row, select_rows
 from privadapt.server.store.jobs import require_job
@@ -37,7 +38,7 @@ _ABORTED_ROUND_STATES = frozenset({"aborted", "interrupted"})
 _ANSWER = "answer"  # the arrays' kind
 
 
-@dataclass(frozen=True)
+@frozen_value
 class RoundRecord:
     """One round attempt; ``round`` numbers every attempt of a job, ``step``
     the algorithm step it served (an aborted attempt is retried under a new
@@ -61,7 +62,7 @@ class RoundRecord:
 
     def __post_init__(self) -> None:
         if not self.state:
-            object.__setattr__(self, "state", "aborted" if self.aborted else "answered")
+            self.state = "aborted" if self.aborted else "answered"
         if self.state not in ROUND_STATES:
             raise ValueError(f"round state must be one of {', '.join(ROUND_STATES)}, "
                              f"got {self.state!r}")

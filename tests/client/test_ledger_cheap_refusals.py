@@ -13,7 +13,7 @@ import pytest
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.common.accounting.accountant import MAX_PLD_POINTS, PrivacyAccountant, epsilon_spent
-from privadapt.common.accounting.lower_bounds import release_epsilon_lower_bound
+from privadapt.common.accounting.cases import release_epsilon_lower_bound
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, LaplaceMechanism, PureDpEvent
 

@@ -16,7 +16,7 @@ from privadapt.common.accounting.accountant import (
     PrivacyAccountant,
     epsilon_spent,
 )
-from privadapt.common.accounting.lower_bounds import release_epsilon_lower_bound
+from privadapt.common.accounting.cases import release_epsilon_lower_bound
 from privadapt.common.accounting.rdp import DEFAULT_RDP_ORDERS
 from privadapt.common.mechanisms import (
     Adjacency,

@@ -15,8 +15,8 @@ import pytest
 from scipy import stats
 
 from privadapt.common.accounting.accountant import PrivacyAccountant
+from privadapt.common.accounting.cases import release_epsilon_lower_bound
 from privadapt.common.accounting.discrete import discrete_laplace_epsilon
-from privadapt.common.accounting.lower_bounds import release_epsilon_lower_bound
 from privadapt.common.federation import Query
 from privadapt.common.mechanisms import (
     Adjacency,

@@ -46,7 +46,7 @@ from typing import Literal
 
 import numpy as np
 
-from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.calibration import ReleasePlan, noise_multiplier
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.exact_discrepancy import ExactDiscrepancy, ExactDiscrepancyParams
@@ -107,7 +107,7 @@ def moments_mechanism(
     """The one Gaussian release of the private moment sum (its (d+1)(d+2)/2
     scaled upper-triangular entries) that
     meets (epsilon, delta) under replace-one adjacency; ``NoNoise`` at epsilon = inf."""
-    multiplier = math.inf if math.isinf(epsilon) else calibrate_noise_multiplier(epsilon, delta, 1)
+    multiplier = noise_multiplier(epsilon, delta, ReleasePlan(1))
     params = SecondMomentsParams(feature_norm, label_bound)
     return _MOMENTS.mechanism(params, multiplier, Adjacency.REPLACE_ONE, dim=dim)
 

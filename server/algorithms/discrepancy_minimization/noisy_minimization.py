@@ -37,12 +37,18 @@ release of the same kernel, the argmin at the coordinator.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.calibration import (
+    ReleasePlan,
+    noise_multiplier,
+    noise_scale,
+    paper_closed_form,
+)
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.base import SIZING_RECORDS
 from privadapt.common.kernels.grid_rounding import COARSEST_FRACTIONAL_BITS
@@ -99,32 +105,43 @@ def _paper_numerator(points: np.ndarray, feature_norm: float, mu: float) -> floa
     return 4.0 * mu * feature_norm**2 * r_hat_squared
 
 
+@paper_closed_form("noisy_frank_wolfe")
+def frank_wolfe_paper_scale(epsilon: float, delta: float, iterations: int, *,
+                            params: SmoothedDiscrepancyGradientParams) -> float:
+    """The paper's Laplace scale of Alg. 2's report-noisy-min,
+    4 mu r^2 r-hat^2 sqrt(2 T log(1/delta)) / epsilon (times n, on the sums)."""
+    return (_paper_numerator(params.source_points, params.feature_norm, params.mu)
+            * math.sqrt(2 * iterations * math.log(1 / delta)) / epsilon)
+
+
+@paper_closed_form("noisy_mirror_descent")
+def mirror_descent_paper_multiplier(epsilon: float, delta: float, iterations: int, *,
+                                    params: SmoothedDiscrepancyGradientParams) -> float:
+    """Alg. 3's Gaussian sigma, 4 mu r^2 r-hat^2 sqrt(2 T m log(1/delta)) /
+    epsilon (times n, on the sums), over the sensitivity a site charges."""
+    m, dim = params.source_points.shape
+    sigma = (_paper_numerator(params.source_points, params.feature_norm, params.mu)
+             * math.sqrt(2 * iterations * m * math.log(1 / delta)) / epsilon)
+    (charged,) = KERNEL.charged_sensitivities(params, Adjacency.REPLACE_ONE, "l2", dim,
+                                              COARSEST_FRACTIONAL_BITS, SIZING_RECORDS)
+    return sigma / charged
+
+
 def frank_wolfe_mechanism(params: SmoothedDiscrepancyGradientParams, *, epsilon: float,
                           delta: float, iterations: int, calibration: str) -> ReportNoisyMin:
     sensitivity = planned_score_sensitivity(params)
-    if calibration == "paper":
-        scale = (_paper_numerator(params.source_points, params.feature_norm, params.mu)
-                 * math.sqrt(2 * iterations * math.log(1 / delta)) / epsilon)
-        return ReportNoisyMin(sensitivity, scale)
-    multiplier = calibrate_noise_multiplier(
-        epsilon, delta, iterations, lambda z: ReportNoisyMin(sensitivity, z * sensitivity))
-    return ReportNoisyMin(sensitivity, multiplier * sensitivity)
+    plan = ReleasePlan(iterations, lambda z: ReportNoisyMin(sensitivity, z * sensitivity),
+                       paper=functools.partial(frank_wolfe_paper_scale, params=params))
+    return ReportNoisyMin(sensitivity, noise_scale(epsilon, delta, plan, sensitivity,
+                                                   calibration=calibration))
 
 
 def mirror_descent_mechanism(params: SmoothedDiscrepancyGradientParams, *, epsilon: float,
                              delta: float, iterations: int, calibration: str) -> Mechanism:
     dim = params.source_points.shape[1]
-    if math.isinf(epsilon):
-        return KERNEL.mechanism(params, math.inf, Adjacency.REPLACE_ONE, dim=dim)
-    if calibration == "paper":
-        m = params.source_points.shape[0]
-        sigma = (_paper_numerator(params.source_points, params.feature_norm, params.mu)
-                 * math.sqrt(2 * iterations * m * math.log(1 / delta)) / epsilon)
-        (charged,) = KERNEL.charged_sensitivities(params, Adjacency.REPLACE_ONE, "l2", dim,
-                                                  COARSEST_FRACTIONAL_BITS, SIZING_RECORDS)
-        multiplier = sigma / charged
-    else:
-        multiplier = calibrate_noise_multiplier(epsilon, delta, iterations)
+    plan = ReleasePlan(iterations, paper=functools.partial(mirror_descent_paper_multiplier,
+                                                           params=params))
+    multiplier = noise_multiplier(epsilon, delta, plan, calibration=calibration)
     return KERNEL.mechanism(params, multiplier, Adjacency.REPLACE_ONE, dim=dim)
 
 

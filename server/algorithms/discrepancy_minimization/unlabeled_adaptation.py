@@ -41,7 +41,7 @@ from typing import Literal
 
 import numpy as np
 
-from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.calibration import ReleasePlan, noise_multiplier
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.second_moments import (
     SecondMoments,
@@ -94,7 +94,7 @@ def moment_mechanism(epsilon: float, delta: float | None, dim: int,
                      feature_norm: float) -> Mechanism:
     """The one Gaussian release at exactly (epsilon, delta), replace-one;
     ``NoNoise`` at epsilon = inf."""
-    multiplier = math.inf if math.isinf(epsilon) else calibrate_noise_multiplier(epsilon, delta, 1)
+    multiplier = noise_multiplier(epsilon, delta, ReleasePlan(1))
     return _MOMENTS.mechanism(moment_params(feature_norm), multiplier,
                               Adjacency.REPLACE_ONE, dim=dim)
 

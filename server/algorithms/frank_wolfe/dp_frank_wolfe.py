@@ -65,7 +65,12 @@ from typing import Literal
 
 import numpy as np
 
-from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.calibration import (
+    ReleasePlan,
+    noise_multiplier,
+    noise_scale,
+    paper_closed_form,
+)
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.base import SIZING_RECORDS
 from privadapt.common.kernels.grid_rounding import (
@@ -130,16 +135,29 @@ def resolve_route(route: str, num_sites: int, epsilon: float) -> str:
     return route
 
 
-@functools.lru_cache(maxsize=256)
+def unit_selection(multiplier: float) -> ReportNoisyMin:
+    """One report-noisy-min step of score sensitivity 1 and scale z: its
+    charge depends on b / Delta only, so z = b / Delta for any Delta."""
+    return ReportNoisyMin(1.0, multiplier)
+
+
 def selection_multiplier(epsilon: float, delta: float, iterations: int,
                          already_spent: tuple[Mechanism, ...] = ()) -> float:
     """z = b / Delta such that ``already_spent`` then T report-noisy-min
     selections of per-step epsilon 2 / z (whatever Delta: the charge depends
     on b / Delta only) compose to (epsilon, delta) under the site's accountant.
-    Cached: a pilot's charges recur across fits, and the search costs seconds."""
-    return calibrate_noise_multiplier(epsilon, delta, iterations,
-                                      lambda z: ReportNoisyMin(1.0, z),
-                                      already_spent=already_spent)
+    Kept across calls (``ReleasePlan.reuse``): a pilot's charges recur across
+    fits, and the search costs seconds."""
+    return noise_multiplier(epsilon, delta, ReleasePlan(iterations, unit_selection,
+                                                        already_spent=already_spent, reuse=True))
+
+
+@paper_closed_form("dp_frank_wolfe_selection")
+def selection_paper_scale(epsilon: float, delta: float, iterations: int, *,
+                          clip_norm: float, radius: float) -> float:
+    """The paper's Laplace scale of a selection step, in sum units:
+    b = C h sqrt(8 T log(1/delta)) / epsilon (module docstring)."""
+    return clip_norm * radius * math.sqrt(8 * iterations * math.log(1 / delta)) / epsilon
 
 
 def planned_score_sensitivity(params: L1VertexScoresParams, max_records: int) -> float:
@@ -168,22 +186,19 @@ def plan_queries(
     if route == "selection":
         params = L1VertexScoresParams(np.zeros(dim), radius, clip_norm)
         sensitivity = planned_score_sensitivity(params, max(num_records, 1))
-        if calibration == "paper":
-            scale = clip_norm * radius * math.sqrt(8 * iterations * math.log(1 / delta)) / epsilon
-        else:
-            scale = sensitivity * selection_multiplier(epsilon, delta, iterations,
-                                                       tuple(already_spent))
+        plan = ReleasePlan(iterations, unit_selection, already_spent=tuple(already_spent),
+                           reuse=True, paper=functools.partial(
+                               selection_paper_scale, clip_norm=clip_norm, radius=radius))
+        scale = noise_scale(epsilon, delta, plan, sensitivity, calibration=calibration)
         return FrankWolfePlan(route, ReportNoisyMin(sensitivity, scale), scale, iterations)
 
     def gaussian(multiplier: float) -> Mechanism:
         return GRADIENT.mechanism(gradient_params, multiplier, Adjacency.REPLACE_ONE, dim=dim,
                                   max_records=max(num_records, SIZING_RECORDS))
 
-    if calibration == "paper":
-        multiplier = paper_noise_multiplier(epsilon, delta, iterations)
-    else:
-        multiplier = calibrate_noise_multiplier(epsilon, delta, iterations, gaussian,
-                                                already_spent=tuple(already_spent))
+    multiplier = noise_multiplier(epsilon, delta, ReleasePlan(
+        iterations, gaussian, already_spent=tuple(already_spent), paper=paper_noise_multiplier),
+        calibration=calibration)
     mechanism = gaussian(multiplier)
     return FrankWolfePlan(route, mechanism, float(mechanism.noise_scales[0]), iterations)
 

@@ -29,7 +29,11 @@ from typing import Literal
 
 import numpy as np
 
-from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.calibration import (
+    ReleasePlan,
+    noise_multiplier,
+    paper_closed_form,
+)
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.linear_gradient import LinearGradient, LinearGradientParams
 from privadapt.common.losses import BinaryLoss
@@ -58,6 +62,7 @@ class NoisyGDResult:
     privacy: dict[str, SitePrivacy] = field(default_factory=dict)
 
 
+@paper_closed_form("noisy_gd")
 def paper_noise_multiplier(epsilon: float, delta: float, iterations: int) -> float:
     """sigma / sensitivity = sqrt(8 T log(1/delta)) / epsilon (Bassily et al. 2014,
     by advanced composition); valid for epsilon <= 2 log(1/delta)."""
@@ -76,14 +81,9 @@ def gradient_mechanism(
     """The per-iteration release on d = ``dim`` features: Gaussian on the
     kernel's sum (sensitivity 2C under replace-one, plus rounding), or no noise
     at all when ``epsilon`` is infinite."""
-    if math.isinf(epsilon):
-        multiplier = math.inf
-    elif calibration == "accountant":
-        multiplier = calibrate_noise_multiplier(epsilon, delta, iterations)
-    elif calibration == "paper":
-        multiplier = paper_noise_multiplier(epsilon, delta, iterations)
-    else:
-        raise ValueError(f"calibration must be 'accountant' or 'paper', got {calibration!r}")
+    multiplier = noise_multiplier(epsilon, delta,
+                                  ReleasePlan(iterations, paper=paper_noise_multiplier),
+                                  calibration=calibration)
     # The sensitivity depends on the clip norm alone, not on the weights or the loss.
     params = LinearGradientParams(np.zeros(dim), "squared", clip_norm)
     return KERNEL.mechanism(params, multiplier, Adjacency.REPLACE_ONE, dim=dim)

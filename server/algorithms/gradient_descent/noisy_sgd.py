@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.calibration import ReleasePlan, noise_multiplier
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.base import NoParams
 from privadapt.common.kernels.linear_gradient import LinearGradient, LinearGradientParams
@@ -139,9 +139,9 @@ def _count_mechanism(
     """The release of n (sensitivity 1 under add/remove): a Gaussian count
     costing ``count_budget_fraction`` of epsilon on its own, or the exact count
     when the run is not private."""
-    multiplier = math.inf if math.isinf(epsilon) else calibrate_noise_multiplier(
-        count_budget_fraction * epsilon, delta, 1, adjacency=ADD_REMOVE
-    )
+    # inf stays inf whatever the fraction (unchecked when the run is not private).
+    target = math.inf if math.isinf(epsilon) else count_budget_fraction * epsilon
+    multiplier = noise_multiplier(target, delta, ReleasePlan(1, adjacency=ADD_REMOVE))
     return _COUNT.mechanism(NoParams(), multiplier, ADD_REMOVE, dim=dim)
 
 
@@ -164,12 +164,8 @@ def _step_mechanism(
     Poisson sample at ``sampling_rate``, its multiplier calibrated so that
     ``already_spent`` and ``iterations`` steps compose to exactly (epsilon,
     delta); no noise at all when ``epsilon`` is infinite."""
-    if math.isinf(epsilon):
-        multiplier = math.inf
-    else:
-        multiplier = calibrate_noise_multiplier(
-            epsilon, delta, iterations, adjacency=ADD_REMOVE, sampling_rate=sampling_rate,
-            already_spent=already_spent,
-        )
+    multiplier = noise_multiplier(epsilon, delta, ReleasePlan(
+        iterations, adjacency=ADD_REMOVE, sampling_rate=sampling_rate,
+        already_spent=already_spent))
     return _GRADIENT.mechanism(params, multiplier, ADD_REMOVE, dim=len(params.weights),
                                sampling_rate=sampling_rate)

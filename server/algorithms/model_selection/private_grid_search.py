@@ -93,7 +93,7 @@ from typing import Any
 
 import numpy as np
 
-from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.calibration import ReleasePlan, noise_multiplier
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.validation_loss import ValidationLoss, ValidationLossParams
 from privadapt.common.losses import loss_bounds
@@ -246,7 +246,7 @@ def _select_on_noisy_sums(federation: Federation, result: GridSearchResult, loss
     proportion to its own bound, calibrated to (epsilon/2, delta/2) together;
     the choice is post-processing (module docstring)."""
     noisy_rows = np.flatnonzero(result.loss_bounds > 0)
-    multiplier = calibrate_noise_multiplier(epsilon / 2, delta / 2, len(noisy_rows))
+    multiplier = noise_multiplier(epsilon / 2, delta / 2, ReleasePlan(len(noisy_rows)))
     sums = np.full(len(result.candidates), np.nan)
     stds = np.zeros(len(result.candidates))
     dim = result.candidates.shape[1]

@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.calibration import ReleasePlan, noise_multiplier
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.validation_loss import ValidationLoss, ValidationLossParams
 from privadapt.common.losses import Loss
@@ -99,7 +99,7 @@ def selection_mechanism(
 ) -> Mechanism:
     """One Gaussian release of the K sums at exactly (epsilon, delta), or no
     noise at all for ``epsilon = inf`` (the non-private oracle selection)."""
-    multiplier = math.inf if math.isinf(epsilon) else calibrate_noise_multiplier(epsilon, delta, 1)
+    multiplier = noise_multiplier(epsilon, delta, ReleasePlan(1))
     return KERNEL.mechanism(params, multiplier, Adjacency.REPLACE_ONE, dim=dim)
 
 

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.calibration import ReleasePlan, noise_multiplier
 from privadapt.common.data.record_parts import VALIDATION, RecordPart
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.regularized_erm import (
@@ -123,8 +123,7 @@ def output_perturbation(
     the values :class:`~.estimators.OutputPerturbation` checked at fit."""
     sizes = federation.site_sizes
     bound = max(record_bound(federation, n) for n in sizes.values())
-    multiplier = math.inf if math.isinf(epsilon) else calibrate_noise_multiplier(epsilon, delta,
-                                                                                 1)
+    multiplier = noise_multiplier(epsilon, delta, ReleasePlan(1))
     if regularization == "auto":
         shape = RegularizedERMParams(loss, 1.0, radius, clip_norm, label_bound, 1)
         regularization = auto_regularization(float(np.mean(list(sizes.values()))), dim,

@@ -39,7 +39,11 @@ import numpy as np
 from scipy import special
 
 from privadapt.common import losses
-from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.calibration import (
+    ReleasePlan,
+    noise_multiplier,
+    paper_closed_form,
+)
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.reweighted_gradient import (
     ReweightedGradient,
@@ -162,6 +166,7 @@ class AdaptationResult:
     privacy: dict[str, SitePrivacy] = field(default_factory=dict)
 
 
+@paper_closed_form("reweighting")
 def paper_noise_multiplier(epsilon: float, delta: float, iterations: int) -> float:
     """sigma / sensitivity of Alg. 1 lines 2-3: sigma_j = 2 s_j sqrt(T log(2/delta)) / epsilon."""
     return 2.0 * math.sqrt(iterations * math.log(2.0 / delta)) / epsilon
@@ -231,12 +236,9 @@ def plan_noise(
     if math.isinf(epsilon):
         return NoisePlan(make(math.inf), math.inf)
     check_positive("aggregate_noise_ratio", aggregate_noise_ratio)
-    if calibration == "accountant":
-        z = calibrate_noise_multiplier(epsilon, delta, iterations, make)
-    elif calibration == "paper":
-        z = paper_noise_multiplier(epsilon, delta, iterations)
-    else:
-        raise ValueError(f"calibration must be 'accountant' or 'paper', got {calibration!r}")
+    z = noise_multiplier(epsilon, delta,
+                         ReleasePlan(iterations, make, paper=paper_noise_multiplier),
+                         calibration=calibration)
     return NoisePlan(make(z), z)
 
 
