@@ -157,7 +157,7 @@ def test_a_pld_ledger_of_sums_costs_at_least_its_replay(tmp_path):
     sites = _sites(tmp_path, 2, "pld")
     federation = LocalFederation(sites, codec=FixedPointCodec(GRID))
     noisy_gd(federation, dim=DIM, loss="squared", epsilon=1.0, delta=DELTA, iterations=3,
-             learning_rate=0.5, radius=1.0, clip_norm=2.0**-10)
+             learning_rate=0.5, radius=1.0, clip_norm=2.0**-10, calibration="accountant")
     _kernel_query(federation, "laplace", 2.0)
     _kernel_query(federation, "discrete_laplace", 3.0)
     for site in sites:
@@ -177,7 +177,7 @@ def test_an_rdp_ledger_with_discrete_gaussian_shares_costs_at_least_its_replay(t
     sites = _sites(tmp_path, 2, "rdp")
     federation = LocalFederation(sites, codec=FixedPointCodec(GRID))
     noisy_gd(federation, dim=DIM, loss="squared", epsilon=1.0, delta=DELTA, iterations=3,
-             learning_rate=0.5, radius=1.0, clip_norm=2.0**-10)
+             learning_rate=0.5, radius=1.0, clip_norm=2.0**-10, calibration="accountant")
     _kernel_query(federation, "laplace", 2.0)
     _kernel_query(federation, "distributed_discrete_gaussian", 4.0)
     for site in sites:
