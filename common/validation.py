@@ -56,9 +56,33 @@ def frozen_value(cls: _Class | None = None, /, **options: Any) -> Any:
                 frozen_setattr(self, name, value)
 
         klass.__setattr__ = assign  # type: ignore[method-assign]
+        klass.__reduce__ = _rebuilt_by_init  # type: ignore[method-assign]
+        klass.__setstate__ = _validated_state  # type: ignore[attr-defined]
         return klass
 
     return wrap if cls is None else wrap(cls)
+
+
+def _rebuilt_by_init(self: Any) -> tuple[Any, ...]:
+    # Unpickling goes through __init__, and so through validation, like any
+    # other construction (pickle's default would restore the fields unchecked).
+    fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+    return _construct, (type(self), fields)
+
+
+def _construct(cls: type, fields: dict[str, Any]) -> Any:
+    return cls(**fields)
+
+
+def _validated_state(self: Any, state: Any) -> None:
+    # A pickle written by hand (NEWOBJ, then BUILD with a state) bypasses
+    # __reduce__: its state is stored and then validated as __init__ would.
+    fields, slots = state if isinstance(state, tuple) else (state, None)
+    for name, value in {**(fields or {}), **(slots or {})}.items():
+        object.__setattr__(self, name, value)
+    post_init = getattr(self, "__post_init__", None)
+    if post_init is not None:
+        post_init()
 
 
 def _open_ids() -> set[int]:
@@ -78,6 +102,11 @@ def _opened(validate: Callable[[Any], None]) -> Callable[[Any], None]:
         ids.add(id(self))
         try:
             validate(self)
+        except dataclasses.FrozenInstanceError as error:
+            # Only a subclass's own frozen __setattr__ (a plain dataclass)
+            # refuses an assignment inside __post_init__.
+            raise TypeError(f"{type(self).__name__} subclasses a frozen value: declare it "
+                            "with @frozen_value, not @dataclass(frozen=True)") from error
         finally:
             ids.discard(id(self))
 

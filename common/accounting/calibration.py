@@ -138,6 +138,9 @@ def noise_multiplier(epsilon: float, delta: float, plan: ReleasePlan, *,
     if math.isinf(epsilon) and epsilon > 0:
         return math.inf
     if calibration == "paper":
+        # The same target checks as the accountant's path: a closed form would
+        # divide by epsilon = 0 or return a negative multiplier.
+        _check_target(epsilon, delta, plan.num_releases, 0.5)
         if plan.paper is None:
             raise ValueError("this release has no closed form in its paper: calibrate it with "
                              "calibration='accountant'")

@@ -98,11 +98,22 @@ class Mechanism:
             cls.kinds = (own["kind"],)
         if "kinds" not in vars(cls):
             return  # an abstract family (KernelMechanism, SelectionMechanism)
+        # A new kind may take the accountant case of an abstract family (every
+        # selection is "pure_dp") but not that of another kind: a subclass of
+        # the exponential mechanism inheriting "bounded_range" would be charged
+        # by a bound nobody proved for it.
+        definer = next(k for k in cls.__mro__ if "accounted_as" in vars(k))
+        if definer is not cls and "kinds" in vars(definer):
+            raise TypeError(f"{cls.__name__} declares the new kind(s) {cls.kinds} but inherits "
+                            f"the accountant case of {definer.__name__}: define accounted_as "
+                            "on the class")
+        clashes = [kind for kind in cls.kinds
+                   if MECHANISM_KINDS.get(kind, cls) is not cls]
+        if clashes:  # refused before any kind is registered, so none is left half-declared
+            raise TypeError(f"mechanism kind {clashes[0]!r} is declared by both "
+                            f"{MECHANISM_KINDS[clashes[0]].__name__} and {cls.__name__}")
         for kind in cls.kinds:
-            known = MECHANISM_KINDS.setdefault(kind, cls)
-            if known is not cls:
-                raise TypeError(f"mechanism kind {kind!r} is declared by both "
-                                f"{known.__name__} and {cls.__name__}")
+            MECHANISM_KINDS[kind] = cls
 
     @property
     def accounted_as(self) -> str:

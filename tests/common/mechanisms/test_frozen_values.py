@@ -67,7 +67,7 @@ def test_equality_and_hash_are_a_plain_frozen_dataclasses():
     assert repr(Interval(0.5)) == "Interval(low=0.5, high=1.0)"
 
 
-def test_replace_and_pickle_go_through_validation_once():
+def test_replace_revalidates_and_a_pickle_round_trips():
     interval = dataclasses.replace(Interval(0.5), high=0.25)
     assert (interval.low, interval.high) == (0.25, 0.5)
     policy = SitePolicy("site-a", 1.0, 1e-5, adjacency="add_remove_one")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copyreg
 import dataclasses
+import io
 import json
 import math
 import pickle
@@ -16,7 +17,6 @@ from typing import Any, ClassVar
 import pytest
 
 from privadapt.common.accounting.calibration import ReleasePlan, noise_multiplier
-from privadapt.common.accounting.cases import case_of
 from privadapt.common.mechanisms import (
     MECHANISM_KINDS,
     ExponentialMechanism,
@@ -31,8 +31,8 @@ from privadapt.common.validation import frozen_value
 from privadapt.common.wire.messages import mechanism_to_proto
 from privadapt.server.algorithms.gradient_descent.noisy_gd import paper_noise_multiplier
 
-#: The kinds the start commit's hand-written tables knew (pld, rdp and the wire).
-KINDS_AT_START = {
+#: Every kind a site knows, whichever module it imports first (the proto's oneof names the same).
+KNOWN_KINDS = {
     "gaussian", "poisson_sampled_gaussian", "laplace", "pure_dp", "zcdp", "no_noise",
     "report_noisy_laplace", "exponential", "generalized_exponential", "discrete_laplace",
     "discrete_exponential", "discrete_report_noisy_laplace", "distributed_discrete_gaussian",
@@ -56,9 +56,9 @@ def test_a_site_process_knows_every_kind_whatever_it_imports_first(first):
                          capture_output=True, text=True, check=True)
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["server"] == []
-    assert set(seen["kinds"]) == KINDS_AT_START
+    assert set(seen["kinds"]) == KNOWN_KINDS
     oneof = pb.Mechanism.DESCRIPTOR.oneofs_by_name["kind"]
-    assert {field.name for field in oneof.fields} == KINDS_AT_START
+    assert {field.name for field in oneof.fields} == KNOWN_KINDS
 
 
 def test_a_coordinator_cannot_name_the_accountant_case():
@@ -71,17 +71,17 @@ def test_a_coordinator_cannot_name_the_accountant_case():
         gaussian.accounted_as = "pure_dp"
 
 
-def test_a_plain_dataclass_subclass_of_a_mechanism_can_still_be_built():
-    """At the start commit a subclass declared with ``@dataclass(frozen=True)``
-    was built (``object.__setattr__`` in the parent's ``__post_init__``); now
-    the subclass's own frozen ``__setattr__`` hides the one that lets
-    ``__post_init__`` assign, and construction raises."""
+def test_a_plain_dataclass_subclass_of_a_mechanism_is_refused_in_words():
+    """A subclass declared with ``@dataclass(frozen=True)`` has its own frozen
+    ``__setattr__``, which refuses the parent's ``__post_init__`` its
+    normalising assignments: construction fails closed, saying how to declare it."""
 
     @dataclasses.dataclass(frozen=True)
     class Tagged(LaplaceMechanism):
         tag: str = ""
 
-    assert Tagged(1.0, 2.0, tag="x").epsilon == 0.5
+    with pytest.raises(TypeError, match="declare it with @frozen_value"):
+        Tagged(1.0, 2.0, tag="x")
 
 
 def test_a_subclass_that_declares_no_kind_is_never_written_to_a_ledger():
@@ -95,21 +95,17 @@ def test_a_subclass_that_declares_no_kind_is_never_written_to_a_ledger():
 
 def test_a_new_kind_names_its_own_accountant_case_rather_than_inheriting_one():
     """A new selection written as a subclass of the exponential mechanism (say,
-    permute-and-flip, which overrides how the index is drawn) declares a new
-    kind and nothing else. At the start commit the accountant dispatched on
-    the kind, so it had no PLD and no RDP and every charge of it failed; now it
-    inherits ``accounted_as = "bounded_range"`` and is charged as
-    epsilon-bounded-range (RDP epsilon^2/8, a quarter of pure DP's) without
-    anyone having said that it is."""
+    permute-and-flip, which overrides how the index is drawn) that declares a
+    new kind and nothing else would inherit ``accounted_as = "bounded_range"``
+    and be charged as epsilon-bounded-range (RDP epsilon^2/8, a quarter of pure
+    DP's) without anyone having said that it is: the class is refused."""
     new_kind = "permute_and_flip_for_tests"
     try:
-        @frozen_value
-        class PermuteAndFlip(ExponentialMechanism):
-            kind: ClassVar[str] = new_kind
-
-        flip = PermuteAndFlip(1.0, 1.0)
-        with pytest.raises(TypeError):
-            case_of(flip)
+        with pytest.raises(TypeError, match="inherits the accountant case of"):
+            @frozen_value
+            class PermuteAndFlip(ExponentialMechanism):
+                kind: ClassVar[str] = new_kind
+        assert new_kind not in MECHANISM_KINDS
     finally:
         MECHANISM_KINDS.pop(new_kind, None)
 
@@ -138,17 +134,23 @@ def test_a_frozen_mechanism_refuses_every_assignment_path_after_construction():
 
 
 def test_an_unpickled_mechanism_is_validated():
-    """Unpickling restores ``__dict__`` without ``__post_init__``, as at the
-    start commit (nothing across a trust boundary is unpickled); the test of
-    frozen values names pickling among what goes through validation."""
-    class Forged:
-        def __reduce__(self) -> tuple[Any, ...]:
-            state = {**vars(LaplaceMechanism(1.0, 2.0)), "scale": -2.0}
-            return copyreg.__newobj__, (LaplaceMechanism,), state
+    """A pickle's state is validated as a construction is, whether it was
+    written by ``pickle`` or by hand (NEWOBJ then BUILD with forged fields)."""
+    laplace = LaplaceMechanism(1.0, 2.0)
+    assert pickle.loads(pickle.dumps(laplace)) == laplace
 
-    forged = pickle.dumps(Forged())
+    class Forging(pickle.Pickler):
+        def reducer_override(self, obj: Any) -> Any:
+            if type(obj) is LaplaceMechanism:
+                state = {**{f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)},
+                         "scale": -2.0}
+                return copyreg.__newobj__, (LaplaceMechanism,), state
+            return NotImplemented
+
+    buffer = io.BytesIO()
+    Forging(buffer, protocol=4).dump(laplace)
     with pytest.raises(ValueError):
-        pickle.loads(forged)
+        pickle.loads(buffer.getvalue())
 
 
 def test_the_paper_calibration_refuses_a_target_the_accountant_refuses():
