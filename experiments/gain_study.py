@@ -261,9 +261,14 @@ def run_selected(row: Row, private, test, epsilon: float, split: int, seed: int)
 def validation_records(task: Task, private, job: str):
     """The validation record part a job ``job`` scores (read directly, for the
     noise-free diagnostics only)."""
+    return validation_records_of(task, private, job, VALIDATION_FRACTION)
+
+
+def validation_records_of(task: Task, private, job: str, fraction: float):
+    """The validation record part at ``fraction`` of job ``job``'s sites."""
     names = tuple(f"x{i}" for i in range(private[0].shape[1]))
     blocks = np.array_split(np.arange(len(private[1])), task.num_sites)
-    part = RecordPart(VALIDATION, VALIDATION_FRACTION, job)
+    part = RecordPart(VALIDATION, fraction, job)
     parts = [RecordSplitter(Dataset(private[0][b], private[1][b], names)).records(part)
              for b in blocks]
     return (np.concatenate([p.features for p in parts]),
@@ -292,7 +297,7 @@ def run_grid_search(row: Row, private, test, epsilon: float, split: int, seed: i
                                    feature_bound=1.0)
         try:
             search.fit(train, validation)
-        except Exception as err:  # noqa: BLE001 (the refusal is a result here)
+        except Exception as err:
             return {"status": f"refused: {type(err).__name__}: {str(err)[:300]}"}
         spent = _max_epsilon(fed, epsilon)
     detail = {"best_index": int(search.best_index_), "radius": float(search.radius_),
@@ -357,9 +362,11 @@ def run_method(row: Row, method: str, split: int, epsilon: float, source_only: n
         return run_grid_search(row, private, test, epsilon, split, seed + 2)
     if method == "ConfidenceBoosting":
         return run_boosting(row, private, test, epsilon, split, seed + 3, source_only)
-    from experiments.gain_prototype import PROTOTYPES, run_prototype  # noqa: PLC0415
-    if method in PROTOTYPES:
-        return run_prototype(row, method, private, test, epsilon, split, seed + 4, source_only)
+    from experiments.gain_prototype import CONFIGS, prototype_methods, run_prototype
+    config = method[1:method.index("]")] if method.startswith("[") else "base"
+    if config in CONFIGS and method in prototype_methods(config):
+        return run_prototype(row, method, private, test, epsilon, split, seed + 4, source_only,
+                             config)
     raise ValueError(f"unknown method {method!r}")
 
 
@@ -385,7 +392,7 @@ def summarise(log_rows: list[dict], rows: dict[str, Row], methods: list[str]) ->
         if not splits:
             continue
 
-        def value(method, split, eps, column="loss"):
+        def value(method, split, eps, column="loss", name=name):
             for key in ((name, split, eps, method), (name, split, "all", method)):
                 if key in by_key:
                     return _float(by_key[key][column])
@@ -431,8 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default=None, help="comma-separated row names")
     parser.add_argument("--methods", default=None, help="comma-separated method names")
     parser.add_argument("--epsilons", default=None, help="comma-separated, e.g. 1,10,inf")
-    parser.add_argument("--prototype", action="store_true",
-                        help="also the prototyped fixes (experiments/gain_prototype.py)")
+    parser.add_argument("--prototype", default=None,
+                        help="also the prototyped fixes (experiments/gain_prototype.py) in "
+                             "these comma-separated configurations (CONFIGS there, e.g. base)")
     parser.add_argument("--log", type=Path, default=None,
                         help="the run log (default experiments/results/gain_study[_quick].csv)")
     parser.add_argument("--summary-only", action="store_true")
@@ -443,11 +451,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = make_rows(args.quick)
     names = list(rows) if args.tasks is None else args.tasks.split(",")
     methods = [*FREE, *REFERENCES, *DEFAULTS]
+    proto = []
     if args.prototype:
-        from experiments.gain_prototype import PROTOTYPES  # noqa: PLC0415
-        methods += list(PROTOTYPES)
+        from experiments.gain_prototype import prototype_methods
+        proto = [m for c in args.prototype.split(",") for m in prototype_methods(c)]
+        methods += proto
     if args.methods is not None:
-        methods = args.methods.split(",")
+        methods = [*args.methods.split(","), *proto]
     epsilons = EPSILONS if args.epsilons is None else tuple(float(e) for e in
                                                             args.epsilons.split(","))
     path = args.log or RESULTS / ("gain_study_quick.csv" if args.quick else "gain_study.csv")
@@ -473,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
                         try:
                             result = run_method(row, method, split,
                                                 math.inf if once else eps, source_only)
-                        except Exception as err:  # noqa: BLE001 (recorded, run continues)
+                        except Exception as err:
                             traceback.print_exc()
                             result = {"status": f"error: {type(err).__name__}: {err}"[:300]}
                         seconds = time.perf_counter() - begun
@@ -490,10 +500,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"{time.perf_counter() - started:.0f} s in all)", flush=True)
     finally:
         log.close()
-    shown = [*FREE, *REFERENCES, *DEFAULTS] if args.methods is None else methods
-    if args.prototype and args.methods is None:
-        from experiments.gain_prototype import PROTOTYPES  # noqa: PLC0415
-        shown += list(PROTOTYPES)
+    shown = [*FREE, *REFERENCES, *DEFAULTS, *proto] if args.methods is None else methods
     table = summarise(RunLog(path, HEADER, ("task", "split", "epsilon", "method"), setting,
                              read_only=True).rows(), rows, shown)
     print("\nL: test MSE (regressions) or log loss (classifiers); gain: (L_src - L) / "
