@@ -30,8 +30,9 @@ sensitivity L per entry under both adjacencies) the paired score pays a factor
 the reference *disagree* by more than C_k.
 
 ``gain_difference_histogram``: per candidate k, the counts of records whose
-|l(w_k) - l(w_0)| falls into each of J public bins [c_{j-1}, c_j) (c_0 = 0,
-c_J = inf), a block of shape (K, J). One record adds 1 to exactly one bin of
+|l(w_k) - l(w_0)| falls into each of J public bins [c_{k,j-1}, c_{k,j})
+(c_{k,0} = 0, c_{k,J} = inf; the edges are the candidate's own), a block of
+shape (K, J). One record adds 1 to exactly one bin of
 each candidate: L2 sensitivity sqrt(K) under add/remove, sqrt(2 K) under
 replace-one (one bin down, one up, per candidate). Its noisy tail counts give
 each C_k privately (a quantile of the target's own differences).
@@ -151,8 +152,8 @@ class _Paired(Kernel):
 
 @dataclass(frozen=True, eq=False)
 class HistogramParams(KernelParams):
-    """``candidates`` (K, d), ``reference`` (d,), ``loss``, ``edges`` (J - 1,)
-    increasing positive bin edges c_1 < ... < c_{J-1}."""
+    """``candidates`` (K, d), ``reference`` (d,), ``loss``, ``edges`` (K, J - 1):
+    per candidate, increasing positive bin edges c_1 < ... < c_{J-1}."""
 
     candidates: np.ndarray
     reference: np.ndarray
@@ -164,8 +165,9 @@ class HistogramParams(KernelParams):
         candidates = check_finite_array("parameter 'candidates'", self.candidates, (None, None))
         reference = check_finite_array("parameter 'reference'", self.reference,
                                        (candidates.shape[1],))
-        edges = check_finite_array("parameter 'edges'", self.edges, (None,))
-        if len(edges) < 1 or np.any(edges <= 0) or np.any(np.diff(edges) <= 0):
+        edges = check_finite_array("parameter 'edges'", self.edges,
+                                   (candidates.shape[0], None))
+        if edges.shape[1] < 1 or np.any(edges <= 0) or np.any(np.diff(edges, axis=1) <= 0):
             raise ValueError("parameter 'edges' must be increasing and positive")
         object.__setattr__(self, "candidates", readonly(candidates))
         object.__setattr__(self, "reference", readonly(reference))
@@ -185,7 +187,7 @@ class _Histogram(Kernel):
     Params = HistogramParams
 
     def output_shapes(self, params: HistogramParams, dim: int) -> tuple[tuple[int, ...]]:
-        return ((params.candidates.shape[0], len(params.edges) + 1),)
+        return ((params.candidates.shape[0], params.edges.shape[1] + 1),)
 
     def l2_sensitivities(self, params: HistogramParams, adjacency: Adjacency) -> tuple[float]:
         k = params.candidates.shape[0]
@@ -197,15 +199,15 @@ class _Histogram(Kernel):
 
     def compute(self, data: Dataset, params: HistogramParams,
                 state: MutableMapping[str, Any]) -> tuple[np.ndarray]:
-        k, bins = params.candidates.shape[0], len(params.edges) + 1
+        k, bins = params.candidates.shape[0], params.edges.shape[1] + 1
         counts = np.zeros((k, bins))
         for start in range(0, data.num_records, CHUNK_RECORDS):
             stop = start + CHUNK_RECORDS
             diff = np.abs(loss_differences(data.features[start:stop], data.labels[start:stop],
                                            params.candidates, params.reference, params.loss))
-            index = np.searchsorted(params.edges, diff, side="right")  # inf -> last bin
-            for j in range(k):
-                counts[j] += np.bincount(index[:, j], minlength=bins)
+            for j in range(k):  # inf -> the last bin
+                index = np.searchsorted(params.edges[j], diff[:, j], side="right")
+                counts[j] += np.bincount(index, minlength=bins)
         return (counts,)
 
 

@@ -22,7 +22,7 @@ One prototype job per (row, split, epsilon), at (epsilon, 1e-5) in all:
   projected onto the ball ||w - w_src|| <= rho (seed 002's offset
   theta = w_src + delta, ||delta|| <= rho), rho = factor * ||w_src|| for each
   factor of ``radii``, the task's noisy-GD clip, step and T, delivering the
-  average of the iterates. The linear_gradient kernel clips each record's
+  average of the second half of the iterates. The linear_gradient kernel clips each record's
   gradient at C whatever w is, so its sensitivity (2C, replace-one) and the
   privacy are plain noisy GD's; the ball is coordinator-side post-processing.
 * one selection among them per score (each its own release at the selection
@@ -35,7 +35,10 @@ One prototype job per (row, split, epsilon), at (epsilon, 1e-5) in all:
   - ``paired, private C``: C_k chosen privately on the validation part: a
     gain_difference_histogram release (30% of the selection share) and C_k
     the smallest bin edge whose noisy tail count is at most 2% of the part;
-    the paired release at the other 70%;
+    the paired release at the other 70%; the bins are each candidate's public
+    C_k times 2^-2 .. 2^8 (12 bins: one record moves two bins per candidate,
+    whatever their number, so the bins are free, but every bin's noise adds
+    to a tail count);
   - ``paired, worst-case C``: C_k from the public data bounds (||x|| <= 1,
     |y| <= 1): ||dw|| (||w_k|| + ||w_src|| + 2) for the squared loss, ||dw||
     for the logistic one: a clip that never bites on records within them.
@@ -85,7 +88,8 @@ GRADIENT = LinearGradient()
 VALIDATION = ValidationLoss()
 TAIL_SHARE = 0.02  # paired, private C: at most this share of the part is clipped
 HISTOGRAM_SHARE = 0.3  # of the selection's share, for the private C
-EDGES = np.geomspace(1e-6, 1e2, 49)  # the histogram's public bin edges (factor 1.47)
+# The histogram's public bin edges, per candidate: its public clip C_k times these.
+EDGE_FACTORS = 2.0 ** np.arange(-2, 9)
 
 
 @dataclass(frozen=True)
@@ -131,19 +135,21 @@ def _scores(task, weights, test):
 def ball_gd(fed, *, loss, center, rho, learning_rate, iterations, clip_norm, multiplier,
             dim) -> np.ndarray:
     """Noisy GD from ``center`` projected onto ||w - center|| <= rho; the
-    average of the iterates (module docstring)."""
+    average of the second half of the iterates (module docstring)."""
     params = LinearGradientParams(np.zeros(dim), loss, clip_norm)
     mechanism = GRADIENT.mechanism(params, multiplier, Adjacency.REPLACE_ONE, dim=dim)
     n = sum(fed.site_sizes.values())
     weights, total = center.copy(), np.zeros(dim)
-    for _ in range(iterations):
+    first = iterations // 2
+    for t in range(iterations):
         query = LinearGradientParams(weights, loss, clip_norm)
         gradient = np.asarray(fed.query(GRADIENT.name, query.to_wire(), mechanism).value) / n
         step = weights - learning_rate * gradient - center
         norm = float(np.linalg.norm(step))
         weights = center + (step if norm <= rho else step * (rho / norm))
-        total += weights
-    return total / iterations
+        if t >= first:
+            total += weights
+    return total / (iterations - first)
 
 
 def worst_case_clips(loss, candidates, reference) -> np.ndarray:
@@ -159,17 +165,19 @@ def public_clips(loss, candidates, reference, source) -> np.ndarray:
     return np.maximum(np.quantile(np.minimum(diff, 1e300), 0.95, axis=0), 1e-6)
 
 
-def private_clips(val, loss, candidates, reference, multiplier, dim, n_val) -> tuple:
+def private_clips(val, loss, candidates, reference, multiplier, dim, n_val,
+                  public: np.ndarray) -> tuple:
     """C_k from a noisy histogram of |differences| (module docstring)."""
-    params = HistogramParams(candidates, reference, loss, EDGES)
+    edges = public[:, None] * EDGE_FACTORS[None, :]
+    params = HistogramParams(candidates, reference, loss, edges)
     mechanism = HISTOGRAM_KERNEL.mechanism(params, multiplier, Adjacency.REPLACE_ONE, dim=dim)
     counts = np.asarray(val.query(HISTOGRAM, params.to_wire(), mechanism).value)
     tails = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1]  # tails[:, j]: |d| >= edge j-1
     clips = []
-    for row in tails:
-        # Bin j >= 1 holds [EDGES[j-1], EDGES[j]); the count of |d| >= EDGES[j-1] is row[j].
+    for row, own in zip(tails, edges, strict=True):
+        # Bin j >= 1 holds [own[j-1], own[j]); the count of |d| >= own[j-1] is row[j].
         ok = [j for j in range(1, len(row)) if row[j] <= TAIL_SHARE * n_val]
-        clips.append(EDGES[ok[0] - 1] if ok else EDGES[-1])
+        clips.append(own[ok[0] - 1] if ok else own[-1])
     return np.maximum(np.asarray(clips), 1e-6), counts
 
 
@@ -275,7 +283,8 @@ def _run_job(row, private, test, epsilon, split, seed, source_only, config: Conf
             info[score] = {"clips": clips.tolist(), "noisy": noisy.tolist(), "sigma": sigma}
         hist = select / math.sqrt(HISTOGRAM_SHARE) if finite else math.inf
         paired = select / math.sqrt(1 - HISTOGRAM_SHARE) if finite else math.inf
-        clips, _counts = private_clips(val, task.loss, others, source_only, hist, dim, n_val)
+        clips, _counts = private_clips(val, task.loss, others, source_only, hist, dim, n_val,
+                                       clip_sets["paired, public C"])
         choices["paired, private C"], noisy, sigma = paired_choice(
             val, task.loss, others, source_only, clips, paired, dim)
         info["paired, private C"] = {"clips": clips.tolist(), "noisy": noisy.tolist(),

@@ -1,0 +1,206 @@
+"""Markdown tables and diagnostics of issue 29's gain study from its run logs
+(experiments/gain_study.py; nothing is recomputed here).
+
+    .venv/bin/python -m experiments.gain_report LOG.csv [LOG.csv ...] [--methods ...]
+        [--diagnose]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+
+EPS = ("1", "3", "10", "inf")
+FREE = ("source-only", "constant")
+REFERENCES = ("target-only (non-private)", "adapter (non-private)")
+
+
+def load(paths: list[Path]) -> list[dict]:
+    rows = []
+    for path in paths:
+        with path.open() as handle:
+            rows += list(csv.DictReader(handle))
+    return rows
+
+
+def value(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+class Table:
+    def __init__(self, rows: list[dict]) -> None:
+        self.cell: dict[tuple, dict] = {}
+        for r in rows:
+            self.cell[r["task"], int(r["split"]), r["epsilon"], r["method"]] = r
+        self.tasks = list(dict.fromkeys(r["task"] for r in rows))
+
+    def splits(self, task: str) -> list[int]:
+        return sorted({k[1] for k in self.cell if k[0] == task})
+
+    def get(self, task, split, eps, method, column="loss") -> float:
+        for key in ((task, split, eps, method), (task, split, "all", method)):
+            if key in self.cell:
+                return value(self.cell[key][column])
+        return math.nan
+
+    def row(self, task, split, eps, method) -> dict | None:
+        return self.cell.get((task, split, eps, method))
+
+    def series(self, task, eps, method, column="loss") -> np.ndarray:
+        return np.array([self.get(task, s, eps, method, column) for s in self.splits(task)])
+
+    def oracle(self, task, eps, column="loss") -> np.ndarray:
+        pick = np.nanmax if column != "loss" else np.nanmin
+        return pick(np.stack([self.series(task, eps, m, column) for m in (*FREE, *REFERENCES)]),
+                    axis=0)
+
+    def gain(self, task, eps, method, column="loss") -> float:
+        src = np.nanmean(self.series(task, eps, "source-only", column))
+        best = np.nanmean(self.oracle(task, eps, column))
+        own = np.nanmean(self.series(task, eps, method, column))
+        return float((src - own) / (best - src) * (-1 if column == "loss" else 1))
+
+    def p90(self, task, eps, method) -> float:
+        own = self.series(task, eps, method)
+        src = self.series(task, eps, "source-only")
+        if np.all(np.isnan(own)):
+            return math.nan
+        return 100 * float(np.nanpercentile((own - src) / src, 90))
+
+    def status(self, task, eps, method) -> str:
+        found = [self.row(task, s, eps, method) for s in self.splits(task)]
+        bad = Counter(r["status"].split(":")[0] for r in found if r and r["status"] != "ok")
+        return ", ".join(f"{k} {v}/{len(found)}" for k, v in bad.items())
+
+
+def fmt(x: float, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.{digits}g}"
+
+
+def markdown(table: Table, methods: list[str]) -> str:
+    out = []
+    for task in table.tasks:
+        logistic = not math.isnan(table.get(task, table.splits(task)[0], "all", "source-only",
+                                            "accuracy"))
+        src = np.nanmean(table.series(task, "1", "source-only"))
+        best = np.nanmean(table.oracle(task, "1"))
+        out.append(f"\n**{task}** ({len(table.splits(task))} splits): L_src = {fmt(src)}, "
+                   f"L_oracle (non-private) = {fmt(best)}, available gain "
+                   f"{100 * (src - best) / src:.1f}%")
+        if logistic:
+            acc = np.nanmean(table.series(task, "1", "source-only", "accuracy"))
+            const = np.nanmean(table.series(task, "1", "constant", "accuracy"))
+            best_acc = np.nanmean(table.oracle(task, "1", "accuracy"))
+            out.append(f"accuracy: source-only {fmt(acc, 3)}, majority {fmt(const, 3)}, best "
+                       f"non-private {fmt(best_acc, 3)}")
+        head = "| method | L at eps 1 / 3 / 10 / inf | gain captured | p90 shortfall % |"
+        line = "|---|---|---|---|"
+        if logistic:
+            head += " accuracy | balanced acc. |"
+            line += "---|---|"
+        out += ["", head, line]
+        for method in methods:
+            cells = []
+            losses = [np.nanmean(table.series(task, e, method)) if
+                      not np.all(np.isnan(table.series(task, e, method))) else math.nan
+                      for e in EPS]
+            if all(math.isnan(v) for v in losses) and not table.status(task, "1", method):
+                continue
+            shown = []
+            for e, v in zip(EPS, losses, strict=True):
+                status = table.status(task, e, method)
+                shown.append(fmt(v) + (f" ({status})" if status else ""))
+            cells.append(" / ".join(shown))
+            cells.append(" / ".join(fmt(table.gain(task, e, method), 2) for e in EPS))
+            cells.append(fmt(np.nanmax([table.p90(task, e, method) for e in EPS]), 3))
+            if logistic:
+                cells.append(" / ".join(fmt(np.nanmean(table.series(task, e, method, "accuracy")),
+                                            3) for e in EPS))
+                cells.append(" / ".join(fmt(np.nanmean(table.series(
+                    task, e, method, "balanced_accuracy")), 3) for e in EPS))
+            out.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def diagnose(table: Table) -> str:
+    """Per task: what SelectedAdaptation and PrivateGridSearch chose and why."""
+    out = []
+    for task in table.tasks:
+        out.append(f"\n### {task}")
+        for eps in EPS:
+            chosen, gaps, margins, bites, plans = Counter(), [], [], [], None
+            for s in table.splits(task):
+                r = table.row(task, s, eps, "SelectedAdaptation")
+                if not r or r["status"] != "ok":
+                    continue
+                d = json.loads(r["detail"])
+                chosen[d["chosen"]] += 1
+                score = d["validation_errors"] if d["score"] == "error" else \
+                    d["clipped_validation"]
+                gaps.append(score[0] - min(score))  # what the best candidate gains on the score
+                margins.append(d["margin_per_record"])
+                bites.append(d["bite_source_only_test"])
+                plans = d["budget_plan"], d["validation_records"], d["names"], d["score"]
+            if chosen:
+                order = defaultdict(list)
+                for s in table.splits(task):
+                    r = table.row(task, s, eps, "SelectedAdaptation")
+                    if r and r["status"] == "ok":
+                        d = json.loads(r["detail"])
+                        for name, loss, clip in zip(d["names"], d["test_loss"],
+                                                    d["validation_errors"] or
+                                                    d["clipped_validation"], strict=True):
+                            order[name].append((loss, clip))
+                means = {n: (np.mean([a for a, _ in v]), np.mean([b for _, b in v]))
+                         for n, v in order.items()}
+                out.append(f"- SelectedAdaptation eps {eps}: chose {dict(chosen)}; noise-free "
+                           f"score gap best-vs-source-only {fmt(np.mean(gaps), 3)} per record "
+                           f"against margin {fmt(np.mean(margins), 3)}; source-only's loss "
+                           f"above the clip on {100 * np.mean(bites):.0f}% of test records; "
+                           f"score ({plans[3]}) and test L per candidate: "
+                           + ", ".join(f"{n} {fmt(c, 3)} / {fmt(t, 3)}"
+                                       for n, (t, c) in means.items())
+                           + f"; n_val {plans[1]}; plan {json.dumps(plans[0])}")
+            grid = Counter()
+            for s in table.splits(task):
+                r = table.row(task, s, eps, "PrivateGridSearch")
+                if r is None:
+                    continue
+                if r["status"] != "ok":
+                    grid[r["status"][:90]] += 1
+                else:
+                    grid[f"index {json.loads(r['detail'])['best_index']}"] += 1
+            if grid:
+                out.append(f"- PrivateGridSearch eps {eps}: {dict(grid)}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("logs", nargs="+", type=Path)
+    parser.add_argument("--methods", default=None)
+    parser.add_argument("--diagnose", action="store_true")
+    args = parser.parse_args(argv)
+    table = Table(load(args.logs))
+    methods = (args.methods.split(",") if args.methods else
+               list(dict.fromkeys(k[3] for k in table.cell)))
+    print(markdown(table, methods))
+    if args.diagnose:
+        print(diagnose(table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
