@@ -42,11 +42,13 @@ One prototype job per (row, split, epsilon), at (epsilon, 1e-5) in all:
   - ``paired, worst-case C``: C_k from the public data bounds (||x|| <= 1,
     |y| <= 1): ||dw|| (||w_k|| + ||w_src|| + 2) for the squared loss, ||dw||
     for the logistic one: a clip that never bites on records within them.
-  The paired scores choose by the upper confidence bound
-  argmin_k C_k (s~_k + t sigma), s~_0 = 0 for the reference, t =
-  sqrt(2 log(K' / beta)), beta = 0.1: with probability 1 - beta every noise
-  is below t sigma and the delivered model's clipped paired difference to
-  w_src on the validation part is <= 0.
+  The paired scores keep the reference unless some candidate's upper
+  confidence bound C_k (s~_k + t sigma) is below its 0 (t =
+  sqrt(2 log(K' / beta)), beta = 0.1), and then deliver, among those, the
+  one of least estimate C_k s~_k ("safe argmin"; ``RULE = "ucb"``: the least
+  upper bound, which favours the candidates nearest the reference): with
+  probability 1 - beta every noise is below t sigma and the delivered
+  model's clipped paired difference to w_src on the validation part is <= 0.
 * ``oracle (non-private)``: the candidate with the least *unclipped* mean
   validation loss (reads the validation records: what a score should
   approximate, not something a site would allow).
@@ -90,6 +92,10 @@ TAIL_SHARE = 0.02  # paired, private C: at most this share of the part is clippe
 HISTOGRAM_SHARE = 0.3  # of the selection's share, for the private C
 # The histogram's public bin edges, per candidate: its public clip C_k times these.
 EDGE_FACTORS = 2.0 ** np.arange(-2, 9)
+# The paired scores' choice: "safe_argmin" (the least estimated difference
+# among the candidates whose upper confidence bound is below the reference's
+# 0; the reference if none) or "ucb" (the least upper confidence bound).
+RULE = "safe_argmin"
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,10 @@ CONFIGS = {
     "s10": Config("s10", selection_share=0.1),
     "v10": Config("v10", validation_fraction=0.1),
     "s10v10": Config("s10v10", selection_share=0.1, validation_fraction=0.1),
+    "s50": Config("s50", selection_share=0.5),
+    "v50": Config("v50", validation_fraction=0.5),
+    "s50v50": Config("s50v50", selection_share=0.5, validation_fraction=0.5),
+    "one25": Config("one25", radii=(0.25,)),
     "one": Config("one", radii=(1.0,)),
     "three": Config("three", radii=(0.1, 0.5, 2.0)),
     "T4": Config("T4", iterations=0.25),
@@ -191,9 +201,16 @@ def paired_choice(val, loss, candidates, reference, clips, multiplier, dim) -> t
         sigma = float(mechanism.noise_scales[0])
     noisy = np.asarray(val.query(PAIRED, params.to_wire(), mechanism).value, dtype=float)
     t = math.sqrt(2 * math.log(max(len(clips), 2) / BETA))
-    upper = clips * (noisy + t * sigma)
-    best = int(np.argmin(upper))
-    return (best + 1 if upper[best] < 0 else 0), noisy, sigma
+    estimate = clips * noisy  # each candidate's clipped difference sum to the reference
+    safe = clips * (noisy + t * sigma) < 0  # upper confidence bound below the reference's 0
+    if RULE == "ucb":
+        upper = clips * (noisy + t * sigma)
+        best = int(np.argmin(upper))
+        return (best + 1 if upper[best] < 0 else 0), noisy, sigma
+    if not np.any(safe):
+        return 0, noisy, sigma
+    best = int(np.argmin(np.where(safe, estimate, np.inf)))
+    return best + 1, noisy, sigma
 
 
 def clipped_choice(val, loss, candidates, bound, multiplier, dim) -> tuple:
