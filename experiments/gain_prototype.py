@@ -53,9 +53,13 @@ One prototype job per (row, split, epsilon), at (epsilon, 1e-5) in all:
   validation loss (reads the validation records: what a score should
   approximate, not something a site would allow).
 
-``config`` variants (the --proto-config of gain_study.py) change the
-selection share, validation fraction and radii; the grid-search variant
-replaces the radii by seed 004's doubling grid as offsets around w_src.
+``config`` variants (the --prototype of gain_study.py) change the
+selection share, validation fraction and radii; ``grid`` replaces the radii
+by seed 004's doubling grid as offsets around w_src (rho_j = 2^(j-5) ||w_src||,
+j = 1..5: PrivateGridSearch redone with the free models as candidates and
+the paired score); ``boost`` is ConfidenceBoosting redone: one ball-GD model
+per site on that site's train part alone at the whole training share, the
+free models and one paired selection over every site's validation part.
 """
 
 from __future__ import annotations
@@ -76,10 +80,12 @@ from experiments.gain_kernels import (
     loss_differences,
 )
 from privadapt.common.calibration import calibrate_noise_multiplier
+from privadapt.common.federation import OneSiteView
 from privadapt.common.kernels.linear_gradient import LinearGradient, LinearGradientParams
 from privadapt.common.kernels.validation_loss import ValidationLoss, ValidationLossParams
 from privadapt.common.losses import loss_values
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.record_parts import TRAIN, RecordPart
 from privadapt.server.algorithms.private_selection import baseline_margin, choose
 from privadapt.server.estimators.base import record_parts
 from privadapt.server.estimators.selection_candidates import auto_loss_bound, error_scored
@@ -105,6 +111,10 @@ class Config:
     validation_fraction: float = 0.25
     radii: tuple[float, ...] = (0.25, 1.0)  # rho / ||w_src||
     iterations: float = 1.0  # T as a factor of the task's
+    # Confidence boosting's form: one ball-GD model per site, on that site's
+    # train part alone (OneSiteView), each at the whole training share (the
+    # sites' records are disjoint: parallel composition), radius radii[0].
+    per_site: bool = False
 
 
 CONFIGS = {
@@ -121,6 +131,7 @@ CONFIGS = {
     "T4": Config("T4", iterations=0.25),
     # seed 004's doubling grid as offsets around w_src: rho_j = 2^(j - 5) ||w_src||
     "grid": Config("grid", radii=tuple(2.0 ** (j - 5) for j in range(1, 6))),
+    "boost": Config("boost", radii=(0.25,), per_site=True),
 }
 SCORES = ("clipped loss", "clipped errors", "paired, public C", "paired, private C",
           "paired, worst-case C", "oracle (non-private)")
@@ -129,7 +140,7 @@ _CACHE: dict[tuple, dict[str, dict]] = {}
 
 def prototype_methods(config: str) -> list[str]:
     prefix = "" if config == "base" else f"[{config}] "
-    radii = CONFIGS[config].radii
+    radii = () if CONFIGS[config].per_site else CONFIGS[config].radii
     return ([f"{prefix}P: {score}" for score in SCORES]
             + [f"{prefix}cand: ball GD rho={r:g}" for r in radii])
 
@@ -268,14 +279,22 @@ def _run_job(row, private, test, epsilon, split, seed, source_only, config: Conf
         n_val = sum(val.site_sizes.values())
         learned, names = [], []
         scale = float(np.linalg.norm(source_only))
-        for factor in config.radii:
+        settings = {"loss": task.loss, "center": source_only,
+                    "learning_rate": task.noisy_gd["learning_rate"], "iterations": iterations,
+                    "clip_norm": task.noisy_gd["clip_norm"], "dim": dim}
+        if config.per_site:
+            train_share = 1 - share  # each site's records train one model only
             multiplier = z_total * math.sqrt(iterations / train_share) if finite else math.inf
-            learned.append(ball_gd(train, loss=task.loss, center=source_only,
-                                   rho=factor * scale,
-                                   learning_rate=task.noisy_gd["learning_rate"],
-                                   iterations=iterations,
-                                   clip_norm=task.noisy_gd["clip_norm"],
-                                   multiplier=multiplier, dim=dim))
+            part = RecordPart(TRAIN, config.validation_fraction, fed.job_id)
+            for site in fed.site_sizes:
+                view = OneSiteView(fed, site, part)
+                learned.append(ball_gd(view, rho=config.radii[0] * scale,
+                                       multiplier=multiplier, **settings))
+                names.append(f"ball GD rho={config.radii[0]:g} {site}")
+        for factor in () if config.per_site else config.radii:
+            multiplier = z_total * math.sqrt(iterations / train_share) if finite else math.inf
+            learned.append(ball_gd(train, rho=factor * scale, multiplier=multiplier,
+                                   **settings))
             names.append(f"ball GD rho={factor:g}")
         candidates = np.stack([*free, *learned])
         all_names = [*free_names, *names]
@@ -307,7 +326,8 @@ def _run_job(row, private, test, epsilon, split, seed, source_only, config: Conf
         info["paired, private C"] = {"clips": clips.tolist(), "noisy": noisy.tolist(),
                                      "sigma": sigma}
         job = fed.job_id
-        spent = _spent_per_score(fed, len(config.radii) * iterations, task.loss) if finite \
+        trained = iterations if config.per_site else len(config.radii) * iterations
+        spent = _spent_per_score(fed, trained, task.loss) if finite \
             else {}
     # Diagnostics read the validation records directly (non-private, reported only).
     features, labels = validation_records_of(task, private, job, config.validation_fraction)
@@ -331,7 +351,7 @@ def _run_job(row, private, test, epsilon, split, seed, source_only, config: Conf
                           "epsilon_spent": spent.get(score, math.nan if finite else math.inf)}
         results[f"P: {score}"] = {**_scores(task, candidates[index], test), "detail": detail}
     results_spent = {"epsilon_spent": spent}
-    for factor, weights in zip(config.radii, learned, strict=True):
+    for factor, weights in zip(() if config.per_site else config.radii, learned, strict=False):
         results[f"cand: ball GD rho={factor:g}"] = {**_scores(task, weights, test),
                                                     "detail": results_spent}
     return results

@@ -187,12 +187,44 @@ def diagnose(table: Table) -> str:
     return "\n".join(out)
 
 
+def seed001_capture(path: Path) -> str:
+    """Issue 29 section 4: the share of non-private STC's gain over ClusterT
+    (clustering cost, lower is better) that NNA and NAS capture, per dataset
+    family, privacy and coreset/sites setting, over the k values of
+    experiments/seed001/results/cost_tables.csv (median and quartiles; a k
+    where STC is not below ClusterT has no gain to capture and is left out)."""
+    rows = list(csv.DictReader(path.open()))
+    cost = {(r["dataset"], r["method"], r["privacy"], r["coreset"], r["sites"], r["k"]):
+            float(r["cost_mean"]) for r in rows}
+    shares: dict[tuple, list[float]] = defaultdict(list)
+    for (data, method, privacy, coreset, sites, k), own in cost.items():
+        if method not in ("NNA", "NAS"):
+            continue
+        base = cost.get((data, "ClusterT", "none", "-", "1", k))
+        best = cost.get((data, "STC (non-private)", "none", "-", "1", k))
+        if base is None or best is None or base <= best:
+            continue
+        family = data.split("_")[0]
+        shares[family, method, privacy, f"coreset {coreset}, {sites} site(s)"].append(
+            (base - own) / (base - best))
+    lines = ["| data | method | privacy | setting | median capture | quartiles | cases |",
+             "|---|---|---|---|---|---|---|"]
+    for key, values in sorted(shares.items()):
+        q1, q2, q3 = np.percentile(values, [25, 50, 75])
+        lines.append(f"| {' | '.join(key)} | {q2:.2f} | {q1:.2f} .. {q3:.2f} | {len(values)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("logs", nargs="+", type=Path)
     parser.add_argument("--methods", default=None)
     parser.add_argument("--diagnose", action="store_true")
+    parser.add_argument("--seed001", type=Path, default=None,
+                        help="also the NNA/NAS capture table of this cost_tables.csv")
     args = parser.parse_args(argv)
+    if args.seed001 is not None:
+        print(seed001_capture(args.seed001))
     table = Table(load(args.logs))
     methods = (args.methods.split(",") if args.methods else
                list(dict.fromkeys(k[3] for k in table.cell)))
