@@ -115,6 +115,10 @@ class Config:
     # train part alone (OneSiteView), each at the whole training share (the
     # sites' records are disjoint: parallel composition), radius radii[0].
     per_site: bool = False
+    # Free candidates cut from the last trained one: w_src + the offset
+    # (w - w_src) projected onto the ball of radius factor * ||w_src||, for
+    # each factor (post-processing: no training budget, only selection noise).
+    shrink: tuple[float, ...] = ()
 
 
 CONFIGS = {
@@ -132,6 +136,8 @@ CONFIGS = {
     # seed 004's doubling grid as offsets around w_src: rho_j = 2^(j - 5) ||w_src||
     "grid": Config("grid", radii=tuple(2.0 ** (j - 5) for j in range(1, 6))),
     "boost": Config("boost", radii=(0.25,), per_site=True),
+    "shrink": Config("shrink", radii=(1.0,), shrink=(0.25,)),
+    "shrink3": Config("shrink3", radii=(1.0,), shrink=(0.125, 0.25, 0.5)),
 }
 SCORES = ("clipped loss", "clipped errors", "paired, public C", "paired, private C",
           "paired, worst-case C", "oracle (non-private)")
@@ -142,7 +148,8 @@ def prototype_methods(config: str) -> list[str]:
     prefix = "" if config == "base" else f"[{config}] "
     radii = () if CONFIGS[config].per_site else CONFIGS[config].radii
     return ([f"{prefix}P: {score}" for score in SCORES]
-            + [f"{prefix}cand: ball GD rho={r:g}" for r in radii])
+            + [f"{prefix}cand: ball GD rho={r:g}" for r in radii]
+            + [f"{prefix}cand: shrunk to rho={r:g}" for r in CONFIGS[config].shrink])
 
 
 PROTOTYPES = prototype_methods("base")
@@ -296,7 +303,14 @@ def _run_job(row, private, test, epsilon, split, seed, source_only, config: Conf
             learned.append(ball_gd(train, rho=factor * scale, multiplier=multiplier,
                                    **settings))
             names.append(f"ball GD rho={factor:g}")
-        candidates = np.stack([*free, *learned])
+        shrunk = []
+        for factor in config.shrink:
+            offset = learned[-1] - source_only
+            norm = float(np.linalg.norm(offset))
+            limit = factor * scale
+            shrunk.append(source_only + (offset if norm <= limit else offset * (limit / norm)))
+            names.append(f"shrunk to rho={factor:g}")
+        candidates = np.stack([*free, *learned, *shrunk])
         all_names = [*free_names, *names]
         others = candidates[1:]
         select = z_total / math.sqrt(share) if finite else math.inf
@@ -354,4 +368,7 @@ def _run_job(row, private, test, epsilon, split, seed, source_only, config: Conf
     for factor, weights in zip(() if config.per_site else config.radii, learned, strict=False):
         results[f"cand: ball GD rho={factor:g}"] = {**_scores(task, weights, test),
                                                     "detail": results_spent}
+    for factor, weights in zip(config.shrink, shrunk, strict=True):
+        results[f"cand: shrunk to rho={factor:g}"] = {**_scores(task, weights, test),
+                                                      "detail": results_spent}
     return results
