@@ -36,9 +36,12 @@ One prototype job per (row, split, epsilon), at (epsilon, 1e-5) in all:
     gain_difference_histogram release (30% of the selection share) and C_k
     the smallest bin edge whose noisy tail count is at most 2% of the part;
     the paired release at the other 70%; the bins are each candidate's public
-    C_k times 2^-2 .. 2^8 (12 bins: one record moves two bins per candidate,
-    whatever their number, so the bins are free, but every bin's noise adds
-    to a tail count);
+    C_k times 4^-1 .. 4^3 (6 bins: one record moves two bins per candidate
+    whatever their number, but every bin's noise adds to a tail count), and
+    C_k is the smallest edge whose noisy tail count is at most 2% of the part
+    plus one standard deviation of that count's noise (a noisy tail that
+    cannot be told from 2% bites; a clip too small only shrinks every
+    record's difference towards 0, one too large multiplies the noise);
   - ``paired, worst-case C``: C_k from the public data bounds (||x|| <= 1,
     |y| <= 1): ||dw|| (||w_k|| + ||w_src|| + 2) for the squared loss, ||dw||
     for the logistic one: a clip that never bites on records within them.
@@ -97,7 +100,7 @@ VALIDATION = ValidationLoss()
 TAIL_SHARE = 0.02  # paired, private C: at most this share of the part is clipped
 HISTOGRAM_SHARE = 0.3  # of the selection's share, for the private C
 # The histogram's public bin edges, per candidate: its public clip C_k times these.
-EDGE_FACTORS = 2.0 ** np.arange(-2, 9)
+EDGE_FACTORS = 4.0 ** np.arange(-1, 4)
 # The paired scores' choice: "safe_argmin" (the least estimated difference
 # among the candidates whose upper confidence bound is below the reference's
 # 0; the reference if none) or "ucb" (the least upper confidence bound).
@@ -200,11 +203,15 @@ def private_clips(val, loss, candidates, reference, multiplier, dim, n_val,
     params = HistogramParams(candidates, reference, loss, edges)
     mechanism = HISTOGRAM_KERNEL.mechanism(params, multiplier, Adjacency.REPLACE_ONE, dim=dim)
     counts = np.asarray(val.query(HISTOGRAM, params.to_wire(), mechanism).value)
+    sigma = 0.0 if mechanism.is_non_private else float(mechanism.noise_scales[0])
     tails = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1]  # tails[:, j]: |d| >= edge j-1
+    bins = counts.shape[1]
     clips = []
     for row, own in zip(tails, edges, strict=True):
-        # Bin j >= 1 holds [own[j-1], own[j]); the count of |d| >= own[j-1] is row[j].
-        ok = [j for j in range(1, len(row)) if row[j] <= TAIL_SHARE * n_val]
+        # Bin j >= 1 holds [own[j-1], own[j]); the count of |d| >= own[j-1] is row[j],
+        # a sum of bins - j noisy bins.
+        ok = [j for j in range(1, bins)
+              if row[j] <= TAIL_SHARE * n_val + sigma * math.sqrt(bins - j)]
         clips.append(own[ok[0] - 1] if ok else own[-1])
     return np.maximum(np.asarray(clips), 1e-6), counts
 
