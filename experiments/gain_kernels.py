@@ -75,6 +75,10 @@ def loss_differences(features: np.ndarray, labels: np.ndarray, candidates: np.nd
     """l(w_k) - l(w_0) per record and candidate, shape (n, K): +inf / -inf /
     0 where only the candidate's / only the reference's / both losses are
     not finite (the caller clips)."""
+    if loss == "error":  # 0-1 loss of the sign of x.w against labels +-1: d in {-1, 0, 1}
+        own = (np.where(features @ candidates.T >= 0, 1.0, -1.0) != labels[:, None])
+        base = (np.where(features @ reference >= 0, 1.0, -1.0) != labels)[:, None]
+        return own.astype(float) - base.astype(float)
     with np.errstate(over="ignore", invalid="ignore"):
         own = loss_values(loss, features @ candidates.T, labels[:, None])
         base = loss_values(loss, features @ reference, labels)[:, None]
@@ -86,7 +90,8 @@ def loss_differences(features: np.ndarray, labels: np.ndarray, candidates: np.nd
 
 @dataclass(frozen=True, eq=False)
 class PairedParams(KernelParams):
-    """``candidates`` (K, d), ``reference`` (d,), ``loss``, ``clips`` (K,) > 0."""
+    """``candidates`` (K, d), ``reference`` (d,), ``loss`` ("squared", "logistic"
+    or "error": the 0-1 loss of sign(x.w) against labels +-1), ``clips`` (K,) > 0."""
 
     candidates: np.ndarray
     reference: np.ndarray
@@ -94,7 +99,7 @@ class PairedParams(KernelParams):
     clips: np.ndarray
 
     def __post_init__(self) -> None:
-        check_one_of("parameter 'loss'", self.loss, ("squared", "logistic"))
+        check_one_of("parameter 'loss'", self.loss, ("squared", "logistic", "error"))
         candidates = check_finite_array("parameter 'candidates'", self.candidates, (None, None))
         reference = check_finite_array("parameter 'reference'", self.reference,
                                        (candidates.shape[1],))

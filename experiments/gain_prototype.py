@@ -143,7 +143,8 @@ CONFIGS = {
     "shrink3": Config("shrink3", radii=(1.0,), shrink=(0.125, 0.25, 0.5)),
 }
 SCORES = ("clipped loss", "clipped errors", "paired, public C", "paired, private C",
-          "paired, worst-case C", "oracle (non-private)")
+          "paired, worst-case C", "paired, private C, safe vs free",
+          "paired, private C + errors, safe vs free", "oracle (non-private)")
 _CACHE: dict[tuple, dict[str, dict]] = {}
 
 
@@ -238,6 +239,53 @@ def paired_choice(val, loss, candidates, reference, clips, multiplier, dim) -> t
     return best + 1, noisy, sigma
 
 
+def safe_vs_free(estimates: np.ndarray, stds: np.ndarray, has_constant: bool,
+                 errors: np.ndarray | None = None, error_stds: np.ndarray | None = None
+                 ) -> int:
+    """The delivered index (0: the reference w_src; k >= 1: candidates[k]) when
+    a model must not lose to *any* free model: the reference (estimate 0, no
+    noise) and, with ``has_constant``, the public constant (entry 0 of the
+    estimates). Candidate k qualifies when its estimated loss difference to
+    the reference plus t times its noise is below 0 (better than source-only
+    with probability 1 - beta, as the paired choice), its estimated loss
+    difference to the constant minus t times the noise of that difference is
+    below 0 (not significantly worse than the constant), and, with ``errors``
+    (paired error sums and stds, the classifiers' second release), its error
+    difference to every free model minus t times its noise is at most 0 (not
+    significantly less accurate than either); t = sqrt(2 log(m / beta)) for
+    the m comparisons. Among those, the least loss estimate; if none, the
+    constant when it qualifies against the reference, else the reference.
+    Post-processing of the releases."""
+    free = [None] + ([0] if has_constant else [])  # None: the reference
+
+    def diff(values, stds_, k, f):
+        if f is None:
+            return values[k], stds_[k]
+        return values[k] - values[f], math.hypot(stds_[k], stds_[f])
+
+    comparisons = max(2, len(estimates) * len(free) * (2 if errors is not None else 1))
+    t = math.sqrt(2 * math.log(comparisons / BETA))
+
+    def qualifies(k, against):
+        for f in against:
+            value, std = diff(estimates, stds, k, f)
+            if (value + t * std >= 0) if f is None else (value - t * std >= 0):
+                return False
+            if errors is not None:
+                value, std = diff(errors, error_stds, k, f)
+                if value - t * std > 0:
+                    return False
+        return True
+
+    first = 1 if has_constant else 0
+    learned = [k for k in range(first, len(estimates)) if qualifies(k, free)]
+    if learned:
+        return 1 + min(learned, key=lambda k: estimates[k])
+    if has_constant and qualifies(0, [None]):
+        return 1
+    return 0
+
+
 def clipped_choice(val, loss, candidates, bound, multiplier, dim) -> tuple:
     params = ValidationLossParams(candidates, loss, bound)
     mechanism = VALIDATION.mechanism(params, multiplier, Adjacency.REPLACE_ONE, dim=dim)
@@ -260,7 +308,12 @@ def _spent_per_score(fed, trained: int, loss: str) -> dict[str, float]:
              "paired, public C", "paired, worst-case C"]
     spent = {score: epsilon_spent([*train, rest[i]], DELTA).epsilon
              for i, score in enumerate(order)}
-    spent["paired, private C"] = epsilon_spent([*train, *rest[len(order):]], DELTA).epsilon
+    private = rest[len(order):len(order) + 2]
+    spent["paired, private C"] = epsilon_spent([*train, *private], DELTA).epsilon
+    spent["paired, private C, safe vs free"] = spent["paired, private C"]
+    if loss == "logistic":
+        spent["paired, private C + errors, safe vs free"] = epsilon_spent(
+            [*train, *rest[len(order) + 2:len(order) + 5]], DELTA).epsilon
     spent["training"] = epsilon_spent(train, DELTA).epsilon
     return spent
 
@@ -346,6 +399,26 @@ def _run_job(row, private, test, epsilon, split, seed, source_only, config: Conf
             val, task.loss, others, source_only, clips, paired, dim)
         info["paired, private C"] = {"clips": clips.tolist(), "noisy": noisy.tolist(),
                                      "sigma": sigma}
+        # Post-processing of the same release: safe against every free model.
+        has_constant = row.constant is not None
+        choices["paired, private C, safe vs free"] = safe_vs_free(
+            clips * noisy, clips * sigma, has_constant)
+        info["paired, private C, safe vs free"] = info["paired, private C"]
+        if task.loss == "logistic":
+            # Its own job: histogram (30%), paired losses (35%), paired errors (35%).
+            third = select / math.sqrt(0.35) if finite else math.inf
+            clips2, _ = private_clips(val, task.loss, others, source_only, hist, dim, n_val,
+                                      clip_sets["paired, public C"])
+            _, noisy2, sigma2 = paired_choice(val, task.loss, others, source_only, clips2,
+                                              third, dim)
+            _, noisy3, sigma3 = paired_choice(val, "error", others, source_only,
+                                              np.ones(len(others)), third, dim)
+            choices["paired, private C + errors, safe vs free"] = safe_vs_free(
+                clips2 * noisy2, clips2 * sigma2, has_constant, noisy3, np.full(
+                    len(others), sigma3))
+            info["paired, private C + errors, safe vs free"] = {
+                "clips": clips2.tolist(), "noisy": noisy2.tolist(), "sigma": sigma2,
+                "noisy_errors": noisy3.tolist(), "sigma_errors": sigma3}
         job = fed.job_id
         trained = iterations if config.per_site else len(config.radii) * iterations
         spent = _spent_per_score(fed, trained, task.loss) if finite \
