@@ -218,7 +218,7 @@ def seed001_capture(path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("logs", nargs="+", type=Path)
-    parser.add_argument("--methods", default=None)
+    parser.add_argument("--methods", default=None, help="semicolon-separated method names")
     parser.add_argument("--diagnose", action="store_true")
     parser.add_argument("--seed001", type=Path, default=None,
                         help="also the NNA/NAS capture table of this cost_tables.csv")
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.seed001 is not None:
         print(seed001_capture(args.seed001))
     table = Table(load(args.logs))
-    methods = (args.methods.split(",") if args.methods else
+    methods = (args.methods.split(";") if args.methods else
                list(dict.fromkeys(k[3] for k in table.cell)))
     print(markdown(table, methods))
     if args.diagnose:
