@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import math
 import sys
@@ -187,6 +188,39 @@ def diagnose(table: Table) -> str:
     return "\n".join(out)
 
 
+def targets(table: Table, methods: list[str]) -> str:
+    """Issue 29's targets per method and row: mean L never above source-only's
+    or the constant's at any epsilon (and the p90 shortfall to source-only);
+    for classifiers the same on accuracy; gain captured at epsilon 10 >= 0.5
+    where the available gain exceeds 2%; mean L non-increasing in epsilon."""
+    lines = ["| method | row | worst L - min(free L), % of L_src | p90 % | accuracy below "
+             "max(free) by (points) | gain at eps 10 | non-decreasing in eps |",
+             "|---|---|---|---|---|---|---|"]
+    for method in methods:
+        for task in table.tasks:
+            means = [np.nanmean(table.series(task, e, method)) if not np.all(np.isnan(
+                table.series(task, e, method))) else math.nan for e in EPS]
+            if all(math.isnan(v) for v in means):
+                continue
+            src = np.nanmean(table.series(task, "1", "source-only"))
+            free = min(src, np.nanmean(table.series(task, "1", "constant")))
+            worst = max(v - free for v in means if not math.isnan(v))
+            p90 = np.nanmax([table.p90(task, e, method) for e in EPS])
+            acc = "-"
+            if not math.isnan(table.get(task, table.splits(task)[0], "all", "source-only",
+                                        "accuracy")):
+                best_free = max(np.nanmean(table.series(task, "1", m, "accuracy"))
+                                for m in FREE)
+                accs = [np.nanmean(table.series(task, e, method, "accuracy")) for e in EPS]
+                acc = fmt(100 * max(0.0, best_free - np.nanmin(accs)), 2)
+            gain = table.gain(task, "10", method)
+            finite = [v for v in means if not math.isnan(v)]
+            steady = all(b <= a + 1e-12 for a, b in itertools.pairwise(finite))
+            lines.append(f"| {method} | {task} | {fmt(100 * worst / src, 3)} | {fmt(p90, 3)} | "
+                         f"{acc} | {fmt(gain, 2)} | {'yes' if steady else 'no'} |")
+    return "\n".join(lines)
+
+
 def seed001_capture(path: Path) -> str:
     """Issue 29 section 4: the share of non-private STC's gain over ClusterT
     (clustering cost, lower is better) that NNA and NAS capture, per dataset
@@ -220,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("logs", nargs="+", type=Path)
     parser.add_argument("--methods", default=None, help="semicolon-separated method names")
     parser.add_argument("--diagnose", action="store_true")
+    parser.add_argument("--targets", action="store_true",
+                        help="only the targets table of the --methods")
     parser.add_argument("--seed001", type=Path, default=None,
                         help="also the NNA/NAS capture table of this cost_tables.csv")
     args = parser.parse_args(argv)
@@ -228,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     table = Table(load(args.logs))
     methods = (args.methods.split(";") if args.methods else
                list(dict.fromkeys(k[3] for k in table.cell)))
+    if args.targets:
+        print(targets(table, methods))
+        return 0
     print(markdown(table, methods))
     if args.diagnose:
         print(diagnose(table))
