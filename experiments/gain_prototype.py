@@ -254,8 +254,8 @@ def safe_vs_free(estimates: np.ndarray, stds: np.ndarray, has_constant: bool,
     difference to every free model minus t times its noise is at most 0 (not
     significantly less accurate than either); t = sqrt(2 log(m / beta)) for
     the m comparisons. Among those, the least loss estimate; if none, the
-    constant when it qualifies against the reference, else the reference.
-    Post-processing of the releases."""
+    free model of least estimate (the constant when its estimated difference
+    to the reference is negative). Post-processing of the releases."""
     free = [None] + ([0] if has_constant else [])  # None: the reference
 
     def diff(values, stds_, k, f):
@@ -281,9 +281,10 @@ def safe_vs_free(estimates: np.ndarray, stds: np.ndarray, has_constant: bool,
     learned = [k for k in range(first, len(estimates)) if qualifies(k, free)]
     if learned:
         return 1 + min(learned, key=lambda k: estimates[k])
-    if has_constant and qualifies(0, [None]):
-        return 1
-    return 0
+    # No learned model qualifies: the better free model by its estimate (no
+    # margin: either is free, and keeping source-only where the constant is
+    # far better would deliver a model below the majority class).
+    return 1 if has_constant and estimates[0] < 0 else 0
 
 
 def clipped_choice(val, loss, candidates, bound, multiplier, dim) -> tuple:

@@ -249,6 +249,30 @@ def seed001_capture(path: Path) -> str:
     return "\n".join(lines)
 
 
+def seed003_capture(path: Path) -> str:
+    """Issue 29 section 4: in seed 003's Figure 2 CSV (test MSE, mean over
+    runs), the share of each private method's own non-private version's gain
+    over public-only that it captures, per epsilon and n (the federated
+    two-stage FW against the non-private two-stage FW)."""
+    rows = list(csv.DictReader(path.open()))
+    value = {(r["method"], r["epsilon"], r["n"]): float(r["mean"]) for r in rows}
+    sizes = sorted({r["n"] for r in rows}, key=int)
+    lines = ["| method | epsilon | capture at n = " + " / ".join(sizes) + " |", "|---|---|---|"]
+    for method in ("federated_two_stage_fw", "two_stage_fw", "two_stage_md", "single_stage_fw"):
+        reference = method.replace("federated_", "") + "_nonprivate"
+        for eps in ("1.0", "3.0", "10.0"):
+            cells = []
+            for n in sizes:
+                public = next(v for (m, _, size), v in value.items()
+                              if m == "public_only" and size == n)
+                best = next(v for (m, _, size), v in value.items()
+                            if m == reference and size == n)
+                own = value.get((method, eps, n))
+                cells.append("-" if own is None else f"{(public - own) / (public - best):.2f}")
+            lines.append(f"| {method} | {eps} | {' / '.join(cells)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("logs", nargs="+", type=Path)
@@ -256,11 +280,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--diagnose", action="store_true")
     parser.add_argument("--targets", action="store_true",
                         help="only the targets table of the --methods")
+    parser.add_argument("--seed003", type=Path, default=None,
+                        help="also the capture table of this seed 003 figure2.csv")
     parser.add_argument("--seed001", type=Path, default=None,
                         help="also the NNA/NAS capture table of this cost_tables.csv")
     args = parser.parse_args(argv)
     if args.seed001 is not None:
         print(seed001_capture(args.seed001))
+    if args.seed003 is not None:
+        print(seed003_capture(args.seed003))
     table = Table(load(args.logs))
     methods = (args.methods.split(";") if args.methods else
                list(dict.fromkeys(k[3] for k in table.cell)))
