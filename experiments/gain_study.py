@@ -1,0 +1,515 @@
+"""Issue 29, phase 1: how much of the available gain does private adaptation
+capture, and where is it lost?
+
+Per row (a shift, a private size and its sites), repeated splits of the private
+target (``split_records`` of experiments/selection.py: split k holds the same
+records in every study) and epsilon in {1, 3, 10, inf} (delta = 1e-5), it
+measures the target test loss L (MSE for the regressions; log loss, accuracy
+and balanced accuracy for the classifiers) of
+
+* ``source-only``: ball-constrained ERM on the public source (free);
+* ``constant``: the public constant, the source's mean label or majority class
+  at the source's log-odds (free; selection_candidates.public_constant_model;
+  on a source without an intercept column it is evaluated as the constant
+  prediction it is, although no linear candidate of the package can be it);
+* ``target-only (non-private)``: the same ERM on all private records, read
+  directly (a reference, not something a site would allow);
+* ``adapter (non-private)``: the task's adapter at epsilon = inf, warm-started
+  at source-only (as experiments/adapter_study.py's ``non-private``);
+* ``noisy GD``: target-only noisy projected GD on all private records at epsilon;
+* ``SelectedAdaptation``, ``PrivateGridSearch`` and ``ConfidenceBoosting``: each
+  estimator as a job would run it with its defaults (the task settings of
+  experiments/adapter_study.py's ``selection_settings``; the grid search with a
+  noisy-GD learner, K = 5, r = Y = 1, the default zero model as candidate 0),
+  each one job at (epsilon, 1e-5) on every site's records split into record
+  parts as a networked job's sites split them.
+
+From these, per row and epsilon: the fraction of the available gain captured,
+(L_src - L_delivered) / (L_src - L_oracle), where L_oracle is the best of the
+non-private references and the free models (**non-private oracle**, mean over
+splits), and the p90 over splits of the relative shortfall to source-only.
+
+``--prototype`` adds the candidate fixes of GAIN_STUDY.md, prototyped here and
+not in the package (section "Prototype" below).
+
+Run from the repository root (single-threaded BLAS, see common/blas_threads.py):
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python -m experiments.gain_study [--quick]
+        [--splits 3] [--tasks NAME,...] [--methods NAME,...] [--prototype]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from privadapt.common.blas_threads import SINGLE_THREADED_BLAS
+
+for _name, _value in SINGLE_THREADED_BLAS.items():
+    os.environ.setdefault(_name, _value)
+
+import numpy as np  # noqa: E402
+
+from experiments.adapter_study import (  # noqa: E402
+    BEFORE,
+    RAM_DIRECTORY,
+    VALIDATION_FRACTION,
+    adapter,
+    federation,
+    selection_settings,
+)
+from experiments.run_log import RunLog  # noqa: E402
+from experiments.seed000.diabetes import load_diabetes_domains  # noqa: E402
+from experiments.seed000.reporting import print_table  # noqa: E402
+from experiments.seed000.synthetic import ShiftedRegression, make_shifted_regression  # noqa: E402
+from experiments.selection import Task, adult_task, regression_task, split_records  # noqa: E402
+from privadapt import Dataset, NoisyGD, load_adult_domains  # noqa: E402
+from privadapt.common.losses import loss_values  # noqa: E402
+from privadapt.common.record_parts import VALIDATION, RecordPart, RecordSplitter  # noqa: E402
+from privadapt.server.algorithms.public_erm import fit_linear  # noqa: E402
+from privadapt.server.estimators import ConfidenceBoosting  # noqa: E402
+from privadapt.server.estimators.base import record_parts  # noqa: E402
+from privadapt.server.estimators.grid_search import PrivateGridSearch  # noqa: E402
+from privadapt.server.estimators.selected_adaptation import SelectedAdaptation  # noqa: E402
+from privadapt.server.estimators.selection_candidates import public_constant_model  # noqa: E402
+
+EPSILONS = (1.0, 3.0, 10.0, math.inf)
+DELTA = 1e-5
+RESULTS = Path("experiments/results")
+GRID_GUESSES = 5  # the issue's K
+FREE = ("source-only", "constant")
+REFERENCES = ("target-only (non-private)", "adapter (non-private)")
+DEFAULTS = ("noisy GD", "SelectedAdaptation", "PrivateGridSearch", "ConfidenceBoosting")
+HEADER = ["task", "split", "epsilon", "method", "loss", "accuracy", "balanced_accuracy",
+          "status", "detail", "seconds"]
+
+
+# ----------------------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True)
+class Row:
+    """A task at one private size, with what the study needs besides it."""
+
+    task: Task
+    constant: np.ndarray | None  # the free constant as a linear model, if expressible
+    constant_value: float  # the constant's prediction (regression) or log-odds
+
+
+def heavy_tailed_regression(num_source: int = 1000, num_target: int = 6000, dim: int = 5,
+                            tail: float = 0.12, tail_scale: float = 2.5,
+                            bulk_scale: float = 0.35, attenuate: float = 0.35,
+                            concept_shift: float = 0.8, source_noise: float = 0.5,
+                            target_noise: float = 0.3, dof: float = 3.0,
+                            seed: int = 0) -> ShiftedRegression:
+    """A regression shift whose target loss tail is heavy (issue 29, section 1).
+
+    Source: x ~ N(0, I_d), y = w* . x + 0.5 N(0, 1) (w* of synthetic.py).
+    Target, a mixture: a bulk (1 - ``tail``) of records with x ~ N(0, 0.35^2 I)
+    whose labels follow an attenuated slope ``attenuate`` w*, and a tail of
+    outlying covariates x ~ N(0, 2.5^2 I) whose labels follow w* + 0.8 v
+    (v = e_1 - e_d, a concept shift); target noise 0.3 Student-t(3). Scaled
+    with public constants as synthetic.py (||x|| <= 8 then / 8, |y| <= 10
+    then / 10) and with an intercept column, everything divided by sqrt 2,
+    so ||x|| <= 1 and |y| <= 1. On it the default clip (the 95th percentile
+    of source-only's public losses) bites about 20% of the target's records
+    under source-only, the public constant's clipped loss is below
+    source-only's while its MSE is 4-5 times higher, and the target-only
+    model's clipped loss is above source-only's while its MSE is a third
+    lower (GAIN_STUDY.md)."""
+    feature_clip, label_clip = 8.0, 10.0
+    rng = np.random.default_rng(seed)
+    w_star = np.linspace(1.0, -1.0, dim) + 0.5
+    shift = np.zeros(dim)
+    shift[0], shift[-1] = 1.0, -1.0
+    source = rng.normal(size=(num_source, dim))
+    y_source = source @ w_star + source_noise * rng.normal(size=num_source)
+    in_tail = rng.random(num_target) < tail
+    target = np.where(in_tail[:, None], tail_scale, bulk_scale) * rng.normal(size=(num_target, dim))
+    slopes = np.where(in_tail[:, None], w_star + concept_shift * shift, attenuate * w_star)
+    y_target = np.sum(target * slopes, axis=1) + target_noise * rng.standard_t(dof, num_target)
+
+    def scale(features, labels):
+        norms = np.linalg.norm(features, axis=1)
+        features = features / np.maximum(1.0, norms / feature_clip)[:, None] / feature_clip
+        with_intercept = np.hstack([features, np.ones((len(features), 1))]) / np.sqrt(2.0)
+        return with_intercept, np.clip(labels, -label_clip, label_clip) / label_clip
+
+    xs, ys = scale(source, y_source)
+    xt, yt = scale(target, y_target)
+    return ShiftedRegression(xs, ys, xt, yt, np.full(dim + 1, np.nan))
+
+
+def adult_split_task(base: Task, split: str, size: int) -> Task:
+    domains = load_adult_domains(num_sites=1, seed=0, split=split)
+    pool, test = domains.target_sites[0], domains.target_test
+    return replace(base, name=f"adult {split}", private_size=size,
+                   source=(domains.source.features, domains.source.labels),
+                   pool=(pool.features, pool.labels), test=(test.features, test.labels),
+                   source_names=domains.source.feature_names)
+
+
+def make_rows(quick: bool) -> dict[str, Row]:
+    """Every row by name (the study's --tasks names)."""
+    synthetic = make_shifted_regression(num_source=1000, num_target=4000, seed=0)
+    heavy = heavy_tailed_regression()
+    tasks = [
+        regression_task("diabetes", load_diabetes_domains(), 100, 2, None, quick),
+        regression_task("synthetic", synthetic, 2000, 3, 2000, quick),
+        regression_task("heavy-tail", heavy, 2000, 3, 2000, quick),
+    ]
+    adult = adult_task(quick)
+    tasks += [adult_split_task(adult, "marital-not-married", 3000),
+              adult_split_task(adult, "education-bachelors-plus", 3000)]
+    rows = {}
+    for task in tasks:
+        features, labels = task.source
+        constant = public_constant_model(features, labels, task.loss, task.radius,
+                                         task.source_names)
+        if task.loss == "squared":
+            value = float(np.mean(labels))
+        else:
+            positive = float(np.mean(labels > 0))
+            value = math.log(positive / (1 - positive))
+        rows[task.name] = Row(task, constant, value)
+    return rows
+
+
+# ----------------------------------------------------------------------- metrics
+
+
+def scores(task: Task, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """L (MSE, or log loss), and for classifiers accuracy and balanced accuracy,
+    of margins / predictions ``predictions``."""
+    if task.loss == "squared":
+        return {"loss": float(np.mean((predictions - labels) ** 2)), "accuracy": math.nan,
+                "balanced_accuracy": math.nan}
+    log_loss = float(np.mean(np.logaddexp(0.0, -labels * predictions)))
+    guess = np.where(predictions >= 0, 1.0, -1.0)
+    recalls = [float(np.mean(guess[labels == c] == c)) for c in (-1.0, 1.0)
+               if np.any(labels == c)]
+    return {"loss": log_loss, "accuracy": float(np.mean(guess == labels)),
+            "balanced_accuracy": float(np.mean(recalls))}
+
+
+def model_scores(task: Task, weights: np.ndarray, test) -> dict[str, float]:
+    return scores(task, test[0] @ weights, test[1])
+
+
+def constant_scores(row: Row, test) -> dict[str, float]:
+    if row.constant is not None:
+        return model_scores(row.task, row.constant, test)
+    return scores(row.task, np.full(len(test[1]), row.constant_value), test[1])
+
+
+# ------------------------------------------------------------------ one method
+
+
+def job_id(task: Task, split: int, epsilon: float, method: str) -> str:
+    slug = "".join(c if c.isalnum() else "-" for c in f"{task.name}-{method}").lower()
+    return f"gain-{slug}-s{split}-e{epsilon:g}"[:60]
+
+
+def sites(task: Task, private, seed: int, epsilon: float, name: str):
+    """The job's federation: private sites, or non-private simulation sites at inf."""
+    fed = federation(*private, task.num_sites, seed, private=math.isfinite(epsilon))
+    return fed.new_job(name)
+
+
+def run_selected(row: Row, private, test, epsilon: float, split: int, seed: int) -> dict:
+    task = row.task
+    settings = selection_settings(task, epsilon if math.isfinite(epsilon) else 1.0, seed)
+    settings.update(epsilon=epsilon, validation_fraction=VALIDATION_FRACTION)
+    name = job_id(task, split, epsilon, "selected")
+    with sites(task, private, seed, epsilon, name) as fed:
+        public = task.source if task.source_names is None else \
+            Dataset(*task.source, task.source_names)
+        model = SelectedAdaptation(**settings).fit(fed, public_source=public)
+        spent = _max_epsilon(fed, epsilon)
+    features, labels = validation_records(task, private, name)
+    candidate_test = [model_scores(task, w, test)["loss"] for w in model.candidates_]
+    candidate_acc = [model_scores(task, w, test)["accuracy"] for w in model.candidates_]
+    # The score the release used, noise-free, on the validation records it read.
+    clipped = [float(np.mean(np.minimum(loss_values(task.loss, features @ w, labels),
+                                        model.loss_bound_))) for w in model.candidates_]
+    errors = [float(np.mean(np.where(features @ w >= 0, 1.0, -1.0) != labels))
+              for w in model.candidates_] if task.loss == "logistic" else None
+    source_losses = loss_values(task.loss, test[0] @ model.candidates_[0], test[1])
+    detail = {
+        "chosen": model.chosen_, "names": model.candidate_names_,
+        "score": model.selection_score_, "loss_bound": model.loss_bound_,
+        "bite_source_only_test": float(np.mean(source_losses > model.loss_bound_)),
+        "validation_records": int(model.num_validation_records_),
+        "margin_per_record": float(model.margin_ / max(model.num_validation_records_, 1)),
+        "noisy_scores": None if model.noisy_losses_ is None else list(map(float,
+                                                                           model.noisy_losses_)),
+        "clipped_validation": clipped, "validation_errors": errors,
+        "test_loss": candidate_test, "test_accuracy": candidate_acc,
+        "budget_plan": {k: [float(v[0]), float(v[1])] for k, v in model.budget_plan_.items()},
+        "epsilon_spent": spent,
+    }
+    return {**model_scores(task, model.coef_, test), "detail": detail}
+
+
+def validation_records(task: Task, private, job: str):
+    """The validation record part a job ``job`` scores (read directly, for the
+    noise-free diagnostics only)."""
+    return validation_records_of(task, private, job, VALIDATION_FRACTION)
+
+
+def validation_records_of(task: Task, private, job: str, fraction: float):
+    """The validation record part at ``fraction`` of job ``job``'s sites."""
+    names = tuple(f"x{i}" for i in range(private[0].shape[1]))
+    blocks = np.array_split(np.arange(len(private[1])), task.num_sites)
+    part = RecordPart(VALIDATION, fraction, job)
+    parts = [RecordSplitter(Dataset(private[0][b], private[1][b], names)).records(part)
+             for b in blocks]
+    return (np.concatenate([p.features for p in parts]),
+            np.concatenate([p.labels for p in parts]))
+
+
+def _max_epsilon(fed, epsilon: float) -> float:
+    if not math.isfinite(epsilon):
+        return math.inf
+    spent = fed.privacy_spent(DELTA)
+    return max(float(s.job.epsilon) for s in spent.values())
+
+
+def run_grid_search(row: Row, private, test, epsilon: float, split: int, seed: int) -> dict:
+    task = row.task
+    if not math.isfinite(epsilon):
+        return {"status": "n/a: PrivateGridSearch takes a finite epsilon only"}
+    learner = NoisyGD(loss=task.loss, epsilon=epsilon, delta=DELTA,
+                      iterations=task.iterations, radius=1.0, **{
+                          k: v for k, v in task.noisy_gd.items() if k != "radius"})
+    name = job_id(task, split, epsilon, "grid")
+    with sites(task, private, seed, epsilon, name) as fed:
+        train, validation = record_parts(fed, VALIDATION_FRACTION, "PrivateGridSearch")
+        search = PrivateGridSearch(learner=learner, num_guesses=GRID_GUESSES, epsilon=epsilon,
+                                   delta=DELTA, loss=task.loss, label_bound=1.0,
+                                   feature_bound=1.0)
+        try:
+            search.fit(train, validation)
+        except Exception as err:
+            return {"status": f"refused: {type(err).__name__}: {str(err)[:300]}"}
+        spent = _max_epsilon(fed, epsilon)
+    detail = {"best_index": int(search.best_index_), "radius": float(search.radius_),
+              "noisy_sums": [None if not np.isfinite(v) else float(v)
+                             for v in search.noisy_sums_] if search.noisy_sums_ is not None
+              else None,
+              "test_loss": [model_scores(task, w, test)["loss"] for w in search.candidates_],
+              "test_accuracy": [model_scores(task, w, test)["accuracy"]
+                                for w in search.candidates_],
+              "epsilon_spent": spent}
+    return {**model_scores(task, search.coef_, test), "detail": detail}
+
+
+def run_boosting(row: Row, private, test, epsilon: float, split: int, seed: int,
+                 source_only: np.ndarray) -> dict:
+    task = row.task
+    name = job_id(task, split, epsilon, "boost")
+    with sites(task, private, seed, epsilon, name) as fed:
+        model = ConfidenceBoosting(
+            loss=task.loss, radius=task.radius, epsilon=epsilon,
+            delta=DELTA if math.isfinite(epsilon) else 0.0,
+            learning_rate=task.noisy_gd["learning_rate"], iterations=task.iterations,
+            clip_norm=task.noisy_gd["clip_norm"]).fit(fed, task.source, source_only=source_only)
+        spent = _max_epsilon(fed, epsilon)
+    detail = {"chosen": model.chosen_, "loss_bound": float(model.loss_bound_),
+              "test_loss": [model_scores(task, w, test)["loss"] for w in model.candidates_],
+              "epsilon_spent": spent}
+    return {**model_scores(task, model.coef_, test), "detail": detail}
+
+
+def run_noisy_gd(row: Row, private, test, epsilon: float, split: int, seed: int) -> dict:
+    task = row.task
+    name = job_id(task, split, epsilon, "gd")
+    with sites(task, private, seed, epsilon, name) as fed:
+        model = NoisyGD(loss=task.loss, epsilon=epsilon,
+                        delta=DELTA if math.isfinite(epsilon) else 0.0,
+                        iterations=task.iterations, **task.noisy_gd).fit(fed)
+    return model_scores(task, model.coef_, test)
+
+
+def run_method(row: Row, method: str, split: int, epsilon: float, source_only: np.ndarray
+               ) -> dict:
+    task = row.task
+    private, test = split_records(task, task.private_size, split)
+    seed = 1000 * split + (99 if math.isinf(epsilon) else int(epsilon))
+    if method == "source-only":
+        return model_scores(task, source_only, test)
+    if method == "constant":
+        return constant_scores(row, test)
+    if method == "target-only (non-private)":
+        return model_scores(task, fit_linear(*private, task.loss, task.radius), test)
+    if method == "adapter (non-private)":
+        with federation(*private, task.num_sites, split, private=False) as fed:
+            model = adapter(task, math.inf, split, BEFORE).fit(fed, task.source,
+                                                               initial_weights=source_only)
+        return model_scores(task, model.coef_, test)
+    if method == "noisy GD":
+        return run_noisy_gd(row, private, test, epsilon, split, seed)
+    if method == "SelectedAdaptation":
+        return run_selected(row, private, test, epsilon, split, seed + 1)
+    if method == "PrivateGridSearch":
+        return run_grid_search(row, private, test, epsilon, split, seed + 2)
+    if method == "ConfidenceBoosting":
+        return run_boosting(row, private, test, epsilon, split, seed + 3, source_only)
+    from experiments.gain_prototype import CONFIGS, prototype_methods, run_prototype
+    config = method[1:method.index("]")] if method.startswith("[") else "base"
+    if config in CONFIGS and method in prototype_methods(config):
+        return run_prototype(row, method, private, test, epsilon, split, seed + 4, source_only,
+                             config)
+    raise ValueError(f"unknown method {method!r}")
+
+
+# ------------------------------------------------------------------- summary
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def summarise(log_rows: list[dict], rows: dict[str, Row], methods: list[str]) -> list[list]:
+    """Per task, method and epsilon: mean L, accuracy, gain captured, p90 shortfall."""
+    table = []
+    by_key = {}
+    for r in log_rows:
+        by_key[r["task"], int(r["split"]), r["epsilon"], r["method"]] = r
+    for name in rows:
+        task = rows[name].task
+        splits = sorted({k[1] for k in by_key if k[0] == name})
+        if not splits:
+            continue
+
+        def value(method, split, eps, column="loss", name=name):
+            for key in ((name, split, eps, method), (name, split, "all", method)):
+                if key in by_key:
+                    return _float(by_key[key][column])
+            return math.nan
+
+        for method in methods:
+            for eps in EPSILONS:
+                e = f"{eps:g}"
+                losses = [value(method, s, e) for s in splits]
+                if all(math.isnan(v) for v in losses):
+                    statuses = {by_key[(name, s, e, method)]["status"] for s in splits
+                                if (name, s, e, method) in by_key}
+                    if statuses:
+                        table.append([name, method, e, "; ".join(sorted(statuses))[:70]])
+                    continue
+                src = [value("source-only", s, e) for s in splits]
+                oracle = [min(value(m, s, e) for m in (*FREE, *REFERENCES)) for s in splits]
+                gain = (np.nanmean(src) - np.nanmean(losses)) / (np.nanmean(src)
+                                                                 - np.nanmean(oracle))
+                shortfall = [(v - s0) / s0 for v, s0 in zip(losses, src, strict=True)]
+                cells = [name, method, e, float(np.nanmean(losses)),
+                         float(np.nanstd(losses, ddof=1)) if len(losses) > 1 else math.nan,
+                         float(gain), 100 * float(np.nanpercentile(shortfall, 90)),
+                         sum(not math.isnan(v) for v in losses)]
+                if task.loss == "logistic":
+                    acc = [value(method, s, e, "accuracy") for s in splits]
+                    bacc = [value(method, s, e, "balanced_accuracy") for s in splits]
+                    src_acc = [value("source-only", s, e, "accuracy") for s in splits]
+                    best_acc = [max(value(m, s, e, "accuracy") for m in (*FREE, *REFERENCES))
+                                for s in splits]
+                    gain_acc = (np.nanmean(acc) - np.nanmean(src_acc)) / (
+                        np.nanmean(best_acc) - np.nanmean(src_acc))
+                    cells += [float(np.nanmean(acc)), float(np.nanmean(bacc)), float(gain_acc)]
+                table.append(cells)
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--splits", type=int, default=3)
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer iterations (the tasks' quick settings), 2 splits")
+    parser.add_argument("--tasks", default=None, help="comma-separated row names")
+    parser.add_argument("--methods", default=None, help="comma-separated method names")
+    parser.add_argument("--epsilons", default=None, help="comma-separated, e.g. 1,10,inf")
+    parser.add_argument("--prototype", default=None,
+                        help="also the prototyped fixes (experiments/gain_prototype.py) in "
+                             "these comma-separated configurations (CONFIGS there, e.g. base)")
+    parser.add_argument("--log", type=Path, default=None,
+                        help="the run log (default experiments/results/gain_study[_quick].csv)")
+    parser.add_argument("--summary-only", action="store_true")
+    args = parser.parse_args(argv)
+    if RAM_DIRECTORY.is_dir():
+        tempfile.tempdir = str(RAM_DIRECTORY)
+    splits = 2 if args.quick else args.splits
+    rows = make_rows(args.quick)
+    names = list(rows) if args.tasks is None else args.tasks.split(",")
+    methods = [*FREE, *REFERENCES, *DEFAULTS]
+    proto = []
+    if args.prototype:
+        from experiments.gain_prototype import prototype_methods
+        proto = [m for c in args.prototype.split(",") for m in prototype_methods(c)]
+        methods += proto
+    if args.methods is not None:
+        methods = [*args.methods.split(","), *proto]
+    epsilons = EPSILONS if args.epsilons is None else tuple(float(e) for e in
+                                                            args.epsilons.split(","))
+    path = args.log or RESULTS / ("gain_study_quick.csv" if args.quick else "gain_study.csv")
+    setting = "quick" if args.quick else "full"
+    log = RunLog(path, HEADER, ("task", "split", "epsilon", "method"), setting,
+                 read_only=args.summary_only)
+    started = time.perf_counter()
+    try:
+        for name in ([] if args.summary_only else names):
+            row = rows[name]
+            task = row.task
+            source_only = fit_linear(*task.source, task.loss, task.radius)
+            print(f"{name}: m={len(task.source[1])} public, n={task.private_size} private over "
+                  f"{task.num_sites} sites, T={task.iterations}", flush=True)
+            for split in range(splits):
+                for method in methods:
+                    once = method in FREE or method in REFERENCES
+                    for eps in (("all",) if once else epsilons):
+                        e = eps if once else f"{eps:g}"
+                        if (name, split, e, method) in log:
+                            continue
+                        begun = time.perf_counter()
+                        try:
+                            result = run_method(row, method, split,
+                                                math.inf if once else eps, source_only)
+                        except Exception as err:
+                            traceback.print_exc()
+                            result = {"status": f"error: {type(err).__name__}: {err}"[:300]}
+                        seconds = time.perf_counter() - begun
+                        log.append({"task": name, "split": split, "epsilon": e,
+                                    "method": method, "loss": result.get("loss", math.nan),
+                                    "accuracy": result.get("accuracy", math.nan),
+                                    "balanced_accuracy": result.get("balanced_accuracy",
+                                                                    math.nan),
+                                    "status": result.get("status", "ok"),
+                                    "detail": json.dumps(result.get("detail", {})),
+                                    "seconds": round(seconds, 2)})
+                        print(f"  split {split} eps {e} {method}: L={result.get('loss', 'n/a')}"
+                              f" acc={result.get('accuracy', '')} ({seconds:.0f} s, "
+                              f"{time.perf_counter() - started:.0f} s in all)", flush=True)
+    finally:
+        log.close()
+    shown = [*FREE, *REFERENCES, *DEFAULTS, *proto] if args.methods is None else methods
+    table = summarise(RunLog(path, HEADER, ("task", "split", "epsilon", "method"), setting,
+                             read_only=True).rows(), rows, shown)
+    print("\nL: test MSE (regressions) or log loss (classifiers); gain: (L_src - L) / "
+          "(L_src - L_oracle), L_oracle the best non-private reference or free model "
+          "(non-private oracle); p90: 90th percentile over splits of (L - L_src) / L_src, %")
+    print_table(["task", "method", "eps", "L mean", "L std", "gain", "p90 %", "runs",
+                 "acc", "bal acc", "gain acc"], [r + [""] * (11 - len(r)) for r in table])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
