@@ -23,7 +23,7 @@ is the clipped difference sum with sensitivity 2 C_k (replace-one) or C_k
 (add/remove); normalising by the public C_k makes one Gaussian sigma on the
 vector give entry k the noise C_k sigma, in proportion to its own range, as
 seed 004's GEM weighs candidates of different sensitivities. A query on a
-record part is charged at the larger of the two (common/record_parts.py):
+record part is charged at the larger of the two (common/data/record_parts.py):
 replace-one's 2 sqrt(K). Against the clipped-loss score min(l, L) (range L,
 sensitivity L per entry under both adjacencies) the paired score pays a factor
 2 C_k / L in noise and gains that its clip bites only where the candidate and
@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from privadapt.common.data import Dataset
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels.base import (
     CHUNK_RECORDS,
     Kernel,

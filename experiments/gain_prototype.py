@@ -82,16 +82,16 @@ from experiments.gain_kernels import (
     PairedParams,
     loss_differences,
 )
-from privadapt.common.calibration import calibrate_noise_multiplier
+from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.data.record_parts import TRAIN, RecordPart
 from privadapt.common.federation import OneSiteView
 from privadapt.common.kernels.linear_gradient import LinearGradient, LinearGradientParams
 from privadapt.common.kernels.validation_loss import ValidationLoss, ValidationLossParams
 from privadapt.common.losses import loss_values
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.record_parts import TRAIN, RecordPart
-from privadapt.server.algorithms.private_selection import baseline_margin, choose
-from privadapt.server.estimators.base import record_parts
-from privadapt.server.estimators.selection_candidates import auto_loss_bound, error_scored
+from privadapt.server.algorithms.base import record_parts
+from privadapt.server.algorithms.model_selection.candidates import auto_loss_bound, error_scored
+from privadapt.server.algorithms.model_selection.private_selection import baseline_margin, choose
 
 DELTA = 1e-5
 BETA = 0.1
@@ -302,7 +302,7 @@ def _spent_per_score(fed, trained: int, loss: str) -> dict[str, float]:
     releases) composed by the ledgers' accountant at delta: the site's list
     of charges is the training's, then the selections in the order _run_job
     makes them."""
-    from privadapt.common.accounting import epsilon_spent
+    from privadapt.common.accounting.accountant import epsilon_spent
     mechanisms = list(next(iter(fed.privacy_spent(DELTA).values())).mechanisms)
     train, rest = mechanisms[:trained], mechanisms[trained:]
     order = ["clipped loss", *(["clipped errors"] if loss == "logistic" else []),

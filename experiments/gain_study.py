@@ -70,15 +70,21 @@ from experiments.seed000.diabetes import load_diabetes_domains  # noqa: E402
 from experiments.seed000.reporting import print_table  # noqa: E402
 from experiments.seed000.synthetic import ShiftedRegression, make_shifted_regression  # noqa: E402
 from experiments.selection import Task, adult_task, regression_task, split_records  # noqa: E402
-from privadapt import Dataset, NoisyGD, load_adult_domains  # noqa: E402
+from privadapt import (  # noqa: E402
+    ConfidenceBoosting,
+    Dataset,
+    NoisyGD,
+    PrivateGridSearch,
+    SelectedAdaptation,
+    load_adult_domains,
+)
+from privadapt.common.data.record_parts import VALIDATION, RecordPart, RecordSplitter  # noqa: E402
 from privadapt.common.losses import loss_values  # noqa: E402
-from privadapt.common.record_parts import VALIDATION, RecordPart, RecordSplitter  # noqa: E402
+from privadapt.server.algorithms.base import record_parts  # noqa: E402
+from privadapt.server.algorithms.model_selection.candidates import (  # noqa: E402
+    public_constant_model,
+)
 from privadapt.server.algorithms.public_erm import fit_linear  # noqa: E402
-from privadapt.server.estimators import ConfidenceBoosting  # noqa: E402
-from privadapt.server.estimators.base import record_parts  # noqa: E402
-from privadapt.server.estimators.grid_search import PrivateGridSearch  # noqa: E402
-from privadapt.server.estimators.selected_adaptation import SelectedAdaptation  # noqa: E402
-from privadapt.server.estimators.selection_candidates import public_constant_model  # noqa: E402
 
 EPSILONS = (1.0, 3.0, 10.0, math.inf)
 DELTA = 1e-5
