@@ -1,4 +1,4 @@
-"""Prototype kernels of issue 29 (experiments only: registered when this module
+"""Prototype kernels of the gain study (experiments only: registered when this module
 is imported, so only in-process ``LocalFederation`` sites of a study that
 imports it can answer them; no site daemon knows them).
 

@@ -1,4 +1,4 @@
-"""Markdown tables and diagnostics of issue 29's gain study from its run logs
+"""Markdown tables and diagnostics of the gain study from its run logs
 (experiments/gain_study.py; nothing is recomputed here).
 
     .venv/bin/python -m experiments.gain_report LOG.csv [LOG.csv ...] [--methods ...]

@@ -89,7 +89,7 @@ from privadapt.server.algorithms.public_erm import fit_linear  # noqa: E402
 EPSILONS = (1.0, 3.0, 10.0, math.inf)
 DELTA = 1e-5
 RESULTS = Path("experiments/results")
-GRID_GUESSES = 5  # the issue's K
+GRID_GUESSES = 5  # K, the number of norm guesses
 FREE = ("source-only", "constant")
 REFERENCES = ("target-only (non-private)", "adapter (non-private)")
 DEFAULTS = ("noisy GD", "SelectedAdaptation", "PrivateGridSearch", "ConfidenceBoosting")
@@ -115,7 +115,7 @@ def heavy_tailed_regression(num_source: int = 1000, num_target: int = 6000, dim:
                             concept_shift: float = 0.8, source_noise: float = 0.5,
                             target_noise: float = 0.3, dof: float = 3.0,
                             seed: int = 0) -> ShiftedRegression:
-    """A regression shift whose target loss tail is heavy (issue 29, section 1).
+    """A regression shift whose target loss tail is heavy.
 
     Source: x ~ N(0, I_d), y = w* . x + 0.5 N(0, 1) (w* of synthetic.py).
     Target, a mixture: a bulk (1 - ``tail``) of records with x ~ N(0, 0.35^2 I)
