@@ -1,4 +1,4 @@
-"""Issue 29, phase 1: the candidate fixes, prototyped in the experiment only
+"""The gain study: the candidate fixes, prototyped in the experiment only
 (the package is unchanged; experiments/gain_kernels.py registers the two
 prototype kernels in this process).
 

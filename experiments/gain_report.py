@@ -189,7 +189,7 @@ def diagnose(table: Table) -> str:
 
 
 def targets(table: Table, methods: list[str]) -> str:
-    """Issue 29's targets per method and row: mean L never above source-only's
+    """The targets per method and row: mean L never above source-only's
     or the constant's at any epsilon (and the p90 shortfall to source-only);
     for classifiers the same on accuracy; gain captured at epsilon 10 >= 0.5
     where the available gain exceeds 2%; mean L non-increasing in epsilon."""
@@ -222,7 +222,7 @@ def targets(table: Table, methods: list[str]) -> str:
 
 
 def seed001_capture(path: Path) -> str:
-    """Issue 29 section 4: the share of non-private STC's gain over ClusterT
+    """The share of non-private STC's gain over ClusterT
     (clustering cost, lower is better) that NNA and NAS capture, per dataset
     family, privacy and coreset/sites setting, over the k values of
     experiments/seed001/results/cost_tables.csv (median and quartiles; a k
@@ -250,7 +250,7 @@ def seed001_capture(path: Path) -> str:
 
 
 def seed003_capture(path: Path) -> str:
-    """Issue 29 section 4: in seed 003's Figure 2 CSV (test MSE, mean over
+    """In seed 003's Figure 2 CSV (test MSE, mean over
     runs), the share of each private method's own non-private version's gain
     over public-only that it captures, per epsilon and n (the federated
     two-stage FW against the non-private two-stage FW)."""

@@ -1,4 +1,4 @@
-"""Issue 29, phase 1: how much of the available gain does private adaptation
+"""How much of the available gain does private adaptation
 capture, and where is it lost?
 
 Per row (a shift, a private size and its sites), repeated splits of the private
