@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data.dataset import Dataset, record_parts
+from privadapt.common.data import record_parts
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.data.record_parts import RecordPart, RecordSplitter
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query

@@ -18,6 +18,7 @@ from scipy import stats
 
 from privadapt.common.noise import count_noise as exact_count_noise
 from privadapt.common.noise import discrete as discrete_noise
+from privadapt.common.noise import discrete_shares
 from privadapt.common.noise.certified_laws import (
     FoldedDiscreteGaussian,
     FoldedDiscreteLaplace,
@@ -29,7 +30,7 @@ from privadapt.common.noise.certified_laws import (
 )
 from privadapt.common.noise.discrete import KeystreamBits, discrete_gaussian, discrete_laplace
 from privadapt.common.noise.discrete_shares import polya_share, skellam_share
-from privadapt.common.noise.floating import SeededRandomBits, discrete_shares
+from privadapt.common.noise.floating import SeededRandomBits
 from privadapt.common.noise.table_inversion import (
     _decide_lazily,
     inversion_table,
