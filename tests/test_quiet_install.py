@@ -7,11 +7,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.paths import REPO_ROOT
+
+REPO = REPO_ROOT
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ clustered top eigenvalues, huge and tiny scales, d up to 100) still answer on
 both neighbours within the charged sensitivity; and when the certificate fails
 (an eigen-solver corrupted on purpose) the site refuses in words that depend
 on nothing private, releases and charges nothing, and keeps the kernel
-disabled afterwards (across restarts too: test_kernel_latch.py)."""
+disabled afterwards (across restarts too: tests/client/ledger/test_kernel_latch.py)."""
 
 from __future__ import annotations
 

@@ -25,8 +25,8 @@ from privadapt.common.kernels.regularized_erm import (
     iterations_for,
 )
 from privadapt.common.mechanisms import Adjacency
-from tests.common.test_kernel_params import DIM as PARAMS_DIM
-from tests.common.test_kernel_params import WIRE, kernel_of
+from tests.common.kernels.test_kernel_params import DIM as PARAMS_DIM
+from tests.common.kernels.test_kernel_params import WIRE, kernel_of
 
 DIM, NUM = PARAMS_DIM, 40
 NAMES = tuple(f"x{i}" for i in range(DIM))

@@ -21,7 +21,7 @@ that FAILS on main at 4634877:
    query runs the certificate again and gives another bit, for as long as
    the write keeps failing.
 
-The certificate failure is simulated (as in tests/client/test_kernel_latch.py)
+The certificate failure is simulated (as in tests/client/ledger/test_kernel_latch.py)
 by a ``compute`` that fails when a coordinator-chosen condition holds on the
 private data: that is exactly the threat the latch exists for.
 """
@@ -185,7 +185,7 @@ def test_review10a_the_worker_sends_the_bit_when_the_latch_cannot_be_written(
     from privadapt.common.proto import federation_pb2 as pb
     from privadapt.common.secure import certs
     from privadapt.common.wire.messages import query_to_proto
-    from tests.client.test_site_worker import Calls
+    from tests.client.daemon.test_site_worker import Calls
 
     certs.init_ca(tmp_path / "pki")
     certs.issue_certificate(tmp_path / "pki", "site", "site-a")

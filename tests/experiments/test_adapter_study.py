@@ -8,11 +8,12 @@ target, 90th percentile over splits), and the oracle is labelled non-private."""
 import csv
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
 
 
 def test_adapter_study_quick_writes_the_table(tmp_path):

@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 from privadapt.common.data.datasets.adult import DEMO_RECORDS_PER_SITE, DEMO_SPLIT, SPLITS
+from tests.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 def _rows(path: Path) -> list[dict]:

@@ -3,11 +3,12 @@
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-DEMO = Path(__file__).resolve().parents[1] / "experiments" / "demo.py"
+from tests.paths import REPO_ROOT
+
+DEMO = REPO_ROOT / "experiments" / "demo.py"
 
 
 def _accuracies(out: str) -> dict[str, float]:

@@ -6,11 +6,11 @@ than one standard error but not one within it."""
 import csv
 import subprocess
 import sys
-from pathlib import Path
 
 from experiments.epsilon_monotonicity import scan
+from tests.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 def test_quick_writes_the_per_split_rows_and_the_scan(tmp_path):

@@ -5,11 +5,12 @@ import csv
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
 
 
 def run_script(name, out, *extra):

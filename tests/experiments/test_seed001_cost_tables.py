@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
 
 
 @pytest.mark.slow

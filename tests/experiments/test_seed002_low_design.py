@@ -7,7 +7,6 @@ import csv
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +15,9 @@ import experiments.seed002  # noqa: F401  (single-threaded BLAS before numpy wor
 from experiments.run_log import RunLog
 from experiments.seed002 import designs, transfer
 from experiments.seed002.designs import LOW, LOW_CONTRAST, LOW_CONTRAST_L1, SPARSE, low_problem
+from tests.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 def test_low_design_sources_are_migrated_uniform_designs():

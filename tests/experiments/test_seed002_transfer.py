@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
 
 
 @pytest.mark.slow
@@ -54,7 +56,7 @@ def test_networked_run_prints_the_same_rows_as_in_process_without_noise(tmp_path
     """Through site daemons (one per fit, each a new process: about 7 s a fit
     on a loaded machine, so only epsilon = inf and k = 5 here; the finite
     epsilons' networked ledgers are tested on the job itself in
-    tests/test_network_dp_frank_wolfe_transfer.py)."""
+    tests/system/test_network_dp_frank_wolfe_transfer.py)."""
     networked = _run(tmp_path / "net", "--networked")
     local = _run(tmp_path / "local")
     assert networked.keys() == local.keys() == {

@@ -5,7 +5,6 @@ import csv
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +18,9 @@ from privadapt.server.algorithms.discrepancy_minimization.smoothed_discrepancy i
     second_moment,
 )
 from privadapt.server.algorithms.discrepancy_minimization.unlabeled_adaptation import weighted_ridge
+from tests.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 def test_section7_quick_writes_both_figures(tmp_path):

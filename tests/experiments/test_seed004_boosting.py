@@ -6,9 +6,10 @@ model a candidate and the baseline margin, small private samples keep it."""
 import csv
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
 
 
 def test_boosting_quick_writes_the_table(tmp_path):

@@ -4,14 +4,14 @@ does what its name says, and the study runs end to end with ``--quick``."""
 import csv
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from experiments.step_rule_study import RULES, noise_ratio, rule_options
 from privadapt.server.algorithms.reweighting.noise_aware_plan import auto_step_rule
+from tests.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 def test_the_rules_switch_at_the_iteration_rules_cap():

@@ -12,8 +12,9 @@ import pytest
 from privadapt.cli.operator import OperatorConfig
 from privadapt.client.daemon.config import SiteConfig
 from privadapt.server.coordinator.main import CoordinatorConfig
+from tests.paths import DEPLOY_DIR
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY = DEPLOY_DIR
 
 
 def _write(directory: Path, name: str, text: str) -> Path:

@@ -20,8 +20,9 @@ from privadapt.server.algorithms.gradient_descent.noisy_gd import gradient_mecha
 from privadapt.server.coordinator.main import CoordinatorConfig
 from privadapt.server.jobs.catalog import validate_hyperparameters
 from privadapt.server.jobs.spec import hyperparameters, job_spec_from_toml
+from tests.paths import DEPLOY_DIR
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY = DEPLOY_DIR
 # The kernel each example algorithm queries
 # (noisy_gd: server/algorithms/gradient_descent/noisy_gd.py).
 KERNEL_OF = {"noisy_gd": "linear_gradient"}
@@ -102,8 +103,9 @@ def test_operator_config(deploy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_every_example_toml_is_tested() -> None:
+    # federation.toml: tests/provisioning/test_provision.py
     tested = {"coordinator.toml", "site.toml", "policy.toml", "job.toml", "operator.toml",
-              "adult.schema.toml", "federation.toml"}  # federation.toml: tests/test_provision.py
+              "adult.schema.toml", "federation.toml"}
     assert {p.name for p in DEPLOY.glob("*.toml")} == tested
 
 

@@ -20,8 +20,9 @@ from privadapt.server.coordinator.main import CoordinatorConfig
 from privadapt.simulation.local_deployment import free_port
 from tests.conftest import synthetic_dataset
 from tests.network_harness import ThreadSites, in_process_coordinator
+from tests.paths import DEPLOY_DIR
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY = DEPLOY_DIR
 SITES = ("st-mary", "st-john")
 
 

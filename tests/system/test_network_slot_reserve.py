@@ -7,7 +7,7 @@ naming the reserve. Real gRPC over loopback mutual TLS; only the slowness is
 made up (the share handler waits on an event for the flooder's calls), and
 every wait is on an event, never a sleep-and-poll.
 
-The per-caller budgets (tests/test_network_call_flood.py) cover half-sent
+The per-caller budgets (tests/system/test_network_call_flood.py) cover half-sent
 calls; here the calls are whole, and the reserve is what is tested."""
 
 from __future__ import annotations

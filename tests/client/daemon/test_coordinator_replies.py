@@ -25,7 +25,7 @@ from privadapt.common.data.schema_digest import SchemaDigest
 from privadapt.common.errors import WireError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
-from tests.client.test_site_worker import Calls, announcement, make_worker, pki  # noqa: F401
+from tests.client.daemon.test_site_worker import Calls, announcement, make_worker, pki  # noqa: F401
 
 
 @pytest.mark.parametrize("seconds", [10**14, 10**12, 10**5, -5])

@@ -16,7 +16,7 @@ from privadapt.common.federation import Query
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire.messages import query_to_proto
-from tests.client.test_site_worker import (  # noqa: F401 -- pki is a fixture
+from tests.client.daemon.test_site_worker import (  # noqa: F401 -- pki is a fixture
     JOB,
     NAMES,
     Calls,

@@ -64,7 +64,7 @@ def query(kernel: str, query_id: str, job: str = "job") -> Query:
 
 def fail_certificate(monkeypatch, kernel: str) -> None:
     """``kernel``'s certificate fails on every query (as if LAPACK broke its
-    documented accuracy; test_exact_discrepancy_certificate.py corrupts it
+    documented accuracy; tests/client/test_exact_discrepancy_certificate.py corrupts it
     for real)."""
     def uncertified(self, data, params, state):
         raise UncertifiedComputationError(f"{kernel}: certified error 1e-3 exceeds 1e-12")

@@ -229,7 +229,7 @@ def test_zcdp_event_equals_gaussian_of_same_rho_under_rdp():
 # --- adjacency ------------------------------------------------------------------------
 
 
-# How each mechanism reads under another adjacency: tests/common/test_mechanisms.py.
+# How each mechanism reads under another adjacency: tests/common/mechanisms/test_mechanisms.py.
 
 
 def test_replace_one_accountant_charges_add_remove_mechanism_by_group_privacy():

@@ -3,7 +3,7 @@
 mechanism's law, its neighbours' laws (the sampler's own integer weights)
 stay within e^epsilon through the site's own charge, and it is accounted,
 serialised and digested like the other selections. Its fixed work:
-tests/common/test_fixed_work_exponential.py."""
+tests/common/mechanisms/test_fixed_work_exponential.py."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from privadapt.common.noise.count_noise import negative_binomial_difference
 from privadapt.common.noise.discrete import KeystreamBits
 from privadapt.common.noise.discrete_shares import polya_share
 from privadapt.common.noise.floating import SeededRandomBits
-from tests.common.test_discrete_noise import STRICT, chi_square_pvalue, discrete_laplace_pmf
+from tests.common.noise.test_discrete_noise import STRICT, chi_square_pvalue, discrete_laplace_pmf
 
 SAMPLES = 200_000
 

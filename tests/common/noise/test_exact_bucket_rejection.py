@@ -39,7 +39,7 @@ from privadapt.common.noise.certified_laws import (
 from privadapt.common.noise.discrete import KeystreamBits, discrete_gaussian, discrete_laplace
 from privadapt.common.noise.floating import SeededRandomBits
 from privadapt.common.noise.table_inversion import MAX_TABLE_ENTRIES
-from tests.common.test_discrete_noise import STRICT
+from tests.common.noise.test_discrete_noise import STRICT
 
 mpmath.mp.dps = 40
 SAMPLES = 1_000_000

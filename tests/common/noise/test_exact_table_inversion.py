@@ -36,14 +36,14 @@ from privadapt.common.noise.table_inversion import (
     inversion_table,
     sample_by_inversion,
 )
-from tests.common.test_discrete_noise import (
+from tests.common.noise.test_discrete_noise import (
     STRICT,
     chi_square_pvalue,
     discrete_gaussian_pmf,
     discrete_laplace_pmf,
     skellam_pmf,
 )
-from tests.common.test_discrete_shares import CountingStream
+from tests.common.noise.test_discrete_shares import CountingStream
 
 mpmath.mp.dps = 80
 

@@ -58,7 +58,7 @@ from privadapt.common.noise.table_inversion import (
     inversion_table,
     sample_by_inversion,
 )
-from tests.common.test_discrete_noise import (
+from tests.common.noise.test_discrete_noise import (
     STRICT,
     chi_square_pvalue,
     discrete_gaussian_pmf,

@@ -3,7 +3,7 @@
 
 Every test here is a PASSING CHECK of a property that held under attack (no
 failing test: no real problem was found). What each adds beyond
-tests/common/test_exact_bucket_rejection.py:
+tests/common/noise/test_exact_bucket_rejection.py:
 
 * the lane decision of Algorithm 1's first step is checked *exactly*, not
   statistically: for lanes around the threshold T = floor(gamma 2^32) at many
@@ -53,7 +53,7 @@ from privadapt.common.noise.discrete import (
 )
 from privadapt.common.noise.floating import SeededRandomBits
 from privadapt.common.noise.table_inversion import MAX_TABLE_ENTRIES
-from tests.common.test_discrete_noise import STRICT
+from tests.common.noise.test_discrete_noise import STRICT
 
 MASK64 = 2**64 - 1
 

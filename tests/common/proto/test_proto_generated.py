@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import REPO_ROOT
+
 pytest.importorskip("grpc_tools", reason="grpcio-tools is not installed (pip install -e '.[test]')")
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 GENERATE = REPO / "proto" / "generate.py"
 GENERATED = REPO / "common" / "proto"
 

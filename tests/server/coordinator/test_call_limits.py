@@ -1,5 +1,6 @@
 """Per-caller budgets and the server-wide slots with their reserve
-(server/coordinator/call_limits.py; the network attack is tests/test_network_call_flood.py)."""
+(server/coordinator/call_limits.py; the network attack is
+tests/system/test_network_call_flood.py)."""
 
 from __future__ import annotations
 

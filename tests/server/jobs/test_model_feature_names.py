@@ -5,8 +5,6 @@ without a public sample), and says when the names are placeholders and why
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -15,8 +13,9 @@ from privadapt.common.data.schema_digest import SchemaDigest
 from privadapt.common.errors import ConfigError
 from privadapt.server.coordinator.main import _schema_names
 from privadapt.server.jobs.result_files import model_features, write_model
+from tests.paths import DEPLOY_DIR
 
-ADULT = Schema.from_toml(Path(__file__).parents[2] / "deploy" / "adult.schema.toml")
+ADULT = Schema.from_toml(DEPLOY_DIR / "adult.schema.toml")
 DIM = len(ADULT.feature_names())
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from privadapt.common.accounting.calibration import calibrate_noise_multiplier
-from tests.server.estimators.test_confidence_boosting import (
+from tests.server.algorithms.model_selection.test_confidence_boosting import (
     DELTA,
     PUBLIC,
     TARGET,

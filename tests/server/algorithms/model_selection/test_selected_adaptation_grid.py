@@ -26,8 +26,15 @@ from privadapt.server.algorithms.model_selection.candidates import (
 )
 from privadapt.server.jobs.launch_checks import check_estimator
 from privadapt.server.jobs.spec import hyperparameters
-from tests.server.estimators.test_selected_adaptation import PUBLIC, parts, selector, sites
-from tests.server.estimators.test_selected_adaptation_pld import assert_ledgers_hold_the_plan
+from tests.server.algorithms.model_selection.test_selected_adaptation import (
+    PUBLIC,
+    parts,
+    selector,
+    sites,
+)
+from tests.server.algorithms.model_selection.test_selected_adaptation_pld import (
+    assert_ledgers_hold_the_plan,
+)
 
 DIM = 5
 NAMES = (*(f"x{i}" for i in range(DIM - 1)), "intercept")

@@ -16,7 +16,12 @@ from privadapt.server.algorithms.joint_calibration import composed_epsilon
 from privadapt.server.jobs.dry_run import plan_releases
 from privadapt.server.jobs.privacy_plan import charged_at_site
 from privadapt.server.jobs.spec import hyperparameters
-from tests.server.estimators.test_selected_adaptation import PUBLIC, parts, selector, sites
+from tests.server.algorithms.model_selection.test_selected_adaptation import (
+    PUBLIC,
+    parts,
+    selector,
+    sites,
+)
 
 DIM = 5
 

@@ -75,7 +75,7 @@ def test_discrete_noise_is_as_accurate_as_the_float_laplace():
 
 def test_a_discrete_epsilon_plan_is_the_discrete_laplace():
     # A discrete rho plan is the distributed discrete Gaussian:
-    # tests/server/test_private_lloyd_distributed_discrete_gaussian.py.
+    # test_private_lloyd_distributed_discrete_gaussian.py beside this file.
     assert PrivacyPlan.split(3.0, None, 5, discrete=True) == PrivacyPlan(
         "discrete_laplace", 5 / 3.0, 5)
     with pytest.raises(InvalidParameterError, match="noise"):
