@@ -14,8 +14,6 @@ from privadapt.client.daemon.config import SiteConfig
 from privadapt.server.coordinator.main import CoordinatorConfig
 from tests.paths import DEPLOY_DIR
 
-DEPLOY = DEPLOY_DIR
-
 
 def _write(directory: Path, name: str, text: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
@@ -79,7 +77,7 @@ def test_operator_config_reads_back_equal(tmp_path: Path) -> None:
 ])
 def test_deploy_examples_read_back_equal(tmp_path: Path, name: str, load) -> None:
     deploy = tmp_path / "etc"
-    shutil.copytree(DEPLOY, deploy)
+    shutil.copytree(DEPLOY_DIR, deploy)
     config = load(deploy / name)
     rendered = _write(deploy, f"rendered-{name}", config.to_toml(relative_to=deploy))
     assert load(rendered) == config

@@ -22,7 +22,6 @@ from privadapt.server.jobs.catalog import validate_hyperparameters
 from privadapt.server.jobs.spec import hyperparameters, job_spec_from_toml
 from tests.paths import DEPLOY_DIR
 
-DEPLOY = DEPLOY_DIR
 # The kernel each example algorithm queries
 # (noisy_gd: server/algorithms/gradient_descent/noisy_gd.py).
 KERNEL_OF = {"noisy_gd": "linear_gradient"}
@@ -33,7 +32,7 @@ def deploy(tmp_path: Path) -> Path:
     """A copy of deploy/ somewhere else, so relative paths are seen to resolve
     against the file's directory, not the current one."""
     copy = tmp_path / "etc-privadapt"
-    shutil.copytree(DEPLOY, copy)
+    shutil.copytree(DEPLOY_DIR, copy)
     return copy
 
 
@@ -106,7 +105,7 @@ def test_every_example_toml_is_tested() -> None:
     # federation.toml: tests/provisioning/test_provision.py
     tested = {"coordinator.toml", "site.toml", "policy.toml", "job.toml", "operator.toml",
               "adult.schema.toml", "federation.toml"}
-    assert {p.name for p in DEPLOY.glob("*.toml")} == tested
+    assert {p.name for p in DEPLOY_DIR.glob("*.toml")} == tested
 
 
 @pytest.mark.parametrize("role", ["coordinator", "site"])
@@ -124,7 +123,7 @@ def test_systemd_unit(deploy: Path, role: str) -> None:
 
 
 def test_no_private_key_in_deploy() -> None:
-    for path in DEPLOY.rglob("*"):
+    for path in DEPLOY_DIR.rglob("*"):
         assert path.suffix != ".key", path
         if path.is_file():
             assert b"PRIVATE KEY-----" not in path.read_bytes(), path

@@ -22,7 +22,6 @@ from tests.conftest import synthetic_dataset
 from tests.network_harness import ThreadSites, in_process_coordinator
 from tests.paths import DEPLOY_DIR
 
-DEPLOY = DEPLOY_DIR
 SITES = ("st-mary", "st-john")
 
 
@@ -110,7 +109,7 @@ def test_a_bad_federation_file_is_refused_before_anything_is_written(tmp_path, c
 
 def test_the_deploy_examples_are_the_rendered_units():
     for daemon in ("coordinator", "site"):
-        assert (DEPLOY / unit_file_name(daemon)).read_text() == render_unit(daemon)
+        assert (DEPLOY_DIR / unit_file_name(daemon)).read_text() == render_unit(daemon)
 
 
 @pytest.mark.slow
@@ -153,7 +152,7 @@ def test_the_deploy_example_federation_provisions(tmp_path):
     kits = tmp_path / "kits"
     from privadapt.provisioning.provision import provision
 
-    written = provision(DEPLOY / "federation.toml", kits)
+    written = provision(DEPLOY_DIR / "federation.toml", kits)
     assert [k.name for k in written] == ["coordinator", "st-mary", "st-john", "city-general",
                                          "northside", "alice"]
     site = SiteConfig.from_toml(kits / "city-general" / "site.toml")
@@ -161,9 +160,9 @@ def test_the_deploy_example_federation_provisions(tmp_path):
     assert site.database == Path("/var/lib/privadapt-site/site.db")
     assert SitePolicy.from_toml(site.policy).epsilon_cap == 2.0
     assert (kits / "city-general" / "schema.toml").read_text() == \
-        (DEPLOY / "adult.schema.toml").read_text()
+        (DEPLOY_DIR / "adult.schema.toml").read_text()
     # The coordinator holds it too (no public sample): it names the models' features.
     coordinator = CoordinatorConfig.from_toml(kits / "coordinator" / "coordinator.toml")
     assert coordinator.public_source is None
     assert coordinator.public_source_schema.read_text() == \
-        (DEPLOY / "adult.schema.toml").read_text()
+        (DEPLOY_DIR / "adult.schema.toml").read_text()
