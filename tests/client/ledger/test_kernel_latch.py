@@ -1,22 +1,30 @@
 """A kernel latched off after a failed floating-point certificate stays latched
-across restarts (issue 17: a refusal that depends on the data is one bit,
-and a restart must not re-arm it): the latch is committed in the ledger
-before the refusal leaves, survives a crash in between, is refused before
-anything is admitted, reserved, charged or read, in the same words for every
-latched kernel and every run; a ledger from schema 3 is upgraded; the
-operator sees the latch and clears it with ``privadapt ledger clear-latch``."""
+across restarts (a refusal that depends on the data is one bit, and a
+restart must not re-arm it): the latch is committed in the ledger before the
+refusal leaves, survives a crash in between, is refused before anything is
+admitted, reserved, charged or read, in the same words for every latched
+kernel and every run; a ledger from schema 3 is upgraded; the operator sees
+the latch and clears it with ``privadapt ledger clear-latch``.
+
+A hostile coordinator must not get more than that bit per kernel per
+clearing: not by queries in flight together on one ledger, not when the
+latch cannot be written, and not when the latch cannot be read."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
 import sqlite3
+import threading
 
 import numpy as np
 import pytest
 
 from privadapt.cli.main import main
+from privadapt.client.daemon.round_progress import RoundProgress
+from privadapt.client.daemon.worker import SiteIdentity, SiteWorker
 from privadapt.client.ledger import latches as ledger_latches
 from privadapt.client.ledger.cli import show_ledger
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
@@ -28,6 +36,10 @@ from privadapt.common.errors import ConfigError, QueryRefusedError, UncertifiedC
 from privadapt.common.federation import Query
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.secure import certs
+from privadapt.common.wire.messages import query_to_proto
+from tests.client.daemon.test_site_worker import Calls
 
 DIM, NUM = 3, 10
 NAMES = tuple(f"x{i}" for i in range(DIM))
@@ -111,8 +123,8 @@ def test_the_latch_survives_a_restart_with_the_same_words_and_no_charge(tmp_path
 
 
 def test_a_crash_during_the_certificate_keeps_the_latch(tmp_path, monkeypatch):
-    # The latch is armed, and committed, before the kernel reads a record
-    # (review 10a): a process that dies during the certificate leaves it set.
+    # The latch is armed, and committed, before the kernel reads a record: a
+    # process that dies during the certificate leaves it set.
     db = tmp_path / "site.db"
     site = open_site(db, create=True)
     committed = []
@@ -391,3 +403,218 @@ def test_latches_module_refuses_a_second_active_row(tmp_path):
     assert isinstance(first, ledger_latches.KernelLatch)
     with pytest.raises(ConfigError):
         PrivacyLedger.open_for_operator(tmp_path / "missing.db")
+
+
+# ------------------------------------------------- queries in flight together
+# The certificate failure is simulated by a ``compute`` that fails when a
+# coordinator-chosen condition holds on the private data: exactly the threat
+# the latch exists for. Two site processes on one ledger (which the ledger
+# supports) once both passed the latch check, both ran the certificate, and
+# each outcome was its own data-dependent bit.
+
+EXACT_KERNEL = get_kernel(EXACT)
+HONEST_COMPUTE = type(EXACT_KERNEL).compute
+
+
+def radius_params(radius: float) -> dict:
+    # The radius is the coordinator's "which bit" selector in the simulation.
+    return {"feature_norm": 1.0, "label_bound": 1.0, "radius": radius,
+            "public_moments": np.eye(DIM + 1) * 0.1}
+
+
+def radius_query(query_id: str, radius: float) -> Query:
+    typed = EXACT_KERNEL.Params.from_wire(radius_params(radius), DIM)
+    mechanism = EXACT_KERNEL.mechanism(typed, math.inf, Adjacency.REPLACE_ONE, dim=DIM)
+    return Query("job", query_id, EXACT, radius_params(radius), mechanism, fractional_bits=48)
+
+
+def secret_dataset(secret_bits: tuple[bool, bool]) -> Dataset:
+    """Records whose first two labels carry two private bits."""
+    labels = np.zeros(NUM)
+    labels[0], labels[1] = float(secret_bits[0]), float(secret_bits[1])
+    features = np.random.default_rng(1).normal(size=(NUM, DIM)) * 0.2
+    return Dataset(features, labels, NAMES)
+
+
+def data_dependent_certificate(monkeypatch, barrier: threading.Barrier | None,
+                               failures: list) -> None:
+    """The certificate of the query with radius 1 + i fails iff label i of the
+    private data is 1 (a stand-in for a numerical library whose accuracy the
+    coordinator's params steer onto a record). With a barrier, every query
+    reaches the certificate before any of them ends (two processes in flight)."""
+
+    def compute(self, data, typed, state):
+        if barrier is not None:
+            # A site that serialises the certificates breaks the barrier: go on.
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait()
+        index = round(typed.radius) - 1
+        if data.labels[index] == 1.0:
+            failures.append(index)
+            raise UncertifiedComputationError("simulated: the certificate's width is too large")
+        return HONEST_COMPUTE(self, data, typed, state)
+
+    monkeypatch.setattr(type(EXACT_KERNEL), "compute", compute)
+
+
+def concurrent_outcomes(tmp_path, monkeypatch, secret: tuple[bool, bool], tag: str
+                        ) -> tuple[tuple[str, str], list]:
+    """Two site processes (two Site objects, each with its own ledger
+    connection) on one ledger, each answering one query at the same time."""
+    db = tmp_path / f"{tag}.db"
+    PrivacyLedger(db, policy(), create=True).close()
+    data = secret_dataset(secret)
+    sites = [Site(data, policy(), PrivacyLedger(db, policy())) for _ in range(2)]
+    barrier = threading.Barrier(2, timeout=3.0)
+    failures: list = []
+    outcomes = ["", ""]
+    with monkeypatch.context() as patch:
+        data_dependent_certificate(patch, barrier, failures)
+
+        def run(index: int) -> None:
+            try:
+                sites[index].answer(radius_query(f"q-{index}", 1.0 + index), 1)
+                outcomes[index] = "answered"
+            except QueryRefusedError:
+                outcomes[index] = "refused"
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    for each in sites:
+        each.ledger.close()
+    return (outcomes[0], outcomes[1]), failures
+
+
+def test_concurrent_queries_on_one_ledger_reach_at_most_one_failing_certificate(
+        tmp_path, monkeypatch):
+    _, failures = concurrent_outcomes(tmp_path, monkeypatch, (True, True), "both")
+    assert len(failures) <= 1, (
+        f"{len(failures)} data-dependent certificate failures were reached on one latch")
+
+
+def test_two_concurrent_queries_give_at_most_three_outcomes(tmp_path, monkeypatch):
+    # The armed latch serialises the certificates, so what leaks is where the
+    # first failure falls among them: with Q queries at most Q + 1 outcomes
+    # (client/ledger/latches.py), not one per query (four datasets, four
+    # outcome pairs, both private bits read off one round).
+    seen = {}
+    for number, secret in enumerate(((False, False), (True, False), (False, True),
+                                     (True, True))):
+        outcome, _ = concurrent_outcomes(tmp_path, monkeypatch, secret, f"s{number}")
+        seen[secret] = outcome
+    distinct = len(set(seen.values()))
+    assert distinct <= 3, f"{distinct} distinguishable outcomes (both bits): {seen}"
+
+
+# ------------------------------------------------- a latch that cannot be written
+
+
+def locked_latch(self, kernel, job_id, query_id):
+    raise sqlite3.OperationalError("database is locked")
+
+
+def test_a_latch_that_cannot_be_written_still_stops_the_next_certificate(tmp_path,
+                                                                         monkeypatch):
+    # The first failure must not escape unlatched (the worker would send an
+    # INTERNAL refusal: the bit is out) and leave the next query to run the
+    # certificate again: another data-dependent bit.
+    db = tmp_path / "site.db"
+    site = Site(secret_dataset((True, True)), policy(), PrivacyLedger(db, policy(), create=True))
+    failures: list = []
+    data_dependent_certificate(monkeypatch, None, failures)
+    monkeypatch.setattr(PrivacyLedger, "latch_kernel", locked_latch)
+    for index in range(2):
+        with pytest.raises((QueryRefusedError, sqlite3.OperationalError)):
+            site.answer(radius_query(f"q-{index}", 1.0 + index), 1)
+    assert len(failures) <= 1, (
+        f"the certificate ran and failed {len(failures)} times with no latch stored")
+
+
+def test_the_worker_sends_no_refusal_without_a_stored_latch(make_site, tmp_path, monkeypatch):
+    # A refusal ("no share", against a share on the neighbour) is the bit:
+    # the daemon's worker must not send one for a failure nothing latched.
+    certs.init_ca(tmp_path / "pki")
+    certs.issue_certificate(tmp_path / "pki", "site", "site-a")
+    site = make_site(name="site-a", num_records=NUM, dim=DIM, epsilon_cap=math.inf)
+    identity = SiteIdentity("site-a", (tmp_path / "pki" / "site-a.crt").read_bytes(),
+                            certs.load_private_key(tmp_path / "pki" / "site-a.key"),
+                            (tmp_path / "pki" / "ca.crt").read_bytes())
+    worker = SiteWorker(site, identity, RoundProgress(site.ledger.path))
+
+    def always_fails(self, data, typed, state):
+        raise UncertifiedComputationError("simulated")
+
+    monkeypatch.setattr(type(EXACT_KERNEL), "compute", always_fails)
+    monkeypatch.setattr(PrivacyLedger, "latch_kernel", locked_latch)
+    calls = Calls()
+    sent = radius_query("q-w", 1.0)
+    worker.handle(pb.WorkItem(round_announcement=pb.RoundAnnouncement(
+        job_id="job", round=1, query_id="q-w", query=query_to_proto(sent, 1),
+        fractional_bits=sent.fractional_bits)), calls)
+    key = calls.only("key")
+    worker.handle(pb.WorkItem(roster=pb.Roster(job_id="job", round=1, query_id="q-w",
+                                               keys=[key])), calls)
+    refusals = [request for kind, request in calls.sent if kind == "refusal"]
+    assert site.ledger.active_latch(EXACT) is not None or not refusals, (
+        f"a refusal ({[pb.Refusal.Reason.Name(r.reason) for r in refusals]}) left the site "
+        "with no latch stored")
+
+
+# ------------------------------------------------- a latch that cannot be read
+# A site always opens its ledger for charging, which creates the latch table,
+# so an OperationalError on its lookup means the database is failing (an I/O
+# error, a busy WAL recovery, a table dropped under it). Answering "not
+# latched" then would run the latched kernel's certificate again on the
+# private data: the lookup fails closed.
+
+FAIL_OPEN_DIM = 2
+FAIL_OPEN_PARAMS = {"feature_norm": 1.0, "label_bound": 1.0, "radius": 1.0,
+                    "public_moments": np.eye(FAIL_OPEN_DIM + 1) * 0.1}
+
+
+class FailingLatchReads:
+    """A ledger connection whose reads of ``kernel_latches`` fail (I/O)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, *args):
+        if "kernel_latches" in sql and sql.lstrip().upper().startswith("SELECT"):
+            raise sqlite3.OperationalError("disk I/O error")
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+def test_a_failing_latch_lookup_does_not_rerun_the_certificate(tmp_path, monkeypatch):
+    small = SitePolicy("s", math.inf, 1e-5, adjacency=Adjacency.REPLACE_ONE,
+                       allow_non_private=True, max_records=8)
+    data = Dataset(np.full((4, FAIL_OPEN_DIM), 0.3), np.zeros(4), ("a", "b"))
+    site = Site(data, small, PrivacyLedger(tmp_path / "site.db", small, create=True))
+    mechanism = EXACT_KERNEL.mechanism(
+        EXACT_KERNEL.Params.from_wire(FAIL_OPEN_PARAMS, FAIL_OPEN_DIM), math.inf,
+        Adjacency.REPLACE_ONE, dim=FAIL_OPEN_DIM)
+    runs = []
+
+    def failing_certificate(self, records, typed, state):
+        runs.append(1)
+        raise UncertifiedComputationError("simulated")
+
+    monkeypatch.setattr(type(EXACT_KERNEL), "compute", failing_certificate)
+    with pytest.raises(QueryRefusedError):
+        site.answer(Query("job", "q-1", EXACT, FAIL_OPEN_PARAMS, mechanism,
+                          fractional_bits=48), 1)
+    assert site.ledger.active_latch(EXACT) is not None and runs == [1]
+    honest = site.ledger._connection
+    monkeypatch.setattr(site.ledger, "_connection", lambda: FailingLatchReads(honest()))
+    # The insert's own lookup must not fail open either (the unique index
+    # would then refuse a second row with an IntegrityError).
+    with pytest.raises(Exception) as raised:  # any exit: what ran matters
+        site.answer(Query("job", "q-2", EXACT, FAIL_OPEN_PARAMS, mechanism,
+                          fractional_bits=48), 1)
+    assert runs == [1], (f"the latched kernel's certificate ran again on the private data "
+                         f"(and {type(raised.value).__name__} escaped)")

@@ -7,12 +7,15 @@ within the paper's tau of it where the paper says it is tight (s >= 1).
 The exact side is computed in log space (a log-sum-exp convolution), so its
 tails do not underflow; its own check is that for n = 1 it reproduces the
 discrete Gaussian's exact Renyi divergence alpha Delta^2 / (2 s^2)
-(Canonne, Kamath and Steinke 2020)."""
+(Canonne, Kamath and Steinke 2020). A second, independent convolution checks
+the bound at share variances below one step, many shares and orders up to
+128, and the grid charge on a shift of several coordinates."""
 
 from __future__ import annotations
 
 import functools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -153,3 +156,59 @@ def test_bad_parameters_are_refused(args):
 def test_orders_below_one_are_refused():
     with pytest.raises(ValueError):
         discrete_gaussian_sum_rdp(1.0, 2, 1, 1, 1, (0.5, 2.0))
+
+
+# -- an independent convolution, small share variances, many shares ---------------------------
+
+
+def log_pmf_of_sum_within(s2: float, n: int, reach: int) -> np.ndarray:
+    """log P(Y = y), y in [-reach, reach], Y a sum of n N_Z(0, s2), by exact
+    convolution in the log domain (components kept to 2 reach: the dominant
+    paths to |y| <= reach have every component near y / n)."""
+    wide = 2 * reach
+    x = np.arange(-wide, wide + 1)
+    one = -x * x / (2 * s2)
+    one -= logsumexp(one)
+    acc, acc_reach = one, wide
+    for step in range(n - 1):
+        out_reach = wide if step < n - 2 else reach
+        out = np.empty(2 * out_reach + 1)
+        xs = np.arange(-acc_reach, acc_reach + 1)
+        for i, y in enumerate(range(-out_reach, out_reach + 1)):
+            j = y - xs + wide
+            ok = (j >= 0) & (j <= 2 * wide)
+            out[i] = logsumexp(acc[ok] + one[j[ok]])
+        acc, acc_reach = out, out_reach
+    return acc - logsumexp(acc)
+
+
+def largest_renyi_of_shift(log_p: np.ndarray, shift: int, alpha: float) -> float:
+    """max over directions of D_alpha(Y + shift || Y) on the computed support."""
+    moved, base = log_p[:-shift], log_p[shift:]
+    return max(logsumexp(alpha * moved + (1 - alpha) * base),
+               logsumexp(alpha * base + (1 - alpha) * moved)) / (alpha - 1)
+
+
+@pytest.mark.parametrize("s2,n", [(0.25, 4), (17 / 64, 8), (0.5625, 6), (1.0, 5)])
+def test_the_bound_holds_at_small_share_variances_and_high_orders(s2, n):
+    alphas = np.array([1.5, 2.0, 16.0, 128.0])
+    reach = int(alphas.max() * 2 + 40 * math.sqrt(n * s2) + 20)
+    log_p = log_pmf_of_sum_within(s2, n, reach)
+    for shift in (1, 2):
+        bound = discrete_gaussian_sum_rdp(s2, n, shift * shift, shift, 1, alphas)
+        for alpha, b in zip(alphas, bound, strict=True):
+            assert largest_renyi_of_shift(log_p, shift, alpha) <= b
+
+
+def test_the_grid_charge_covers_a_shift_of_four_coordinates():
+    # Delta = (1, 1, 2, -1) in grid steps: ||Delta||^2 = 7 = Q. Coordinates are
+    # independent, so the exact divergence is the sum of one-dimensional ones.
+    s2, n, delta = 0.25, 6, (1, 1, 2, -1)
+    alphas = np.array([2.0, 8.0, 64.0])
+    reach = int(alphas.max() * 2 + 40 * math.sqrt(n * s2) + 20)
+    log_p = log_pmf_of_sum_within(s2, n, reach)
+    q = sum(m * m for m in delta)
+    charged = discrete_gaussian_sum_grid_rdp(Fraction(1, 4), n, q, alphas)
+    for alpha, c in zip(alphas, charged, strict=True):
+        exact = sum(largest_renyi_of_shift(log_p, abs(m), alpha) for m in delta)
+        assert exact <= c

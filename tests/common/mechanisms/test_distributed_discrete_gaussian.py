@@ -258,3 +258,15 @@ def test_an_absurd_sensitivity_costs_infinite_epsilon_not_an_exception():
 
 def test_a_zero_sensitivity_is_free():
     assert Mechanism(0.0, 4.0, 2, 16).is_free
+
+
+def test_grid_l2_squared_covers_the_rounding_of_every_coordinate():
+    # The worst case the derivation names: every coordinate's rounding moves a
+    # full step in the same direction as the data difference.
+    f, size = 16, 9
+    s2 = 3.0 / 2**f  # the kernel's own L2 sensitivity, in data units
+    sens = s2 + math.sqrt(size) * 2.0**-f  # rounding_charged, e = 0
+    q = grid_l2_squared(sens, f)
+    per_coordinate = s2 * 2**f / math.sqrt(size)  # 1 step each
+    delta = [math.floor(per_coordinate) + 1] * size
+    assert sum(d * d for d in delta) <= q

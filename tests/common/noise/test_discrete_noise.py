@@ -17,6 +17,7 @@ from scipy import stats
 
 from privadapt.common.noise import bernoulli as exact_bernoulli
 from privadapt.common.noise import discrete as discrete_noise
+from privadapt.common.noise.bernoulli import _remainder
 from privadapt.common.noise.discrete import (
     discrete_gaussian,
     discrete_laplace,
@@ -247,3 +248,22 @@ def test_bernoulli_exp_minus_one_resolves_a_tied_word_with_more_bits(next_word, 
             return np.array([self.queue.pop(0) for _ in range(size)], dtype=np.uint64)
 
     assert exact_bernoulli._bernoulli_exp_minus_one(1, Tie()).tolist() == [expected]
+
+
+def test_the_libdivide_remainder_equals_python_modulo_on_edge_words_and_bounds():
+    # _uniform_below reduces words by a precomputed-reciprocal remainder;
+    # every edge word and bound (powers of two and their neighbours, 2^63 and
+    # 2^64 - 1, odd bounds) against Python's exact %.
+    rng = np.random.default_rng(9)
+    bounds = [1, 2, 3, 5, 7, 2**32 - 1, 2**32, 2**32 + 1, 2**63 - 1, 2**63, 2**63 + 1,
+              2**64 - 1, 2**64 - 2, 3**40, 10**18]
+    bounds += [2**k for k in range(64)] + [2**k - 1 for k in range(2, 65)]
+    bounds += [2**k + 1 for k in range(1, 64)]
+    bounds += [int(x) for x in rng.integers(1, 2**63, 50, dtype=np.uint64)]
+    words = np.array([0, 1, 2, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**63 + 1, 2**64 - 1,
+                      2**64 - 2, 2**64 - 3], dtype=np.uint64)
+    words = np.concatenate([words, rng.integers(0, 2**64, 2000, dtype=np.uint64)])
+    for bound in bounds:
+        got = _remainder(words.copy(), bound)
+        want = np.array([int(w) % bound for w in words], dtype=np.uint64)
+        assert np.array_equal(got, want), bound

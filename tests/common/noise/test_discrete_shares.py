@@ -1,7 +1,9 @@
 """Exact Polya shares (common/noise/count_noise.py), tested against exact
 probability mass functions: the logarithmic jumps, the Poisson jump count, one
-share, and the sum of the honest shares; the bounded work per sample; and the
-lazy uniform that decides a word landing between a CDF's rigorous bounds.
+share, and the sum of the honest shares (also at non-dyadic scales, many
+shares, the logarithmic jumps' level boundaries and near 2^45); the bounded
+work per sample; and the lazy uniform that decides a word landing between a
+CDF's rigorous bounds.
 
 Each distribution test has a twin showing it rejects a slightly wrong
 parameter, so it could fail."""
@@ -17,7 +19,7 @@ from scipy import stats
 
 from privadapt.common.noise import count_noise as exact_count_noise
 from privadapt.common.noise.bernoulli import bernoulli_below_constant
-from privadapt.common.noise.count_noise import negative_binomial_difference
+from privadapt.common.noise.count_noise import _logarithmic, negative_binomial_difference
 from privadapt.common.noise.discrete import KeystreamBits
 from privadapt.common.noise.discrete_shares import polya_share
 from privadapt.common.noise.floating import SeededRandomBits
@@ -274,3 +276,71 @@ def test_huge_scale_keeps_its_variance():
     q = math.exp(-1 / scale)
     assert share.var() == pytest.approx(2 / honest * q / (-math.expm1(-1 / scale)) ** 2,
                                         rel=0.1)
+
+
+# -- non-dyadic scales, many shares, level boundaries -------------------------------------
+
+
+def nb_difference_pmf_array(scale: Fraction, honest: int, reach: int) -> np.ndarray:
+    q = math.exp(-1 / float(scale))
+    k = np.arange(reach + 1)
+    one = stats.nbinom.pmf(k, 1.0 / honest, 1 - q)
+    return np.convolve(one, one[::-1])  # index i is the value i - reach
+
+
+def pooled_chi_square_pvalue(samples: np.ndarray, pmf: np.ndarray, reach: int) -> float:
+    """Chi-square of ``samples`` (values -reach..) against ``pmf``, the cells
+    expecting fewer than 5 pooled into one."""
+    observed = np.bincount(samples + reach, minlength=pmf.size).astype(float)
+    expected = pmf / pmf.sum() * samples.size
+    big = expected >= 5
+    obs = np.append(observed[big], observed[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    return float(stats.chi2.sf(((obs - exp) ** 2 / exp).sum(), obs.size - 1))
+
+
+@pytest.mark.parametrize("scale,honest", [(Fraction(7, 3), 16), (Fraction(3, 10), 5),
+                                          (Fraction(5, 7), 2), (Fraction(11, 4), 13)])
+def test_one_share_at_non_dyadic_scales_and_many_shares(scale, honest):
+    samples = polya_share(scale, honest, 0, 400_000, SeededRandomBits(90 + honest))
+    reach = max(int(abs(samples).max()) + 5, 80)
+    assert pooled_chi_square_pvalue(samples, nb_difference_pmf_array(scale, honest, reach),
+                                    reach) > 1e-4
+
+
+@pytest.mark.parametrize("scale,honest", [(Fraction(3, 10), 5), (Fraction(5, 7), 2)])
+def test_honest_shares_at_non_dyadic_scales_sum_to_the_discrete_laplace(scale, honest):
+    total = sum(polya_share(scale, honest, 0, 100_000, SeededRandomBits(7 * i + honest))
+                for i in range(honest))
+    q = math.exp(-1 / float(scale))
+    reach = int(abs(total).max()) + 5
+    x = np.arange(-reach, reach + 1)
+    pmf = (1 - q) / (1 + q) * q ** np.abs(x)
+    assert pooled_chi_square_pvalue(total, pmf, reach) > 1e-4
+
+
+@pytest.mark.parametrize("scale", [Fraction(2), Fraction(4 * 2**20 + 1, 2**20),
+                                   Fraction(2**30 - 1, 2**28), 1 + Fraction(1, 2**47),
+                                   Fraction(3, 4), Fraction(64), Fraction(65)])
+def test_logarithmic_jumps_at_dyadic_level_boundaries_follow_logser(scale):
+    n = 500_000
+    x = _logarithmic(Fraction(scale), n, KeystreamBits(SeededRandomBits(77)))
+    q = math.exp(-1 / float(scale))
+    k = np.arange(1, int(x.max()) + 1)
+    expected = stats.logser.pmf(k, q) * n
+    observed = np.bincount(x, minlength=k.size + 1)[1:].astype(float)
+    big = expected >= 5
+    obs = np.append(observed[big], observed[~big].sum())
+    exp = np.append(expected[big], n - expected[big].sum())
+    assert stats.chi2.sf(((obs - exp) ** 2 / exp).sum(), obs.size - 1) > 1e-4
+
+
+def test_a_share_near_two_to_the_45_matches_the_gamma_difference_limit():
+    # At t = 2^45 + 1 a share / t is Gamma(1/2) - Gamma(1/2) up to O(1/t).
+    scale, honest = Fraction(2**45 + 1), 2
+    x = polya_share(scale, honest, 0, 300_000, SeededRandomBits(4545)).astype(float)
+    x /= float(scale)
+    rng = np.random.default_rng(45)
+    ref = rng.gamma(0.5, 1, 1_000_000) - rng.gamma(0.5, 1, 1_000_000)
+    assert stats.ks_2samp(x, ref).pvalue > 1e-4
+    assert abs(x.var() / 1.0 - 1) < 0.03

@@ -11,16 +11,22 @@ maximum is c + mu Lambda^2 + sum beta_i^2 / (mu - lambda_i) at the root mu of
 the secular equation (or at mu = max(lambda_1, 0) in the interior and hard
 cases, in closed form): bisection in Fractions brackets it within 2^-200
 relative, primal below (a feasible point's exact value), dual above.
+
+The kernel releases within the intersection of every attempt's proved
+bracket; an empty intersection (lower > upper) proves that something broke
+and is refused like a failed certificate, and honest brackets always
+intersect.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from privadapt.common.data.dataset import Dataset
@@ -287,3 +293,62 @@ def _raw_range(difference, radius):
     matrix, linear, constant = difference[:-1, :-1], -difference[:-1, -1], difference[-1, -1]
     return (maximize_quadratic_on_ball(matrix, linear, constant, radius).value,
             maximize_quadratic_on_ball(-matrix, -linear, -constant, radius).value)
+
+
+# -------------------------------------------- the intersection of the brackets
+# Each bracket holds the exact maximum only if its proof is right. Were one
+# wrong (a proof bug, or the floating-point model broken), the intersection
+# could be empty, and ``certified_discrepancy`` would return a negative error
+# that passes the kernel's ``error <= allowance`` check, releasing the clamp
+# to the wrong upper bound with no refusal and no latch.
+
+BRACKET_PARAMS = {"feature_norm": 1.0, "label_bound": 1.0, "radius": 2.0,
+                  "public_moments": np.diag([0.2, 0.1, 0.3])}
+BRACKET_DATA = Dataset(np.random.default_rng(5).normal(size=(8, 2)) * 0.4,
+                       np.linspace(-0.9, 0.9, 8), ("a", "b"))
+
+
+def test_an_empty_intersection_of_brackets_is_not_released(monkeypatch):
+    honest = certified_quadratic._upper_bound
+    calls = []
+
+    def one_wrong_bound(*args):
+        value, points = honest(*args)
+        calls.append(value)
+        if len(calls) == 1 and math.isfinite(value):
+            value = value - 1e3 * (abs(value) + 1.0)  # a "proved" bound below v*
+        return value, points
+
+    monkeypatch.setattr(certified_quadratic, "_upper_bound", one_wrong_bound)
+    typed = KERNEL.Params.from_wire(BRACKET_PARAMS, 2)
+    with pytest.raises(UncertifiedComputationError):
+        released = KERNEL.compute(BRACKET_DATA, typed, {})
+        pytest.fail(f"released {released[0][0]!r} from an empty intersection of brackets")
+
+
+@st.composite
+def adversarial_problems(draw):
+    d = draw(st.integers(1, 5))
+    scale = 2.0 ** draw(st.integers(-60, 60))
+    entries = draw(st.lists(st.floats(-1, 1), min_size=d * d + d, max_size=d * d + d))
+    tie = draw(st.booleans())
+    matrix = np.array(entries[:d * d]).reshape(d, d) * scale
+    matrix = matrix + matrix.T
+    if tie:
+        matrix = np.eye(d) * scale * entries[0]
+    linear = np.array(entries[d * d:]) * scale * 2.0 ** draw(st.integers(-80, 0))
+    radius = 2.0 ** draw(st.integers(-20, 20))
+    return matrix, linear, draw(st.floats(-1, 1)) * scale, radius
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(adversarial_problems())
+def test_honest_brackets_always_intersect(problem):
+    # The refusal of an empty intersection costs nothing on honest inputs:
+    # lower <= upper on every adversarial problem.
+    matrix, linear, constant, radius = problem
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        solution = maximize_quadratic_on_ball(matrix, linear, constant, radius)
+        bracket = certify_maximum(matrix, linear, constant, radius, solution)
+    assert bracket.lower <= bracket.upper

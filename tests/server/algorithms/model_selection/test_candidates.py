@@ -1,22 +1,15 @@
-"""Review 8, SelectedAdaptation's grid and selection_score='error': what held.
+"""SelectedAdaptation's candidates (server/algorithms/model_selection/candidates.py).
 
 * A grid of the most private candidates (8), every adapter with its own
   settings, needs 8 chains, each a valid chain name, so it never reaches the
   16 a site keeps for one job; names differing only in how a number is
   written are one candidate and refused.
-* ``error_scored`` is public post-processing: norm 1e6, the same predictions,
-  and through the site's validation_loss kernel at L = 1 each record's score
-  is in [0, 1] whatever it holds (norm 1e300 features, labels off +-1), so
-  a neighbour moves each candidate's sum by at most L and nothing refuses on
-  the data.
-
-FAILS (low, utility only): ``error_scored`` computes the norm as
-np.linalg.norm, whose squares overflow above about 1e154 and underflow below
-about 1e-154, so a candidate of such a norm (the radius and learning rates
-are unbounded hyperparameters) is scaled by 0 and becomes the zero model,
-log 2 on every record: the selection then scores it as ~69% errors whatever
-its predictions, contrary to "same sign of x.w, so the same predictions".
-Scaling by the largest entry first (or math.hypot) would keep it.
+* ``error_scored`` is public post-processing: norm 1e6 whatever the
+  candidate's norm (1e-200 to 1e200: the radius and learning rates are
+  unbounded hyperparameters), the same predictions, and through the site's
+  validation_loss kernel at L = 1 each record's score is in [0, 1] whatever it
+  holds (norm 1e300 features, labels off +-1), so a neighbour moves each
+  candidate's sum by at most L and nothing refuses on the data.
 """
 
 from __future__ import annotations
@@ -56,7 +49,7 @@ def test_one_setting_written_two_ways_is_refused_as_a_duplicate(pair):
         parse_candidates(",".join(pair), "logistic")
 
 
-def test_error_scored_candidates_keep_predictions_at_norm_1e6():
+def test_error_scored_candidates_keep_their_predictions_at_norm_1e6():
     rng = np.random.default_rng(1)
     candidates = np.vstack([rng.normal(size=(5, 4)) * 10.0 ** rng.integers(-200, 200, (5, 1)),
                             np.zeros((1, 4))])
