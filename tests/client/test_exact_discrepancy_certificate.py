@@ -310,13 +310,19 @@ def linear_problem_site(tmp_path, data: Dataset) -> Site:
     return Site(data, policy, PrivacyLedger(path, policy, create=True))
 
 
-def linear_problem_outcome(each: Site, off_diagonal: float, tag: str) -> str:
-    sent = query(linear_problem_params(off_diagonal), Adjacency.REPLACE_ONE, 1, tag)
+def answered_or_error(each: Site, sent: Query) -> str:
+    """"answered", or the error's type and words: every error is compared,
+    not only refusals."""
     try:
         each.answer(sent, 1)
     except Exception as err:  # any outcome is compared
         return f"{type(err).__name__}: {err}"
     return "answered"
+
+
+def linear_problem_outcome(each: Site, off_diagonal: float, tag: str) -> str:
+    return answered_or_error(
+        each, query(linear_problem_params(off_diagonal), Adjacency.REPLACE_ONE, 1, tag))
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -378,12 +384,7 @@ def empty_site_outcome(tmp_path, num: int) -> str:
                         allow_non_private=True, max_records=4)
     each = Site(data, policy, PrivacyLedger(tmp_path / f"l{next(_LEDGERS)}.db", policy,
                                             create=True))
-    sent = query(EMPTY_SITE_PARAMS, Adjacency.ADD_REMOVE_ONE, 1)
-    try:
-        each.answer(sent, 1)
-    except Exception as err:  # any outcome is compared
-        return f"{type(err).__name__}: {err}"
-    return "answered"
+    return answered_or_error(each, query(EMPTY_SITE_PARAMS, Adjacency.ADD_REMOVE_ONE, 1))
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
