@@ -1,4 +1,4 @@
-"""Issue 18, section 3: installing privadapt prints no setuptools warning (no
+"""Installing privadapt prints no setuptools warning (no
 deprecated license table, no bundled-data folder that "would be ignored"), and
 the wheel carries the bundled UCI Adult files."""
 

@@ -1,5 +1,5 @@
-"""``privadapt result JOB --out DIR`` writes the job's HTML page (issue 18,
-section 4): its numbers are the job store's, it references nothing outside
+"""``privadapt result JOB --out DIR`` writes the job's HTML page: its
+numbers are the job store's, it references nothing outside
 itself, and, in a real headless Chromium (driven by Selenium), it and a site's
 ledger report open without errors, their figures render, and the numbers the
 browser reads are the job store's and the ledger's."""

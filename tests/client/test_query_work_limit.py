@@ -132,7 +132,7 @@ def test_the_cap_round_trips_through_toml(tmp_path):
 
 
 def test_the_nearest_source_estimate_counts_each_targets_neighbours():
-    # Review 8 (low): the t nearest records of every public target are part
+    # The t nearest records of every public target are part
     # of the work; without t the estimate undercounted a large t about 21x.
     kernel = get_kernel("nearest_source_averages")
     wire = dict(WIRE["nearest_source_averages"])

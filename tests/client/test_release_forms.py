@@ -1,4 +1,4 @@
-"""Per-site releases and selections at one site and in-process (issue 12)."""
+"""Per-site releases and selections at one site and in-process."""
 
 from __future__ import annotations
 

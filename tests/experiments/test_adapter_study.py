@@ -2,8 +2,8 @@
 writes its CSV, and the new default plan does what the study claims on its
 fixed seeds: better than the previous defaults, no worse as epsilon grows,
 and within reach of the non-private adapter at epsilon 10; the privately
-selected model is never worse than source-only by more than 1% (issue 13's
-target, 90th percentile over splits), and the oracle is labelled non-private."""
+selected model is never worse than source-only by more than 1% (the
+usefulness target, 90th percentile over splits), and the oracle is labelled non-private."""
 
 import csv
 import subprocess

@@ -38,7 +38,7 @@ def test_demo_prints_accuracies_and_ledger_epsilons(tmp_path):
     assert accuracies["target only, non-private @ inf"] > majority
     noisy = [a for m, a in accuracies.items() if m.startswith("noisy GD")]
     assert len(noisy) == 2 and all(a > source_only + 0.3 for a in noisy)
-    # The private selection (issue 13) delivers no worse than the free
+    # The private selection delivers no worse than the free
     # source-only model (with probability 0.9 by its margin; in practice it
     # takes noisy GD or the majority label here), and spends its whole epsilon.
     selected = [a for m, a in accuracies.items() if m.startswith("private selection")]

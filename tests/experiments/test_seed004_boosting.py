@@ -1,6 +1,6 @@
 """experiments/seed004/boosting.py runs end to end with ``--quick`` (about
 15 s), writes its CSV, and the boosted models never fall more than 1% below
-source-only (issue 13's target, 90th percentile over splits): with the free
+source-only (the usefulness target, 90th percentile over splits): with the free
 model a candidate and the baseline margin, small private samples keep it."""
 
 import csv

@@ -31,7 +31,7 @@ def test_every_demo_job_file_passes_the_launch_checks(tmp_path):
         validate_hyperparameters(spec.algorithm, values)
         assert isinstance(estimator_for(spec, values, seed=0), ALGORITHMS[spec.algorithm])
         algorithms.add(spec.algorithm)
-    # issue 13: the demo shows the privately selected adapter beside the rest
+    # The demo shows the privately selected adapter beside the rest
     assert "selected_adaptation" in algorithms
 
 

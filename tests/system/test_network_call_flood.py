@@ -1,5 +1,5 @@
-"""A certificate holder cannot take the coordinator's call slots (issue 17,
-section 2): "mallory", holding a genuine site certificate from the CA, opens
+"""A certificate holder cannot take the coordinator's call slots:
+"mallory", holding a genuine site certificate from the CA, opens
 many calls whose request it never sends. On grpc's synchronous server each
 took a thread and a slot before any role check, and the operator and honest
 sites then got RESOURCE_EXHAUSTED. Now the excess is refused to mallory

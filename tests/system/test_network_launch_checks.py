@@ -1,6 +1,6 @@
 """Launch checks against real site daemons (mutual TLS, in-process threads):
 schema agreement, delta against the sites' public sizes, dry runs, and a
-failed launch leaving its job id free (issue 18, sections 1 and 2)."""
+failed launch leaving its job id free."""
 
 from __future__ import annotations
 

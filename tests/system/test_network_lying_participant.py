@@ -1,4 +1,4 @@
-"""A participant that breaks rounds on purpose (issue 17, section 2). Two
+"""A participant that breaks rounds on purpose. Two
 ways used to abort every attempt of a step, five times, with every honest
 site charged for each: a wrong integrity check (and the message blamed
 "different rosters or keys"), and a replay refusal sent after the roster,

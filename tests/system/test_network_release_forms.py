@@ -1,4 +1,4 @@
-"""Per-site releases and selections through real site daemons (issue 12):
+"""Per-site releases and selections through real site daemons:
 in-process coordinator and sites (threads) over mutual-TLS gRPC on 127.0.0.1."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_a_policy_that_forbids_per_site_releases_refuses_them_over_the_network(n
     federation.wait_for_sites()
     with pytest.raises(QueryRefusedError, match="allow_per_site_releases") as refused:
         federation.query_per_site("validation_loss", SCORES, NoNoise((math.sqrt(3) * 4.0,)))
-    # The operator's message names the site whose policy refused (issue 18).
+    # The operator's message names the site whose policy refused.
     assert str(refused.value).startswith("site 'site-") and "refused the round (policy)" in \
         str(refused.value)
 

@@ -1,4 +1,4 @@
-"""Issue 13's selection as a networked job: candidates trained on the sites'
+"""SelectedAdaptation as a networked job: candidates trained on the sites'
 "train" record part, chosen on their "validation" part, through a real
 coordinator and three site daemons (threads, mutual-TLS gRPC on 127.0.0.1).
 The dry run plans it; the job succeeds; every site's ledger holds as many

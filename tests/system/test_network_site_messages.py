@@ -1,4 +1,4 @@
-"""Every field a site sends the coordinator is bounded (issue 17, section 2):
+"""Every field a site sends the coordinator is bounded:
 attacks from a wire client holding a genuine site certificate, built from the
 generated stubs alone, against an in-process coordinator."""
 

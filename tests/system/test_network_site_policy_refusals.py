@@ -1,6 +1,6 @@
 """Against real site daemons: a job one site's policy would refuse every round
-of is refused at launch, naming the site, and no site is charged (issue 18,
-section 1); a refusal during a round names the refusing site."""
+of is refused at launch, naming the site, and no site is charged; a
+refusal during a round names the refusing site."""
 
 from __future__ import annotations
 

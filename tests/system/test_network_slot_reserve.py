@@ -1,5 +1,5 @@
-"""The coordinator's reserve of call slots holds over the real network (issue
-17, section 2): a certificate holder whose calls are *slow* -- their requests
+"""The coordinator's reserve of call slots holds over the real network: a
+certificate holder whose calls are *slow* -- their requests
 arrive, so each takes a server-wide slot and a pool thread, and the handler
 then takes long -- fills every slot it may, and an operator's calls are
 still served from the reserve, while a second holder's call is refused

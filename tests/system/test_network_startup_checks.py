@@ -1,4 +1,4 @@
-"""Issue 18 section 3: startup and connection checks that name the fix.
+"""Startup and connection checks that name the fix.
 
 A site's certificate from another CA, a coordinator started with a site's or an
 operator's certificate, a second daemon with a site's identity, a coordinator

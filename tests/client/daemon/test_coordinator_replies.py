@@ -1,5 +1,5 @@
 """A site validates every field its coordinator sends, and no reply ends the
-site daemon (issue 17, section 2): a Register reply with heartbeat_interval
+site daemon: a Register reply with heartbeat_interval
 1e14 s crashed it (OverflowError out of run()), 1e12 s silently killed its
 heartbeat thread; a round of 2^64 - 1 raised inside the worker."""
 

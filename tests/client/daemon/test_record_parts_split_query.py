@@ -1,6 +1,6 @@
-"""The split-query attack with record parts (issue 17's attack, section 2 of
-issue 13): a coordinator shows site-a the validation part and the other sites
-the training part (or another salt, or another fraction) under one query id.
+"""The split-query attack with record parts: a coordinator shows site-a the
+validation part and the other sites the training part (or another salt, or
+another fraction) under one query id.
 The sums would then mix different records, and site-a's part could be the one
 with few of its records. The part is bound into the query digest every site
 signs into its round key, so every site refuses the round at the roster,

@@ -1,5 +1,5 @@
 """A ledger refuses what its cap cannot afford by closed-form bounds, before it
-builds any privacy loss distribution (issue 17, section 2): a coordinator
+builds any privacy loss distribution: a coordinator
 holding a certificate once stalled or killed a site's accounting with a single
 costly query (a Laplace of epsilon 1e4: MemoryError; sigma 1e-300:
 ZeroDivisionError; a Laplace scale of 1e-9: 146 TiB asked for)."""

@@ -1,10 +1,10 @@
-"""Adversarial review 6 (low): a budget check is evicted (its reservation
-deleted) once a ledger object holds 256 outstanding checks, although the
-evicted query may still be running its kernel. A 257th check is then
-admitted into the room the eviction freed, and the evicted query -- admitted
-at its check, its kernel run -- is refused at its charge: the late,
-data-timed refusal that reservations exist to prevent (issue 17). The cap
-itself holds (the evicted charge decides over every reservation again).
+"""A ledger object once evicted a budget check (deleting its reservation) when
+it held 256 outstanding checks, although the evicted query could still be
+running its kernel. A 257th check was then admitted into the room the
+eviction freed, and the evicted query -- admitted at its check, its kernel
+run -- was refused at its charge: the late, data-timed refusal that
+reservations exist to prevent. The cap itself held (the evicted charge
+decided over every reservation again).
 
 A check admitted must either stay reserved until it commits or is released,
 or a new check must be refused while the ledger cannot keep that promise."""

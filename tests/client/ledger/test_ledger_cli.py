@@ -116,7 +116,7 @@ def test_mechanism_summary(mechanism, summary):
 
 
 def test_every_field_of_a_charge_is_printed_so_the_totals_can_be_recomputed(tmp_path):
-    """Issue 18: a Poisson-sampled charge printed as its z alone made a
+    """A Poisson-sampled charge printed as its z alone made a
     reader's recomputation far larger than the totals; each line and each
     group names the sampling rate, and the groups' counts x mechanisms
     compose to the printed site total."""

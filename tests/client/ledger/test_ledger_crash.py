@@ -1,5 +1,5 @@
 """A site killed (SIGKILL) at random points of 1,000 charges never loses a
-charge for a query it answered (issue 12, section 3): the child charges, then
+charge for a query it answered: the child charges, then
 "releases" by printing the query id; every printed id must be in the ledger,
 and every restart must open the ledger (a head file one charge behind is the
 legitimate crash case)."""

@@ -1,5 +1,5 @@
-"""A lost, emptied or replaced ledger never looks like a new one (issue 12,
-section 3): each attack is refused when the ledger opens, with how to recover."""
+"""A lost, emptied or replaced ledger never looks like a new one: each
+attack is refused when the ledger opens, with how to recover."""
 
 import shutil
 import sqlite3
@@ -239,7 +239,7 @@ def test_site_daemon_refuses_to_start_on_a_missing_ledger(tmp_path, capsys):
 
 
 def test_a_ledger_that_claims_schema_1_but_has_its_derived_tables_is_refused(tmp_path):
-    # Found by review: claim schema 1, empty the derived state, delete rows and
+    # Claim schema 1, empty the derived state, delete rows and
     # the head file, and the chain restarted with the history forgotten.
     db = tmp_path / "site.db"
     with PrivacyLedger(db, policy(), create=True) as ledger:

@@ -1,4 +1,4 @@
-"""The ledger records the kernel of each charge (issue 18's open item: the
+"""The ledger records the kernel of each charge (the
 report's kernel column), covered by the hash chain; a ledger from before
 (schema 2) is upgraded in place, its rows showing "unknown", and its chain
 still verifies."""

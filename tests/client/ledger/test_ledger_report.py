@@ -1,6 +1,6 @@
 """``privadapt ledger report``: the HTML page's numbers are the ledger's, it
 references nothing outside itself, and ids from a coordinator cannot inject
-markup (issue 18, section 4; the real-browser test is tests/cli/test_job_report_page.py)."""
+markup (the real-browser test is tests/cli/test_job_report_page.py)."""
 
 from __future__ import annotations
 

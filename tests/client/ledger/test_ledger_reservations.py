@@ -1,6 +1,6 @@
 """A budget check reserves what it admitted until its charge commits, so a
 concurrent query is refused at its own check, before it reads any data
-(adversarial review: the second of two concurrent queries was admitted at its
+(the second of two concurrent queries was once admitted at its
 check and refused only at its charge, after its kernel ran: a timing signal).
 
 Every exit without a commit releases the reservation; a crashed process's

@@ -148,7 +148,7 @@ def test_public_moments_no_clipped_records_can_have_are_refused(public):
 
 
 def test_moments_scaled_as_in_the_floating_point_attack_are_refused():
-    # Issue 17: moments of size 2^28 / n made one ulp of n M_pub 89 times B.
+    # Moments of size 2^28 / n made one ulp of n M_pub 89 times B.
     with pytest.raises(ValueError, match="second moments of records clipped"):
         params(np.full((DIM + 1, DIM + 1), 2.0**28 / 25))
 

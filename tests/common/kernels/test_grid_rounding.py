@@ -14,7 +14,7 @@ def test_exact_sensitivity_zero_block_is_free():
 
 @pytest.mark.parametrize("norm, size_factor", [("l2", math.sqrt(5)), ("l1", 5)])
 def test_sensitivity_zero_block_with_computation_error_is_charged(norm, size_factor):
-    # Review 9a: the ideal value is the same on neighbours, but two computed
+    # The ideal value is the same on neighbours, but two computed
     # values up to 2e apart can round to different grid points.
     error = 1e-9
     (charged,) = rounding_charged((0.0,), ((5,),), norm, 16, (error,))

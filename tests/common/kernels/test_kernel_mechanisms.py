@@ -83,7 +83,7 @@ def test_gaussian_blocks_get_the_multiplier_times_the_charged_sensitivity():
     mechanism = LinearGradient().mechanism(GRADIENT, 4.0, REPLACE, dim=DIM)
     (block,) = mechanism.blocks
     # 2C plus one grid step per coordinate, plus twice the kernel's float error
-    # per coordinate at the record bound algorithms size for (issue 17).
+    # per coordinate at the record bound algorithms size for.
     (error,) = LinearGradient().computation_errors(GRADIENT, DIM, SIZING_RECORDS)
     charged = 2.0 * 1.0 + math.sqrt(DIM) * (2.0**-16 + 2 * error)
     assert block.sensitivity == pytest.approx(charged, rel=1e-15)

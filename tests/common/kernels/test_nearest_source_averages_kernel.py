@@ -139,7 +139,7 @@ def test_a_query_whose_work_is_unbounded_is_refused_from_its_parameters():
 
 
 def test_every_record_tied_for_every_target_is_answered_by_the_earliest_in_bounded_work():
-    # The adversarial review's memory attack: targets at the origin and every
+    # A memory attack: targets at the origin and every
     # record clipped onto the sphere (all tie for every target); the k-d tree
     # version made each record a candidate of each target (4.3 GB at
     # n = 20,000, m = 1,024). Brute force in blocks gives the exact answer.

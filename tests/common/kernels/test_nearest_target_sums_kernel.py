@@ -159,7 +159,7 @@ def test_honest_laplace_shares_sum_to_laplace(sites, colluding):
 def test_targets_whose_work_is_unbounded_are_refused_from_their_shape():
     from privadapt.common.kernels.nearest_target_sums import MAX_TARGET_COORDINATES, check_targets
 
-    check_targets(np.zeros((10_000, 8)))  # the benchmark size stays allowed
+    check_targets(np.zeros((10_000, 8)))  # the benchmark's size stays allowed
     with pytest.raises(ValueError, match="target coordinates"):
         check_targets(np.zeros((MAX_TARGET_COORDINATES // 63 + 1, 63)))
 

@@ -1,8 +1,8 @@
-"""Each record's margin depends on that record alone (issue 17). BLAS rounded
+"""Each record's margin depends on that record alone. BLAS rounded
 the last rows of a matrix product differently from the others, so adding or
 removing one record changed other records' float margins; with large
 cancelling features the validation_loss scores moved by 2.3 L against a
-charged L (found by an adversarial review)."""
+charged L."""
 
 from __future__ import annotations
 

@@ -260,7 +260,7 @@ def test_softmax_sensitivities_are_2g_and_b_from_the_clip_bounds():
     assert (squares, partition) == (1.0, 1.0)
     (loss,) = KERNEL.local_l2_sensitivities(typed(p), Adjacency.REPLACE_ONE)
     assert loss == pytest.approx(math.log(1 + (CLASSES - 1) * math.exp(math.sqrt(2) * radius * r)))
-    assert loss <= math.log(CLASSES) + 2 * radius * r  # the cruder bound of the issue
+    assert loss <= math.log(CLASSES) + 2 * radius * r  # the cruder log C + 2 Lambda r bound
 
 
 class_record = st.tuples(st.lists(coordinate, min_size=DIM, max_size=DIM),

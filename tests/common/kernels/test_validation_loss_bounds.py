@@ -160,8 +160,8 @@ def _sum_per_bound(features, labels, p):
        fractions=st.lists(st.floats(0.5, 1.0), min_size=4, max_size=4),
        zero=st.integers(-1, 3), scale=st.sampled_from([1e-150, 1e-3, 1.0, 1e3, 1e150]))
 def test_one_exact_sum_equals_a_sum_per_bound_bit_for_bit(exponents, fractions, zero, scale):
-    # One exact sum over columns scaled to a common grid (review 8, low: a sum
-    # per distinct bound cost 5.7x as much) must release the same float64s as
+    # One exact sum over columns scaled to a common grid (a sum per distinct
+    # bound cost 5.7x as much) must release the same float64s as
     # a sum per bound, down to the last bit, at bounds from 2^-200 to 2^200
     # and losses far below and above them.
     bounds = np.array([math.ldexp(f, e) for f, e in zip(fractions, exponents, strict=True)])

@@ -167,7 +167,7 @@ def test_softmax_needs_three_dimensional_candidates_with_two_classes_or_more():
 
 
 def test_softmax_labels_that_are_not_class_indices_score_the_loss_bound():
-    # Refusing them would reveal a label at no charge (issue 17): each such
+    # Refusing them would reveal a label at no charge: each such
     # record scores L, the worst a record can, on every candidate.
     np.testing.assert_array_equal(
         release(BASE_FEATURES, np.full(20, 0.5), "softmax_cross_entropy"), 20 * BOUND)

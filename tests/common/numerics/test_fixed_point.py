@@ -59,7 +59,7 @@ def test_fractional_bits_out_of_range_is_refused():
         FixedPointCodec(60)
 
 
-# encode_saturating: what a site encodes from private records (review 5).
+# encode_saturating: what a site encodes from private records.
 any_double = st.floats(allow_nan=False)  # infinities and subnormals included
 
 

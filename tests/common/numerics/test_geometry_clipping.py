@@ -13,7 +13,7 @@ HUGE = 1.1e308
 
 
 def test_a_coefficient_clipped_into_the_subnormals_is_zero_not_over_the_bound():
-    # The adversarial review's case: c' = C / ||x|| lands at 2 x the least
+    # c' = C / ||x|| lands at 2 x the least
     # subnormal, which made ||c' x|| = 2.67 C before the fix.
     bound = 0.5000001 * math.ldexp(1.5 * HUGE, -1074)
     (clipped,) = clip_coefficients(np.array([1.5]), np.array([[HUGE]]), bound)

@@ -42,8 +42,8 @@ async def _idle_watches_then_check(watches: int) -> tuple[int, bool]:
 
 
 def test_idle_watch_streams_hold_no_slot_and_starve_nobody():
-    # An adversarial review held every unreserved slot with 6 idle health
-    # Watch streams (coroutines: no pool thread), so the next caller, in
+    # 6 idle health Watch streams once held every unreserved slot
+    # (coroutines: no pool thread), so the next caller, in
     # production a new site's Register, was refused.
     busy, answered = asyncio.run(_idle_watches_then_check(6))
     assert busy == 0 and answered

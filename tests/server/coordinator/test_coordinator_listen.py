@@ -1,5 +1,5 @@
-"""A coordinator refuses to share its port, and ``listen`` must name one
-(issue 17, section 2): gRPC's default SO_REUSEPORT let a second coordinator
+"""A coordinator refuses to share its port, and ``listen`` must name one:
+gRPC's default SO_REUSEPORT let a second coordinator
 bind a port already in use, and the two then answered calls alternately; a
 ``listen`` without a port silently meant port 443."""
 

@@ -1,5 +1,6 @@
 """Register is rate-limited per identity, and oversized registrations stored
-by an older coordinator are trimmed when the store opens (issue 17)."""
+by an older coordinator are trimmed when the store opens: one certificate
+holder must not fill the coordinator's store or its Register path."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def test_noisy_gd_schema_is_the_signature_minus_what_the_spec_sets():
     schema = job_schema(NoisyGD)
     assert schema.required == {"loss": (str,), "iterations": (int,), "learning_rate": NUMBER,
                                "radius": (*NUMBER, str), "clip_norm": NUMBER}  # str: "auto"
-    # calibration comes from the spec; the rest serve radius="auto" (issue 13)
+    # calibration comes from the spec; the rest serve radius="auto"
     assert schema.optional == {"checkpoint_every": (int,), "num_guesses": (int,),
                                "feature_bound": NUMBER, "label_bound": NUMBER,
                                "validation_fraction": NUMBER}
@@ -87,7 +87,7 @@ def test_adaptation_schemas_follow_the_signature_and_its_defaults(estimator):
         assert schema.defaults[name] == signature[name].default
     assert schema.optional["weight_noise"] == (bool,)
     assert schema.optional["step_sizes"] == (str,)  # StepSizes objects cannot cross the wire
-    assert schema.optional["iterations"] == (int, str)  # a count or "auto" (issue 13)
+    assert schema.optional["iterations"] == (int, str)  # a count or "auto"
     assert schema.defaults["iterations"] == "auto" and schema.defaults["clip_radius"] == "auto"
     assert "checkpoint_every" not in schema.optional  # their fit takes no checkpoint
     assert schema.defaults["mu"] == (math.inf if estimator is PCnvxAdap else 100.0)

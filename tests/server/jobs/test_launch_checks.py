@@ -1,4 +1,4 @@
-"""Checks of a job against its sites, before anything is spent (issue 18)."""
+"""Checks of a job against its sites, before anything is spent."""
 
 import math
 

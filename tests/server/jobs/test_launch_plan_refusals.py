@@ -1,5 +1,5 @@
 """What a job's plan on stand-ins finds is refused at launch and dry run, not
-at run time (issue 18): a seed-001 baseline job that also sets ``rho`` (its
+at run time: a seed-001 baseline job that also sets ``rho`` (its
 estimator refuses two budgets), and a ``noise = "discrete"`` k-means job is
 planned on the job's fixed-point grid instead of "no plan"."""
 

@@ -1,7 +1,6 @@
 """model.npz names its features from the schema the job's parties agreed on
 whenever the coordinator holds that schema (its public_source_schema, with or
-without a public sample), and says when the names are placeholders and why
-(issue 18, section 3)."""
+without a public sample), and says when the names are placeholders and why."""
 
 from __future__ import annotations
 

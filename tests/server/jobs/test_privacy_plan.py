@@ -1,6 +1,6 @@
 """The privacy plan of a dry run: the job's own algorithm run on stand-ins,
 each site's charge previewed at its cap's delta, the budget refusal, and the
-budget a site reports (issue 18, section 1)."""
+budget a site reports."""
 
 import math
 

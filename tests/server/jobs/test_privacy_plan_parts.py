@@ -1,5 +1,5 @@
 """The dry run's preview of a query on a record part is what a real site
-charges (issue 18): on a "train" or "validation" part under replace-one a site
+charges: on a "train" or "validation" part under replace-one a site
 charges the larger of the kernel's replace-one and add/remove sensitivities
 (common/data/record_parts.py), and the preview uses the same rule
 (common/kernels/site_charge.py). Checked against an in-process site's ledger."""

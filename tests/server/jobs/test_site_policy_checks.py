@@ -2,7 +2,7 @@
 launch (and at its start), naming the site, before any key is published: its
 ``peers`` leave out another of the job's sites, its ``min_participants`` is
 above the job's number of sites, its ``collusion_tolerance`` is above the
-job's, or the job queries a kernel it does not allow (issue 18, section 1).
+job's, or the job queries a kernel it does not allow.
 The terms travel checked at registration."""
 
 from __future__ import annotations

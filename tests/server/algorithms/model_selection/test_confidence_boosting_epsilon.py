@@ -1,6 +1,7 @@
-"""Issue 13's third target for ConfidenceBoosting: more epsilon must not hurt
-on average. A statistical test on a small synthetic shift (3 sites of 300
-target records, the public source with two signs flipped): over 12 paired
+"""More epsilon must not hurt ConfidenceBoosting on average: a private model
+should grow more useful with its budget. A statistical test on a small
+synthetic shift (3 sites of 300 target records, the public source with two
+signs flipped): over 12 paired
 seeds, the mean test accuracy at each larger epsilon is no lower than at
 the smaller one beyond two standard errors of the paired difference, and
 epsilon 10 is clearly better than epsilon 1. A budget split or a

@@ -1,5 +1,5 @@
 """SelectedAdaptation's free public-constant candidate and its per-candidate
-settings (issue 13 section 2): the constant reads only the public source and
+settings: the constant reads only the public source and
 predicts its majority label (mean label) everywhere; a grid of settings is
 one candidate per variant, each adapter on its own chain, the ledgers hold
 the calibrated plan, the chosen index maps back to its settings, and a bad

@@ -26,7 +26,7 @@ DATASETS = [synthetic_dataset(60 + 10 * k, DIM, seed=k) for k in range(2)]
 PUBLIC = synthetic_dataset(80, DIM, seed=42)
 BOUNDS = dict(feature_norm=1.0, label_bound=1.0, radius=4.0)
 RUN = dict(epsilon=3.0, delta=1e-5, iterations=12, step_scale=2.0)
-# The solver functions' own plan (the estimators' defaults before issue 13), spelt out
+# The solver functions' own plan (the estimators' earlier defaults), spelt out
 # so that an estimator runs exactly what the function runs.
 FUNCTION_PLAN = dict(warm_start=False, clip_radius=None, step_sizes="curvature",
                      weight_noise=True)
@@ -118,7 +118,7 @@ def test_softmax_predicts_class_indices_and_scores_accuracy():
 
 
 def test_the_default_plan_is_the_function_with_the_public_rules_spelt_out(federation):
-    """The estimators' defaults (issue 13): warm start at the public fit, the clip
+    """The estimators' defaults: warm start at the public fit, the clip
     radius and T from public quantities, noise-aware w steps, no u-noise, the
     average iterate. Each rule reads only public data, so the function given
     the same plan releases the same blocks, and each site's ledger the same spend."""

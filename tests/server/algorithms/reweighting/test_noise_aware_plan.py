@@ -1,4 +1,4 @@
-"""The noise-aware w step (issue 13, section 3): the Lipschitz form of Alg. 1
+"""The noise-aware w step: the Lipschitz form of Alg. 1
 line 4 and its smooth form, which tends to the curvature step as the noise
 vanishes (the Lipschitz form does not, so it cannot improve with epsilon)."""
 

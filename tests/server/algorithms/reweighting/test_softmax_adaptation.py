@@ -112,7 +112,7 @@ def test_per_record_loss_and_gradient_stay_within_b_and_g_on_adversarial_records
     assert -1e-12 <= losses[0] <= loss_bound * (1 + 1e-12)
     gradient = np.outer(features[0], residuals[0])  # x (p - e_y)^T
     assert np.linalg.norm(gradient) <= gradient_bound * (1 + 1e-12)
-    assert loss_bound <= math.log(CLASSES) + 2 * radius * r  # the cruder bound
+    assert loss_bound <= math.log(CLASSES) + 2 * radius * r  # the cruder log C + 2 Lambda r bound
 
 
 def test_with_two_classes_the_loss_bound_is_reached_and_the_gradient_bound_approached():

@@ -1,5 +1,5 @@
 """DP Lloyd with ``noise="discrete"`` on a ``rho`` budget: the distributed
-discrete Gaussian (issue 17) on the federation's grid, n = K - t honest
+discrete Gaussian on the federation's grid, n = K - t honest
 shares; every site charges exactly the plan, the centres are as accurate as
 with the float Gaussian, and a grid too fine for the exact sampler is refused
 before any query with the advice to use a coarser one."""
