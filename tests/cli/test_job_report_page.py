@@ -16,7 +16,6 @@ import pytest
 from privadapt.cli import main as cli
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.simulation.local_deployment import LocalDeployment
-from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
     in_process_coordinator,
@@ -24,6 +23,7 @@ from tests.network_harness import (
     write_coordinator_config,
     write_site,
 )
+from tests.synthetic_data import synthetic_dataset
 
 SITES = ("site-a", "site-b")
 JOB = "page-job"

@@ -14,7 +14,6 @@ from privadapt.client.daemon.config import SiteConfig
 from privadapt.client.daemon.main import SiteDaemon
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
-from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
     in_process_coordinator,
@@ -23,6 +22,7 @@ from tests.network_harness import (
     write_coordinator_config,
     write_site,
 )
+from tests.synthetic_data import synthetic_dataset
 
 SITES = ("site-a", "site-b", "site-c")
 

@@ -30,7 +30,7 @@ from privadapt.common.kernels.reweighted_gradient import ReweightedGradient
 from privadapt.common.mechanisms import Adjacency, NoNoise
 from privadapt.common.numerics.fixed_point import FixedPointCodec
 from privadapt.common.secure.query_digest import query_digest
-from tests.conftest import synthetic_dataset
+from tests.synthetic_data import synthetic_dataset
 
 DIM = 5
 KERNEL = ReweightedGradient()

@@ -18,9 +18,9 @@ from privadapt.common.secure import certs, tls
 from privadapt.provisioning.systemd_units import render_unit, unit_file_name
 from privadapt.server.coordinator.main import CoordinatorConfig
 from privadapt.simulation.local_deployment import free_port
-from tests.conftest import synthetic_dataset
 from tests.network_harness import ThreadSites, in_process_coordinator
 from tests.paths import DEPLOY_DIR
+from tests.synthetic_data import synthetic_dataset
 
 SITES = ("st-mary", "st-john")
 

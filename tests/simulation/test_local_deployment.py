@@ -21,7 +21,7 @@ from privadapt.common.secure import certs
 from privadapt.common.secure.certcheck import certificate_identity
 from privadapt.server.coordinator.main import CoordinatorConfig
 from privadapt.simulation.local_deployment import LocalDeployment, free_port, write_pki
-from tests.conftest import synthetic_dataset
+from tests.synthetic_data import synthetic_dataset
 
 ADDRESS = "127.0.0.1:50123"
 

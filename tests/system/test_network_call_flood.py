@@ -23,7 +23,6 @@ from privadapt.common.wire.messages import channel_options, params_to_proto
 from privadapt.server.coordinator.call_limits import PER_CALLER_LIMITS, method_group
 from privadapt.server.coordinator.event_loop_thread import EventLoopThread
 from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
-from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
     make_pki,
@@ -32,6 +31,7 @@ from tests.network_harness import (
     write_coordinator_config,
     write_site,
 )
+from tests.synthetic_data import synthetic_dataset
 
 SITES = ("site-a", "site-b", "site-c")
 MALLORY = "mallory"

@@ -19,7 +19,6 @@ from privadapt.common.wire.messages import param_from_proto, params_to_proto
 from privadapt.server.algorithms.gradient_descent.noisy_gd import noisy_gd
 from privadapt.server.federation.network import NetworkFederation, NetworkJob
 from privadapt.server.jobs.manager import privacy_report_json
-from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
     direct_federation,
@@ -30,6 +29,7 @@ from tests.network_harness import (
     write_coordinator_config,
     write_site,
 )
+from tests.synthetic_data import synthetic_dataset
 
 SITES = ("site-a", "site-b", "site-c")
 DIM = 4

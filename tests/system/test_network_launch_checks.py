@@ -13,7 +13,6 @@ from privadapt.client.policy import SitePolicy
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire.messages import params_to_proto
 from privadapt.simulation.local_deployment import LOCALHOST, LocalDeployment
-from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
     in_process_coordinator,
@@ -22,6 +21,7 @@ from tests.network_harness import (
     watch_until_done,
     write_coordinator_config,
 )
+from tests.synthetic_data import synthetic_dataset
 
 SITES = ("site-a", "site-b")
 SCHEMA = """label = "y"

@@ -18,7 +18,6 @@ import pytest
 from privadapt.client.daemon import worker as site_worker
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
 from privadapt.common.proto import federation_pb2 as pb
-from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
     direct_federation,
@@ -27,6 +26,7 @@ from tests.network_harness import (
     write_coordinator_config,
     write_site,
 )
+from tests.synthetic_data import synthetic_dataset
 
 SITES = ("site-a", "site-b", "site-c")
 LIAR = "site-c"

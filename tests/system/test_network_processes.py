@@ -23,7 +23,6 @@ from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire.messages import param_from_proto, params_to_proto
 from privadapt.server.algorithms.gradient_descent.noisy_gd import noisy_gd
 from privadapt.simulation.local_deployment import free_port
-from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     direct_federation,
     in_process_coordinator,
@@ -36,6 +35,7 @@ from tests.network_harness import (
     write_coordinator_config,
     write_site,
 )
+from tests.synthetic_data import synthetic_dataset
 
 pytestmark = pytest.mark.slow
 

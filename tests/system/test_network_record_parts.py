@@ -12,7 +12,6 @@ import pytest
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.mechanisms import NoNoise
-from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
     direct_federation,
@@ -21,6 +20,7 @@ from tests.network_harness import (
     write_coordinator_config,
     write_site,
 )
+from tests.synthetic_data import synthetic_dataset
 
 SITES = ("site-a", "site-b", "site-c")
 DIM = 4

@@ -19,7 +19,6 @@ from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.secure import certs, tls
 from privadapt.common.wire.messages import MAX_MESSAGE_BYTES, channel_options, params_to_proto
-from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
     direct_federation,
@@ -30,6 +29,7 @@ from tests.network_harness import (
     write_coordinator_config,
     write_site,
 )
+from tests.synthetic_data import synthetic_dataset
 
 SITES = ("site-a", "site-b", "site-c")
 DIM = 4

@@ -14,7 +14,6 @@ from privadapt.common.errors import QueryRefusedError
 from privadapt.common.mechanisms import NoNoise, ReportNoisyMin
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.jobs.manager import privacy_report_json
-from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
     direct_federation,
@@ -23,6 +22,7 @@ from tests.network_harness import (
     write_coordinator_config,
     write_site,
 )
+from tests.synthetic_data import synthetic_dataset
 
 SITES = ("site-a", "site-b", "site-c")
 DIM = 4

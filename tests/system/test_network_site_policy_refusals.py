@@ -10,7 +10,6 @@ import pytest
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire.messages import params_to_proto
-from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
     in_process_coordinator,
@@ -19,6 +18,7 @@ from tests.network_harness import (
     write_coordinator_config,
     write_site,
 )
+from tests.synthetic_data import synthetic_dataset
 
 SITES = ("site-a", "site-b", "site-c")
 HYPER = {"loss": "logistic", "iterations": 2, "learning_rate": 1.0, "radius": 5.0,

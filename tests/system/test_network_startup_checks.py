@@ -25,7 +25,6 @@ from privadapt.common.secure.dial_diagnosis import explain_unreachable, host_mat
 from privadapt.common.wire.messages import channel_options
 from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
 from privadapt.simulation.local_deployment import LocalDeployment, free_port
-from tests.conftest import synthetic_dataset
 from tests.network_harness import (
     ThreadSites,
     in_process_coordinator,
@@ -33,6 +32,7 @@ from tests.network_harness import (
     write_coordinator_config,
     write_site,
 )
+from tests.synthetic_data import synthetic_dataset
 
 DIM = 3
 

@@ -38,7 +38,7 @@ from privadapt.server.jobs.catalog import (
 )
 from privadapt.server.jobs.dry_run import plan_releases
 from privadapt.server.jobs.privacy_plan import charged_at_site
-from tests.conftest import synthetic_dataset
+from tests.synthetic_data import synthetic_dataset
 
 DIM = 3
 DATASETS = [synthetic_dataset(50 + 10 * k, DIM, seed=k) for k in range(2)]

@@ -22,7 +22,7 @@ from privadapt.server.jobs.privacy_plan import (
     refuse_over_budget,
 )
 from privadapt.server.jobs.spec import hyperparameters
-from tests.conftest import synthetic_dataset
+from tests.synthetic_data import synthetic_dataset
 
 NOISY_GD = {"loss": "logistic", "iterations": 4, "learning_rate": 1.0, "radius": 5.0,
             "clip_norm": 1.0}

@@ -12,7 +12,7 @@ from privadapt.server.algorithms.base import NotFittedError
 from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD, NoisySGD
 from privadapt.server.algorithms.gradient_descent.noisy_gd import noisy_gd
 from privadapt.server.algorithms.gradient_descent.noisy_sgd import noisy_sgd
-from tests.conftest import synthetic_dataset
+from tests.synthetic_data import synthetic_dataset
 
 DIM = 4
 DATASETS = [synthetic_dataset(120 + 20 * k, DIM, seed=k) for k in range(3)]

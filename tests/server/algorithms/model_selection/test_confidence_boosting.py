@@ -23,7 +23,7 @@ from privadapt.server.algorithms.model_selection.confidence_boosting import (
 from privadapt.server.jobs.dry_run import plan_releases
 from privadapt.server.jobs.privacy_plan import preview_site
 from privadapt.server.jobs.spec import hyperparameters
-from tests.conftest import synthetic_dataset
+from tests.synthetic_data import synthetic_dataset
 
 DIM = 5
 TARGET = np.array([1.0, -2.0, 0.5, 1.5, 1.0])

@@ -15,7 +15,7 @@ from privadapt.server.algorithms.reweighting.noise_aware_plan import (
     auto_step_rule,
     iteration_demand,
 )
-from tests.conftest import synthetic_dataset
+from tests.synthetic_data import synthetic_dataset
 
 DIM = 3
 DATASETS = [synthetic_dataset(60 + 10 * k, DIM, seed=k) for k in range(2)]
