@@ -197,9 +197,13 @@ def test_the_softmax_working_memory_does_not_grow_with_the_records():
     # for n = 400 and C = 100,000, so under add/remove whether a site ran out
     # of memory told whether n was above a threshold the coordinator picked
     # through C. The peak must stay under 32 MB (256x the losses of one
-    # chunk of one candidate).
+    # chunk of one candidate). 2 million (record, class) cells: chunks sized
+    # by K alone peak at 94 MB here, 3x the bound (measured with every record
+    # in one chunk), sized by K C at under 1 MB. (The cells cost about 0.05 s
+    # a chunk, so n C, not n or C alone, sets the test's time: 8 million
+    # cells at C = 20,000, once used here, took over a minute.)
     rng = np.random.default_rng(5)
-    classes, count = 20_000, 400
+    classes, count = 500, 4_000
     params = SCORES.Params.from_wire(softmax_wire(classes), SCORES_DIM)
     records = Dataset(rng.normal(size=(count, SCORES_DIM)),
                       rng.integers(0, 2, count).astype(float), ("x0", "x1"))
