@@ -12,14 +12,12 @@ import pytest
 
 from tests.paths import REPO_ROOT
 
-REPO = REPO_ROOT
-
 
 @pytest.mark.slow
 def test_building_the_wheel_is_quiet_and_ships_the_data(tmp_path):
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--no-index", "-w", str(tmp_path), str(REPO)],
+         "--no-index", "-w", str(tmp_path), str(REPO_ROOT)],
         capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
     assert built.returncode == 0, built.stderr
     output = built.stdout + built.stderr

@@ -13,13 +13,11 @@ import pytest
 
 from tests.paths import REPO_ROOT
 
-ROOT = REPO_ROOT
-
 
 def test_adapter_study_quick_writes_the_table(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.adapter_study", "--quick", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert "gap to non-private %" in result.stdout
     with open(tmp_path / "adapter_study_quick.csv", newline="") as handle:
@@ -52,7 +50,7 @@ def test_the_grid_runs_beside_the_default_selection_into_its_own_csv(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.adapter_study", "--quick", "--grid",
          "noisy_gd, noisy_gd:iterations=25, ADAPTER, ADAPTER_smooth", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "adapter_study_quick.csv").exists()
     with open(tmp_path / "adapter_study_quick_grid.csv", newline="") as handle:
@@ -69,7 +67,7 @@ def test_the_grid_runs_beside_the_default_selection_into_its_own_csv(tmp_path):
 def test_the_grid_needs_a_selection():
     result = subprocess.run(
         [sys.executable, "-m", "experiments.adapter_study", "--grid", "noisy_gd"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode != 0 and "--grid needs" in result.stderr
 
 

@@ -10,13 +10,11 @@ import sys
 from experiments.epsilon_monotonicity import scan
 from tests.paths import REPO_ROOT
 
-ROOT = REPO_ROOT
-
 
 def test_quick_writes_the_per_split_rows_and_the_scan(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.epsilon_monotonicity", "--quick", "--out",
-         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+         str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert "paired change" in result.stdout
     with open(tmp_path / "boosting_by_epsilon_quick.csv", newline="") as handle:

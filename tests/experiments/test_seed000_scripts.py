@@ -10,14 +10,12 @@ import pytest
 
 from tests.paths import REPO_ROOT
 
-ROOT = REPO_ROOT
-
 
 def run_script(name, out, *extra):
     result = subprocess.run(
         [sys.executable, "-m", f"experiments.seed000.{name}", "--quick", "--out", str(out),
          *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, check=False,
     )
     assert result.returncode == 0, result.stderr
     assert (out / f"{name}.png").stat().st_size > 1000  # matplotlib: an experiments extra

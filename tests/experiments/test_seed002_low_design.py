@@ -17,8 +17,6 @@ from experiments.seed002 import designs, transfer
 from experiments.seed002.designs import LOW, LOW_CONTRAST, LOW_CONTRAST_L1, SPARSE, low_problem
 from tests.paths import REPO_ROOT
 
-ROOT = REPO_ROOT
-
 
 def test_low_design_sources_are_migrated_uniform_designs():
     beta, (features, labels), sources = low_problem(3, 5)
@@ -50,7 +48,7 @@ def test_informative_contrasts_are_small_and_distractors_far(monkeypatch):
 def test_quick_low_design_writes_every_cell_within_its_epsilon(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.seed002.transfer", "--quick", "--design", "low",
-         "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+         "--out", str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
         check=False)
     assert result.returncode == 0, result.stderr
     assert "== design low ==" in result.stdout and "== design sparse ==" not in result.stdout

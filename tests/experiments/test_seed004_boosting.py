@@ -9,13 +9,11 @@ import sys
 
 from tests.paths import REPO_ROOT
 
-ROOT = REPO_ROOT
-
 
 def test_boosting_quick_writes_the_table(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.seed004.boosting", "--quick", "--out",
-         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+         str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=180, check=False)
     assert result.returncode == 0, result.stderr
     assert "p90 shortfall %" in result.stdout
     with open(tmp_path / "boosting_quick.csv", newline="") as handle:

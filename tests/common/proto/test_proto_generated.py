@@ -17,9 +17,8 @@ from tests.paths import REPO_ROOT
 
 pytest.importorskip("grpc_tools", reason="grpcio-tools is not installed (pip install -e '.[test]')")
 
-REPO = REPO_ROOT
-GENERATE = REPO / "proto" / "generate.py"
-GENERATED = REPO / "common" / "proto"
+GENERATE = REPO_ROOT / "proto" / "generate.py"
+GENERATED = REPO_ROOT / "common" / "proto"
 
 
 def run_check(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -36,7 +35,7 @@ def run_check(*args: str | Path) -> subprocess.CompletedProcess[str]:
 def tmp_copy(tmp_path: Path) -> tuple[Path, Path]:
     """(proto root, generated dir): copies of the real ones, safe to edit."""
     proto_root = tmp_path / "proto"
-    shutil.copytree(REPO / "proto" / "privadapt", proto_root / "privadapt")
+    shutil.copytree(REPO_ROOT / "proto" / "privadapt", proto_root / "privadapt")
     out = tmp_path / "generated"
     out.mkdir()
     for path in GENERATED.glob("*_pb2*"):
