@@ -7,11 +7,13 @@ import pytest
 
 import privadapt
 
-EXPECTED = {"DPFrankWolfe", "DPFrankWolfeTransfer",
-            "Dataset", "InvalidParameterError", "LocalFederation", "NoisyGD", "NoisySGD",
-            "NotFittedError", "PCnvxAdap", "PNCnvxAdap", "PrivadaptError",
-            "PrivateDiscrepancy", "PrivateGridSearch", "PrivateSelection", "SitePolicy",
-            "SitePrivacy", "clone", "load_adult_domains"}
+EXPECTED = {"ConfidenceBoosting", "DPFrankWolfe", "DPFrankWolfeTransfer",
+            "Dataset", "InvalidParameterError", "LocalFederation", "NeighborNoisyAverages",
+            "NoisyAverageSet", "NoisyGD", "NoisySGD", "NotFittedError", "OutputPerturbation",
+            "PCnvxAdap", "PNCnvxAdap", "PrivadaptError", "PrivateDiscrepancy",
+            "PrivateDiscrepancyMinimization", "PrivateGaussianMixtureSampler",
+            "PrivateGridSearch", "PrivateLloydKMeans", "PrivateSelection", "SelectedAdaptation",
+            "SitePolicy", "SitePrivacy", "clone", "load_adult_domains"}
 
 
 def test_every_exported_name_resolves():

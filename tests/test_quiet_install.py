@@ -25,6 +25,6 @@ def test_building_the_wheel_is_quiet_and_ships_the_data(tmp_path):
         assert warning not in output, output
     (wheel,) = tmp_path.glob("privadapt-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"privadapt/common/datasets/adult/adult.data.gz",
-            "privadapt/common/datasets/adult/adult.test.gz",
-            "privadapt/common/datasets/adult/adult.names"} <= names
+    assert {"privadapt/common/data/datasets/adult/adult.data.gz",
+            "privadapt/common/data/datasets/adult/adult.test.gz",
+            "privadapt/common/data/datasets/adult/adult.names"} <= names

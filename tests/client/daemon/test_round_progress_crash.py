@@ -29,7 +29,7 @@ _WORKER = textwrap.dedent("""
     from privadapt.client.daemon.round_progress import RoundProgress
     from privadapt.client.site import Site
     from privadapt.client.daemon.worker import SiteIdentity, SiteWorker
-    from privadapt.common import certs
+    from privadapt.common.secure import certs
     from privadapt.common.data.dataset import Dataset
     from privadapt.common.federation import Query
     from privadapt.common.mechanisms import Adjacency, GaussianMechanism

@@ -225,7 +225,7 @@ def test_ledger_init_creates_once_and_never_reopens(tmp_path, capsys):
 def test_site_daemon_refuses_to_start_on_a_missing_ledger(tmp_path, capsys):
     import numpy as np
 
-    from privadapt.client.daemon import main
+    from privadapt.client.daemon.main import main
     from privadapt.common.data.dataset import Dataset
     from privadapt.simulation.local_deployment import LocalDeployment, write_pki
 
