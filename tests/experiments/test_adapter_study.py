@@ -14,6 +14,7 @@ import pytest
 from tests.paths import REPO_ROOT
 
 
+@pytest.mark.slow
 def test_adapter_study_quick_writes_the_table(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.adapter_study", "--quick", "--out", str(tmp_path)],

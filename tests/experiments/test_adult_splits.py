@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from privadapt.common.data.datasets.adult import DEMO_RECORDS_PER_SITE, DEMO_SPLIT, SPLITS
 from tests.paths import REPO_ROOT
 
@@ -15,6 +17,7 @@ def _rows(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.slow
 def test_adult_splits_quick_writes_the_table(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.adult_splits", "--quick", "--out", str(tmp_path)],

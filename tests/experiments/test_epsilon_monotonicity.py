@@ -7,10 +7,13 @@ import csv
 import subprocess
 import sys
 
+import pytest
+
 from experiments.epsilon_monotonicity import scan
 from tests.paths import REPO_ROOT
 
 
+@pytest.mark.slow
 def test_quick_writes_the_per_split_rows_and_the_scan(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.epsilon_monotonicity", "--quick", "--out",

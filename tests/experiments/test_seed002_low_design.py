@@ -45,6 +45,7 @@ def test_informative_contrasts_are_small_and_distractors_far(monkeypatch):
     assert np.linalg.norm(fits[20:] - beta, axis=1).min() > LOW.transfer["informative_threshold"]
 
 
+@pytest.mark.slow
 def test_quick_low_design_writes_every_cell_within_its_epsilon(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.seed002.transfer", "--quick", "--design", "low",

@@ -21,6 +21,7 @@ from privadapt.server.algorithms.discrepancy_minimization.unlabeled_adaptation i
 from tests.paths import REPO_ROOT
 
 
+@pytest.mark.slow
 def test_section7_quick_writes_both_figures(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.seed003.section7", "--quick", "--out",

@@ -7,9 +7,12 @@ import csv
 import subprocess
 import sys
 
+import pytest
+
 from tests.paths import REPO_ROOT
 
 
+@pytest.mark.slow
 def test_boosting_quick_writes_the_table(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.seed004.boosting", "--quick", "--out",

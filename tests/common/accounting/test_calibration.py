@@ -250,6 +250,7 @@ def test_sampled_calibration_is_decided_on_the_accountants_own_grid(epsilon, rel
     assert _sampled_epsilon(z * (1 - 2 * TOL), releases, 1e-5, rate) > epsilon
 
 
+@pytest.mark.slow
 def test_a_wrong_coarse_guess_cannot_change_the_answer(monkeypatch):
     from privadapt.common.accounting import calibration
 

@@ -137,6 +137,7 @@ def exact_problems(draw):
     return eigenvalues * scale, q, linear * scale, constant * scale, radius
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(problem=exact_problems())
 def test_bracket_holds_the_exact_maximum(problem):

@@ -28,6 +28,7 @@ EPSILONS = (1.0, 3.0, 10.0)
 SEEDS = range(12)
 
 
+@pytest.mark.slow
 def test_a_larger_epsilon_does_not_hurt_on_average():
     test = logistic(4000, TARGET, seed=777)
     accuracy = {eps: [] for eps in EPSILONS}

@@ -129,6 +129,7 @@ def test_a_source_model_takes_candidate_zero_with_its_own_private_bound():
     np.testing.assert_array_equal(result.candidates[0], source)
 
 
+@pytest.mark.slow
 def test_the_chosen_norm_is_close_to_the_true_norm_in_most_seeds():
     # Measured (20 seeds, n = 2000 split 1000 / 1000, K = 5, epsilon = 5, one
     # site): B = 4 in 18, B = 2 in 2.

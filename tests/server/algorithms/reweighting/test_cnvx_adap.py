@@ -102,6 +102,7 @@ def scipy_minimum(hyper, fixed_w=None):
     return result.fun, result.x
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hyper", [
     ReweightingHyperparameters(alpha=0.5, k1=0.02, k2=0.05, discrepancy=0.02),
     ReweightingHyperparameters(alpha=0.5, k1=0.02, k2=0.05, kinf=0.02, mu=200.0,
