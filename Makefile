@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-local test lint bench venv clean
+.PHONY: demo demo-local test test-fast lint bench venv clean
 
 venv: $(STAMP)
 
@@ -27,8 +27,19 @@ demo: $(STAMP)
 demo-local: $(STAMP)
 	@$(BIN)/python experiments/demo.py
 
+# The whole suite on every core (pytest-xdist, -n auto); workstealing evens
+# out the long statistical and end-to-end tests between workers. One BLAS
+# thread per worker: n workers each starting n OpenBLAS threads on the same
+# cores only busy-wait against each other (see demo above).
+PYTEST := OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+	$(BIN)/python -m pytest -n auto --dist worksteal
+
 test: $(STAMP)
-	@$(BIN)/python -m pytest -q
+	@$(PYTEST) -q --durations=25
+
+# The same without the tests marked slow (each over about 10 s on its own).
+test-fast: $(STAMP)
+	@$(PYTEST) -q -m "not slow"
 
 lint: $(STAMP)
 	@$(BIN)/ruff check .

@@ -4,7 +4,7 @@
     python proto/generate.py --check    # exit 1 if the committed code is stale
 
 The generated modules are committed (installing privadapt needs no protoc), so
-this script is the only way they change, and ``tests/test_proto_generated.py``
+this script is the only way they change, and ``tests/common/proto/test_proto_generated.py``
 runs ``--check`` so a .proto edited without regenerating fails the test suite.
 
 Why a post-processing step: protoc derives Python module paths from the .proto

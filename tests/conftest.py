@@ -5,25 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import numpy as np
 import pytest
 
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data.dataset import Dataset
 from privadapt.common.noise.floating import SeededRandomBits
-
-
-def synthetic_dataset(num_records: int, dim: int, seed: int) -> Dataset:
-    """Linearly separable-ish logistic data with ||x|| <= 1."""
-    rng = np.random.default_rng(seed)
-    features = rng.normal(size=(num_records, dim))
-    features /= np.maximum(1.0, np.linalg.norm(features, axis=1))[:, None]
-    truth = np.linspace(-2.0, 2.0, dim)
-    labels = np.where(features @ truth + 0.3 * rng.normal(size=num_records) >= 0, 1.0, -1.0)
-    return Dataset(features, labels, tuple(f"x{i}" for i in range(dim)))
-
+from tests.synthetic_data import synthetic_dataset
 
 SiteFactory = Callable[..., Site]
 

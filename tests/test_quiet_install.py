@@ -1,4 +1,4 @@
-"""Issue 18, section 3: installing privadapt prints no setuptools warning (no
+"""Installing privadapt prints no setuptools warning (no
 deprecated license table, no bundled-data folder that "would be ignored"), and
 the wheel carries the bundled UCI Adult files."""
 
@@ -7,18 +7,17 @@ from __future__ import annotations
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.paths import REPO_ROOT
 
 
 @pytest.mark.slow
 def test_building_the_wheel_is_quiet_and_ships_the_data(tmp_path):
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--no-index", "-w", str(tmp_path), str(REPO)],
+         "--no-index", "-w", str(tmp_path), str(REPO_ROOT)],
         capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
     assert built.returncode == 0, built.stderr
     output = built.stdout + built.stderr

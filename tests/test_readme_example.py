@@ -5,9 +5,10 @@ import ast
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+from tests.paths import REPO_ROOT
+
+README = REPO_ROOT / "README.md"
 
 
 def example() -> str:

@@ -1,4 +1,4 @@
-"""Issue 17, "floating-point attack on a kernel": a coordinator picks public
+"""A floating-point attack on a kernel: a coordinator picks public
 parameters that make a kernel's own float rounding depend on one record by
 more than the sensitivity the site charges. Every registered kernel is run
 through the real ``Site.answer`` (without noise, on a simulation site) on
@@ -141,7 +141,7 @@ def test_exact_discrepancy_neighbours_differ_by_at_most_the_charge(
     check_neighbours(outcomes, bounds, "l1")
 
 
-def test_the_issue_17_attack_is_refused_on_both_neighbours(tmp_path):
+def test_moments_beyond_the_clip_bounds_are_refused_alike_on_both_neighbours(tmp_path):
     # Y^2 = 1e-10 and moments of size 2^28 / n: one ulp of n M_pub was 89 times B.
     params = {"feature_norm": 1e-5, "label_bound": 1e-5, "radius": 1.0,
               "public_moments": np.full((DIM + 1, DIM + 1), 2.0**28 / NUM)}

@@ -111,7 +111,7 @@ MECHANISM = GaussianMechanism.single(2.0, 5.0)
 
 
 def datasets(count=3, dim=DIM):
-    from tests.conftest import synthetic_dataset
+    from tests.synthetic_data import synthetic_dataset
 
     return [synthetic_dataset(40 + k, dim, seed=k) for k in range(count)]
 

@@ -3,11 +3,16 @@ cost a site minutes of CPU. ``regularized_erm`` runs T full-gradient steps,
 so its work is T n d whatever the records hold; a site whose policy caps the
 work refuses a larger T before it reads a record or charges anything, and
 says so in words that depend on the query and the public record count only.
+Every public parameter that multiplies the work is in the estimate: the
+softmax ``validation_loss`` counts its classes (C = 200,000 once cost 36.5 s
+of CPU for the estimate of C = 2), and its working memory does not grow with
+the records.
 """
 
 from __future__ import annotations
 
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -24,9 +29,10 @@ from privadapt.common.kernels.regularized_erm import (
     RegularizedERMParams,
     iterations_for,
 )
+from privadapt.common.kernels.validation_loss import ValidationLoss
 from privadapt.common.mechanisms import Adjacency
-from tests.common.test_kernel_params import DIM as PARAMS_DIM
-from tests.common.test_kernel_params import WIRE, kernel_of
+from tests.common.kernels.test_kernel_params import DIM as PARAMS_DIM
+from tests.common.kernels.test_kernel_params import WIRE, kernel_of
 
 DIM, NUM = PARAMS_DIM, 40
 NAMES = tuple(f"x{i}" for i in range(DIM))
@@ -126,7 +132,7 @@ def test_the_cap_round_trips_through_toml(tmp_path):
 
 
 def test_the_nearest_source_estimate_counts_each_targets_neighbours():
-    # Review 8 (low): the t nearest records of every public target are part
+    # The t nearest records of every public target are part
     # of the work; without t the estimate undercounted a large t about 21x.
     kernel = get_kernel("nearest_source_averages")
     wire = dict(WIRE["nearest_source_averages"])
@@ -134,3 +140,77 @@ def test_the_nearest_source_estimate_counts_each_targets_neighbours():
     many = kernel.Params.from_wire({**wire, "t": 64}, DIM)
     targets = one.targets.shape[0]
     assert kernel.work(many, DIM, NUM) - kernel.work(one, DIM, NUM) == 63 * targets * DIM
+
+
+# ---------------------------------------------------- softmax validation_loss
+
+SCORES = get_kernel("validation_loss")
+SCORES_DIM = 2
+
+
+def softmax_wire(classes: int) -> dict:
+    rng = np.random.default_rng(8)
+    return {"candidates": rng.normal(size=(1, SCORES_DIM, classes)),
+            "loss": "softmax_cross_entropy", "loss_bound": 1.0}
+
+
+def test_the_softmax_estimate_counts_the_classes():
+    # One candidate of C classes costs about n d C multiply-adds (the
+    # products alone; half of it is allowed for slack).
+    for classes in (2, 1_000, 60_000):
+        params = SCORES.Params.from_wire(softmax_wire(classes), SCORES_DIM)
+        assert SCORES.work(params, SCORES_DIM, NUM) >= NUM * SCORES_DIM * classes / 2, classes
+
+
+def test_a_site_capping_the_work_refuses_a_huge_class_count(tmp_path, monkeypatch):
+    # Through the real site path: the cap is 100x the products of a C = 2
+    # query; a C = 60,000 query is 30,000x that and must be refused before
+    # any record is read.
+    def fail(*args, **kwargs):
+        raise AssertionError("the kernel ran: the cap admitted a query of 60,000 classes")
+
+    monkeypatch.setattr(ValidationLoss, "compute", fail)
+    wire = softmax_wire(60_000)
+    typed = SCORES.Params.from_wire(wire, SCORES_DIM)
+    query = Query("job", "q", SCORES.name, wire,
+                  SCORES.mechanism(typed, 2.0, Adjacency.REPLACE_ONE, dim=SCORES_DIM,
+                                   max_records=100))
+    rng = np.random.default_rng(3)
+    records = Dataset(rng.normal(size=(NUM, SCORES_DIM)),
+                      rng.integers(0, 2, NUM).astype(float), ("x0", "x1"))
+    policy = SitePolicy("s", 20.0, 1e-5, adjacency=Adjacency.REPLACE_ONE,
+                        max_query_work=100.0 * NUM * SCORES_DIM * 2)
+    ledger = PrivacyLedger(tmp_path / "l.db", policy, create=True)
+    with pytest.raises(QueryRefusedError, match="max_query_work"):
+        Site(records, policy, ledger).answer(query, 1)
+    assert not ledger.charges()
+
+
+def test_more_scored_columns_than_a_site_scores_are_refused_when_parsed():
+    with pytest.raises(ValueError, match="scored columns"):
+        SCORES.Params.from_wire(softmax_wire(200_000), SCORES_DIM)
+
+
+def test_the_softmax_working_memory_does_not_grow_with_the_records():
+    # Each softmax row holds C logits and their temporaries (about 47 bytes
+    # per record and class): chunks sized by K alone once peaked at 1,957 MB
+    # for n = 400 and C = 100,000, so under add/remove whether a site ran out
+    # of memory told whether n was above a threshold the coordinator picked
+    # through C. The peak must stay under 32 MB (256x the losses of one
+    # chunk of one candidate). 2 million (record, class) cells: chunks sized
+    # by K alone peak at 94 MB here, 3x the bound (measured with every record
+    # in one chunk), sized by K C at under 1 MB. (The cells cost about 0.05 s
+    # a chunk, so n C, not n or C alone, sets the test's time: 8 million
+    # cells at C = 20,000, once used here, took over a minute.)
+    rng = np.random.default_rng(5)
+    classes, count = 500, 4_000
+    params = SCORES.Params.from_wire(softmax_wire(classes), SCORES_DIM)
+    records = Dataset(rng.normal(size=(count, SCORES_DIM)),
+                      rng.integers(0, 2, count).astype(float), ("x0", "x1"))
+    tracemalloc.start()
+    try:
+        SCORES.compute(records, params, {})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 2**20, f"peak {peak / 2**20:.0f} MB at n = {count}, C = {classes}"

@@ -1,8 +1,8 @@
 """Refusals the query and the site's own books decide come before any private
-data is read (issue 17: a refusal is unpriced, so one decided after the
-kernel ran, or after every record was hashed for a part, would leak the
-data-dependent running time for free; the review measured an over-budget
-refusal at 125 ms for n = 10k and 476 ms for n = 40k, nothing spent).
+data is read (a refusal is unpriced, so one decided after the kernel ran,
+or after every record was hashed for a part, would leak the data-dependent
+running time for free: an over-budget refusal once took 125 ms for
+n = 10k and 476 ms for n = 40k, nothing spent).
 
 Each test makes reading the data fail loudly -- the kernel's ``compute`` and
 ``compute_local``, the split into record parts and the per-record hashing --
@@ -103,7 +103,7 @@ def _reweighted_query(query_id: str, step: int) -> Query:
 
 def test_a_step_out_of_order_on_a_new_job_is_refused_before_any_record_is_hashed(
         make_site, monkeypatch):
-    """The review's free timing channel: step 5 of a job the site has no
+    """A free timing channel: step 5 of a job the site has no
     weights for, on a part with a fresh salt, was refused only after every
     record was hashed (about 0.8 us a record)."""
     site = make_site(dim=DIM, adjacency="add_remove_one")
@@ -164,7 +164,7 @@ def test_the_committing_charge_reuses_the_check_and_decides_afresh_after_another
 
 
 def test_a_forged_or_copied_check_is_never_reused(tmp_path):
-    """Adversarial review 4: a CheckedCharge is a plain value; a copy with a
+    """A CheckedCharge is a plain value; a copy with a
     smaller epsilon must not switch the cap check off. Only the very object
     the ledger issued (once) is reused; anything else is decided afresh."""
     import dataclasses

@@ -7,6 +7,12 @@ datasets, under both adjacencies, and must give the same outcome and message.
 Neighbours: replace-one swaps the first record for an extreme one (features
 far outside every clip region, a label that is no class index); add/remove
 adds that record, so n differs by one (n is private there).
+
+The fixed-point encoding of a site's own value is checked by the admission
+on public bounds, before the kernel runs: an encoding that failed after the
+kernel (on one neighbour and not the other) would be a free, exact threshold
+test of a private sum, the coordinator choosing the threshold through the
+grid's fractional bits or public score offsets.
 """
 
 from __future__ import annotations
@@ -23,9 +29,16 @@ from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import QueryRefusedError
-from privadapt.common.federation import Query
+from privadapt.common.federation import Query, ReleaseForm
 from privadapt.common.kernels import get_kernel
-from privadapt.common.mechanisms import Adjacency, GaussianMechanism, Mechanism, PureDpEvent
+from privadapt.common.mechanisms import (
+    Adjacency,
+    DiscreteExponentialMechanism,
+    DiscreteLaplaceMechanism,
+    GaussianMechanism,
+    Mechanism,
+    PureDpEvent,
+)
 from privadapt.common.noise.floating import NOISE_REACH, SeededRandomBits
 from privadapt.common.numerics.fixed_point import FixedPointCodec
 
@@ -220,3 +233,64 @@ def test_validation_loss_scores_a_label_that_is_no_class_index_as_the_loss_bound
     (on_other,) = kernel.compute(other, parsed, {})
     first = 5.0 - min(5.0, np.log(CLASSES))  # record 0 scored log C before, L after
     np.testing.assert_allclose(on_other - on_base, first, rtol=1e-12)
+
+
+def any_outcome(tmp_path, tag: str, data: Dataset, policy: SitePolicy, query: Query) -> str:
+    """"answered", or the error's type and words (every error is compared,
+    not only refusals: a raw OverflowError once printed the private value)."""
+    site = Site(data, policy, PrivacyLedger(tmp_path / f"{tag}.db", policy, create=True),
+                SeededRandomBits(0))
+    try:
+        site.answer(query, 1)
+    except Exception as err:  # any outcome is compared
+        return f"{type(err).__name__}: {err}"
+    return "answered"
+
+
+def test_neighbours_at_the_encoding_threshold_get_the_same_outcome(tmp_path):
+    # A one-site sum passes the range check when its public bound is below
+    # 2^(63 - f), but the codec refuses a value of 2^(62 - f) or more. With
+    # f = 47 under add/remove and max_records = 40,000, 32,767 records and
+    # 32,768 records sit on either side of the codec's limit.
+    bits, max_records = 47, 40_000
+    policy = SitePolicy("s", 10.0, 1e-6, adjacency=Adjacency.ADD_REMOVE_ONE,
+                        max_records=max_records)
+    kernel = get_kernel("record_count")
+    (charged,) = kernel.charged_sensitivities(kernel.Params.from_wire({}, 2), policy.adjacency,
+                                              "l1", 2, bits, max_records)
+    mechanism = DiscreteLaplaceMechanism.for_noise_multiplier(charged, 0.2, bits,
+                                                              policy.adjacency)
+    query = Query("j", "q", "record_count", {}, mechanism, fractional_bits=bits)
+    below, above = (any_outcome(tmp_path, str(num), Dataset(np.zeros((num, 2)), np.zeros(num),
+                                                            ("a", "b")), policy, query)
+                    for num in (2**15 - 1, 2**15))
+    assert below == above, (below, above)
+
+
+def test_a_public_offset_cannot_put_the_encoding_limit_between_neighbours(tmp_path):
+    # validation_loss adds the coordinator's public score_offsets o_k to the
+    # private scores s_k. With o_0 = 2^(62 - f) - x0 a site whose encoding
+    # failed after the kernel ran would error exactly when s_0 >= x0: a binary
+    # search reads s_0 to 1e-6 in 30 probes, half of them uncharged errors.
+    # Here add/remove neighbours whose s_0 differs by one record's clipped
+    # loss, with the threshold between them, on the selection path.
+    bits = 32
+    scores = {"candidates": np.array([[1.0, -0.5], [0.0, 0.0]]), "loss": "logistic",
+              "loss_bound": 1.0}
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(50, 2))
+    labels = np.where(rng.random(50) < 0.5, -1.0, 1.0)
+    base = Dataset(features, labels, ("a", "b"))
+    extra = np.array([[-40.0, 20.0]])  # margin -50 under candidate 0: loss ~50, clipped to 1
+    neighbour = Dataset(np.vstack([features, extra]), np.append(labels, 1.0), ("a", "b"))
+    kernel = get_kernel("validation_loss")
+    (base_scores,) = kernel.compute(base, kernel.Params.from_wire(scores, 2), {})
+    offset = 2.0 ** (62 - bits) - float(base_scores[0]) - 0.5  # threshold at s_0 + 1/2
+    policy = SitePolicy("s", 10.0, 1e-6, adjacency=Adjacency.ADD_REMOVE_ONE)
+    params = dict(scores, score_offsets=np.array([offset, 0.0]))
+    mechanism = DiscreteExponentialMechanism(2.0, 0.5, bits, adjacency=Adjacency.ADD_REMOVE_ONE)
+    query = Query("j", "q", "validation_loss", params, mechanism, fractional_bits=bits,
+                  form=ReleaseForm.PER_SITE)
+    first = any_outcome(tmp_path, "a", base, policy, query)
+    second = any_outcome(tmp_path, "b", neighbour, policy, query)
+    assert first == second, (first, second)

@@ -1,4 +1,4 @@
-"""Per-site releases and selections at one site and in-process (issue 12)."""
+"""Per-site releases and selections at one site and in-process."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from privadapt.common.mechanisms import (
     NoNoise,
     ReportNoisyMin,
 )
-from tests.conftest import synthetic_dataset
+from tests.synthetic_data import synthetic_dataset
 
 DIM = 4
 CANDIDATES = np.array([[1.0, -1.0, 0.5, 0.0], [0.0, 0.0, 0.0, 0.0], [3.0, 3.0, 3.0, 3.0]])

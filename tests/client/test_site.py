@@ -158,7 +158,7 @@ def test_charge_includes_the_grid_rounding(make_site):
     query = gradient_query(mechanism=GaussianMechanism.single(2.0, 5.0))
     site.answer(query, 1)
     (charge,) = site.ledger.charges()
-    # The kernel's own float rounding (issue 17) is charged with the grid's, at
+    # The kernel's own float rounding is charged with the grid's, at
     # the site's public bound on n (or at n = 1 where admission passes none).
     kernel = get_kernel("linear_gradient")
     params = kernel.Params.from_wire(query.params, DIM)

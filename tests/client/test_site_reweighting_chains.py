@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
-from privadapt.common.data.dataset import Dataset, record_parts
+from privadapt.common.data import record_parts
+from privadapt.common.data.dataset import Dataset
 from privadapt.common.data.record_parts import RecordPart, RecordSplitter
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.federation import Query
@@ -29,7 +30,7 @@ from privadapt.common.kernels.reweighted_gradient import ReweightedGradient
 from privadapt.common.mechanisms import Adjacency, NoNoise
 from privadapt.common.numerics.fixed_point import FixedPointCodec
 from privadapt.common.secure.query_digest import query_digest
-from tests.conftest import synthetic_dataset
+from tests.synthetic_data import synthetic_dataset
 
 DIM = 5
 KERNEL = ReweightedGradient()

@@ -137,6 +137,7 @@ def test_unsampled_release_uses_every_record(tmp_path, sampled_records):
     np.testing.assert_array_equal(ids, np.arange(3000))
 
 
+@pytest.mark.slow
 def test_released_noise_variance_matches_calibrated_sigma(tmp_path, sampled_records):
     dim, q, releases, clip_norm = 40, 0.1, 25, 1.0
     z = calibrate_noise_multiplier(3.0, DELTA, releases, adjacency=ADD_REMOVE, sampling_rate=q)

@@ -2,8 +2,9 @@
 package) imports as ``experiments.baselines`` / ``experiments.seed000``."""
 
 import sys
-from pathlib import Path
 
-ROOT = str(Path(__file__).resolve().parents[2])
+from tests.paths import REPO_ROOT
+
+ROOT = str(REPO_ROOT)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)

@@ -6,9 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from privadapt.common.data.datasets.adult import DEMO_RECORDS_PER_SITE, DEMO_SPLIT, SPLITS
+import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from privadapt.common.data.datasets.adult import DEMO_RECORDS_PER_SITE, DEMO_SPLIT, SPLITS
+from tests.paths import REPO_ROOT
 
 
 def _rows(path: Path) -> list[dict]:
@@ -16,10 +17,11 @@ def _rows(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.slow
 def test_adult_splits_quick_writes_the_table(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.adult_splits", "--quick", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert f"-> {DEMO_SPLIT}" in result.stdout
     rows = {r["split"]: r for r in _rows(tmp_path / "adult_splits_quick.csv")}
@@ -33,7 +35,7 @@ def test_adult_splits_quick_writes_the_table(tmp_path):
 
 
 def test_demo_split_is_the_rules_choice_in_the_committed_table():
-    rows = _rows(ROOT / "experiments" / "results" / "adult_splits.csv")
+    rows = _rows(REPO_ROOT / "experiments" / "results" / "adult_splits.csv")
     assert {r["split"] for r in rows} == set(SPLITS)
     for row in rows:  # the rule's thresholds: N = 3000 private, M = 1000 held out
         eligible = int(row["private_records"]) >= 3000 and int(row["test_records"]) >= 1000

@@ -6,17 +6,18 @@ than one standard error but not one within it."""
 import csv
 import subprocess
 import sys
-from pathlib import Path
+
+import pytest
 
 from experiments.epsilon_monotonicity import scan
+from tests.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
+@pytest.mark.slow
 def test_quick_writes_the_per_split_rows_and_the_scan(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.epsilon_monotonicity", "--quick", "--out",
-         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+         str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert "paired change" in result.stdout
     with open(tmp_path / "boosting_by_epsilon_quick.csv", newline="") as handle:

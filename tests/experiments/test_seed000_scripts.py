@@ -5,18 +5,17 @@ import csv
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import REPO_ROOT
 
 
 def run_script(name, out, *extra):
     result = subprocess.run(
         [sys.executable, "-m", f"experiments.seed000.{name}", "--quick", "--out", str(out),
          *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, check=False,
     )
     assert result.returncode == 0, result.stderr
     assert (out / f"{name}.png").stat().st_size > 1000  # matplotlib: an experiments extra

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import REPO_ROOT
 
 
 @pytest.mark.slow
 def test_quick_cost_tables(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.seed001.cost_tables", "--quick", "--out",
-         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+         str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, check=False)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "cost_tables_quick.png").stat().st_size > 1000
     with open(tmp_path / "cost_tables_quick.csv", newline="") as handle:
@@ -46,7 +46,7 @@ def test_quick_networked_nna_through_site_daemons_equals_in_process_without_nois
     result = subprocess.run(
         [sys.executable, "-m", "experiments.seed001.cost_tables", "--quick", "--networked",
          "--datasets", "synthetic_2", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, check=False)
     assert result.returncode == 0, result.stderr
     with open(tmp_path / "cost_tables_quick_networked.csv", newline="") as handle:
         (row,) = list(csv.DictReader(handle))
@@ -59,7 +59,7 @@ def test_quick_networked_nna_through_site_daemons_equals_in_process_without_nois
 def _quick(out: Path, *options: str) -> subprocess.CompletedProcess:
     result = subprocess.run(
         [sys.executable, "-m", "experiments.seed001.cost_tables", "--quick", "--out", str(out),
-         *options], cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+         *options], cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, check=False)
     assert result.returncode == 0, result.stderr
     return result
 

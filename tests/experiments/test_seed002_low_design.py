@@ -7,7 +7,6 @@ import csv
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +15,7 @@ import experiments.seed002  # noqa: F401  (single-threaded BLAS before numpy wor
 from experiments.run_log import RunLog
 from experiments.seed002 import designs, transfer
 from experiments.seed002.designs import LOW, LOW_CONTRAST, LOW_CONTRAST_L1, SPARSE, low_problem
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import REPO_ROOT
 
 
 def test_low_design_sources_are_migrated_uniform_designs():
@@ -47,10 +45,11 @@ def test_informative_contrasts_are_small_and_distractors_far(monkeypatch):
     assert np.linalg.norm(fits[20:] - beta, axis=1).min() > LOW.transfer["informative_threshold"]
 
 
+@pytest.mark.slow
 def test_quick_low_design_writes_every_cell_within_its_epsilon(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.seed002.transfer", "--quick", "--design", "low",
-         "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+         "--out", str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
         check=False)
     assert result.returncode == 0, result.stderr
     assert "== design low ==" in result.stdout and "== design sparse ==" not in result.stdout

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import REPO_ROOT
 
 
 @pytest.mark.slow
 def test_quick_run_writes_every_cell_within_its_epsilon(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.seed002.transfer", "--quick", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "transfer_quick.png").stat().st_size > 1000
     with open(tmp_path / "transfer_quick.csv", newline="") as handle:
@@ -42,7 +42,7 @@ def _run(out: Path, *options: str) -> dict[tuple, dict]:
     result = subprocess.run(
         [sys.executable, "-m", "experiments.seed002.transfer", "--quick", "--design", "sparse",
          "--epsilons", "inf", "--auxiliary", "5", "--out", str(out), *options],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr
     stem = "transfer_quick_networked" if "--networked" in options else "transfer_quick"
     with open(out / f"{stem}.csv", newline="") as handle:
@@ -54,7 +54,7 @@ def test_networked_run_prints_the_same_rows_as_in_process_without_noise(tmp_path
     """Through site daemons (one per fit, each a new process: about 7 s a fit
     on a loaded machine, so only epsilon = inf and k = 5 here; the finite
     epsilons' networked ledgers are tested on the job itself in
-    tests/test_network_dp_frank_wolfe_transfer.py)."""
+    tests/system/test_network_dp_frank_wolfe_transfer.py)."""
     networked = _run(tmp_path / "net", "--networked")
     local = _run(tmp_path / "local")
     assert networked.keys() == local.keys() == {
@@ -70,7 +70,7 @@ def test_networked_run_prints_the_same_rows_as_in_process_without_noise(tmp_path
 def _quick(out: Path, *options: str) -> subprocess.CompletedProcess:
     result = subprocess.run(
         [sys.executable, "-m", "experiments.seed002.transfer", "--quick", "--out", str(out),
-         *options], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+         *options], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr
     return result
 

@@ -5,7 +5,6 @@ import csv
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,14 +18,14 @@ from privadapt.server.algorithms.discrepancy_minimization.smoothed_discrepancy i
     second_moment,
 )
 from privadapt.server.algorithms.discrepancy_minimization.unlabeled_adaptation import weighted_ridge
+from tests.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
+@pytest.mark.slow
 def test_section7_quick_writes_both_figures(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.seed003.section7", "--quick", "--out",
-         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+         str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     for name, expected in (
         ("figure1", {"noisy_fw", "noisy_md", "federated_fw", "two_stage_fw_nonprivate"}),
@@ -44,7 +43,7 @@ def test_section7_quick_writes_both_figures(tmp_path):
 def test_section7_quick_networked_runs_the_federated_route_over_site_daemons(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.seed003.section7", "--quick", "--networked",
-         "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=180,
+         "--out", str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
         check=False)
     assert result.returncode == 0, result.stderr
     assert "site daemons on 127.0.0.1" in result.stdout
@@ -79,7 +78,7 @@ def test_non_private_single_stage_fw_beats_public_only_at_the_papers_size():
 def test_single_stage_steps_quick_writes_its_table(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "experiments.seed003.single_stage_steps", "--quick", "--out",
-         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+         str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     with open(tmp_path / "single_stage_steps.csv", newline="") as handle:
         lines = {row["line"] for row in csv.DictReader(handle)}

@@ -1,0 +1,172 @@
+"""ConfidenceBoosting: each site's ledger holds exactly its own model's
+releases plus the one selection (the plan, per site), the site whose
+records match the target wins where they clearly do, the free source-only
+model is kept where nothing beats it, and the estimator plans as a job."""
+
+import math
+
+import numpy as np
+import pytest
+
+from privadapt import Dataset, LocalFederation
+from privadapt.common.accounting.accountant import epsilon_spent
+from privadapt.common.accounting.calibration import calibrate_noise_multiplier
+from privadapt.common.data.record_parts import RecordPart
+from privadapt.common.mechanisms import Adjacency
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.wire.messages import params_to_proto
+from privadapt.server.algorithms.base import InvalidParameterError, clone
+from privadapt.server.algorithms.model_selection.confidence_boosting import (
+    SOURCE_ONLY,
+    ConfidenceBoosting,
+)
+from privadapt.server.jobs.dry_run import plan_releases
+from privadapt.server.jobs.privacy_plan import preview_site
+from privadapt.server.jobs.spec import hyperparameters
+from tests.synthetic_data import synthetic_dataset
+
+DIM = 5
+TARGET = np.array([1.0, -2.0, 0.5, 1.5, 1.0])
+SOURCE = np.array([-1.0, 2.0, 0.5, 1.5, 1.0])  # the shift: two signs flipped
+DELTA = 1e-5
+
+
+def logistic(n, weights, seed):
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(n, DIM)) / np.sqrt(DIM)
+    labels = np.where(features @ weights + 0.1 * rng.normal(size=n) >= 0, 1.0, -1.0)
+    return features, labels
+
+
+PUBLIC = logistic(2000, SOURCE, seed=99)
+NAMES = tuple(f"x{i}" for i in range(DIM))
+
+
+def federation(sizes, seed, weights=None):
+    """One site per size; site k's records follow ``weights[k]`` (TARGET by default)."""
+    weights = weights or [TARGET] * len(sizes)
+    datasets = [Dataset(*logistic(n, w, seed * 10 + k), NAMES)
+                for k, (n, w) in enumerate(zip(sizes, weights, strict=True))]
+    return LocalFederation.from_datasets(datasets, noise_seed=seed, epsilon_cap=20.0,
+                                         delta_cap=1e-3)
+
+
+def booster(**params):
+    settings = {"loss": "logistic", "radius": 10.0, "epsilon": 2.0, "delta": DELTA,
+                "learning_rate": 4.0, "iterations": 15, "loss_bound": 2.0}
+    return ConfidenceBoosting(**{**settings, **params})
+
+
+def test_each_sites_ledger_holds_its_own_model_and_the_selection_only():
+    model = booster(selection_share=0.3, baseline_confidence=None)
+    with federation([400, 300, 200], seed=0) as fed:
+        model.fit(fed, PUBLIC)
+        spent = fed.privacy_spent(DELTA)
+    train_eps, train_delta = model.budget_plan_["train"]
+    assert model.budget_plan_ == {"train": pytest.approx((1.4, 0.7 * DELTA)),
+                                  "selection": pytest.approx((0.6, 0.3 * DELTA))}
+    # The plan's mechanisms, rebuilt from the learner's own calibration: T gradient
+    # releases at the site's training budget, then one selection release.
+    multiplier = calibrate_noise_multiplier(train_eps, train_delta, 15)
+    for site, privacy in spent.items():
+        charged = privacy.mechanisms
+        assert len(charged) == 15 + 1  # its own T steps and the selection, nobody else's
+        gradient = charged[0]
+        assert all(mechanism == gradient for mechanism in charged[:15])
+        # As calibrated (the site's charge adds only its grid-rounding allowance).
+        assert gradient.noise_multiplier == pytest.approx(multiplier, rel=1e-4)
+        assert epsilon_spent(charged[:15], train_delta).epsilon == pytest.approx(train_eps,
+                                                                                rel=2e-3)
+        selection_eps, selection_delta = model.budget_plan_["selection"]
+        assert epsilon_spent(charged[15:], selection_delta).epsilon == pytest.approx(
+            selection_eps, rel=2e-3)
+        assert model.site_train_epsilon_[site] == pytest.approx(train_eps, rel=2e-3)
+        assert model.site_train_epsilon_[site] <= train_eps
+        assert privacy.job.epsilon <= 2.0
+        assert privacy.job.epsilon == pytest.approx(
+            epsilon_spent(charged, DELTA).epsilon)
+    assert model.privacy_.keys() == spent.keys()
+
+
+def test_the_site_whose_records_match_the_target_is_chosen():
+    test = logistic(2000, TARGET, seed=12345)
+    for seed in range(3):
+        # site-1 holds the target's distribution, the others the source's.
+        with federation([3000, 300, 300], seed, [TARGET, SOURCE, SOURCE]) as fed:
+            model = booster(epsilon=10.0).fit(fed, PUBLIC)
+        assert model.chosen_ == "site-1"
+        assert model.candidate_names_ == [SOURCE_ONLY, "site-1", "site-2", "site-3"]
+        np.testing.assert_array_equal(model.coef_, model.learners_["site-1"].coef_)
+        assert model.score(*test) > 0.9
+
+
+def test_tiny_sites_keep_the_free_source_only_model():
+    chosen = []
+    for seed in range(6):
+        with federation([30, 30], seed, [SOURCE, SOURCE]) as fed:
+            chosen.append(booster(epsilon=3.0).fit(fed, PUBLIC).chosen_)
+    assert chosen.count(SOURCE_ONLY) >= 5
+
+
+def test_a_single_site_boosts_against_the_source_only_model_alone():
+    with federation([1500], seed=3) as fed:
+        model = booster(epsilon=5.0, baseline_confidence=None).fit(fed, PUBLIC)
+        assert len(fed.privacy_spent()["site-1"].mechanisms) == 15 + 1
+    assert model.candidates_.shape == (2, DIM)
+    assert model.noisy_losses_ is None  # the site ran the exponential mechanism itself
+
+
+def test_a_record_part_view_is_refused_before_any_query():
+    with federation([100, 100], seed=0) as fed:
+        view = fed.restricted_to(RecordPart.ALL)
+        with pytest.raises(InvalidParameterError, match="one site alone"):
+            booster().fit(view, PUBLIC)
+        assert not fed.privacy_spent()["site-1"].mechanisms
+
+
+def test_the_public_source_is_required():
+    with federation([100, 100], seed=0) as fed, pytest.raises(ValueError, match="public"):
+        booster().fit(fed)
+
+
+def test_model_arrays_get_params_and_clone():
+    with federation([300, 300], seed=1) as fed:
+        model = booster().fit(fed, PUBLIC)
+    arrays = model.model_arrays()
+    assert arrays["candidates"].shape == (3, DIM)
+    assert int(arrays["best_index"]) == model.best_index_
+    np.testing.assert_array_equal(arrays["weights"], model.coef_)
+    copy = clone(model)
+    assert copy.get_params() == model.get_params()
+    assert not hasattr(copy, "coef_")
+
+
+def test_the_noise_free_oracle_plans_no_budget():
+    assert booster(epsilon=math.inf).budget_plan() == {"train": (math.inf, 0.0),
+                                                       "selection": (math.inf, 0.0)}
+
+
+def test_the_job_plan_charges_each_site_its_own_model_and_the_selection():
+    spec = pb.JobSpec(algorithm="confidence_boosting", epsilon=2.0, delta=1e-6,
+                      sites=["a", "b"], seed=3)
+    params_to_proto({"loss": "logistic", "radius": 5.0, "iterations": 4}, spec.hyperparameters)
+    public = synthetic_dataset(40, 3, seed=1)
+    releases = plan_releases(spec, hyperparameters(spec), {"a": 100, "b": 200}, 3, public)
+    assert [r.sites for r in releases] == [("a",)] * 4 + [("b",)] * 4 + [None]
+    assert releases[-1].kernel == "validation_loss"
+    budget = pb.SiteBudget(epsilon_cap=5.0, delta_cap=1e-6, accounting="pld")
+    for site in ("a", "b"):
+        preview = preview_site(site, Adjacency.REPLACE_ONE, budget, releases, 3)
+        assert preview.job_epsilon <= 2.0
+        own = [r.mechanism for r in releases if r.sites in (None, (site,))]
+        # The preview charges as the site does (its own rounding term at its
+        # record bound): at most the declared mechanisms, within 1e-4 of them.
+        declared = epsilon_spent(own, 1e-6).epsilon
+        assert declared * (1 - 1e-4) <= preview.job_epsilon <= declared * (1 + 1e-12)
+
+
+def test_a_source_only_model_already_fitted_is_candidate_0():
+    given = np.full(DIM, 0.25)
+    with federation([200, 200], seed=5) as fed:
+        model = booster().fit(fed, PUBLIC, source_only=given)
+    np.testing.assert_array_equal(model.candidates_[0], given)

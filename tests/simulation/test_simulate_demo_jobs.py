@@ -1,0 +1,59 @@
+"""The jobs ``make demo`` launches are valid job files: each parses, its
+hyperparameters pass the launch checks, its estimator builds, and every
+kernel it uses is allowed by the demo sites' policy (``make demo`` itself
+runs them end to end)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privadapt.common.data.datasets.adult import DEMO_SPLIT, load_adult_domains
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.server.jobs.catalog import ALGORITHMS, estimator_for, validate_hyperparameters
+from privadapt.server.jobs.spec import hyperparameters, job_spec_from_toml
+from privadapt.simulation.simulate import (
+    DEMO_CANDIDATES,
+    DEMO_JOBS,
+    DEMO_KERNELS,
+    JobOutcome,
+    report,
+    write_demo_jobs,
+)
+
+
+def test_every_demo_job_file_passes_the_launch_checks(tmp_path):
+    paths = write_demo_jobs(tmp_path, ["site-1", "site-2", "site-3"])
+    assert len(paths) == 2 * len(DEMO_JOBS)
+    algorithms = set()
+    for path in paths:
+        spec, _ = job_spec_from_toml(path)
+        values = hyperparameters(spec)
+        validate_hyperparameters(spec.algorithm, values)
+        assert isinstance(estimator_for(spec, values, seed=0), ALGORITHMS[spec.algorithm])
+        algorithms.add(spec.algorithm)
+    # The demo shows the privately selected adapter beside the rest
+    assert "selected_adaptation" in algorithms
+
+
+def test_the_demo_policy_allows_the_selection_kernel():
+    assert "validation_loss" in DEMO_KERNELS
+
+
+def test_the_demo_table_names_the_chosen_candidate_with_its_settings(capsys):
+    """The selection's result carries numbers; the table maps its best index
+    back through the job's candidates to the setting it chose."""
+    domains = load_adult_domains(num_sites=1, seed=0, split=DEMO_SPLIT,
+                                 max_records_per_site=10)
+    dim = domains.source.dim
+    ids = np.array([0, 6, 1, 5, 5])  # source_only, public_constant, then the job's three
+    model = {"weights": np.zeros(dim), "candidates": np.zeros((5, dim)),
+             "candidate_ids": ids, "best_index": np.array(4),
+             "noisy_losses": np.array([0.7, 0.6, 0.2, 0.3, 0.1])}
+    outcome = JobOutcome("selected-eps1-x", "selected_adaptation", 1.0,
+                         pb.JOB_STATE_SUCCEEDED, "", model, {}, 1.0, [],
+                         {"candidates": DEMO_CANDIDATES})
+    report(domains, [outcome], {})
+    out = capsys.readouterr().out
+    assert "private selection: pncnvx_adap_smooth:alpha=0.1" in out
+    assert "public_constant 0.600" in out and "noisy mean clipped validation loss" in out
+    assert "pncnvx_adap" not in {algorithm for _, algorithm, _ in DEMO_JOBS}

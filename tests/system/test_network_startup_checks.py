@@ -1,0 +1,168 @@
+"""Startup and connection checks that name the fix.
+
+A site's certificate from another CA, a coordinator started with a site's or an
+operator's certificate, a second daemon with a site's identity, a coordinator
+that is down, and a coordinator dialled by a name its certificate lacks."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+
+from privadapt.cli import main as cli
+from privadapt.client.daemon.config import SiteConfig
+from privadapt.client.daemon.main import SiteDaemon
+from privadapt.common.errors import ConfigError
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.proto import federation_pb2_grpc as rpc
+from privadapt.common.secure import certs, tls
+from privadapt.common.secure.dial_diagnosis import explain_unreachable, host_matches
+from privadapt.common.wire.messages import channel_options
+from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
+from privadapt.simulation.local_deployment import LocalDeployment, free_port
+from tests.network_harness import (
+    ThreadSites,
+    in_process_coordinator,
+    make_pki,
+    write_coordinator_config,
+    write_site,
+)
+from tests.synthetic_data import synthetic_dataset
+
+DIM = 3
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    directory = make_pki(tmp_path_factory.mktemp("pki"), ("site-a",))
+    other = directory / "other"
+    certs.init_ca(other)
+    certs.issue_certificate(other, "site", "site-a")
+    certs.issue_certificate(directory, "coordinator", "far", hosts=["coord.example.org"])
+    return directory
+
+
+def _site_config(tmp_path, pki, port: int) -> SiteConfig:
+    return SiteConfig.from_toml(write_site(tmp_path, pki, "site-a", synthetic_dataset(20, DIM, 0),
+                                           port))
+
+
+def test_a_site_certificate_from_another_ca_is_refused_at_start(tmp_path, pki):
+    config = _site_config(tmp_path, pki, free_port())
+    foreign = SiteConfig(**{**config.__dict__, "cert": pki / "other" / "site-a.crt",
+                            "key": pki / "other" / "site-a.key"})
+    with pytest.raises(ConfigError, match=r"does not chain to the configured CA .*ca\.crt"):
+        SiteDaemon(foreign)
+
+
+@pytest.mark.parametrize("role_name", ["site-a", "operator"])
+def test_a_coordinator_with_a_site_or_operator_certificate_is_refused(tmp_path, pki, role_name):
+    config = CoordinatorConfig.from_toml(write_coordinator_config(tmp_path, pki))
+    wrong = CoordinatorConfig(**{**config.__dict__, "cert": pki / f"{role_name}.crt",
+                                 "key": pki / f"{role_name}.key"})
+    with pytest.raises(ConfigError, match="needs a coordinator certificate: issue one with "
+                       "`privadapt certs issue --role coordinator"):
+        Coordinator(wrong)
+
+
+def test_an_operator_config_with_a_site_certificate_is_refused(tmp_path, pki, capsys):
+    (tmp_path / "operator.toml").write_text(
+        f'[operator]\ncoordinator = "127.0.0.1:{free_port()}"\n[tls]\n'
+        f'cert = "{pki}/site-a.crt"\nkey = "{pki}/site-a.key"\nca = "{pki}/ca.crt"\n')
+    assert cli.main(["sites", "--config", str(tmp_path / "operator.toml")]) == 2
+    assert "needs an operator certificate" in capsys.readouterr().err
+
+
+def test_a_coordinator_that_is_down_is_connection_refused_at_once(tmp_path, pki, caplog):
+    port = free_port()
+    daemon = SiteDaemon(_site_config(tmp_path, pki, port))
+    caplog.set_level(logging.WARNING, logger="privadapt.site")
+    started = time.monotonic()
+    thread = threading.Thread(target=daemon.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and not any(
+                "connection refused" in r.getMessage() for r in caplog.records):
+            time.sleep(0.05)
+    finally:
+        daemon.stop()
+        thread.join(timeout=10)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(f"connection refused by 127.0.0.1:{port}: nothing listens there" in w
+               for w in warnings), warnings
+    assert not any("DEADLINE_EXCEEDED" in w for w in warnings)
+    assert time.monotonic() - started < 8  # not REGISTER_TIMEOUT_S (10 s) per attempt
+
+
+def test_the_operator_cli_says_connection_refused(tmp_path, pki, capsys):
+    port = free_port()
+    config = LocalDeployment(tmp_path, pki).write_operator(f"127.0.0.1:{port}")
+    assert cli.main(["sites", "--config", str(config)]) == 2
+    assert f"connection refused by 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_a_hostname_mismatch_names_the_host_dialled_and_the_certificate_names(pki):
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_secure_port("127.0.0.1:0", tls.server_credentials(
+        pki / "far.crt", pki / "far.key", pki / "ca.crt"))
+    server.start()
+    try:
+        reason = explain_unreachable(f"127.0.0.1:{port}", pki / "ca.crt")
+    finally:
+        server.stop(None)
+    assert reason is not None
+    assert "dialled '127.0.0.1'" in reason and "'coord.example.org'" in reason
+    assert "--host 127.0.0.1" in reason
+
+
+def test_a_matching_coordinator_gives_no_diagnosis(tmp_path, pki):
+    with in_process_coordinator(write_coordinator_config(tmp_path, pki)) as coordinator:
+        assert explain_unreachable(f"127.0.0.1:{coordinator.port}", pki / "ca.crt") is None
+        assert explain_unreachable(f"localhost:{coordinator.port}", pki / "ca.crt") is None
+
+
+def test_host_matching():
+    assert host_matches("127.0.0.1", ["localhost", "127.0.0.1"])
+    assert host_matches("Coord.Example.org", ["coord.example.org"])
+    assert not host_matches("10.0.0.1", ["localhost", "127.0.0.1"])
+    assert not host_matches("evil.org", ["coord.example.org"])
+
+
+def _register(pki, port: int) -> pb.RegisterResponse:
+    credentials = tls.channel_credentials(pki / "site-a.crt", pki / "site-a.key", pki / "ca.crt")
+    with grpc.secure_channel(f"127.0.0.1:{port}", credentials, options=channel_options()) as ch:
+        return rpc.FederationServiceStub(ch).Register(
+            pb.RegisterRequest(site_name="site-a", num_records=20, num_features=DIM), timeout=10)
+
+
+def test_a_second_daemon_with_a_site_identity_is_refused_and_the_first_keeps_its_session(
+        tmp_path, pki, caplog):
+    caplog.set_level(logging.WARNING)
+    with in_process_coordinator(write_coordinator_config(tmp_path, pki)) as coordinator:
+        sites = ThreadSites()
+        sites.start(write_site(tmp_path, pki, "site-a", synthetic_dataset(20, DIM, 0),
+                               coordinator.port))
+        try:
+            assert coordinator.registry.wait_until(
+                lambda: "site-a" in coordinator.registry.connected_names(), 20)
+            first = coordinator.registry.session("site-a").session_id
+            with pytest.raises(grpc.RpcError) as refused:
+                _register(pki, coordinator.port)
+            assert refused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+            assert "another privadapt-site runs with this site's certificate" in \
+                refused.value.details()
+            time.sleep(0.5)  # the old flapping replaced sessions every 200 ms
+            session = coordinator.registry.session("site-a")
+            assert session is not None and session.session_id == first
+            events = [e.event for e in coordinator.store.audit_log()]
+            assert "site_identity_in_use" in events
+        finally:
+            sites.stop()
+    assert any(r.levelno == logging.WARNING and "registration from" in r.getMessage()
+               and "refused" in r.getMessage() for r in caplog.records)
