@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.paths import REPO_ROOT
+
 ROOTS = {"api": "privadapt", "common": "privadapt.common", "client": "privadapt.client",
          "server": "privadapt.server"}
 
@@ -22,10 +23,10 @@ ROOTS = {"api": "privadapt", "common": "privadapt.common", "client": "privadapt.
 def _modules() -> dict[str, Path]:
     found = {}
     for folder, package in ROOTS.items():
-        for path in (REPO / folder).rglob("*.py"):
+        for path in (REPO_ROOT / folder).rglob("*.py"):
             if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
                 continue
-            parts = list(path.relative_to(REPO / folder).with_suffix("").parts)
+            parts = list(path.relative_to(REPO_ROOT / folder).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             found[".".join([package, *parts])] = path

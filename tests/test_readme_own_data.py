@@ -8,14 +8,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from tests.own_data_files import write_own_data
+from tests.paths import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
+README = REPO_ROOT / "README.md"
 
 
 def quickstart() -> str:
@@ -38,7 +37,7 @@ def test_the_quickstart_is_at_most_ten_commands_from_the_clone():
 @pytest.mark.slow
 def test_the_quickstart_goes_from_csv_files_to_an_evaluated_private_model(tmp_path):
     files = write_own_data(tmp_path / "my-files")  # ~/my-files, HOME being tmp_path
-    result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", quickstart()], cwd=REPO,
+    result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", quickstart()], cwd=REPO_ROOT,
                             env={**os.environ, "HOME": str(tmp_path),
                                  "OPENBLAS_NUM_THREADS": "1"},
                             capture_output=True, text=True, timeout=600, check=False)

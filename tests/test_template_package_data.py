@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import tomllib
 from fnmatch import fnmatch
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import REPO_ROOT
 
 
 def test_every_templates_folder_is_package_data():
-    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    setuptools = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     folders = {folder: package for package, folder in setuptools["package-dir"].items()}
     found = 0
     for folder, package in folders.items():
-        for templates in sorted((ROOT / folder).rglob("templates")):
-            parts = templates.parent.relative_to(ROOT / folder).parts
+        for templates in sorted((REPO_ROOT / folder).rglob("templates")):
+            parts = templates.parent.relative_to(REPO_ROOT / folder).parts
             owner = ".".join((package, *parts, "templates"))
             assert owner in setuptools["packages"]
             patterns = setuptools["package-data"].get(owner, [])
