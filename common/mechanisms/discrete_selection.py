@@ -35,7 +35,7 @@ spread (K = 20,000: 5 ms with all scores tied, 626 ms with one clear
 winner), so a coordinator timing the answer learned about the scores. The
 work is now fixed by K and c: the random words, the vector products and the
 big-integer weights are counted and the counts compared on extreme score
-vectors (tests/common/test_fixed_work_exponential.py). Memory access
+vectors (tests/common/mechanisms/test_fixed_work_exponential.py). Memory access
 patterns and the duration of single big-integer operations are not
 addressed (that module's docstring).
 """

@@ -34,7 +34,7 @@ takes (J + 2) q / ln(1 / (1 - q)) proposals on average, and a share needs
 mu = (2 / n) ln(1 / (1 - q)) of them: 2 q (J + 2) / n proposals per share,
 below 2 (J + 2) / n <= 50 for t <= 2^48 and n >= 2 -- bounded for every
 admissible scale (with about three words a proposal, plus one word for N;
-``tests/common/test_discrete_shares.py`` measures the words per sample).
+``tests/common/noise/test_discrete_shares.py`` measures the words per sample).
 """
 
 from __future__ import annotations
