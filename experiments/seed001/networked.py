@@ -24,7 +24,7 @@ import numpy as np
 
 from experiments.seed000.federation import Federations
 from experiments.seed001.datasets import SourceTarget
-from experiments.seed001.sources import EPSILON, sent_targets
+from experiments.seed001.sources import EPSILON, NNA_SETTINGS, sent_targets
 from privadapt.common.mechanisms import Adjacency
 from privadapt.server.algorithms.source_target_clustering import (
     accelerated_k_medoids,
@@ -33,6 +33,7 @@ from privadapt.server.algorithms.source_target_clustering import (
 from privadapt.server.algorithms.source_target_clustering.nna import nna_sanitize
 
 SITES = 3
+NNA_LAPLACE = {"noise": "laplace", "rho": None, **NNA_SETTINGS}
 #: The small configuration: at most this many private source points (a seeded
 #: random subset; the cost is measured against that subset).
 MAX_SOURCE = 600
@@ -53,11 +54,11 @@ def nna_through_daemons(data: SourceTarget, workdir: Path, k: int, seed: int = 0
                          networked=networked) as federations:
             federation = federations.make(source, labels, private=False, num_sites=SITES,
                                           tag="nna-free", adjacency=Adjacency.ADD_REMOVE_ONE)
-            results.append(nna_sanitize(federation, targets, epsilon=math.inf))
+            results.append(nna_sanitize(federation, targets, epsilon=math.inf, **NNA_LAPLACE))
             if networked:
                 private = federations.make(source, labels, private=True, num_sites=SITES,
                                            tag="nna-eps", adjacency=Adjacency.ADD_REMOVE_ONE)
-                released = nna_sanitize(private, targets, noise="laplace", epsilon=EPSILON)
+                released = nna_sanitize(private, targets, epsilon=EPSILON, **NNA_LAPLACE)
     local, remote = results
     equal = (np.array_equal(local.noisy_counts, remote.noisy_counts)
              and np.array_equal(local.points, remote.points))

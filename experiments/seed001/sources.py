@@ -19,6 +19,7 @@ import numpy as np
 
 from experiments.seed001.datasets import SourceTarget
 from privadapt.common.federation import Federation
+from privadapt.common.mechanisms import Adjacency
 from privadapt.server.algorithms.source_target_clustering import target_coreset
 from privadapt.server.algorithms.source_target_clustering.nas import nas_sanitize
 from privadapt.server.algorithms.source_target_clustering.nna import nna_sanitize
@@ -29,6 +30,9 @@ from privadapt.server.algorithms.source_target_clustering.private_mixture_sample
 
 EPSILON = 3.0
 RHO = 3.0
+# The sanitisers' remaining settings, the estimators' defaults.
+SETTINGS = {"calibration": "accountant", "adjacency": Adjacency.ADD_REMOVE_ONE}
+NNA_SETTINGS = {"gamma": 0.05, **SETTINGS}
 PRIVACY = ("eps=3", "rho=3")
 #: NAS's t (the paper's 150).
 NAS_T = 150
@@ -54,10 +58,10 @@ def nna(data: SourceTarget, federation: Federation, privacy: str, coreset: bool,
     """NNA (Alg. 2): Laplace at epsilon = 3, or Gaussian at rho = 3."""
     if privacy == "eps=3":
         result = nna_sanitize(federation, sent_targets(data, coreset), noise="laplace",
-                              epsilon=EPSILON)
+                              epsilon=EPSILON, rho=None, **NNA_SETTINGS)
     else:
         result = nna_sanitize(federation, sent_targets(data, coreset), noise="gaussian",
-                              rho=RHO)
+                              rho=RHO, **NNA_SETTINGS)
     return result.points
 
 
@@ -69,10 +73,10 @@ def nas(data: SourceTarget, federation: Federation, privacy: str, coreset: bool,
     t = min(NAS_T, len(data.source))
     if privacy == "eps=3":
         result, _ = nas_sanitize(federation, sent_targets(data, coreset), t=t,
-                                 variant="laplace", epsilon=EPSILON)
+                                 variant="laplace", epsilon=EPSILON, rho=None, **SETTINGS)
     else:
         result, _ = nas_sanitize(federation, sent_targets(data, coreset), t=t,
-                                 variant="gaussian", rho=RHO)
+                                 variant="gaussian", rho=RHO, **SETTINGS)
     return result.points
 
 

@@ -155,8 +155,9 @@ def test_pncnvx_adap_noise_off_networked_equals_in_process(tmp_path):
         hyper=ReweightingHyperparameters(alpha=0.5, k1=0.01, k2=0.01, kinf=0.01, mu=100.0,
                                          discrepancy=0.05),
         bounds=DataBounds(feature_norm=1.0, label_bound=1.0, radius=5.0), epsilon=math.inf,
-        delta=1e-6, iterations=8, seed=5, step_scale=100.0, return_average=True,
-        weight_noise=False, step_sizes="noise_aware",
+        delta=1e-6, iterations=8, loss="logistic", seed=5, step_scale=100.0,
+        step_distance=None, calibration="accountant", aggregate_noise_ratio=3.0, chain="",
+        return_average=True, weight_noise=False, step_sizes="noise_aware",
         initial_weights=fit_linear(public.features, public.labels, "logistic", 5.0))
     np.testing.assert_allclose(networked, function.weights, rtol=0, atol=1e-9)
     assert np.linalg.norm(networked) > 1e-3  # the model moved

@@ -57,7 +57,6 @@ from privadapt.common.kernels.second_moments import (
 )
 from privadapt.common.losses import loss_bounds, squared_loss_discrepancy
 from privadapt.common.mechanisms import Adjacency, Mechanism
-from privadapt.common.validation import check_positive, check_positive_finite, check_probability
 
 Method = Literal["federated", "single_holder"]
 _MOMENTS = SecondMoments()
@@ -133,8 +132,10 @@ def federated_discrepancy(
 ) -> DiscrepancyEstimate:
     """d_DP from one Gaussian release of the private second moments; see the
     module docstring. ``epsilon = inf`` releases them without noise (only
-    simulation sites with ``allow_non_private`` answer)."""
-    _check_settings(epsilon, delta, radius, feature_norm, label_bound, needs_delta=True)
+    simulation sites with ``allow_non_private`` answer). The values arrive
+    checked (:class:`~.estimators.PrivateDiscrepancy` validates them at fit)
+    but for delta, which only this route needs."""
+    _check_delta_given(epsilon, delta)
     public = public_second_moments(public_features, public_labels, feature_norm, label_bound)
     num_records = sum(federation.site_sizes.values())
     dim = public.shape[0] - 1
@@ -158,12 +159,13 @@ def single_holder_discrepancy(
     radius: float,
     feature_norm: float,
     label_bound: float,
-    delta: float | None = None,
+    delta: float | None,
 ) -> DiscrepancyEstimate:
     """The paper's d_DP = Proj_[0,B](d-hat + Lap(B/(n epsilon))), computed at the
     one site that holds the whole private sample; refuses a federation of more
-    than one site. ``delta`` only chooses where the ledgers' spend is reported."""
-    _check_settings(epsilon, delta, radius, feature_norm, label_bound, needs_delta=False)
+    than one site. ``delta`` only chooses where the ledgers' spend is reported.
+    The values arrive checked: :class:`~.estimators.PrivateDiscrepancy`
+    validates them at fit."""
     if federation.num_sites != 1:
         raise ValueError(
             f"the single-holder discrepancy needs the whole private sample at one site, "
@@ -199,20 +201,11 @@ def _result(
     )
 
 
-def _check_settings(
-    epsilon: float, delta: float | None, radius: float, feature_norm: float,
-    label_bound: float, *, needs_delta: bool,
-) -> None:
-    """ValueError naming the first bad argument, before any work is done."""
-    check_positive("epsilon", epsilon, infinity_means="inf for no noise")
-    if delta is None:
-        if needs_delta and not math.isinf(epsilon):
-            raise ValueError("delta is required for the Gaussian (federated) release, e.g. 1e-6")
-    else:
-        check_probability("delta", delta)
-    for name, value in (("radius", radius), ("feature_norm", feature_norm),
-                        ("label_bound", label_bound)):
-        check_positive_finite(name, value)
+def _check_delta_given(epsilon: float, delta: float | None) -> None:
+    """The Gaussian release needs a delta, which the estimator leaves optional
+    because the single holder does not: refused before any query."""
+    if delta is None and not math.isinf(epsilon):
+        raise ValueError("delta is required for the Gaussian (federated) release, e.g. 1e-6")
 
 
 def _checked_public(features: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -63,7 +63,6 @@ from privadapt.server.algorithms.discrepancy_minimization.unlabeled_adaptation i
 )
 
 KERNEL = SmoothedDiscrepancyGradient()
-CALIBRATIONS = ("accountant", "paper")
 
 
 @dataclass
@@ -145,22 +144,13 @@ def mirror_descent_mechanism(params: SmoothedDiscrepancyGradientParams, *, epsil
     return KERNEL.mechanism(params, multiplier, Adjacency.REPLACE_ONE, dim=dim)
 
 
-def _check(epsilon: float, delta: float | None, iterations: int, calibration: str) -> None:
-    if calibration not in CALIBRATIONS:
-        raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
-    if iterations < 1:
-        raise ValueError(f"iterations must be >= 1, got {iterations!r}")
-    if math.isfinite(epsilon) and (delta is None or not 0 < delta < 1):
-        raise ValueError(f"K composed releases need delta in (0, 1), got {delta!r}")
-
-
 def noisy_frank_wolfe(
     federation: Federation, points: np.ndarray, *, epsilon: float, delta: float | None,
     feature_norm: float, mu: float, regularization: float, iterations: int,
-    calibration: str = "accountant",
+    calibration: str,
 ) -> NoisyMinimizationResult:
-    """Alg. 2 at the single holder (module docstring)."""
-    _check(epsilon, delta, iterations, calibration)
+    """Alg. 2 at the single holder (module docstring), with the values
+    :class:`~.estimators.PrivateDiscrepancyMinimization` checked at fit."""
     num_records = _single_holder(federation)
     m = len(points)
     weights = np.full(m, 1.0 / m)
@@ -193,10 +183,10 @@ def noisy_frank_wolfe(
 def noisy_mirror_descent(
     federation: Federation, points: np.ndarray, *, epsilon: float, delta: float | None,
     feature_norm: float, mu: float, regularization: float, iterations: int,
-    calibration: str = "accountant",
+    calibration: str,
 ) -> NoisyMinimizationResult:
-    """Alg. 3 at the single holder (module docstring)."""
-    _check(epsilon, delta, iterations, calibration)
+    """Alg. 3 at the single holder (module docstring), with the values
+    :class:`~.estimators.PrivateDiscrepancyMinimization` checked at fit."""
     num_records = _single_holder(federation)
     m = len(points)
     template = gradient_params(points, np.full(m, 1.0 / m), feature_norm=feature_norm, mu=mu,

@@ -86,7 +86,6 @@ from privadapt.common.kernels.linear_gradient import LinearGradientParams
 from privadapt.common.kernels.linf_gradient import LinfGradient
 from privadapt.common.losses import BinaryLoss
 from privadapt.common.mechanisms import Adjacency, Mechanism, ReportNoisyMin
-from privadapt.common.validation import check_int_at_least, check_positive
 from privadapt.server.algorithms.gradient_descent.noisy_gd import paper_noise_multiplier
 
 Calibration = Literal["accountant", "paper"]
@@ -235,9 +234,9 @@ def dp_frank_wolfe(
     epsilon: float,
     delta: float,
     iterations: int,
-    loss: BinaryLoss = "squared",
-    calibration: Calibration = "accountant",
-    route: Route = "auto",
+    loss: BinaryLoss,
+    calibration: Calibration,
+    route: Route,
     center: np.ndarray | None = None,
     already_spent: Sequence[Mechanism] = (),
     progress: Callable[[int, np.ndarray], None] | None = None,
@@ -245,11 +244,9 @@ def dp_frank_wolfe(
     """Fit theta = center + offset, ||offset||_1 <= ``radius``, on the
     federation's private records (module docstring); ``progress`` gets
     (iteration, theta) after every step. ``already_spent``: this job's
-    earlier releases, composed first so the whole job meets (epsilon, delta)."""
-    check_int_at_least("iterations", iterations, 1)
-    check_positive("radius", radius)
-    check_positive("clip_norm", clip_norm)
-    check_positive("epsilon", epsilon, infinity_means="inf for no noise")
+    earlier releases, composed first so the whole job meets (epsilon, delta).
+    The values arrive checked: :class:`~.estimators.DPFrankWolfe` and
+    :class:`~.estimators.DPFrankWolfeTransfer` validate them at fit."""
     chosen_route = resolve_route(route, federation.num_sites, epsilon)
     plan = plan_queries(route=chosen_route, dim=dim, radius=radius, clip_norm=clip_norm,
                         epsilon=epsilon, delta=delta, iterations=iterations,

@@ -131,7 +131,8 @@ def dp_fw_transfer(
         if features.ndim != 2 or features.shape[1] != dim or len(labels) != len(features):
             raise ValueError(f"public source {k} must have features (m, {dim}) and m labels, "
                              f"got {features.shape} and {np.shape(labels)}")
-    shared = {"dim": dim, "clip_norm": clip_norm, "calibration": calibration, "route": route}
+    shared = {"dim": dim, "clip_norm": clip_norm, "loss": "squared", "calibration": calibration,
+              "route": route}
     pilot_delta = 0.0 if math.isinf(epsilon) else pilot_fraction * delta
     pilot_run = dp_frank_wolfe(federation, radius=pilot_radius,
                                epsilon=pilot_fraction * epsilon, delta=pilot_delta,

@@ -208,7 +208,8 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         epsilon, delta = plan["selection"]
         result = private_selection(
             validation, candidates=coefficients, loss=self.loss, loss_bound=loss_bound,
-            epsilon=epsilon, delta=delta, baseline_confidence=self.baseline_confidence)
+            epsilon=epsilon, delta=delta, baseline_confidence=self.baseline_confidence,
+            method="auto")
         self.candidate_names_ = [SOURCE_ONLY, *learners]
         self.candidates_ = coefficients
         self.learners_ = learners

@@ -98,11 +98,6 @@ from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.validation_loss import ValidationLoss, ValidationLossParams
 from privadapt.common.losses import loss_bounds
 from privadapt.common.mechanisms import Adjacency, GeneralizedExponentialMechanism
-from privadapt.common.validation import (
-    check_int_at_least,
-    check_positive_finite,
-    check_probability,
-)
 from privadapt.server.algorithms.base import PrivateEstimator, clone
 from privadapt.server.algorithms.model_selection.private_selection import resolve_method
 
@@ -171,11 +166,11 @@ def private_grid_search(
     feature_bound: float,
     epsilon: float,
     delta: float,
-    beta: float = 0.1,
+    beta: float,
+    method: str,
+    num_validation_records: int | None,
     source_model: np.ndarray | None = None,
-    method: str = "auto",
     fit_options: dict[str, Any] | None = None,
-    num_validation_records: int | None = None,
     guess_params: Sequence[Mapping[str, Any]] | None = None,
 ) -> GridSearchResult:
     """Algorithm 1 (module docstring): K guesses trained on ``train_federation``
@@ -185,15 +180,9 @@ def private_grid_search(
     adjacency); default the federation's public site sizes. A wrong n costs
     accuracy only: n is a public parameter of the selection. ``guess_params``:
     per guess, more hyperparameters of its clone (e.g. its own site-side chain
-    for a learner with per-job state at the sites, so K descents share a job)."""
-    if loss not in GRID_LOSSES:
-        raise ValueError(f"loss must be one of {GRID_LOSSES}, got {loss!r}")
-    if not (isinstance(num_guesses, int) and num_guesses >= 1):
-        raise ValueError(f"num_guesses must be an integer >= 1, got {num_guesses!r}")
-    for name, value in (("label_bound", label_bound), ("feature_bound", feature_bound),
-                        ("epsilon", epsilon), ("delta", delta)):
-        check_positive_finite(name, value)
-    check_probability("beta", beta)
+    for a learner with per-job state at the sites, so K descents share a job).
+    The values arrive checked: :class:`~.grid_search.PrivateGridSearch`
+    validates them at fit."""
     method = resolve_method(method, validation_federation.num_sites, epsilon, None)
     radii = 2.0 ** np.arange(1, num_guesses + 1)
     learners = train_candidates(train_federation, learner, radii, epsilon, delta,
@@ -201,7 +190,7 @@ def private_grid_search(
     weights = [np.asarray(m.coef_, dtype=float) for m in learners]
     dim = weights[0].shape[0]
     n = (int(sum(validation_federation.site_sizes.values())) if num_validation_records is None
-         else check_int_at_least("num_validation_records", num_validation_records, 1))
+         else int(num_validation_records))
     zero_bound = loss_bound(loss, 0.0, feature_bound, label_bound)
     bounds = [loss_bound(loss, float(b), feature_bound, label_bound) for b in radii]
     if source_model is None:

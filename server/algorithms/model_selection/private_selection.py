@@ -120,9 +120,8 @@ def resolve_method(method: str, num_sites: int, epsilon: float,
                    baseline_confidence: float | None) -> str:
     """``"auto"``: the exponential mechanism at a single site (tighter, module
     docstring) unless the selection is non-private or needs the baseline
-    margin, else the secure sum; an explicit choice is kept."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    margin, else the secure sum; an explicit choice is kept (the estimators
+    declare the choices)."""
     if method != "auto":
         return method
     single = num_sites == 1 and math.isfinite(epsilon) and baseline_confidence is None
@@ -137,11 +136,13 @@ def private_selection(
     loss_bound: float,
     epsilon: float,
     delta: float,
-    baseline_confidence: float | None = None,
-    method: str = "auto",
+    baseline_confidence: float | None,
+    method: str,
 ) -> SelectionResult:
     """Score ``candidates`` ((K, d) or (K, d, C)) on the federation's records
-    with one private release and choose one (module docstring)."""
+    with one private release and choose one (module docstring). ``epsilon``
+    is checked here: besides :class:`~.selection.PrivateSelection`'s own, it
+    is a share of a budget that its caller split."""
     check_positive("epsilon", epsilon, infinity_means="inf for the non-private oracle")
     params = ValidationLossParams(candidates, loss, loss_bound)
     dim = params.candidates.shape[1]

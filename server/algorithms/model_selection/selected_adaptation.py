@@ -380,7 +380,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         result = private_selection(
             validation_federation, candidates=scored, loss=self.loss,
             loss_bound=context.loss_bound, epsilon=epsilon, delta=delta,
-            baseline_confidence=self.baseline_confidence)
+            baseline_confidence=self.baseline_confidence, method="auto")
         privacy["selection"] = step_epsilon(validation_federation, before, delta)
         return _Run(learners, coefficients, result, privacy, train_privacy)
 

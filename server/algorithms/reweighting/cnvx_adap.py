@@ -73,7 +73,6 @@ from privadapt.server.algorithms.reweighting.descent import (
     DataBounds,
     IterationRecord,
     StepSizes,
-    check_run_arguments,
     choose_step_sizes,
     curvature_step_sizes,
     plan_noise,
@@ -125,22 +124,23 @@ def pcnvx_adap(
     epsilon: float,
     delta: float,
     iterations: int,
+    step_scale: float,
+    step_distance: float | None,
+    calibration: Calibration,
+    aggregate_noise_ratio: float,
+    chain: str,
     step_sizes: StepSizeChoice = "curvature",
-    step_scale: float = 1.0,
-    step_distance: float | None = None,
-    calibration: Calibration = "accountant",
-    aggregate_noise_ratio: float = 3.0,
     weight_noise: bool = True,
     initial_weights: np.ndarray | None = None,
     progress: Callable[[IterationRecord], None] | None = None,
     progress_every: int = 10,
-    chain: str = "",
 ) -> AdaptationResult:
     """PCnvxAdap on the federation's private records and the public source
     (``public_features``, ``public_labels``); ``epsilon = inf`` is CnvxAdap.
     Returns the average iterate (``result.weights``) and each site's spend.
-    ``chain`` names the sites' weights of this descent within the job."""
-    check_run_arguments(iterations, epsilon, delta)
+    ``chain`` names the sites' weights of this descent within the job. The
+    values arrive checked: :class:`~.estimators.PCnvxAdap` validates them at
+    fit, all but the pairing of ``kinf`` with a finite ``mu``, checked here."""
     if hyper.kinf > 0 and math.isinf(hyper.mu):
         raise ValueError("the federated F smooths its max term (module docstring): give a "
                          "finite mu, or kinf = 0")

@@ -63,7 +63,6 @@ from privadapt.common.validation import (
     check_int_at_least,
     check_positive,
     check_positive_finite,
-    check_probability,
 )
 from privadapt.server.algorithms.gradient_descent.noisy_gd import Calibration, IterationRecord
 from privadapt.server.algorithms.reweighting.objectives import (
@@ -185,7 +184,7 @@ def query_params(
     log_partition: float,
     step_size: float,
     weight_noise: bool,
-    chain: str = "",
+    chain: str,
 ) -> ReweightedGradientParams:
     """The ``reweighted_gradient`` query of iteration ``step`` at w = ``weights``
     with the public aggregates S_t and log Z_t (module docstring)."""
@@ -222,11 +221,12 @@ def plan_noise(
     2-3 (the S and Z blocks are ours, so the ledger then reports more than
     epsilon: see ``cnvx_adap``)."""
     # The sensitivities depend on the loss, the clip region and weight_noise
-    # alone: any step's parameters give the same mechanism.
+    # alone: any step's (and any chain's) parameters give the same mechanism.
     probe = query_params(
         np.zeros(bounds.model_size(loss, dim)), 0, objective="smooth", loss=loss,
         hyper=ReweightingHyperparameters(alpha=0.5), bounds=bounds, total_private_records=1,
-        inverse_square_sum=1.0, log_partition=0.0, step_size=1.0, weight_noise=weight_noise)
+        inverse_square_sum=1.0, log_partition=0.0, step_size=1.0, weight_noise=weight_noise,
+        chain="")
 
     def make(z: float) -> Mechanism:
         ratios = (1.0, aggregate_noise_ratio, aggregate_noise_ratio) \
@@ -256,11 +256,11 @@ def run_reweighted_descent(
     step_sizes: StepSizes,
     output_iteration: int | None,
     report_delta: float | None,
+    chain: str,
     weight_noise: bool = True,
     initial_weights: np.ndarray | None = None,
     progress: Callable[[IterationRecord], None] | None = None,
     progress_every: int = 10,
-    chain: str = "",
 ) -> AdaptationResult:
     """T iterations of the federated loop (module docstring). ``output_iteration``
     t* in 1..T selects the returned iterate (Alg. 2); ``None`` returns the
@@ -381,13 +381,6 @@ def curvature_step_sizes(
     kappa = sum(k / math.sqrt(beta_w * b) for k, b in zip(cross, betas, strict=True))
     c = scale / (2.0 + kappa)
     return StepSizes(c / beta_w, c / betas[0], c / betas[1])
-
-
-def check_run_arguments(iterations: int, epsilon: float, delta: float) -> None:
-    check_int_at_least("iterations", iterations, 1)
-    check_positive("epsilon", epsilon, infinity_means="inf for the non-private version")
-    if math.isfinite(epsilon):
-        check_probability("delta", delta)
 
 
 def choose_step_sizes(

@@ -50,7 +50,6 @@ from privadapt.server.algorithms.reweighting.descent import (
     DataBounds,
     IterationRecord,
     StepSizes,
-    check_run_arguments,
     choose_step_sizes,
     curvature_step_sizes,
     loss_smoothness,
@@ -99,27 +98,26 @@ def pncnvx_adap(
     epsilon: float,
     delta: float,
     iterations: int,
-    loss: Loss = "logistic",
-    seed: int | None = None,
+    loss: Loss,
+    seed: int | None,
+    step_scale: float,
+    step_distance: float | None,
+    calibration: Calibration,
+    aggregate_noise_ratio: float,
+    chain: str,
     return_average: bool = False,
     step_sizes: StepSizeChoice = "curvature",
-    step_scale: float = 1.0,
-    step_distance: float | None = None,
-    calibration: Calibration = "accountant",
-    aggregate_noise_ratio: float = 3.0,
     weight_noise: bool = True,
     initial_weights: np.ndarray | None = None,
     progress: Callable[[IterationRecord], None] | None = None,
     progress_every: int = 10,
-    chain: str = "",
 ) -> AdaptationResult:
     """PNCnvxAdap on J; ``epsilon = inf`` is NCnvxAdap. ``result.weights`` is the
     iterate t* = ``result.output_iteration`` (or the average with
     ``return_average``, the estimator's default); the same ``seed`` gives the same t*.
-    ``chain`` names the sites' weights of this descent within the job."""
-    check_run_arguments(iterations, epsilon, delta)
-    if math.isinf(hyper.mu):
-        raise ValueError("J (problem (7)) needs a finite softmax parameter mu")
+    ``chain`` names the sites' weights of this descent within the job. The
+    values arrive checked: :class:`~.estimators.PNCnvxAdap` validates them at
+    fit (its ``mu`` is finite, as J needs)."""
     public_features = np.asarray(public_features, dtype=float)
     public_labels = np.asarray(public_labels, dtype=float)
     m, n = len(public_labels), sum(federation.site_sizes.values())

@@ -117,8 +117,6 @@ def nas_plan(
             return NasPlan(GaussianMechanism((block,), adjacency), 1, math.nan)
         return NasPlan(KERNEL.mechanism(params, 1 / math.sqrt(2 * rho), adjacency, dim=dim),
                        1, math.nan)
-    if not epsilon > 0:
-        raise ValueError(f"NAS needs epsilon > 0, got {epsilon!r}")
     if variant == "laplace":
         params = NearestSourceParams(targets, t)
         if math.isinf(epsilon):
@@ -129,8 +127,7 @@ def nas_plan(
                            1, math.nan)
         return NasPlan(KERNEL.mechanism(params, 1 / epsilon, adjacency, dim=dim,
                                         noise="laplace"), 1, math.nan)
-    if variant != "laplace_approximate":
-        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    # variant == "laplace_approximate", the estimator's remaining choice
     if delta is None or not 0 < delta < 1 or math.isinf(epsilon):
         raise ValueError(f"NAS's approximate variant needs a finite epsilon and delta in "
                          f"(0, 1), got {epsilon!r}, {delta!r}")
@@ -148,16 +145,17 @@ def nas_sanitize(
     federation: Federation,
     targets: np.ndarray,
     *,
-    t: int = 150,
-    variant: Variant = "laplace",
+    t: int,
+    variant: Variant,
+    rho: float | None,
+    calibration: Calibration,
+    adjacency: Adjacency,
     epsilon: float = math.inf,
     delta: float | None = None,
-    rho: float | None = None,
-    calibration: Calibration = "accountant",
-    adjacency: Adjacency = Adjacency.ADD_REMOVE_ONE,
 ) -> tuple[SanitizedSource, NasPlan]:
     """S' of Alg. 1 for the public ``targets``: the union over sites of each
-    site's own noisy t-nearest averages (module docstring)."""
+    site's own noisy t-nearest averages (module docstring), with the values
+    :class:`~.estimators.NoisyAverageSet` checked at fit."""
     adjacency = Adjacency(adjacency)
     targets = NearestSourceParams(targets, t).targets  # checked before any query
     plan = nas_plan(targets, t, variant=variant, epsilon=epsilon, delta=delta, rho=rho,

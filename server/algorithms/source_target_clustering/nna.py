@@ -121,19 +121,16 @@ def nna_sanitize(
     federation: Federation,
     targets: np.ndarray,
     *,
-    noise: NoiseKind = "laplace",
+    noise: NoiseKind,
+    rho: float | None,
+    gamma: float,
+    calibration: Calibration,
+    adjacency: Adjacency,
     epsilon: float = math.inf,
-    rho: float | None = None,
-    gamma: float = 0.05,
-    calibration: Calibration = "accountant",
-    adjacency: Adjacency = Adjacency.ADD_REMOVE_ONE,
 ) -> SanitizedSource:
     """S' of Alg. 2 for the public ``targets`` (the coreset, or all of T) from
-    one secure-sum release of the sites' per-target counts and sums."""
-    if noise not in ("laplace", "gaussian"):
-        raise ValueError(f"noise must be 'laplace' or 'gaussian', got {noise!r}")
-    if not 0 < gamma < 1:
-        raise ValueError(f"gamma must be in (0, 1), got {gamma!r}")
+    one secure-sum release of the sites' per-target counts and sums, with the
+    values :class:`~.estimators.NeighborNoisyAverages` checked at fit."""
     adjacency = Adjacency(adjacency)
     params = NearestTargetParams(targets)
     dim = params.targets.shape[1]

@@ -213,7 +213,7 @@ def test_a_single_holder_ledger_of_selections_costs_their_exact_composition(tmp_
     (site,) = _sites(tmp_path, 1, "pld")
     federation = LocalFederation([site], codec=FixedPointCodec(GRID))
     dp_frank_wolfe(federation, dim=DIM, radius=1.0, clip_norm=1.0, epsilon=1.0, delta=DELTA,
-                   iterations=4, route="selection")
+                   iterations=4, loss="squared", calibration="accountant", route="selection")
     charges = site.ledger.charges()
     assert {c.mechanism.kind for c in charges} == {"report_noisy_laplace"}
     step = charges[0].mechanism.in_adjacency(site.ledger.policy.adjacency).pure_epsilon

@@ -84,7 +84,7 @@ def test_federated_estimate_without_noise_is_the_exact_discrepancy(federation):
 
 def test_single_holder_estimate_without_noise_is_the_exact_discrepancy(federation):
     estimate = single_holder_discrepancy(federation(num_sites=1, epsilon_cap=math.inf),
-                                         *PUBLIC, epsilon=math.inf, **SETTINGS)
+                                         *PUBLIC, epsilon=math.inf, delta=None, **SETTINGS)
     assert estimate.value == pytest.approx(brute_force_discrepancy(), rel=1e-6)
     assert estimate.private_moments is None
 
@@ -126,11 +126,11 @@ def test_federated_noise_has_the_calibrated_variance(federation):
 
 def test_single_holder_noise_has_the_laplace_scale(federation):
     exact = single_holder_discrepancy(federation(num_sites=1, epsilon_cap=math.inf), *PUBLIC,
-                                      epsilon=math.inf, **SETTINGS).unclipped
+                                      epsilon=math.inf, delta=None, **SETTINGS).unclipped
     # A fresh site (own ledger, own noise seed) per draw: one charge each.
     errors = np.array([
         single_holder_discrepancy(federation(num_sites=1, epsilon_cap=2.0), *PUBLIC,
-                                  epsilon=2.0, **SETTINGS).unclipped - exact
+                                  epsilon=2.0, delta=None, **SETTINGS).unclipped - exact
         for _ in range(150)
     ])
     scale = BOUND / (240 * 2.0)
@@ -149,7 +149,7 @@ def test_estimate_is_projected_onto_zero_to_the_loss_bound(federation):
 def test_single_holder_refuses_a_federation_of_several_sites(federation):
     sites = federation(num_sites=2)
     with pytest.raises(ValueError, match=r"2 sites.*federated"):
-        single_holder_discrepancy(sites, *PUBLIC, epsilon=1.0, **SETTINGS)
+        single_holder_discrepancy(sites, *PUBLIC, epsilon=1.0, delta=None, **SETTINGS)
     assert all(p.job.epsilon == 0 for p in sites.privacy_spent().values())
 
 

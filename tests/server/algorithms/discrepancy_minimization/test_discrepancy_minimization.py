@@ -207,7 +207,8 @@ SINGLE = {"feature_norm": FEATURE_NORM, "mu": MU, "regularization": LAMBDA}
 
 def test_noisy_frank_wolfe_without_noise_is_open_loop_frank_wolfe():
     result = noisy_frank_wolfe(target_federation(math.inf, num_sites=1), SOURCE[0],
-                               epsilon=math.inf, delta=None, iterations=1000, **SINGLE)
+                               epsilon=math.inf, delta=None, iterations=1000,
+                               calibration="accountant", **SINGLE)
     objective = exact_objective()
     best = frank_wolfe(objective, iterations=2000, tolerance=1e-12, away_steps=True)
     uniform = objective.value(np.full(60, 1 / 60))
@@ -217,7 +218,8 @@ def test_noisy_frank_wolfe_without_noise_is_open_loop_frank_wolfe():
 
 def test_noisy_mirror_descent_without_noise_matches_the_coordinators():
     result = noisy_mirror_descent(target_federation(math.inf, num_sites=1), SOURCE[0],
-                                  epsilon=math.inf, delta=None, iterations=100, **SINGLE)
+                                  epsilon=math.inf, delta=None, iterations=100,
+                                  calibration="accountant", **SINGLE)
     coordinator = fit("two_stage_md", federation=target_federation(math.inf, num_sites=1),
                       iterations=100)
     np.testing.assert_allclose(result.weights, coordinator.weights, atol=1e-6)
@@ -227,7 +229,7 @@ def test_noisy_mirror_descent_without_noise_matches_the_coordinators():
 def test_per_iteration_ledger_is_k_events_composing_to_epsilon(algorithm):
     federation = target_federation(3.0, num_sites=1)
     result = algorithm(federation, SOURCE[0], epsilon=1.0, delta=1e-5, iterations=20,
-                       **SINGLE)
+                       calibration="accountant", **SINGLE)
     (spent,) = result.privacy.values()
     assert len(spent.mechanisms) == 20
     assert spent.job.epsilon <= 1.0
@@ -249,7 +251,7 @@ def test_paper_calibration_spends_at_most_epsilon(algorithm):
 def test_per_iteration_route_refuses_several_sites():
     with pytest.raises(ValueError, match="one site"):
         noisy_frank_wolfe(target_federation(3.0), SOURCE[0], epsilon=1.0, delta=1e-5,
-                          iterations=5, **SINGLE)
+                          iterations=5, calibration="accountant", **SINGLE)
 
 
 def test_estimator_single_holder_route():

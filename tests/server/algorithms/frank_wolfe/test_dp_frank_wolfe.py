@@ -90,7 +90,8 @@ def test_a_public_center_moves_the_ball_without_noise():
     expected = reference_frank_wolfe(features, labels, 0.5, 1.0, 20, center)
     with federation(epsilon_cap=math.inf) as sites:
         result = dp_frank_wolfe(sites, dim=DIM, radius=0.5, clip_norm=1.0, epsilon=math.inf,
-                                delta=0.0, iterations=20, center=center)
+                                delta=0.0, iterations=20, loss="squared",
+                                calibration="accountant", route="auto", center=center)
     np.testing.assert_allclose(result.weights, expected, atol=1e-12)
     assert math.fsum(np.abs(result.offset)) <= 0.5 * (1 + 1e-12)
 
@@ -153,7 +154,8 @@ def test_each_ledger_holds_exactly_the_planned_selections(tmp_path):
     # The coarsest grid, the one the plan is sized for: the charge is the plan itself.
     sites = LocalFederation([site], codec=FixedPointCodec(COARSEST_FRACTIONAL_BITS))
     result = dp_frank_wolfe(sites, dim=DIM, radius=2.0, clip_norm=0.5, epsilon=0.8,
-                            delta=DELTA, iterations=40)
+                            delta=DELTA, iterations=40, loss="squared",
+                            calibration="accountant", route="auto")
     spent = result.privacy["only"]
     assert spent.mechanisms == (result.plan.mechanism,) * 40
     assert spent.job.epsilon <= 0.8

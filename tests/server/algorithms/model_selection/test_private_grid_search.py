@@ -56,7 +56,7 @@ def search(train, validation, epsilon=5.0, num_guesses=5, **options):
     return private_grid_search(
         train, validation, num_guesses=num_guesses, learner=LEARNER, loss="squared",
         label_bound=LABEL_BOUND, feature_bound=1.0, epsilon=epsilon, delta=DELTA, beta=0.1,
-        **options)
+        method="auto", num_validation_records=None, **options)
 
 
 def test_the_learners_are_cloned_per_guess_at_epsilon_over_2k():
@@ -143,7 +143,7 @@ def test_the_chosen_norm_is_close_to_the_true_norm_in_most_seeds():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"loss": "softmax_cross_entropy"}, "loss must be one of"),
+    ({"loss": "softmax_cross_entropy"}, "'loss' must be one of"),
     ({"num_guesses": 0}, "num_guesses"),
     ({"label_bound": -1.0}, "label_bound"),
 ])
@@ -153,7 +153,7 @@ def test_bad_settings_are_refused(options, message):
                 "delta": DELTA}
     train, validation = federations(5)
     with train, validation, pytest.raises(ValueError, match=message):
-        private_grid_search(train, validation, **{**settings, **options})
+        PrivateGridSearch(**{**settings, **options}).fit(train, validation)
 
 
 # ----------------------------------------------------------------- the estimator
@@ -203,7 +203,7 @@ def test_the_source_only_model_can_be_candidate_zero():
 
 @pytest.mark.parametrize("params, message", [
     ({"learner": "noisy_gd"}, "learner"),
-    ({"loss": "softmax_cross_entropy"}, "loss"),
+    ({"loss": "softmax_cross_entropy"}, "'loss' must be one of"),
     ({"epsilon": math.inf}, "epsilon"),
 ])
 def test_bad_hyperparameters_are_refused_at_fit(params, message):

@@ -26,6 +26,7 @@ from privadapt.server.algorithms.reweighting.descent import (
     StepSizes,
     paper_noise_multiplier,
 )
+from privadapt.server.algorithms.reweighting.estimators import PCnvxAdap
 from privadapt.server.algorithms.reweighting.objectives import (
     AdaptationSample,
     ReweightingHyperparameters,
@@ -52,6 +53,9 @@ def shifted_regression(seed=1):
 SAMPLE = shifted_regression()
 LOWER = weight_lower_bounds(M, N, 0.5)
 STEPS = StepSizes(1.0, LOWER[0] ** 3, LOWER[-1] ** 3)  # tuned for this instance
+# The plan settings PCnvxAdap defaults, which the solver takes explicitly.
+PLAN = {name: PCnvxAdap.parameter_defaults()[name] for name in
+        ("step_scale", "step_distance", "calibration", "aggregate_noise_ratio", "chain")}
 
 
 def federation(tmp_path, splits=(12,), epsilon_cap=math.inf, tag="f"):
@@ -70,7 +74,7 @@ def federation(tmp_path, splits=(12,), epsilon_cap=math.inf, tag="f"):
 
 
 def run(fed, hyper, **options):
-    options.setdefault("step_sizes", STEPS)
+    options = {"step_sizes": STEPS, **PLAN, **options}
     return cnvx_adap(fed, SAMPLE.public_features, SAMPLE.public_labels, hyper=hyper,
                      bounds=BOUNDS, **options)
 
@@ -177,7 +181,7 @@ def test_private_run_charges_the_planned_epsilon_at_every_site(tmp_path):
     result = pcnvx_adap(federation(tmp_path, splits=(7, 14), epsilon_cap=3.0),
                         SAMPLE.public_features, SAMPLE.public_labels, hyper=hyper,
                         bounds=DataBounds(2.0, 2.0, 2.0), epsilon=2.0, delta=1e-5,
-                        iterations=20)
+                        iterations=20, **PLAN)
     assert len(result.privacy) == 3
     for spent in result.privacy.values():
         assert spent.job.epsilon <= 2.0
@@ -194,7 +198,7 @@ def test_paper_calibration_uses_the_sigmas_of_lines_2_and_3(tmp_path):
     result = pcnvx_adap(federation(tmp_path, epsilon_cap=20.0), SAMPLE.public_features,
                         SAMPLE.public_labels, hyper=ReweightingHyperparameters(alpha=0.5),
                         bounds=bounds, epsilon=1.0, delta=1e-3, iterations=5,
-                        calibration="paper")
+                        **{**PLAN, "calibration": "paper"})
     z = 2 * math.sqrt(5 * math.log(2 / 1e-3)) / 1.0
     assert result.noise_plan.noise_multiplier == pytest.approx(z)
     (w_block, _, _), (u_block,) = (result.noise_plan.mechanism.blocks,
@@ -221,15 +225,25 @@ def test_paper_step_sizes_follow_line_4_without_noise():
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"iterations": 0}, "iterations"),
     ({"step_sizes": "fast"}, "step_sizes"),
     ({"hyper": ReweightingHyperparameters(alpha=0.5, kinf=0.1)}, "mu"),
 ])
 def test_bad_arguments_are_refused_before_any_query(tmp_path, options, message):
-    arguments = {"hyper": ReweightingHyperparameters(alpha=0.5), "iterations": 5, **options}
+    arguments = {"hyper": ReweightingHyperparameters(alpha=0.5), "iterations": 5, **PLAN,
+                 **options}
     fed = federation(tmp_path)
     with pytest.raises(ValueError, match=message):
         cnvx_adap(fed, SAMPLE.public_features, SAMPLE.public_labels, bounds=BOUNDS, **arguments)
+    assert all(not p.mechanisms for p in fed.privacy_spent().values())
+
+
+def test_zero_iterations_are_refused_before_any_query(tmp_path):
+    fed = federation(tmp_path)
+    model = PCnvxAdap(alpha=0.5, epsilon=math.inf, delta=0.0, iterations=0,
+                      feature_norm=BOUNDS.feature_norm, label_bound=BOUNDS.label_bound,
+                      radius=BOUNDS.radius)
+    with pytest.raises(ValueError, match="iterations"):
+        model.fit(fed, (SAMPLE.public_features, SAMPLE.public_labels))
     assert all(not p.mechanisms for p in fed.privacy_spent().values())
 
 
@@ -237,7 +251,7 @@ def test_without_weight_noise_the_release_has_three_blocks_and_meets_epsilon(tmp
     hyper = ReweightingHyperparameters(alpha=0.5, k1=0.02, k2=0.05)
     result = pcnvx_adap(federation(tmp_path, epsilon_cap=3.0), SAMPLE.public_features,
                         SAMPLE.public_labels, hyper=hyper, bounds=DataBounds(2.0, 2.0, 2.0),
-                        epsilon=2.0, delta=1e-5, iterations=10, weight_noise=False)
+                        epsilon=2.0, delta=1e-5, iterations=10, weight_noise=False, **PLAN)
     for spent in result.privacy.values():
         assert spent.job.epsilon == pytest.approx(2.0, rel=2e-3) and spent.job.epsilon <= 2.0
         assert all((len(m.blocks), len(m.local_blocks)) == (3, 0) for m in spent.mechanisms)

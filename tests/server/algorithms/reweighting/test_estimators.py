@@ -26,6 +26,9 @@ DATASETS = [synthetic_dataset(60 + 10 * k, DIM, seed=k) for k in range(2)]
 PUBLIC = synthetic_dataset(80, DIM, seed=42)
 BOUNDS = dict(feature_norm=1.0, label_bound=1.0, radius=4.0)
 RUN = dict(epsilon=3.0, delta=1e-5, iterations=12, step_scale=2.0)
+# The plan settings the estimators default, which the solvers take explicitly.
+PLAN = {name: PCnvxAdap.parameter_defaults()[name] for name in
+        ("step_scale", "step_distance", "calibration", "aggregate_noise_ratio", "chain")}
 # The solver functions' own plan (the estimators' earlier defaults), spelt out
 # so that an estimator runs exactly what the function runs.
 FUNCTION_PLAN = dict(warm_start=False, clip_radius=None, step_sizes="curvature",
@@ -44,7 +47,7 @@ def test_pcnvx_adap_estimator_equals_the_function_at_a_fixed_noise_seed(federati
     penalties = dict(k1=0.01, k2=0.02, kinf=0.01, mu=50.0, discrepancy=0.05)
     expected = pcnvx_adap(federation("function"), PUBLIC.features, PUBLIC.labels,
                           hyper=ReweightingHyperparameters(alpha=0.4, **penalties),
-                          bounds=DataBounds(**BOUNDS), **RUN)
+                          bounds=DataBounds(**BOUNDS), **{**PLAN, **RUN})
     model = PCnvxAdap(alpha=0.4, **penalties, **BOUNDS, **RUN, **FUNCTION_PLAN)
     assert model.fit(federation("estimator"), PUBLIC) is model
     np.testing.assert_array_equal(model.coef_, expected.weights)
@@ -65,7 +68,8 @@ def test_pncnvx_adap_estimator_equals_the_function_with_its_seed(federation):
     expected = pncnvx_adap(
         federation("function"), PUBLIC.features, PUBLIC.labels,
         hyper=ReweightingHyperparameters(alpha=0.5, k1=0.01, k2=0.01, kinf=0.01, mu=100.0),
-        bounds=DataBounds(**BOUNDS), seed=3, weight_noise=False, **RUN)
+        bounds=DataBounds(**BOUNDS), loss=PNCnvxAdap.parameter_defaults()["loss"], seed=3,
+        weight_noise=False, **{**PLAN, **RUN})
     model = PNCnvxAdap(alpha=0.5, seed=3, return_average=False,
                        **penalties, **BOUNDS, **RUN, **{**FUNCTION_PLAN, "weight_noise": False})
     model.fit(federation("estimator"), (PUBLIC.features, PUBLIC.labels))  # a pair works too
@@ -132,7 +136,7 @@ def test_the_default_plan_is_the_function_with_the_public_rules_spelt_out(federa
     expected = pcnvx_adap(federation("function"), PUBLIC.features, PUBLIC.labels, hyper=hyper,
                           bounds=replace(bounds, clip_radius=clip), epsilon=3.0, delta=1e-5,
                           iterations=iterations, step_sizes="noise_aware", weight_noise=False,
-                          initial_weights=warm)
+                          initial_weights=warm, **PLAN)
     model = PCnvxAdap(alpha=0.4, epsilon=3.0, delta=1e-5, **BOUNDS)
     model.fit(federation("estimator"), PUBLIC)
     np.testing.assert_array_equal(model.coef_, expected.weights)
@@ -162,9 +166,9 @@ def test_the_smooth_noise_aware_step_is_a_public_plan_choice(federation):
                           bounds=replace(DataBounds(**BOUNDS), clip_radius=smooth.clip_radius_),
                           epsilon=3.0, delta=1e-5, iterations=smooth.iterations_,
                           step_sizes="noise_aware_smooth", weight_noise=False,
-                          initial_weights=warm)
+                          initial_weights=warm, **PLAN)
     np.testing.assert_array_equal(smooth.coef_, expected.weights)
     with pytest.raises(ValueError, match="noise_aware_smooth"):
         pcnvx_adap(federation("refused"), PUBLIC.features, PUBLIC.labels,
                    hyper=ReweightingHyperparameters(alpha=0.4), bounds=DataBounds(**BOUNDS),
-                   epsilon=3.0, delta=1e-5, iterations=2, step_sizes="smooth")
+                   epsilon=3.0, delta=1e-5, iterations=2, step_sizes="smooth", **PLAN)

@@ -14,6 +14,7 @@ from privadapt.client.site import Site
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.noise.floating import SeededRandomBits
 from privadapt.server.algorithms.reweighting.descent import DataBounds, StepSizes
+from privadapt.server.algorithms.reweighting.estimators import PNCnvxAdap
 from privadapt.server.algorithms.reweighting.ncnvx_adap import (
     ncnvx_adap,
     pncnvx_adap,
@@ -48,6 +49,10 @@ def shifted_classification(seed=2):
 SAMPLE = shifted_classification()
 LOWER = weight_lower_bounds(M, N, HYPER.alpha)
 STEPS = StepSizes(2.0, 0.5 * LOWER[0] ** 3, 0.5 * LOWER[-1] ** 3)
+# The settings PNCnvxAdap defaults, which the solver takes explicitly.
+PLAN = {name: PNCnvxAdap.parameter_defaults()[name] for name in
+        ("loss", "seed", "step_scale", "step_distance", "calibration", "aggregate_noise_ratio",
+         "chain")}
 
 
 def federation(tmp_path, epsilon_cap=math.inf, tag="f"):
@@ -64,7 +69,7 @@ def federation(tmp_path, epsilon_cap=math.inf, tag="f"):
 
 
 def run(fed, **options):
-    options.setdefault("step_sizes", STEPS)
+    options = {"step_sizes": STEPS, **PLAN, **options}
     return ncnvx_adap(fed, SAMPLE.public_features, SAMPLE.public_labels, hyper=HYPER,
                       bounds=BOUNDS, **options)
 
@@ -110,7 +115,7 @@ def test_returned_iterate_is_drawn_uniformly_and_reproducibly_from_the_seed(tmp_
 def test_private_run_charges_the_planned_epsilon_at_every_site(tmp_path):
     result = pncnvx_adap(federation(tmp_path, epsilon_cap=2.0), SAMPLE.public_features,
                          SAMPLE.public_labels, hyper=HYPER, bounds=BOUNDS, epsilon=1.0,
-                         delta=1e-5, iterations=15, seed=1)
+                         delta=1e-5, iterations=15, **{**PLAN, "seed": 1})
     for spent in result.privacy.values():
         assert spent.job.epsilon <= 1.0
         assert spent.job.epsilon == pytest.approx(1.0, rel=2e-3)
@@ -135,9 +140,11 @@ def test_paper_step_one_over_beta_leaves_the_weights_nearly_frozen(tmp_path):
 
 
 def test_j_needs_a_finite_mu(tmp_path):
+    model = PNCnvxAdap(alpha=0.5, mu=math.inf, epsilon=math.inf, delta=0.0, iterations=3,
+                       feature_norm=BOUNDS.feature_norm, label_bound=BOUNDS.label_bound,
+                       radius=BOUNDS.radius)
     with pytest.raises(ValueError, match="mu"):
-        ncnvx_adap(federation(tmp_path), SAMPLE.public_features, SAMPLE.public_labels,
-                   hyper=ReweightingHyperparameters(alpha=0.5), bounds=BOUNDS, iterations=3)
+        model.fit(federation(tmp_path), (SAMPLE.public_features, SAMPLE.public_labels))
 
 
 def test_softmax_cross_entropy_enters_beta_through_its_own_g_b_and_r_squared_over_two():

@@ -26,6 +26,7 @@ from privadapt.common.noise.floating import SeededRandomBits
 from privadapt.common.numerics.geometry import clip_rows_to_norm
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
 from privadapt.server.algorithms.reweighting.descent import DataBounds, StepSizes
+from privadapt.server.algorithms.reweighting.estimators import PNCnvxAdap
 from privadapt.server.algorithms.reweighting.ncnvx_adap import ncnvx_adap, pncnvx_adap
 from privadapt.server.algorithms.reweighting.objectives import (
     AdaptationSample,
@@ -65,6 +66,9 @@ r = 3). Returns (sample, test set)."""
 SAMPLE, TEST = covariate_shift()
 LOWER = weight_lower_bounds(M, N, HYPER.alpha)
 STEPS = StepSizes(0.2, 0.5 * LOWER[0] ** 3, 0.5 * LOWER[-1] ** 3)
+# The plan settings PNCnvxAdap defaults, which the solver takes explicitly.
+PLAN = {name: PNCnvxAdap.parameter_defaults()[name] for name in
+        ("step_scale", "step_distance", "calibration", "aggregate_noise_ratio", "chain")}
 
 
 def federation(tmp_path, sample=SAMPLE, labels=None, epsilon_cap=math.inf, tag="f"):
@@ -83,7 +87,7 @@ def federation(tmp_path, sample=SAMPLE, labels=None, epsilon_cap=math.inf, tag="
 
 def run(fed, sample=SAMPLE, bounds=BOUNDS, loss=SOFTMAX, **options):
     return ncnvx_adap(fed, sample.public_features, sample.public_labels, hyper=HYPER,
-                      bounds=bounds, loss=loss, **options)
+                      bounds=bounds, loss=loss, **{"seed": None, **PLAN, **options})
 
 
 # The constants (common/losses.py), from the clip bounds alone.
@@ -198,7 +202,7 @@ def test_pncnvx_adap_at_infinite_epsilon_is_ncnvx_adap(tmp_path):
     plain = run(federation(tmp_path, tag="a"), iterations=25, seed=4)
     private = pncnvx_adap(federation(tmp_path, tag="b"), SAMPLE.public_features,
                           SAMPLE.public_labels, hyper=HYPER, bounds=BOUNDS, loss=SOFTMAX,
-                          epsilon=math.inf, delta=0.0, iterations=25, seed=4)
+                          epsilon=math.inf, delta=0.0, iterations=25, seed=4, **PLAN)
     assert private.output_iteration == plain.output_iteration
     np.testing.assert_array_equal(private.weights, plain.weights)
     np.testing.assert_array_equal(private.last_weights, plain.last_weights)
@@ -207,7 +211,7 @@ def test_pncnvx_adap_at_infinite_epsilon_is_ncnvx_adap(tmp_path):
 def test_private_run_charges_the_planned_epsilon_with_the_softmax_sensitivities(tmp_path):
     result = pncnvx_adap(federation(tmp_path, epsilon_cap=2.0), SAMPLE.public_features,
                          SAMPLE.public_labels, hyper=HYPER, bounds=BOUNDS, loss=SOFTMAX,
-                         epsilon=1.0, delta=1e-5, iterations=10, seed=1)
+                         epsilon=1.0, delta=1e-5, iterations=10, seed=1, **PLAN)
     for spent in result.privacy.values():
         assert spent.job.epsilon <= 1.0
         assert spent.job.epsilon == pytest.approx(1.0, rel=2e-3)
@@ -234,7 +238,8 @@ def test_a_private_label_that_is_no_class_index_is_no_refusal(tmp_path, bad_labe
             labels[25] = bad_label  # at the second site
         fed = federation(tmp_path, labels=labels, epsilon_cap=5.0, tag=name)
         pncnvx_adap(fed, SAMPLE.public_features, SAMPLE.public_labels, hyper=HYPER,
-                    bounds=BOUNDS, loss=SOFTMAX, epsilon=1.0, delta=1e-5, iterations=3)
+                    bounds=BOUNDS, loss=SOFTMAX, epsilon=1.0, delta=1e-5, iterations=3,
+                    seed=None, **PLAN)
         charges.append(fed.privacy_spent(1e-5)[f"{name}-1"].mechanisms)
     assert charges[0] and charges[0] == charges[1]
 
@@ -243,7 +248,7 @@ def test_public_labels_that_are_not_class_indices_are_refused(tmp_path):
     with pytest.raises(ValueError, match="class indices"):
         ncnvx_adap(federation(tmp_path), SAMPLE.public_features,
                    np.full(M, float(CLASSES)), hyper=HYPER, bounds=BOUNDS, loss=SOFTMAX,
-                   iterations=2)
+                   iterations=2, seed=None, **PLAN)
 
 
 def test_num_classes_is_validated():

@@ -12,7 +12,7 @@ import pytest
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import QueryRefusedError
-from privadapt.common.mechanisms import GaussianMechanism, LaplaceMechanism
+from privadapt.common.mechanisms import Adjacency, GaussianMechanism, LaplaceMechanism
 from privadapt.common.numerics.geometry import clip_rows_to_norm
 from privadapt.server.algorithms.source_target_clustering.estimators import NoisyAverageSet
 from privadapt.server.algorithms.source_target_clustering.nas import (
@@ -39,10 +39,14 @@ def federation(**options) -> LocalFederation:
     return LocalFederation.from_datasets(datasets, delta_cap=1e-5, noise_seed=2,
                                          adjacency="add_remove_one", **options)
 
+# The estimator's defaults, which the solver takes explicitly.
+SETTINGS = {"rho": None, "calibration": "accountant", "adjacency": Adjacency.ADD_REMOVE_ONE}
+
 
 def test_without_noise_s_prime_is_the_union_of_each_sites_averages():
     with federation(epsilon_cap=math.inf, allow_non_private=True) as fed:
-        result, plan = nas_sanitize(fed, TARGET[:10], t=5, epsilon=math.inf)
+        result, plan = nas_sanitize(fed, TARGET[:10], t=5, variant="laplace", epsilon=math.inf,
+                                    **SETTINGS)
     expected = []
     for part in SOURCE:
         squared = ((part[None] - TARGET[:10, None]) ** 2).sum(axis=2)
@@ -83,7 +87,7 @@ def test_approximate_laplace_is_one_release_per_target_within_epsilon_at_delta()
     targets = TARGET[:20]
     with federation() as fed:
         result, plan = nas_sanitize(fed, targets, t=10, variant="laplace_approximate",
-                                    epsilon=3.0, delta=1e-6)
+                                    epsilon=3.0, delta=1e-6, **SETTINGS)
         privacy = fed.privacy_spent(delta=1e-6)
     eps0 = advanced_composition_epsilon(3.0, 20, 1e-6)
     assert plan.releases == 20

@@ -12,7 +12,7 @@ from scipy import stats
 
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.data.dataset import Dataset
-from privadapt.common.mechanisms import GaussianMechanism, LaplaceMechanism
+from privadapt.common.mechanisms import Adjacency, GaussianMechanism, LaplaceMechanism
 from privadapt.common.numerics.geometry import clip_rows_to_norm
 from privadapt.server.algorithms.base import InvalidParameterError
 from privadapt.server.algorithms.source_target_clustering import stc_cost
@@ -39,10 +39,14 @@ def federation(parts: list[np.ndarray], **options) -> LocalFederation:
 SOURCE = [_points(1, 60, 0.1), _points(2, 50, -0.1), _points(3, 40, 0.2)]
 TARGET = _points(4, 150, 0.0)
 
+# The estimator's defaults, which the solver takes explicitly.
+LAPLACE = {"noise": "laplace", "rho": None, "gamma": 0.05, "calibration": "accountant",
+           "adjacency": Adjacency.ADD_REMOVE_ONE}
+
 
 def test_without_noise_nna_returns_exactly_the_per_cell_means():
     with federation(SOURCE, epsilon_cap=math.inf, allow_non_private=True) as fed:
-        result = nna_sanitize(fed, TARGET[:30], epsilon=math.inf)
+        result = nna_sanitize(fed, TARGET[:30], epsilon=math.inf, **LAPLACE)
     source = np.vstack(SOURCE)
     cells = np.argmin(pairwise_distances(source, TARGET[:30]), axis=1)
     expected = [source[cells == x].mean(axis=0) for x in range(30) if np.any(cells == x)]
@@ -103,8 +107,8 @@ def test_the_secure_sum_noise_is_laplace_of_the_planned_scale():
     targets = TARGET[:100]
     with federation(SOURCE, epsilon_cap=100.0) as fed, \
             federation(SOURCE, epsilon_cap=math.inf, allow_non_private=True) as exact:
-        truth = nna_sanitize(exact, targets, epsilon=math.inf)
-        noisy = [nna_sanitize(fed, targets, epsilon=3.0) for _ in range(4)]
+        truth = nna_sanitize(exact, targets, epsilon=math.inf, **LAPLACE)
+        noisy = [nna_sanitize(fed, targets, epsilon=3.0, **LAPLACE) for _ in range(4)]
     scale = noisy[0].mechanism.scale
     errors = np.concatenate([r.noisy_counts - truth.noisy_counts for r in noisy])
     assert stats.kstest(errors, stats.laplace(scale=scale).cdf).pvalue > 0.01
