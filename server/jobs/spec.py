@@ -51,6 +51,7 @@ from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire.messages import params_from_proto, params_to_proto
 from privadapt.server.algorithms.base import (
     CALIBRATION,
+    CALIBRATION_PARAMETER,
     CALIBRATIONS,
     EPSILON,
     Constraints,
@@ -101,7 +102,7 @@ def job_spec_from_toml(path: str | Path, overrides: Sequence[str] = (),
                                           "collusion_tolerance", source),
         min_participants=_non_negative(values.get("min_participants", 0),
                                        "min_participants", source),
-        calibration=values.get("calibration", "accountant"),
+        calibration=values.get("calibration", CALIBRATION_PARAMETER.default),
         allow_large_delta=values.get("allow_large_delta", False),
     )
     if "seed" in values:
