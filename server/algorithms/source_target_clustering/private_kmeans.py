@@ -41,7 +41,7 @@ COUNT = [Interval(int, 1, math.inf, closed="left")]
 SEED = [Interval(int, 0, math.inf, closed="left"), None]
 
 
-class ClusteringBaseline(PrivateEstimator):
+class _ClusteringBaseline(PrivateEstimator):
     """The hyperparameters seed 001's private stand-ins for S share (DP Lloyd
     here, the mixture sampler beside it): ``iterations`` releases at exactly
     one budget, ``epsilon`` (pure DP, Laplace) or ``rho`` (zCDP, Gaussian),
@@ -66,7 +66,7 @@ class ClusteringBaseline(PrivateEstimator):
                 "leave 'rho' out of its hyperparameters)")
 
 
-class PrivateLloydKMeans(ClusteringBaseline):
+class PrivateLloydKMeans(_ClusteringBaseline):
     """DP Lloyd k-means (Su et al. 2016) on the federation's records, clipped to
     ||x|| <= ``clip_norm``: ``iterations`` secure-sum releases of per-centre
     counts and sums, at ``epsilon`` / ``iterations`` each (Laplace, pure DP)

@@ -19,14 +19,14 @@ from privadapt.server.algorithms.base import (
 from privadapt.server.algorithms.source_target_clustering.private_kmeans import (
     COUNT,
     SHARE,
-    ClusteringBaseline,
+    _ClusteringBaseline,
 )
 from privadapt.server.algorithms.source_target_clustering.private_mixture import (
     private_gaussian_mixture,
 )
 
 
-class PrivateGaussianMixtureSampler(ClusteringBaseline):
+class PrivateGaussianMixtureSampler(_ClusteringBaseline):
     """A diagonal Gaussian mixture of ``n_components`` fitted to the
     federation's records (clipped to ``clip_norm``) by hard-assignment DP EM
     in ``iterations`` releases (``epsilon`` / ``iterations`` each, Laplace,
