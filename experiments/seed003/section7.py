@@ -150,7 +150,7 @@ def one_run(n: int, seed: int, config: dict, federations: Federations) -> list[t
         for name, algorithm in (("noisy_fw", noisy_frank_wolfe),
                                 ("noisy_md", noisy_mirror_descent)):
             result = algorithm(single_holder(target, epsilon, seed), points, epsilon=epsilon,
-                               delta=delta, **common)
+                               delta=delta, calibration="accountant", **common)
             coef = weighted_ridge(points, labels, result.weights, RIDGE)
             spent = max(p.job.epsilon for p in result.privacy.values())
             if spent > epsilon:
