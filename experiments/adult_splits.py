@@ -29,7 +29,7 @@ same private size) and whose held-out target has at least M = 1000 records
 small enough that a gap of a few points is not test noise).
 
 The table (experiments/results/adult_splits.csv, 5 shuffles) and its choice
-are in experiments/README.md.
+are in docs/explanation/demo.md.
 
 Run from the repository root:
     .venv/bin/python -m experiments.adult_splits [--shuffles 5] [--quick]

@@ -15,6 +15,7 @@ from the code:
   docstring;
 * ``api``: the Python API reference, one mkdocstrings block per name that
   ``import privadapt`` exports;
+* ``csv PATH``: a committed result table (an experiment's CSV) as a table;
 * ``file PATH``: a file of the repository as a code block (the wire contract).
 
 It also publishes the experiments' figures (``experiments/**/results/*.png``)
@@ -166,8 +167,10 @@ def _default_text(cls: type | None, field: str) -> str:
     for item in dataclasses.fields(cls):
         if item.name == field:
             if item.default is not dataclasses.MISSING:
-                value = item.default
-                return "none" if value is None else f"`{getattr(value, 'value', value)!s}`"
+                value = getattr(item.default, "value", item.default)  # an Enum's TOML value
+                if value is None:
+                    return "none"
+                return f"`{str(value).lower() if isinstance(value, bool) else value}`"
             return ""
     return ""
 
@@ -300,7 +303,31 @@ def _file(path: str | None) -> str:
     return f"```{language}\n{(ROOT / path).read_text().rstrip()}\n```\n"
 
 
+def _number(text: str) -> str:
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return text if text.lstrip("-").isdigit() else f"{value:.4g}"
+
+
+def _csv(path: str | None) -> str:
+    """A committed result table (CSV) as a Markdown table, numbers to four
+    significant digits: the page shows the figures the experiment wrote."""
+    import csv
+
+    if path is None:
+        raise ValueError("csv needs a path")
+    with (ROOT / path).open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    header, body = rows[0], rows[1:]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(_number(cell)) for cell in row) + " |" for row in body]
+    return f"`{path}`:\n\n" + "\n".join(lines) + "\n"
+
+
 GENERATORS: dict[str, Callable[[str | None], str]] = {
+    "csv": _csv,
     "cli": _cli,
     "config": _config,
     "hyperparameters": _hyperparameters,
