@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -113,6 +114,27 @@ def _daemon_help(main: Callable[[list[str]], int]) -> str:
 
 
 def _cli(program: str | None) -> str:
+    # argparse wraps its help at the terminal's width: fix it, so a build
+    # gives the same page wherever it runs.
+    with _environment(COLUMNS="100"):
+        return _cli_help(program)
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _cli_help(program: str | None) -> str:
     # The hook imports the package only when a page asks for it.
     if program == "privadapt":
         from privadapt.cli.main import _build_parser
@@ -193,7 +215,7 @@ def _layout_rows(layout: dict, cls: type | None, example: str,
             accepted, required = spec
             default = "required" if required else (_default_text(cls, field_of(section, key))
                                                    or "optional")
-            meaning = comments.get((section, key), "").replace("|", "\\|")
+            meaning = _cell(comments.get((section, key), ""))
             rows.append((section, key, _type_name(accepted), default, meaning))
     return rows
 
@@ -209,7 +231,7 @@ def _policy_rows() -> list[tuple[str, str, str, str, str]]:
                                                    or "optional")
             if key == "simulation":
                 default = "`false` in a file (`true` for a policy built in code)"
-            meaning = comments.get((section, key), "").replace("|", "\\|")
+            meaning = _cell(comments.get((section, key), ""))
             rows.append((section, key, expected, default, meaning))
     return rows
 
@@ -243,8 +265,16 @@ def _config(name: str | None) -> str:
 
 # ---- jobs and kernels ------------------------------------------------------
 
+def _roles(text: str) -> str:
+    """Sphinx roles (``:class:`Name```) as Markdown code."""
+    return re.sub(r":(?:class|func|meth|data|mod|attr):`~?\.?([^`]+)`", r"`\1`", text)
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    """Text from a docstring or the code, safe in a Markdown table cell: no
+    column break, no HTML tag (``<s, g>``), no emphasis, Sphinx roles read."""
+    return (_roles(text).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+            .replace("*", "\\*"))
 
 
 def _hyperparameters(_: str | None) -> str:
@@ -254,7 +284,7 @@ def _hyperparameters(_: str | None) -> str:
     parts = []
     for algorithm, estimator in ALGORITHMS.items():
         schema = job_schema(estimator)
-        summary = (estimator.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        summary = _roles(" ".join((estimator.__doc__ or "").strip().split("\n\n")[0].split()))
         lines = [f"### `{algorithm}`", "",
                  f"Estimator `{estimator.__module__}.{estimator.__name__}`. {summary}", "",
                  "| hyperparameter | required / default | accepted values |", "|---|---|---|"]
