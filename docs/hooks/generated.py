@@ -84,6 +84,12 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     return MARKER.sub(replace, markdown)
 
 
+def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
+    """Docstrings cross-reference in Sphinx's roles (``:class:`NoisyGD```),
+    which mkdocstrings leaves as text before the code: keep the code."""
+    return re.sub(r":(?:class|func|meth|mod|data|attr|exc):\s*(<code>)", r"\1", html)
+
+
 # ---- command line ---------------------------------------------------------
 
 def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
