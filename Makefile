@@ -64,7 +64,7 @@ $(DOCS_STAMP): $(STAMP)
 	@touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
-	@$(BIN)/mkdocs build --strict --quiet
+	@NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info site

@@ -58,7 +58,8 @@ def test_the_tutorial_names_each_demo_algorithm_and_epsilon(demo_jobs):
 def test_the_tutorial_states_the_simulated_sites_policy():
     policy = site_policy("site-1", 3)
     page = text(TUTORIAL)
-    assert f"a cap epsilon {written(policy.epsilon_cap)} at delta {written(policy.delta_cap)}" in page
+    cap, delta = written(policy.epsilon_cap), written(policy.delta_cap)
+    assert f"a cap epsilon {cap} at delta {delta}" in page
     assert f"`min_participants` {policy.min_participants}" in page
     assert f"clip norms up to {written(policy.max_clip_norm)}" in page
     assert f"their cap of {written(policy.epsilon_cap)} is reached" in page

@@ -11,8 +11,10 @@ import pytest
 from tests.paths import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
-DOCUMENTS = sorted([README, *REPO_ROOT.glob("docs/**/*.md"), *REPO_ROOT.glob("deploy/*.md"),
-                    *REPO_ROOT.glob("experiments/**/README.md")])
+# Every Markdown file of the repository (not the virtual environment, the built
+# site or other build output).
+DOCUMENTS = sorted(path for path in REPO_ROOT.rglob("*.md")
+                   if not {".venv", "site", "build"} & set(path.relative_to(REPO_ROOT).parts))
 OUTSIDE = re.compile(r"\.\./shared|/work/")
 TRACKER = re.compile(r"\b(issue|review|PR)\s*#?\d+", re.IGNORECASE)
 
