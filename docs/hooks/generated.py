@@ -16,6 +16,8 @@ from the code:
 * ``api``: the Python API reference, one mkdocstrings block per name that
   ``import privadapt`` exports;
 * ``csv PATH``: a committed result table (an experiment's CSV) as a table;
+* ``modules FOLDER``: the modules of a folder with their docstrings' first
+  paragraph (the project layout);
 * ``file PATH``: a file of the repository as a code block (the wire contract).
 
 It also publishes the experiments' figures (``experiments/**/results/*.png``)
@@ -332,6 +334,39 @@ def _api(_: str | None) -> str:
     return "\n".join(parts)
 
 
+# Module docstrings cite the papers' text files and the design notes by paths
+# outside the repository; a reader of the site has neither (the papers' page
+# names each paper by its title).
+_OUTSIDE = re.compile(r"[;,]?\s*(?:\.\./shared/\S*?|DESIGN\.md(?: section \d+)?)(?=[\s,;)]|$)")
+
+
+def _docstring_line(path: Path) -> str:
+    import ast
+
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    first = _OUTSIDE.sub("", " ".join(doc.split("\n\n")[0].split()))
+    first = re.sub(r"\(\s*[,;]?\s*\)", "", re.sub(r"\(\s*[,;]\s*", "(", first))
+    return _cell(first)
+
+
+def _modules(folder: str | None) -> str:
+    """The modules of ``folder`` and of each package in it, with the first
+    paragraph of each one's docstring."""
+    if folder is None:
+        raise ValueError("modules needs a folder")
+    root = ROOT / folder
+    lines = ["| module | what it holds |", "|---|---|"]
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "__init__.py" and path.parent == root:
+            continue
+        shown = path.relative_to(ROOT).as_posix()
+        if path.name == "__init__.py":
+            shown = f"**{path.parent.relative_to(ROOT).as_posix()}/**"
+        lines.append(f"| {shown if shown.startswith('**') else f'`{shown}`'} | "
+                     f"{_docstring_line(path)} |")
+    return "\n".join(lines) + "\n"
+
+
 def _file(path: str | None) -> str:
     if path is None:
         raise ValueError("file needs a path")
@@ -369,5 +404,6 @@ GENERATORS: dict[str, Callable[[str | None], str]] = {
     "hyperparameters": _hyperparameters,
     "kernels": _kernels,
     "api": _api,
+    "modules": _modules,
     "file": _file,
 }

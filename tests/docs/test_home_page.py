@@ -67,3 +67,13 @@ def test_one_click_from_home_leads_to_the_task(browser, link, command):
     article.find_element(By.LINK_TEXT, link).click()
     assert browser.find_element(By.TAG_NAME, "h1").text == link
     assert command in browser.find_element(By.CSS_SELECTOR, "article").text
+
+
+def test_no_built_page_names_a_folder_outside_the_repository():
+    """Generated parts too (docstrings, the layout's module table): a reader
+    of the site has nothing outside the repository."""
+    if not (SITE / "index.html").exists():
+        pytest.skip("no built site: run `make docs` first")
+    for page in SITE.rglob("*.html"):
+        text = page.read_text()
+        assert "../shared" not in text and "DESIGN.md" not in text, page
