@@ -35,9 +35,10 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mkdocs.structure.files import File, Files
+if TYPE_CHECKING:
+    from mkdocs.structure.files import Files
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^<!-- generated: (\S+)(?: (\S+))? -->$", re.MULTILINE)
@@ -63,12 +64,15 @@ def lay_out_package_view() -> None:
         (package / role).symlink_to(ROOT / role)
 
 
-# At import, when mkdocs loads this hook with its configuration: the python
-# handler reads its search paths before any event a hook could use.
-lay_out_package_view()
+def on_startup(command: str, dirty: bool) -> None:
+    # Before any plugin's on_config: the python handler reads its search paths
+    # there or earlier.
+    lay_out_package_view()
 
 
 def on_files(files: Files, config: Any) -> Files:
+    from mkdocs.structure.files import File
+
     for png in sorted(ROOT.glob("experiments/**/results/*.png")):
         relative = png.relative_to(ROOT / "experiments")
         uri = "figures/" + "/".join(part for part in relative.parts if part != "results")
@@ -166,22 +170,25 @@ def _cli_help(program: str | None) -> str:
 
 def _example_comments(example: Path) -> dict[tuple[str, str], str]:
     """``{(section, key): the comment block above it}`` in a commented example
-    (a commented-out ``# key = value`` line counts as the key)."""
+    (a commented-out ``# key = value`` line counts as the key; a comment at
+    the end of the key's line is used when no block stands above it)."""
     comments: dict[tuple[str, str], str] = {}
-    section, block = "", []
+    section, block, previous = "", [], ""
     for raw in example.read_text().splitlines():
         line = raw.strip()
         heading = re.fullmatch(r"\[+([^\]]+)\]+", line)
-        key = re.fullmatch(r"#?\s*([a-z_]+)\s*=\s*\S.*", line)
+        key = re.fullmatch(r"#?\s*([a-z_]+)\s*=\s*([^#]*?)\s*(?:#\s*(.*))?", line)
         if heading:
-            section, block = heading.group(1), []
-        elif key:
-            comments.setdefault((section, key.group(1)), " ".join(block))
-            block = []
+            section, block, previous = heading.group(1), [], ""
+        elif key and key.group(2):
+            # Keys on consecutive lines share the block above the first.
+            meaning = " ".join(block) or key.group(3) or previous
+            comments.setdefault((section, key.group(1)), meaning)
+            block, previous = [], meaning
         elif line.startswith("#"):
             block.append(line.lstrip("#").strip())
         else:
-            block = []
+            block, previous = [], ""
     return comments
 
 
@@ -214,9 +221,15 @@ def _config_table(rows: list[tuple[str, str, str, str, str]]) -> str:
 
 
 def _layout_rows(layout: dict, cls: type | None, example: str,
-                 field_of: Callable[[str, str], str] = lambda section, key: key
-                 ) -> list[tuple[str, str, str, str, str]]:
+                 field_of: Callable[[str, str], str] = lambda section, key: key,
+                 also: str | None = None) -> list[tuple[str, str, str, str, str]]:
+    """``also``: a second example whose comment explains a key the first
+    one leaves out (a federation file's coordinator keys are coordinator.toml's)."""
     comments = _example_comments(ROOT / "deploy" / example)
+    if also is not None:
+        for where, comment in _example_comments(ROOT / "deploy" / also).items():
+            if not comments.get(where):
+                comments[where] = comment
     rows = []
     for section, keys in layout.items():
         for key, spec in keys.items():
@@ -267,7 +280,8 @@ def _config(name: str | None) -> str:
         from privadapt.provisioning.provision import _COORDINATOR, _FEDERATION, _OPERATOR, _SITE
 
         layout = {**_FEDERATION, **_COORDINATOR, **_SITE, **_OPERATOR}
-        return _config_table(_layout_rows(layout, None, "federation.toml"))
+        return _config_table(_layout_rows(layout, None, "federation.toml",
+                                          also="coordinator.toml"))
     raise ValueError(f"no configuration file {name!r}")
 
 
