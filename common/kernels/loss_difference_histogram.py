@@ -52,14 +52,10 @@ from privadapt.common.kernels.base import (
     register,
     wire_values,
 )
-from privadapt.common.kernels.validation_loss import (
-    MAX_CANDIDATES,
-    MAX_SCORED_COLUMNS,
-    loss_differences,
-)
-from privadapt.common.losses import LOSSES, SOFTMAX_CROSS_ENTROPY, Loss
+from privadapt.common.kernels.validation_loss import checked_candidates, loss_differences
+from privadapt.common.losses import Loss
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.validation import check_finite_array, check_one_of, frozen_value
+from privadapt.common.validation import check_finite_array, frozen_value
 
 #: The most bins per candidate: each bin's noise adds to a tail count, so a
 #: useful histogram has a few; a bound keeps a coordinator from asking for a
@@ -79,19 +75,7 @@ class LossDifferenceHistogramParams(KernelParams):
     edges: np.ndarray
 
     def __post_init__(self) -> None:
-        check_one_of("parameter 'loss'", self.loss, LOSSES)
-        shape = (None, None, None) if self.loss == SOFTMAX_CROSS_ENTROPY else (None, None)
-        candidates = check_finite_array("parameter 'candidates'", self.candidates, shape)
-        if candidates.shape[0] < 1 or candidates.shape[1] < 1:
-            raise ValueError(f"parameter 'candidates' must hold at least one model of at least "
-                             f"one feature, got shape {candidates.shape}")
-        if candidates.ndim == 3 and candidates.shape[2] < 2:
-            raise ValueError(f"parameter 'candidates' must have C >= 2 classes for the softmax "
-                             f"cross-entropy, got shape {candidates.shape}")
-        columns = candidates.shape[0] * (candidates.shape[2] if candidates.ndim == 3 else 1)
-        if candidates.shape[0] > MAX_CANDIDATES or columns > MAX_SCORED_COLUMNS:
-            raise ValueError(f"parameter 'candidates' holds {candidates.shape[0]} models of "
-                             f"{columns} scored columns, more than a site scores in one query")
+        candidates = checked_candidates(self.candidates, self.loss)
         reference = check_finite_array("parameter 'reference'", self.reference,
                                        candidates.shape[1:])
         edges = check_finite_array("parameter 'edges'", self.edges,

@@ -157,23 +157,7 @@ class ValidationLossParams(KernelParams):
     reference: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        check_one_of("parameter 'loss'", self.loss, LOSSES)
-        shape = (None, None, None) if self.loss == SOFTMAX_CROSS_ENTROPY else (None, None)
-        candidates = check_finite_array("parameter 'candidates'", self.candidates, shape)
-        if candidates.shape[0] < 1 or candidates.shape[1] < 1:
-            raise ValueError(f"parameter 'candidates' must hold at least one model of at least "
-                             f"one feature, got shape {candidates.shape}")
-        if candidates.shape[0] > MAX_CANDIDATES:
-            raise ValueError(f"parameter 'candidates' holds {candidates.shape[0]} models, more "
-                             f"than the {MAX_CANDIDATES} a site scores in one query")
-        if candidates.ndim == 3 and candidates.shape[2] < 2:
-            raise ValueError(f"parameter 'candidates' must have C >= 2 classes for the softmax "
-                             f"cross-entropy, got shape {candidates.shape}")
-        columns = candidates.shape[0] * (candidates.shape[2] if candidates.ndim == 3 else 1)
-        if columns > MAX_SCORED_COLUMNS:
-            raise ValueError(f"parameter 'candidates' asks for {columns} scored columns (models "
-                             f"times classes), more than the {MAX_SCORED_COLUMNS} a site scores "
-                             "in one query")
+        candidates = checked_candidates(self.candidates, self.loss)
         self.candidates = readonly(candidates)
         self.loss_bound = _checked_loss_bound(self.loss_bound, candidates.shape[0])
         if self.score_offsets is not None:
@@ -234,6 +218,31 @@ class ValidationLossParams(KernelParams):
     def max_offset(self) -> float:
         """max_k |o_k| (0 without offsets)."""
         return 0.0 if self.score_offsets is None else float(np.abs(self.score_offsets).max())
+
+
+def checked_candidates(value: Any, loss: str) -> np.ndarray:
+    """K linear models for ``loss`` as a float64 array, (K, d) or (K, d, C)
+    with C >= 2 for the softmax, within the site's limits on K and on the
+    scored columns K C; ``ValueError`` naming the parameter otherwise (and
+    for an unknown ``loss``)."""
+    check_one_of("parameter 'loss'", loss, LOSSES)
+    shape = (None, None, None) if loss == SOFTMAX_CROSS_ENTROPY else (None, None)
+    candidates = check_finite_array("parameter 'candidates'", value, shape)
+    if candidates.shape[0] < 1 or candidates.shape[1] < 1:
+        raise ValueError(f"parameter 'candidates' must hold at least one model of at least "
+                         f"one feature, got shape {candidates.shape}")
+    if candidates.shape[0] > MAX_CANDIDATES:
+        raise ValueError(f"parameter 'candidates' holds {candidates.shape[0]} models, more "
+                         f"than the {MAX_CANDIDATES} a site scores in one query")
+    if candidates.ndim == 3 and candidates.shape[2] < 2:
+        raise ValueError(f"parameter 'candidates' must have C >= 2 classes for the softmax "
+                         f"cross-entropy, got shape {candidates.shape}")
+    columns = candidates.shape[0] * (candidates.shape[2] if candidates.ndim == 3 else 1)
+    if columns > MAX_SCORED_COLUMNS:
+        raise ValueError(f"parameter 'candidates' asks for {columns} scored columns (models "
+                         f"times classes), more than the {MAX_SCORED_COLUMNS} a site scores "
+                         "in one query")
+    return candidates
 
 
 def _checked_loss_bound(value: Any, num_candidates: int) -> float | np.ndarray:
