@@ -324,7 +324,8 @@ def paired_terms(
 
 @register
 class ValidationLoss(Kernel):
-    """(sum_i min(l(w_k; x_i, y_i), L))_k for K candidates: one block of shape (K,)."""
+    """(sum_i min(l(w_k; x_i, y_i), L))_k for K candidates, or with a reference
+    the normalised paired differences (module docstring): one block of shape (K,)."""
 
     name = "validation_loss"
     Params = ValidationLossParams
