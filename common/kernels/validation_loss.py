@@ -378,6 +378,8 @@ class ValidationLoss(Kernel):
     def compute(
         self, data: Dataset, params: ValidationLossParams, state: MutableMapping[str, Any]
     ) -> tuple[np.ndarray]:
+        if params.paired:
+            return (self._paired_sums(data, params),)
         # Exact. Column k is summed on the grid of its own bound,
         # 2^-84 of top_k (the least power of two >= L_k), as one exact sum:
         # dividing the column by top_k (a power of two) puts every column on
@@ -386,8 +388,6 @@ class ValidationLoss(Kernel):
         # the correctly rounded total times top_k is exact. One sum for all K
         # columns costs what one bound did; a sum per distinct bound cost
         # 5.7x as much at K = 4,096. Columns of bound 0 are 0.
-        if params.paired:
-            return (self._paired_sums(data, params),)
         bounds = params.bounds
         scored = bounds > 0
         tops = np.ones(params.num_candidates)

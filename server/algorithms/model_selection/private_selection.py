@@ -150,8 +150,11 @@ METHODS = ("auto", "secure_sum", "exponential")
 CLIP_RULES = ("private", "public")
 #: The public clips: this quantile of |l(w_k) - l(w_0)| on the public source.
 PUBLIC_CLIP_QUANTILE = 0.95
-#: No clip below this (a candidate equal to the reference has all differences 0).
+#: No clip below this (a candidate equal to the reference has all differences 0)
+#: and none above this (the histogram's largest edge, 64 times it, stays within
+#: the 2^200 a kernel accepts, whatever the public differences).
 MIN_DIFFERENCE_CLIP = 1e-6
+MAX_DIFFERENCE_CLIP = 2.0**190
 #: The private clips' histogram edges: each candidate's public clip times these
 #: (6 bins; one record moves two bins per candidate whatever their number, but
 #: every bin's noise adds to a tail count: GAIN_STUDY.md, 4.1 and 7).
@@ -223,7 +226,8 @@ def public_difference_clips(loss: Loss, candidates: np.ndarray, reference: np.nd
                             features: np.ndarray, labels: np.ndarray,
                             quantile: float = PUBLIC_CLIP_QUANTILE) -> np.ndarray:
     """C_k = the ``quantile`` quantile of |l(w_k) - l(w_0)| over the public
-    source's records (at least :data:`MIN_DIFFERENCE_CLIP`), one per
+    source's records (within [:data:`MIN_DIFFERENCE_CLIP`,
+    :data:`MAX_DIFFERENCE_CLIP`]), one per
     candidate: a function of public data only, so free, like the clipped
     loss's ``loss_bound="auto"``."""
     diff = np.abs(loss_differences(np.asarray(features, float), np.asarray(labels, float),
@@ -231,7 +235,7 @@ def public_difference_clips(loss: Loss, candidates: np.ndarray, reference: np.nd
                                    np.asarray(reference, float), loss))
     # An infinite difference is a difference above every finite clip.
     quantiles = np.quantile(np.minimum(diff, np.finfo(float).max), quantile, axis=0)
-    return np.maximum(quantiles, MIN_DIFFERENCE_CLIP)
+    return np.clip(quantiles, MIN_DIFFERENCE_CLIP, MAX_DIFFERENCE_CLIP)
 
 
 def clips_from_histogram(counts: np.ndarray, edges: np.ndarray, noise_std: float,

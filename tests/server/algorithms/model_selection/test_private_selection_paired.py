@@ -115,6 +115,9 @@ def test_public_clips_are_a_quantile_of_the_public_differences():
     np.testing.assert_allclose(clips, np.quantile(diff, 0.95, axis=0))
     same = public_difference_clips("squared", REFERENCE[None], REFERENCE, *PUBLIC)
     assert same[0] > 0  # a candidate equal to the reference: the floor, never 0
+    # Differences that overflow on the public records: a clip a kernel still accepts.
+    huge = public_difference_clips("squared", np.full((1, DIM), 1e200), REFERENCE, *PUBLIC)
+    assert huge[0] == 2.0**190
 
 
 # --- the releases -----------------------------------------------------------------------
