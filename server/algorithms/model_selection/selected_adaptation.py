@@ -487,8 +487,10 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         """weights (the delivered model), candidates (all K, source-only first),
         candidate_ids (each candidate's position in :data:`CANDIDATE_IDS`:
         the wire carries numbers, not names), best_index (into candidates) and
-        chosen_id (the delivered one's position in CANDIDATE_IDS), and the
-        noisy mean validation losses when they left the sites."""
+        chosen_id (the delivered one's position in CANDIDATE_IDS), the
+        noisy mean validation losses when they left the sites, and, when
+        nothing was released (``warning_``), selection_resolution: the
+        rho_sel that stopped the job (the result carries numbers only)."""
         self._check_is_fitted()
         ids = [CANDIDATE_IDS.index(n) for n in self.candidate_learners_]
         model = {"weights": self.coef_, "candidates": self.candidates_,
@@ -497,6 +499,8 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
                  "chosen_id": np.asarray(ids[self.best_index_], dtype=np.int64)}
         if self.noisy_losses_ is not None:
             model["noisy_losses"] = np.asarray(self.noisy_losses_, dtype=float)
+        if self.warning_ is not None:
+            model["selection_resolution"] = np.asarray(self.selection_resolution_, dtype=float)
         return model
 
 

@@ -120,6 +120,7 @@ def test_a_job_too_small_to_certify_releases_nothing_and_says_so():
     assert model.candidate_names_ == [SOURCE_ONLY, PUBLIC_CONSTANT]
     arrays = model.model_arrays()
     assert int(arrays["best_index"]) == 0 and "noisy_losses" not in arrays
+    assert float(arrays["selection_resolution"]) == model.selection_resolution_
 
 
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
