@@ -84,10 +84,12 @@ larger charged on a record part). The clips C_k (``clips``):
 * an array: K' public clips given by the caller.
 
 Privacy with a reference. z = the noise multiplier of ONE Gaussian release at
-(epsilon, delta). Two Gaussian releases at multipliers z_1, z_2 compose to
-exactly the Gaussian mechanism at multiplier z with 1 / z^2 = 1 / z_1^2 +
-1 / z_2^2 (Dong, Roth and Su 2022, Cor. 3.3: Gaussian DP composes as
-mu^2 = mu_1^2 + mu_2^2, mu = 1 / z); with z_1 = z / sqrt(h) and z_2 = z /
+(epsilon, delta). Two Gaussian releases at multipliers z_1, z_2 (each sigma_i
+= z_i times its own sensitivity, so each is mu_i = 1 / z_i Gaussian DP)
+compose, even when the second's parameters depend on the first's answer as
+the clips do here, to exactly the Gaussian mechanism at multiplier z with
+1 / z^2 = 1 / z_1^2 + 1 / z_2^2 (Dong, Roth and Su 2022, Cor. 3.3: Gaussian
+DP composes adaptively as mu^2 = mu_1^2 + mu_2^2); with z_1 = z / sqrt(h) and z_2 = z /
 sqrt(1 - h), 1 / z_1^2 + 1 / z_2^2 = (h + 1 - h) / z^2. So "private" clips
 spend exactly the (epsilon, delta) one release at z does, the claim of the
 secure-sum path above, and each site's ledger (which composes the two

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from privadapt import Dataset, LocalFederation
+from privadapt.common.accounting.calibration import ReleasePlan, noise_multiplier
 from privadapt.common.losses import loss_values
 from privadapt.common.mechanisms import Adjacency
 from privadapt.server.algorithms.joint_calibration import stand_in
@@ -19,6 +20,7 @@ from privadapt.server.algorithms.model_selection.private_selection import (
     EDGE_FACTORS,
     certifying_t,
     clips_from_histogram,
+    paired_multipliers,
     paired_resolution,
     private_selection,
     public_difference_clips,
@@ -121,6 +123,15 @@ def test_public_clips_are_a_quantile_of_the_public_differences():
 
 
 # --- the releases -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("share", [0.1, 0.3, 0.5])
+def test_the_two_multipliers_compose_to_the_one_of_a_single_release(share):
+    # Gaussian DP: 1 / z^2 = 1 / z_histogram^2 + 1 / z_paired^2, exactly.
+    histogram, paired = paired_multipliers(1.0, DELTA, "private", share)
+    single = noise_multiplier(1.0, DELTA, ReleasePlan(1))
+    assert histogram ** -2 + paired ** -2 == pytest.approx(single ** -2, rel=1e-12)
+    assert paired_multipliers(1.0, DELTA, "public", share) == (math.inf, single)
 
 
 @pytest.mark.parametrize("clips", ["private", "public"])
