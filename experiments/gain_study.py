@@ -242,16 +242,21 @@ def run_selected(row: Row, private, test, epsilon: float, split: int, seed: int)
     features, labels = validation_records(task, private, name)
     candidate_test = [model_scores(task, w, test)["loss"] for w in model.candidates_]
     candidate_acc = [model_scores(task, w, test)["accuracy"] for w in model.candidates_]
-    # The score the release used, noise-free, on the validation records it read.
+    # The clipped-loss score, noise-free, on the validation records it read
+    # (the paired score has no L: its clips are in detail["clips"]).
+    bound = math.inf if model.loss_bound_ is None else model.loss_bound_
     clipped = [float(np.mean(np.minimum(loss_values(task.loss, features @ w, labels),
-                                        model.loss_bound_))) for w in model.candidates_]
+                                        bound))) for w in model.candidates_]
     errors = [float(np.mean(np.where(features @ w >= 0, 1.0, -1.0) != labels))
               for w in model.candidates_] if task.loss == "logistic" else None
     source_losses = loss_values(task.loss, test[0] @ model.candidates_[0], test[1])
     detail = {
         "chosen": model.chosen_, "names": model.candidate_names_,
         "score": model.selection_score_, "loss_bound": model.loss_bound_,
-        "bite_source_only_test": float(np.mean(source_losses > model.loss_bound_)),
+        "bite_source_only_test": float(np.mean(source_losses > bound)),
+        "clips": None if getattr(model, "selection_clips_", None) is None
+        else list(map(float, model.selection_clips_)),
+        "warning": getattr(model, "warning_", None),
         "validation_records": int(model.num_validation_records_),
         "margin_per_record": float(model.margin_ / max(model.num_validation_records_, 1)),
         "noisy_scores": None if model.noisy_losses_ is None else list(map(float,
