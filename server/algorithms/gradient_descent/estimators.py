@@ -198,6 +198,9 @@ class NoisyGD(_ProjectedDescent):
                 "candidate 0 is the zero or source-only model); with a center give the "
                 "ball's radius as a number")
 
+    def needs_public_source(self) -> bool:
+        return isinstance(self.center, str) and self.center == SOURCE_ONLY
+
     def _center(self, public_source: PublicSource | None, dim: int) -> np.ndarray | None:
         """w_0 (None: the origin, the plain loop), from public data only."""
         name = type(self).__name__
