@@ -46,7 +46,7 @@ from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.algorithms.base import InvalidParameterError, PrivateEstimator
 from privadapt.server.coordinator.site_registry import SiteSession
 from privadapt.server.federation.planning import PlannedRelease
-from privadapt.server.jobs.catalog import ALGORITHMS, checked_at_launch, estimator_for
+from privadapt.server.jobs.catalog import checked_at_launch, estimator_for
 from privadapt.server.jobs.dry_run import plan_releases
 from privadapt.server.jobs.privacy_plan import SiteBudgetPreview, plan_lines, previews_for
 from privadapt.server.store import SiteRecord
@@ -209,10 +209,10 @@ def check_estimator(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
         estimator._validate_params(checked_at_launch(type(estimator), hyperparameters))
     except InvalidParameterError as err:
         raise ConfigError(f"job: {err}") from None
-    if ALGORITHMS[spec.algorithm].requires_public_source and not has_public_source:
-        raise ConfigError(f"job: {spec.algorithm} needs the public source sample, and this "
-                          "coordinator has none: set [coordinator] public_source in its "
-                          "configuration")
+    if estimator.needs_public_source() and not has_public_source:
+        raise ConfigError(f"job: {spec.algorithm} needs the public source sample (as its "
+                          "hyperparameters are set), and this coordinator has none: set "
+                          "[coordinator] public_source in its configuration")
     return estimator
 
 
