@@ -91,7 +91,7 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     calibration's factor, 1 under "basic"),
     ``loss_bounds_``, ``penalties_``, ``learners_`` (the fitted clones: K,
     or the one trained offset model),
-    ``method_``, ``noisy_sums_`` (secure sum only), ``train_privacy_`` and
+    ``method_``, ``noisy_sums_`` and ``noise_stds_`` (secure sum only), ``train_privacy_`` and
     ``privacy_`` (each site's ledgers for S1 and S2)."""
 
     learner: PrivateEstimator = hyperparameter([InstanceOf(PrivateEstimator)])
@@ -192,6 +192,7 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
         self.learners_ = result.learners
         self.method_ = result.method
         self.noisy_sums_ = result.noisy_sums
+        self.noise_stds_ = result.noise_stds
         self.train_privacy_ = result.train_privacy
         self.privacy_ = result.validation_privacy
         self.n_features_in_ = result.candidates.shape[1]
