@@ -46,6 +46,7 @@ from privadapt.server.algorithms.base import (
     require_public_arrays,
 )
 from privadapt.server.algorithms.linear_model import LinearModelMixin
+from privadapt.server.algorithms.model_selection.grid_selection import SCORES
 from privadapt.server.algorithms.model_selection.private_grid_search import (
     GRID_LOSSES,
     private_grid_search,
@@ -72,7 +73,10 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     the source-only model, module docstring; the zero model leads only
     without them), ``composition`` ("pld" default, "rdp": the training and
     selection budgets scaled jointly so that the sites' accountant composes
-    the search to epsilon; "basic": the paper's split) and ``method`` (as
+    the search to epsilon; "basic": the paper's split), ``score`` ("paired",
+    default: each candidate's clipped loss difference to candidate 0, the
+    delivered model certified no worse than it; "penalised": the paper's GEM
+    on penalised clipped losses; grid_selection.py) and ``method`` (as
     :class:`PrivateSelection`: ``"auto"`` runs GEM at a single site, the
     secure sum across several), ``num_validation_records`` (a public size
     of S2 where the sites keep theirs private, add/remove adjacency).
@@ -104,6 +108,7 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     beta: float = hyperparameter([Interval(float, 0, 1, closed="neither")], default=0.1)
     include_source_only: bool = hyperparameter(FLAG, default=True)
     composition: str = hyperparameter([Options("pld", "rdp", "basic")], default="pld")
+    score: str = hyperparameter([Options(*SCORES)], default="paired")
     method: str = hyperparameter([Options(*METHODS)], default="auto")
     num_validation_records: int | None = hyperparameter(
         [Interval(int, 1, math.inf, closed="left"), None], default=None)
@@ -158,9 +163,11 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
                 "train_federation's (the paper's S2; the coordinator cannot split the sites' "
                 "records itself)")
         guess_params = self._guess_params()
-        source = constant = None
-        if self.include_source_only and public_source is not None:
-            features, labels = require_public_arrays(public_source, name)
+        source = constant = arrays = None
+        if public_source is not None:
+            arrays = require_public_arrays(public_source, name)
+        if self.include_source_only and arrays is not None:
+            features, labels = arrays
             source = fit_linear(features, labels, self.loss, 2.0**self.num_guesses, None)
             constant = public_constant_model(features, labels, self.loss,
                                              2.0**self.num_guesses,
@@ -170,7 +177,8 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
             learner=self.learner, loss=self.loss, label_bound=self.label_bound,
             feature_bound=self.feature_bound, epsilon=self.epsilon, delta=self.delta,
             beta=self.beta, source_model=source, constant_model=constant,
-            offsets=source is not None, composition=self.composition, method=self.method,
+            offsets=source is not None, composition=self.composition, score=self.score,
+            public_arrays=arrays, method=self.method,
             num_validation_records=self.num_validation_records, guess_params=guess_params,
             fit_options=fit_options if public_source is None
             else {"public_source": public_source, **fit_options}, name=name)

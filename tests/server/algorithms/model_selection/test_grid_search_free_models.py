@@ -2,9 +2,12 @@
 the free ones: on a small heavy-tailed regression (source-only's loss bitten
 by outlying covariates) and on a small classification shift (source-only
 below the majority class), at epsilon 1, 10 and inf, the delivered model's
-target loss is at most source-only's and the public constant's, and its
-accuracy at least the majority class's."""
+target loss is at most source-only's (the certified guarantee) and the
+public constant's, and its accuracy at least the majority class's, except
+where the constant cannot be certified against source-only (the
+classification shift at epsilon 1, marked)."""
 
+import functools
 import math
 
 import numpy as np
@@ -71,6 +74,7 @@ def federations(target, seed, epsilon):
                                                           seed + 1)
 
 
+@functools.cache  # both tests read the same fit
 def fit(name, epsilon, seed):
     loss, target, test, source = row(name, seed)
     finite = math.isfinite(epsilon)
@@ -86,21 +90,41 @@ def fit(name, epsilon, seed):
     return loss, search, test
 
 
-def test_loss(loss, weights, test):
+def target_loss(loss, weights, test):
     features, labels = test
     return float(np.mean(loss_values(loss, features @ weights, labels)))
 
 
-@pytest.mark.parametrize("epsilon", [1.0, 10.0, math.inf])
-@pytest.mark.parametrize("name", ["heavy-tail", "classes"])
-def test_the_delivered_model_is_never_below_the_free_models(name, epsilon):
+ROWS = [(name, epsilon) for name in ("heavy-tail", "classes")
+        for epsilon in (1.0, 10.0, math.inf)]
+# At epsilon 1 the 300 validation records cannot certify the public constant
+# against source-only (its paired entry's noise exceeds its estimated gain),
+# and the search certifies and delivers guess 1, better than source-only and
+# worse than the constant. Choosing between the two free models needs its own
+# share of the budget (experiments/results/GAIN_STUDY.md, 4.5).
+BELOW_THE_CONSTANT = pytest.mark.xfail(strict=True, reason="the free-vs-free choice at "
+                                       "epsilon 1 is not certified")
+
+
+@pytest.mark.parametrize(("name", "epsilon"), ROWS)
+def test_the_delivered_model_is_never_worse_than_source_only(name, epsilon):
     loss, search, test = fit(name, epsilon, seed=7)
-    free = [test_loss(loss, w, test) for w in search.candidates_[:2]]  # source-only, constant
     assert search.candidate_names_[:2] == ["source_only", "public_constant"]
-    delivered = test_loss(loss, search.coef_, test)
-    assert delivered <= min(free) * (1 + SLACK), (search.candidate_names_[search.best_index_],
-                                                  delivered, free)
-    if loss == "logistic":
+    source_only = target_loss(loss, search.candidates_[0], test)
+    delivered = target_loss(loss, search.coef_, test)
+    assert delivered <= source_only * (1 + SLACK), (
+        search.candidate_names_[search.best_index_], delivered, source_only)
+
+
+@pytest.mark.parametrize(("name", "epsilon"), [
+    pytest.param(*r, marks=BELOW_THE_CONSTANT) if r == ("classes", 1.0) else r for r in ROWS])
+def test_the_delivered_model_is_never_worse_than_the_public_constant(name, epsilon):
+    loss, search, test = fit(name, epsilon, seed=7)
+    constant = target_loss(loss, search.candidates_[1], test)
+    delivered = target_loss(loss, search.coef_, test)
+    assert delivered <= constant * (1 + SLACK), (
+        search.candidate_names_[search.best_index_], delivered, constant)
+    if loss == "logistic":  # the constant predicts the majority class
         features, labels = test
         majority = max(np.mean(labels > 0), np.mean(labels < 0))
         accuracy = np.mean(np.sign(features @ search.coef_) == labels)
