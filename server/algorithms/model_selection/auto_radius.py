@@ -121,6 +121,9 @@ class AutoRadiusMixin:
             learner=clone(self), num_guesses=self.num_guesses, epsilon=self.epsilon,
             delta=self.delta, loss=loss, label_bound=label_bound, feature_bound=feature_bound,
             num_validation_records=validation_n,
+            # The paired score reads the sites' public sizes; a public n means
+            # they are private (add/remove), where the paper's score runs.
+            selection_score="paired" if validation_n is None else "penalised",
             include_source_only=public_source is not None)
         search.fit(train, validation, public_source, **fit_options)
         # The state of the clone the delivered model came from (the one trained

@@ -73,10 +73,11 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     the source-only model, module docstring; the zero model leads only
     without them), ``composition`` ("pld" default, "rdp": the training and
     selection budgets scaled jointly so that the sites' accountant composes
-    the search to epsilon; "basic": the paper's split), ``score`` ("paired",
+    the search to epsilon; "basic": the paper's split), ``selection_score`` ("paired",
     default: each candidate's clipped loss difference to candidate 0, the
     delivered model certified no worse than it; "penalised": the paper's GEM
-    on penalised clipped losses; grid_selection.py) and ``method`` (as
+    on penalised clipped losses, the one for sites whose sizes are private;
+    grid_selection.py) and ``method`` (as
     :class:`PrivateSelection`: ``"auto"`` runs GEM at a single site, the
     secure sum across several), ``num_validation_records`` (a public size
     of S2 where the sites keep theirs private, add/remove adjacency).
@@ -108,7 +109,7 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     beta: float = hyperparameter([Interval(float, 0, 1, closed="neither")], default=0.1)
     include_source_only: bool = hyperparameter(FLAG, default=True)
     composition: str = hyperparameter([Options("pld", "rdp", "basic")], default="pld")
-    score: str = hyperparameter([Options(*SCORES)], default="paired")
+    selection_score: str = hyperparameter([Options(*SCORES)], default="paired")
     method: str = hyperparameter([Options(*METHODS)], default="auto")
     num_validation_records: int | None = hyperparameter(
         [Interval(int, 1, math.inf, closed="left"), None], default=None)
@@ -162,6 +163,11 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
                 f"{name}: fit needs a validation_federation over records disjoint from the "
                 "train_federation's (the paper's S2; the coordinator cannot split the sites' "
                 "records itself)")
+        if self.selection_score == "paired" and self.num_validation_records is not None:
+            raise InvalidParameterError(
+                f"{name}: selection_score='paired' reads the sites' public sizes, and "
+                "num_validation_records says they are private (add/remove sites): use "
+                "selection_score='penalised'")
         guess_params = self._guess_params()
         source = constant = arrays = None
         if public_source is not None:
@@ -177,7 +183,7 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
             learner=self.learner, loss=self.loss, label_bound=self.label_bound,
             feature_bound=self.feature_bound, epsilon=self.epsilon, delta=self.delta,
             beta=self.beta, source_model=source, constant_model=constant,
-            offsets=source is not None, composition=self.composition, score=self.score,
+            offsets=source is not None, composition=self.composition, score=self.selection_score,
             public_arrays=arrays, method=self.method,
             num_validation_records=self.num_validation_records, guess_params=guess_params,
             fit_options=fit_options if public_source is None

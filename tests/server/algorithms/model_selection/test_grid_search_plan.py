@@ -54,10 +54,19 @@ def composed_epsilons(train, validation):
                             validation.privacy_spent(DELTA).values(), strict=True)]
 
 
-def test_k5_at_epsilon_1_drops_the_guesses_the_grid_cannot_carry_instead_of_refusing():
+def test_k5_at_epsilon_1_runs_with_the_paired_score_and_drops_nothing():
     train, validation = federations(0)
     with train, validation:
-        model = search(composition="basic").fit(train, validation)
+        model = search().fit(train, validation)
+    # Normalised paired entries: noise z 2 sqrt(K') times each clip, far inside the grid.
+    assert model.dropped_ == () and len(model.candidates_) == 6
+
+
+def test_k5_at_epsilon_1_drops_the_guesses_the_grid_cannot_carry_instead_of_refusing():
+    # The paper's score: guess j's noise is z Delta(2^j), growing like 4^j.
+    train, validation = federations(0)
+    with train, validation:
+        model = search(composition="basic", selection_score="penalised").fit(train, validation)
     assert model.dropped_ and model.dropped_[-1] == 5  # the largest guess went first
     assert len(model.candidates_) == 1 + 5 - len(model.dropped_)
     assert np.max(model.noise_stds_) <= 2.0**20 / 100  # every selection release fits the 2^-32 grid
@@ -95,7 +104,7 @@ def test_a_selection_no_guess_of_which_fits_the_grid_is_refused_before_any_charg
     validation.codec = FixedPointCodec(48)  # grid-safe noise 0.16: below z Delta(2)
     with train, validation:
         with pytest.raises(QueryRefusedError, match="the selection release"):
-            search().fit(train, validation)
+            search(selection_score="penalised").fit(train, validation)
         assert all(not spent.mechanisms for spent in train.privacy_spent().values())
 
 

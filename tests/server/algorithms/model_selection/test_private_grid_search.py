@@ -179,8 +179,9 @@ def test_the_estimator_fits_the_chosen_guess_and_predicts_with_it():
     train, validation = federations(7)
     with train, validation:
         model = grid_search().fit(train, validation)
-    assert model.radius_ == model.radii_[model.best_index_ - 1]
-    np.testing.assert_array_equal(model.coef_, model.learners_[model.best_index_ - 1].coef_)
+    guess = model.best_index_ - 1  # after the zero model
+    assert guess >= 0 and model.radius_ == model.radii_[guess]
+    np.testing.assert_array_equal(model.coef_, model.learners_[guess].coef_)
     features, labels = records(500, seed=99)
     assert model.score(features, labels) > 0.5  # R^2 of the chosen linear model
     assert set(model.model_arrays()) == {"weights", "candidates", "radii", "best_index"}
