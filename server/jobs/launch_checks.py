@@ -317,6 +317,6 @@ def dry_run_plan(spec: pb.JobSpec, job_id: str, registered: Sequence[SiteRecord]
     lines.append(f"checked: hyperparameters and estimator; delta below 1e-3"
                  f"{' (allowed larger)' if spec.allow_large_delta else ''} and below "
                  f"{smallest}; schemas of the registered sites against {reference}; "
-                 "the plan against each reported budget")
+                 "the plan against each reported budget and the fixed-point grid")
     lines.extend(plan_lines(plan.releases, plan.previews) if not plan.note else [plan.note])
     return "\n".join(lines)
