@@ -311,24 +311,30 @@ def _max_epsilon(fed, epsilon: float) -> float:
 
 
 def run_grid_search(row: Row, private, test, epsilon: float, split: int, seed: int) -> dict:
+    """PrivateGridSearch with the public source: the free models and the
+    guesses as offsets around the source-only model (epsilon = inf: no noise)."""
     task = row.task
-    if not math.isfinite(epsilon):
-        return {"status": "n/a: PrivateGridSearch takes a finite epsilon only"}
-    learner = NoisyGD(loss=task.loss, epsilon=epsilon, delta=DELTA,
+    finite = math.isfinite(epsilon)
+    learner = NoisyGD(loss=task.loss, epsilon=epsilon, delta=DELTA if finite else 0.0,
                       iterations=task.iterations, radius=1.0, **{
                           k: v for k, v in task.noisy_gd.items() if k != "radius"})
     name = job_id(task, split, epsilon, "grid")
     with sites(task, private, seed, epsilon, name) as fed:
         train, validation = record_parts(fed, VALIDATION_FRACTION, "PrivateGridSearch")
         search = PrivateGridSearch(learner=learner, num_guesses=GRID_GUESSES, epsilon=epsilon,
-                                   delta=DELTA, loss=task.loss, label_bound=1.0,
-                                   feature_bound=1.0)
+                                   delta=DELTA if finite else 0.0, loss=task.loss,
+                                   label_bound=1.0, feature_bound=1.0)
+        public = task.source if task.source_names is None else \
+            Dataset(*task.source, task.source_names)
         try:
-            search.fit(train, validation)
+            search.fit(train, validation, public)
         except Exception as err:
             return {"status": f"refused: {type(err).__name__}: {str(err)[:300]}"}
         spent = _max_epsilon(fed, epsilon)
     detail = {"best_index": int(search.best_index_), "radius": float(search.radius_),
+              "chosen": search.candidate_names_[search.best_index_],
+              "names": search.candidate_names_, "dropped": list(search.dropped_),
+              "budget_scale": float(search.budget_scale_),
               "noisy_sums": [None if not np.isfinite(v) else float(v)
                              for v in search.noisy_sums_] if search.noisy_sums_ is not None
               else None,

@@ -7,8 +7,10 @@ the number of features d.
 
 ``radius="auto"`` chooses the norm bound privately within the learner's own
 (epsilon, delta) (``server/algorithms/model_selection/auto_radius.py``: seed 004's grid
-search over 2^1..2^``num_guesses`` on the federation's train and validation
-record parts, the zero model as candidate 0). Its loss bounds Delta(B) need
+search over ``num_guesses`` guesses on the federation's train and validation
+record parts: offsets around the source-only model with the free models as
+candidates when the fit has a public source, else 2^1..2^K with the zero
+model). Its loss bounds Delta(B) need
 public bounds on ||x|| and |y| (``feature_bound``, ``label_bound``):
 
 * logistic loss: labels are +-1, so Y = 1 by default; r defaults to

@@ -74,13 +74,12 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from privadapt.common.data.schema import INTERCEPT_NAME
 from privadapt.common.losses import loss_values
 from privadapt.common.numerics.geometry import project_to_ball
 from privadapt.server.algorithms.base import (
@@ -92,7 +91,13 @@ from privadapt.server.algorithms.base import (
     satisfies,
 )
 from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
-from privadapt.server.algorithms.public_erm import fit_linear
+
+# The free constant lives beside the public ERM it is fitted by; named here too,
+# where the job's candidate list is read.
+from privadapt.server.algorithms.public_erm import intercept_column as intercept_column
+from privadapt.server.algorithms.public_erm import (
+    public_constant_model as public_constant_model,
+)
 from privadapt.server.algorithms.reweighting.estimators import PCnvxAdap, PNCnvxAdap
 
 SOURCE_ONLY = "source_only"
@@ -347,36 +352,6 @@ def candidate_names(candidate_ids: np.ndarray, candidates: str | None = None) ->
         return names
     private = [name for spec in parse_candidates(candidates) for name in spec.model_names]
     return names[:len(names) - len(private)] + private
-
-
-def intercept_column(features: np.ndarray, feature_names: Sequence[str] | None) -> int | None:
-    """The public source's intercept column: the one named ``intercept`` (a
-    schema's, :data:`~privadapt.common.data.schema.INTERCEPT_NAME`) when the
-    source carries names; else the only column that is one non-zero value on
-    every public record. None when there is none or the constant columns are
-    ambiguous (a split rule can make a one-hot column constant on the source
-    alone, e.g. marital status on the married, and a constant fitted on it
-    would not be constant on the target)."""
-    if feature_names is not None and INTERCEPT_NAME in feature_names:
-        return list(feature_names).index(INTERCEPT_NAME)
-    if features.shape[0] == 0:
-        return None
-    first = features[0]
-    constant = np.flatnonzero(np.all(features == first, axis=0) & (first != 0))
-    return int(constant[0]) if constant.size == 1 else None
-
-
-def public_constant_model(features: np.ndarray, labels: np.ndarray, loss: str, radius: float,
-                          feature_names: Sequence[str] | None = None) -> np.ndarray | None:
-    """The free public-constant candidate (module docstring): ``fit_linear``
-    on the intercept column alone, embedded in R^d; None when the public
-    source has no intercept column."""
-    column = intercept_column(features, feature_names)
-    if column is None:
-        return None
-    weights = np.zeros(features.shape[1])
-    weights[column] = fit_linear(features[:, [column]], labels, loss, radius)[0]
-    return weights
 
 
 def auto_loss_bound(loss: str, source_only: np.ndarray, features: np.ndarray,
