@@ -110,7 +110,13 @@ CANDIDATE_IDS = (SOURCE_ONLY, "noisy_gd", "pcnvx_adap", "pcnvx_adap_smooth", "pn
 # The free candidates (public data only); every other id is a private learner.
 FREE_CANDIDATES = frozenset({SOURCE_ONLY, PUBLIC_CONSTANT})
 PRIVATE_LEARNERS = tuple(i for i in CANDIDATE_IDS if i not in FREE_CANDIDATES)
-DEFAULT_CANDIDATES = "noisy_gd,pncnvx_adap_smooth"
+# One trained model, noisy GD in the ball of radius ||w_src|| around the free
+# source-only model, and its free copy shrunk to a quarter of that ball: on
+# every row of experiments/results/GAIN_STUDY.md (4.2-4.3) one model trained
+# at the whole budget and started at the public model beat two trained ones
+# from zero (each extra candidate halves every one's budget), and the shrunk
+# copy keeps a gain at small epsilon where the whole ball is too noisy.
+DEFAULT_CANDIDATES = "ball_gd:radius_factor=1:shrink=0.25"
 MAX_PRIVATE_CANDIDATES = 8
 # loss_bound="auto" (auto_loss_bound): a quantile of the free model's public losses.
 AUTO_LOSS_QUANTILE = 0.95

@@ -383,7 +383,12 @@ def run_search(train_federation: Federation, validation_federation: Federation,
     else:
         choice = select_on_noisy_sums(validation_federation, candidates, bounds, penalties,
                                       settings.loss, epsilon, delta, settings.beta)
-    result.best_index, result.method = choice.best_index, choice.method
+    # A guess whose ball holds the trained model is that same model; their
+    # scores differ only by the release's rounding, so the choice names the
+    # first (smallest ball) of the identical ones (post-processing).
+    result.best_index = next(k for k in range(len(candidates))
+                             if np.array_equal(candidates[k], candidates[choice.best_index]))
+    result.method = choice.method
     result.noisy_sums, result.noise_stds = choice.noisy_sums, choice.noise_stds
     result.estimates = choice.estimates
     result.validation_privacy = choice.privacy

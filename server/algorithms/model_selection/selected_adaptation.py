@@ -174,6 +174,7 @@ from privadapt.server.algorithms.model_selection.candidates import (
     CandidateSpec,
     auto_loss_bound,
     candidate_learner,
+    candidate_models,
     error_scored,
     parse_candidates,
     public_constant_model,
@@ -351,8 +352,9 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         if self.selection_resolution_ > MAX_RESOLUTION:
             return self._deliver_source_only(validation_federation, free)
         run = self._train_and_select(train_federation, validation_federation, context, plan)
-        self.candidate_names_ = [*free, *(spec.name for spec in specs)]
-        self.candidate_learners_ = [*free, *(spec.learner for spec in specs)]
+        self.candidate_names_ = [*free, *(name for spec in specs for name in spec.model_names)]
+        self.candidate_learners_ = [*free, *(spec.learner for spec in specs
+                                             for _ in spec.model_names)]
         self.candidates_ = run.coefficients
         self.learners_ = run.learners
         self.best_index_ = run.result.best_index
@@ -453,7 +455,8 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         for spec in context.specs:
             epsilon, delta = plan[spec.name]
             before = charges_so_far(train_federation)
-            learner = candidate_learner(spec, settings, epsilon, delta)
+            learner = candidate_learner(spec, settings, epsilon, delta,
+                                        center=context.free[SOURCE_ONLY])
             if isinstance(learner, NoisyGD):
                 learner.fit(train_federation, context.public_source)
             else:
@@ -464,8 +467,10 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         train_privacy = train_federation.privacy_spent(report_delta(self.delta))
         epsilon, delta = plan["selection"]
         before = charges_so_far(validation_federation)
-        coefficients = np.stack([*context.free.values(),
-                                 *(learners[spec.name].coef_ for spec in context.specs)])
+        source_only = context.free[SOURCE_ONLY]
+        coefficients = np.stack([*context.free.values(), *(
+            model for spec in context.specs
+            for model in candidate_models(spec, learners[spec.name].coef_, source_only))])
         if self._score() == "paired":
             # Source-only (candidate 0) is the reference; the index is into
             # [reference, *others], the order of ``coefficients``.
