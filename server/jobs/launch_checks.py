@@ -195,6 +195,41 @@ def check_query_work(releases: Sequence[PlannedRelease], sessions: Sequence[Site
                           "would fit, or ask the site to raise [queries] max_query_work")
 
 
+def check_job_work(releases: Sequence[PlannedRelease], sessions: Sequence[SiteSession],
+                   dim: int) -> None:
+    """Refuse a job whose planned queries would together cost a site more
+    than its registered ``max_job_work`` (client/compute_budget.py): the sum of
+    the same public estimates, ``Kernel.work``, over the releases the site
+    takes part in, at its public n. Where the coordinator cannot know the
+    figure (a site under add/remove keeps n private and registers 0; a site
+    older than the term registers no cap) the site still refuses the query
+    that would take the job over, before reading a record, in words that
+    name the cap."""
+    problems = []
+    for session in sorted(sessions, key=lambda s: s.name):
+        registration = session.registration
+        cap = registration.terms.max_job_work if registration.HasField("terms") else 0.0
+        records = int(registration.num_records)
+        if not cap > 0 or records <= 0:
+            continue
+        total, answered = 0.0, 0
+        for release in releases:
+            if release.sites is not None and session.name not in release.sites:
+                continue
+            kernel = get_kernel(release.kernel)
+            total += kernel.work(kernel.Params.from_wire(release.params, dim), dim, records)
+            answered += 1
+            if total > cap:
+                break
+        if total > cap:
+            problems.append(f"site {session.name!r} spends at most {cap:.3g} multiply-adds on "
+                            f"one job (its policy's max_job_work), and the job's first "
+                            f"{answered} planned queries already need {total:.3g} there")
+    if problems:
+        raise ConfigError(f"job: {'; '.join(problems)}: fewer rounds or smaller queries would "
+                          "fit, or ask the site to raise [queries] max_job_work")
+
+
 def check_estimator(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
                     has_public_source: bool) -> PrivateEstimator:
     """Build the job's estimator, once, and make the checks its ``fit`` would
@@ -258,6 +293,7 @@ def plan_job(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
                        spec.algorithm, err)
         return JobPlan(note=f"no plan: the algorithm could not be previewed ({err}); each "
                        "site's ledger still refuses any release over its cap")
+    check_job_work(releases, named, dim)
     check_kernels_allowed(releases, named)
     check_query_work(releases, named, dim)
     budgets = {s.name: s.budget for s in named if s.budget is not None}
