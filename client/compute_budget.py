@@ -14,7 +14,8 @@ query and the public record count):
   and a new job is free, so without this pool a coordinator could start job
   after job of queries at noise multiplier 10^6.
 
-Every decision reads public things only: the query's parameters and
+A bound left None (only a simulation site may) is not checked. Every
+decision reads public things only: the query's parameters and
 mechanism, the policy, the public record count (n under replace-one, the
 policy's bound under add/remove) and the earlier queries, which the
 coordinator itself sent. So a refusal, and its words, are the same on
@@ -78,16 +79,18 @@ class ComputeBudget:
         public reason the site refuses (nothing spent then)."""
         policy = self.policy
         unpaid = self.is_unpaid(charged)
-        if not math.isfinite(work):
+        bounded = policy.max_job_work is not None or (unpaid and policy.max_unpaid_work is not None)
+        if bounded and not math.isfinite(work):
             raise ValueError("the query's work cannot be estimated")
         with self._lock:
             job_total = self._jobs.get(job_id, 0.0) + work
-            if job_total > policy.max_job_work:
+            if policy.max_job_work is not None and job_total > policy.max_job_work:
                 raise ValueError(
                     f"the job's queries would cost {job_total:.3g} multiply-adds in all, over "
                     f"the policy's max_job_work {policy.max_job_work:.3g} (this query "
                     f"{work:.3g}); start no more queries in this job")
-            if unpaid and self._unpaid + work > policy.max_unpaid_work:
+            if (unpaid and policy.max_unpaid_work is not None
+                    and self._unpaid + work > policy.max_unpaid_work):
                 raise ValueError(
                     f"the query's release costs less than epsilon {policy.min_query_epsilon:g} "
                     f"(the policy's min_query_epsilon), so its {work:.3g} multiply-adds are "

@@ -57,7 +57,9 @@ reference machine (one core of the project's 2-core build host, numpy with
 one BLAS thread) the slowest kernel per unit, ``regularized_erm``, runs about
 3e8 units a second, the BLAS-bound kernels 1e9 to 1e10: the defaults below
 are at most about 7 s of CPU a query and 6 min a job
-(benchmarks/site_compute_bounds.py measures it). A query whose release is
+(benchmarks/site_compute_bounds.py measures it). They hold for every deployed
+site; a simulation site (whose coordinator is the researcher running it)
+has no compute bound unless it states one. A query whose release is
 worth almost nothing (epsilon charged below ``min_query_epsilon``, from the
 mechanism alone) would buy its work for free, and new jobs are free, so the
 work of such *unpaid* queries also counts against ``max_unpaid_work``, one
@@ -166,14 +168,16 @@ class SitePolicy:
     #: The most multiply-adds one query may cost this site, by the kernel's
     #: public estimate (``Kernel.work``, from the query and the public record
     #: count). Refused before any data is read; bounds how much CPU a
-    #: coordinator can make one query cost (module docstring).
-    max_query_work: float = DEFAULT_MAX_QUERY_WORK
+    #: coordinator can make one query cost (module docstring). None: no bound,
+    #: which only a simulation site may leave (a deployed one gets
+    #: :data:`DEFAULT_MAX_QUERY_WORK`), like the two bounds below.
+    max_query_work: float | None = None
     #: The most work all the queries of one job may cost, by the same estimate.
-    max_job_work: float = DEFAULT_MAX_JOB_WORK
+    max_job_work: float | None = None
     #: The epsilon (one release at ``delta_cap``) below which a query is unpaid.
     min_query_epsilon: float = DEFAULT_MIN_QUERY_EPSILON
     #: The most work unpaid queries may cost, over every job of one daemon run.
-    max_unpaid_work: float = DEFAULT_MAX_UNPAID_WORK
+    max_unpaid_work: float | None = None
     #: The most bytes the exact samplers' tables may hold, over every job.
     max_sampler_table_bytes: int = DEFAULT_MAX_SAMPLER_TABLE_BYTES
 
@@ -305,13 +309,20 @@ class SitePolicy:
             if not _is_number(value) or not math.isfinite(value) or value <= 0:
                 raise self._fail(f"{name} must be a finite number > 0 (or absent), got {value!r}")
             setattr(self, name, float(value))
-        for name in ("max_query_work", "max_job_work", "max_unpaid_work"):
+        for name, default in (("max_query_work", DEFAULT_MAX_QUERY_WORK),
+                              ("max_job_work", DEFAULT_MAX_JOB_WORK),
+                              ("max_unpaid_work", DEFAULT_MAX_UNPAID_WORK)):
             work = getattr(self, name)
+            if work is None:
+                if not self.simulation:
+                    setattr(self, name, default)
+                continue
             if not _is_number(work) or not math.isfinite(work) or work < 1:
                 raise self._fail(f"{name} must be a finite number >= 1 (work units, "
                                  f"multiply-adds), got {work!r}")
             setattr(self, name, float(work))
-        if self.max_job_work < self.max_query_work:
+        if (self.max_job_work is not None and self.max_query_work is not None
+                and self.max_job_work < self.max_query_work):
             raise self._fail(f"max_job_work ({self.max_job_work:.3g}) is below max_query_work "
                              f"({self.max_query_work:.3g}): a job could not afford one query")
         floor = self.min_query_epsilon

@@ -184,7 +184,7 @@ class QueryAdmission:
             work = kernel.work(params, self.dim, self.range_records)
         except (ArithmeticError, ValueError):
             work = math.inf
-        if not work <= limit:
+        if limit is not None and not work <= limit:
             raise self.refusal(query, f"the query's estimated work, {work:.3g} multiply-adds, "
                                f"exceeds the policy's max_query_work {limit:.3g}")
         return work

@@ -219,8 +219,8 @@ class SiteDaemon:
                                      peers=sorted(policy.peers or ()),
                                      min_participants=policy.min_participants,
                                      collusion_tolerance=policy.collusion_tolerance,
-                                     max_query_work=policy.max_query_work,
-                                     max_job_work=policy.max_job_work),
+                                     max_query_work=policy.max_query_work or 0.0,
+                                     max_job_work=policy.max_job_work or 0.0),
         )
 
     def budget(self) -> pb.SiteBudget:

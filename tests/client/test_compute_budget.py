@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
-from privadapt.client.policy import DEFAULT_MAX_QUERY_WORK, SitePolicy
+from privadapt.client.policy import (
+    DEFAULT_MAX_JOB_WORK,
+    DEFAULT_MAX_QUERY_WORK,
+    DEFAULT_MAX_UNPAID_WORK,
+    SitePolicy,
+)
 from privadapt.client.site import Site
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import ConfigError, QueryRefusedError
@@ -46,9 +51,9 @@ def site_over(tmp_path, tag: str, dataset: Dataset, **policy_fields) -> Site:
     return Site(dataset, policy, PrivacyLedger(tmp_path / f"{tag}.db", policy, create=True))
 
 
-def outcome(site: Site, query: Query) -> str:
+def outcome(site: Site, query: Query, num_participants: int = 1) -> str:
     try:
-        site.answer(query, 1)
+        site.answer(query, num_participants)
     except QueryRefusedError as err:
         return f"refused: {err}"
     return "answered"
@@ -69,8 +74,10 @@ def test_the_long_erm_query_at_noise_multiplier_a_million_is_refused_by_default(
     typed = ERM.Params.from_wire(wire, 16)
     query = Query("job", "q", ERM.name, wire, ERM.mechanism(typed, 1e6, Adjacency.REPLACE_ONE,
                                                             dim=16, max_records=43_000))
-    site = site_over(tmp_path, "erm", dataset, allowed_kernels=frozenset({ERM.name}))
-    text = outcome(site, query)
+    # A deployed site's policy that sets no compute bound of its own.
+    site = site_over(tmp_path, "erm", dataset, allowed_kernels=frozenset({ERM.name}),
+                     simulation=False, min_participants=2)
+    text = outcome(site, query, 2)
     assert "6.87e+10 multiply-adds" in text and "max_query_work" in text
     assert f"{DEFAULT_MAX_QUERY_WORK:.3g}" in text
     assert not site.ledger.charges()
@@ -148,6 +155,15 @@ def test_the_compute_refusals_read_the_same_on_neighbouring_datasets(tmp_path, a
              "max_unpaid_work" if "max_unpaid_work" in text else text for text in texts[0]]
     assert kinds == ["answered", "answered", "max_job_work", "max_unpaid_work",
                      "max_unpaid_work", "answered"]
+
+
+def test_a_deployed_policy_is_bounded_by_default_and_a_simulation_only_if_it_says():
+    deployed = SitePolicy("s", 1.0, 1e-5, simulation=False, min_participants=2)
+    assert (deployed.max_query_work, deployed.max_job_work, deployed.max_unpaid_work) == (
+        DEFAULT_MAX_QUERY_WORK, DEFAULT_MAX_JOB_WORK, DEFAULT_MAX_UNPAID_WORK)
+    simulated = SitePolicy("s", 1.0, 1e-5)
+    assert (simulated.max_query_work, simulated.max_job_work, simulated.max_unpaid_work) == (
+        None, None, None)
 
 
 @pytest.mark.parametrize("key, value", [("max_job_work", 0), ("max_unpaid_work", float("inf")),
