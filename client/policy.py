@@ -28,10 +28,10 @@ Operators write it as TOML::
     max_clip_norm = 10.0
     max_label_bound = 10.0
     allow_per_site_releases = false  # let the coordinator see this site's own release
-    max_query_work = 2e9         # refuse a query estimated above this many multiply-adds
-    max_job_work = 1e11          # refuse a job's query once its queries total more
+    max_query_work = 1e9         # refuse a query estimated above this many multiply-adds
+    max_job_work = 5e10          # refuse a job's query once its queries total more
     min_query_epsilon = 1e-3     # a query charged less is "unpaid" (its work counts below)
-    max_unpaid_work = 2e10       # the unpaid queries' work over every job, per daemon run
+    max_unpaid_work = 1e10       # the unpaid queries' work over every job, per daemon run
     max_sampler_table_bytes = 100663296  # exact samplers' cached tables, over every job
     [federation]
     peers = ["st-john", "st-luke"]   # optional: the only sites this site masks with
@@ -54,10 +54,10 @@ the policy bounds it per query (``max_query_work``) and per job
 (``max_job_work``), in the kernels' declared work units (``Kernel.work``,
 multiply-adds estimated from the query and the public record count). On the
 reference machine (one core of the project's 2-core build host, numpy with
-one BLAS thread) the slowest kernel per unit, ``regularized_erm``, runs about
-3e8 units a second, the BLAS-bound kernels 1e9 to 1e10: the defaults below
-are at most about 7 s of CPU a query and 6 min a job
-(benchmarks/site_compute_bounds.py measures it). They hold for every deployed
+one BLAS thread, n = 43,000, d = 16, under a load of 10) the kernels ran 1.8e8
+(``regularized_erm``, the slowest per unit) to 2e9 units a CPU second: the
+defaults below are at most about 6 s of CPU a query and 5 min a job
+(benchmarks/site_compute_bounds.py measures a site's own machine). They hold for every deployed
 site; a simulation site (whose coordinator is the researcher running it)
 has no compute bound unless it states one. A query whose release is
 worth almost nothing (epsilon charged below ``min_query_epsilon``, from the
@@ -108,18 +108,19 @@ none: with the default 32 fractional bits the grid holds sums below 2^31, so
 2^20 records leave room for per-record bounds of a few hundred among a few
 sites. Declare ``max_records`` for a larger dataset (or a tighter range)."""
 
-#: Per query: about 7 s of CPU at the slowest kernel's rate on the reference
-#: machine (module docstring), well under a second for the BLAS-bound kernels.
-DEFAULT_MAX_QUERY_WORK = 2e9
-#: Per job: about 6 min at the slowest rate; a noisy_gd job of 1,000 rounds
-#: over 10^5 records of 100 features needs 2e10.
-DEFAULT_MAX_JOB_WORK = 1e11
+#: Per query: at most about 6 s of CPU at the slowest kernel's rate on the
+#: reference machine (module docstring).
+DEFAULT_MAX_QUERY_WORK = 1e9
+#: Per job: at most about 5 min at the slowest rate; a noisy_gd job of 1,000
+#: rounds over 10^5 records of 100 features needs 2e10.
+DEFAULT_MAX_JOB_WORK = 5e10
 #: Below this epsilon (one release, at the cap's delta) a query is unpaid: a
-#: Gaussian release with noise multiplier about 4,000 or more, which no job
+#: Gaussian release with noise multiplier about 1,700 or more, which no job
 #: asks for on purpose (1,000 steps at a total epsilon of 1 need about 150).
 DEFAULT_MIN_QUERY_EPSILON = 1e-3
-#: Unpaid work over every job in one daemon run: about 1 min at the slowest rate.
-DEFAULT_MAX_UNPAID_WORK = 2e10
+#: Unpaid work over every job in one daemon run: at most about a minute at the
+#: slowest rate.
+DEFAULT_MAX_UNPAID_WORK = 1e10
 #: The samplers' tables over every job: 96 MiB, the eight largest tables the
 #: samplers cached before this bound (12 MiB each).
 DEFAULT_MAX_SAMPLER_TABLE_BYTES = 96 * 2**20

@@ -29,7 +29,7 @@ GRADIENT = get_kernel("linear_gradient")
 ERM = get_kernel("regularized_erm")
 # linear_gradient: one pass, n (d + d) multiply-adds.
 WORK = NUM * (DIM + DIM)
-# A Gaussian release at this noise multiplier costs epsilon about 5e-4 at
+# A Gaussian release at this noise multiplier costs epsilon about 1e-4 at
 # delta 1e-5: below the floor of 1e-3, so unpaid (a larger one is refused by
 # the fixed-point grid before any of this).
 WORTHLESS = 1e4
