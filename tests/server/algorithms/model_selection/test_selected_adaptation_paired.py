@@ -131,3 +131,28 @@ def test_the_paired_score_is_the_default_for_either_loss_and_the_others_stay(los
         assert model._score() == resolved
     assert SelectedAdaptation(loss="logistic", radius=5.0, epsilon=1.0, delta=1e-5,
                               selection_score="error")._score() == "error"
+
+
+def test_the_resolution_counts_every_scored_candidate_shrunk_copies_included():
+    # rho_sel decides whether the job releases anything (> 1/4: nothing), so it
+    # must be the resolution of the release that runs, whose t and sqrt(K')
+    # count every candidate it scores: the default ball_gd candidate gives two
+    # (the trained model and its free shrunk copy).
+    from privadapt.server.algorithms.model_selection.private_selection import (
+        paired_resolution,
+    )
+
+    (xs, ys), (xt, yt) = heavy_tailed(1000, 1200, 0)
+    parts = [Dataset(xt[rows], yt[rows], NAMES) for rows in np.array_split(np.arange(1200), 2)]
+    model = SelectedAdaptation(loss="squared", radius=5.0, epsilon=10.0, delta=1e-5,
+                               iterations=10)
+    with LocalFederation.from_datasets(parts, noise_seed=0, epsilon_cap=20.0,
+                                       delta_cap=1e-3) as federation:
+        model.fit(federation, None, Dataset(xs, ys, NAMES))
+    assert model.warning_ is None
+    scored = len(model.candidates_) - 1  # all but the reference, source-only
+    assert scored == len(model.candidate_names_) - 1 == 3
+    epsilon, delta = model.budget_plan_["selection"]
+    expected = paired_resolution(scored, model.num_validation_records_, epsilon, delta,
+                                 confidence=model.baseline_confidence)
+    assert model.selection_resolution_ == pytest.approx(expected)
