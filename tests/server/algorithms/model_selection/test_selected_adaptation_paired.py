@@ -156,3 +156,23 @@ def test_the_resolution_counts_every_scored_candidate_shrunk_copies_included():
     expected = paired_resolution(scored, model.num_validation_records_, epsilon, delta,
                                  confidence=model.baseline_confidence)
     assert model.selection_resolution_ == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("composition", ["basic", "pld"])
+def test_a_ball_candidate_without_a_ball_is_refused_before_any_release(composition):
+    # ball_gd's radius is radius_factor x ||w_src||; a source-only model of norm
+    # 0 (here: a public source whose labels are all 0) leaves it no ball. That
+    # is known from public data before the first release, so no candidate
+    # trained before it may have been charged for a job that then fails.
+    from privadapt.server.algorithms.base import InvalidParameterError
+
+    (xs, ys), (xt, yt) = heavy_tailed(300, 600, 0)
+    parts = [Dataset(xt[rows], yt[rows], NAMES) for rows in np.array_split(np.arange(600), 2)]
+    model = SelectedAdaptation(loss="squared", radius=5.0, epsilon=5.0, delta=1e-5,
+                               iterations=5, candidates="noisy_gd,ball_gd",
+                               composition=composition)
+    with LocalFederation.from_datasets(parts, noise_seed=0, epsilon_cap=20.0,
+                                       delta_cap=1e-3) as federation:
+        with pytest.raises(InvalidParameterError, match="ball_gd"):
+            model.fit(federation, None, Dataset(xs, np.zeros_like(ys), NAMES))
+        assert not federation.privacy_spent()["site-1"].mechanisms
