@@ -166,6 +166,7 @@ from privadapt.server.algorithms.joint_calibration import (
 )
 from privadapt.server.algorithms.linear_model import LinearModelMixin
 from privadapt.server.algorithms.model_selection.candidates import (
+    BALL_GD,
     CANDIDATE_IDS,
     DEFAULT_CANDIDATES,
     PUBLIC_CONSTANT,
@@ -173,6 +174,7 @@ from privadapt.server.algorithms.model_selection.candidates import (
     CandidateList,
     CandidateSpec,
     auto_loss_bound,
+    ball_center,
     candidate_learner,
     candidate_models,
     error_scored,
@@ -337,6 +339,11 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
             loss_bound = None  # the clips are chosen by the selection itself
         elif loss_bound == "auto":
             loss_bound = auto_loss_bound(self.loss, free[SOURCE_ONLY], features, labels)
+        # A ball candidate without a ball is refused before any release, not
+        # after the candidates before it were trained and charged.
+        for spec in specs:
+            if spec.learner == BALL_GD:
+                ball_center(spec, free[SOURCE_ONLY])
         context = _Context(specs, free, public_source, loss_bound, (features, labels))
         calibration = None
         if self.composition in COMPOSITIONS and math.isfinite(self.epsilon) and self.delta > 0:
@@ -378,7 +385,8 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         if self.selection_score_ != "paired":
             return 0.0
         epsilon, delta = plan["selection"]
-        others = len(context.free) - 1 + len(context.specs)
+        # Every scored entry: a ball candidate's shrunk copy is one more.
+        others = len(context.free) - 1 + sum(len(spec.model_names) for spec in context.specs)
         return paired_resolution(others, sum(validation_federation.site_sizes.values()),
                                  epsilon, delta, clips=PAIRED_CLIPS,
                                  histogram_share=HISTOGRAM_SHARE,
