@@ -356,7 +356,8 @@ def run_boosting(row: Row, private, test, epsilon: float, split: int, seed: int,
             learning_rate=task.noisy_gd["learning_rate"], iterations=task.iterations,
             clip_norm=task.noisy_gd["clip_norm"]).fit(fed, task.source, source_only=source_only)
         spent = _max_epsilon(fed, epsilon)
-    detail = {"chosen": model.chosen_, "loss_bound": float(model.loss_bound_),
+    bound = math.nan if model.loss_bound_ is None else float(model.loss_bound_)  # paired: clips
+    detail = {"chosen": model.chosen_, "loss_bound": bound,
               "test_loss": [model_scores(task, w, test)["loss"] for w in model.candidates_],
               "epsilon_spent": spent}
     return {**model_scores(task, model.coef_, test), "detail": detail}

@@ -72,8 +72,9 @@ def run_methods(task: Task, private, test, epsilon: float, seed: int,
     for name, learner in (
             # The paper's learner: noisy GD from zero (no ball around source-only).
             ("boost: noisy GD", {"learner": "noisy_gd", "clip_norm": task.noisy_gd["clip_norm"],
-                                 "radius_factor": None}),
-            ("boost: output pert.", {"learner": "output_perturbation", **op})):
+                                 "radius_factor": None, "selection_score": "loss"}),
+            ("boost: output pert.", {"learner": "output_perturbation", "selection_score": "loss",
+                                     **op})):
         with federation(*private, task.num_sites, seed + 1, private=True) as sites:
             boosted = ConfidenceBoosting(
                 loss=task.loss, radius=task.radius, epsilon=epsilon, delta=DELTA,

@@ -111,7 +111,11 @@ from privadapt.server.algorithms.base import (
 from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
 from privadapt.server.algorithms.linear_model import LinearModelMixin
 from privadapt.server.algorithms.model_selection.private_selection import private_selection
-from privadapt.server.algorithms.model_selection.selected_adaptation import auto_loss_bound
+from privadapt.server.algorithms.model_selection.selected_adaptation import (
+    HISTOGRAM_SHARE,
+    PAIRED_CLIPS,
+    auto_loss_bound,
+)
 from privadapt.server.algorithms.output_perturbation.estimators import OutputPerturbation
 from privadapt.server.algorithms.public_erm import fit_linear
 
@@ -135,10 +139,13 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
     None: from zero in the ball ``radius``); output
     perturbation's ``regularization`` lambda and ``label_bound``, its
     iterations sized by the site's public n); ``epsilon``, ``delta`` (each site's
-    whole budget for the job); ``selection_share`` s; ``loss_bound`` L of
-    the selection (each validation loss clipped to [0, L]; "auto": the 95th
-    percentile of the source-only model's losses on the public source, as
-    :class:`SelectedAdaptation`); ``baseline_confidence`` beta (None: plain
+    whole budget for the job); ``selection_share`` s; ``selection_score``
+    ("auto" = "paired": each per-site model's validation loss minus
+    source-only's, clipped per model at clips a private histogram chooses,
+    as :class:`SelectedAdaptation`'s default; "loss": the clipped loss,
+    seed 004's score); ``loss_bound`` L of the "loss" score (each validation
+    loss clipped to [0, L]; "auto": the 95th percentile of the source-only
+    model's losses on the public source); ``baseline_confidence`` beta (None: plain
     argmin); ``validation_fraction`` (each site's validation part).
 
     Fitted: ``coef_`` (the delivered model), ``chosen_`` (``"source_only"``
@@ -170,6 +177,7 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
     selection_share: float = hyperparameter([Interval(float, 0, 1, closed="neither")],
                                             default=0.25)
     loss_bound: float | str = hyperparameter([*POSITIVE, Options("auto")], default="auto")
+    selection_score: str = hyperparameter([Options("auto", "paired", "loss")], default="auto")
     baseline_confidence: float | None = hyperparameter(
         [Interval(float, 0, 1, closed="neither"), None], default=0.1)
     validation_fraction: float = VALIDATION_FRACTION_PARAMETER
@@ -233,14 +241,25 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
                 view, public_source)
             train_epsilon[site] = _own_epsilon(view.privacy_spent().get(site), delta)
         coefficients = np.stack([source_only, *(model.coef_ for model in learners.values())])
-        loss_bound = self.loss_bound
-        if loss_bound == "auto":
-            loss_bound = auto_loss_bound(self.loss, source_only, features, labels)
         epsilon, delta = plan["selection"]
-        result = private_selection(
-            validation, candidates=coefficients, loss=self.loss, loss_bound=loss_bound,
-            epsilon=epsilon, delta=delta, baseline_confidence=self.baseline_confidence,
-            method="auto")
+        if self.selection_score in ("auto", "paired"):
+            # Differences to source-only (candidate 0), as SelectedAdaptation's
+            # default: the clipped loss's order can differ from the true one
+            # on a heavy-tailed target even without noise.
+            loss_bound = None
+            result = private_selection(
+                validation, candidates=coefficients[1:], loss=self.loss, epsilon=epsilon,
+                delta=delta, baseline_confidence=self.baseline_confidence, method="auto",
+                reference=source_only, clips=PAIRED_CLIPS, histogram_share=HISTOGRAM_SHARE,
+                public_source=(features, labels))
+        else:
+            loss_bound = self.loss_bound
+            if loss_bound == "auto":
+                loss_bound = auto_loss_bound(self.loss, source_only, features, labels)
+            result = private_selection(
+                validation, candidates=coefficients, loss=self.loss, loss_bound=loss_bound,
+                epsilon=epsilon, delta=delta, baseline_confidence=self.baseline_confidence,
+                method="auto")
         self.candidate_names_ = [SOURCE_ONLY, *learners]
         self.candidates_ = coefficients
         self.learners_ = learners

@@ -52,8 +52,11 @@ def federation(sizes, seed, weights=None):
 
 
 def booster(**params):
+    # Seed 004's score (the clipped loss, one selection release): the
+    # paper's structure these tests check; the paired default has its own.
     settings = {"loss": "logistic", "radius": 10.0, "epsilon": 2.0, "delta": DELTA,
-                "learning_rate": 4.0, "iterations": 15, "loss_bound": 2.0}
+                "learning_rate": 4.0, "iterations": 15, "loss_bound": 2.0,
+                "selection_score": "loss"}
     return ConfidenceBoosting(**{**settings, **params})
 
 
@@ -154,8 +157,11 @@ def test_the_job_plan_charges_each_site_its_own_model_and_the_selection():
     params_to_proto({"loss": "logistic", "radius": 5.0, "iterations": 4}, spec.hyperparameters)
     public = synthetic_dataset(40, 3, seed=1)
     releases = plan_releases(spec, hyperparameters(spec), {"a": 100, "b": 200}, 3, public)
-    assert [r.sites for r in releases] == [("a",)] * 4 + [("b",)] * 4 + [None]
-    assert releases[-1].kernel == "validation_loss"
+    # Each site's own model, then the paired selection: the histogram that
+    # chooses its clips and the release of the differences, both of every site.
+    assert [r.sites for r in releases] == [("a",)] * 4 + [("b",)] * 4 + [None, None]
+    assert [r.kernel for r in releases[-2:]] == ["loss_difference_histogram",
+                                                  "validation_loss"]
     budget = pb.SiteBudget(epsilon_cap=5.0, delta_cap=1e-6, accounting="pld")
     for site in ("a", "b"):
         preview = preview_site(site, Adjacency.REPLACE_ONE, budget, releases, 3)

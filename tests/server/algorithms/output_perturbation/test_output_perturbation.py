@@ -104,7 +104,7 @@ def test_confidence_boosting_with_output_perturbation_charges_each_site_twice():
     with federation([600, 400], seed=4) as fed:
         boosted = ConfidenceBoosting(loss="logistic", radius=10.0, epsilon=2.0, delta=DELTA,
                                      learner="output_perturbation", regularization=5.0,
-                                     loss_bound=2.0).fit(fed, public)
+                                     selection_score="loss", loss_bound=2.0).fit(fed, public)
         spent = fed.privacy_spent(DELTA)
     for site in ("site-1", "site-2"):
         assert len(spent[site].mechanisms) == 2  # its own model, then the selection
