@@ -64,6 +64,8 @@ def _build_parser() -> argparse.ArgumentParser:
     show.add_argument("--job", help="only this job's charges")
     show.add_argument("--json", action="store_true",
                       help="print one JSON document instead of the table, for scripts")
+    show.add_argument("--summary", action="store_true",
+                      help="the cap and the totals per job and overall only, no charge")
     report = ledger_commands.add_parser(
         "report", help="write a self-contained HTML privacy report of a site's ledger")
     report.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
@@ -215,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             # The operator CLI reads a site's ledger file directly; it never runs a site.
             from privadapt.client.ledger.cli import show_ledger
 
-            return show_ledger(args.site_db, job=args.job, as_json=args.json)
+            return show_ledger(args.site_db, job=args.job, as_json=args.json,
+                               summary=args.summary)
         if args.command == "ledger" and args.ledger_command == "report":
             from privadapt.client.ledger.report import write_report
 

@@ -14,9 +14,7 @@ twice.
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
-import math
 import secrets
 import threading
 import traceback
@@ -26,7 +24,7 @@ from collections.abc import Mapping
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.data.schema_digest import SchemaDigest
 from privadapt.common.errors import ConfigError, PrivadaptError
-from privadapt.common.federation import SitePrivacy
+from privadapt.common.privacy_figures import running_spend_text
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.algorithms.base import PrivateEstimator
 from privadapt.server.coordinator.site_registry import SiteRegistry
@@ -50,7 +48,14 @@ from privadapt.server.jobs.launch_checks import (
 )
 from privadapt.server.jobs.launch_plans import LaunchPlans
 from privadapt.server.jobs.privacy_plan import refuse_over_budget
-from privadapt.server.jobs.result_files import NAMES_NOT_STATED, ModelFeatures, model_features
+from privadapt.server.jobs.privacy_report import (
+    cap_delta,
+    log_spend,
+    privacy_report_json,
+    report_delta,
+    site_accounting,
+)
+from privadapt.server.jobs.result_files import ModelFeatures, model_features
 from privadapt.server.jobs.spec import (
     hyperparameters,
     job_state_to_proto,
@@ -61,8 +66,6 @@ from privadapt.server.jobs.spec import (
 from privadapt.server.store import CoordinatorStore, JobRecord, RoundRecord
 
 logger = logging.getLogger(__name__)
-# A report made without a finished model's features (tests, crashes).
-_NO_FEATURES = ModelFeatures("", (), NAMES_NOT_STATED)
 
 
 class JobManager:
@@ -107,6 +110,8 @@ class JobManager:
         self._job_plans: dict[str, concurrent.futures.Future] = {}
         # Each launched job's checked estimator, until its thread fits it.
         self._estimators: dict[str, PrivateEstimator] = {}
+        # The operator's reason, for the job's message and its job_cancelled event.
+        self._cancel_reasons: dict[str, str] = {}
 
     def launch(self, spec: pb.JobSpec, job_id: str = "") -> str:
         """Check ``spec`` and start it; ``ConfigError`` (nothing stored, the id
@@ -220,12 +225,16 @@ class JobManager:
             raise KeyError(job_id)
         with self._lock:
             event = self._cancel.get(job_id)
+        reason = reason or "cancelled by the operator"
         if event is None:
             if record.state not in ("succeeded", "failed", "cancelled"):
-                self._set_state(job_id, "cancelled", reason or "cancelled")
+                self._store.audit("job_cancelled", job_id=job_id, detail=reason)
+                self._set_state(job_id, "cancelled", reason)
             return self._store.job(job_id).state
+        with self._lock:
+            self._cancel_reasons[job_id] = reason
         event.set()
-        self._hub.cancel(job_id, reason or "cancelled by the operator")
+        self._hub.cancel(job_id, reason)
         self._registry.wake()
         with self._lock:
             thread = self._threads.get(job_id)
@@ -284,6 +293,7 @@ class JobManager:
         spec = spec_from_json(record.spec_json)
         cancelled = self._cancel[job_id]
         state, message = "failed", ""
+        federation: NetworkFederation | None = None
         try:
             self._set_state(job_id, "running")
             federation = NetworkFederation(
@@ -309,11 +319,13 @@ class JobManager:
                 self._public_source, self._public_sources, estimator,
             )
             model = run_job(context)
-            privacy = federation.privacy_spent(None if math.isinf(spec.epsilon) else spec.delta)
+            privacy = federation.privacy_spent(report_delta(spec))
             dims = [s.num_features for s in self._store.sites() if s.name in set(spec.sites)]
             self._store.save_result(job_id, model, privacy_report_json(
                 job_id, spec, privacy, self._store.rounds(job_id),
-                self.model_features(agreed, max(dims, default=0))))
+                self.model_features(agreed, max(dims, default=0)),
+                site_accounting(self._registry, spec.sites)))
+            log_spend(job_id, privacy)
             state, message = "succeeded", ""
         except JobCancelledError as err:
             state, message = "cancelled", str(err)
@@ -332,6 +344,11 @@ class JobManager:
             return
         if cancelled.is_set() and state == "failed":
             state = "cancelled"
+        if state == "cancelled":
+            with self._lock:
+                message = self._cancel_reasons.pop(job_id, message)
+        if state != "succeeded" and federation is not None:
+            self._keep_privacy_report(job_id, spec, federation, state)
         # The event first: a watcher told the job ended then finds it in the log.
         self._store.audit(f"job_{state}", job_id=job_id, detail=message)
         self._set_state(job_id, state, message)
@@ -352,55 +369,26 @@ class JobManager:
             logger.warning("job=%s round=%d step=%d aborted: %s", record.job_id, record.round,
                            record.step, record.abort_reason)
         else:
-            logger.info("job=%s round=%d step=%d sites=%d %.1f ms epsilon=%.4g", record.job_id,
+            logger.info("job=%s round=%d step=%d sites=%d %.1f ms %s", record.job_id,
                         record.round, record.step, len(record.participants),
-                        1e3 * (record.finished - record.started), record.epsilon_so_far)
+                        1e3 * (record.finished - record.started),
+                        running_spend_text(record.epsilon_so_far,
+                                           cap_delta(self._registry, record.participants)))
 
+    def _keep_privacy_report(self, job_id: str, spec: pb.JobSpec,
+                             federation: NetworkFederation, state: str) -> None:
+        """A failed or cancelled job's spend as the sites' ledgers state it,
+        stored without a model, when any round was started (else no site
+        was charged for it)."""
+        if not self._store.rounds(job_id, include_started=True):
+            return
+        try:
+            privacy = federation.privacy_spent(report_delta(spec))
+            self._store.save_result(job_id, {}, privacy_report_json(
+                job_id, spec, privacy, self._store.rounds(job_id),
+                accounting=site_accounting(self._registry, spec.sites), outcome=state))
+            log_spend(job_id, privacy)
+        except Exception:  # the job's end state is recorded whatever happens here
+            logger.exception("job=%s: could not keep the privacy report of the %s job",
+                             job_id, state)
 
-def privacy_report_json(
-    job_id: str, spec: pb.JobSpec, privacy: dict[str, SitePrivacy], rounds: list[RoundRecord],
-    features: ModelFeatures = _NO_FEATURES,
-) -> str:
-    """The report ``privadapt result`` writes: each site's spend as its own
-    ledger states it, every aborted round (already charged by the sites
-    that answered it, and included in their figures), and how many rounds
-    the coordinator saw each site's own answer in (``per_site`` rounds)."""
-    aborted = [{"round": r.round, "step": r.step, "reason": r.abort_reason}
-               for r in rounds if r.aborted]
-    # The coordinator saw a site's own answer in a per-site round, and in a
-    # secure sum with a single participant (after dropouts).
-    seen = [r for r in rounds if r.form == "per_site" or len(r.participants) == 1]
-    report = {
-        "job_id": job_id,
-        "algorithm": spec.algorithm,
-        "target": {"epsilon": spec.epsilon, "delta": spec.delta},
-        "sites": {
-            name: {
-                "job_epsilon": p.job.epsilon, "delta": p.job.delta, "method": p.job.method.value,
-                "total_epsilon": p.total.epsilon, "total_delta": p.total.delta,
-                "cap_epsilon": p.cap_epsilon, "releases": len(p.mechanisms),
-                "releases_seen_by_coordinator": sum(name in r.participants for r in seen),
-            }
-            for name, p in sorted(privacy.items())
-        },
-        "sites_not_reporting": sorted(set(spec.sites) - set(privacy)),
-        "rounds": len(rounds),
-        "rounds_with_per_site_releases": [r.round for r in seen],
-        "release_note": (
-            f"in {len(seen)} round(s) the coordinator saw each participating site's own "
-            "noised answer or selected index (per-site releases, or a sum over one site, "
-            "each charged to that site's ledger); every other release was a secure sum "
-            "over several sites" if seen
-            else "every release was a secure sum: the coordinator saw only noisy sums "
-            "over the participating sites"),
-        "aborted_rounds": aborted,
-        # What the model's weights mean: the schema digest the parties agreed
-        # on, and its feature names (see JobManager.model_features).
-        "schema_digest": features.schema_digest,
-        "feature_names": list(features.names),
-        "feature_names_source": features.source,
-        "note": ("every aborted round was charged by the ledgers of the sites that answered "
-                 "it before the abort; the epsilons above include those charges"
-                 if aborted else "no round was aborted"),
-    }
-    return json.dumps(report, indent=2, allow_nan=True)

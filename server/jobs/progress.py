@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 
+from privadapt.common.privacy_figures import running_spend_text, site_privacy_line
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.jobs.spec import job_state_name
 
@@ -23,7 +24,10 @@ def job_line(job: pb.JobStatus) -> str:
     return text + (f"  {job.message}" if job.message else "")
 
 
-def round_lines(rounds: Iterable[pb.RoundProgress]) -> list[str]:
+def round_lines(rounds: Iterable[pb.RoundProgress], cap_delta: float | None = None
+                ) -> list[str]:
+    """One line per round; the running figure at the sites' cap delta
+    (``cap_delta`` when they share one)."""
     lines = []
     for r in rounds:
         ms = r.duration.ToTimedelta() / dt.timedelta(milliseconds=1)
@@ -31,16 +35,18 @@ def round_lines(rounds: Iterable[pb.RoundProgress]) -> list[str]:
             lines.append(f"  round {r.round:>5}  ABORTED  {r.abort_reason}")
         else:
             lines.append(f"  round {r.round:>5}  sites={len(r.participants)}  {ms:8.1f} ms  "
-                         f"epsilon so far {r.epsilon_so_far:.4g}")
+                         f"{running_spend_text(r.epsilon_so_far, cap_delta)}")
     return lines
 
 
-def progress_bar(job: pb.JobStatus, width: int = BAR_WIDTH) -> str:
-    """``[#########.........]  37/100 rounds  epsilon so far 0.41``: the
-    rounds done against the job's planned rounds (a count alone when the
-    coordinator has no plan for it)."""
+def progress_bar(job: pb.JobStatus, width: int = BAR_WIDTH,
+                 cap_delta: float | None = None) -> str:
+    """``[#########.........]  37/100 rounds  job epsilon so far 0.41 at
+    delta 1e-05 (the sites' cap)``: the rounds done against the job's planned
+    rounds (a count alone when the coordinator has no plan for it)."""
     done = [r for r in job.rounds if not r.aborted]
-    epsilon = f"  epsilon so far {done[-1].epsilon_so_far:.4g}" if done else ""
+    epsilon = (f"  {running_spend_text(done[-1].epsilon_so_far, cap_delta)}" if done
+               else "")
     aborted = len(job.rounds) - len(done)
     tail = f"{epsilon}{f'  ({aborted} aborted)' if aborted else ''}"
     if not job.planned_rounds:
@@ -63,7 +69,20 @@ def log_lines(log: pb.JobLog) -> list[str]:
     return lines
 
 
-def new_round_lines(job: pb.JobStatus, printed: int) -> tuple[Sequence[str], int]:
+def new_round_lines(job: pb.JobStatus, printed: int, cap_delta: float | None = None
+                    ) -> tuple[Sequence[str], int]:
     """The round lines not printed yet, and how many there are now."""
-    lines = round_lines(job.rounds)
+    lines = round_lines(job.rounds, cap_delta)
     return lines[printed:], len(lines)
+
+
+def privacy_lines(report: dict) -> list[str]:
+    """A job's privacy report (``privacy_report.json``) as the lines
+    ``privadapt result``, ``status`` and ``--follow`` print: one per site,
+    the job's spend at the job's delta, then the site's total."""
+    lines = [f"  {site_privacy_line(name, site)}"
+             for name, site in sorted(report.get("sites", {}).items())]
+    missing = report.get("sites_not_reporting", [])
+    if missing:
+        lines.append(f"  did not report their spend: {', '.join(missing)}")
+    return lines
