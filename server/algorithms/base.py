@@ -47,6 +47,10 @@ from privadapt.common.data.record_parts import (
     RecordPart,
 )
 from privadapt.common.federation import Federation
+from privadapt.server.algorithms.in_process_plan import (
+    BudgetedFederation,
+    check_before_first_release,
+)
 
 # The value types a job's hyperparameter can carry over the wire (common/wire/messages.py).
 WIRE_TYPES: tuple[type, ...] = (bool, int, float, str)
@@ -214,15 +218,31 @@ def fit_context(*, prefer_skip_nested_validation: bool) -> Callable[[Fit], Fit]:
     are not validated again: it built them from values it validated (a
     selection's candidates at their budget shares, an auto radius's clones).
     Without it (a user-given estimator inside, PrivateGridSearch's learner)
-    they validate their own."""
+    they validate their own.
+
+    The outermost fit on an in-process federation that states its sites'
+    budgets first makes the checks a networked launch makes before its first
+    release (server/algorithms/in_process_plan.py); the fits it makes inside
+    (candidates, the plan's own fit on stand-ins) do not."""
     def decorate(fit: Fit) -> Fit:
         @functools.wraps(fit)
         def validated_fit(self: PrivateEstimator, *args: Any, **kwargs: Any) -> Any:
             skip = getattr(_validation, "skip", False)
             if not skip:
                 self._validate_params()
-            with _skipping_validation(skip or prefer_skip_nested_validation):
-                return fit(self, *args, **kwargs)
+            outermost = not getattr(_validation, "inside_fit", False)
+            _validation.inside_fit = True
+            try:
+                federation = args[0] if args else kwargs.get("federation")
+                if outermost and isinstance(federation, BudgetedFederation):
+                    check_before_first_release(
+                        federation, type(self).__name__, self.get_params(),
+                        lambda stand_in: clone(self).fit(stand_in, *args[1:], **{
+                            k: v for k, v in kwargs.items() if k != "federation"}))
+                with _skipping_validation(skip or prefer_skip_nested_validation):
+                    return fit(self, *args, **kwargs)
+            finally:
+                _validation.inside_fit = not outermost
         return validated_fit  # type: ignore[return-value]
     return decorate
 
