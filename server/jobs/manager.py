@@ -63,6 +63,7 @@ from privadapt.server.jobs.spec import (
     spec_to_json,
     validate_spec,
 )
+from privadapt.server.jobs.unknown_sites import refuse_unknown_sites
 from privadapt.server.store import CoordinatorStore, JobRecord, RoundRecord
 
 logger = logging.getLogger(__name__)
@@ -205,6 +206,8 @@ class JobManager:
         check_delta_against_sizes(spec, {site.name: site.num_records
                                          for site in self._store.sites() if site.name in named})
         sessions = [s for s in self._registry.sessions() if s.name in named]
+        refuse_unknown_sites(named, [site.name for site in self._store.sites()],
+                             {s.name: s.registration for s in sessions})
         check_site_policies(spec, {s.name: s.registration for s in sessions})
         return check_schema_agreement(self._public_schema, {
             s.name: registered_digest(s.registration) for s in sessions})
