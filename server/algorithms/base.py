@@ -208,6 +208,19 @@ def parameters_validated() -> contextlib.AbstractContextManager[None]:
     return _skipping_validation(True)
 
 
+@contextlib.contextmanager
+def parts_of_one_job() -> Iterator[None]:
+    """Within it, fits are parts of one job their caller runs on one
+    federation (a grid search's K learners): none makes the checks of the
+    outermost fit (:func:`fit_context`)."""
+    before = getattr(_validation, "inside_fit", False)
+    _validation.inside_fit = True
+    try:
+        yield
+    finally:
+        _validation.inside_fit = before
+
+
 Fit = TypeVar("Fit", bound=Callable[..., Any])
 
 
@@ -238,7 +251,9 @@ def fit_context(*, prefer_skip_nested_validation: bool) -> Callable[[Fit], Fit]:
                     check_before_first_release(
                         federation, type(self).__name__, self.get_params(),
                         lambda stand_in: clone(self).fit(stand_in, *args[1:], **{
-                            k: v for k, v in kwargs.items() if k != "federation"}))
+                            # Callbacks (progress, checkpoints) watch the real fit only.
+                            k: v for k, v in kwargs.items()
+                            if k != "federation" and not callable(v)}))
                 with _skipping_validation(skip or prefer_skip_nested_validation):
                     return fit(self, *args, **kwargs)
             finally:
