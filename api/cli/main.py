@@ -34,7 +34,6 @@ Expected errors (missing file, bad database) print one line and exit 2, no trace
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import sys
 from pathlib import Path
@@ -42,6 +41,7 @@ from pathlib import Path
 from privadapt.cli.operator import add_operator_commands, run_operator_command
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.secure import certs
+from privadapt.common.version import installed_version
 from privadapt.server.jobs.spec import SET_HELP
 
 OPERATOR_COMMANDS = ("launch", "status", "result", "cancel", "sites", "logs")
@@ -52,7 +52,7 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="privadapt",
         description="privadapt: federated differentially private domain adaptation.",
     )
-    parser.add_argument("--version", action="version", version=f"privadapt {_version()}")
+    parser.add_argument("--version", action="version", version=f"privadapt {installed_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     ledger = commands.add_parser("ledger", help="create or inspect a site's privacy ledger")
     ledger_commands = ledger.add_subparsers(dest="ledger_command", metavar="SUBCOMMAND")
@@ -159,14 +159,6 @@ def _add_data_parsers(commands: argparse._SubParsersAction) -> None:
                           help="the schema the job's sites used")
     evaluate.add_argument("--json", action="store_true",
                           help="print one JSON document instead of lines, for scripts")
-
-
-def _version() -> str:
-    """The installed distribution's version (pyproject.toml)."""
-    try:
-        return importlib.metadata.version("privadapt")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def _add_certs_parser(commands: argparse._SubParsersAction) -> None:

@@ -30,14 +30,15 @@ import datetime as dt
 import json
 import os
 import sys
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 import grpc
-from google.protobuf import json_format
 
+from privadapt.cli.json_output import message_document
 from privadapt.common.config import Layout, read_sections, read_toml, render_layout
 from privadapt.common.errors import ConfigError
 from privadapt.common.privacy_figures import shared_delta, site_total_text
@@ -147,7 +148,7 @@ def add_operator_commands(commands: argparse._SubParsersAction) -> None:
     sites = command("sites", "list the sites the coordinator knows")
     logs = command("logs", "a job's audit events and rounds from the coordinator's store")
     logs.add_argument("job_id")
-    for parser in (status, result, sites, logs):
+    for parser in (launch, status, result, sites, logs):
         parser.add_argument("--json", action="store_true",
                             help="print one JSON document instead of lines, for scripts")
 
@@ -172,12 +173,31 @@ def _launch(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     # public warm start can take a while on a busy coordinator.
     response = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id, dry_run=args.dry_run),
                            timeout=DRY_RUN_TIMEOUT_S if args.dry_run else CALL_TIMEOUT_S)
+    if args.json:
+        return _launch_json(stub, response, args)
     if args.dry_run:
         print(response.plan)
         return 0
     job_id = response.job_id
     print(f"launched {job_id}")
     return _follow(stub, job_id) if args.follow else 0
+
+
+def _launch_json(stub: rpc.OperatorServiceStub, response: pb.LaunchResponse,
+                 args: argparse.Namespace) -> int:
+    """``launch --json``: the job id (or the dry run's plan); with
+    ``--follow``, the job's final status once it ends (no progress lines)."""
+    if args.dry_run:
+        print(json.dumps({"dry_run": True, "plan": response.plan}, indent=2))
+        return 0
+    document: dict = {"job_id": response.job_id}
+    if not args.follow:
+        print(json.dumps(document, indent=2))
+        return 0
+    job = next(iter(deque(watch(stub, response.job_id), maxlen=1)), None)
+    document["status"] = None if job is None else message_document(job)
+    print(json.dumps(document, indent=2))
+    return 0 if job is not None and job.state == pb.JOB_STATE_SUCCEEDED else 1
 
 
 def _status(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
@@ -339,9 +359,7 @@ def budget_text(site: pb.SiteInfo) -> str:
 
 def _print_json(message) -> int:
     """A reply as JSON with the proto's field names (every field, defaults too)."""
-    print(json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True,
-                                               always_print_fields_with_no_presence=True),
-                     indent=2))
+    print(json.dumps(message_document(message), indent=2))
     return 0
 
 

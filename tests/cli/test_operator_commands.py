@@ -178,6 +178,7 @@ def test_json_output_of_status_sites_and_result(running, tmp_path, capsys):
     assert all(s["connected"] for s in sites)
     assert all(s["budget"]["epsilon_cap"] == 50.0 and s["budget"]["accounting"] == "pld"
                for s in sites)
+    assert all(s["num_records"] == 50 for s in sites)  # a number, not a string
     assert cli.main(["result", "json-job", "--out", str(tmp_path / "r"), "--json", *config]) == 0
     result = json.loads(capsys.readouterr().out)
     assert sorted(result["privacy_report"]["sites"]) == list(SITES)
@@ -204,7 +205,7 @@ def test_logs_planned_rounds_and_result_files_of_a_job(running, tmp_path, capsys
     assert cli.main(["launch", _job_file(tmp_path, "other-job", 2), "--follow", *config]) == 0
     capsys.readouterr()
     assert cli.main(["status", "logged-job", "--json", *config]) == 0
-    assert json.loads(capsys.readouterr().out)["jobs"][0]["planned_rounds"] == "3"
+    assert json.loads(capsys.readouterr().out)["jobs"][0]["planned_rounds"] == 3
     assert cli.main(["logs", "logged-job", *config]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("logged-job  noisy_gd  succeeded  rounds=3")
@@ -231,3 +232,18 @@ def test_logs_planned_rounds_and_result_files_of_a_job(running, tmp_path, capsys
     assert "already holds the result of job 'logged-job'" in capsys.readouterr().err
     with np.load(out / "model.npz", allow_pickle=False) as model:
         assert str(model["job_id"]) == "logged-job"  # untouched
+
+
+def test_launch_json_prints_the_job_id_the_plan_or_the_final_status(running, tmp_path, capsys):
+    _, operator, _ = running
+    config = ["--config", str(operator), "--json"]
+    assert cli.main(["launch", _job_file(tmp_path, "json-plan", 2), "--dry-run", *config]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["dry_run"] is True and "privacy plan: 2 release(s)" in plan["plan"]
+    assert cli.main(["launch", _job_file(tmp_path, "json-launch", 2), "--follow", *config]) == 0
+    launched = json.loads(capsys.readouterr().out)
+    assert launched["job_id"] == "json-launch"
+    assert launched["status"]["state"] == "JOB_STATE_SUCCEEDED"
+    assert [r["round"] for r in launched["status"]["rounds"]] == [1, 2]
+    assert cli.main(["launch", _job_file(tmp_path, "json-quick", 1), *config]) == 0
+    assert json.loads(capsys.readouterr().out) == {"job_id": "json-quick"}
