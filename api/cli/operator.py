@@ -30,6 +30,7 @@ import datetime as dt
 import json
 import os
 import sys
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from privadapt.common.secure import tls
 from privadapt.common.secure.dial_diagnosis import explain_unreachable
 from privadapt.common.wire.messages import channel_options, params_from_proto
 from privadapt.server.jobs.progress import (
+    Pace,
     job_line,
     log_lines,
     new_round_lines,
@@ -241,22 +243,30 @@ def _print_privacy(stub: rpc.OperatorServiceStub, job: pb.JobStatus,
 
 def _follow(stub: rpc.OperatorServiceStub, job_id: str, out: TextIO | None = None) -> int:
     """Print the job's progress from the Watch stream until it ends: a
-    progress bar redrawn in place on a terminal, else one line per round."""
+    progress bar (with an ETA) redrawn in place on a terminal, else one line
+    per round; while the job waits for sites, which ones and until when,
+    every few seconds."""
     out = out or sys.stdout
     on_terminal = out.isatty()
     job = None
     printed = 0
     cap_delta: float | None = None
+    pace, waiting = Pace(), ""
     for job in watch(stub, job_id):
         if cap_delta is None and job.rounds:
             cap_delta = _cap_delta(stub, job)
         if on_terminal:
-            print(f"\r{progress_bar(job, cap_delta=cap_delta)}\x1b[K", end="", file=out,
-                  flush=True)
+            bar = progress_bar(job, cap_delta=cap_delta, eta_s=pace.eta(job, time.time()))
+            print(f"\r{bar}\x1b[K", end="", file=out, flush=True)
             continue
         lines, printed = new_round_lines(job, printed, cap_delta)
         for line in lines:
             print(line, file=out, flush=True)
+        # What the job waits for, every few seconds while it waits.
+        if job.state == pb.JOB_STATE_RUNNING and job.message != waiting:
+            waiting = job.message
+            if waiting:
+                print(f"  {waiting}", file=out, flush=True)
     if job is not None:
         if on_terminal:
             print(file=out)

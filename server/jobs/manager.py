@@ -50,6 +50,7 @@ from privadapt.server.jobs.launch_plans import LaunchPlans
 from privadapt.server.jobs.privacy_plan import refuse_over_budget
 from privadapt.server.jobs.privacy_report import (
     cap_delta,
+    keep_privacy_report,
     log_spend,
     privacy_report_json,
     report_delta,
@@ -304,6 +305,7 @@ class JobManager:
                            spec.min_participants, self._round_timeout, self._site_wait_timeout),
                 self._registry, self._hub, self._store, self._reports,
                 cancelled=cancelled, on_round=self._on_round,
+                on_wait=lambda line: self._on_wait(job_id, line),
             )
             federation.wait_for_sites()
             # Before any key is published: every site that came must agree,
@@ -351,7 +353,7 @@ class JobManager:
             with self._lock:
                 message = self._cancel_reasons.pop(job_id, message)
         if state != "succeeded" and federation is not None:
-            self._keep_privacy_report(job_id, spec, federation, state)
+            keep_privacy_report(self._store, self._registry, spec, federation, state)
         # The event first: a watcher told the job ended then finds it in the log.
         self._store.audit(f"job_{state}", job_id=job_id, detail=message)
         self._set_state(job_id, state, message)
@@ -366,6 +368,15 @@ class JobManager:
             if session is not None:
                 session.send(**item)
 
+    def _on_wait(self, job_id: str, line: str) -> None:
+        """The job waits for sites (``line``, every few seconds) or stopped
+        waiting (""): its message says so, and watchers are told."""
+        if line and not self._store.job(job_id).message:
+            self._store.audit("waiting_for_sites", job_id=job_id, detail=line)
+            logger.warning("job=%s %s", job_id, line)
+        self._store.set_job_state(job_id, "running", line)
+        self._mark_changed(job_id)
+
     def _on_round(self, record: RoundRecord) -> None:
         self._mark_changed(record.job_id)
         if record.aborted:
@@ -377,21 +388,3 @@ class JobManager:
                         1e3 * (record.finished - record.started),
                         running_spend_text(record.epsilon_so_far,
                                            cap_delta(self._registry, record.participants)))
-
-    def _keep_privacy_report(self, job_id: str, spec: pb.JobSpec,
-                             federation: NetworkFederation, state: str) -> None:
-        """A failed or cancelled job's spend as the sites' ledgers state it,
-        stored without a model, when any round was started (else no site
-        was charged for it)."""
-        if not self._store.rounds(job_id, include_started=True):
-            return
-        try:
-            privacy = federation.privacy_spent(report_delta(spec))
-            self._store.save_result(job_id, {}, privacy_report_json(
-                job_id, spec, privacy, self._store.rounds(job_id),
-                accounting=site_accounting(self._registry, spec.sites), outcome=state))
-            log_spend(job_id, privacy)
-        except Exception:  # the job's end state is recorded whatever happens here
-            logger.exception("job=%s: could not keep the privacy report of the %s job",
-                             job_id, state)
-

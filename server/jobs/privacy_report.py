@@ -19,14 +19,14 @@ import math
 from collections.abc import Mapping, Sequence
 
 from privadapt.common.accounting.accountant import AccountingMethod
-from privadapt.common.federation import SitePrivacy
+from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.privacy_figures import job_spend_text, shared_delta, site_total_text
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.coordinator.site_registry import SiteRegistry
 from privadapt.server.jobs.result_files import NAMES_NOT_STATED, ModelFeatures
 from privadapt.server.jobs.spend_curve import spend_curve
-from privadapt.server.store import RoundRecord
+from privadapt.server.store import CoordinatorStore, RoundRecord
 
 logger = logging.getLogger(__name__)
 # A report made without a finished model's features (tests, crashes, failures).
@@ -127,3 +127,22 @@ def log_spend(job_id: str, privacy: Mapping[str, SitePrivacy]) -> None:
         logger.info("job=%s site=%s %s; %s", job_id, name,
                     job_spend_text(p.job.epsilon, p.job.delta),
                     site_total_text(p.total.epsilon, p.total.delta, p.cap_epsilon))
+
+
+def keep_privacy_report(store: CoordinatorStore, registry: SiteRegistry, spec: pb.JobSpec,
+                        federation: Federation, state: str) -> None:
+    """A failed or cancelled job's spend as the sites' ledgers state it,
+    stored without a model, when any round was started (else no site was
+    charged for it)."""
+    job_id = federation.job_id
+    if not store.rounds(job_id, include_started=True):
+        return
+    try:
+        privacy = federation.privacy_spent(report_delta(spec))
+        store.save_result(job_id, {}, privacy_report_json(
+            job_id, spec, privacy, store.rounds(job_id),
+            accounting=site_accounting(registry, spec.sites), outcome=state))
+        log_spend(job_id, privacy)
+    except Exception:  # the job's end state is recorded whatever happens here
+        logger.exception("job=%s: could not keep the privacy report of the %s job",
+                         job_id, state)
