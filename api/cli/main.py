@@ -166,7 +166,9 @@ def _add_certs_parser(commands: argparse._SubParsersAction) -> None:
     certs_commands = group.add_subparsers(dest="certs_command", metavar="SUBCOMMAND")
     init = certs_commands.add_parser("init", help="create a federation CA (ca.key, ca.crt) in DIR")
     init.add_argument("--dir", required=True, type=Path, help="directory for the CA files")
-    init.add_argument("--name", default="privadapt-ca", help="the CA's common name")
+    init.add_argument("--name", default=None,
+                      help="the CA's common name (default: privadapt-ca- and 8 random hex "
+                      "digits, unique to this federation)")
     init.add_argument("--days", type=int, default=3650, help="validity in days (default 3650)")
     issue = certs_commands.add_parser(
         "issue", help="issue NAME.key and NAME.crt from the CA in DIR"

@@ -145,8 +145,9 @@ class _Federation:
         return self.coordinator.get("name", "coordinator")
 
     @property
-    def ca_name(self) -> str:
-        return self.settings.get("ca_name", "privadapt-ca")
+    def ca_name(self) -> str | None:
+        """None: a name unique to this federation (certs.unique_ca_name)."""
+        return self.settings.get("ca_name")
 
     @property
     def address(self) -> str:
