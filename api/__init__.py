@@ -52,6 +52,7 @@ _EXPORTS = {
     "PrivateGaussianMixtureSampler":
         "privadapt.server.algorithms.source_target_clustering.private_mixture_sampler",
     "clone": "privadapt.server.algorithms.base",
+    "parts_of_one_job": "privadapt.server.algorithms.base",
     "InvalidParameterError": "privadapt.server.algorithms.base",
     "NotFittedError": "privadapt.server.algorithms.base",
     "LocalFederation": "privadapt.client.local_federation",

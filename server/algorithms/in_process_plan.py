@@ -76,10 +76,15 @@ def check_before_first_release(federation: BudgetedFederation, name: str,
         logger.warning("%s.fit: the plan could not be previewed (%s); each site's ledger "
                        "still refuses any release over its cap", name, err)
         return
-    over = [p for p in (
-        preview_site(site, b.adjacency, _as_budget(b), planning.releases, federation.dim,
-                     b.max_records or SIZING_RECORDS) for site, b in budgets.items())
-        if p.exceeds]
+    try:
+        # Each site's record bound: its public n, else its policy's (as it charges).
+        previews = [preview_site(site, b.adjacency, _as_budget(b), planning.releases,
+                                 federation.dim, b.num_records or b.max_records or SIZING_RECORDS)
+                    for site, b in budgets.items()]
+    except ValueError as err:  # a charge the site itself words when it meets it
+        logger.warning("%s.fit: the plan's charges could not be previewed (%s)", name, err)
+        return
+    over = [p for p in previews if p.exceeds]
     if over:
         raise ConfigError(f"{name}.fit: the job would exceed the remaining privacy budget of "
                           f"{len(over)} site(s): {'; '.join(_over(p) for p in over)}. Lower "
