@@ -186,19 +186,25 @@ def hyperparameter(constraints: Constraints, *, default: Any = REQUIRED) -> Any:
     return Hyperparameter(constraints, default)
 
 
-# Whether the fit running in this thread was handed validated parameters
-# (scikit-learn's skip_parameter_validation), so its own check is skipped.
+# Per thread: ``skip``, whether the fit running was handed validated
+# parameters (scikit-learn's skip_parameter_validation), so its own check is
+# skipped; ``inside_fit``, whether a fit is running (only the outermost one
+# makes the checks of a launch, fit_context).
 _validation = threading.local()
 
 
 @contextlib.contextmanager
-def _skipping_validation(skip: bool) -> Iterator[None]:
-    before = getattr(_validation, "skip", False)
-    _validation.skip = skip
+def _setting(name: str, value: bool) -> Iterator[None]:
+    before = getattr(_validation, name, False)
+    setattr(_validation, name, value)
     try:
         yield
     finally:
-        _validation.skip = before
+        setattr(_validation, name, before)
+
+
+def _skipping_validation(skip: bool) -> contextlib.AbstractContextManager[None]:
+    return _setting("skip", skip)
 
 
 def parameters_validated() -> contextlib.AbstractContextManager[None]:
@@ -208,17 +214,11 @@ def parameters_validated() -> contextlib.AbstractContextManager[None]:
     return _skipping_validation(True)
 
 
-@contextlib.contextmanager
-def parts_of_one_job() -> Iterator[None]:
+def parts_of_one_job() -> contextlib.AbstractContextManager[None]:
     """Within it, fits are parts of one job their caller runs on one
     federation (a grid search's K learners): none makes the checks of the
     outermost fit (:func:`fit_context`)."""
-    before = getattr(_validation, "inside_fit", False)
-    _validation.inside_fit = True
-    try:
-        yield
-    finally:
-        _validation.inside_fit = before
+    return _setting("inside_fit", True)
 
 
 Fit = TypeVar("Fit", bound=Callable[..., Any])
@@ -244,8 +244,7 @@ def fit_context(*, prefer_skip_nested_validation: bool) -> Callable[[Fit], Fit]:
             if not skip:
                 self._validate_params()
             outermost = not getattr(_validation, "inside_fit", False)
-            _validation.inside_fit = True
-            try:
+            with _setting("inside_fit", True):
                 federation = args[0] if args else kwargs.get("federation")
                 if outermost and isinstance(federation, BudgetedFederation):
                     check_before_first_release(
@@ -256,8 +255,6 @@ def fit_context(*, prefer_skip_nested_validation: bool) -> Callable[[Fit], Fit]:
                             if k != "federation" and not callable(v)}))
                 with _skipping_validation(skip or prefer_skip_nested_validation):
                     return fit(self, *args, **kwargs)
-            finally:
-                _validation.inside_fit = not outermost
         return validated_fit  # type: ignore[return-value]
     return decorate
 
