@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import uuid
 import weakref
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -284,6 +285,7 @@ class LocalFederation:
             num_records=(site.num_records if site.policy.adjacency == Adjacency.REPLACE_ONE
                          else None),
             max_records=site.policy.max_records,
+            history=tuple(Counter(c.mechanism for c in site.ledger.charges()).items()),
             large_delta_meant=(site.policy.allow_large_delta
                                or site.policy.delta_cap >= LARGE_DELTA))
             for site in self._sites}

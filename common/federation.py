@@ -142,12 +142,13 @@ class SitePrivacy:
 
 @dataclass(frozen=True)
 class SiteBudgetStatement:
-    """What an in-process site states before a job, as a site daemon states
-    it to a coordinator (``pb.SiteBudget`` and its registration): its
+    """What an in-process site states before a job, more than a site daemon
+    states to a coordinator (``pb.SiteBudget`` and its registration): its
     adjacency and accounting method, its cap, what its ledger has spent (at
-    the cap's delta), its record count where it is public (None under
-    add/remove adjacency) and bound, and whether its policy means a large
-    delta (``allow_large_delta``, or a cap delta that is itself large)."""
+    the cap's delta) and the releases it holds, its record count where it is
+    public (None under add/remove adjacency) and bound, and whether its
+    policy means a large delta (``allow_large_delta``, or a cap delta that is
+    itself large)."""
 
     adjacency: Adjacency
     accounting: str
@@ -157,6 +158,9 @@ class SiteBudgetStatement:
     num_records: int | None
     max_records: int | None
     large_delta_meant: bool
+    #: Every release the ledger holds (each distinct mechanism and its count),
+    #: so a job's plan composes with the whole history as the ledger will.
+    history: tuple[tuple[Mechanism, int], ...] = ()
 
 
 @runtime_checkable

@@ -10,10 +10,11 @@ budgets (``LocalFederation.site_budgets``) before its first query:
   charged (an earlier fit) is refused; a new job is ``federation.new_job()``;
 * the job's privacy plan: the estimator's own fit on stand-ins
   (:class:`~privadapt.server.federation.planning.PlanningFederation`, as
-  ``privadapt launch --dry-run`` runs it), each site's charge previewed as
-  its ledger will account it (server/jobs/privacy_plan.py); refused when the
-  job would exceed what a site has left, so no budget is spent on a job that
-  cannot finish.
+  ``privadapt launch --dry-run`` runs it), each release charged as the site
+  charges it and composed, by the site's own accountant, with every release
+  its ledger holds (an in-process site states them; a daemon states only its
+  spend, so a launch composes basically); refused when the job would take a
+  site over its cap, so no budget is spent on a job that cannot finish.
 
 The sites' ledgers still check every release against their caps.
 """
@@ -22,20 +23,28 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from privadapt.common.accounting.accountant import AccountingMethod, PrivacyAccountant
 from privadapt.common.accounting.delta_guard import large_delta_refusal
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.federation import SiteBudgetStatement, SitePrivacy
 from privadapt.common.kernels.base import SIZING_RECORDS
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.numerics.fixed_point import FixedPointCodec
-from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server.federation.planning import PlanningFederation
-from privadapt.server.jobs.privacy_plan import SiteBudgetPreview, preview_site
+from privadapt.server.federation.planning import (
+    PlannedRelease,
+    PlanningFederation,
+    charged_at_site,
+)
 
 logger = logging.getLogger(__name__)
+# A job whose target is this many times inside what every site has left needs
+# no plan (_surely_fits).
+_MARGIN = 4.0
+# Float noise in composing the same releases twice.
+_TOLERANCE = 1e-9
 
 
 @runtime_checkable
@@ -64,8 +73,8 @@ def check_before_first_release(federation: BudgetedFederation, name: str,
     budgets = federation.site_budgets()
     _check_delta(name, params, budgets)
     _check_new_job(name, federation)
-    if all(math.isinf(b.epsilon_cap) for b in budgets.values()):
-        return  # simulation sites: nothing to run out of
+    if _surely_fits(params, budgets):
+        return
     sizes = {site: b.num_records for site, b in budgets.items()}
     planning = PlanningFederation(federation.job_id, sizes, federation.dim, federation.codec)
     try:
@@ -77,32 +86,56 @@ def check_before_first_release(federation: BudgetedFederation, name: str,
                        "still refuses any release over its cap", name, err)
         return
     try:
-        # Each site's record bound: its public n, else its policy's (as it charges).
-        previews = [preview_site(site, b.adjacency, _as_budget(b), planning.releases,
-                                 federation.dim, b.num_records or b.max_records or SIZING_RECORDS)
-                    for site, b in budgets.items()]
+        after = {site: _total_after(b, planning.releases, federation.dim, site)
+                 for site, b in budgets.items()}
     except ValueError as err:  # a charge the site itself words when it meets it
         logger.warning("%s.fit: the plan's charges could not be previewed (%s)", name, err)
         return
-    over = [p for p in previews if p.exceeds]
+    over = [site for site, total in after.items()
+            if total > budgets[site].epsilon_cap * (1 + _TOLERANCE)]
     if over:
-        raise ConfigError(f"{name}.fit: the job would exceed the remaining privacy budget of "
-                          f"{len(over)} site(s): {'; '.join(_over(p) for p in over)}. Lower "
-                          "epsilon or the number of iterations, or fit on fewer sites; nothing "
-                          "was released")
+        details = "; ".join(
+            f"site {site!r} has spent {budgets[site].epsilon_spent:.4g} of its cap "
+            f"{budgets[site].epsilon_cap:g} at delta {budgets[site].delta_cap:g}, and with this "
+            f"job it would reach {after[site]:.4g}" for site in over)
+        raise ConfigError(
+            f"{name}.fit: the job would exceed the remaining privacy budget of {len(over)} "
+            f"site(s): {details} (its plan, as `privadapt launch --dry-run` previews it, "
+            "composed with everything the site's ledger holds). Lower epsilon or the number of "
+            "iterations, or fit on fewer sites; nothing was released")
 
 
-def _as_budget(statement: SiteBudgetStatement) -> pb.SiteBudget:
-    return pb.SiteBudget(epsilon_cap=statement.epsilon_cap, delta_cap=statement.delta_cap,
-                         epsilon_spent=statement.epsilon_spent,
-                         accounting=statement.accounting)
+def _surely_fits(params: Mapping[str, Any], budgets: Mapping[str, SiteBudgetStatement]
+                 ) -> bool:
+    """Whether the plan need not be made: every cap is infinite (simulation
+    sites), or the job's target is far inside what every site has left at a
+    cap delta no smaller than the job's (a margin of :data:`_MARGIN` for the
+    site's own adjacency and the rounding it charges). The plan costs a second
+    fit on stand-ins; a job it skips wrongly still meets every ledger's cap."""
+    if all(math.isinf(b.epsilon_cap) for b in budgets.values()):
+        return True
+    epsilon, delta = params.get("epsilon"), params.get("delta")
+    if not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon):
+        return False
+    return all(b.epsilon_cap - b.epsilon_spent >= _MARGIN * epsilon
+               and isinstance(delta, (int, float)) and b.delta_cap >= delta
+               for b in budgets.values())
 
 
-def _over(preview: SiteBudgetPreview) -> str:
-    return (f"site {preview.site!r} has epsilon {preview.remaining:.4g} left of its cap "
-            f"{preview.budget.epsilon_cap:g} at delta {preview.budget.delta_cap:g} (its "
-            f"ledger), and this job would cost it {preview.job_epsilon:.4g} there (its plan, "
-            "as `privadapt launch --dry-run` previews it)")
+def _total_after(statement: SiteBudgetStatement, releases: Sequence[PlannedRelease], dim: int,
+                 site: str) -> float:
+    """The site's epsilon at its cap's delta after the planned releases, by
+    its own accounting over everything its ledger holds and the job's
+    charges, each charged as the site charges it (its adjacency, its record
+    bound: its public n, else its policy's)."""
+    accountant = PrivacyAccountant(statement.adjacency, AccountingMethod(statement.accounting))
+    for mechanism, count in statement.history:
+        accountant.compose(mechanism, count)
+    records = statement.num_records or statement.max_records or SIZING_RECORDS
+    for release in releases:
+        if release.sites is None or site in release.sites:
+            accountant.compose(charged_at_site(release, statement.adjacency, dim, records))
+    return accountant.report(statement.delta_cap).epsilon
 
 
 def _check_delta(name: str, params: Mapping[str, Any],

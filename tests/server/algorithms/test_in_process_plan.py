@@ -27,21 +27,24 @@ def _releases(federation) -> int:
 
 def test_a_job_over_the_remaining_budget_is_refused_before_any_release(federation):
     with pytest.raises(pa.PrivadaptError, match=r"would exceed the remaining privacy budget "
-                       r"of 2 site\(s\): site 'site-1' has epsilon 5 left of its cap 5"):
+                       r"of 2 site\(s\): site 'site-1' has spent 0 of its cap 5 at delta "
+                       r"1e-05, and with this job it would reach 7\.\d+"):
         pa.NoisyGD(epsilon=8.0, delta=1e-6, **SETTINGS).fit(federation)
     assert _releases(federation) == 0
     assert all(p.total.epsilon == 0 for p in federation.privacy_spent().values())
 
 
-def test_a_job_that_fits_what_is_left_after_an_earlier_job_runs_and_one_that_does_not_is_refused(
-        federation):
-    pa.NoisyGD(epsilon=3.0, delta=1e-6, **SETTINGS).fit(federation)
+def test_what_is_left_is_the_ledgers_composition_not_the_sum_of_the_jobs(federation):
+    pa.NoisyGD(epsilon=2.9, delta=1e-6, **SETTINGS).fit(federation)
+    spent = federation.privacy_spent()["site-1"].total.epsilon
     second = federation.new_job()
+    # The sum of the two jobs' spends exceeds the cap; their composition does not.
+    pa.NoisyGD(epsilon=2.9, delta=1e-6, **SETTINGS).fit(second)
+    assert 2 * spent > 5.0 > second.privacy_spent()["site-1"].total.epsilon
+    third = federation.new_job()
     with pytest.raises(pa.PrivadaptError, match="would exceed the remaining privacy budget"):
-        pa.NoisyGD(epsilon=3.0, delta=1e-6, **SETTINGS).fit(second)
-    assert _releases(second) == 0
-    pa.NoisyGD(epsilon=0.5, delta=1e-6, **SETTINGS).fit(second)
-    assert _releases(second) == 2 * SETTINGS["iterations"]
+        pa.NoisyGD(epsilon=4.0, delta=1e-6, **SETTINGS).fit(third)
+    assert _releases(third) == 0
 
 
 @pytest.mark.parametrize(("delta", "message"), [
