@@ -13,6 +13,7 @@ import io
 import json
 import logging
 import re
+from contextlib import redirect_stdout
 from html.parser import HTMLParser
 
 import pytest
@@ -100,7 +101,6 @@ def outputs(tmp_path_factory):
 
         def run(*argv: str) -> str:
             out = io.StringIO()
-            from contextlib import redirect_stdout
             with redirect_stdout(out):
                 assert cli.main([*argv, *config]) == 0
             return out.getvalue()
