@@ -21,6 +21,14 @@ never loads the coordinator's code through this package.
 """
 
 import importlib as _importlib
+import os as _os
+
+# gRPC's C core writes its own lines to stderr (a refused TLS handshake, every
+# retry) unless told otherwise before it loads: every privadapt process
+# explains such failures in its own one-line log instead
+# (common/secure/dial_diagnosis.py). GRPC_VERBOSITY set in the environment
+# (DEBUG, INFO, ERROR) still shows them.
+_os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 # name -> the module that defines it (the one list of what `import privadapt` offers)
 _EXPORTS = {
@@ -44,6 +52,7 @@ _EXPORTS = {
     "PrivateGaussianMixtureSampler":
         "privadapt.server.algorithms.source_target_clustering.private_mixture_sampler",
     "clone": "privadapt.server.algorithms.base",
+    "parts_of_one_job": "privadapt.server.algorithms.base",
     "InvalidParameterError": "privadapt.server.algorithms.base",
     "NotFittedError": "privadapt.server.algorithms.base",
     "LocalFederation": "privadapt.client.local_federation",

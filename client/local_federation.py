@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import uuid
 import weakref
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from typing import Any
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.site import Site
+from privadapt.common.accounting.delta_guard import LARGE_DELTA
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.errors import DataError, QueryRefusedError
@@ -39,6 +41,7 @@ from privadapt.common.federation import (
     RecordPartView,
     ReleaseForm,
     SelectionAnswer,
+    SiteBudgetStatement,
     SitePrivacy,
     SiteShare,
 )
@@ -270,6 +273,22 @@ class LocalFederation:
         if not names or unknown or len(set(names)) != len(names):
             raise ValueError(f"sites must be distinct names among {known}, got {list(names)}")
         return tuple(site for site in self._sites if site.name in names)
+
+    def site_budgets(self) -> dict[str, SiteBudgetStatement]:
+        """What each site states before a job, from its policy and its ledger
+        (at the cap's delta): what an estimator's ``fit`` checks its plan
+        against before the first release, as a networked launch does."""
+        return {site.name: SiteBudgetStatement(
+            adjacency=site.policy.adjacency, accounting=site.policy.accounting.value,
+            epsilon_cap=site.policy.epsilon_cap, delta_cap=site.policy.delta_cap,
+            epsilon_spent=site.ledger.spent().epsilon,
+            num_records=(site.num_records if site.policy.adjacency == Adjacency.REPLACE_ONE
+                         else None),
+            max_records=site.policy.max_records,
+            history=tuple(Counter(c.mechanism for c in site.ledger.charges()).items()),
+            large_delta_meant=(site.policy.allow_large_delta
+                               or site.policy.delta_cap >= LARGE_DELTA))
+            for site in self._sites}
 
     def privacy_spent(self, delta: float | None = None) -> dict[str, SitePrivacy]:
         return {site.name: site.privacy_spent(self._job_id, delta) for site in self._sites}

@@ -1,5 +1,6 @@
-"""What both daemons' command lines share: ``--config``, ``--insecure`` and
-``--log-level``, and starting their one-line-per-event log on stderr."""
+"""What both daemons' command lines share: ``--config``, ``--insecure``,
+``--log-level`` and ``--version``, and starting their one-line-per-event log
+on stderr."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 from privadapt.common.secure.tls import insecure_warning
+from privadapt.common.version import installed_version
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -21,6 +23,8 @@ def daemon_arguments(parser: argparse.ArgumentParser, config_help: str,
                         help="plaintext gRPC, for local debugging only (prints a warning)")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--version", action="version",
+                        version=f"{parser.prog} {installed_version()}")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format=LOG_FORMAT)
     if args.insecure:

@@ -45,7 +45,7 @@ import numpy as np
 
 from privadapt.common.accounting.accountant import EpsilonReport
 from privadapt.common.data.record_parts import RecordPart
-from privadapt.common.mechanisms import Mechanism
+from privadapt.common.mechanisms import Adjacency, Mechanism
 from privadapt.common.numerics.fixed_point import DEFAULT_FRACTIONAL_BITS
 
 
@@ -138,6 +138,29 @@ class SitePrivacy:
     total: EpsilonReport
     cap_epsilon: float
     mechanisms: tuple[Mechanism, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class SiteBudgetStatement:
+    """What an in-process site states before a job, more than a site daemon
+    states to a coordinator (``pb.SiteBudget`` and its registration): its
+    adjacency and accounting method, its cap, what its ledger has spent (at
+    the cap's delta) and the releases it holds, its record count where it is
+    public (None under add/remove adjacency) and bound, and whether its
+    policy means a large delta (``allow_large_delta``, or a cap delta that is
+    itself large)."""
+
+    adjacency: Adjacency
+    accounting: str
+    epsilon_cap: float
+    delta_cap: float
+    epsilon_spent: float
+    num_records: int | None
+    max_records: int | None
+    large_delta_meant: bool
+    #: Every release the ledger holds (each distinct mechanism and its count),
+    #: so a job's plan composes with the whole history as the ledger will.
+    history: tuple[tuple[Mechanism, int], ...] = ()
 
 
 @runtime_checkable

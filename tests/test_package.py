@@ -14,7 +14,7 @@ EXPECTED = {"ConfidenceBoosting", "DPFrankWolfe", "DPFrankWolfeTransfer",
             "PrivateDiscrepancyMinimization", "PrivateGaussianMixtureSampler",
             "PrivateGridSearch", "PrivateLloydKMeans", "PrivateSelection", "Schema",
             "SelectedAdaptation",
-            "SitePolicy", "SitePrivacy", "clone", "load_adult_domains"}
+            "SitePolicy", "SitePrivacy", "clone", "load_adult_domains", "parts_of_one_job"}
 
 
 def test_every_exported_name_resolves():

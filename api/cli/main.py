@@ -34,7 +34,6 @@ Expected errors (missing file, bad database) print one line and exit 2, no trace
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import sys
 from pathlib import Path
@@ -42,6 +41,7 @@ from pathlib import Path
 from privadapt.cli.operator import add_operator_commands, run_operator_command
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.secure import certs
+from privadapt.common.version import installed_version
 from privadapt.server.jobs.spec import SET_HELP
 
 OPERATOR_COMMANDS = ("launch", "status", "result", "cancel", "sites", "logs")
@@ -52,7 +52,7 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="privadapt",
         description="privadapt: federated differentially private domain adaptation.",
     )
-    parser.add_argument("--version", action="version", version=f"privadapt {_version()}")
+    parser.add_argument("--version", action="version", version=f"privadapt {installed_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     ledger = commands.add_parser("ledger", help="create or inspect a site's privacy ledger")
     ledger_commands = ledger.add_subparsers(dest="ledger_command", metavar="SUBCOMMAND")
@@ -64,6 +64,8 @@ def _build_parser() -> argparse.ArgumentParser:
     show.add_argument("--job", help="only this job's charges")
     show.add_argument("--json", action="store_true",
                       help="print one JSON document instead of the table, for scripts")
+    show.add_argument("--summary", action="store_true",
+                      help="the cap and the totals per job and overall only, no charge")
     report = ledger_commands.add_parser(
         "report", help="write a self-contained HTML privacy report of a site's ledger")
     report.add_argument("--site-db", required=True, type=Path, help="the site's ledger database")
@@ -159,20 +161,14 @@ def _add_data_parsers(commands: argparse._SubParsersAction) -> None:
                           help="print one JSON document instead of lines, for scripts")
 
 
-def _version() -> str:
-    """The installed distribution's version (pyproject.toml)."""
-    try:
-        return importlib.metadata.version("privadapt")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 def _add_certs_parser(commands: argparse._SubParsersAction) -> None:
     group = commands.add_parser("certs", help="create the federation CA and issue certificates")
     certs_commands = group.add_subparsers(dest="certs_command", metavar="SUBCOMMAND")
     init = certs_commands.add_parser("init", help="create a federation CA (ca.key, ca.crt) in DIR")
     init.add_argument("--dir", required=True, type=Path, help="directory for the CA files")
-    init.add_argument("--name", default="privadapt-ca", help="the CA's common name")
+    init.add_argument("--name", default=None,
+                      help="the CA's common name (default: privadapt-ca- and 8 random hex "
+                      "digits, unique to this federation)")
     init.add_argument("--days", type=int, default=3650, help="validity in days (default 3650)")
     issue = certs_commands.add_parser(
         "issue", help="issue NAME.key and NAME.crt from the CA in DIR"
@@ -215,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
             # The operator CLI reads a site's ledger file directly; it never runs a site.
             from privadapt.client.ledger.cli import show_ledger
 
-            return show_ledger(args.site_db, job=args.job, as_json=args.json)
+            return show_ledger(args.site_db, job=args.job, as_json=args.json,
+                               summary=args.summary)
         if args.command == "ledger" and args.ledger_command == "report":
             from privadapt.client.ledger.report import write_report
 

@@ -30,25 +30,30 @@ import datetime as dt
 import json
 import os
 import sys
+import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 import grpc
-from google.protobuf import json_format
 
+from privadapt.cli.json_output import message_document
 from privadapt.common.config import Layout, read_sections, read_toml, render_layout
 from privadapt.common.errors import ConfigError
+from privadapt.common.privacy_figures import shared_delta, site_total_text
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.secure import tls
 from privadapt.common.secure.dial_diagnosis import explain_unreachable
 from privadapt.common.wire.messages import channel_options, params_from_proto
 from privadapt.server.jobs.progress import (
+    Pace,
     job_line,
     log_lines,
     new_round_lines,
+    privacy_lines,
     progress_bar,
     round_lines,
 )
@@ -63,6 +68,7 @@ from privadapt.server.jobs.result_files import (
 from privadapt.server.jobs.spec import SET_HELP, job_spec_from_toml, job_state_name
 
 CALL_TIMEOUT_S = 30.0
+FINISHED = (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED)
 DRY_RUN_TIMEOUT_S = 600.0
 _TLS_KEYS = ("cert", "key", "ca")
 _LAYOUT: Layout = {
@@ -144,7 +150,7 @@ def add_operator_commands(commands: argparse._SubParsersAction) -> None:
     sites = command("sites", "list the sites the coordinator knows")
     logs = command("logs", "a job's audit events and rounds from the coordinator's store")
     logs.add_argument("job_id")
-    for parser in (status, result, sites, logs):
+    for parser in (launch, status, result, sites, logs):
         parser.add_argument("--json", action="store_true",
                             help="print one JSON document instead of lines, for scripts")
 
@@ -169,12 +175,31 @@ def _launch(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     # public warm start can take a while on a busy coordinator.
     response = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id, dry_run=args.dry_run),
                            timeout=DRY_RUN_TIMEOUT_S if args.dry_run else CALL_TIMEOUT_S)
+    if args.json:
+        return _launch_json(stub, response, args)
     if args.dry_run:
         print(response.plan)
         return 0
     job_id = response.job_id
     print(f"launched {job_id}")
     return _follow(stub, job_id) if args.follow else 0
+
+
+def _launch_json(stub: rpc.OperatorServiceStub, response: pb.LaunchResponse,
+                 args: argparse.Namespace) -> int:
+    """``launch --json``: the job id (or the dry run's plan); with
+    ``--follow``, the job's final status once it ends (no progress lines)."""
+    if args.dry_run:
+        print(json.dumps({"dry_run": True, "plan": response.plan}, indent=2))
+        return 0
+    document: dict = {"job_id": response.job_id}
+    if not args.follow:
+        print(json.dumps(document, indent=2))
+        return 0
+    job = next(iter(deque(watch(stub, response.job_id), maxlen=1)), None)
+    document["status"] = None if job is None else message_document(job)
+    print(json.dumps(document, indent=2))
+    return 0 if job is not None and job.state == pb.JOB_STATE_SUCCEEDED else 1
 
 
 def _status(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
@@ -186,29 +211,67 @@ def _status(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     for job in response.jobs:
         print(job_line(job))
         if args.job_id:
-            for line in round_lines(job.rounds):
+            for line in round_lines(job.rounds, _cap_delta(stub, job)):
                 print(line)
+            _print_privacy(stub, job)
     return 0
+
+
+def _cap_delta(stub: rpc.OperatorServiceStub, job: pb.JobStatus) -> float | None:
+    """The cap delta the job's participants share, as their ledgers last
+    reported it to the coordinator (None if they differ or are not known)."""
+    names = {name for r in job.rounds for name in r.participants}
+    if not names:
+        return None
+    sites = stub.ListSites(pb.ListSitesRequest(), timeout=CALL_TIMEOUT_S).sites
+    deltas = {s.site_name: s.budget.delta_cap for s in sites if s.HasField("budget")}
+    if not names <= set(deltas):
+        return None
+    return shared_delta(deltas[name] for name in names)
+
+
+def _print_privacy(stub: rpc.OperatorServiceStub, job: pb.JobStatus,
+                   out: TextIO | None = None) -> None:
+    """A finished job's spend per site, as ``privadapt result`` prints it."""
+    if job.state not in FINISHED:
+        return
+    response = stub.Result(pb.ResultRequest(job_id=job.job_id), timeout=CALL_TIMEOUT_S)
+    if response.privacy_report_json:
+        for line in privacy_lines(json.loads(response.privacy_report_json)):
+            print(line, file=out or sys.stdout)
 
 
 def _follow(stub: rpc.OperatorServiceStub, job_id: str, out: TextIO | None = None) -> int:
     """Print the job's progress from the Watch stream until it ends: a
-    progress bar redrawn in place on a terminal, else one line per round."""
+    progress bar (with an ETA) redrawn in place on a terminal, else one line
+    per round; while the job waits for sites, which ones and until when,
+    every few seconds."""
     out = out or sys.stdout
     on_terminal = out.isatty()
     job = None
     printed = 0
+    cap_delta: float | None = None
+    pace, waiting = Pace(), ""
     for job in watch(stub, job_id):
+        if cap_delta is None and job.rounds:
+            cap_delta = _cap_delta(stub, job)
         if on_terminal:
-            print(f"\r{progress_bar(job)}\x1b[K", end="", file=out, flush=True)
+            bar = progress_bar(job, cap_delta=cap_delta, eta_s=pace.eta(job, time.time()))
+            print(f"\r{bar}\x1b[K", end="", file=out, flush=True)
             continue
-        lines, printed = new_round_lines(job, printed)
+        lines, printed = new_round_lines(job, printed, cap_delta)
         for line in lines:
             print(line, file=out, flush=True)
+        # What the job waits for, every few seconds while it waits.
+        if job.state == pb.JOB_STATE_RUNNING and job.message != waiting:
+            waiting = job.message
+            if waiting:
+                print(f"  {waiting}", file=out, flush=True)
     if job is not None:
         if on_terminal:
             print(file=out)
         print(job_line(job), file=out)
+        _print_privacy(stub, job, out)
     return 0 if job is not None and job.state == pb.JOB_STATE_SUCCEEDED else 1
 
 
@@ -221,7 +284,7 @@ def watch(stub: rpc.OperatorServiceStub, job_id: str) -> Iterator[pb.JobStatus]:
 class ResultFiles:
     """Where :func:`write_result_files` put a job's result."""
 
-    model: Path
+    model: Path | None  # None: the job failed or was cancelled
     privacy_report: Path
     page: Path
 
@@ -230,17 +293,20 @@ def write_result_files(stub: rpc.OperatorServiceStub, response: pb.ResultRespons
                        out: Path, job_id: str) -> ResultFiles:
     """Write the ``model.npz``, ``privacy_report.json`` and ``report.html``
     of the job ``job_id`` (``response``: the coordinator's Result reply)
-    into ``out`` (server/jobs/result_files.py); ``ConfigError`` if the job
-    has no result."""
+    into ``out`` (server/jobs/result_files.py); a failed or cancelled job
+    has no model, only its privacy report and page. ``ConfigError`` if the
+    job has neither (not finished, or no site was ever charged for it)."""
     if not response.privacy_report_json:
         state = job_state_name(response.state)
         raise ConfigError(f"job {job_id!r} has no result (state: {state})")
     claim_output(out, response.job_id)
     report = json.loads(response.privacy_report_json)
-    model_path = write_model(out, response.job_id,
-                             params_from_proto(response.model, "model"),
-                             response.schema_digest, response.feature_names,
-                             report.get("feature_names_source", NAMES_NOT_STATED))
+    model_path = None
+    if response.model:
+        model_path = write_model(out, response.job_id,
+                                 params_from_proto(response.model, "model"),
+                                 response.schema_digest, response.feature_names,
+                                 report.get("feature_names_source", NAMES_NOT_STATED))
     report_path = out / REPORT_FILE
     report_path.write_text(response.privacy_report_json + "\n")
     log = stub.Logs(pb.StatusRequest(job_id=response.job_id), timeout=CALL_TIMEOUT_S)
@@ -253,14 +319,19 @@ def _result(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
     response = stub.Result(pb.ResultRequest(job_id=args.job_id), timeout=CALL_TIMEOUT_S)
     files = write_result_files(stub, response, args.out, args.job_id)
     report = json.loads(response.privacy_report_json)
+    state = job_state_name(response.state)
     if args.json:
-        print(json.dumps({"model": str(files.model), "page": str(files.page),
-                          "privacy_report": report}, indent=2))
+        print(json.dumps({"state": state,
+                          "model": None if files.model is None else str(files.model),
+                          "page": str(files.page), "privacy_report": report}, indent=2))
         return 0
-    print(f"wrote {files.model}, {files.privacy_report} and {files.page}")
-    for name, site in report["sites"].items():
-        print(f"  {name}: epsilon {site['job_epsilon']:.4g} at delta {site['delta']:g} "
-              f"(cap {site['cap_epsilon']:g}; all jobs {site['total_epsilon']:.4g})")
+    if files.model is None:
+        print(f"job {args.job_id!r} {state}: no model; wrote its privacy report "
+              f"{files.privacy_report} and {files.page} (what each site was charged)")
+    else:
+        print(f"wrote {files.model}, {files.privacy_report} and {files.page}")
+    for line in privacy_lines(report):
+        print(line)
     return 0
 
 
@@ -288,21 +359,17 @@ def _sites(stub: rpc.OperatorServiceStub, args: argparse.Namespace) -> int:
 
 
 def budget_text(site: pb.SiteInfo) -> str:
-    """``epsilon 0.81 spent of 3 at delta 1e-06 (2.19 left)``, from the
-    budget the site's ledger last reported."""
+    """``site total epsilon 0.81 at delta 1e-06 (the cap's), cap 3, 2.19
+    left``, from the budget the site's ledger last reported."""
     if not site.HasField("budget"):
         return "budget not reported this run"
     budget = site.budget
-    left = max(0.0, budget.epsilon_cap - budget.epsilon_spent)
-    return (f"epsilon {budget.epsilon_spent:.4g} spent of {budget.epsilon_cap:g} at delta "
-            f"{budget.delta_cap:g} ({left:.4g} left)")
+    return site_total_text(budget.epsilon_spent, budget.delta_cap, budget.epsilon_cap)
 
 
 def _print_json(message) -> int:
     """A reply as JSON with the proto's field names (every field, defaults too)."""
-    print(json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True,
-                                               always_print_fields_with_no_presence=True),
-                     indent=2))
+    print(json.dumps(message_document(message), indent=2))
     return 0
 
 

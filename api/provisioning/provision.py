@@ -6,6 +6,8 @@ One file names the coordinator, the sites and the operators (the way
     [federation]
     config_dir = "/etc/privadapt"      # where each kit is installed (systemd units)
     venv = "/opt/privadapt/.venv"      # the daemons' virtual environment
+    service = "system"                 # or "user": systemd user units, no root
+    state_dir = "/var/lib"             # the daemons' state: <state_dir>/privadapt-<daemon>/
     schema = "adult.schema.toml"       # optional: copied into every site kit
     cert_days = 365                    # validity of the parties' certificates
 
@@ -36,6 +38,13 @@ the schema, and the systemd unit. Everything is checked by the daemons' own
 loaders before a file is written. An existing CA is reused (a federation grows
 by provisioning again with ``--force``); an existing kit is not overwritten
 unless ``--force``.
+
+One machine, no root (the deploy guide's one-machine variant): ``service =
+"user"`` writes systemd user units that run as the installing user, and
+``config_dir``, ``venv`` and ``state_dir`` name directories that user owns (a
+kit's relative ``database`` is under the kit). A system service keeps its
+state in systemd's ``/var/lib/privadapt-<daemon>`` unless ``state_dir`` says
+otherwise.
 """
 
 from __future__ import annotations
@@ -57,13 +66,16 @@ from privadapt.common.secure import certs
 from privadapt.provisioning.systemd_units import (
     DEFAULT_CONFIG_DIR,
     DEFAULT_VENV,
+    Daemon,
     render_unit,
+    render_user_unit,
     unit_file_name,
 )
 from privadapt.server.coordinator.main import CoordinatorConfig
 
-COORDINATOR_DATABASE = "/var/lib/privadapt-coordinator/coordinator.db"
-SITE_DATABASE = "/var/lib/privadapt-site/site.db"
+DEFAULT_STATE_DIR = "/var/lib"
+DATABASE_FILES = {"coordinator": "coordinator.db", "site": "site.db"}
+SERVICES = ("system", "user")
 SCHEMA_FILE = "schema.toml"
 # What every site's policy starts from, unless the federation file says
 # otherwise: a deployed site's policy, capping something (client/policy.py).
@@ -78,7 +90,8 @@ DEFAULT_POLICY: dict[str, dict[str, Any]] = {
 
 _FEDERATION: Layout = {"federation": {
     "config_dir": (str, False), "venv": (str, False), "schema": (str, False),
-    "cert_days": (int, False), "ca_name": (str, False)}}
+    "cert_days": (int, False), "ca_name": (str, False), "service": (str, False),
+    "state_dir": (str, False)}}
 _COORDINATOR: Layout = {"coordinator": {
     "name": (str, False), "host": (str, True), "port": (int, True),
     "extra_hosts": (list, False), "listen": (str, False), "database": (str, False),
@@ -146,8 +159,39 @@ class _Federation:
         return self.coordinator.get("name", "coordinator")
 
     @property
-    def ca_name(self) -> str:
-        return self.settings.get("ca_name", "privadapt-ca")
+    def ca_name(self) -> str | None:
+        """None: a name unique to this federation (certs.unique_ca_name)."""
+        return self.settings.get("ca_name")
+
+    @property
+    def user_service(self) -> bool:
+        service = self.settings.get("service", "system")
+        if service not in SERVICES:
+            raise ConfigError(f"{self.source}: [federation] service must be one of "
+                              f"{', '.join(SERVICES)}, got {service!r}")
+        return service == "user"
+
+    def state_directory(self, daemon: str) -> str:
+        """Where ``daemon`` keeps its state: <state_dir>/privadapt-<daemon>."""
+        return f"{self.settings.get('state_dir', DEFAULT_STATE_DIR).rstrip('/')}/" \
+            f"privadapt-{daemon}"
+
+    def database(self, daemon: str) -> str:
+        return f"{self.state_directory(daemon)}/{DATABASE_FILES[daemon]}"
+
+    def unit(self, daemon: Daemon) -> str:
+        """The daemon's systemd unit: a user unit, or the system unit (whose
+        state directory is systemd's /var/lib one unless state_dir says
+        otherwise, then writable by ReadWritePaths)."""
+        config_dir, venv = _install(self)
+        if self.user_service:
+            return render_user_unit(daemon, config_dir, venv, self.state_directory(daemon))
+        unit = render_unit(daemon, config_dir, venv)
+        default = f"{DEFAULT_STATE_DIR}/privadapt-{daemon}"
+        if self.state_directory(daemon) != default:
+            unit = unit.replace(f"ReadWritePaths={default}",
+                                f"ReadWritePaths={self.state_directory(daemon)}")
+        return unit
 
     @property
     def address(self) -> str:
@@ -198,6 +242,7 @@ def _read_federation(path: Path) -> _Federation:
     plan = _Federation(path, settings, coordinator, policy, sites, operators)
     if plan.schema is not None:
         Schema.from_toml(plan.schema)  # a bad schema is refused before anything is written
+    plan.user_service  # noqa: B018 -- a bad service is refused before anything is written
     return plan
 
 
@@ -242,7 +287,7 @@ def _write_coordinator(plan: _Federation, kit: Path, ca: Path) -> None:
     name = settings.pop("name", "coordinator")
     files = _issue(ca, kit, "coordinator", name, plan.settings.get("cert_days", 365), hosts)
     listen = settings.pop("listen", f"0.0.0.0:{port}")
-    database = kit / settings.pop("database", COORDINATOR_DATABASE)
+    database = kit / settings.pop("database", plan.database("coordinator"))
     public_source = settings.pop("public_source", None)
     # The coordinator keeps the schema even without a public sample: it names
     # the features of the models (server/jobs/result_files.py model_features).
@@ -252,7 +297,7 @@ def _write_coordinator(plan: _Federation, kit: Path, ca: Path) -> None:
                                else kit / public_source,
                                public_source_schema=schema, **files, **settings)
     _write(kit / "coordinator.toml", config.to_toml(kit))
-    _write(kit / unit_file_name("coordinator"), render_unit("coordinator", *_install(plan)))
+    _write(kit / unit_file_name("coordinator"), plan.unit("coordinator"))
     _write(kit / "README.txt", _next_steps("coordinator", name, plan))
 
 
@@ -263,10 +308,11 @@ def _write_site(plan: _Federation, site: Mapping[str, Any], policy: SitePolicy, 
     schema = None if plan.schema is None else shutil.copyfile(plan.schema, kit / SCHEMA_FILE)
     policy_path = _write(kit / "policy.toml", _POLICY_HEADER + policy.to_toml())
     config = SiteConfig(coordinator=plan.address, data=kit / site["data"], policy=policy_path,
-                        database=kit / site.get("database", SITE_DATABASE), schema=schema,
+                        database=kit / site.get("database", plan.database("site")),
+                        schema=schema,
                         **files)
     _write(kit / "site.toml", config.to_toml(kit))
-    _write(kit / unit_file_name("site"), render_unit("site", *_install(plan)))
+    _write(kit / unit_file_name("site"), plan.unit("site"))
     _write(kit / "README.txt", _next_steps("site", name, plan, config.database))
 
 
@@ -294,16 +340,24 @@ def _next_steps(role: str, name: str, plan: _Federation, database: Path | None =
     where = "the operator's machine" if role == "operator" else f"{config_dir} on its machine"
     lines = [f"Startup kit of {role} {name!r}. Copy this directory to {where} over a "
              "channel you trust (tls/ holds its private key, mode 0600)."]
+    prepare, install = [], [
+        f"      install -m 0644 {unit_file_name(role)} /etc/systemd/system/",
+        f"      systemctl daemon-reload && systemctl enable --now privadapt-{role}"]
+    if role in ("coordinator", "site") and plan.user_service:
+        prepare = [f"      mkdir -p -m 0700 {plan.state_directory(role)}"]
+        install = [f"      mkdir -p ~/.config/systemd/user && cp {unit_file_name(role)} "
+                   "~/.config/systemd/user/",
+                   f"      systemctl --user daemon-reload && systemctl --user enable --now "
+                   f"privadapt-{role}",
+                   '      loginctl enable-linger "$USER"   # keep it running after logout']
     if role == "coordinator":
-        lines += [f"Then: install -m 0644 {unit_file_name('coordinator')} /etc/systemd/system/",
-                  "      systemctl daemon-reload && systemctl enable --now privadapt-coordinator"]
+        lines += ["Then:", *prepare, *install]
     elif role == "site":
-        lines += ["Then review policy.toml, put the data where site.toml says, and, once, as "
-                  "the service user:",
+        who = "as yourself" if plan.user_service else "as the service user"
+        lines += [f"Then review policy.toml, put the data where site.toml says, and, once, {who}:",
+                  *prepare,
                   f"      {venv}/bin/privadapt ledger init --site-db {database} "
-                  f"--policy {config_dir}/policy.toml",
-                  f"      install -m 0644 {unit_file_name('site')} /etc/systemd/system/",
-                  "      systemctl daemon-reload && systemctl enable --now privadapt-site"]
+                  f"--policy {config_dir}/policy.toml", *install]
     else:
         lines += ["Then: privadapt sites --config operator.toml"]
     return "\n".join(lines) + "\n"

@@ -58,6 +58,7 @@ from privadapt.common.data.datasets.adult import (
     write_site_csvs,
 )
 from privadapt.common.errors import ConfigError
+from privadapt.common.privacy_figures import running_spend_text, site_privacy_line
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire.messages import params_from_proto
 from privadapt.server.algorithms.model_selection.candidates import (
@@ -311,8 +312,8 @@ def run_job(stub, path: Path, launched_at: float, site_names: Sequence[str],
         if done and len(done) != shown and (len(done) % 25 == 0 or final):
             shown, last = len(done), done[-1]
             print(f"  [{job_id}] round {len(done):>3}  sites={len(last.participants)}  "
-                  f"{last.duration.ToMicroseconds() / 1e3:6.1f} ms  epsilon so far "
-                  f"{last.epsilon_so_far:.3f} (at each site's cap delta)", flush=True)
+                  f"{last.duration.ToMicroseconds() / 1e3:6.1f} ms  "
+                  f"{running_spend_text(last.epsilon_so_far)}", flush=True)
     print(f"  {job_line(status)}")
     result = stub.Result(pb.ResultRequest(job_id=job_id), timeout=30)
     privacy = json.loads(result.privacy_report_json) if result.privacy_report_json else {}
@@ -385,9 +386,7 @@ def _report_selections_and_privacy(results: Sequence[JobOutcome],
     print("\nPrivacy spent, as each site's own ledger reports it")
     for r in results:
         for name, site in r.privacy.get("sites", {}).items():
-            print(f"  {r.job_id} {name}: epsilon {site['job_epsilon']:.3f} at delta "
-                  f"{site['delta']:g}; all jobs so far {site['total_epsilon']:.3f} at delta "
-                  f"{site['total_delta']:g} (cap {site['cap_epsilon']:g})")
+            print(f"  {r.job_id} {site_privacy_line(name, site)}")
         if r.message:
             print(f"  {r.job_id}: {r.message}")
     timings = [ms for r in results for ms in r.round_ms]

@@ -15,8 +15,11 @@ event rather than sleeping, so SIGTERM or SIGINT stops it at once: the stream
 is cancelled, the round in hand (if any) is finished or refused, the databases
 are closed, and the daemon exits 0.
 
-One log line per answered query names the job, the query and the epsilon spent
-so far (from the ledger, committed before the share leaves).
+One log line per answered query names the job, the query and the job's
+epsilon so far at the cap's delta (from the ledger, committed before the
+share leaves); at a job's end the privacy report line gives the job's spend
+at the job's delta beside the site's total at the cap's delta
+(common/privacy_figures.py).
 """
 
 from __future__ import annotations

@@ -41,6 +41,11 @@ from privadapt.client.daemon.round_progress import RoundProgress
 from privadapt.client.site import Site
 from privadapt.common.errors import BudgetExceededError, QueryRefusedError, ReplayError, WireError
 from privadapt.common.federation import Query, ReleaseForm
+from privadapt.common.privacy_figures import (
+    job_spend_text,
+    running_spend_text,
+    site_total_text,
+)
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.secure.query_digest import query_digest
 from privadapt.common.secure.roster import RosterError, SigningKey, verify_roster
@@ -237,10 +242,14 @@ class SiteWorker:
         except QueryRefusedError as err:
             self._refuse(calls, job_id, round, query_id, pb.Refusal.POLICY, str(err))
             return
+        job_epsilon = self.site.ledger.spent_by_job(job_id).epsilon
+        logger.info("site=%s job=%s round=%d query=%s answered; %s", self.site.name, job_id,
+                    round, query_id,
+                    running_spend_text(job_epsilon, self.site.policy.delta_cap))
         submitted = pb.MaskedShare(
             job_id=job_id, round=round, query_id=query_id, site_name=self.site.name,
             fractional_bits=opened.query.fractional_bits, roster_sites=roster.names,
-            job_epsilon=self.site.ledger.spent_by_job(job_id).epsilon,
+            job_epsilon=job_epsilon,
             # Masked the check only: lets the coordinator verify this site's check.
             check_private_key=opened.keys.check_private_bytes(),
         )
@@ -261,5 +270,9 @@ class SiteWorker:
                             calls: CoordinatorCalls) -> None:
         delta = message.delta if 0 < message.delta < 1 else None
         privacy = self.site.privacy_spent(message.job_id, delta)
+        logger.info("site=%s job=%s privacy report: %s; %s", self.site.name, message.job_id,
+                    job_spend_text(privacy.job.epsilon, privacy.job.delta),
+                    site_total_text(privacy.total.epsilon, privacy.total.delta,
+                                    privacy.cap_epsilon))
         calls.ReportPrivacy(site_privacy_to_proto(privacy, message.job_id),
                             timeout=CALL_TIMEOUT_S)

@@ -10,8 +10,11 @@ head stored in the database and the head file beside it, then prints one line
 per charge with the kernel that computed it ("unknown" for a charge from
 before the ledger recorded kernels) and every field that determines its cost (the stored mechanism,
 so a reader can recompute it: a Poisson-sampled Gaussian's sampling rate,
-each block's sensitivity and multiplier) and the running epsilon, then the
-composed epsilon per job and overall, naming the accounting method. It lists,
+each block's sensitivity and multiplier), then the composed epsilon per job
+and overall at the cap's delta, naming the accounting method. The running
+figure each charge stored (the bound that admitted it, which can sit at the
+cap while the exact total is below it) is not printed as a spend: the JSON
+names it ``admission_bound``. ``--summary`` prints the cap and the totals only. It lists,
 before the charges, every kernel the site latched off because its
 floating-point certificate failed (client/ledger/latches.py), with when, and
 the latches an operator cleared since.
@@ -141,12 +144,11 @@ def _charge_table(charges: list[Charge], adjacency: Adjacency) -> list[str]:
             c.query_id,
             c.kernel,
             describe_mechanism(c.mechanism, adjacency),
-            f"{_epsilon(c.epsilon_after)} ({c.method.value.upper()})",
             mechanism_json(c.mechanism),  # every field its cost depends on
         )
         for c in charges
     ]
-    header = ("time (UTC)", "job", "query", "kernel", "mechanism", "epsilon after", "as stored")
+    header = ("time (UTC)", "job", "query", "kernel", "mechanism", "as stored")
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
             for row in [header, *rows]]
@@ -174,10 +176,11 @@ def verified_ledger(site_db: Path, command: str) -> Iterator[tuple[PrivacyLedger
 
 
 def show_ledger(site_db: Path, job: str | None = None, out: TextIO | None = None,
-                as_json: bool = False) -> int:
+                as_json: bool = False, summary: bool = False) -> int:
     """Print the ledger at ``site_db`` (only ``job``'s charges if given) to ``out``
     (default: the current ``sys.stdout``, looked up at call time), as one JSON
-    document if ``as_json`` (:func:`ledger_document`).
+    document if ``as_json`` (:func:`ledger_document`); with ``summary``, the
+    cap and the totals only (no charge, no group of releases).
 
     Returns 0, or 2 after a one-line message on stderr when the file is missing,
     is not a ledger, or holds no charge for ``job``."""
@@ -197,9 +200,11 @@ def show_ledger(site_db: Path, job: str | None = None, out: TextIO | None = None
             return _EXIT_ERROR
         if as_json:
             document = ledger_document(ledger, site_db, jobs if job is None else [job], job)
+            if summary:
+                document = {k: v for k, v in document.items() if k != "charges"}
             print(json.dumps({**document, "verified": verified}, indent=2), file=out)
             return 0
-        _print_ledger(ledger, site_db, jobs if job is None else [job], job, out)
+        _print_ledger(ledger, site_db, jobs if job is None else [job], job, out, summary)
         print(verified, file=out)
     return 0
 
@@ -221,21 +226,24 @@ def ledger_document(ledger: PrivacyLedger, site_db: Path, jobs: list[str],
                      "kernel": c.kernel,
                      "summary": describe_mechanism(c.mechanism, policy.adjacency),
                      "mechanism": json.loads(mechanism_json(c.mechanism)),
-                     "epsilon_after": c.epsilon_after, "method": c.method.value}
+                     # The bound the charge was admitted under, not the spend.
+                     "admission_bound": c.epsilon_after, "method": c.method.value}
                     for c in charges],
         "latched_kernels": [_latch_document(each) for each in ledger.latches() if each.active],
         "cleared_latches": [_latch_document(each) for each in ledger.latches()
                             if not each.active],
         "jobs": {name: {"charges": sum(c.job_id == name for c in charges),
                         "epsilon": (report := ledger.spent_by_job(name)).epsilon,
-                        "method": report.method.value} for name in jobs},
+                        "delta": report.delta, "method": report.method.value}
+                 for name in jobs},
         "total": {"charges": len(ledger.charges()), "epsilon": total.epsilon,
-                  "method": total.method.value},
+                  "delta": total.delta, "method": total.method.value},
     }
 
 
 def _print_ledger(
-    ledger: PrivacyLedger, site_db: Path, jobs: list[str], job: str | None, out: TextIO
+    ledger: PrivacyLedger, site_db: Path, jobs: list[str], job: str | None, out: TextIO,
+    summary: bool = False,
 ) -> None:
     policy = ledger.policy
     print(f"privacy ledger of site {policy.site_name!r} ({site_db})", file=out)
@@ -254,10 +262,11 @@ def _print_ledger(
     if not charges:
         print("no charges yet", file=out)
         return
-    for line in _charge_table(charges, policy.adjacency):
-        print(line, file=out)
-    print(file=out)
-    print(f"totals (composed epsilon at delta={policy.delta_cap:g}):", file=out)
+    if not summary:
+        for line in _charge_table(charges, policy.adjacency):
+            print(line, file=out)
+        print(file=out)
+    print(f"totals (composed epsilon at delta={policy.delta_cap:g}, the cap's):", file=out)
     counts = {name: 0 for name in jobs}
     for charge in charges:
         counts[charge.job_id] += 1
@@ -279,7 +288,8 @@ def _print_ledger(
         f"epsilon={_epsilon(total.epsilon)} ({total.method.value.upper()}){used}",
         file=out,
     )
-    _print_groups(ledger, charges, out)
+    if not summary:
+        _print_groups(ledger, charges, out)
 
 
 def _print_groups(ledger: PrivacyLedger, charges: list[Charge], out: TextIO) -> None:

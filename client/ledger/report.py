@@ -18,10 +18,10 @@ kernels, schema 3). A section lists every kernel the site latched off after
 its floating-point certificate failed (client/ledger/latches.py), active or
 cleared by an operator, each one bit released uncharged.
 
-The cumulative figure is the running epsilon each charge recorded when it was
-admitted: the exact figure when the charge needed it, otherwise the upper
-bound that admitted it (client/ledger/totals.py), so the curve can sit above
-the exact totals, which the page states separately.
+The cumulative figure is the site's exact total at its cap's delta after
+every job's last charge and after evenly spaced charges
+(client/ledger/running_total.py), never the upper bound a charge was admitted
+under (which can sit at the cap while the total is below it).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from typing import Any
 from privadapt.client.ledger.accounting import exact_report, mechanism_json
 from privadapt.client.ledger.cli import verified_ledger
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
+from privadapt.client.ledger.running_total import chosen_charges, exact_totals
 from privadapt.client.ledger.view import Charge
 from privadapt.client.policy import SitePolicy
 from privadapt.common.html_page import StepPlot, render, step_plot, when
@@ -62,20 +63,25 @@ def render_report(ledger: PrivacyLedger, verified: str, site_db: Path) -> str:
     total = ledger.spent()
     remaining = (max(0.0, policy.epsilon_cap - total.epsilon) if math.isfinite(total.epsilon)
                  else 0.0)
+    totals = exact_totals(charges, policy, chosen_charges(charges))
     return render(__package__, "ledger_report.html.j2", policy=policy, total=total,
                   remaining=remaining, generated=time.time(), site_db=str(site_db),
-                  verified=verified, plot=_plot(charges, policy.epsilon_cap),
-                  latches=ledger.latches(), jobs=_jobs(ledger, charges),
+                  verified=verified, plot=_plot(charges, totals, policy.epsilon_cap),
+                  latches=ledger.latches(), jobs=_jobs(ledger, charges, totals),
                   releases=[_release(charge, policy) for charge in charges])
 
 
-def _jobs(ledger: PrivacyLedger, charges: Sequence[Charge]) -> list[dict[str, Any]]:
-    """Per job: its id, how many releases, the first and last, and its epsilon."""
+def _jobs(ledger: PrivacyLedger, charges: Sequence[Charge],
+          totals: dict[int, float]) -> list[dict[str, Any]]:
+    """Per job: its id, how many releases, the first and last, its epsilon,
+    and the site's total after its last release (None when not computed)."""
+    last = {charge.job_id: index for index, charge in enumerate(charges)}
     jobs = []
     for job in ledger.jobs():
         mine = [c for c in charges if c.job_id == job]
         jobs.append({"id": job, "releases": len(mine), "first": mine[0].timestamp,
-                     "last": mine[-1].timestamp, "epsilon": ledger.spent_by_job(job).epsilon})
+                     "last": mine[-1].timestamp, "epsilon": ledger.spent_by_job(job).epsilon,
+                     "total_after": totals.get(last[job])})
     return jobs
 
 
@@ -102,12 +108,12 @@ def _sensitivity_and_noise(mechanism: Mechanism) -> tuple[str, str]:
     return str(sensitivity), ", ".join(f"{k}={v}" for k, v in fields.items()) or "-"
 
 
-def _plot(charges: Sequence[Charge], cap: float) -> StepPlot | None:
-    """Cumulative epsilon against time as a step line (None without charges)."""
+def _plot(charges: Sequence[Charge], totals: dict[int, float], cap: float
+          ) -> StepPlot | None:
+    """The site's exact total against time as a step line (None without charges)."""
     if not charges:
         return None
-    times = [c.timestamp for c in charges]
+    times = [charges[index].timestamp for index in totals]
     end = max(times[-1], times[0] + 1e-9)
-    return step_plot(times, [c.epsilon_after for c in charges], cap,
-                     (when(times[0]), when(end)),
-                     "cumulative epsilon over time against the cap")
+    return step_plot(times, list(totals.values()), cap, (when(times[0]), when(end)),
+                     "the site's total epsilon at the cap's delta over time against the cap")

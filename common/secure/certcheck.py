@@ -21,6 +21,7 @@ from typing import Literal, get_args
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import NameOID
 
 from privadapt.common.errors import PrivadaptError
@@ -100,9 +101,11 @@ def verify_issued_by(
         cert.verify_directly_issued_by(ca_cert)
     except (ValueError, TypeError, InvalidSignature):
         raise UntrustedCertificateError(
-            f"certificate {subject!r} (issuer {cert.issuer.rfc4514_string()!r}) was not issued "
-            f"by the federation CA {ca_cert.subject.rfc4514_string()!r}; issue it with this "
-            "federation's `privadapt certs issue`"
+            f"certificate {subject!r} was not issued by the federation CA "
+            f"{ca_cert.subject.rfc4514_string()!r} (key id {_key_id(ca_cert)}, SHA-256 "
+            f"fingerprint {fingerprint(ca_cert)}) but by {cert.issuer.rfc4514_string()!r} "
+            f"(key id {_issuer_key_id(cert)}); issue it with this federation's "
+            "`privadapt certs issue`, or point [tls] ca at the CA that issued it"
         ) from None
     now = datetime.now(UTC) if now is None else now
     if now.tzinfo is None:
@@ -124,3 +127,27 @@ def _basic_constraints(cert: x509.Certificate) -> x509.BasicConstraints | None:
         return cert.extensions.get_extension_for_class(x509.BasicConstraints).value
     except x509.ExtensionNotFound:
         return None
+
+
+def fingerprint(cert: x509.Certificate) -> str:
+    """The certificate's SHA-256 fingerprint, as ``openssl x509 -fingerprint
+    -sha256`` prints it (``AB:CD:...``): two CAs of one name differ here."""
+    return cert.fingerprint(hashes.SHA256()).hex(":").upper()
+
+
+def _key_id(cert: x509.Certificate) -> str:
+    try:
+        return cert.extensions.get_extension_for_class(
+            x509.SubjectKeyIdentifier).value.digest.hex(":")
+    except x509.ExtensionNotFound:
+        return "not stated"
+
+
+def _issuer_key_id(cert: x509.Certificate) -> str:
+    """The key id of the CA that signed ``cert`` (its authority key identifier)."""
+    try:
+        key_id = cert.extensions.get_extension_for_class(
+            x509.AuthorityKeyIdentifier).value.key_identifier
+    except x509.ExtensionNotFound:
+        key_id = None
+    return "not stated" if key_id is None else key_id.hex(":")

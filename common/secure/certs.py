@@ -25,6 +25,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -123,13 +124,21 @@ def validate_name(name: str, what: str = "name") -> str:
     return name
 
 
-def init_ca(directory: Path, name: str = "privadapt-ca", valid_days: int = 3650) -> CaFiles:
-    """Create a federation CA in ``directory``: ``ca.key`` (0600) and ``ca.crt``.
+def unique_ca_name() -> str:
+    """``privadapt-ca-`` and 8 random hex digits: two federations' CAs never
+    share a name, so a certificate of the wrong one is named as such."""
+    return f"privadapt-ca-{secrets.token_hex(4)}"
+
+
+def init_ca(directory: Path, name: str | None = None, valid_days: int = 3650) -> CaFiles:
+    """Create a federation CA in ``directory``: ``ca.key`` (0600) and ``ca.crt``,
+    named ``name`` (default: :func:`unique_ca_name`).
 
     Refuses (:class:`ConfigError`) if either file already exists: replacing a
     CA silently would orphan every certificate issued under it.
     """
     directory = Path(directory)
+    name = unique_ca_name() if name is None else name
     validate_name(name, "CA name")
     _check_days(valid_days)
     files = CaFiles(directory / CA_KEY_FILE, directory / CA_CERT_FILE)

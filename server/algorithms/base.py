@@ -47,6 +47,10 @@ from privadapt.common.data.record_parts import (
     RecordPart,
 )
 from privadapt.common.federation import Federation
+from privadapt.server.algorithms.in_process_plan import (
+    BudgetedFederation,
+    check_before_first_release,
+)
 
 # The value types a job's hyperparameter can carry over the wire (common/wire/messages.py).
 WIRE_TYPES: tuple[type, ...] = (bool, int, float, str)
@@ -182,19 +186,25 @@ def hyperparameter(constraints: Constraints, *, default: Any = REQUIRED) -> Any:
     return Hyperparameter(constraints, default)
 
 
-# Whether the fit running in this thread was handed validated parameters
-# (scikit-learn's skip_parameter_validation), so its own check is skipped.
+# Per thread: ``skip``, whether the fit running was handed validated
+# parameters (scikit-learn's skip_parameter_validation), so its own check is
+# skipped; ``inside_fit``, whether a fit is running (only the outermost one
+# makes the checks of a launch, fit_context).
 _validation = threading.local()
 
 
 @contextlib.contextmanager
-def _skipping_validation(skip: bool) -> Iterator[None]:
-    before = getattr(_validation, "skip", False)
-    _validation.skip = skip
+def _setting(name: str, value: bool) -> Iterator[None]:
+    before = getattr(_validation, name, False)
+    setattr(_validation, name, value)
     try:
         yield
     finally:
-        _validation.skip = before
+        setattr(_validation, name, before)
+
+
+def _skipping_validation(skip: bool) -> contextlib.AbstractContextManager[None]:
+    return _setting("skip", skip)
 
 
 def parameters_validated() -> contextlib.AbstractContextManager[None]:
@@ -202,6 +212,13 @@ def parameters_validated() -> contextlib.AbstractContextManager[None]:
     caller that has validated them itself (a job launch checks them once,
     before its dry run and its run)."""
     return _skipping_validation(True)
+
+
+def parts_of_one_job() -> contextlib.AbstractContextManager[None]:
+    """Within it, fits are parts of one job their caller runs on one
+    federation (a grid search's K learners): none makes the checks of the
+    outermost fit (:func:`fit_context`)."""
+    return _setting("inside_fit", True)
 
 
 Fit = TypeVar("Fit", bound=Callable[..., Any])
@@ -214,15 +231,30 @@ def fit_context(*, prefer_skip_nested_validation: bool) -> Callable[[Fit], Fit]:
     are not validated again: it built them from values it validated (a
     selection's candidates at their budget shares, an auto radius's clones).
     Without it (a user-given estimator inside, PrivateGridSearch's learner)
-    they validate their own."""
+    they validate their own.
+
+    The outermost fit on an in-process federation that states its sites'
+    budgets first makes the checks a networked launch makes before its first
+    release (server/algorithms/in_process_plan.py); the fits it makes inside
+    (candidates, the plan's own fit on stand-ins) do not."""
     def decorate(fit: Fit) -> Fit:
         @functools.wraps(fit)
         def validated_fit(self: PrivateEstimator, *args: Any, **kwargs: Any) -> Any:
             skip = getattr(_validation, "skip", False)
             if not skip:
                 self._validate_params()
-            with _skipping_validation(skip or prefer_skip_nested_validation):
-                return fit(self, *args, **kwargs)
+            outermost = not getattr(_validation, "inside_fit", False)
+            with _setting("inside_fit", True):
+                federation = args[0] if args else kwargs.get("federation")
+                if outermost and isinstance(federation, BudgetedFederation):
+                    check_before_first_release(
+                        federation, type(self).__name__, self.get_params(),
+                        lambda stand_in: clone(self).fit(stand_in, *args[1:], **{
+                            # Callbacks (progress, checkpoints) watch the real fit only.
+                            k: v for k, v in kwargs.items()
+                            if k != "federation" and not callable(v)}))
+                with _skipping_validation(skip or prefer_skip_nested_validation):
+                    return fit(self, *args, **kwargs)
         return validated_fit  # type: ignore[return-value]
     return decorate
 

@@ -61,6 +61,7 @@ from privadapt.common.wire.messages import query_to_proto, site_privacy_from_pro
 from privadapt.server.coordinator.site_registry import SiteRegistry
 from privadapt.server.federation.per_site_answers import per_site_answer, selection_answer
 from privadapt.server.federation.rounds import DeliveryError, RoundFailedError, RoundHub
+from privadapt.server.federation.site_wait import WaitListener, wait_saying_so
 from privadapt.server.store import CoordinatorStore, RoundRecord, StoredAnswer
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,7 @@ class NetworkFederation:
         codec: FixedPointCodec | None = None,
         cancelled: threading.Event | None = None,
         on_round: RoundListener | None = None,
+        on_wait: WaitListener | None = None,
     ) -> None:
         if job.min_participants < 1 or job.min_participants > len(job.sites):
             raise ValueError(
@@ -125,6 +127,7 @@ class NetworkFederation:
         self.codec = codec or FixedPointCodec()
         self._cancelled = cancelled or threading.Event()
         self._on_round = on_round
+        self._on_wait = on_wait
         self._steps = itertools.count(1)
         # Sessions that missed a round's deadline (or sent a share that was
         # refused): left out of the job's next rounds so the honest sites are
@@ -264,11 +267,14 @@ class NetworkFederation:
         be starting), at most site_wait_timeout; then go on if at least
         min_participants are connected, else JobFailedError naming the absent."""
         wanted = set(self._job.sites)
-        self._registry.wait_until(
+        came = wait_saying_so(
+            self._registry,
             lambda: self._cancelled.is_set() or wanted <= self._registry.connected_names(),
             self._job.site_wait_timeout,
+            lambda: wanted - self._registry.connected_names(), self._on_wait,
         )
-        self._wait_for_participants()
+        # After the whole wait, go on with min_participants or fail now.
+        self._wait_for_participants(timeout=None if came else 0.0)
 
     # -- rounds ---------------------------------------------------------------
 
@@ -389,9 +395,11 @@ class NetworkFederation:
                 eligible.add(name)
         return eligible
 
-    def _wait_for_participants(self, sites: Sequence[str] | None = None) -> list[str]:
+    def _wait_for_participants(self, sites: Sequence[str] | None = None,
+                               timeout: float | None = None) -> list[str]:
         """The eligible sites once min_participants of them are (every one of
-        ``sites`` when a round is of those only)."""
+        ``sites`` when a round is of those only), waiting at most ``timeout``
+        (default: the job's site_wait_timeout)."""
         wanted = set(self._job.sites if sites is None else sites)
 
         def enough() -> bool:
@@ -402,7 +410,9 @@ class NetworkFederation:
         def ready() -> bool:
             return self._cancelled.is_set() or enough()
 
-        if not self._registry.wait_until(ready, self._job.site_wait_timeout):
+        timeout = self._job.site_wait_timeout if timeout is None else timeout
+        if not wait_saying_so(self._registry, ready, timeout,
+                              lambda: wanted - self._eligible(), self._on_wait):
             connected = sorted(self._eligible() & wanted)
             absent = sorted(wanted - set(connected))
             raise JobFailedError(

@@ -14,9 +14,7 @@ twice.
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
-import math
 import secrets
 import threading
 import traceback
@@ -26,7 +24,7 @@ from collections.abc import Mapping
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.data.schema_digest import SchemaDigest
 from privadapt.common.errors import ConfigError, PrivadaptError
-from privadapt.common.federation import SitePrivacy
+from privadapt.common.privacy_figures import running_spend_text
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.algorithms.base import PrivateEstimator
 from privadapt.server.coordinator.site_registry import SiteRegistry
@@ -50,7 +48,15 @@ from privadapt.server.jobs.launch_checks import (
 )
 from privadapt.server.jobs.launch_plans import LaunchPlans
 from privadapt.server.jobs.privacy_plan import refuse_over_budget
-from privadapt.server.jobs.result_files import NAMES_NOT_STATED, ModelFeatures, model_features
+from privadapt.server.jobs.privacy_report import (
+    cap_delta,
+    keep_privacy_report,
+    log_spend,
+    privacy_report_json,
+    report_delta,
+    site_accounting,
+)
+from privadapt.server.jobs.result_files import ModelFeatures, model_features
 from privadapt.server.jobs.spec import (
     hyperparameters,
     job_state_to_proto,
@@ -58,11 +64,10 @@ from privadapt.server.jobs.spec import (
     spec_to_json,
     validate_spec,
 )
+from privadapt.server.jobs.unknown_sites import refuse_unknown_sites
 from privadapt.server.store import CoordinatorStore, JobRecord, RoundRecord
 
 logger = logging.getLogger(__name__)
-# A report made without a finished model's features (tests, crashes).
-_NO_FEATURES = ModelFeatures("", (), NAMES_NOT_STATED)
 
 
 class JobManager:
@@ -107,6 +112,8 @@ class JobManager:
         self._job_plans: dict[str, concurrent.futures.Future] = {}
         # Each launched job's checked estimator, until its thread fits it.
         self._estimators: dict[str, PrivateEstimator] = {}
+        # The operator's reason, for the job's message and its job_cancelled event.
+        self._cancel_reasons: dict[str, str] = {}
 
     def launch(self, spec: pb.JobSpec, job_id: str = "") -> str:
         """Check ``spec`` and start it; ``ConfigError`` (nothing stored, the id
@@ -200,6 +207,8 @@ class JobManager:
         check_delta_against_sizes(spec, {site.name: site.num_records
                                          for site in self._store.sites() if site.name in named})
         sessions = [s for s in self._registry.sessions() if s.name in named]
+        refuse_unknown_sites(named, [site.name for site in self._store.sites()],
+                             {s.name: s.registration for s in sessions})
         check_site_policies(spec, {s.name: s.registration for s in sessions})
         return check_schema_agreement(self._public_schema, {
             s.name: registered_digest(s.registration) for s in sessions})
@@ -220,12 +229,16 @@ class JobManager:
             raise KeyError(job_id)
         with self._lock:
             event = self._cancel.get(job_id)
+        reason = reason or "cancelled by the operator"
         if event is None:
             if record.state not in ("succeeded", "failed", "cancelled"):
-                self._set_state(job_id, "cancelled", reason or "cancelled")
+                self._store.audit("job_cancelled", job_id=job_id, detail=reason)
+                self._set_state(job_id, "cancelled", reason)
             return self._store.job(job_id).state
+        with self._lock:
+            self._cancel_reasons[job_id] = reason
         event.set()
-        self._hub.cancel(job_id, reason or "cancelled by the operator")
+        self._hub.cancel(job_id, reason)
         self._registry.wake()
         with self._lock:
             thread = self._threads.get(job_id)
@@ -284,6 +297,7 @@ class JobManager:
         spec = spec_from_json(record.spec_json)
         cancelled = self._cancel[job_id]
         state, message = "failed", ""
+        federation: NetworkFederation | None = None
         try:
             self._set_state(job_id, "running")
             federation = NetworkFederation(
@@ -291,6 +305,7 @@ class JobManager:
                            spec.min_participants, self._round_timeout, self._site_wait_timeout),
                 self._registry, self._hub, self._store, self._reports,
                 cancelled=cancelled, on_round=self._on_round,
+                on_wait=lambda line: self._on_wait(job_id, line),
             )
             federation.wait_for_sites()
             # Before any key is published: every site that came must agree,
@@ -309,11 +324,13 @@ class JobManager:
                 self._public_source, self._public_sources, estimator,
             )
             model = run_job(context)
-            privacy = federation.privacy_spent(None if math.isinf(spec.epsilon) else spec.delta)
+            privacy = federation.privacy_spent(report_delta(spec))
             dims = [s.num_features for s in self._store.sites() if s.name in set(spec.sites)]
             self._store.save_result(job_id, model, privacy_report_json(
                 job_id, spec, privacy, self._store.rounds(job_id),
-                self.model_features(agreed, max(dims, default=0))))
+                self.model_features(agreed, max(dims, default=0)),
+                site_accounting(self._registry, spec.sites)))
+            log_spend(job_id, privacy)
             state, message = "succeeded", ""
         except JobCancelledError as err:
             state, message = "cancelled", str(err)
@@ -332,6 +349,11 @@ class JobManager:
             return
         if cancelled.is_set() and state == "failed":
             state = "cancelled"
+        if state == "cancelled":
+            with self._lock:
+                message = self._cancel_reasons.pop(job_id, message)
+        if state != "succeeded" and federation is not None:
+            keep_privacy_report(self._store, self._registry, spec, federation, state)
         # The event first: a watcher told the job ended then finds it in the log.
         self._store.audit(f"job_{state}", job_id=job_id, detail=message)
         self._set_state(job_id, state, message)
@@ -346,61 +368,23 @@ class JobManager:
             if session is not None:
                 session.send(**item)
 
+    def _on_wait(self, job_id: str, line: str) -> None:
+        """The job waits for sites (``line``, every few seconds) or stopped
+        waiting (""): its message says so, and watchers are told."""
+        if line and not self._store.job(job_id).message:
+            self._store.audit("waiting_for_sites", job_id=job_id, detail=line)
+            logger.warning("job=%s %s", job_id, line)
+        self._store.set_job_state(job_id, "running", line)
+        self._mark_changed(job_id)
+
     def _on_round(self, record: RoundRecord) -> None:
         self._mark_changed(record.job_id)
         if record.aborted:
             logger.warning("job=%s round=%d step=%d aborted: %s", record.job_id, record.round,
                            record.step, record.abort_reason)
         else:
-            logger.info("job=%s round=%d step=%d sites=%d %.1f ms epsilon=%.4g", record.job_id,
+            logger.info("job=%s round=%d step=%d sites=%d %.1f ms %s", record.job_id,
                         record.round, record.step, len(record.participants),
-                        1e3 * (record.finished - record.started), record.epsilon_so_far)
-
-
-def privacy_report_json(
-    job_id: str, spec: pb.JobSpec, privacy: dict[str, SitePrivacy], rounds: list[RoundRecord],
-    features: ModelFeatures = _NO_FEATURES,
-) -> str:
-    """The report ``privadapt result`` writes: each site's spend as its own
-    ledger states it, every aborted round (already charged by the sites
-    that answered it, and included in their figures), and how many rounds
-    the coordinator saw each site's own answer in (``per_site`` rounds)."""
-    aborted = [{"round": r.round, "step": r.step, "reason": r.abort_reason}
-               for r in rounds if r.aborted]
-    # The coordinator saw a site's own answer in a per-site round, and in a
-    # secure sum with a single participant (after dropouts).
-    seen = [r for r in rounds if r.form == "per_site" or len(r.participants) == 1]
-    report = {
-        "job_id": job_id,
-        "algorithm": spec.algorithm,
-        "target": {"epsilon": spec.epsilon, "delta": spec.delta},
-        "sites": {
-            name: {
-                "job_epsilon": p.job.epsilon, "delta": p.job.delta, "method": p.job.method.value,
-                "total_epsilon": p.total.epsilon, "total_delta": p.total.delta,
-                "cap_epsilon": p.cap_epsilon, "releases": len(p.mechanisms),
-                "releases_seen_by_coordinator": sum(name in r.participants for r in seen),
-            }
-            for name, p in sorted(privacy.items())
-        },
-        "sites_not_reporting": sorted(set(spec.sites) - set(privacy)),
-        "rounds": len(rounds),
-        "rounds_with_per_site_releases": [r.round for r in seen],
-        "release_note": (
-            f"in {len(seen)} round(s) the coordinator saw each participating site's own "
-            "noised answer or selected index (per-site releases, or a sum over one site, "
-            "each charged to that site's ledger); every other release was a secure sum "
-            "over several sites" if seen
-            else "every release was a secure sum: the coordinator saw only noisy sums "
-            "over the participating sites"),
-        "aborted_rounds": aborted,
-        # What the model's weights mean: the schema digest the parties agreed
-        # on, and its feature names (see JobManager.model_features).
-        "schema_digest": features.schema_digest,
-        "feature_names": list(features.names),
-        "feature_names_source": features.source,
-        "note": ("every aborted round was charged by the ledgers of the sites that answered "
-                 "it before the abort; the epsilons above include those charges"
-                 if aborted else "no round was aborted"),
-    }
-    return json.dumps(report, indent=2, allow_nan=True)
+                        1e3 * (record.finished - record.started),
+                        running_spend_text(record.epsilon_so_far,
+                                           cap_delta(self._registry, record.participants)))

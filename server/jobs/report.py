@@ -4,10 +4,14 @@
 Generated from the coordinator's job store only, as the operator API returns
 it: the job's state and rounds (Status), its audit events (Logs) and its
 privacy report (Result: each site's spend as its own ledger stated it at the
-job's end). It shows the job's per-round progress (epsilon so far after each
-round, as a figure and a table, aborted rounds with their reason) and each
-site's spend: this job's epsilon at the job's delta, every job's at the site's
-cap, and what is left. The page is ``templates/job_report.html.j2`` on the
+job's end, kept for a failed or cancelled job too). It shows each site's
+spend, the headline first: this job's epsilon at the job's delta, then the
+site's total over every job at its cap's delta and what is left
+(common/privacy_figures.py); the job's spend after each release at the job's
+delta against its target (the curve the site's report gives,
+server/jobs/spend_curve.py, so the figure ends on the headline); and the
+rounds (each with the running figure the sites stated, at their cap delta,
+aborted rounds with their reason). The page is ``templates/job_report.html.j2`` on the
 layout and macros of common/html_page.py (numbers carried exactly in
 ``data-value``, the inline SVG figure), as for a site's ledger report; every
 text from the store is HTML-escaped.
@@ -40,7 +44,8 @@ def render_job_report(log: pb.JobLog, report: Mapping[str, Any]) -> str:
         generated=time.time(), target_epsilon=target.get("epsilon", math.nan),
         target_delta=target.get("delta", math.nan), done=done,
         aborted=len(status.rounds) - len(done), schema_digest=report.get("schema_digest"),
-        plot=_progress_plot(done, target.get("epsilon", math.inf)),
+        plot=_spend_plot(report.get("sites", {}), target.get("epsilon", math.inf),
+                         target.get("delta", math.nan)),
         sites=report.get("sites", {}), sites_not_reporting=report.get("sites_not_reporting", []),
         events=log.events, stamp=_stamp, milliseconds=_milliseconds)
 
@@ -53,12 +58,19 @@ def _milliseconds(duration: Duration) -> float:
     return duration.ToTimedelta() / dt.timedelta(milliseconds=1)
 
 
-def _progress_plot(done: list[pb.RoundProgress], target: float) -> StepPlot | None:
-    if not done:
+def _spend_plot(sites: Mapping[str, Any], target: float, delta: float) -> StepPlot | None:
+    """The spend curve of the site that spent most on the job (at the job's
+    delta) against the job's target; None when no site reported one."""
+    curves = {name: site["spend_curve"] for name, site in sites.items()
+              if site.get("spend_curve", {}).get("releases")}
+    if not curves:
         return None
-    # Round k's rise is drawn over [k - 1, k], so the last round is seen too.
-    last = max(r.round for r in done)
-    return step_plot([r.round - 1.0 for r in done], [r.epsilon_so_far for r in done], target,
-                     ("start", f"round {last}"),
-                     "epsilon so far after each round against the job's target",
-                     cap_label="target", x_range=(0.0, float(last)))
+    name = max(curves, key=lambda n: (sites[n]["job_epsilon"], n))
+    releases, epsilons = curves[name]["releases"], curves[name]["epsilon"]
+    # Release k's rise is drawn over [k - 1, k], so the last release is seen too.
+    last = releases[-1]
+    return step_plot([k - 1.0 for k in releases], epsilons, target,
+                     ("start", f"release {last:.0f}"),
+                     f"this job's epsilon at delta {delta:g} (the job's) after each release "
+                     f"charged to site {name} against the job's target",
+                     cap_label="target", x_range=(0.0, last))

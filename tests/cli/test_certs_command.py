@@ -12,6 +12,12 @@ from cryptography import x509
 
 from privadapt.cli import main as cli
 from privadapt.common.secure import certs
+from privadapt.common.secure.certcheck import (
+    UntrustedCertificateError,
+    fingerprint,
+    verify_issued_by,
+)
+from privadapt.common.secure.certs import load_certificate
 
 
 def _one_line_error(capsys) -> str:
@@ -76,3 +82,21 @@ def test_certs_issue_without_a_ca_exits_2_and_says_to_run_init(tmp_path, capsys)
     argv = ["certs", "issue", "--dir", str(tmp_path), "--role", "site", "--name", "st-mary"]
     assert cli.main(argv) == 2
     assert "certs init" in _one_line_error(capsys)
+
+
+def test_two_federations_cas_have_distinct_names_and_a_wrong_one_is_told_by_fingerprint(
+        tmp_path, capsys):
+    for federation in ("one", "two"):
+        assert cli.main(["certs", "init", "--dir", str(tmp_path / federation)]) == 0
+    assert cli.main(["certs", "issue", "--dir", str(tmp_path / "one"), "--role", "site",
+                     "--name", "st-mary"]) == 0
+    capsys.readouterr()
+    one, two = (load_certificate(tmp_path / f / "ca.crt") for f in ("one", "two"))
+    names = [ca.subject.rfc4514_string() for ca in (one, two)]
+    assert names[0] != names[1] and all(n.startswith("CN=privadapt-ca-") for n in names)
+    site = load_certificate(tmp_path / "one" / "st-mary.crt")
+    with pytest.raises(UntrustedCertificateError, match="not issued by the federation CA") as wrong:
+        verify_issued_by(site, two)
+    message = str(wrong.value)
+    assert f"{names[1]!r}" in message and f"but by {names[0]!r}" in message
+    assert fingerprint(two) in message and fingerprint(two).count(":") == 31

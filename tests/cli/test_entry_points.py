@@ -52,3 +52,12 @@ def test_version_prints_the_installed_version(capsys):
         cli.main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.startswith("privadapt 0.")
+
+
+@pytest.mark.parametrize(("entry", "name"), [(daemon.main, "privadapt-site"),
+                                            (coordinator.main, "privadapt-coordinator")])
+def test_both_daemons_print_the_installed_version(entry, name, capsys):
+    with pytest.raises(SystemExit) as done:
+        entry(["--version"])  # no --config needed to ask
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"{name} 0.")

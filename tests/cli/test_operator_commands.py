@@ -66,7 +66,7 @@ def test_launch_follow_status_result_and_sites(running, tmp_path, capsys):
     status = capsys.readouterr().out
     assert "cli-job  noisy_gd  succeeded  rounds=5" in status and "sites=3" in status
     assert cli.main(["result", "cli-job", "--out", str(tmp_path / "out"), *config]) == 0
-    assert "site-a: epsilon" in capsys.readouterr().out
+    assert "site-a: this job epsilon" in capsys.readouterr().out
     model = np.load(tmp_path / "out" / "model.npz")
     assert model["weights"].shape == (4,)
     report = json.loads((tmp_path / "out" / "privacy_report.json").read_text())
@@ -75,10 +75,10 @@ def test_launch_follow_status_result_and_sites(running, tmp_path, capsys):
     listed = capsys.readouterr().out
     assert listed.count("connected") == 3
     # Each site's budget as its ledger reported it at registration (cap 50 at 1e-5).
-    assert listed.count("spent of 50 at delta 1e-05") == 3
+    assert listed.count("at delta 1e-05 (the cap's), cap 50") == 3
 
 
-def test_cancel_stops_a_running_job(running, tmp_path, capsys):
+def test_a_cancelled_job_keeps_its_privacy_report_and_its_reason(running, tmp_path, capsys):
     coordinator, operator, pki = running
     config = ["--config", str(operator)]
     assert cli.main(["launch", _job_file(tmp_path, "long-job", 5000), *config]) == 0
@@ -89,10 +89,27 @@ def test_cancel_stops_a_running_job(running, tmp_path, capsys):
             started.set()
             break
     assert started.is_set()
-    assert cli.main(["cancel", "long-job", *config]) == 0
+    assert cli.main(["cancel", "long-job", "--reason", "wrong cohort", *config]) == 0
     assert "long-job: cancelled" in capsys.readouterr().out
-    assert cli.main(["result", "long-job", "--out", str(tmp_path / "o"), *config]) == 2
-    assert "no result (state: cancelled)" in capsys.readouterr().err
+    events = {e.event: e.detail for e in stub.Logs(pb.StatusRequest(job_id="long-job")).events}
+    assert events["job_cancelled"] == "wrong cohort"
+    # Every round it ran was charged: each site's charge is kept, without a model.
+    assert cli.main(["result", "long-job", "--out", str(tmp_path / "o"), *config]) == 0
+    text = capsys.readouterr().out
+    assert "job 'long-job' cancelled: no model" in text
+    assert all(f"{name}: this job epsilon" in text for name in SITES)
+    assert not (tmp_path / "o" / "model.npz").exists()
+    report = json.loads((tmp_path / "o" / "privacy_report.json").read_text())
+    assert report["outcome"] == "cancelled" and sorted(report["sites"]) == list(SITES)
+    assert all(site["releases"] >= 3 and site["job_epsilon"] > 0
+               for site in report["sites"].values())
+    page = (tmp_path / "o" / "report.html").read_text()
+    assert "without a model" in page and page.count('class="site"') == 3
+    assert cli.main(["result", "long-job", "--out", str(tmp_path / "j"), "--json",
+                     *config]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["state"] == "cancelled" and document["model"] is None
+    assert document["privacy_report"]["sites"] == report["sites"]
 
 
 def test_operator_errors_are_one_line_without_traceback(running, tmp_path, capsys):
@@ -131,7 +148,7 @@ def test_insecure_flag_reaches_a_coordinator_started_with_insecure(tmp_path, cap
         assert cli.main(["status", "plain-job", *config_args]) == 0
         assert "plain-job  noisy_gd  succeeded  rounds=2" in capsys.readouterr().out
         assert cli.main(["result", "plain-job", "--out", str(tmp_path / "out"), *config_args]) == 0
-        assert "site-a: epsilon" in capsys.readouterr().out
+        assert "site-a: this job epsilon" in capsys.readouterr().out
         assert cli.main(["sites", *config_args]) == 0
         assert capsys.readouterr().out.count("connected") == 3
         # Without the flag the same file names no certificate to present.
@@ -161,6 +178,7 @@ def test_json_output_of_status_sites_and_result(running, tmp_path, capsys):
     assert all(s["connected"] for s in sites)
     assert all(s["budget"]["epsilon_cap"] == 50.0 and s["budget"]["accounting"] == "pld"
                for s in sites)
+    assert all(s["num_records"] == 50 for s in sites)  # a number, not a string
     assert cli.main(["result", "json-job", "--out", str(tmp_path / "r"), "--json", *config]) == 0
     result = json.loads(capsys.readouterr().out)
     assert sorted(result["privacy_report"]["sites"]) == list(SITES)
@@ -187,7 +205,7 @@ def test_logs_planned_rounds_and_result_files_of_a_job(running, tmp_path, capsys
     assert cli.main(["launch", _job_file(tmp_path, "other-job", 2), "--follow", *config]) == 0
     capsys.readouterr()
     assert cli.main(["status", "logged-job", "--json", *config]) == 0
-    assert json.loads(capsys.readouterr().out)["jobs"][0]["planned_rounds"] == "3"
+    assert json.loads(capsys.readouterr().out)["jobs"][0]["planned_rounds"] == 3
     assert cli.main(["logs", "logged-job", *config]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("logged-job  noisy_gd  succeeded  rounds=3")
@@ -214,3 +232,18 @@ def test_logs_planned_rounds_and_result_files_of_a_job(running, tmp_path, capsys
     assert "already holds the result of job 'logged-job'" in capsys.readouterr().err
     with np.load(out / "model.npz", allow_pickle=False) as model:
         assert str(model["job_id"]) == "logged-job"  # untouched
+
+
+def test_launch_json_prints_the_job_id_the_plan_or_the_final_status(running, tmp_path, capsys):
+    _, operator, _ = running
+    config = ["--config", str(operator), "--json"]
+    assert cli.main(["launch", _job_file(tmp_path, "json-plan", 2), "--dry-run", *config]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["dry_run"] is True and "privacy plan: 2 release(s)" in plan["plan"]
+    assert cli.main(["launch", _job_file(tmp_path, "json-launch", 2), "--follow", *config]) == 0
+    launched = json.loads(capsys.readouterr().out)
+    assert launched["job_id"] == "json-launch"
+    assert launched["status"]["state"] == "JOB_STATE_SUCCEEDED"
+    assert [r["round"] for r in launched["status"]["rounds"]] == [1, 2]
+    assert cli.main(["launch", _job_file(tmp_path, "json-quick", 1), *config]) == 0
+    assert json.loads(capsys.readouterr().out) == {"job_id": "json-quick"}

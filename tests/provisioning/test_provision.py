@@ -14,6 +14,7 @@ from privadapt.cli import main as cli
 from privadapt.cli.operator import OperatorConfig
 from privadapt.client.daemon.config import SiteConfig
 from privadapt.client.policy import SitePolicy
+from privadapt.common.errors import ConfigError
 from privadapt.common.secure import certs, tls
 from privadapt.provisioning.systemd_units import render_unit, unit_file_name
 from privadapt.server.coordinator.main import CoordinatorConfig
@@ -166,3 +167,50 @@ def test_the_deploy_example_federation_provisions(tmp_path):
     assert coordinator.public_source is None
     assert coordinator.public_source_schema.read_text() == \
         (DEPLOY_DIR / "adult.schema.toml").read_text()
+
+
+def test_a_one_machine_federation_runs_as_a_user_with_its_own_directories(tmp_path):
+    from privadapt.provisioning.provision import provision
+
+    home = tmp_path / "home" / "ann"
+    federation = _federation(tmp_path, 50051)
+    text = federation.read_text().replace(
+        '[federation]\nconfig_dir = "/etc/privadapt"\n',
+        f'[federation]\nconfig_dir = "{home}/privadapt"\nvenv = "{home}/venv"\n'
+        f'service = "user"\nstate_dir = "{home}/state"\n').replace(
+        'database = "state/coordinator.db"\n', "").replace('database = "state/site.db"\n', "")
+    federation.write_text(text)
+    provision(federation, tmp_path / "kits")
+    for daemon, kit in (("coordinator", "coordinator"), ("site", "st-mary")):
+        unit = (tmp_path / "kits" / kit / unit_file_name(daemon)).read_text()
+        assert "User=" not in unit and "/var/lib" not in unit and "/etc/privadapt" not in unit
+        assert f"ExecStart={home}/venv/bin/privadapt-{daemon} --config " \
+               f"{home}/privadapt/{daemon}.toml" in unit
+        assert "WantedBy=default.target" in unit
+        steps = (tmp_path / "kits" / kit / "README.txt").read_text()
+        assert f"mkdir -p -m 0700 {home}/state/privadapt-{daemon}" in steps
+        assert "systemctl --user enable --now" in steps and "/etc/systemd" not in steps
+    site = SiteConfig.from_toml(tmp_path / "kits" / "st-mary" / "site.toml")
+    assert site.database == home / "state" / "privadapt-site" / "site.db"
+    coordinator = CoordinatorConfig.from_toml(tmp_path / "kits" / "coordinator" /
+                                              "coordinator.toml")
+    assert coordinator.database == home / "state" / "privadapt-coordinator" / "coordinator.db"
+
+
+def test_a_system_service_keeps_its_state_where_state_dir_says(tmp_path):
+    from privadapt.provisioning.provision import provision
+
+    federation = _federation(tmp_path, 50051)
+    federation.write_text(federation.read_text().replace(
+        '[federation]\n', '[federation]\nstate_dir = "/srv/state"\n').replace(
+        'database = "state/site.db"\n', ""))
+    provision(federation, tmp_path / "kits")
+    unit = (tmp_path / "kits" / "st-mary" / unit_file_name("site")).read_text()
+    assert "ReadWritePaths=/srv/state/privadapt-site" in unit and "User=privadapt-site" in unit
+    site = SiteConfig.from_toml(tmp_path / "kits" / "st-mary" / "site.toml")
+    assert site.database == Path("/srv/state/privadapt-site/site.db")
+    federation.write_text(federation.read_text().replace(
+        '[federation]\n', '[federation]\nservice = "root"\n'))
+    with pytest.raises(ConfigError, match=r"\[federation\] service must be one of system, user"):
+        provision(federation, tmp_path / "other")
+    assert not (tmp_path / "other").exists()

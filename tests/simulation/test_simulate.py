@@ -37,7 +37,7 @@ def test_simulate_runs_a_networked_job_and_reports_each_sites_ledger(tmp_path):
     majority, source_only, job_accuracy = accuracies
     assert source_only < 0.6 < 0.9 < majority
     assert job_accuracy > source_only + 0.3
-    spent = re.findall(r"short site-\d: epsilon (\d\.\d{3}) at delta 1e-06", out)
+    spent = re.findall(r"short site-\d: this job epsilon (\d(?:\.\d+)?) at delta 1e-06", out)
     assert len(spent) == 2 and all(0.99 <= float(e) <= 1.0 for e in spent)
     assert (workdir / "site-1" / "site.db").exists()
     assert "first round done" in out and "Peak memory" in out

@@ -18,7 +18,7 @@ from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire.messages import param_from_proto, params_to_proto
 from privadapt.server.algorithms.gradient_descent.noisy_gd import noisy_gd
 from privadapt.server.federation.network import NetworkFederation, NetworkJob
-from privadapt.server.jobs.manager import privacy_report_json
+from privadapt.server.jobs.privacy_report import privacy_report_json
 from tests.network_harness import (
     ThreadSites,
     direct_federation,

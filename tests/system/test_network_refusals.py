@@ -168,8 +168,12 @@ def test_budget_exhausted_at_one_site_fails_the_job_naming_the_site_and_cap(pki,
     assert status.state == pb.JOB_STATE_FAILED
     assert "site-b" in status.message and "0.5" in status.message
     assert any(r.aborted for r in status.rounds) and not all(r.aborted for r in status.rounds)
-    assert operator.Result(pb.ResultRequest(job_id=job_id), timeout=TIMEOUT).privacy_report_json \
-        == ""
+    # No model, but what each site was charged for the rounds it answered.
+    result = operator.Result(pb.ResultRequest(job_id=job_id), timeout=TIMEOUT)
+    report = json.loads(result.privacy_report_json)
+    assert not result.model and report["outcome"] == "failed"
+    assert sorted(report["sites"]) == sorted(SITES)
+    assert 0 < report["sites"]["site-b"]["total_epsilon"] <= 0.5
 
 
 def test_one_sites_masked_share_looks_uniform_to_the_coordinator(coordinator, sites):

@@ -13,7 +13,7 @@ from privadapt.client.local_federation import LocalFederation
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.mechanisms import NoNoise, ReportNoisyMin
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.server.jobs.manager import privacy_report_json
+from privadapt.server.jobs.privacy_report import privacy_report_json
 from tests.network_harness import (
     ThreadSites,
     direct_federation,

@@ -89,3 +89,13 @@ def test_a_collusion_tolerance_below_a_sites_is_refused_at_launch_and_dry_run(ru
 def test_a_minimum_above_the_jobs_sites_is_refused_at_launch(running):
     stub, _ = running
     assert "site 'site-b' answers only rounds of at least 2 sites" in _refusal(stub, ["site-b"])
+
+
+def test_a_job_naming_an_unknown_site_is_refused_as_unknown(running):
+    stub, tmp_path = running
+    for dry_run in (False, True):
+        message = _refusal(stub, ["site-a", "site-b", "site-bb"], dry_run=dry_run)
+        assert "unknown site(s) 'site-bb' (did you mean 'site-b'?)" in message
+        assert "registered: site-a, site-b, site-c" in message
+        assert "masks only with its peers" not in message
+    assert all(_charges(tmp_path, name) == 0 for name in SITES)

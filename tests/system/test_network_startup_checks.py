@@ -7,6 +7,9 @@ that is down, and a coordinator dialled by a name its certificate lacks."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 from concurrent import futures
@@ -21,6 +24,7 @@ from privadapt.common.errors import ConfigError
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.secure import certs, tls
+from privadapt.common.secure.certcheck import fingerprint
 from privadapt.common.secure.dial_diagnosis import explain_unreachable, host_matches
 from privadapt.common.wire.messages import channel_options
 from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
@@ -166,3 +170,48 @@ def test_a_second_daemon_with_a_site_identity_is_refused_and_the_first_keeps_its
             sites.stop()
     assert any(r.levelno == logging.WARNING and "registration from" in r.getMessage()
                and "refused" in r.getMessage() for r in caplog.records)
+
+
+def test_a_site_with_a_foreign_ca_says_in_one_line_what_is_wrong(tmp_path, pki, caplog):
+    caplog.set_level(logging.WARNING, logger="privadapt.site")
+    with in_process_coordinator(write_coordinator_config(tmp_path, pki)) as coordinator:
+        # A whole other federation's files: its CA, and a site certificate from it.
+        daemon = SiteDaemon(SiteConfig.from_toml(write_site(
+            tmp_path, pki / "other", "site-a", synthetic_dataset(20, DIM, 0), coordinator.port)))
+        thread = threading.Thread(target=daemon.run, daemon=True)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline and not any(
+                    "not issued by the federation CA" in r.getMessage() for r in caplog.records):
+                time.sleep(0.05)
+        finally:
+            daemon.stop()
+            thread.join(timeout=10)
+    ours = certs.load_certificate(pki / "other" / "ca.crt")
+    told = [r.getMessage() for r in caplog.records
+            if "not issued by the federation CA" in r.getMessage()]
+    assert told and "\n" not in told[0]
+    assert f"SHA-256 fingerprint {fingerprint(ours)}" in told[0]
+    assert "point [tls] ca at the CA that issued it" in told[0]
+
+
+def test_raw_grpc_core_lines_never_reach_a_privadapt_processs_stderr(tmp_path, pki):
+    script = tmp_path / "handshake.py"
+    script.write_text(
+        "import sys\nfrom concurrent import futures\nfrom pathlib import Path\n"
+        "import privadapt.common.secure.tls as tls\nimport grpc\n"
+        "pki = Path(sys.argv[1])\n"
+        "server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))\n"
+        "port = server.add_secure_port('127.0.0.1:0', tls.server_credentials("
+        "pki / 'far.crt', pki / 'far.key', pki / 'ca.crt'))\nserver.start()\n"
+        "other = pki / 'other'\n"
+        "channel = grpc.secure_channel(f'127.0.0.1:{port}', tls.channel_credentials("
+        "other / 'site-a.crt', other / 'site-a.key', other / 'ca.crt'))\n"
+        "try:\n    grpc.channel_ready_future(channel).result(timeout=2)\n"
+        "except grpc.FutureTimeoutError:\n    print('refused')\n")
+    environment = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+    done = subprocess.run([sys.executable, str(script), str(pki)], capture_output=True,
+                          text=True, timeout=60, env=environment, check=False)
+    assert done.stdout.strip() == "refused"
+    assert "ssl_transport_security" not in done.stderr and "Handshake failed" not in done.stderr

@@ -150,7 +150,7 @@ from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.validation_loss import ValidationLoss
 from privadapt.common.losses import loss_bounds
 from privadapt.common.numerics.geometry import project_to_ball
-from privadapt.server.algorithms.base import PrivateEstimator, clone
+from privadapt.server.algorithms.base import PrivateEstimator, clone, parts_of_one_job
 from privadapt.server.algorithms.model_selection.grid_plan import (
     GuessGrid,
     calibrate,
@@ -239,11 +239,12 @@ def train_candidates(train_federation: Federation, learner: PrivateEstimator,
     with ``guess_params[j]`` (when given) set on clone j too."""
     share = len(radii) * 2
     fitted = []
-    for j, radius in enumerate(radii):
-        model = clone(learner)
-        model.set_params(radius=float(radius), epsilon=epsilon / share, delta=delta / share,
-                         **(guess_params[j] if guess_params else {}))
-        fitted.append(model.fit(train_federation, **fit_options))
+    with parts_of_one_job():  # the K learners are one job's, on one federation
+        for j, radius in enumerate(radii):
+            model = clone(learner)
+            model.set_params(radius=float(radius), epsilon=epsilon / share, delta=delta / share,
+                             **(guess_params[j] if guess_params else {}))
+            fitted.append(model.fit(train_federation, **fit_options))
     return fitted
 
 

@@ -169,3 +169,19 @@ def test_show_json_of_one_job(site_db):
     document = json.loads(out.getvalue())
     assert list(document["jobs"]) == ["job-2"] and len(document["charges"]) == 1
     assert document["total"]["charges"] == 3
+
+
+def test_show_summary_prints_the_cap_and_the_totals_only(site_db):
+    out = io.StringIO()
+    assert show_ledger(site_db, out=out, summary=True) == 0
+    text = out.getvalue()
+    with PrivacyLedger.open_readonly(site_db) as ledger:
+        total = ledger.spent().epsilon
+    assert "epsilon=5 at delta=1e-05" in text and "totals (composed epsilon at delta=1e-05" in text
+    assert f"3 charges  epsilon={total:.4g} (PLD)" in text
+    assert "grad-1" not in text and "count-1" not in text and " x " not in text
+    document = io.StringIO()
+    assert show_ledger(site_db, out=document, as_json=True, summary=True) == 0
+    summary = json.loads(document.getvalue())
+    assert "charges" not in summary and summary["total"]["epsilon"] == total
+    assert summary["total"]["delta"] == 1e-5 and set(summary["jobs"]) == {"job-1", "job-2"}

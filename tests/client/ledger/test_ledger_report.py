@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import re
 import sqlite3
+from collections import Counter
 from html.parser import HTMLParser
 
 import pytest
@@ -85,8 +86,14 @@ def test_the_numbers_on_the_page_are_the_ledgers(ledger_path, tmp_path, capsys):
     assert float(page.fields["total_epsilon"][0]) == total
     assert float(page.fields["remaining_epsilon"][0]) == pytest.approx(3.0 - total)
     assert [float(v) for v in page.fields["job_epsilon"]] == list(jobs.values())
-    assert [float(v) for v in page.fields["running_epsilon"]] == [c.epsilon_after
-                                                                   for c in charges]
+    # After each job: the site's exact total at the cap's delta, never the
+    # bound a charge was admitted under.
+    after = [exact_report(Counter(mechanism_json(c.mechanism) for c in charges[:end]),
+                          policy).epsilon
+             for end in (max(i for i, c in enumerate(charges) if c.job_id == job) + 1
+                         for job in jobs)]
+    assert [float(v) for v in page.fields["total_after_job"]] == after
+    assert after[-1] == total
     alone = [exact_report({mechanism_json(c.mechanism): 1}, policy).epsilon for c in charges]
     assert [float(v) for v in page.fields["release_epsilon"]] == alone
     assert [r["data-job"] for r in page.rows] == [c.job_id for c in charges]

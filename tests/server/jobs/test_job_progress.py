@@ -30,13 +30,15 @@ def _status(done: int, planned: int = 10, state=pb.JOB_STATE_RUNNING, aborted: i
 
 
 def test_the_bar_fills_with_the_rounds_done_against_the_plan():
-    assert progress_bar(_status(5), width=10) == \
-        "[#####.....]  5/10 rounds  epsilon so far 0.5"
+    assert progress_bar(_status(5), width=10, cap_delta=1e-5) == \
+        "[#####.....]  5/10 rounds  job epsilon so far 0.5 at delta 1e-05 (the sites' cap)"
     assert progress_bar(_status(10, aborted=1), width=10).startswith(
-        "[##########]  10/10 rounds  epsilon so far 1  (1 aborted)")
+        "[##########]  10/10 rounds  job epsilon so far 1 at each site's cap delta  "
+        "(1 aborted)")
     assert progress_bar(_status(0), width=4) == "[....]  0/10 rounds"
     # Without a plan (a resumed job): the count alone.
-    assert progress_bar(_status(3, planned=0)) == "3 rounds  epsilon so far 0.3"
+    assert progress_bar(_status(3, planned=0)) == \
+        "3 rounds  job epsilon so far 0.3 at each site's cap delta"
 
 
 class _Terminal(io.StringIO):
@@ -51,6 +53,15 @@ class _Stub:
     def Watch(self, request):  # noqa: N802 -- the gRPC method's name
         return iter(self.statuses)
 
+    def ListSites(self, request, timeout=None):  # noqa: N802
+        reply = pb.ListSitesResponse()
+        for name in ("a", "b"):
+            reply.sites.add(site_name=name, budget=pb.SiteBudget(delta_cap=1e-5))
+        return reply
+
+    def Result(self, request, timeout=None):  # noqa: N802
+        return pb.ResultResponse(job_id=request.job_id)
+
 
 def test_follow_redraws_one_bar_on_a_terminal():
     statuses = [_status(k) for k in range(1, 4)] + [_status(3, state=pb.JOB_STATE_SUCCEEDED)]
@@ -59,6 +70,7 @@ def test_follow_redraws_one_bar_on_a_terminal():
     text = out.getvalue()
     assert text.count("\r") == 4 and text.count("\n") == 2  # one bar line, then the job line
     assert "3/10 rounds" in text and "j  noisy_gd  succeeded  rounds=3" in text
+    assert "job epsilon so far 0.3 at delta 1e-05 (the sites' cap)" in text
 
 
 def test_follow_prints_one_line_per_round_elsewhere():

@@ -35,7 +35,8 @@ def _hostile_job() -> tuple[pb.JobLog, dict]:
     log.events.add(event=f"job_launched{SCRIPT}", site_name=f"site-{SCRIPT}",
                    detail=f"detail {SCRIPT}")
     site = {"job_epsilon": 0.5, "delta": 1e-5, "method": f"pld{SCRIPT}", "total_epsilon": 1.0,
-            "cap_epsilon": 3.0, "releases": 1, "releases_seen_by_coordinator": 0}
+            "total_delta": 1e-5, "cap_epsilon": 3.0, "releases": 1,
+            "releases_seen_by_coordinator": 0}
     report = {"target": {"epsilon": 1.0, "delta": 1e-6}, "schema_digest": f"d{SCRIPT}",
               "sites": {f"site-{SCRIPT}": site}, "sites_not_reporting": [f"late-{SCRIPT}"]}
     return log, report

@@ -16,7 +16,7 @@ from privadapt.common.accounting.accountant import epsilon_spent
 from privadapt.common.errors import QueryRefusedError
 from privadapt.common.kernels.reweighted_chains import chain_names
 from privadapt.common.mechanisms import GaussianMechanism
-from privadapt.server.algorithms.base import InvalidParameterError
+from privadapt.server.algorithms.base import InvalidParameterError, parts_of_one_job
 from privadapt.server.algorithms.model_selection.grid_search import guess_chain
 from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.algorithms.reweighting.estimators import PCnvxAdap, PNCnvxAdap
@@ -127,7 +127,8 @@ def test_two_adapters_share_a_job_only_on_distinct_chains():
     (one job), each adapter on its own chain."""
     target, source, _ = target_and_source(5, n=600)
     numeric = {"radius": 8.0, "epsilon": 2.0}
-    with sites(target, 5) as federation:
+    # Sharing one job is said, never silent: a second fit alone is refused.
+    with sites(target, 5) as federation, parts_of_one_job():
         first = adapter(chain="pcnvx", **numeric).fit(federation, source)
         second = PNCnvxAdap(alpha=0.1, epsilon=2.0, delta=DELTA, feature_norm=1.0,
                             label_bound=NORM + 2, radius=8.0, loss="squared", iterations=15,
