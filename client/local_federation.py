@@ -179,7 +179,7 @@ class LocalFederation:
 
     @property
     def site_sizes(self) -> dict[str, int]:
-        """Public only under replace-one adjacency (DESIGN.md section 2); a site
+        """Public only under replace-one adjacency (the trust model); a site
         accounting add/remove must be asked for a noisy ``record_count`` instead."""
         private = [s.name for s in self._sites if s.policy.adjacency != Adjacency.REPLACE_ONE]
         if private:

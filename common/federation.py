@@ -230,6 +230,12 @@ class RecordPartView:
     def dim(self) -> int:
         return self._base.dim
 
+    @property
+    def codec(self) -> Any:
+        """The base's fixed-point grid (``AttributeError`` when it has none):
+        a part's releases are rounded onto the same grid as the base's."""
+        return self._base.codec
+
     def query(
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism
     ) -> AggregateAnswer:

@@ -43,7 +43,7 @@ source) and changes neither kernel nor mechanism; the ledger charges each
 run what its plan releases, and every private run here spends its (epsilon,
 1e-5) exactly. No hyperparameter is tuned on the target here (the task
 settings are experiments/selection.py's, fixed by hand). One caveat, said in
-the README: the constant D = Lambda / 4 of the noise-aware step was picked
+docs/papers/supervised-adaptation.md: the constant D = Lambda / 4 of the noise-aware step was picked
 while looking at these same shifts, so this table is not a held-out test of it.
 
 Datasets (experiments/selection.py's loaders): UCI Adult men -> women

@@ -35,7 +35,7 @@ The held-out figures (accuracy and balanced accuracy on the split's rows of
 adult.test, and the majority label's accuracy) are reported beside it.
 
 The table (experiments/results/adult_splits.csv, 5 shuffles) and its choice
-are in experiments/README.md.
+are in docs/explanation/demo.md.
 
 Run from the repository root:
     .venv/bin/python -m experiments.adult_splits [--shuffles 5] [--quick]

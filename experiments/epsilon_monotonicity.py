@@ -79,6 +79,7 @@ def boosting_runs(splits: int, quick: bool) -> list[list]:
                 model = ConfidenceBoosting(
                     loss=task.loss, radius=task.radius, epsilon=epsilon, delta=DELTA,
                     learner="noisy_gd", clip_norm=task.noisy_gd["clip_norm"],
+                    radius_factor=None,  # seed 004's learner, from zero
                     learning_rate=task.noisy_gd["learning_rate"],
                     iterations=task.iterations).fit(sites, task.source,
                                                     source_only=source_only)

@@ -91,7 +91,11 @@ from privadapt.common.losses import loss_values
 from privadapt.common.mechanisms import Adjacency
 from privadapt.server.algorithms.base import record_parts
 from privadapt.server.algorithms.model_selection.candidates import auto_loss_bound, error_scored
-from privadapt.server.algorithms.model_selection.private_selection import baseline_margin, choose
+from privadapt.server.algorithms.model_selection.private_selection import (
+    baseline_margin,
+    choose,
+    private_selection,
+)
 
 DELTA = 1e-5
 BETA = 0.1
@@ -144,7 +148,8 @@ CONFIGS = {
 }
 SCORES = ("clipped loss", "clipped errors", "paired, public C", "paired, private C",
           "paired, worst-case C", "paired, private C, safe vs free",
-          "paired, private C + errors, safe vs free", "oracle (non-private)")
+          "paired, private C + errors, safe vs free", "package: paired, private C",
+          "oracle (non-private)")
 _CACHE: dict[tuple, dict[str, dict]] = {}
 
 
@@ -182,6 +187,21 @@ def ball_gd(fed, *, loss, center, rho, learning_rate, iterations, clip_norm, mul
         if t >= first:
             total += weights
     return total / (iterations - first)
+
+
+def gaussian_epsilon(multiplier: float, delta: float) -> float:
+    """The epsilon at ``delta`` of one Gaussian release at noise multiplier z
+    (Balle and Wang 2018: delta(eps) = Phi(1/(2z) - eps z) - e^eps
+    Phi(-1/(2z) - eps z)), so that the package, given (epsilon, delta),
+    calibrates the multiplier the prototype uses."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    def excess(eps: float) -> float:
+        return (norm.cdf(0.5 / multiplier - eps * multiplier)
+                - math.exp(eps + norm.logcdf(-0.5 / multiplier - eps * multiplier)) - delta)
+
+    return float(brentq(excess, 1e-9, 1e3))
 
 
 def worst_case_clips(loss, candidates, reference) -> np.ndarray:
@@ -315,6 +335,7 @@ def _spent_per_score(fed, trained: int, loss: str) -> dict[str, float]:
     if loss == "logistic":
         spent["paired, private C + errors, safe vs free"] = epsilon_spent(
             [*train, *rest[len(order) + 2:len(order) + 5]], DELTA).epsilon
+    spent["package: paired, private C"] = epsilon_spent([*train, *rest[-2:]], DELTA).epsilon
     spent["training"] = epsilon_spent(train, DELTA).epsilon
     return spent
 
@@ -420,6 +441,18 @@ def _run_job(row, private, test, epsilon, split, seed, source_only, config: Conf
             info["paired, private C + errors, safe vs free"] = {
                 "clips": clips2.tolist(), "noisy": noisy2.tolist(), "sigma": sigma2,
                 "noisy_errors": noisy3.tolist(), "sigma_errors": sigma3}
+        # The package's private_selection on the same candidates and records, at
+        # the selection's multiplier (its epsilon at DELTA): its releases come last.
+        result = private_selection(
+            val, candidates=others, loss=task.loss,
+            epsilon=gaussian_epsilon(select, DELTA) if finite else math.inf,
+            delta=DELTA if finite else 0.0, baseline_confidence=BETA, method="secure_sum",
+            reference=source_only, clips="private", histogram_share=HISTOGRAM_SHARE,
+            quantile=TAIL_SHARE, public_source=task.source)
+        choices["package: paired, private C"] = result.best_index
+        info["package: paired, private C"] = {
+            "clips": result.clips[1:].tolist(), "sigma": result.noise_std,
+            "noisy": (result.estimates[1:] * n_val / result.clips[1:]).tolist()}
         job = fed.job_id
         trained = iterations if config.per_site else len(config.radii) * iterations
         spent = _spent_per_score(fed, trained, task.loss) if finite \

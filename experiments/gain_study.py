@@ -32,6 +32,18 @@ splits), and the p90 over splits of the relative shortfall to source-only.
 ``--prototype`` adds the candidate fixes of GAIN_STUDY.md, prototyped here and
 not in the package (section "Prototype" below).
 
+The package's ball GD (``--methods`` names; NoisyGD with ``center="source_only"``,
+``average="tail"``, radius ||w_src||, the task's T, step and clip):
+
+* ``ball GD``: on all private records at the whole epsilon, against ``noisy GD``
+  (the same settings from zero, in the ball ``radius``);
+* ``ball GD (prototype plan)``: the prototype's ``[shrink]`` candidate rebuilt
+  with the package: the same job id (so the same train record part), sites and
+  noise seed, on the train part at the epsilon whose one Gaussian release has
+  the prototype's training multiplier z_total / sqrt(1 - s) (NoisyGD then
+  calibrates its T releases to it), and ``ball GD shrunk (prototype plan)``,
+  its free copy at 0.25 ||w_src|| (candidates.candidate_models).
+
 Run from the repository root (single-threaded BLAS, see common/blas_threads.py):
     OPENBLAS_NUM_THREADS=1 .venv/bin/python -m experiments.gain_study [--quick]
         [--splits 3] [--tasks NAME,...] [--methods NAME,...] [--prototype]
@@ -78,10 +90,15 @@ from privadapt import (  # noqa: E402
     SelectedAdaptation,
     load_adult_domains,
 )
+from privadapt.common.accounting.accountant import epsilon_spent  # noqa: E402
+from privadapt.common.accounting.calibration import calibrate_noise_multiplier  # noqa: E402
 from privadapt.common.data.record_parts import VALIDATION, RecordPart, RecordSplitter  # noqa: E402
 from privadapt.common.losses import loss_values  # noqa: E402
+from privadapt.common.mechanisms import Adjacency, GaussianMechanism  # noqa: E402
 from privadapt.server.algorithms.base import record_parts  # noqa: E402
 from privadapt.server.algorithms.model_selection.candidates import (  # noqa: E402
+    candidate_models,
+    parse_candidates,
     public_constant_model,
 )
 from privadapt.server.algorithms.public_erm import fit_linear  # noqa: E402
@@ -242,16 +259,21 @@ def run_selected(row: Row, private, test, epsilon: float, split: int, seed: int)
     features, labels = validation_records(task, private, name)
     candidate_test = [model_scores(task, w, test)["loss"] for w in model.candidates_]
     candidate_acc = [model_scores(task, w, test)["accuracy"] for w in model.candidates_]
-    # The score the release used, noise-free, on the validation records it read.
+    # The clipped-loss score, noise-free, on the validation records it read
+    # (the paired score has no L: its clips are in detail["clips"]).
+    bound = math.inf if model.loss_bound_ is None else model.loss_bound_
     clipped = [float(np.mean(np.minimum(loss_values(task.loss, features @ w, labels),
-                                        model.loss_bound_))) for w in model.candidates_]
+                                        bound))) for w in model.candidates_]
     errors = [float(np.mean(np.where(features @ w >= 0, 1.0, -1.0) != labels))
               for w in model.candidates_] if task.loss == "logistic" else None
     source_losses = loss_values(task.loss, test[0] @ model.candidates_[0], test[1])
     detail = {
         "chosen": model.chosen_, "names": model.candidate_names_,
         "score": model.selection_score_, "loss_bound": model.loss_bound_,
-        "bite_source_only_test": float(np.mean(source_losses > model.loss_bound_)),
+        "bite_source_only_test": float(np.mean(source_losses > bound)),
+        "clips": None if getattr(model, "selection_clips_", None) is None
+        else list(map(float, model.selection_clips_)),
+        "warning": getattr(model, "warning_", None),
         "validation_records": int(model.num_validation_records_),
         "margin_per_record": float(model.margin_ / max(model.num_validation_records_, 1)),
         "noisy_scores": None if model.noisy_losses_ is None else list(map(float,
@@ -289,24 +311,30 @@ def _max_epsilon(fed, epsilon: float) -> float:
 
 
 def run_grid_search(row: Row, private, test, epsilon: float, split: int, seed: int) -> dict:
+    """PrivateGridSearch with the public source: the free models and the
+    guesses as offsets around the source-only model (epsilon = inf: no noise)."""
     task = row.task
-    if not math.isfinite(epsilon):
-        return {"status": "n/a: PrivateGridSearch takes a finite epsilon only"}
-    learner = NoisyGD(loss=task.loss, epsilon=epsilon, delta=DELTA,
+    finite = math.isfinite(epsilon)
+    learner = NoisyGD(loss=task.loss, epsilon=epsilon, delta=DELTA if finite else 0.0,
                       iterations=task.iterations, radius=1.0, **{
                           k: v for k, v in task.noisy_gd.items() if k != "radius"})
     name = job_id(task, split, epsilon, "grid")
     with sites(task, private, seed, epsilon, name) as fed:
         train, validation = record_parts(fed, VALIDATION_FRACTION, "PrivateGridSearch")
         search = PrivateGridSearch(learner=learner, num_guesses=GRID_GUESSES, epsilon=epsilon,
-                                   delta=DELTA, loss=task.loss, label_bound=1.0,
-                                   feature_bound=1.0)
+                                   delta=DELTA if finite else 0.0, loss=task.loss,
+                                   label_bound=1.0, feature_bound=1.0)
+        public = task.source if task.source_names is None else \
+            Dataset(*task.source, task.source_names)
         try:
-            search.fit(train, validation)
+            search.fit(train, validation, public)
         except Exception as err:
             return {"status": f"refused: {type(err).__name__}: {str(err)[:300]}"}
         spent = _max_epsilon(fed, epsilon)
     detail = {"best_index": int(search.best_index_), "radius": float(search.radius_),
+              "chosen": search.candidate_names_[search.best_index_],
+              "names": search.candidate_names_, "dropped": list(search.dropped_),
+              "budget_scale": float(search.budget_scale_),
               "noisy_sums": [None if not np.isfinite(v) else float(v)
                              for v in search.noisy_sums_] if search.noisy_sums_ is not None
               else None,
@@ -344,6 +372,65 @@ def run_noisy_gd(row: Row, private, test, epsilon: float, split: int, seed: int)
     return model_scores(task, model.coef_, test)
 
 
+BALL_METHODS = ("ball GD", "ball GD (prototype plan)", "ball GD shrunk (prototype plan)")
+_BALL_CACHE: dict[tuple, dict[str, dict]] = {}
+
+
+def ball_learner(task: Task, epsilon: float, source_only: np.ndarray) -> NoisyGD:
+    """NoisyGD around source-only (fitted on the public source in ``fit``),
+    radius ||w_src||, tail-averaged; the task's noisy-GD settings."""
+    settings = {k: v for k, v in task.noisy_gd.items() if k != "radius"}
+    return NoisyGD(loss=task.loss, epsilon=epsilon,
+                   delta=DELTA if math.isfinite(epsilon) else 0.0,
+                   iterations=task.iterations, center="source_only", average="tail",
+                   radius=float(np.linalg.norm(source_only)), source_radius=task.radius,
+                   **settings)
+
+
+def run_ball_gd(row: Row, private, test, epsilon: float, split: int, seed: int,
+                source_only: np.ndarray) -> dict:
+    task = row.task
+    with sites(task, private, seed, epsilon, job_id(task, split, epsilon, "ball")) as fed:
+        model = ball_learner(task, epsilon, source_only).fit(fed, task.source)
+        spent = _max_epsilon(fed, epsilon)
+    return {**model_scores(task, model.coef_, test), "detail": {"epsilon_spent": spent}}
+
+
+def prototype_training_epsilon(epsilon: float, selection_share: float = 0.25) -> float:
+    """The epsilon (at DELTA) of one Gaussian release at the prototype's
+    training multiplier z_total / sqrt(1 - s): NoisyGD calibrated to it
+    spreads that over its T releases as the prototype's z_total sqrt(T / (1 - s))."""
+    z_total = calibrate_noise_multiplier(epsilon, DELTA, 1)
+    gaussian = GaussianMechanism.single(1.0, z_total / math.sqrt(1.0 - selection_share),
+                                        Adjacency.REPLACE_ONE)
+    return epsilon_spent([gaussian], DELTA).epsilon
+
+
+def run_ball_prototype_plan(row: Row, method: str, private, test, epsilon: float, split: int,
+                            seed: int, source_only: np.ndarray) -> dict:
+    """The prototype's [shrink] candidates rebuilt with the package (module docstring)."""
+    task = row.task
+    key = (task.name, split, epsilon)
+    if key not in _BALL_CACHE:
+        from experiments.gain_prototype import CONFIGS
+        config = CONFIGS["shrink"]
+        train_epsilon = (prototype_training_epsilon(epsilon, config.selection_share)
+                         if math.isfinite(epsilon) else math.inf)
+        name = job_id(task, split, epsilon, f"proto-{config.name}")
+        with sites(task, private, seed, epsilon, name) as fed:
+            train, _ = record_parts(fed, config.validation_fraction, "prototype")
+            model = ball_learner(task, train_epsilon, source_only).fit(train, task.source)
+            spent = _max_epsilon(fed, epsilon)
+        spec, = parse_candidates("ball_gd:radius_factor=1:shrink=0.25", task.loss)
+        trained, shrunk = candidate_models(spec, model.coef_, source_only)
+        detail = {"train_epsilon": train_epsilon, "epsilon_spent": spent,
+                  "noise_multiplier": model.noise_multiplier_}
+        _BALL_CACHE[key] = {
+            BALL_METHODS[1]: {**model_scores(task, trained, test), "detail": detail},
+            BALL_METHODS[2]: {**model_scores(task, shrunk, test), "detail": detail}}
+    return _BALL_CACHE[key][method]
+
+
 def run_method(row: Row, method: str, split: int, epsilon: float, source_only: np.ndarray
                ) -> dict:
     task = row.task
@@ -368,6 +455,11 @@ def run_method(row: Row, method: str, split: int, epsilon: float, source_only: n
         return run_grid_search(row, private, test, epsilon, split, seed + 2)
     if method == "ConfidenceBoosting":
         return run_boosting(row, private, test, epsilon, split, seed + 3, source_only)
+    if method == BALL_METHODS[0]:
+        return run_ball_gd(row, private, test, epsilon, split, seed + 5, source_only)
+    if method in BALL_METHODS:  # the prototype's sites and noise seed (run_prototype's)
+        return run_ball_prototype_plan(row, method, private, test, epsilon, split, seed + 4,
+                                       source_only)
     from experiments.gain_prototype import CONFIGS, prototype_methods, run_prototype
     config = method[1:method.index("]")] if method.startswith("[") else "base"
     if config in CONFIGS and method in prototype_methods(config):

@@ -18,7 +18,7 @@ One file names the coordinator, the sites and the operators (the way
     [policy.privacy]                   # every site's policy template (policy TOML
     epsilon_cap = 3.0                  # sections), a site's own [site.policy] on top
     [policy.queries]
-    allowed_kernels = ["linear_gradient"]
+    allowed_kernels = ["linear_gradient", "validation_loss", "loss_difference_histogram"]
 
     [[site]]
     name = "st-mary"
@@ -71,7 +71,8 @@ DEFAULT_POLICY: dict[str, dict[str, Any]] = {
     "site": {"simulation": False},
     "privacy": {"epsilon_cap": 3.0, "delta_cap": 1e-6, "min_noise_multiplier": 1.0,
                 "min_participants": 2},
-    "queries": {"allowed_kernels": ["linear_gradient"], "max_clip_norm": 1.0,
+    "queries": {"allowed_kernels": ["linear_gradient", "validation_loss",
+                                    "loss_difference_histogram"], "max_clip_norm": 1.0,
                 "max_label_bound": 1.0, "allow_per_site_releases": False},
 }
 

@@ -109,7 +109,7 @@ DEMO_JOBS = (
 _LABELS = {"noisy_gd": "noisy GD, target only", "pncnvx_adap": "PNCnvxAdap, source + target",
            "selected_adaptation": "private selection"}
 DEMO_KERNELS = frozenset({"linear_gradient", "reweighted_gradient", "second_moments",
-                          "record_count", "validation_loss"})
+                          "record_count", "validation_loss", "loss_difference_histogram"})
 COORDINATOR_SETTINGS = {"round_timeout_s": 30.0, "site_wait_timeout_s": 60.0, "min_sites": 2}
 
 

@@ -40,10 +40,16 @@ def record_products(features: np.ndarray, weights: np.ndarray) -> np.ndarray:
                         axis=1) if len(columns) else np.zeros((len(features), 0))
 
 
-def project_to_ball(weights: np.ndarray, radius: float) -> np.ndarray:
-    """Euclidean projection onto {w : ||w|| <= radius} (Frobenius for a matrix)."""
-    norm = float(np.linalg.norm(weights))
-    return weights if norm <= radius else weights * (radius / norm)
+def project_to_ball(weights: np.ndarray, radius: float,
+                    center: np.ndarray | None = None) -> np.ndarray:
+    """Euclidean projection onto {w : ||w - center|| <= radius} (Frobenius for
+    a matrix; ``center`` None: the origin)."""
+    if center is None:
+        norm = float(np.linalg.norm(weights))
+        return weights if norm <= radius else weights * (radius / norm)
+    offset = weights - center
+    norm = float(np.linalg.norm(offset))
+    return weights if norm <= radius else center + offset * (radius / norm)
 
 
 def row_norms(rows: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ whatever k, worse than the target alone (0.022). Not for want of iterations
 minimiser over a radius-2 ball around w_A fits the target's own noise (its
 least-squares error has l1 norm about 3 at n0 = 2,000, d = 200), which is
 larger than the error of w_A. A ball of the contrast's size keeps beta-hat
-near w_A unless the target's evidence is strong (README, seed 002).
+near w_A unless the target's evidence is strong (docs/papers/frank-wolfe-transfer.md).
 
 Resumable: every finished fit (a unit keyed by design, method, k, epsilon and
 run) is appended to ``results/<stem>_runs.csv`` at once (flushed and
@@ -44,7 +44,7 @@ federation is real site daemons on 127.0.0.1 (mutual TLS, secure
 aggregation; experiments/seed000/federation.py); their noise comes from the
 operating system, so networked numbers are not bit-reproducible.
 
-Speed (profiled with cProfile; README, seed 002): about 85% of a unit's time
+Speed (profiled with cProfile; docs/papers/frank-wolfe-transfer.md): about 85% of a unit's time
 is the site answering queries (the exact clipped-gradient sums and the ledger
 charge), which is the library's hot path and not this script's to change.
 This script avoids only work whose result is known to be equal: a run's data
@@ -302,8 +302,8 @@ def run_design(design: Design, args: argparse.Namespace) -> None:
 
 
 def print_tables(design: Design, rows: list[list]) -> None:
-    """The summary table, then the README's: mean +- std of the SSE per
-    epsilon (rows) and method (columns)."""
+    """The summary table, then the one in docs/papers/frank-wolfe-transfer.md:
+    mean +- std of the SSE per epsilon (rows) and method (columns)."""
     print(f"\n== design {design.name} ==")
     print_table(HEADER, rows)
     cells = {(r[1], r[2], r[3]): (r[4], r[5], r[9]) for r in rows}

@@ -70,7 +70,9 @@ def run_methods(task: Task, private, test, epsilon: float, seed: int,
         model = NoisyGD(epsilon=epsilon, delta=DELTA, **gd).fit(sites)
     results["noisy GD"] = metric(task, model.coef_, test)
     for name, learner in (
-            ("boost: noisy GD", {"learner": "noisy_gd", "clip_norm": task.noisy_gd["clip_norm"]}),
+            # The paper's learner: noisy GD from zero (no ball around source-only).
+            ("boost: noisy GD", {"learner": "noisy_gd", "clip_norm": task.noisy_gd["clip_norm"],
+                                 "radius_factor": None}),
             ("boost: output pert.", {"learner": "output_perturbation", **op})):
         with federation(*private, task.num_sites, seed + 1, private=True) as sites:
             boosted = ConfidenceBoosting(

@@ -307,6 +307,12 @@ class PrivateEstimator:
                 f"{type(self).__name__}: parameter 'delta' must be > 0 when epsilon is finite "
                 f"(delta = 0 only with epsilon = inf, the noise-free version); got {delta!r}")
 
+    def needs_public_source(self) -> bool:
+        """Whether this fit, with these hyperparameters, needs the public
+        source: ``requires_public_source``, or a setting that reads it (a job
+        then gets the coordinator's sample)."""
+        return type(self).requires_public_source
+
     def _check_is_fitted(self, attribute: str = "coef_") -> None:
         if not hasattr(self, attribute):
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet: call fit first")

@@ -15,9 +15,12 @@ class indices 0..C-1; also the warm start that algorithm can take.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from scipy import optimize
 
+from privadapt.common.data.schema import INTERCEPT_NAME
 from privadapt.common.losses import (
     LOSSES,
     SOFTMAX_CROSS_ENTROPY,
@@ -90,3 +93,33 @@ def accuracy(weights: np.ndarray, features: np.ndarray, labels: np.ndarray) -> f
         return float(np.mean(np.argmax(features @ weights, axis=1) == labels))
     predictions = np.where(features @ weights >= 0, 1.0, -1.0)
     return float(np.mean(predictions == labels))
+
+
+def intercept_column(features: np.ndarray, feature_names: Sequence[str] | None) -> int | None:
+    """The public source's intercept column: the one named ``intercept`` (a
+    schema's, :data:`~privadapt.common.data.schema.INTERCEPT_NAME`) when the
+    source carries names; else the only column that is one non-zero value on
+    every public record. None when there is none or the constant columns are
+    ambiguous (a split rule can make a one-hot column constant on the source
+    alone, e.g. marital status on the married, and a constant fitted on it
+    would not be constant on the target)."""
+    if feature_names is not None and INTERCEPT_NAME in feature_names:
+        return list(feature_names).index(INTERCEPT_NAME)
+    if features.shape[0] == 0:
+        return None
+    first = features[0]
+    constant = np.flatnonzero(np.all(features == first, axis=0) & (first != 0))
+    return int(constant[0]) if constant.size == 1 else None
+
+
+def public_constant_model(features: np.ndarray, labels: np.ndarray, loss: str, radius: float,
+                          feature_names: Sequence[str] | None = None) -> np.ndarray | None:
+    """The free public-constant candidate (module docstring): ``fit_linear``
+    on the intercept column alone, embedded in R^d; None when the public
+    source has no intercept column."""
+    column = intercept_column(features, feature_names)
+    if column is None:
+        return None
+    weights = np.zeros(features.shape[1])
+    weights[column] = fit_linear(features[:, [column]], labels, loss, radius)[0]
+    return weights

@@ -225,7 +225,10 @@ def run_job(job: JobContext) -> Model:
     estimator_class = ALGORITHMS[algorithm]
     every = int(job.hyperparameters.get(CHECKPOINT_EVERY, _CHECKPOINT_EVERY_DEFAULT))
     fit_options: dict[str, Any] = {}
-    if estimator_class.requires_public_source:
+    estimator = job.estimator
+    if estimator is None:
+        estimator = estimator_for(job.spec, job.hyperparameters, job.seed)
+    if estimator.needs_public_source():
         if job.public_source is None:
             raise ConfigError(f"{algorithm} needs the public source sample: set "
                               "[coordinator] public_source in the coordinator's configuration")
@@ -240,7 +243,6 @@ def run_job(job: JobContext) -> Model:
 
         fit_options["checkpoint"] = checkpoint
     if job.estimator is None:
-        estimator = estimator_for(job.spec, job.hyperparameters, job.seed)
         return estimator.fit(job.federation, **fit_options).model_arrays()
     with parameters_validated():
-        return job.estimator.fit(job.federation, **fit_options).model_arrays()
+        return estimator.fit(job.federation, **fit_options).model_arrays()

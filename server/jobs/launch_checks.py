@@ -18,6 +18,9 @@ published), never as an internal error after rounds were charged:
   planned query may exceed a site's registered ``max_query_work`` (by the
   kernel's public work estimate, at the site's public n): the refusal names
   the site;
+* no planned release may add noise too coarse for the job's fixed-point
+  grid (a site refuses it at its round, after every earlier round was
+  charged): the refusal names the release;
 * the estimator must accept its hyperparameters together (the checks its
   ``fit`` would make before the first round) and have the public sample it
   needs;
@@ -42,11 +45,13 @@ from privadapt.common.data.schema_digest import SchemaDigest, describe_names
 from privadapt.common.errors import ConfigError, PrivadaptError
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.numerics.fixed_point import FixedPointCodec
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.algorithms.base import InvalidParameterError, PrivateEstimator
 from privadapt.server.coordinator.site_registry import SiteSession
-from privadapt.server.federation.planning import PlannedRelease
-from privadapt.server.jobs.catalog import ALGORITHMS, checked_at_launch, estimator_for
+from privadapt.server.federation.noise_grid import releases_over_grid
+from privadapt.server.federation.planning import JOB_GRID, PlannedRelease
+from privadapt.server.jobs.catalog import checked_at_launch, estimator_for
 from privadapt.server.jobs.dry_run import plan_releases
 from privadapt.server.jobs.privacy_plan import SiteBudgetPreview, plan_lines, previews_for
 from privadapt.server.store import SiteRecord
@@ -164,6 +169,21 @@ def check_kernels_allowed(releases: Sequence[PlannedRelease],
                           "(ask the site to add the kernel to [queries] allowed_kernels)")
 
 
+def check_noise_grid(releases: Sequence[PlannedRelease], codec: FixedPointCodec,
+                     dim: int) -> None:
+    """Refuse a job one of whose planned releases adds noise too coarse for
+    the fixed-point grid of ``codec`` (server/federation/noise_grid.py), naming
+    the first such release: every site would refuse that round, after
+    charging the rounds before it."""
+    excess = releases_over_grid(releases, codec.fractional_bits, dim)
+    if excess:
+        more = f" (and {len(excess) - 1} later release(s))" if len(excess) > 1 else ""
+        raise ConfigError(
+            f"job: {excess[0].describe()}{more}, so every site would refuse that round "
+            "after charging the ones before it: a larger epsilon, fewer iterations or "
+            "smaller clipping bounds would fit")
+
+
 def check_query_work(releases: Sequence[PlannedRelease], sessions: Sequence[SiteSession],
                      dim: int) -> None:
     """Refuse a job whose plan asks a site for a query its registered
@@ -209,10 +229,10 @@ def check_estimator(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
         estimator._validate_params(checked_at_launch(type(estimator), hyperparameters))
     except InvalidParameterError as err:
         raise ConfigError(f"job: {err}") from None
-    if ALGORITHMS[spec.algorithm].requires_public_source and not has_public_source:
-        raise ConfigError(f"job: {spec.algorithm} needs the public source sample, and this "
-                          "coordinator has none: set [coordinator] public_source in its "
-                          "configuration")
+    if estimator.needs_public_source() and not has_public_source:
+        raise ConfigError(f"job: {spec.algorithm} needs the public source sample (as its "
+                          "hyperparameters are set), and this coordinator has none: set "
+                          "[coordinator] public_source in its configuration")
     return estimator
 
 
@@ -259,6 +279,7 @@ def plan_job(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
         return JobPlan(note=f"no plan: the algorithm could not be previewed ({err}); each "
                        "site's ledger still refuses any release over its cap")
     check_kernels_allowed(releases, named)
+    check_noise_grid(releases, JOB_GRID, dim)
     check_query_work(releases, named, dim)
     budgets = {s.name: s.budget for s in named if s.budget is not None}
     return JobPlan(releases, previews_for(releases, spec.sites, adjacencies, budgets, dim,
@@ -296,6 +317,6 @@ def dry_run_plan(spec: pb.JobSpec, job_id: str, registered: Sequence[SiteRecord]
     lines.append(f"checked: hyperparameters and estimator; delta below 1e-3"
                  f"{' (allowed larger)' if spec.allow_large_delta else ''} and below "
                  f"{smallest}; schemas of the registered sites against {reference}; "
-                 "the plan against each reported budget")
+                 "the plan against each reported budget and the fixed-point grid")
     lines.extend(plan_lines(plan.releases, plan.previews) if not plan.note else [plan.note])
     return "\n".join(lines)

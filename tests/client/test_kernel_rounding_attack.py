@@ -62,6 +62,7 @@ def neighbours(adjacency: Adjacency, record: tuple[np.ndarray, float]) -> tuple[
 
 def charged(kernel_name: str, params: dict, adjacency: Adjacency, norm: str) -> tuple:
     """What a site charges for this query's released blocks."""
+    kernel_name = kernel_name.split("/")[0]  # a case of a kernel: "kernel/variant"
     kernel = get_kernel(kernel_name)
     typed = kernel.Params.from_wire(params, DIM)
     policy = SitePolicy("s", math.inf, 1e-5, adjacency=adjacency, allow_non_private=True)
@@ -73,6 +74,7 @@ def charged(kernel_name: str, params: dict, adjacency: Adjacency, norm: str) -> 
 def answers(tmp_path, kernel_name: str, params: dict, adjacency: Adjacency,
             record: tuple[np.ndarray, float]) -> list:
     """The decoded release of each neighbour, or its refusal message."""
+    kernel_name = kernel_name.split("/")[0]
     kernel = get_kernel(kernel_name)
     outcomes = []
     ledger_path = tmp_path / f"ledger-{next(_LEDGERS)}.db"  # fresh per example
@@ -168,6 +170,14 @@ SUM_KERNELS = {
                                         "clip_norm": r},
     "validation_loss": lambda r, y, w: {"candidates": np.array([[w, -w, 1.0], [0.0, w, w]]),
                                         "loss": "logistic", "loss_bound": r},
+    # Paired differences to a reference: clips r, reference of size y.
+    "validation_loss/paired": lambda r, y, w: {
+        "candidates": np.array([[w, -w, 1.0], [0.0, w, w]]), "loss": "logistic",
+        "loss_bound": np.array([r, 2 * r]) if r < 2.0**199 else r,
+        "reference": np.full(DIM, y)},
+    "loss_difference_histogram": lambda r, y, w: {
+        "candidates": np.array([[w, -w, 1.0], [0.0, w, w]]), "loss": "squared",
+        "reference": np.full(DIM, y), "edges": np.array([[r, 2 * r], [r / 2, r]])},
     "record_count": lambda r, y, w: {},
     "smoothed_discrepancy_gradient": lambda r, y, w: {
         "feature_norm": r, "source_points": r * np.array([[1.0, 0, 0], [0, 0.6, 0.8]]),
@@ -258,7 +268,8 @@ def test_reweighted_gradient_neighbours_differ_by_at_most_the_charge(
 
 
 def test_every_registered_kernel_is_attacked_here():
-    attacked = set(SUM_KERNELS) | {"exact_discrepancy", "reweighted_gradient"}
+    attacked = {case.split("/")[0] for case in SUM_KERNELS} | {"exact_discrepancy",
+                                                                "reweighted_gradient"}
     # Other tests register probe kernels named test_*; every real one is here.
     assert {name for name in registered_kernels() if not name.startswith("test_")} == attacked
 

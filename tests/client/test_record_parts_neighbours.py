@@ -50,7 +50,14 @@ PARAMS = {
     "linf_gradient": {"weights": np.full(DIM, 0.5), "loss": "squared", "clip_norm": 1.0},
     "validation_loss": {"candidates": np.array([[0.5, -0.5, 1.0], [0.0, 0.5, 0.5]]),
                         "loss": "logistic", "loss_bound": 3.0},
+    # Paired differences to a reference: +-1 per record, 2 under replace-one.
+    "validation_loss/paired": {"candidates": np.array([[0.5, -0.5, 1.0], [0.0, 0.5, 0.5]]),
+                               "loss": "logistic", "loss_bound": np.array([0.1, 1.0]),
+                               "reference": np.array([0.2, 0.0, -0.1])},
     "record_count": {},
+    "loss_difference_histogram": {"candidates": np.array([[0.5, -0.5, 1.0], [0.0, 0.5, 0.5]]),
+                                  "reference": np.array([0.2, 0.0, -0.1]), "loss": "logistic",
+                                  "edges": np.array([[0.01, 0.1, 1.0], [0.05, 0.5, 5.0]])},
     "exact_discrepancy": {"feature_norm": 1.0, "label_bound": 1.0, "radius": 1.0,
                           "public_moments": np.diag([0.3, 0.2, 0.1, 0.5])},
     "smoothed_discrepancy_gradient": {
@@ -73,7 +80,7 @@ def test_every_kernel_without_per_record_state_is_attacked_here():
     real = {name for name in registered_kernels() if not name.startswith("test_")}
     stateful = {name for name in real if get_kernel(name).per_record_state}
     assert stateful == {"reweighted_gradient"}  # its part is pinned (test_site_record_parts)
-    assert real - stateful == set(PARAMS)
+    assert real - stateful == {case.split("/")[0] for case in PARAMS}
 
 
 def part_of(record: tuple[np.ndarray, float], part: RecordPart) -> str:
@@ -105,11 +112,11 @@ def release(tmp_path: Path, data: Dataset, kernel_name: str, records: RecordPart
                         allow_non_private=True)
     site = Site(data, policy, PrivacyLedger(tmp_path / f"l{next(_LEDGERS)}.db", policy,
                                             create=True))
-    kernel, params = get_kernel(kernel_name), PARAMS[kernel_name]
+    kernel, params = get_kernel(kernel_name.split("/")[0]), PARAMS[kernel_name]
     typed = kernel.Params.from_wire(params, DIM)
     mechanism = kernel.mechanism(typed, math.inf, Adjacency.REPLACE_ONE, dim=DIM,
                                  fractional_bits=FRACTIONAL_BITS, records=records)
-    query = Query("job", "q", kernel_name, params, mechanism,
+    query = Query("job", "q", kernel.name, params, mechanism,
                   fractional_bits=FRACTIONAL_BITS, records=records)
     try:
         share = site.answer(query, 1)
@@ -192,7 +199,8 @@ finite = st.floats(-4.0, 4.0, allow_nan=False)
 @settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kernel_name=st.sampled_from(["linear_gradient", "record_count", "second_moments",
-                                    "exact_discrepancy", "validation_loss"]),
+                                    "exact_discrepancy", "validation_loss",
+                                    "validation_loss/paired", "loss_difference_histogram"]),
        old=st.tuples(st.lists(finite, min_size=DIM, max_size=DIM), finite),
        new=st.tuples(st.lists(finite, min_size=DIM, max_size=DIM), finite),
        salt=st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=8),

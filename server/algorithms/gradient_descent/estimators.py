@@ -7,8 +7,10 @@ the number of features d.
 
 ``radius="auto"`` chooses the norm bound privately within the learner's own
 (epsilon, delta) (``server/algorithms/model_selection/auto_radius.py``: seed 004's grid
-search over 2^1..2^``num_guesses`` on the federation's train and validation
-record parts, the zero model as candidate 0). Its loss bounds Delta(B) need
+search over ``num_guesses`` guesses on the federation's train and validation
+record parts: offsets around the source-only model with the free models as
+candidates when the fit has a public source, else 2^1..2^K with the zero
+model). Its loss bounds Delta(B) need
 public bounds on ||x|| and |y| (``feature_bound``, ``label_bound``):
 
 * logistic loss: labels are +-1, so Y = 1 by default; r defaults to
@@ -20,6 +22,17 @@ public bounds on ||x|| and |y| (``feature_bound``, ``label_bound``):
   sensitivity holds whatever the records.
 * squared loss: the gradient (w.x - y) x mixes both scales and ``clip_norm``
   bounds neither, so both bounds must be given (refused otherwise).
+
+NoisyGD's ``center``: the ball the iterates are projected on is
+||w - w_0|| <= ``radius`` around a public model w_0, and the descent starts
+there (noisy_gd.py's docstring: the privacy is plain noisy GD's). "zero":
+w_0 = 0, today's ball. "source_only": w_0 = the source-only model, the
+ball-constrained ERM on the public source (``fit_linear`` in the ball
+``source_radius``, None: ``radius``), fitted in ``fit`` for free, so fit
+needs the public source. A fixed public model (an array): a caller that has
+fitted source-only already (a selection's candidates); it is not a job
+field. ``average="tail"`` delivers the mean of the last ceil(T/2) iterates as
+``coef_`` (GAIN_STUDY.md 4.2: the ball candidates' measured form).
 """
 
 from __future__ import annotations
@@ -37,6 +50,7 @@ from privadapt.server.algorithms.base import (
     EPSILON,
     ITERATIONS,
     POSITIVE,
+    InstanceOf,
     Interval,
     InvalidParameterError,
     Options,
@@ -45,16 +59,21 @@ from privadapt.server.algorithms.base import (
     feature_dim,
     fit_context,
     hyperparameter,
+    require_public_arrays,
 )
 from privadapt.server.algorithms.gradient_descent.noisy_gd import IterationRecord, noisy_gd
 from privadapt.server.algorithms.gradient_descent.noisy_sgd import noisy_sgd
 from privadapt.server.algorithms.linear_model import LinearModelMixin
 from privadapt.server.algorithms.model_selection.auto_radius import AUTO, RADIUS, AutoRadiusMixin
 from privadapt.server.algorithms.model_selection.auto_radius import NORM_SEARCH as AUTO_RADIUS
+from privadapt.server.algorithms.public_erm import fit_linear
 
 LOSS = [Options("logistic", "squared")]
 # The hyperparameters of radius="auto" (module docstring); the solvers never see them.
 NORM_SEARCH = (*AUTO_RADIUS, "feature_bound", "label_bound")
+ZERO, SOURCE_ONLY = "zero", "source_only"
+# NoisyGD's hyperparameters the estimator resolves before the solver runs.
+_CENTERING = ("center", "source_radius", "average")
 
 
 class _ProjectedDescent(AutoRadiusMixin, LinearModelMixin, PrivateEstimator):
@@ -74,10 +93,12 @@ class _ProjectedDescent(AutoRadiusMixin, LinearModelMixin, PrivateEstimator):
     def _prediction_loss(self) -> str:
         return self.loss
 
-    def _solver_params(self) -> dict[str, Any]:
-        """The hyperparameters the solver takes: all but the norm search's."""
+    def _solver_params(self, *resolved: str) -> dict[str, Any]:
+        """The hyperparameters the solver takes: all but the norm search's
+        and the ``resolved`` ones (the estimator turns them into solver
+        arguments itself)."""
         return {name: value for name, value in self.get_params().items()
-                if name not in NORM_SEARCH}
+                if name not in NORM_SEARCH and name not in resolved}
 
     def _norm_search_bounds(self) -> tuple[str, float, float]:
         """(loss, r, Y) for radius="auto" (module docstring)."""
@@ -92,8 +113,13 @@ class _ProjectedDescent(AutoRadiusMixin, LinearModelMixin, PrivateEstimator):
                 "selection's loss bounds; clip_norm bounds neither)")
         return self.loss, self.feature_bound, self.label_bound
 
-    def _solve(self, federation: Federation, **options: Any) -> Any:
+    def _solve(self, federation: Federation, public_source: PublicSource | None,
+               **options: Any) -> Any:
         raise NotImplementedError
+
+    def _delivered(self, result: Any) -> np.ndarray:
+        """The fitted model ``coef_``: the last iterate (a subclass may choose)."""
+        return result.weights
 
     @fit_context(prefer_skip_nested_validation=True)
     def fit(
@@ -116,10 +142,10 @@ class _ProjectedDescent(AutoRadiusMixin, LinearModelMixin, PrivateEstimator):
                 "initial_weights": initial_weights, "progress": progress,
                 "progress_every": progress_every})
         dim = feature_dim(federation, public_source, type(self).__name__)
-        result = self._solve(federation, dim=dim, initial_weights=initial_weights,
-                             progress=progress, progress_every=progress_every,
-                             checkpoint=checkpoint)
-        self.coef_ = result.weights
+        result = self._solve(federation, public_source, dim=dim,
+                             initial_weights=initial_weights, progress=progress,
+                             progress_every=progress_every, checkpoint=checkpoint)
+        self.coef_ = self._delivered(result)
         self.average_coef_ = result.average_weights
         self.noise_multiplier_ = result.noise_multiplier
         self.history_ = result.history
@@ -147,17 +173,74 @@ class NoisyGD(_ProjectedDescent):
     ``num_guesses``, ``feature_bound``, ``label_bound``,
     ``validation_fraction`` serve it only).
 
-    Fitted: ``coef_`` (last iterate), ``average_coef_``, ``noise_multiplier_``
-    (inf without noise), ``history_``, ``privacy_`` (each site's ledger);
-    with ``radius="auto"`` the chosen clone's, plus ``radius_`` (the chosen
+    ``center`` ("zero", "source_only" or a public model as an array),
+    ``source_radius`` and ``average`` ("none" or "tail"): the ball around a
+    public model and the delivered average (module docstring); they change
+    no release, so the ledgers are charged exactly as without them.
+
+    Fitted: ``coef_`` (last iterate, or with ``average="tail"`` the mean of
+    the last ceil(T/2)), ``average_coef_`` (the mean of all T),
+    ``tail_average_coef_``, ``center_`` (w_0), ``noise_multiplier_`` (inf
+    without noise), ``history_``, ``privacy_`` (each site's ledger); with
+    ``radius="auto"`` the chosen clone's, plus ``radius_`` (the chosen
     bound, 0.0 for the zero model) and ``norm_search_`` (the fitted
     :class:`PrivateGridSearch`)."""
 
     calibration: str = CALIBRATION_PARAMETER
+    center: str | np.ndarray = hyperparameter([Options(ZERO, SOURCE_ONLY),
+                                               InstanceOf(np.ndarray)], default=ZERO)
+    source_radius: float | None = hyperparameter([*POSITIVE, None], default=None)
+    average: str = hyperparameter([Options("none", "tail")], default="none")
 
-    def _solve(self, federation: Federation, **options: Any) -> Any:
-        # The hyperparameters are the solver's keyword arguments, name for name.
-        return noisy_gd(federation, **self._solver_params(), **options)
+    def _check_together(self) -> None:
+        super()._check_together()
+        if self.radius == AUTO and not _is_zero(self.center):
+            raise InvalidParameterError(
+                f"{type(self).__name__}: radius='auto' searches balls around the origin (its "
+                "candidate 0 is the zero or source-only model); with a center give the "
+                "ball's radius as a number")
+
+    def needs_public_source(self) -> bool:
+        return isinstance(self.center, str) and self.center == SOURCE_ONLY
+
+    def _center(self, public_source: PublicSource | None, dim: int) -> np.ndarray | None:
+        """w_0 (None: the origin, the plain loop), from public data only."""
+        name = type(self).__name__
+        if _is_zero(self.center):
+            return None
+        if isinstance(self.center, np.ndarray):
+            center = np.asarray(self.center, dtype=float)
+            if center.shape != (dim,) or not np.all(np.isfinite(center)):
+                raise InvalidParameterError(
+                    f"{name}: parameter 'center' must be a finite model of shape ({dim},) "
+                    f"(one weight per feature); got shape {center.shape}")
+            return center
+        if public_source is None:
+            raise InvalidParameterError(
+                f"{name}: center='source_only' fits the source-only model on the public "
+                "source: pass public_source to fit")
+        features, labels = require_public_arrays(public_source, name)
+        radius = self.radius if self.source_radius is None else self.source_radius
+        return fit_linear(features, labels, self.loss, radius)
+
+    def _solve(self, federation: Federation, public_source: PublicSource | None,
+               **options: Any) -> Any:
+        center = self._center(public_source, options["dim"])
+        self.center_ = np.zeros(options["dim"]) if center is None else center
+        # The other hyperparameters are the solver's keyword arguments, name for name.
+        return noisy_gd(federation, **self._solver_params(*_CENTERING), center=center,
+                        **options)
+
+    def _delivered(self, result: Any) -> np.ndarray:
+        self.tail_average_coef_ = result.tail_average_weights
+        return result.tail_average_weights if self.average == "tail" else result.weights
+
+    def model_arrays(self) -> dict[str, np.ndarray]:
+        """As :class:`_ProjectedDescent`'s, plus center (w_0) when it is not the origin."""
+        model = super().model_arrays()
+        if not _is_zero(self.center):
+            model["center"] = self.center_
+        return model
 
 
 class NoisySGD(_ProjectedDescent):
@@ -186,7 +269,8 @@ class NoisySGD(_ProjectedDescent):
                 "size, which add/remove sites keep private)")
         return self.num_records
 
-    def _solve(self, federation: Federation, **options: Any) -> Any:
+    def _solve(self, federation: Federation, public_source: PublicSource | None,
+               **options: Any) -> Any:
         result = noisy_sgd(federation, **self._solver_params(), **options)
         self.sampling_rate_ = result.sampling_rate
         self.num_records_ = result.num_records
@@ -195,3 +279,7 @@ class NoisySGD(_ProjectedDescent):
     def model_arrays(self) -> dict[str, np.ndarray]:
         return {**super().model_arrays(), "sampling_rate": np.asarray(self.sampling_rate_),
                 "num_records": np.asarray(self.num_records_)}
+
+
+def _is_zero(center: Any) -> bool:
+    return isinstance(center, str) and center == ZERO

@@ -117,7 +117,7 @@ def noisy_sgd(
     sampling_rate = min(1.0, expected_batch_size / num_records) if private else 1.0
     mechanism = _step_mechanism(epsilon, delta, iterations, step_params, sampling_rate, spent)
     batch_scale = sampling_rate * num_records
-    weights, average_weights, history = projected_gradient_descent(
+    weights, average_weights, _, history = projected_gradient_descent(
         federation, mechanism, dim=dim, loss=loss, clip_norm=clip_norm,
         gradient_scale=batch_scale, iterations=iterations, learning_rate=learning_rate,
         radius=radius, initial_weights=initial_weights, progress=progress,

@@ -10,23 +10,25 @@ its own records at ``validation_fraction`` by a content hash salted with the
 job id, :func:`~privadapt.server.algorithms.base.record_parts`), and adopts
 the chosen clone's fitted state.
 
-The free baseline. When the fit is given a public source, candidate 0 is
-not the zero model but the source-only model, fitted for free on the public
-source (``fit_linear`` in the ball 2^K, PrivateGridSearch's
-``include_source_only``) and scored privately like the guesses: with
-probability 1 - beta the delivered model's penalised validation loss is
-within the selection's noise of the source-only model's, so the learner
-never delivers much worse than what the coordinator gets for free.
+The free baseline. When the fit is given a public source, the free models
+(the source-only model, fitted for free on the public source, and the public
+constant where the source has an intercept column) lead the candidates and
+the guesses are offsets around the source-only model, one trained in the
+largest ball and the others its free projections (PrivateGridSearch's
+``include_source_only``, private_grid_search.py); without one, seed 004's
+grid with the zero model.
 
-Budget. The search gets the learner's own (epsilon, delta) and splits it as
-seed 004's Algorithm 1 does: each of the K clones trains at (epsilon / 2K,
-delta / 2K) on the train part, (epsilon / 2, delta / 2) by basic
-composition (the sites' accountant composes them, usually tighter); the
-selection on the validation part is GEM at epsilon / 2 (one site, pure DP)
-or K Gaussian secure sums calibrated together to (epsilon / 2, delta / 2)
-(several sites). The whole job thus costs at most the learner's (epsilon,
-delta), the same total a numeric radius costs, and every release is on the
-job's ledger. A numeric radius runs the learner exactly as before.
+Budget. The search gets the learner's own (epsilon, delta): the training at
+(epsilon / 2, delta / 2) (the one offset model, or K clones at (epsilon / 2K,
+delta / 2K) each), the selection on the validation part at (epsilon / 2,
+delta / 2), both scaled by the joint calibration's factor so that the
+sites' accountant composes the job to the learner's epsilon (where the sites'
+sizes are public; a learner with a public n, on add/remove sites, keeps the
+split as planned). Guesses whose release the federation's grid cannot carry
+are dropped before the first release. The whole job thus costs at most the
+learner's (epsilon, delta), the same total a numeric radius costs, and every
+release is on the job's ledger. A numeric radius runs the learner exactly as
+before; epsilon = inf runs the search without noise (simulation sites).
 
 Loss bounds Delta(B) of the selection need public bounds r on ||x|| and Y on
 |y|; records outside them cost no privacy (their validation losses are
@@ -47,6 +49,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from privadapt.common.data.record_parts import VALIDATION, RecordPart
 from privadapt.common.federation import Federation
 from privadapt.server.algorithms.base import (
@@ -64,6 +68,7 @@ from privadapt.server.algorithms.model_selection.grid_search import (
     NUM_GUESSES,
     PrivateGridSearch,
 )
+from privadapt.server.algorithms.step_privacy import report_delta
 
 AUTO = "auto"
 # A norm bound, or "auto": chosen privately (module docstring).
@@ -102,11 +107,10 @@ class AutoRadiusMixin:
         chosen 2^j, 0.0 for the zero model), ``norm_search_``
         (the fitted search) and ``privacy_`` (the whole job's ledger)."""
         name = type(self).__name__
-        if not (math.isfinite(self.epsilon) and self.delta > 0):
+        if math.isfinite(self.epsilon) and not self.delta > 0:
             raise InvalidParameterError(
-                f"{name}: radius='auto' chooses the norm bound privately, which needs a finite "
-                f"epsilon and delta > 0 (got epsilon={self.epsilon}, delta={self.delta}); "
-                "give a numeric radius for the non-private run")
+                f"{name}: radius='auto' chooses the norm bound privately, which with a finite "
+                f"epsilon needs delta > 0 (got epsilon={self.epsilon}, delta={self.delta})")
         loss, feature_bound, label_bound = self._norm_search_bounds()
         train, validation = record_parts(federation, self.validation_fraction, name)
         public_n = self._public_num_records()
@@ -117,20 +121,26 @@ class AutoRadiusMixin:
             learner=clone(self), num_guesses=self.num_guesses, epsilon=self.epsilon,
             delta=self.delta, loss=loss, label_bound=label_bound, feature_bound=feature_bound,
             num_validation_records=validation_n,
+            # The paired score reads the sites' public sizes; a public n means
+            # they are private (add/remove), where the paper's score runs.
+            selection_score="paired" if validation_n is None else "penalised",
             include_source_only=public_source is not None)
         search.fit(train, validation, public_source, **fit_options)
-        # The chosen clone's state; when candidate 0 (the zero or source-only
-        # model) wins, guess 1's metadata with it as every model attribute.
-        chosen = search.learners_[max(search.best_index_, 1) - 1]
+        # The state of the clone the delivered model came from (the one trained
+        # offset model, or the chosen guess's clone; guess 1's for a free
+        # model), with the delivered model as every model attribute when it
+        # is not that clone's own (a free model, or a projection of it).
+        chosen = search.chosen_learner_ or search.learners_[0]
         for attribute, value in vars(chosen).items():
             if attribute.endswith("_") and not attribute.startswith("_"):
                 setattr(self, attribute, value)
-        if search.best_index_ == 0:
+        if not np.array_equal(search.coef_, chosen.coef_):
             for attribute in _MODEL_ATTRIBUTES:
                 if hasattr(self, attribute):
                     setattr(self, attribute, search.coef_.copy())
-            self.history_ = []
+            if search.chosen_learner_ is None:
+                self.history_ = []
         self.radius_ = search.radius_
         self.norm_search_ = search
-        self.privacy_ = federation.privacy_spent(self.delta)
+        self.privacy_ = federation.privacy_spent(report_delta(self.delta))
         return self

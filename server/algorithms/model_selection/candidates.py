@@ -27,6 +27,24 @@ settings runs on the chain named after it (as before grids existed); one with
 settings on ``<name>-<position>`` (its 1-based position in the list), a valid
 chain name of at most 21 characters, so no two candidates share weights.
 
+Ball GD (``ball_gd``; seed 002's offset theta = w_src + delta, GAIN_STUDY.md
+4.2): noisy GD started at the free source-only model w_src and projected on
+the ball ||w - w_src|| <= ``radius_factor`` ||w_src|| (default
+:data:`BALL_RADIUS_FACTOR`), delivering the mean of its last half of
+iterates. It charges exactly what noisy GD charges (noisy_gd.py: the
+gradient clip does not depend on w; w_src and the radius are public). Its
+settings: ``radius_factor``, ``iterations``, ``learning_rate``. A
+``shrink=s`` setting (0 < s < radius_factor) adds a free candidate: the
+trained model projected on the ball of radius s ||w_src|| around w_src
+(post-processing: no budget, one more entry in the selection). Measured
+(GAIN_STUDY.md 4.3): one ball model trained at the whole training share plus
+that copy at s = 0.25 beat two trained candidates (heavy tail at epsilon 10:
+0.84 of the gain against 0.24). The trained model is named as written
+without its shrink setting, the copy as written::
+
+    ball_gd:radius_factor=1:shrink=0.25  ->  ball_gd:radius_factor=1 (trained),
+                                            ball_gd:radius_factor=1:shrink=0.25 (its copy)
+
 The clip L (``loss_bound``). The margin grows with L (sigma = z sqrt(K) L),
 so a worst-case L wastes the selection: on the synthetic regression the
 losses are about 0.01 and L = 1 kept the source-only model at epsilon 10,
@@ -56,15 +74,16 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from privadapt.common.data.schema import INTERCEPT_NAME
 from privadapt.common.losses import loss_values
+from privadapt.common.numerics.geometry import project_to_ball
 from privadapt.server.algorithms.base import (
+    POSITIVE,
     Constraint,
     InvalidParameterError,
     PrivateEstimator,
@@ -72,7 +91,13 @@ from privadapt.server.algorithms.base import (
     satisfies,
 )
 from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
-from privadapt.server.algorithms.public_erm import fit_linear
+
+# The free constant lives beside the public ERM it is fitted by; named here too,
+# where the job's candidate list is read.
+from privadapt.server.algorithms.public_erm import intercept_column as intercept_column
+from privadapt.server.algorithms.public_erm import (
+    public_constant_model as public_constant_model,
+)
 from privadapt.server.algorithms.reweighting.estimators import PCnvxAdap, PNCnvxAdap
 
 SOURCE_ONLY = "source_only"
@@ -81,11 +106,17 @@ PUBLIC_CONSTANT = "public_constant"
 # candidates as positions in this tuple (the wire carries numbers only), so it
 # only ever grows at the end.
 CANDIDATE_IDS = (SOURCE_ONLY, "noisy_gd", "pcnvx_adap", "pcnvx_adap_smooth", "pncnvx_adap",
-                 "pncnvx_adap_smooth", PUBLIC_CONSTANT)
+                 "pncnvx_adap_smooth", PUBLIC_CONSTANT, "ball_gd")
 # The free candidates (public data only); every other id is a private learner.
 FREE_CANDIDATES = frozenset({SOURCE_ONLY, PUBLIC_CONSTANT})
 PRIVATE_LEARNERS = tuple(i for i in CANDIDATE_IDS if i not in FREE_CANDIDATES)
-DEFAULT_CANDIDATES = "noisy_gd,pncnvx_adap_smooth"
+# One trained model, noisy GD in the ball of radius ||w_src|| around the free
+# source-only model, and its free copy shrunk to a quarter of that ball: on
+# every row of experiments/results/GAIN_STUDY.md (4.2-4.3) one model trained
+# at the whole budget and started at the public model beat two trained ones
+# from zero (each extra candidate halves every one's budget), and the shrunk
+# copy keeps a gain at small epsilon where the whole ball is too noisy.
+DEFAULT_CANDIDATES = "ball_gd:radius_factor=1:shrink=0.25"
 MAX_PRIVATE_CANDIDATES = 8
 # loss_bound="auto" (auto_loss_bound): a quantile of the free model's public losses.
 AUTO_LOSS_QUANTILE = 0.95
@@ -96,10 +127,18 @@ ERROR_SCALE = 1e6
 _SQUARED_ONLY = frozenset({"pcnvx_adap", "pcnvx_adap_smooth"})
 _ADAPTER_SETTINGS = {"alpha": "alpha", "iterations": "adapter_iterations",
                      "step_scale": "step_scale", "mu": "mu", "penalty": "penalty"}
-# learner -> {setting as written -> SelectedAdaptation's hyperparameter it overrides}.
+BALL_GD = "ball_gd"
+# ball_gd's radius / ||w_src|| unless the candidate sets it (module docstring).
+BALL_RADIUS_FACTOR = 1.0
+SHRINK = "shrink"
+_DESCENT_SETTINGS = {"iterations": "iterations", "learning_rate": "learning_rate"}
+# learner -> {setting as written -> SelectedAdaptation's hyperparameter it
+# overrides; ball_gd's radius_factor is its own, read by candidate_learner}.
 GRID_SETTINGS: dict[str, dict[str, str]] = {
-    "noisy_gd": {"iterations": "iterations", "learning_rate": "learning_rate"},
-    **{name: _ADAPTER_SETTINGS for name in PRIVATE_LEARNERS if name != "noisy_gd"}}
+    "noisy_gd": _DESCENT_SETTINGS,
+    BALL_GD: {"radius_factor": "radius_factor", **_DESCENT_SETTINGS},
+    **{name: _ADAPTER_SETTINGS for name in PRIVATE_LEARNERS
+       if name not in ("noisy_gd", BALL_GD)}}
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
@@ -108,12 +147,24 @@ class CandidateSpec:
     """One named private candidate: ``name`` as the job wrote it (spaces
     removed; the key of its budget, privacy line and ``chosen_``), its
     ``learner`` id, the ``settings`` it overrides (SelectedAdaptation's
-    hyperparameter names) and the reweighting ``chain`` it runs on."""
+    hyperparameter names) and the reweighting ``chain`` it runs on; ``shrink``:
+    the radius factor of its free shrunk copy (ball_gd only; None: none)."""
 
     name: str
     learner: str
     settings: dict[str, Any] = field(default_factory=dict)
     chain: str = ""
+    shrink: float | None = None
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """The selection entries it gives: the trained model (``name``
+        without its shrink setting), then its shrunk copy (``name``) if any."""
+        if self.shrink is None:
+            return (self.name,)
+        trained = ":".join(part for part in self.name.split(":")
+                           if not part.startswith(f"{SHRINK}="))
+        return trained, self.name
 
 
 def _setting_value(text: str) -> Any:
@@ -125,7 +176,9 @@ def _setting_value(text: str) -> Any:
 
 def _learner_constraints(learner: str, setting: str):
     """The learner's own constraint on what ``setting`` sets in it."""
-    if learner == "noisy_gd":
+    if setting in ("radius_factor", SHRINK):
+        return POSITIVE
+    if learner in ("noisy_gd", BALL_GD):
         return NoisyGD._parameter_constraints[setting]
     target = {"penalty": "l1", "iterations": "iterations"}.get(setting, setting)
     if learner.startswith("pcnvx_adap") and setting == "penalty":
@@ -152,23 +205,39 @@ def _parse_one(text: str, position: int, loss: str | None, who: str) -> Candidat
         raise InvalidParameterError(f"{who}: candidate {learner!r} needs loss 'squared' "
                                     f"(PCnvxAdap's F is a squared loss); got {loss!r}")
     settings: dict[str, Any] = {}
+    shrink: float | None = None
     for assignment in assignments:
         key, equals, value_text = assignment.partition("=")
         allowed = GRID_SETTINGS[learner]
-        if not equals or key not in allowed or not value_text:
+        takes = sorted(allowed) + ([SHRINK] if learner == BALL_GD else [])
+        if key == SHRINK and learner != BALL_GD:
+            raise InvalidParameterError(
+                f"{who}: candidate {text!r}: shrink (a free copy of the trained model "
+                f"projected towards source-only) is a setting of {BALL_GD!r} only")
+        if not equals or key not in takes or not value_text:
             raise InvalidParameterError(
                 f"{who}: candidate {text!r}: settings are written name=value after a ':', "
-                f"and {learner} takes {sorted(allowed)}; got {assignment!r}")
-        if allowed[key] in settings:
+                f"and {learner} takes {takes}; got {assignment!r}")
+        if (shrink is not None if key == SHRINK else allowed[key] in settings):
             raise InvalidParameterError(f"{who}: candidate {text!r} sets {key!r} twice")
         value = _setting_value(value_text)
         constraints = _learner_constraints(learner, key)
         if not satisfies(value, constraints):
             raise InvalidParameterError(f"{who}: candidate {text!r}: {key} must be "
                                         f"{describe(constraints)}; got {value_text!r}")
-        settings[allowed[key]] = value
+        if key == SHRINK:
+            shrink = float(value)
+        else:
+            settings[allowed[key]] = value
+    factor = settings.get("radius_factor", BALL_RADIUS_FACTOR)
+    if shrink is not None and shrink >= factor:
+        raise InvalidParameterError(
+            f"{who}: candidate {text!r}: shrink must be below radius_factor ({factor:g}): "
+            f"the copy is the trained model projected on the ball of radius shrink x "
+            f"||w_src|| around source-only, and a ball no smaller than the model's own "
+            f"leaves it unchanged; got shrink={shrink:g}")
     chain = learner if not settings else f"{learner}-{position}"
-    return CandidateSpec(text, learner, settings, chain)
+    return CandidateSpec(text, learner, settings, chain, shrink)
 
 
 def parse_candidates(text: str, loss: str | None = None,
@@ -219,16 +288,23 @@ class CandidateList(Constraint):
 
 
 def candidate_learner(spec: CandidateSpec, settings: Mapping[str, Any], epsilon: float,
-                      delta: float) -> PrivateEstimator:
+                      delta: float, center: np.ndarray | None = None) -> PrivateEstimator:
     """The unfitted candidate ``spec`` at the budget (``epsilon``, ``delta``),
     with the learning settings of a SelectedAdaptation's ``get_params()``
-    overridden by the candidate's own."""
+    overridden by the candidate's own. ``center``: the free source-only
+    model, which ball_gd starts at and stays near (required for it; public,
+    so it changes no privacy argument)."""
     settings = {**settings, **spec.settings}
-    if spec.learner == "noisy_gd":
-        return NoisyGD(loss=settings["loss"], epsilon=epsilon, delta=delta,
-                       iterations=settings["iterations"], learning_rate=settings["learning_rate"],
-                       radius=settings["radius"], clip_norm=settings["clip_norm"],
-                       calibration=settings["calibration"])
+    if spec.learner in ("noisy_gd", BALL_GD):
+        descent = {"loss": settings["loss"], "epsilon": epsilon, "delta": delta,
+                   "iterations": settings["iterations"],
+                   "learning_rate": settings["learning_rate"],
+                   "clip_norm": settings["clip_norm"], "calibration": settings["calibration"]}
+        if spec.learner == "noisy_gd":
+            return NoisyGD(radius=settings["radius"], **descent)
+        return NoisyGD(center=_ball_center(spec, center), average="tail",
+                       radius=settings.get("radius_factor", BALL_RADIUS_FACTOR)
+                       * float(np.linalg.norm(center)), **descent)
     penalty = settings["penalty"]
     shared = {"alpha": settings["alpha"], "epsilon": epsilon, "delta": delta,
               "feature_norm": settings["feature_norm"], "label_bound": settings["label_bound"],
@@ -243,47 +319,45 @@ def candidate_learner(spec: CandidateSpec, settings: Mapping[str, Any], epsilon:
                       seed=settings["seed"], **shared)
 
 
+def _ball_center(spec: CandidateSpec, center: np.ndarray | None) -> np.ndarray:
+    """The source-only model ball_gd is centred at, or InvalidParameterError."""
+    if center is None:
+        raise InvalidParameterError(f"candidate {spec.name!r}: ball_gd needs center (the free "
+                                    "source-only model it starts at and stays near)")
+    center = np.asarray(center, dtype=float)
+    if not np.isfinite(np.linalg.norm(center)) or not np.linalg.norm(center) > 0:
+        raise InvalidParameterError(
+            f"candidate {spec.name!r}: ball_gd's radius is radius_factor x ||w_src||, and the "
+            f"source-only model has norm {np.linalg.norm(center):g}; name noisy_gd instead")
+    return center
+
+
+def candidate_models(spec: CandidateSpec, weights: np.ndarray,
+                     center: np.ndarray | None) -> list[np.ndarray]:
+    """The selection entries of a fitted candidate (``spec.model_names``, in
+    order): its model ``weights``, then with a shrink setting the free copy
+    w_src + the offset (weights - w_src) projected on the ball of radius
+    shrink x ||w_src|| (``center`` = w_src; post-processing of the model and
+    of public data: it costs no budget)."""
+    if spec.shrink is None:
+        return [weights]
+    center = _ball_center(spec, center)
+    radius = spec.shrink * float(np.linalg.norm(center))
+    return [weights, project_to_ball(weights, radius, center)]
+
+
 def candidate_names(candidate_ids: np.ndarray, candidates: str | None = None) -> list[str]:
     """The names of a job result's ``candidate_ids`` (the inverse of
     model_arrays): the learners' ids, or, given the job's ``candidates``
     hyperparameter, each private candidate as the job named it, settings
-    included (they follow the free ones in the job's order), so that
+    included (they follow the free ones in the job's order; a shrunk copy
+    follows its trained model, ``CandidateSpec.model_names``), so that
     ``best_index`` maps back to the settings it chose."""
     names = [CANDIDATE_IDS[int(i)] for i in np.asarray(candidate_ids).ravel()]
     if candidates is None:
         return names
-    private = [spec.name for spec in parse_candidates(candidates)]
+    private = [name for spec in parse_candidates(candidates) for name in spec.model_names]
     return names[:len(names) - len(private)] + private
-
-
-def intercept_column(features: np.ndarray, feature_names: Sequence[str] | None) -> int | None:
-    """The public source's intercept column: the one named ``intercept`` (a
-    schema's, :data:`~privadapt.common.data.schema.INTERCEPT_NAME`) when the
-    source carries names; else the only column that is one non-zero value on
-    every public record. None when there is none or the constant columns are
-    ambiguous (a split rule can make a one-hot column constant on the source
-    alone, e.g. marital status on the married, and a constant fitted on it
-    would not be constant on the target)."""
-    if feature_names is not None and INTERCEPT_NAME in feature_names:
-        return list(feature_names).index(INTERCEPT_NAME)
-    if features.shape[0] == 0:
-        return None
-    first = features[0]
-    constant = np.flatnonzero(np.all(features == first, axis=0) & (first != 0))
-    return int(constant[0]) if constant.size == 1 else None
-
-
-def public_constant_model(features: np.ndarray, labels: np.ndarray, loss: str, radius: float,
-                          feature_names: Sequence[str] | None = None) -> np.ndarray | None:
-    """The free public-constant candidate (module docstring): ``fit_linear``
-    on the intercept column alone, embedded in R^d; None when the public
-    source has no intercept column."""
-    column = intercept_column(features, feature_names)
-    if column is None:
-        return None
-    weights = np.zeros(features.shape[1])
-    weights[column] = fit_linear(features[:, [column]], labels, loss, radius)[0]
-    return weights
 
 
 def auto_loss_bound(loss: str, source_only: np.ndarray, features: np.ndarray,

@@ -13,6 +13,12 @@ disjoint records, ``train_federation`` (S1) and ``validation_federation``
 federation is refused: training and validating on the same records would keep
 the privacy (the costs compose) but void the accuracy guarantee, whose
 Bernstein step needs S2 independent of the models.
+
+The free models (``include_source_only``, default): with a public source the
+candidates are the source-only model, the public constant (where the source
+has an intercept column) and the guesses as offsets around the source-only
+model (private_grid_search.py); without one, or with
+``include_source_only=False``, seed 004's grid with the zero model.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from privadapt.common.federation import Federation
 from privadapt.common.kernels.reweighted_chains import MAX_CHAINS, check_chain
 from privadapt.server.algorithms.base import (
     DELTA,
+    EPSILON,
     FLAG,
     POSITIVE,
     InstanceOf,
@@ -39,12 +46,13 @@ from privadapt.server.algorithms.base import (
     require_public_arrays,
 )
 from privadapt.server.algorithms.linear_model import LinearModelMixin
+from privadapt.server.algorithms.model_selection.grid_selection import SCORES
 from privadapt.server.algorithms.model_selection.private_grid_search import (
     GRID_LOSSES,
     private_grid_search,
 )
 from privadapt.server.algorithms.model_selection.private_selection import METHODS
-from privadapt.server.algorithms.public_erm import fit_linear
+from privadapt.server.algorithms.public_erm import fit_linear, public_constant_model
 
 NUM_GUESSES = [Interval(int, 1, 30, closed="both")]  # K: guesses 2^1..2^K
 
@@ -55,13 +63,21 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     Hyperparameters: ``learner`` (an unfitted estimator with ``radius``,
     ``epsilon`` and ``delta``, e.g. :class:`NoisyGD`; cloned per guess with
     radius 2^j at epsilon / 2K, delta / 2K), ``num_guesses`` K, ``epsilon``,
-    ``delta`` (the whole search's budget, finite), ``loss`` ("squared" or
+    ``delta`` (the whole search's budget; epsilon = inf runs it without
+    noise, on simulation sites), ``loss`` ("squared" or
     "logistic"), ``label_bound`` Y and ``feature_bound`` r (the public record
     bounds the loss bounds Delta(2^j) are computed from; losses are clipped to
     them, so records outside cost no privacy, only accuracy), ``beta`` (the
-    confidence), ``include_source_only`` (candidate 0 is then the ball-2^K ERM
-    fitted for free on ``public_source`` instead of the zero model, scored
-    privately with its own bound) and ``method`` (as
+    confidence), ``include_source_only`` (default; with a ``public_source``
+    the free models lead the candidates and the guesses are offsets around
+    the source-only model, module docstring; the zero model leads only
+    without them), ``composition`` ("pld" default, "rdp": the training and
+    selection budgets scaled jointly so that the sites' accountant composes
+    the search to epsilon; "basic": the paper's split), ``selection_score`` ("paired",
+    default: each candidate's clipped loss difference to candidate 0, the
+    delivered model certified no worse than it; "penalised": the paper's GEM
+    on penalised clipped losses, the one for sites whose sizes are private;
+    grid_selection.py) and ``method`` (as
     :class:`PrivateSelection`: ``"auto"`` runs GEM at a single site, the
     secure sum across several), ``num_validation_records`` (a public size
     of S2 where the sites keep theirs private, add/remove adjacency).
@@ -69,22 +85,31 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     state at the sites) trains guess j on its own chain ``guess_chain(chain,
     j)``, so the K descents share the job without sharing weights.
 
-    Fitted: ``coef_`` (the chosen model), ``best_index_`` (0: zero or source
-    model; j >= 1: guess 2^j), ``radius_`` (the chosen 2^j, 0.0 for
-    candidate 0), ``radii_``, ``candidates_`` (K + 1 stacked),
-    ``loss_bounds_``, ``penalties_``, ``learners_`` (the K fitted clones),
-    ``method_``, ``noisy_sums_`` (secure sum only), ``train_privacy_`` and
+    Fitted: ``coef_`` (the chosen model), ``best_index_`` (into
+    ``candidates_``: the free models first, named in ``candidate_names_``,
+    then the guesses the grid carries), ``radius_`` (the chosen guess's
+    radius, 2^j or rho_j around the source-only model; 0.0 for a free
+    model), ``radii_`` (all K), ``dropped_`` (guess numbers j left out
+    because the federation's grid could not carry their release),
+    ``chosen_learner_`` (the fitted clone the delivered model
+    came from, None for a free model), ``budget_scale_`` (the joint
+    calibration's factor, 1 under "basic"),
+    ``loss_bounds_``, ``penalties_``, ``learners_`` (the fitted clones: K,
+    or the one trained offset model),
+    ``method_``, ``noisy_sums_`` and ``noise_stds_`` (secure sum only), ``train_privacy_`` and
     ``privacy_`` (each site's ledgers for S1 and S2)."""
 
     learner: PrivateEstimator = hyperparameter([InstanceOf(PrivateEstimator)])
     num_guesses: int = hyperparameter(NUM_GUESSES)
-    epsilon: float = hyperparameter(POSITIVE)
+    epsilon: float = hyperparameter(EPSILON)
     delta: float = hyperparameter(DELTA)
     loss: str = hyperparameter([Options(*GRID_LOSSES)])
     label_bound: float = hyperparameter(POSITIVE)
     feature_bound: float = hyperparameter(POSITIVE)
     beta: float = hyperparameter([Interval(float, 0, 1, closed="neither")], default=0.1)
-    include_source_only: bool = hyperparameter(FLAG, default=False)
+    include_source_only: bool = hyperparameter(FLAG, default=True)
+    composition: str = hyperparameter([Options("pld", "rdp", "basic")], default="pld")
+    selection_score: str = hyperparameter([Options(*SCORES)], default="paired")
     method: str = hyperparameter([Options(*METHODS)], default="auto")
     num_validation_records: int | None = hyperparameter(
         [Interval(int, 1, math.inf, closed="left"), None], default=None)
@@ -138,29 +163,50 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
                 f"{name}: fit needs a validation_federation over records disjoint from the "
                 "train_federation's (the paper's S2; the coordinator cannot split the sites' "
                 "records itself)")
+        if self.selection_score == "paired" and self.num_validation_records is not None:
+            raise InvalidParameterError(
+                f"{name}: selection_score='paired' reads the sites' public sizes, and "
+                "num_validation_records says they are private (add/remove sites): use "
+                "selection_score='penalised'")
         guess_params = self._guess_params()
-        source = None
-        if self.include_source_only:
-            features, labels = require_public_arrays(public_source, name)
+        source = constant = arrays = None
+        if public_source is not None:
+            arrays = require_public_arrays(public_source, name)
+        if self.include_source_only and arrays is not None:
+            features, labels = arrays
             source = fit_linear(features, labels, self.loss, 2.0**self.num_guesses, None)
+            constant = public_constant_model(features, labels, self.loss,
+                                             2.0**self.num_guesses,
+                                             getattr(public_source, "feature_names", None))
         result = private_grid_search(
             train_federation, validation_federation, num_guesses=self.num_guesses,
             learner=self.learner, loss=self.loss, label_bound=self.label_bound,
             feature_bound=self.feature_bound, epsilon=self.epsilon, delta=self.delta,
-            beta=self.beta, source_model=source, method=self.method,
+            beta=self.beta, source_model=source, constant_model=constant,
+            offsets=source is not None, composition=self.composition, score=self.selection_score,
+            public_arrays=arrays, method=self.method,
             num_validation_records=self.num_validation_records, guess_params=guess_params,
             fit_options=fit_options if public_source is None
-            else {"public_source": public_source, **fit_options})
+            else {"public_source": public_source, **fit_options}, name=name)
         self.coef_ = result.weights
         self.best_index_ = result.best_index
+        self.candidate_names_ = result.names
         self.radii_ = result.radii
-        self.radius_ = float(result.radii[result.best_index - 1]) if result.best_index else 0.0
+        guess = result.best_index - result.num_free
+        self.radius_ = float(result.radii[result.guesses[guess] - 1]) if guess >= 0 else 0.0
+        # The fitted clone the delivered model came from (the offset grid's one
+        # trained model for any guess), None for a free model.
+        self.chosen_learner_ = (result.learners[min(guess, len(result.learners) - 1)]
+                                if guess >= 0 else None)
+        self.dropped_ = result.dropped
+        self.budget_scale_ = result.budget_scale
         self.candidates_ = result.candidates
         self.loss_bounds_ = result.loss_bounds
         self.penalties_ = result.penalties
         self.learners_ = result.learners
         self.method_ = result.method
         self.noisy_sums_ = result.noisy_sums
+        self.noise_stds_ = result.noise_stds
         self.train_privacy_ = result.train_privacy
         self.privacy_ = result.validation_privacy
         self.n_features_in_ = result.candidates.shape[1]

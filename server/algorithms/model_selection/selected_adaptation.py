@@ -52,7 +52,39 @@ composition (max instead of sum); it is not used, so the plan is sound even
 if a site's parts overlap. The index chosen, ``coef_`` and every fitted
 attribute are post-processing of these releases and of public data.
 
-Utility (never worse than the free baseline). Candidate 0 is
+The score (``selection_score``, default "auto" = "paired" for either loss).
+"paired": the release scores each other candidate's per-record loss
+difference to the source-only model (the reference), clipped to its own
+C_k and divided by it; C_k is chosen privately on the validation records by
+a histogram release at 30% of the selection's noise budget, the paired
+release takes the other 70%, and the two compose to exactly the one Gaussian
+release at the selection's (epsilon, delta) (private_selection.py derives
+both). Why the default: the clipped loss min(l, L) scores L for every
+candidate on a record whose loss exceeds L, so on a heavy-tailed target it
+ranks by the bulk of the records and, even without noise, delivered the
+public constant at 4.4x source-only's MSE where the paired score delivers
+the model of least unclipped loss (experiments/results/GAIN_STUDY.md, 3a and
+4.1). The rule: keep source-only unless a candidate's upper confidence bound
+on its clipped mean difference to it is below 0, then the least estimate
+among those (``safe_argmin``): with probability >= 1 - beta over the noise
+the delivered model's clipped mean loss difference to source-only on the
+validation records is <= 0, the promise below in paired form. The public
+constant stays a candidate like any other. "loss" and "error" (below) stay
+selectable; the paragraphs on the margin m describe them.
+
+Too small to certify (paired score). The paired release resolves a mean
+difference of rho_sel C_k per record, rho_sel = t 2 sqrt(K') z_sel / n_val
+(t = sqrt(2 log(max(K', 2) / beta)), K' the candidates other than
+source-only, z_sel the paired release's noise multiplier after the joint
+calibration, n_val the public number of validation records): public. A mean
+difference above C_k / 4 is rare when C_k is a 98th percentile of |d|, so
+with rho_sel > 1/4 the job could deliver only a free model: ``fit`` then
+releases nothing at all (no training, no selection), delivers source-only
+and says so in ``warning_`` (GAIN_STUDY.md 4.3 rule 3, 4.6: diabetes, 24
+validation records, below epsilon about 30). ``launch --dry-run`` runs the
+same ``fit`` on stand-ins, so it plans no release either.
+
+Utility with the clipped loss (never worse than the free baseline). Candidate 0 is
 the source-only model and ``baseline_confidence`` beta keeps it unless
 another candidate's noisy loss sum is below it by the margin
 m = 2 sigma sqrt(2 log(K / beta)) (private_selection.py, the Gaussian tail
@@ -80,8 +112,7 @@ only through K; its price is utility, sigma ~ sqrt(K) L growing by
 sqrt(K / (K - 1)) (selection_candidates.py says why its confidence is the
 public log-odds).
 
-``selection_score = "error"`` (logistic loss only; the default "auto" is
-"error" for logistic and "loss" otherwise): the release scores validation
+``selection_score = "error"`` (logistic loss only): the release scores validation
 errors (``error_scored`` in selection_candidates.py,
 which says why it is an option), and the guarantees above hold with the 0-1
 loss for the clipped loss and L = 1: they bound the accuracy lost.
@@ -99,6 +130,7 @@ there at epsilon 1-3) without changing which model was chosen.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -142,12 +174,14 @@ from privadapt.server.algorithms.model_selection.candidates import (
     CandidateSpec,
     auto_loss_bound,
     candidate_learner,
+    candidate_models,
     error_scored,
     parse_candidates,
     public_constant_model,
 )
 from privadapt.server.algorithms.model_selection.private_selection import (
     SelectionResult,
+    paired_resolution,
     private_selection,
 )
 from privadapt.server.algorithms.public_erm import fit_linear
@@ -155,6 +189,14 @@ from privadapt.server.algorithms.step_privacy import charges_so_far, report_delt
 
 # composition -> the accountant the joint calibration composes with (module docstring).
 COMPOSITIONS = {"pld": AccountingMethod.PLD, "rdp": AccountingMethod.RDP}
+# The paired score's clips and the share of the selection that chooses them
+# (private_selection.py; GAIN_STUDY.md 4.1: private clips keep the order at
+# epsilon 10 on the heavy tail where public ones lose it).
+PAIRED_CLIPS = "private"
+HISTOGRAM_SHARE = 0.3
+# Above this rho_sel the paired release cannot certify a realistic gain
+# (module docstring, "Too small to certify"): release nothing.
+MAX_RESOLUTION = 0.25
 
 
 class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
@@ -176,14 +218,12 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
     ``composition`` ("pld", "rdp" or "basic": how the sub-budgets are
     sized, module docstring), ``constant_candidate`` (the free public
     constant as candidate 1 when the public source has an intercept),
-    ``selection_score`` ("loss": clipped validation losses; "error", for
-    classifiers: validation errors, L = 1; "auto" (default): "error" for
-    loss "logistic", else "loss"; module docstring). Why "auto": a
-    classifier is judged by its accuracy, and on every Adult row of the
-    study (README, ``--selection-score error``) the error score delivered
-    at least the loss score's accuracy, non-decreasing in epsilon, where the
-    loss score can never pick the majority label (its clipped logistic loss
-    is high however accurate it is).
+    ``selection_score`` ("paired": clipped loss differences to source-only
+    with private clips; "loss": clipped validation losses; "error", for
+    classifiers: validation errors, L = 1; "auto" (default): "paired" for
+    either loss; module docstring). With "paired" ``loss_bound`` is unused
+    and the guarantee is on the loss; a classifier judged by accuracy can
+    ask for "error" (its guarantee is then on the 0-1 loss).
 
     Fitted: ``selection_score_`` (what the release scored), ``coef_`` (the
     delivered model), ``chosen_`` (its name, with
@@ -192,12 +232,17 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
     (each one's id in CANDIDATE_IDS), ``best_index_`` (into them),
     ``candidates_`` (their coefficients, stacked), ``learners_`` (the fitted
     private candidates), ``noisy_losses_`` (noisy mean clipped validation
-    losses; None if the site selected itself), ``margin_``, ``budget_plan_``
+    losses; for "paired" the noisy mean clipped differences to source-only,
+    0 for it; None if the site selected itself or nothing was released),
+    ``selection_clips_`` ("paired": the clips C_k, 0 for source-only, else
+    None), ``selection_resolution_`` (rho_sel, 0 but for "paired"),
+    ``warning_`` (None, or why nothing was released), ``margin_`` (for
+    "paired": t sigma on the normalised sums), ``budget_plan_``
     (name -> planned (epsilon, delta), "selection" included, at the scale
     ``budget_scale_``), ``joint_calibration_`` (the
     :class:`~.joint_calibration.JointCalibration`: the scale, the planned
     releases and their composed epsilon; None for "basic" or without noise),
-    ``loss_bound_`` (the L used), ``candidate_privacy_`` (name -> each
+    ``loss_bound_`` (the L used; None for "paired"), ``candidate_privacy_`` (name -> each
     site's epsilon for that step's releases at its planned delta, from the
     site's ledger view),
     ``train_privacy_`` (the sites' job spend after training) and ``privacy_``
@@ -233,7 +278,8 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
     validation_fraction: float = VALIDATION_FRACTION_PARAMETER
     composition: str = hyperparameter([Options("pld", "rdp", "basic")], default="pld")
     constant_candidate: bool = hyperparameter(FLAG, default=True)
-    selection_score: str = hyperparameter([Options("auto", "loss", "error")], default="auto")
+    selection_score: str = hyperparameter([Options("auto", "paired", "loss", "error")],
+                                          default="auto")
 
     def _prediction_loss(self) -> str:
         return self.loss
@@ -287,16 +333,28 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         self.selection_score_ = self._score()
         if self.selection_score_ == "error":
             loss_bound = 1.0  # each record scores its error, in [0, 1] (error_scored)
+        elif self.selection_score_ == "paired":
+            loss_bound = None  # the clips are chosen by the selection itself
         elif loss_bound == "auto":
             loss_bound = auto_loss_bound(self.loss, free[SOURCE_ONLY], features, labels)
-        context = _Context(specs, free, public_source, loss_bound)
+        context = _Context(specs, free, public_source, loss_bound, (features, labels))
         calibration = None
         if self.composition in COMPOSITIONS and math.isfinite(self.epsilon) and self.delta > 0:
             calibration = self._calibrate(train_federation, validation_federation, context)
         plan = self.budget_plan(1.0 if calibration is None else calibration.scale)
+        self.loss_bound_ = loss_bound
+        self.budget_plan_ = plan
+        self.budget_scale_ = 1.0 if calibration is None else calibration.scale
+        self.joint_calibration_ = calibration
+        self.n_features_in_ = features.shape[1]
+        self.selection_resolution_ = self._resolution(validation_federation, context, plan)
+        self.warning_ = None
+        if self.selection_resolution_ > MAX_RESOLUTION:
+            return self._deliver_source_only(validation_federation, free)
         run = self._train_and_select(train_federation, validation_federation, context, plan)
-        self.candidate_names_ = [*free, *(spec.name for spec in specs)]
-        self.candidate_learners_ = [*free, *(spec.learner for spec in specs)]
+        self.candidate_names_ = [*free, *(name for spec in specs for name in spec.model_names)]
+        self.candidate_learners_ = [*free, *(spec.learner for spec in specs
+                                             for _ in spec.model_names)]
         self.candidates_ = run.coefficients
         self.learners_ = run.learners
         self.best_index_ = run.result.best_index
@@ -304,17 +362,53 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         self.coef_ = run.coefficients[run.result.best_index]
         self.noisy_losses_ = (None if run.result.noisy_loss_sums is None
                               else run.result.noisy_loss_sums / run.result.num_records)
-        self.loss_bound_ = loss_bound
+        self.selection_clips_ = run.result.clips
         self.margin_ = run.result.margin
         self.num_validation_records_ = run.result.num_records
         self.selection_method_ = run.result.method
-        self.budget_plan_ = plan
-        self.budget_scale_ = 1.0 if calibration is None else calibration.scale
-        self.joint_calibration_ = calibration
         self.candidate_privacy_ = run.privacy
         self.train_privacy_ = run.train_privacy
         self.privacy_ = validation_federation.privacy_spent(report_delta(self.delta))
-        self.n_features_in_ = features.shape[1]
+        return self
+
+    def _resolution(self, validation_federation: Federation, context: _Context,
+                    plan: Mapping[str, tuple[float, float]]) -> float:
+        """rho_sel of the paired release (module docstring, "Too small to
+        certify"), from public values only; 0 for the other scores."""
+        if self.selection_score_ != "paired":
+            return 0.0
+        epsilon, delta = plan["selection"]
+        others = len(context.free) - 1 + len(context.specs)
+        return paired_resolution(others, sum(validation_federation.site_sizes.values()),
+                                 epsilon, delta, clips=PAIRED_CLIPS,
+                                 histogram_share=HISTOGRAM_SHARE,
+                                 confidence=self.baseline_confidence)
+
+    def _deliver_source_only(self, validation_federation: Federation,
+                             free: dict[str, np.ndarray]) -> SelectedAdaptation:
+        """No release at all: the free source-only model, and a warning that
+        says why (module docstring, "Too small to certify")."""
+        self.warning_ = (
+            f"{type(self).__name__}: the selection could certify only a mean paired "
+            f"difference of {self.selection_resolution_:.3g} clips per record (more than "
+            f"{MAX_RESOLUTION:g}) at this epsilon and number of validation records; nothing "
+            "was released and the free source-only model is delivered")
+        warnings.warn(self.warning_, stacklevel=3)
+        self.candidate_names_ = list(free)
+        self.candidate_learners_ = list(free)
+        self.candidates_ = np.stack(list(free.values()))
+        self.learners_ = {}
+        self.best_index_ = 0
+        self.chosen_ = SOURCE_ONLY
+        self.coef_ = free[SOURCE_ONLY]
+        self.noisy_losses_ = None
+        self.selection_clips_ = None
+        self.margin_ = math.nan
+        self.num_validation_records_ = sum(validation_federation.site_sizes.values())
+        self.selection_method_ = "none"
+        self.candidate_privacy_ = {}
+        self.privacy_ = validation_federation.privacy_spent(report_delta(self.delta))
+        self.train_privacy_ = self.privacy_
         return self
 
     def _validate_params(self, checked: Mapping[str, Constraints] | None = None) -> None:
@@ -333,10 +427,8 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
 
     def _score(self) -> str:
         """What the selection release scores: ``selection_score`` with
-        "auto" resolved ("error" for a logistic classifier, else "loss")."""
-        if self.selection_score != "auto":
-            return self.selection_score
-        return "error" if self.loss == "logistic" else "loss"
+        "auto" resolved ("paired", for either loss)."""
+        return "paired" if self.selection_score == "auto" else self.selection_score
 
     def _calibrate(self, train_federation: Federation, validation_federation: Federation,
                    context: _Context) -> JointCalibration:
@@ -363,7 +455,8 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         for spec in context.specs:
             epsilon, delta = plan[spec.name]
             before = charges_so_far(train_federation)
-            learner = candidate_learner(spec, settings, epsilon, delta)
+            learner = candidate_learner(spec, settings, epsilon, delta,
+                                        center=context.free[SOURCE_ONLY])
             if isinstance(learner, NoisyGD):
                 learner.fit(train_federation, context.public_source)
             else:
@@ -374,13 +467,24 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         train_privacy = train_federation.privacy_spent(report_delta(self.delta))
         epsilon, delta = plan["selection"]
         before = charges_so_far(validation_federation)
-        coefficients = np.stack([*context.free.values(),
-                                 *(learners[spec.name].coef_ for spec in context.specs)])
-        scored = coefficients if self._score() == "loss" else error_scored(coefficients)
-        result = private_selection(
-            validation_federation, candidates=scored, loss=self.loss,
-            loss_bound=context.loss_bound, epsilon=epsilon, delta=delta,
-            baseline_confidence=self.baseline_confidence, method="auto")
+        source_only = context.free[SOURCE_ONLY]
+        coefficients = np.stack([*context.free.values(), *(
+            model for spec in context.specs
+            for model in candidate_models(spec, learners[spec.name].coef_, source_only))])
+        if self._score() == "paired":
+            # Source-only (candidate 0) is the reference; the index is into
+            # [reference, *others], the order of ``coefficients``.
+            result = private_selection(
+                validation_federation, candidates=coefficients[1:], loss=self.loss,
+                epsilon=epsilon, delta=delta, baseline_confidence=self.baseline_confidence,
+                method="auto", reference=coefficients[0], clips=PAIRED_CLIPS,
+                histogram_share=HISTOGRAM_SHARE, public_source=context.public)
+        else:
+            scored = coefficients if self._score() == "loss" else error_scored(coefficients)
+            result = private_selection(
+                validation_federation, candidates=scored, loss=self.loss,
+                loss_bound=context.loss_bound, epsilon=epsilon, delta=delta,
+                baseline_confidence=self.baseline_confidence, method="auto")
         privacy["selection"] = step_epsilon(validation_federation, before, delta)
         return _Run(learners, coefficients, result, privacy, train_privacy)
 
@@ -388,8 +492,10 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         """weights (the delivered model), candidates (all K, source-only first),
         candidate_ids (each candidate's position in :data:`CANDIDATE_IDS`:
         the wire carries numbers, not names), best_index (into candidates) and
-        chosen_id (the delivered one's position in CANDIDATE_IDS), and the
-        noisy mean validation losses when they left the sites."""
+        chosen_id (the delivered one's position in CANDIDATE_IDS), the
+        noisy mean validation losses when they left the sites, and, when
+        nothing was released (``warning_``), selection_resolution: the
+        rho_sel that stopped the job (the result carries numbers only)."""
         self._check_is_fitted()
         ids = [CANDIDATE_IDS.index(n) for n in self.candidate_learners_]
         model = {"weights": self.coef_, "candidates": self.candidates_,
@@ -398,6 +504,8 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
                  "chosen_id": np.asarray(ids[self.best_index_], dtype=np.int64)}
         if self.noisy_losses_ is not None:
             model["noisy_losses"] = np.asarray(self.noisy_losses_, dtype=float)
+        if self.warning_ is not None:
+            model["selection_resolution"] = np.asarray(self.selection_resolution_, dtype=float)
         return model
 
 
@@ -408,7 +516,8 @@ class _Context:
     specs: list[CandidateSpec]
     free: dict[str, np.ndarray]  # the free candidates by name, source-only first
     public_source: PublicSource
-    loss_bound: float
+    loss_bound: float | None  # None for the paired score (its clips are the selection's)
+    public: tuple[np.ndarray, np.ndarray]  # the public source's (features, labels)
 
 
 @dataclass(frozen=True)

@@ -67,12 +67,15 @@ def test_noisy_gd_schema_is_the_signature_minus_what_the_spec_sets():
     schema = job_schema(NoisyGD)
     assert schema.required == {"loss": (str,), "iterations": (int,), "learning_rate": NUMBER,
                                "radius": (*NUMBER, str), "clip_norm": NUMBER}  # str: "auto"
-    # calibration comes from the spec; the rest serve radius="auto"
+    # calibration comes from the spec; num_guesses to validation_fraction serve
+    # radius="auto"; a center array cannot cross the wire, its names can
     assert schema.optional == {"checkpoint_every": (int,), "num_guesses": (int,),
                                "feature_bound": NUMBER, "label_bound": NUMBER,
-                               "validation_fraction": NUMBER}
+                               "validation_fraction": NUMBER, "center": (str,),
+                               "source_radius": NUMBER, "average": (str,)}
     assert schema.defaults == {"checkpoint_every": 10, "num_guesses": 5, "feature_bound": None,
-                               "label_bound": None, "validation_fraction": 0.25}
+                               "label_bound": None, "validation_fraction": 0.25,
+                               "center": "zero", "source_radius": None, "average": "none"}
 
 
 @pytest.mark.parametrize("estimator", [PCnvxAdap, PNCnvxAdap])
@@ -127,9 +130,10 @@ def test_every_problem_is_listed_at_once_with_the_closest_known_name():
     assert "has no hyperparameter 'epsilon' (it is a [job] key, not a hyperparameter)" in message
     assert "has no hyperparameter 'zzz'; " in message  # nothing close: no guess
     assert "hyperparameter 'learning_rate' has the wrong type: 'fast' (expected" in message
-    assert message.endswith("known: ['checkpoint_every', 'clip_norm', 'feature_bound', "
-                            "'iterations', 'label_bound', 'learning_rate', 'loss', "
-                            "'num_guesses', 'radius', 'validation_fraction']")
+    assert message.endswith("known: ['average', 'center', 'checkpoint_every', 'clip_norm', "
+                            "'feature_bound', 'iterations', 'label_bound', 'learning_rate', "
+                            "'loss', 'num_guesses', 'radius', 'source_radius', "
+                            "'validation_fraction']")
     with pytest.raises(ConfigError, match=r"unknown algorithm 'noisy-gd' \(did you mean "
                                           r"'noisy_gd'\?\)"):
         validate_hyperparameters("noisy-gd", {})
@@ -159,6 +163,21 @@ def test_a_noisy_gd_job_runs_through_the_table_as_the_estimator_fits(tmp_path):
     np.testing.assert_array_equal(model["average_weights"], expected.average_coef_)
     assert float(model["noise_multiplier"]) == expected.noise_multiplier_
     assert checkpoints == [(2, {"weights"}), (4, {"weights"}), (6, {"weights"})]
+
+
+def test_a_noisy_gd_job_centred_at_source_only_is_fitted_on_the_coordinators_sample(tmp_path):
+    spec = pb.JobSpec(algorithm="noisy_gd", epsilon=1.0, delta=1e-6)
+    hyper = {**GD_HYPER, "center": "source_only", "average": "tail", "radius": 0.5,
+             "source_radius": 5.0}
+    model = run_job(JobContext(_federation(tmp_path, "job"), spec, hyper, seed=0,
+                               checkpoint=lambda step, model: None, public_source=PUBLIC))
+    expected = NoisyGD(epsilon=1.0, delta=1e-6, **hyper).fit(_federation(tmp_path, "fit"),
+                                                            PUBLIC)
+    np.testing.assert_array_equal(model["weights"], expected.coef_)
+    np.testing.assert_array_equal(model["center"], expected.center_)
+    with pytest.raises(ConfigError, match="noisy_gd needs the public source sample"):
+        run_job(JobContext(_federation(tmp_path, "none"), spec, hyper, seed=0,
+                           checkpoint=lambda step, model: None))
 
 
 def test_a_pncnvx_adap_job_takes_epsilon_delta_calibration_and_seed_from_the_spec(tmp_path):

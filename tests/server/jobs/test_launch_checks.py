@@ -92,6 +92,15 @@ def test_the_estimators_own_checks_run_at_launch():
         check_estimator(job, values, has_public_source=False)
 
 
+def test_a_noisy_gd_job_centred_at_source_only_needs_the_public_sample():
+    job, values = _gd()
+    centred = {**values, "center": "source_only"}
+    with pytest.raises(ConfigError, match="noisy_gd needs the public source sample"):
+        check_estimator(job, centred, has_public_source=False)
+    check_estimator(job, centred, has_public_source=True)
+    check_estimator(job, values, has_public_source=False)
+
+
 def test_a_job_needing_the_public_sample_is_refused_without_one():
     job = pb.JobSpec(algorithm="pncnvx_adap", epsilon=math.inf, delta=1e-6)
     values = {"alpha": 0.5, "iterations": 2, "feature_norm": 1.0, "label_bound": 1.0,

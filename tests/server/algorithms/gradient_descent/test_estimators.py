@@ -8,10 +8,11 @@ import pytest
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.errors import QueryRefusedError
-from privadapt.server.algorithms.base import NotFittedError
+from privadapt.server.algorithms.base import InvalidParameterError, NotFittedError
 from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD, NoisySGD
 from privadapt.server.algorithms.gradient_descent.noisy_gd import noisy_gd
 from privadapt.server.algorithms.gradient_descent.noisy_sgd import noisy_sgd
+from privadapt.server.algorithms.public_erm import fit_linear
 from tests.synthetic_data import synthetic_dataset
 
 DIM = 4
@@ -114,3 +115,57 @@ def test_sites_of_different_dimensions_have_no_dim(tmp_path):
                                                ledger_dir=tmp_path)
     with pytest.raises(ValueError, match="different dimensions"):
         NoisyGD(**SETTINGS).fit(federation)
+
+
+PUBLIC = synthetic_dataset(300, DIM, seed=9)
+
+
+def ball(**changes):
+    """NoisyGD in the ball of radius 0.5 around the source-only model, tail-averaged."""
+    return NoisyGD(**{**SETTINGS, "center": "source_only", "radius": 0.5,
+                      "source_radius": 5.0, "average": "tail", **changes})
+
+
+def test_a_ball_around_source_only_charges_every_ledger_exactly_as_plain_noisy_gd(federation):
+    plain = NoisyGD(**SETTINGS).fit(federation(name="plain"), PUBLIC)
+    centred = ball().fit(federation(name="ball"), PUBLIC)
+    assert sorted(centred.privacy_) == sorted(plain.privacy_)
+    for site, spent in centred.privacy_.items():
+        assert spent.mechanisms == plain.privacy_[site].mechanisms
+        assert len(spent.mechanisms) == SETTINGS["iterations"]
+        assert spent.job.epsilon == plain.privacy_[site].job.epsilon
+    assert centred.noise_multiplier_ == plain.noise_multiplier_
+
+
+def test_center_source_only_fits_the_public_model_and_delivers_the_tail_average(federation):
+    model = ball().fit(federation(), PUBLIC)
+    np.testing.assert_allclose(model.center_, fit_linear(PUBLIC.features, PUBLIC.labels,
+                                                         "logistic", 5.0))
+    np.testing.assert_array_equal(model.coef_, model.tail_average_coef_)
+    for weights in (model.coef_, model.average_coef_):
+        assert np.linalg.norm(weights - model.center_) <= 0.5 + 1e-9
+    np.testing.assert_array_equal(model.model_arrays()["center"], model.center_)
+    last = ball(average="none").fit(federation(name="last"), PUBLIC)
+    assert not np.array_equal(last.coef_, last.tail_average_coef_)
+
+
+def test_a_public_model_given_as_the_center_is_used_as_it_is(federation):
+    center = np.full(DIM, 0.3)
+    model = ball(center=center).fit(federation())
+    np.testing.assert_array_equal(model.center_, center)
+    assert np.linalg.norm(model.coef_ - center) <= 0.5 + 1e-9
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({}, "pass public_source to fit"),
+    ({"center": np.zeros(DIM + 1)}, r"'center' must be a finite model of shape \(4,\)"),
+    ({"center": np.full(DIM, np.nan)}, "'center' must be a finite model"),
+    ({"radius": "auto"}, "radius='auto' searches balls around the origin"),
+    ({"center": "source-only"}, "'center' must be one of 'zero', 'source_only'"),
+    ({"average": "last"}, "'average' must be one of 'none', 'tail'"),
+])
+def test_a_bad_center_is_refused_before_any_release(federation, changes, message):
+    fed = federation()
+    with pytest.raises(InvalidParameterError, match=message):
+        ball(**changes).fit(fed)
+    assert all(not spent.mechanisms for spent in fed.privacy_spent(1e-6).values())

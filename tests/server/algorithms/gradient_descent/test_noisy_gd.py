@@ -1,15 +1,23 @@
 """Noisy projected gradient descent through the Federation protocol."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.errors import BudgetExceededError
 from privadapt.common.numerics.geometry import project_to_ball
 from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
-from privadapt.server.algorithms.gradient_descent.noisy_gd import noisy_gd, paper_noise_multiplier
+from privadapt.server.algorithms.gradient_descent.noisy_gd import (
+    gradient_mechanism,
+    noisy_gd,
+    paper_noise_multiplier,
+    projected_gradient_descent,
+)
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
 
 DIM = 5
@@ -95,3 +103,71 @@ def test_bad_arguments_are_refused(make_site, field, value):
 def test_projection_scales_onto_the_sphere():
     np.testing.assert_allclose(project_to_ball(np.array([3.0, 4.0]), 1.0), [0.6, 0.8])
     np.testing.assert_array_equal(project_to_ball(np.array([0.3, 0.4]), 1.0), [0.3, 0.4])
+
+
+class ScriptedGradients:
+    """A federation stand-in whose linear_gradient answers are drawn from a
+    seeded generator at ``scale``; it records the weights each query carried."""
+
+    def __init__(self, seed: int, scale: float) -> None:
+        self.site_sizes = {"only": 1}
+        self.rng, self.scale, self.sent = np.random.default_rng(seed), scale, []
+
+    def query(self, kernel, params, mechanism):
+        self.sent.append(np.asarray(params["weights"], dtype=float))
+        return SimpleNamespace(value=self.scale * self.rng.normal(size=DIM))
+
+
+def descend(federation, *, center, radius, iterations=9, learning_rate=1.0,
+            initial_weights=None, checkpoint=None):
+    mechanism = gradient_mechanism(math.inf, 0.0, iterations, 1.0, "accountant", dim=DIM)
+    return projected_gradient_descent(
+        federation, mechanism, dim=DIM, loss="squared", clip_norm=1.0, gradient_scale=1.0,
+        iterations=iterations, learning_rate=learning_rate, radius=radius,
+        initial_weights=initial_weights, progress=None, progress_every=10,
+        checkpoint=checkpoint, center=center)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), radius=st.floats(1e-3, 10.0),
+       scale=st.floats(1e-3, 1e3), offset=st.floats(-50.0, 50.0))
+def test_every_iterate_stays_in_the_ball_around_its_center(seed, radius, scale, offset):
+    center = offset + np.random.default_rng(seed).normal(size=DIM)
+    iterates = []
+    path = descend(ScriptedGradients(seed, scale), center=center, radius=radius,
+                   checkpoint=lambda _, w: iterates.append(w.copy()))
+    slack = 1e-9 * (1.0 + radius + np.linalg.norm(center))
+    for weights in [*iterates, path.average, path.tail_average]:
+        assert np.linalg.norm(weights - center) <= radius + slack
+
+
+def test_the_descent_starts_at_its_center_unless_given_a_start():
+    center = np.linspace(-1.0, 1.0, DIM)
+    federation = ScriptedGradients(0, 1.0)
+    descend(federation, center=center, radius=0.5, iterations=1)
+    np.testing.assert_array_equal(federation.sent[0], center)
+    step = np.array([1.0, 0.0, 0.0, 0.0, 0.0])
+    far = center + 3.0 * step
+    federation = ScriptedGradients(0, 1.0)
+    descend(federation, center=center, radius=0.5, iterations=1, initial_weights=far)
+    np.testing.assert_allclose(federation.sent[0], center + 0.5 * step)
+
+
+@pytest.mark.parametrize("iterations", [1, 8, 9])
+def test_the_tail_average_is_the_mean_of_the_last_half_of_the_iterates(iterations):
+    iterates = []
+    path = descend(ScriptedGradients(3, 1.0), center=np.ones(DIM), radius=2.0,
+                   iterations=iterations, checkpoint=lambda _, w: iterates.append(w.copy()))
+    tail = iterates[iterations // 2:]
+    assert len(tail) == math.ceil(iterations / 2)
+    np.testing.assert_allclose(path.tail_average, np.mean(tail, axis=0), rtol=1e-12)
+    np.testing.assert_allclose(path.average, np.mean(iterates, axis=0), rtol=1e-12)
+    np.testing.assert_array_equal(path.last, iterates[-1])
+
+
+def test_without_a_center_the_ball_is_around_the_origin_as_before():
+    iterates = []
+    path = descend(ScriptedGradients(5, 10.0), center=None, radius=0.3,
+                   checkpoint=lambda _, w: iterates.append(w.copy()))
+    assert all(np.linalg.norm(w) <= 0.3 + 1e-12 for w in iterates)
+    assert np.linalg.norm(path.last) == pytest.approx(0.3)

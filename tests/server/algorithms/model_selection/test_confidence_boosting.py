@@ -91,9 +91,11 @@ def test_each_sites_ledger_holds_its_own_model_and_the_selection_only():
 def test_the_site_whose_records_match_the_target_is_chosen():
     test = logistic(2000, TARGET, seed=12345)
     for seed in range(3):
-        # site-1 holds the target's distribution, the others the source's.
+        # site-1 holds the target's distribution, the others the source's. Two
+        # signs flipped put the target's model beyond any ball around
+        # source-only, so the sites learn from zero (the paper's learner).
         with federation([3000, 300, 300], seed, [TARGET, SOURCE, SOURCE]) as fed:
-            model = booster(epsilon=10.0).fit(fed, PUBLIC)
+            model = booster(epsilon=10.0, radius_factor=None).fit(fed, PUBLIC)
         assert model.chosen_ == "site-1"
         assert model.candidate_names_ == [SOURCE_ONLY, "site-1", "site-2", "site-3"]
         np.testing.assert_array_equal(model.coef_, model.learners_["site-1"].coef_)

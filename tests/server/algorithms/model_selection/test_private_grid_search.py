@@ -179,8 +179,9 @@ def test_the_estimator_fits_the_chosen_guess_and_predicts_with_it():
     train, validation = federations(7)
     with train, validation:
         model = grid_search().fit(train, validation)
-    assert model.radius_ == model.radii_[model.best_index_ - 1]
-    np.testing.assert_array_equal(model.coef_, model.learners_[model.best_index_ - 1].coef_)
+    guess = model.best_index_ - 1  # after the zero model
+    assert guess >= 0 and model.radius_ == model.radii_[guess]
+    np.testing.assert_array_equal(model.coef_, model.learners_[guess].coef_)
     features, labels = records(500, seed=99)
     assert model.score(features, labels) > 0.5  # R^2 of the chosen linear model
     assert set(model.model_arrays()) == {"weights", "candidates", "radii", "best_index"}
@@ -192,19 +193,45 @@ def test_the_estimator_needs_a_validation_federation():
         grid_search().fit(train)
 
 
-def test_the_source_only_model_can_be_candidate_zero():
+def test_with_a_public_source_the_free_models_lead_and_the_guesses_are_offsets_around_it():
     train, validation = federations(9)
+    public = records(1000, seed=123)
     with train, validation:
-        model = grid_search(include_source_only=True, num_guesses=3).fit(
-            train, validation, records(1000, seed=123))
-    assert np.linalg.norm(model.candidates_[0]) > 3  # the public ERM, not the zero model
-    assert model.loss_bounds_[0] > 0  # scored privately
+        model = grid_search(num_guesses=3).fit(train, validation, public)
+    source = model.candidates_[0]
+    assert np.linalg.norm(source) > 3  # the public ERM, not the zero model
+    assert model.candidate_names_ == ["source_only", "guess 1", "guess 2", "guess 3"]
+    np.testing.assert_allclose(model.radii_, np.linalg.norm(source) * np.array([.25, .5, 1]))
+    (trained,) = model.learners_  # one model, in the largest ball; the others project it
+    assert trained.radius == pytest.approx(2 * np.linalg.norm(source))
+    offsets = np.linalg.norm(model.candidates_[1:] - source, axis=1)
+    assert np.all(offsets <= model.radii_ * (1 + 1e-12))
+    assert np.all(model.loss_bounds_ > 0)  # every candidate scored privately
+
+
+def test_a_public_source_with_an_intercept_adds_the_public_constant():
+    train, validation = federations(12)
+    features, labels = records(1000, seed=124)
+    public = Dataset(np.column_stack([features[:, :-1], np.ones(1000)]), labels, NAMES)
+    with train, validation:
+        model = grid_search(num_guesses=2).fit(train, validation, public)
+    assert model.candidate_names_[:2] == ["source_only", "public_constant"]
+    constant = model.candidates_[1]
+    assert np.count_nonzero(constant) == 1 and constant[-1] == pytest.approx(labels.mean())
+
+
+def test_without_include_source_only_the_zero_model_leads_as_in_the_paper():
+    train, validation = federations(13)
+    with train, validation:
+        model = grid_search(num_guesses=2, include_source_only=False).fit(
+            train, validation, records(1000, seed=125))
+    assert model.candidate_names_[0] == "zero" and len(model.learners_) == 2
 
 
 @pytest.mark.parametrize("params, message", [
     ({"learner": "noisy_gd"}, "learner"),
     ({"loss": "softmax_cross_entropy"}, "'loss' must be one of"),
-    ({"epsilon": math.inf}, "epsilon"),
+    ({"epsilon": 0.0}, "epsilon"),
 ])
 def test_bad_hyperparameters_are_refused_at_fit(params, message):
     train, validation = federations(10)

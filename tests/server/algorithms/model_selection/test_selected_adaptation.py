@@ -95,11 +95,14 @@ def test_basic_composition_keeps_the_previous_ledger_total():
         assert spent.job.epsilon == pytest.approx(0.5688757335719412, rel=1e-9)
 
 
-def test_tiny_n_keeps_the_free_source_only_model():
+@pytest.mark.parametrize("score", ["paired", "loss"])
+def test_tiny_n_keeps_the_free_source_only_model(score):
+    # The paired score releases nothing there (test_selected_adaptation_paired.py).
     chosen = []
     for seed in range(8):
         with parts(60, seed=seed) as (train, validation):
-            chosen.append(selector(epsilon=3.0).fit(train, validation, PUBLIC).chosen_)
+            chosen.append(selector(epsilon=3.0, selection_score=score).fit(
+                train, validation, PUBLIC).chosen_)
     assert chosen.count(SOURCE_ONLY) >= 7
 
 
@@ -116,8 +119,10 @@ def test_a_private_candidate_is_chosen_where_target_only_clearly_wins():
 
 
 def test_model_arrays_carry_the_choice_as_numbers():
+    # Epsilon 10: at 1 the paired release could not certify anything on 75
+    # validation records and nothing would be trained (the next test).
     with parts(300, seed=1) as (train, validation):
-        model = selector().fit(train, validation, PUBLIC)
+        model = selector(epsilon=10.0).fit(train, validation, PUBLIC)
     arrays = model.model_arrays()
     assert all(value.dtype.kind in "fi" for value in arrays.values())
     assert candidate_names(arrays["candidate_ids"]) == model.candidate_names_ \
@@ -160,7 +165,9 @@ def test_one_federation_is_split_into_its_sites_record_parts_under_the_job_id():
             given = ((federation.restricted_to(RecordPart("train", 0.25, "job-parts")),
                       federation.restricted_to(RecordPart("validation", 0.25, "job-parts")))
                      if explicit else (federation, None))
-            models.append(selector(validation_fraction=0.25).fit(*given, PUBLIC))
+            # Epsilon 10: enough for the paired release to run on 75 records.
+            models.append(selector(validation_fraction=0.25, epsilon=10.0).fit(*given, PUBLIC))
+    assert models[0].noisy_losses_ is not None
     np.testing.assert_array_equal(models[0].coef_, models[1].coef_)
     np.testing.assert_array_equal(models[0].noisy_losses_, models[1].noisy_losses_)
 
@@ -207,7 +214,7 @@ def test_two_reweighting_adapters_share_a_job_each_on_its_own_chain():
     it (common/kernels/reweighted_chains.py): both descend in one job, every
     site holds both chains, and the job costs at most its epsilon."""
     model = selector(loss="squared", candidates="pcnvx_adap,pncnvx_adap_smooth",
-                     adapter_iterations=5, loss_bound="auto")
+                     adapter_iterations=5, loss_bound="auto", selection_score="loss")
     with LocalFederation.from_datasets(sites(900, 2), noise_seed=2, epsilon_cap=20.0,
                                        delta_cap=1e-3) as federation:
         model.fit(federation, None, PUBLIC)

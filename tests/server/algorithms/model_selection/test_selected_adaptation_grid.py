@@ -72,7 +72,7 @@ def test_the_intercept_is_found_by_name_else_only_when_unambiguous():
 
 def test_the_constant_is_a_free_candidate_on_by_default():
     public = with_intercept(*PUBLIC)
-    with parts(600, seed=1) as (train, validation):
+    with parts(1200, seed=1) as (train, validation):
         model = selector(epsilon=2.0).fit(train, validation, public)
         assert model.candidate_names_ == [SOURCE_ONLY, PUBLIC_CONSTANT, "noisy_gd"]
         assert set(model.budget_plan_) == {"noisy_gd", "selection"}  # it costs nothing
@@ -85,7 +85,8 @@ def test_the_constant_is_a_free_candidate_on_by_default():
         off = selector(epsilon=2.0, constant_candidate=False).fit(train, validation, public)
     assert off.candidate_names_ == [SOURCE_ONLY, "noisy_gd"]
     with parts(300, seed=1) as (train, validation):  # no intercept column: no constant
-        assert selector().fit(train, validation, PUBLIC).candidate_names_ == [
+        assert selector(selection_score="loss").fit(train, validation,
+                                                    PUBLIC).candidate_names_ == [
             SOURCE_ONLY, "noisy_gd"]
 
 

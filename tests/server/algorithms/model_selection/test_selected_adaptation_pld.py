@@ -111,7 +111,9 @@ def test_calibration_asks_nothing_of_the_sites():
             for pair in [(np.ones((10, DIM)) / DIM, np.ones(10))] * 3]
     with LocalFederation.from_datasets(data, noise_seed=0, epsilon_cap=20.0,
                                        delta_cap=1e-3) as federation:
-        model = selector(iterations=5).fit(federation, None, PUBLIC)
+        # The clipped-loss score: 30 records are too few for the paired one to
+        # release anything (test_selected_adaptation_paired.py).
+        model = selector(iterations=5, selection_score="loss").fit(federation, None, PUBLIC)
         charged = len(federation.privacy_spent()["site-1"].mechanisms)
     assert charged == len(model.joint_calibration_.releases) == 6
 
@@ -127,6 +129,11 @@ def test_the_dry_run_plans_the_calibrated_job():
                     spec.hyperparameters)
     public = Dataset(*PUBLIC, tuple(f"x{i}" for i in range(DIM)))
     releases = plan_releases(spec, hyperparameters(spec), {"a": 400, "b": 300}, DIM, public)
-    assert len(releases) == 6 + 4 + 1
+    # Noisy GD's 6, the adapter's 4, the paired selection's histogram and sums.
+    assert len(releases) == 6 + 4 + 2
+    assert [r.kernel for r in releases[-2:]] == ["loss_difference_histogram", "validation_loss"]
     assert {r.records.part for r in releases} == {"train", "validation"}
     assert 0.99 * 2.0 <= composed_epsilon(releases, 1e-6, DIM) <= 2.0
+    # Too few validation records to certify a gain: the plan releases nothing.
+    with pytest.warns(UserWarning, match="nothing was released"):
+        assert plan_releases(spec, hyperparameters(spec), {"a": 40, "b": 30}, DIM, public) == []
