@@ -28,7 +28,11 @@ Operators write it as TOML::
     max_clip_norm = 10.0
     max_label_bound = 10.0
     allow_per_site_releases = false  # let the coordinator see this site's own release
-    max_query_work = 1e10        # optional: refuse a query estimated above this many multiply-adds
+    max_query_work = 1e9         # refuse a query estimated above this many multiply-adds
+    max_job_work = 5e10          # refuse a job's query once its queries total more
+    min_query_epsilon = 1e-3     # a query charged less is "unpaid" (its work counts below)
+    max_unpaid_work = 1e10       # the unpaid queries' work over every job, per daemon run
+    max_sampler_table_bytes = 100663296  # exact samplers' cached tables, over every job
     [federation]
     peers = ["st-john", "st-luke"]   # optional: the only sites this site masks with
 
@@ -42,6 +46,28 @@ site says may depend on it: range checks on the fixed-point grid use the
 public bound ``max_records`` instead (default :data:`DEFAULT_MAX_RECORDS`),
 and a dataset larger than it is refused once, when the site loads it
 (:meth:`SitePolicy.range_records`). Under ``replace_one`` n is public.
+
+Compute and memory are budgets too (:mod:`privadapt.client.compute_budget`):
+a coordinator chooses the public parameters that set a query's work (the
+iterations of ``regularized_erm``, the candidates of ``validation_loss``), so
+the policy bounds it per query (``max_query_work``) and per job
+(``max_job_work``), in the kernels' declared work units (``Kernel.work``,
+multiply-adds estimated from the query and the public record count). On the
+reference machine (one core of the project's 2-core build host, numpy with
+one BLAS thread, n = 43,000, d = 16, under a load of 10) the kernels ran 1.8e8
+(``regularized_erm``, the slowest per unit) to 2e9 units a CPU second: the
+defaults below are at most about 6 s of CPU a query and 5 min a job
+(benchmarks/site_compute_bounds.py measures a site's own machine). They hold for every deployed
+site; a simulation site (whose coordinator is the researcher running it)
+has no compute bound unless it states one. A query whose release is
+worth almost nothing (epsilon charged below ``min_query_epsilon``, from the
+mechanism alone) would buy its work for free, and new jobs are free, so the
+work of such *unpaid* queries also counts against ``max_unpaid_work``, one
+pool over every job of this daemon's run. The exact noise samplers' cached
+tables (:mod:`privadapt.common.noise.table_inversion`) are bounded by
+``max_sampler_table_bytes`` over every job. Every one of these decisions reads
+public things only: the query, the policy, the public record count and the
+earlier queries.
 
 Every problem is reported as a ``ConfigError`` naming the file, the key and
 what would be accepted, once, when the policy is loaded.
@@ -73,6 +99,7 @@ from privadapt.common.config import read_toml, render_toml
 from privadapt.common.errors import ConfigError
 from privadapt.common.kernels import registered_kernels
 from privadapt.common.mechanisms import Adjacency
+from privadapt.common.noise.table_inversion import LARGEST_TABLE_BYTES
 from privadapt.common.validation import frozen_value
 
 DEFAULT_MAX_RECORDS = 2**20
@@ -80,6 +107,23 @@ DEFAULT_MAX_RECORDS = 2**20
 none: with the default 32 fractional bits the grid holds sums below 2^31, so
 2^20 records leave room for per-record bounds of a few hundred among a few
 sites. Declare ``max_records`` for a larger dataset (or a tighter range)."""
+
+#: Per query: at most about 6 s of CPU at the slowest kernel's rate on the
+#: reference machine (module docstring).
+DEFAULT_MAX_QUERY_WORK = 1e9
+#: Per job: at most about 5 min at the slowest rate; a noisy_gd job of 1,000
+#: rounds over 10^5 records of 100 features needs 2e10.
+DEFAULT_MAX_JOB_WORK = 5e10
+#: Below this epsilon (one release, at the cap's delta) a query is unpaid: a
+#: Gaussian release with noise multiplier about 1,700 or more, which no job
+#: asks for on purpose (1,000 steps at a total epsilon of 1 need about 150).
+DEFAULT_MIN_QUERY_EPSILON = 1e-3
+#: Unpaid work over every job in one daemon run: at most about a minute at the
+#: slowest rate.
+DEFAULT_MAX_UNPAID_WORK = 1e10
+#: The samplers' tables over every job: 96 MiB, the eight largest tables the
+#: samplers cached before this bound (12 MiB each).
+DEFAULT_MAX_SAMPLER_TABLE_BYTES = 96 * 2**20
 
 
 def _is_number(value: Any) -> bool:
@@ -124,9 +168,19 @@ class SitePolicy:
     allow_large_delta: bool = False
     #: The most multiply-adds one query may cost this site, by the kernel's
     #: public estimate (``Kernel.work``, from the query and the public record
-    #: count), or None for only the kernels' own caps. Refused before any data
-    #: is read; bounds how much CPU a coordinator can make one query cost.
+    #: count). Refused before any data is read; bounds how much CPU a
+    #: coordinator can make one query cost (module docstring). None: no bound,
+    #: which only a simulation site may leave (a deployed one gets
+    #: :data:`DEFAULT_MAX_QUERY_WORK`), like the two bounds below.
     max_query_work: float | None = None
+    #: The most work all the queries of one job may cost, by the same estimate.
+    max_job_work: float | None = None
+    #: The epsilon (one release at ``delta_cap``) below which a query is unpaid.
+    min_query_epsilon: float = DEFAULT_MIN_QUERY_EPSILON
+    #: The most work unpaid queries may cost, over every job of one daemon run.
+    max_unpaid_work: float | None = None
+    #: The most bytes the exact samplers' tables may hold, over every job.
+    max_sampler_table_bytes: int = DEFAULT_MAX_SAMPLER_TABLE_BYTES
 
     def __post_init__(self) -> None:
         if not isinstance(self.site_name, str) or not self.site_name.strip():
@@ -256,12 +310,31 @@ class SitePolicy:
             if not _is_number(value) or not math.isfinite(value) or value <= 0:
                 raise self._fail(f"{name} must be a finite number > 0 (or absent), got {value!r}")
             setattr(self, name, float(value))
-        work = self.max_query_work
-        if work is not None:
+        for name, default in (("max_query_work", DEFAULT_MAX_QUERY_WORK),
+                              ("max_job_work", DEFAULT_MAX_JOB_WORK),
+                              ("max_unpaid_work", DEFAULT_MAX_UNPAID_WORK)):
+            work = getattr(self, name)
+            if work is None:
+                if not self.simulation:
+                    setattr(self, name, default)
+                continue
             if not _is_number(work) or not math.isfinite(work) or work < 1:
-                raise self._fail(f"max_query_work must be a finite number >= 1 (or absent), "
-                                 f"got {work!r}")
-            self.max_query_work = float(work)
+                raise self._fail(f"{name} must be a finite number >= 1 (work units, "
+                                 f"multiply-adds), got {work!r}")
+            setattr(self, name, float(work))
+        if (self.max_job_work is not None and self.max_query_work is not None
+                and self.max_job_work < self.max_query_work):
+            raise self._fail(f"max_job_work ({self.max_job_work:.3g}) is below max_query_work "
+                             f"({self.max_query_work:.3g}): a job could not afford one query")
+        floor = self.min_query_epsilon
+        if not _is_number(floor) or not math.isfinite(floor) or floor < 0:
+            raise self._fail(f"min_query_epsilon must be a finite number >= 0, got {floor!r}")
+        self.min_query_epsilon = float(floor)
+        table = self.max_sampler_table_bytes
+        if not _is_int(table) or table < LARGEST_TABLE_BYTES:
+            raise self._fail(f"max_sampler_table_bytes must be a whole number of at least "
+                             f"{LARGEST_TABLE_BYTES} (the largest table a sampler builds), "
+                             f"got {table!r}")
         if not isinstance(self.allow_per_site_releases, bool):
             raise self._fail(f"allow_per_site_releases must be true or false, got "
                              f"{self.allow_per_site_releases!r}")
@@ -348,6 +421,12 @@ _LAYOUT: dict[str, dict[str, _Spec]] = {
             "allow_per_site_releases", lambda v: isinstance(v, bool), "true or false", False
         ),
         "max_query_work": ("max_query_work", *_NUMBER, False),
+        "max_job_work": ("max_job_work", *_NUMBER, False),
+        "min_query_epsilon": ("min_query_epsilon", *_NUMBER, False),
+        "max_unpaid_work": ("max_unpaid_work", *_NUMBER, False),
+        "max_sampler_table_bytes": (
+            "max_sampler_table_bytes", _is_int, "a whole number of bytes", False
+        ),
     },
     "federation": {"peers": ("peers", _string_list, "a list of site names", False)},
 }

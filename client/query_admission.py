@@ -75,7 +75,9 @@ class AdmittedQuery:
     own sensitivities under its policy's adjacency: a ``KernelMechanism`` for
     sums, a ``SelectionMechanism`` for a selection); ``released_shapes`` are
     the kernel's released blocks at this site (its local blocks, if any, have
-    one entry per record of the part the site runs it on).
+    one entry per record of the part the site runs it on); ``work`` is the
+    kernel's public estimate of what the query costs this site, spent from the
+    job's compute budget when it runs (:mod:`privadapt.client.compute_budget`).
     """
 
     query: Query
@@ -84,6 +86,7 @@ class AdmittedQuery:
     codec: FixedPointCodec
     charged: Mechanism
     released_shapes: tuple[Shape, ...]
+    work: float
 
 
 class QueryAdmission:
@@ -105,7 +108,7 @@ class QueryAdmission:
                 honest_share_count(num_participants, query.collusion_tolerance)
         except ValueError as err:
             raise self.refusal(query, str(err)) from None
-        kernel, params = self._kernel_and_params(query, num_participants)
+        kernel, params, work = self._kernel_and_params(query, num_participants)
         self._check_form(query, num_participants)
         if isinstance(query.mechanism, KernelMechanism):
             try:  # e.g. fewer honest shares than a distributed discrete Gaussian is charged for
@@ -134,7 +137,7 @@ class QueryAdmission:
             # is a refusal like any other (QueryRefusedError is neither type).
             raise self.refusal(query, f"the kernel's bounds cannot be computed for these "
                                f"parameters: {err}") from None
-        return AdmittedQuery(query, kernel, params, codec, charged, released)
+        return AdmittedQuery(query, kernel, params, codec, charged, released, work)
 
     def refusal(self, query: Query, reason: str) -> QueryRefusedError:
         return QueryRefusedError(
@@ -144,9 +147,9 @@ class QueryAdmission:
 
     def _kernel_and_params(
         self, query: Query, num_participants: int
-    ) -> tuple[Kernel, KernelParams]:
-        """The query's kernel and its parameters, parsed once into the kernel's
-        typed ``Params`` (every later step reads that object)."""
+    ) -> tuple[Kernel, KernelParams, float]:
+        """The query's kernel, its parameters, parsed once into the kernel's
+        typed ``Params`` (every later step reads that object), and its work."""
         policy = self.policy
         if policy.allowed_kernels is not None and query.kernel not in policy.allowed_kernels:
             raise self.refusal(query, f"the policy allows only {sorted(policy.allowed_kernels)}")
@@ -169,24 +172,22 @@ class QueryAdmission:
                 f"policy requires t >= {policy.collusion_tolerance}",
             )
         self._check_bounds(query, kernel.clip_bounds(params))
-        self._check_work(query, kernel, params)
-        return kernel, params
+        return kernel, params, self._check_work(query, kernel, params)
 
-    def _check_work(self, query: Query, kernel: Kernel, params: KernelParams) -> None:
-        """Refuse a query whose estimated work exceeds the policy's
-        ``max_query_work``. The estimate reads the query and the public record
-        count (``range_records``) only, so the refusal and its words reveal
-        nothing private."""
+    def _check_work(self, query: Query, kernel: Kernel, params: KernelParams) -> float:
+        """The query's estimated work, or a refusal when it exceeds the
+        policy's ``max_query_work``. The estimate reads the query and the
+        public record count (``range_records``) only, so the refusal and its
+        words reveal nothing private."""
         limit = self.policy.max_query_work
-        if limit is None:
-            return
         try:
             work = kernel.work(params, self.dim, self.range_records)
         except (ArithmeticError, ValueError):
             work = math.inf
-        if not work <= limit:
+        if limit is not None and not work <= limit:
             raise self.refusal(query, f"the query's estimated work, {work:.3g} multiply-adds, "
                                f"exceeds the policy's max_query_work {limit:.3g}")
+        return work
 
     def _check_bounds(self, query: Query, bounds: Mapping[str, float]) -> None:
         limits = {

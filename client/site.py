@@ -35,6 +35,15 @@ and rounded onto the grid; then the ledger charges the whole mechanism
 that replaces the job's state only once the charge has committed, in the same
 transaction.
 
+Compute and memory (:mod:`privadapt.client.compute_budget`): every query's
+public work estimate is spent from its job's compute budget (and, when its
+release costs less than the policy's ``min_query_epsilon``, from the site's
+pool of unpaid work) once the ledger has reserved its privacy budget and
+before any record is read; a query over either is refused in public words.
+The site bounds the exact samplers' cached tables by its policy's
+``max_sampler_table_bytes`` when it starts
+(:func:`~privadapt.common.noise.table_inversion.bound_table_memory`).
+
 Poisson sampling (a ``GaussianMechanism`` with ``sampling_rate`` q < 1): the
 site itself includes each of its records independently with probability q,
 from the same random source as its noise (the OS CSPRNG in production), afresh
@@ -99,6 +108,7 @@ from typing import Any
 
 import numpy as np
 
+from privadapt.client.compute_budget import ComputeBudget
 from privadapt.client.job_state import decode_state, encode_state
 from privadapt.client.ledger.admission import CheckedCharge
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
@@ -109,6 +119,7 @@ from privadapt.common.data.record_parts import RecordPart, RecordSplitter
 from privadapt.common.errors import QueryRefusedError, UncertifiedComputationError
 from privadapt.common.federation import Query, SitePrivacy, SiteShare
 from privadapt.common.noise.floating import RandomBits, uniforms
+from privadapt.common.noise.table_inversion import bound_table_memory
 from privadapt.common.secure.query_digest import canonical_encoding
 
 # Where a job's per-record state records the part it was created on (absent:
@@ -140,6 +151,8 @@ class Site:
         self.ledger = ledger
         self._noise_source = noise_source
         self._admission = QueryAdmission(policy, data.dim, data.num_records)
+        self.compute = ComputeBudget(policy)
+        bound_table_memory(policy.max_sampler_table_bytes)
         self._splitter = RecordSplitter(data)
         self._job_states: dict[str, dict[str, Any]] = {}
         self._certificate_lock = threading.Lock()
@@ -208,6 +221,7 @@ class Site:
             kernel.check_state(params, stored)
         except ValueError as err:  # e.g. a step out of order
             raise self._admission.refusal(query, str(err)) from None
+        self._spend_work(admitted)
         records = self._splitter.records(query.records)
         # A working copy: the job's state changes only once the charge commits.
         state = copy.deepcopy(stored)
@@ -243,6 +257,7 @@ class Site:
         kernel's scores (rounded onto the grid, as charged), released only
         once the ledger has committed the charge."""
         query, codec = admitted.query, admitted.codec
+        self._spend_work(admitted)
         records = self._splitter.records(query.records)
         (scores,) = self._compute(admitted, records, {})
         rounded = codec.decode(codec.encode_saturating(scores))
@@ -254,6 +269,20 @@ class Site:
             self.name, query.job_id, query.query_id, query.kernel, charge.epsilon_after,
         )
         return SiteShare(self.name, query.query_id, (np.array([index], dtype=np.uint64),))
+
+    def _spend_work(self, admitted: AdmittedQuery) -> None:
+        """Spend the query's work from its job's compute budget (and the
+        unpaid pool), or refuse it in public words before any record is read."""
+        query = admitted.query
+        try:
+            spent = self.compute.spend(query.job_id, admitted.work, admitted.charged)
+        except ValueError as err:
+            raise self._admission.refusal(query, str(err)) from None
+        if spent.unpaid:
+            logger.warning(
+                "site=%s job=%s query=%s kernel=%s: unpaid query (release below epsilon %g): "
+                "%.3g multiply-adds from the unpaid pool", self.name, query.job_id,
+                query.query_id, query.kernel, self.policy.min_query_epsilon, spent.work)
 
     def _compute(self, admitted: AdmittedQuery, records: Dataset,
                  state: dict[str, Any]) -> tuple[np.ndarray, ...]:

@@ -33,6 +33,7 @@ import grpc
 
 from privadapt.client.daemon.config import SiteConfig
 from privadapt.client.daemon.coordinator_replies import check_register_response
+from privadapt.client.daemon.job_lanes import JobLanes
 from privadapt.client.daemon.round_progress import RoundProgress
 from privadapt.client.daemon.worker import SiteIdentity, SiteWorker
 from privadapt.client.policy import SitePolicy
@@ -192,10 +193,13 @@ class SiteDaemon:
             beat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True,
                                     args=(stub, registered.session_id, interval, stream, done))
             beat.start()
+            lanes = JobLanes(lambda item: self.worker.handle(item, stub))
             try:
                 for item in stream:
-                    self.worker.handle(item, stub)
+                    lanes.submit(item)
             finally:
+                # The items in hand finish on this channel before it closes.
+                lanes.close()
                 done.set()
                 with self._lock:
                     self._stream = None
@@ -215,7 +219,8 @@ class SiteDaemon:
                                      peers=sorted(policy.peers or ()),
                                      min_participants=policy.min_participants,
                                      collusion_tolerance=policy.collusion_tolerance,
-                                     max_query_work=policy.max_query_work or 0.0),
+                                     max_query_work=policy.max_query_work or 0.0,
+                                     max_job_work=policy.max_job_work or 0.0),
         )
 
     def budget(self) -> pb.SiteBudget:

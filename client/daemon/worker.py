@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -86,7 +87,9 @@ class _OpenRound:
 
 
 class SiteWorker:
-    """Handles one work item at a time for one site."""
+    """Handles the work items of one site: one at a time per job, those of
+    different jobs at once from several threads (client/daemon/job_lanes.py);
+    the open rounds, the only state it shares between jobs, under a lock."""
 
     def __init__(self, site: Site, identity: SiteIdentity, progress: RoundProgress) -> None:
         if identity.name != site.name:
@@ -100,6 +103,7 @@ class SiteWorker:
         self.identity = identity
         self.progress = progress
         self._open: dict[tuple[str, int], _OpenRound] = {}
+        self._open_lock = threading.Lock()
 
     def handle(self, item: pb.WorkItem, calls: CoordinatorCalls) -> None:
         """Act on one work item. Never raises: the daemon keeps serving."""
@@ -126,11 +130,15 @@ class SiteWorker:
         if kind not in ("round_announcement", "roster"):
             return
         message = getattr(item, kind)
-        self._open.pop((message.job_id, message.round), None)
+        self._close_round(message.job_id, message.round)
         with contextlib.suppress(grpc.RpcError):
             self._refuse(calls, message.job_id, message.round, message.query_id,
                          pb.Refusal.INTERNAL, f"site {self.site.name!r}: internal error; see "
                          "the site daemon's log")
+
+    def _close_round(self, job_id: str, round: int) -> _OpenRound | None:
+        with self._open_lock:
+            return self._open.pop((job_id, round), None)
 
     def _dispatch(self, item: pb.WorkItem, calls: CoordinatorCalls) -> None:
         kind = item.WhichOneof("item")
@@ -140,15 +148,16 @@ class SiteWorker:
             self._on_roster(item.roster, calls)
         elif kind == "round_abort":
             abort = item.round_abort
-            self._open.pop((abort.job_id, abort.round), None)
+            self._close_round(abort.job_id, abort.round)
             logger.info("site=%s job=%s round=%d aborted by the coordinator: %s",
                         self.site.name, abort.job_id, abort.round, abort.reason)
         elif kind == "privacy_report_request":
             self._on_privacy_request(item.privacy_report_request, calls)
         elif kind == "job_end":
             self.progress.finish(item.job_end.job_id)
-            for key in [k for k in self._open if k[0] == item.job_end.job_id]:
-                del self._open[key]
+            with self._open_lock:
+                for key in [k for k in self._open if k[0] == item.job_end.job_id]:
+                    del self._open[key]
             logger.info("site=%s job=%s ended: %s", self.site.name, item.job_end.job_id,
                         pb.JobState.Name(item.job_end.state))
         elif kind == "job_start":
@@ -159,8 +168,9 @@ class SiteWorker:
 
     def _on_announcement(self, message: pb.RoundAnnouncement, calls: CoordinatorCalls) -> None:
         job_id, round, query_id = message.job_id, message.round, message.query_id
-        if (job_id, round) in self._open:
-            return  # at-least-once delivery: the same announcement again
+        with self._open_lock:
+            if (job_id, round) in self._open:
+                return  # at-least-once delivery: the same announcement again
         try:
             query, query_round = query_from_proto(message.query)
         except WireError as err:
@@ -186,13 +196,14 @@ class SiteWorker:
             signing_key=self.identity.signing_key,
             ca_certificate_pem=self.identity.ca_certificate_pem,
         )
-        self._open[(job_id, round)] = _OpenRound(query, round, keys, digest)
+        with self._open_lock:
+            self._open[(job_id, round)] = _OpenRound(query, round, keys, digest)
         calls.PublishKey(signed_key_to_proto(signed, query_id), timeout=CALL_TIMEOUT_S)
 
     def _on_roster(self, message: pb.Roster, calls: CoordinatorCalls) -> None:
         job_id, round, query_id = message.job_id, message.round, message.query_id
         # One roster per round's keys: popping makes a second roster a no-op.
-        opened = self._open.pop((job_id, round), None)
+        opened = self._close_round(job_id, round)
         if opened is None or opened.query.query_id != query_id:
             logger.warning("site=%s job=%s round=%d: roster for a round this site has no "
                            "keys for; ignored", self.site.name, job_id, round)

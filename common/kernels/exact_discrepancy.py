@@ -242,9 +242,12 @@ class ExactDiscrepancy(Kernel):
     certifies_own_error = True
 
     def work(self, params: ExactDiscrepancyParams, dim: int, num_records: int) -> float:
-        # The records' second moments, then one eigen-decomposition of size d + 1.
+        # The records' second moments, then one eigen-decomposition of size
+        # d + 1. The moment sum here ran at about an eighth of a multiply-add's
+        # rate (0.32 s of CPU at n = 43,000, d = 16, against 2.7e8 a second for
+        # regularized_erm), so each of its n (d + 1)^2 terms counts 8.
         size = params.public_moments.shape[0]
-        return float(num_records) * size * size + 10.0 * size**3
+        return 8.0 * num_records * size * size + 10.0 * size**3
 
     def output_shapes(self, params: ExactDiscrepancyParams, dim: int) -> tuple[tuple[int, ...]]:
         return ((1,),)

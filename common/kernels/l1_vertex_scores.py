@@ -54,7 +54,10 @@ from privadapt.common.kernels.base import (
     register,
     wire_values,
 )
-from privadapt.common.kernels.linf_gradient import exact_clipped_gradient_sum
+from privadapt.common.kernels.linf_gradient import (
+    exact_clipped_gradient_sum,
+    exact_gradient_work,
+)
 from privadapt.common.losses import BINARY_LOSSES, BinaryLoss
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.validation import check_finite_array, check_one_of, frozen_value
@@ -141,6 +144,10 @@ class L1VertexScores(Kernel):
 
     name = "l1_vertex_scores"
     Params = L1VertexScoresParams
+
+    def work(self, params: L1VertexScoresParams, dim: int, num_records: int) -> float:
+        # The exact clipped gradient sum; its 2d scores are a vector's worth more.
+        return exact_gradient_work(dim, num_records) + 2.0 * max(dim, 1)
 
     def output_shapes(self, params: L1VertexScoresParams, dim: int) -> tuple[tuple[int, ...]]:
         return ((2 * dim,),)

@@ -73,6 +73,14 @@ def exact_clipped_gradient_sum(
     return total.value()
 
 
+def exact_gradient_work(dim: int, num_records: int) -> float:
+    """The work (``Kernel.work``) of :func:`exact_clipped_gradient_sum`: 8 n d.
+    Its per-record clip and exact sum ran at about a quarter of a multiply-add's
+    rate (0.02 s of CPU at n = 43,000, d = 16, for n (d + d) = 1.4e6 counted
+    by the default estimate, against 2.7e8 a second for regularized_erm)."""
+    return 8.0 * num_records * max(dim, 1)
+
+
 @register
 class LinfGradient(Kernel):
     """Sum over records of clip_inf,C(grad_w loss(w; x_i, y_i)): one block (d,)."""
@@ -80,6 +88,9 @@ class LinfGradient(Kernel):
     name = "linf_gradient"
     # The same parameters as linear_gradient's; clip_norm C is an infinity-norm clip here.
     Params = LinearGradientParams
+
+    def work(self, params: LinearGradientParams, dim: int, num_records: int) -> float:
+        return exact_gradient_work(dim, num_records)
 
     def output_shapes(self, params: LinearGradientParams, dim: int) -> tuple[tuple[int, ...]]:
         return ((dim,),)

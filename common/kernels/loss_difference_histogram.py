@@ -155,11 +155,16 @@ class LossDifferenceHistogram(Kernel):
     def compute(self, data: Dataset, params: LossDifferenceHistogramParams,
                 state: MutableMapping[str, Any]) -> tuple[np.ndarray]:
         # Integer counts below 2^53 are exact in float64.
-        counts = np.zeros((params.num_candidates, params.num_bins))
-        rows = max(1, CHUNK_RECORDS // (params.num_candidates + 1))
+        size = params.num_candidates * params.num_bins
+        counts = np.zeros(size)
+        # Chunks of at most CHUNK_RECORDS margins (every class's, for the
+        # softmax): the working memory must not grow with the private n.
+        classes = params.candidates.shape[2] if params.candidates.ndim == 3 else 1
+        rows = max(1, CHUNK_RECORDS // ((params.num_candidates + 1) * classes))
+        # Candidate k's bin j is entry k J + j of one bincount over the chunk.
+        offsets = np.arange(params.num_candidates) * params.num_bins
         for start in range(0, data.num_records, rows):
             stop = start + rows
             bins = difference_bins(data.features[start:stop], data.labels[start:stop], params)
-            for k in range(params.num_candidates):
-                counts[k] += np.bincount(bins[:, k], minlength=params.num_bins)
-        return (counts,)
+            counts += np.bincount((bins + offsets).ravel(), minlength=size)
+        return (counts.reshape(params.num_candidates, params.num_bins),)

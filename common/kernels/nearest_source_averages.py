@@ -48,6 +48,7 @@ m d <= :data:`MAX_TARGET_COORDINATES`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
@@ -139,11 +140,16 @@ class NearestSourceAverages(Kernel):
     Params = NearestSourceParams
 
     def work(self, params: NearestSourceParams, dim: int, num_records: int) -> float:
-        # One pass over the records (their tree), then each public target's
-        # t nearest records and their average (without the t the
-        # estimate undercounted a large t about 21x).
-        targets = params.targets.shape[0]
-        return float(num_records) * max(dim, 1) + float(targets) * params.t * max(dim, 1)
+        # Every public target against every record, coordinate by coordinate
+        # (m n d), and for each target the running t best merged with each
+        # chunk of records and sorted by (distance, index): about 2 n + t
+        # keys per target (chunks hold max(t, 1024) records), each at about
+        # two keys' log2 comparisons. The estimate once counted only n d +
+        # m t d: 1.7e6 for 6.7 s of CPU at n = 43,000, m = 1,024, t = 64.
+        targets, depth = params.targets.shape[0], max(dim, 1)
+        sort = 2.0 * math.log2(2 * max(params.t, 1024))
+        per_target = float(num_records) * (depth + 2 * sort) + params.t * (depth + sort)
+        return float(num_records) * depth + targets * per_target
 
     def output_shapes(self, params: NearestSourceParams, dim: int) -> tuple[tuple[int, ...]]:
         return (params.targets.shape,)

@@ -39,13 +39,26 @@ arrays (``upper - 1`` and ``lower``, with sentinels), plus a guide table
 indexed by the top ``g`` bits of a word that gives the count i at the
 bucket's smallest word; a few vectorised "advance while upper[i] <= w"
 passes finish it (``np.searchsorted`` takes the rare words in crowded
-buckets). Tables are cached per law (``functools.lru_cache``).
+buckets).
+
+Memory. Tables are cached per law, least recently used first out, in a
+cache bounded in bytes over the whole process (:class:`TableCache`): a
+site's policy sets the bound (``max_sampler_table_bytes``,
+:func:`bound_table_memory`; the tightest bound set in a process holds). Which
+tables are kept depends only on the sequence of laws asked for, public
+parameters of the queries, never on data. A table larger than the whole bound
+is built, used and dropped; none is that large under the smallest bound a
+policy accepts (:data:`LARGEST_TABLE_BYTES`). One table is built at a time,
+so the peak of building (the exact integer window, several times the table)
+is paid once however many jobs ask at once.
 """
 
 from __future__ import annotations
 
 import bisect
 import functools
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -60,6 +73,13 @@ _WORD_BITS = 64
 MAX_TABLE_ENTRIES = 2**18
 #: Vectorised advance passes before the leftover words use np.searchsorted.
 _ADVANCE_PASSES = 3
+#: The most guide bits (a guide of 2^20 int64 entries is 8 MiB).
+_MAX_GUIDE_BITS = 20
+#: The bytes of a table of MAX_TABLE_ENTRIES entries: two uint64 arrays of
+#: them (with their sentinels) and the largest guide, about 12 MiB.
+LARGEST_TABLE_BYTES = 2 * 8 * (MAX_TABLE_ENTRIES + 1) + 8 * 2**_MAX_GUIDE_BITS
+#: The process's bound before any site sets one: eight of the largest tables.
+DEFAULT_TABLE_MEMORY = 8 * LARGEST_TABLE_BYTES
 
 
 @dataclass(frozen=True)
@@ -116,17 +136,83 @@ class InversionTable:
     shift: np.uint64
 
 
-@functools.lru_cache(maxsize=8)  # up to 12 MB each at MAX_TABLE_ENTRIES
+    @property
+    def nbytes(self) -> int:
+        return self.upper_minus_one.nbytes + self.lower.nbytes + self.guide.nbytes
+
+
+class TableCache:
+    """Inversion tables by (law, bits), least recently used first out, holding
+    at most ``max_bytes`` (module docstring, "Memory")."""
+
+    def __init__(self, max_bytes: int = DEFAULT_TABLE_MEMORY) -> None:
+        self.max_bytes = max_bytes
+        self._tables: OrderedDict[tuple[CdfLaw, int], InversionTable] = OrderedDict()
+        self._lock = threading.Lock()
+        # One build at a time: a build's peak is several times its table.
+        self._building = threading.Lock()
+
+    @property
+    def held_bytes(self) -> int:
+        with self._lock:
+            return sum(table.nbytes for table in self._tables.values())
+
+    def bound(self, max_bytes: int) -> None:
+        """Lower the bound to ``max_bytes`` (never raise it), evicting at once."""
+        with self._lock:
+            self.max_bytes = min(self.max_bytes, max_bytes)
+            self._evict(0)
+
+    def table(self, law: CdfLaw, table_bits: int) -> InversionTable:
+        key = (law, table_bits)
+        with self._lock:
+            if key in self._tables:
+                self._tables.move_to_end(key)
+                return self._tables[key]
+        with self._building:
+            with self._lock:  # built by another thread while this one waited
+                if key in self._tables:
+                    self._tables.move_to_end(key)
+                    return self._tables[key]
+            table = _build_table(law, table_bits)
+            with self._lock:
+                if table.nbytes <= self.max_bytes:
+                    self._evict(table.nbytes)
+                    self._tables[key] = table
+        return table
+
+    def _evict(self, room: int) -> None:
+        """Drop the least recently used tables until ``room`` more bytes fit
+        (called with the lock held)."""
+        held = sum(table.nbytes for table in self._tables.values())
+        while self._tables and held + room > self.max_bytes:
+            _, dropped = self._tables.popitem(last=False)
+            held -= dropped.nbytes
+
+
+#: The process's tables: shared by every site and job in it.
+TABLES = TableCache()
+
+
+def bound_table_memory(max_bytes: int) -> None:
+    """Bound the bytes of the process's cached tables (the tightest bound holds)."""
+    TABLES.bound(max_bytes)
+
+
 def inversion_table(law: CdfLaw, table_bits: int = _WORD_BITS) -> InversionTable:
-    """The fast-path table of ``law``. ``table_bits`` below 64 (a test hook)
-    builds it from a coarser window scaled up to 64 bits: still certified,
-    only more words are left to the lazy path."""
+    """The fast-path table of ``law``, from the process's cache. ``table_bits``
+    below 64 (a test hook) builds it from a coarser window scaled up to 64
+    bits: still certified, only more words are left to the lazy path."""
+    return TABLES.table(law, table_bits)
+
+
+def _build_table(law: CdfLaw, table_bits: int) -> InversionTable:
     window = law.cdf_window(table_bits)
     scale = 1 << (_WORD_BITS - table_bits)
     upper = [min(max(value * scale, 1), 2**64) - 1 for value in window.upper]
     upper_minus_one = np.array([*upper, 2**64 - 1], dtype=np.uint64)
     lower = np.array([*(value * scale for value in window.lower), 0], dtype=np.uint64)
-    guide_bits = min(20, max(8, len(upper).bit_length() + 2))
+    guide_bits = min(_MAX_GUIDE_BITS, max(8, len(upper).bit_length() + 2))
     shift = np.uint64(_WORD_BITS - guide_bits)
     bucket_starts = np.arange(1 << guide_bits, dtype=np.uint64) << shift
     guide = np.searchsorted(upper_minus_one[:-1], bucket_starts, side="left").astype(np.int64)

@@ -285,18 +285,20 @@ class RegisterRequest(_message.Message):
     def __init__(self, site_name: _Optional[str] = ..., software_version: _Optional[str] = ..., num_records: _Optional[int] = ..., num_features: _Optional[int] = ..., kernels: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ..., adjacency: _Optional[str] = ..., schema: _Optional[_Union[SchemaDigest, _Mapping]] = ..., budget: _Optional[_Union[SiteBudget, _Mapping]] = ..., terms: _Optional[_Union[SitePolicyTerms, _Mapping]] = ...) -> None: ...
 
 class SitePolicyTerms(_message.Message):
-    __slots__ = ("peers_listed", "peers", "min_participants", "collusion_tolerance", "max_query_work")
+    __slots__ = ("peers_listed", "peers", "min_participants", "collusion_tolerance", "max_query_work", "max_job_work")
     PEERS_LISTED_FIELD_NUMBER: _ClassVar[int]
     PEERS_FIELD_NUMBER: _ClassVar[int]
     MIN_PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
     COLLUSION_TOLERANCE_FIELD_NUMBER: _ClassVar[int]
     MAX_QUERY_WORK_FIELD_NUMBER: _ClassVar[int]
+    MAX_JOB_WORK_FIELD_NUMBER: _ClassVar[int]
     peers_listed: bool
     peers: _containers.RepeatedScalarFieldContainer[str]
     min_participants: int
     collusion_tolerance: int
     max_query_work: float
-    def __init__(self, peers_listed: _Optional[bool] = ..., peers: _Optional[_Iterable[str]] = ..., min_participants: _Optional[int] = ..., collusion_tolerance: _Optional[int] = ..., max_query_work: _Optional[float] = ...) -> None: ...
+    max_job_work: float
+    def __init__(self, peers_listed: _Optional[bool] = ..., peers: _Optional[_Iterable[str]] = ..., min_participants: _Optional[int] = ..., collusion_tolerance: _Optional[int] = ..., max_query_work: _Optional[float] = ..., max_job_work: _Optional[float] = ...) -> None: ...
 
 class SiteBudget(_message.Message):
     __slots__ = ("epsilon_cap", "delta_cap", "epsilon_spent", "accounting")

@@ -8,8 +8,12 @@ from its first bytes, so a flood of half-sent calls fills only the flooder's
 budget; and it takes one of the server-wide slots (one per pool thread) only
 once its request has arrived, with a reserve of slots that only privileged
 callers (operators, and registered sites, who take part in jobs) may take, so
-that many certificate holders together cannot starve them either. Refusals
-name the limit that was hit, to the caller that hit it.
+that many certificate holders together cannot starve them either. One named
+caller never holds more slots than are open to all (capacity - reserve), so a
+registered site's own certificate, privileged as it is, cannot flood the
+reserve with slow whole calls: the reserve stays for operators and the other
+sites of a job (two registered sites together still could). Refusals name
+the limit that was hit, to the caller that hit it.
 
 Counting happens on the server's event loop; a lock keeps it safe anyway.
 """
@@ -75,6 +79,7 @@ class CallLimits:
         self._lock = threading.Lock()
         self._open: Counter[tuple[str, str]] = Counter()
         self._slots = 0
+        self._caller_slots: Counter[str] = Counter()
 
     def admit(self, caller: str | None, group: str) -> Admission | str:
         """An :class:`Admission`, or the refusal naming the caller's limit. A
@@ -91,14 +96,22 @@ class CallLimits:
 
     def take_slot(self, admission: Admission, privileged: bool) -> str | None:
         """Give the admitted call a server-wide slot; None, or the refusal."""
+        share = self.capacity - self.reserve
+        caller = admission.caller
         with self._lock:
-            if self._slots >= (self.capacity if privileged else self.capacity - self.reserve):
+            if self._slots >= (self.capacity if privileged else share):
                 return (f"the coordinator is serving {self._slots} calls; "
                         + ("that is all it can" if privileged else
                            f"the last {self.reserve} of its {self.capacity} slots are kept "
                            "for operators and registered sites")
                         + ": retry shortly")
+            if caller is not None and self._caller_slots[caller] >= share:
+                return (f"{caller!r} already holds {share} of the coordinator's "
+                        f"{self.capacity} call slots, the most one caller may: wait for its "
+                        "calls to finish")
             self._slots += 1
+            if caller is not None:
+                self._caller_slots[caller] += 1
             admission.slot = True
         return None
 
@@ -113,6 +126,10 @@ class CallLimits:
             if admission.slot:
                 self._slots -= 1
                 admission.slot = False
+                if admission.caller is not None:
+                    self._caller_slots[admission.caller] -= 1
+                    if self._caller_slots[admission.caller] <= 0:
+                        del self._caller_slots[admission.caller]
 
     def open_calls(self, caller: str) -> int:
         """Calls ``caller`` has open now."""

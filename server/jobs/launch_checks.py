@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,20 +192,11 @@ def check_query_work(releases: Sequence[PlannedRelease], sessions: Sequence[Site
     add/remove keeps n private (it registers 0), so only the site itself can
     check it; it still does, at the round, before reading a record."""
     problems = []
-    for session in sorted(sessions, key=lambda s: s.name):
-        registration = session.registration
-        cap = registration.terms.max_query_work if registration.HasField("terms") else 0.0
-        records = int(registration.num_records)
-        if not cap > 0 or records <= 0:
-            continue
+    for session, cap, records in _capped_sites(sessions, "max_query_work"):
         worst, kernel_name = 0.0, ""
-        for release in releases:
-            if release.sites is not None and session.name not in release.sites:
-                continue
-            kernel = get_kernel(release.kernel)
-            work = kernel.work(kernel.Params.from_wire(release.params, dim), dim, records)
+        for name, work in _planned_work(releases, session.name, dim, records):
             if work > worst:
-                worst, kernel_name = work, release.kernel
+                worst, kernel_name = work, name
         if worst > cap:
             problems.append(f"site {session.name!r} answers only queries of at most {cap:.3g} "
                             f"multiply-adds (its policy's max_query_work), and the job's "
@@ -213,6 +204,54 @@ def check_query_work(releases: Sequence[PlannedRelease], sessions: Sequence[Site
     if problems:
         raise ConfigError(f"job: {'; '.join(problems)}: fewer iterations or a smaller query "
                           "would fit, or ask the site to raise [queries] max_query_work")
+
+
+def check_job_work(releases: Sequence[PlannedRelease], sessions: Sequence[SiteSession],
+                   dim: int) -> None:
+    """Refuse a job whose planned queries would together cost a site more
+    than its registered ``max_job_work`` (client/compute_budget.py): the sum of
+    the same public estimates, ``Kernel.work``, over the releases the site
+    takes part in, at its public n. Where the coordinator cannot know the
+    figure (a site under add/remove keeps n private and registers 0; a site
+    older than the term registers no cap) the site still refuses the query
+    that would take the job over, before reading a record, in words that
+    name the cap."""
+    problems = []
+    for session, cap, records in _capped_sites(sessions, "max_job_work"):
+        total, answered = 0.0, 0
+        for _, work in _planned_work(releases, session.name, dim, records):
+            total, answered = total + work, answered + 1
+            if total > cap:
+                problems.append(f"site {session.name!r} spends at most {cap:.3g} multiply-adds "
+                                f"on one job (its policy's max_job_work), and the job's first "
+                                f"{answered} planned queries already need {total:.3g} there")
+                break
+    if problems:
+        raise ConfigError(f"job: {'; '.join(problems)}: fewer rounds or smaller queries would "
+                          "fit, or ask the site to raise [queries] max_job_work")
+
+
+def _capped_sites(sessions: Sequence[SiteSession], term: str
+                  ) -> Iterator[tuple[SiteSession, float, int]]:
+    """(session, cap, public n) of each site, by name, that registered the
+    work term ``term`` and its record count (0 for either: not checkable)."""
+    for session in sorted(sessions, key=lambda s: s.name):
+        registration = session.registration
+        cap = getattr(registration.terms, term) if registration.HasField("terms") else 0.0
+        records = int(registration.num_records)
+        if cap > 0 and records > 0:
+            yield session, cap, records
+
+
+def _planned_work(releases: Sequence[PlannedRelease], site: str, dim: int, records: int
+                  ) -> Iterator[tuple[str, float]]:
+    """(kernel, public work estimate) of each planned release site ``site`` answers."""
+    for release in releases:
+        if release.sites is not None and site not in release.sites:
+            continue
+        kernel = get_kernel(release.kernel)
+        yield release.kernel, kernel.work(kernel.Params.from_wire(release.params, dim), dim,
+                                          records)
 
 
 def check_estimator(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
@@ -278,6 +317,7 @@ def plan_job(spec: pb.JobSpec, hyperparameters: Mapping[str, Any],
                        spec.algorithm, err)
         return JobPlan(note=f"no plan: the algorithm could not be previewed ({err}); each "
                        "site's ledger still refuses any release over its cap")
+    check_job_work(releases, named, dim)
     check_kernels_allowed(releases, named)
     check_noise_grid(releases, JOB_GRID, dim)
     check_query_work(releases, named, dim)

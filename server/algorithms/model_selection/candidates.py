@@ -302,7 +302,7 @@ def candidate_learner(spec: CandidateSpec, settings: Mapping[str, Any], epsilon:
                    "clip_norm": settings["clip_norm"], "calibration": settings["calibration"]}
         if spec.learner == "noisy_gd":
             return NoisyGD(radius=settings["radius"], **descent)
-        return NoisyGD(center=_ball_center(spec, center), average="tail",
+        return NoisyGD(center=ball_center(spec, center), average="tail",
                        radius=settings.get("radius_factor", BALL_RADIUS_FACTOR)
                        * float(np.linalg.norm(center)), **descent)
     penalty = settings["penalty"]
@@ -319,7 +319,7 @@ def candidate_learner(spec: CandidateSpec, settings: Mapping[str, Any], epsilon:
                       seed=settings["seed"], **shared)
 
 
-def _ball_center(spec: CandidateSpec, center: np.ndarray | None) -> np.ndarray:
+def ball_center(spec: CandidateSpec, center: np.ndarray | None) -> np.ndarray:
     """The source-only model ball_gd is centred at, or InvalidParameterError."""
     if center is None:
         raise InvalidParameterError(f"candidate {spec.name!r}: ball_gd needs center (the free "
@@ -341,7 +341,7 @@ def candidate_models(spec: CandidateSpec, weights: np.ndarray,
     of public data: it costs no budget)."""
     if spec.shrink is None:
         return [weights]
-    center = _ball_center(spec, center)
+    center = ball_center(spec, center)
     radius = spec.shrink * float(np.linalg.norm(center))
     return [weights, project_to_ball(weights, radius, center)]
 

@@ -125,3 +125,36 @@ def test_bad_edges_are_refused_naming_the_parameter(edges, message):
 def test_the_reference_must_have_a_candidates_shape():
     with pytest.raises(ValueError, match="reference"):
         params(reference=np.ones(DIM + 1))
+
+
+@pytest.mark.parametrize("kernel", ["loss_difference_histogram", "validation_loss"])
+def test_a_softmax_query_computes_its_margins_in_chunks_that_fit_the_working_memory(
+        kernel, monkeypatch):
+    # The margins of one chunk of records, (rows, C) per model, must stay
+    # within CHUNK_RECORDS entries whatever the number of classes C the
+    # coordinator sends: sized by K alone, a chunk of 8,192 records times
+    # C = 65,536 classes (an admitted query) needs gigabytes, so whether a site
+    # fails would depend on its private n (validation_loss.py sizes its chunks
+    # by K C for this reason).
+    from privadapt.common.kernels import base, validation_loss
+
+    classes, n = 1024, 200
+    largest = []
+    own = validation_loss.record_products
+
+    def recorded(features, weights):
+        largest.append(features.shape[0] * (weights.shape[1] if weights.ndim == 2 else 1))
+        return own(features, weights)
+
+    monkeypatch.setattr(validation_loss, "record_products", recorded)
+    rng = np.random.default_rng(3)
+    data = Dataset(rng.normal(size=(n, DIM)), rng.integers(0, classes, n).astype(float),
+                   tuple(f"x{i}" for i in range(DIM)))
+    candidates, reference = rng.normal(size=(1, DIM, classes)), rng.normal(size=(DIM, classes))
+    p = (LossDifferenceHistogramParams(candidates, reference, "softmax_cross_entropy",
+                                       np.array([[1.0, 2.0]]))
+         if kernel == "loss_difference_histogram"
+         else validation_loss.ValidationLossParams(candidates, "softmax_cross_entropy", 1.0,
+                                                   reference=reference))
+    get_kernel(kernel).compute(data, p, {})
+    assert largest and max(largest) <= base.CHUNK_RECORDS

@@ -641,8 +641,8 @@ def test_float_and_its_rounded_fraction_are_different_laws():
             is not inversion_table(FoldedDiscreteGaussian(Fraction(1, 10))))
 
 
-def test_threads_building_and_evicting_tables_draw_what_a_serial_run_draws():
-    """12 parameters (more than the 8 cached tables) drawn from 6
+def test_threads_building_and_evicting_tables_draw_what_a_serial_run_draws(monkeypatch):
+    """12 parameters (more than the cache's bytes hold) drawn from 6
     threads at once, the lazy path forced for some (a 3-bit table): the same
     samples as one thread at a time."""
     laws = [RationalPoisson(Fraction(1000 + i, 7)) for i in range(6)] + [
@@ -653,7 +653,8 @@ def test_threads_building_and_evicting_tables_draw_what_a_serial_run_draws():
         law, seed, bits = job
         return sample_by_inversion(law, 3000, KeystreamBits(SeededRandomBits(seed)), bits)
 
-    exact_table_inversion.inversion_table.cache_clear()
+    small = exact_table_inversion.TableCache(max_bytes=3 * inversion_table(laws[0]).nbytes)
+    monkeypatch.setattr(exact_table_inversion, "TABLES", small)
     exact_table_inversion._window.cache_clear()
     with ThreadPoolExecutor(max_workers=6) as pool:
         together = list(pool.map(run, jobs * 2))

@@ -39,6 +39,24 @@ def test_the_reserve_is_kept_for_privileged_callers():
     assert limits.busy_slots() == 0 and limits.open_calls("holder-0") == 0
 
 
+def test_a_registered_site_flooding_slow_calls_leaves_the_reserve_to_the_others():
+    # A privileged caller (a registered site's own certificate) whose whole
+    # calls are slow: it holds at most the slots open to all, and operators and
+    # the job's other sites are served from the reserve while it holds them.
+    limits = CallLimits(capacity=6, reserve=2, per_caller={"round": 32, "other": 1,
+                                                           "operator": 4})
+    flood = [limits.admit("site-mallory", "round") for _ in range(32)]
+    taken = [limits.take_slot(call, privileged=True) for call in flood]
+    assert taken[:4] == [None] * 4
+    assert all("'site-mallory' already holds 4 of the coordinator's 6 call slots" in refusal
+               for refusal in taken[4:])
+    assert limits.take_slot(limits.admit("operator", "operator"), privileged=True) is None
+    assert limits.take_slot(limits.admit("site-b", "round"), privileged=True) is None
+    assert "that is all it can" in limits.take_slot(limits.admit("site-c", "round"), True)
+    limits.release(flood[0])
+    assert limits.take_slot(flood[4], privileged=True) is None  # its slot back, one more
+
+
 def test_an_unnamed_caller_has_only_the_server_wide_slots():
     limits = CallLimits(capacity=3, reserve=1, per_caller=LIMITS)
     calls = [limits.admit(None, "session") for _ in range(5)]  # no per-caller budget

@@ -131,3 +131,76 @@ def test_the_paired_score_is_the_default_for_either_loss_and_the_others_stay(los
         assert model._score() == resolved
     assert SelectedAdaptation(loss="logistic", radius=5.0, epsilon=1.0, delta=1e-5,
                               selection_score="error")._score() == "error"
+
+
+def test_the_resolution_counts_every_scored_candidate_shrunk_copies_included():
+    # rho_sel decides whether the job releases anything (> 1/4: nothing), so it
+    # must be the resolution of the release that runs, whose t and sqrt(K')
+    # count every candidate it scores: the default ball_gd candidate gives two
+    # (the trained model and its free shrunk copy).
+    from privadapt.server.algorithms.model_selection.private_selection import (
+        paired_resolution,
+    )
+
+    (xs, ys), (xt, yt) = heavy_tailed(1000, 1200, 0)
+    parts = [Dataset(xt[rows], yt[rows], NAMES) for rows in np.array_split(np.arange(1200), 2)]
+    model = SelectedAdaptation(loss="squared", radius=5.0, epsilon=10.0, delta=1e-5,
+                               iterations=10)
+    with LocalFederation.from_datasets(parts, noise_seed=0, epsilon_cap=20.0,
+                                       delta_cap=1e-3) as federation:
+        model.fit(federation, None, Dataset(xs, ys, NAMES))
+    assert model.warning_ is None
+    scored = len(model.candidates_) - 1  # all but the reference, source-only
+    assert scored == len(model.candidate_names_) - 1 == 3
+    epsilon, delta = model.budget_plan_["selection"]
+    expected = paired_resolution(scored, model.num_validation_records_, epsilon, delta,
+                                 confidence=model.baseline_confidence)
+    assert model.selection_resolution_ == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("composition", ["basic", "pld"])
+def test_a_ball_candidate_without_a_ball_is_refused_before_any_release(composition):
+    # ball_gd's radius is radius_factor x ||w_src||; a source-only model of norm
+    # 0 (here: a public source whose labels are all 0) leaves it no ball. That
+    # is known from public data before the first release, so no candidate
+    # trained before it may have been charged for a job that then fails.
+    from privadapt.server.algorithms.base import InvalidParameterError
+
+    (xs, ys), (xt, yt) = heavy_tailed(300, 600, 0)
+    parts = [Dataset(xt[rows], yt[rows], NAMES) for rows in np.array_split(np.arange(600), 2)]
+    model = SelectedAdaptation(loss="squared", radius=5.0, epsilon=5.0, delta=1e-5,
+                               iterations=5, candidates="noisy_gd,ball_gd",
+                               composition=composition)
+    with LocalFederation.from_datasets(parts, noise_seed=0, epsilon_cap=20.0,
+                                       delta_cap=1e-3) as federation:
+        with pytest.raises(InvalidParameterError, match="ball_gd"):
+            model.fit(federation, None, Dataset(xs, np.zeros_like(ys), NAMES))
+        assert not federation.privacy_spent()["site-1"].mechanisms
+
+
+@pytest.mark.parametrize(("epsilon", "share"), [(10.0, 0.25), (3.0, 0.5), (3.0, 0.3)])
+def test_the_selection_gets_the_larger_share_where_the_smaller_leaves_it_too_coarse(
+        epsilon, share):
+    # "auto": 0.25 unless the paired release at 0.25 could only certify a mean
+    # difference coarser than 0.1 clips per record (public values: n_val, K',
+    # epsilon, delta); a number is taken as given.
+    from privadapt.server.algorithms.model_selection.private_selection import (
+        paired_resolution,
+    )
+
+    (xs, ys), (xt, yt) = heavy_tailed(1000, 1200, 0)
+    parts = [Dataset(xt[rows], yt[rows], NAMES) for rows in np.array_split(np.arange(1200), 2)]
+    asked = "auto" if share != 0.3 else share
+    model = SelectedAdaptation(loss="squared", radius=5.0, epsilon=epsilon, delta=1e-5,
+                               iterations=5, selection_share=asked)
+    with LocalFederation.from_datasets(parts, noise_seed=0, epsilon_cap=20.0,
+                                       delta_cap=1e-3) as federation:
+        model.fit(federation, None, Dataset(xs, ys, NAMES))
+    if asked == "auto":
+        at_quarter = paired_resolution(len(model.candidates_) - 1, model.num_validation_records_,
+                                       0.25 * epsilon, 0.25e-5,
+                                       confidence=model.baseline_confidence)
+        assert (at_quarter > 0.1) == (share == 0.5)
+    assert model.selection_share_ == share
+    selection_epsilon = model.budget_plan_["selection"][0]
+    assert selection_epsilon == pytest.approx(model.budget_scale_ * share * epsilon)

@@ -1,0 +1,132 @@
+"""How a site daemon schedules the work items of several jobs.
+
+The coordinator pushes every job's work items down one stream. The daemon's
+reading thread does no work itself: it puts each item in its job's *lane*, a
+first-in first-out queue, and returns to the stream. Each lane with items is
+served by a thread of its own, one item at a time, so
+
+* the items of one job run one after another, in the order they came (an
+  announcement before its roster, a roster before the job's end), as the
+  worker's round logic needs;
+* the items of different jobs run at once: a query that takes seconds in one
+  job (up to the policy's ``max_query_work``, client/compute_budget.py) never
+  holds up the rounds of another job at the same site. The site's ledger
+  reserves each query's budget before it runs (client/ledger/), so queries of
+  different jobs can neither overspend the cap together nor see each other's
+  reservation as their own.
+
+Bounds, so that a coordinator cannot turn lanes into unbounded threads or
+memory: at most ``max_lanes`` lanes run at once, the others wait their turn,
+first come first served, and a running lane with items left steps back
+behind the waiting ones after each item (round robin); at most
+``max_queued`` items wait in all, beyond which the reading thread waits, so
+the stream's own flow control holds a flooding coordinator back.
+
+On :meth:`close` (the stream ended or the daemon stops) items not started are
+dropped, the items in hand finish: an announcement never started published no
+key, a roster never started charged nothing (the coordinator's round times
+out and is retried), and the ledger commits every charge before its share
+leaves.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from privadapt.common.proto import federation_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+#: Lanes that may run at once: a few more than the jobs a site usually serves.
+MAX_LANES = 8
+#: Items waiting in all lanes together before the reading thread waits.
+MAX_QUEUED = 1024
+
+
+def job_of(item: pb.WorkItem) -> str:
+    """The job an item belongs to ("" for an item of no known kind)."""
+    kind = item.WhichOneof("item")
+    return "" if kind is None else getattr(item, kind).job_id
+
+
+class JobLanes:
+    """Runs ``handle`` on work items, one lane per job (module docstring).
+    ``handle`` must not raise (``SiteWorker.handle`` never does); an exception
+    that escapes it anyway is logged and the lane goes on."""
+
+    def __init__(self, handle: Callable[[pb.WorkItem], None], max_lanes: int = MAX_LANES,
+                 max_queued: int = MAX_QUEUED) -> None:
+        if max_lanes < 1 or max_queued < 1:
+            raise ValueError("a daemon needs at least one lane and one queued item")
+        self._handle = handle
+        self.max_lanes, self.max_queued = max_lanes, max_queued
+        self._queues: dict[str, deque[pb.WorkItem]] = {}
+        self._waiting: deque[str] = deque()  # jobs with items and no running lane
+        self._running: set[str] = set()
+        self._queued = 0
+        self._closed = False
+        self._changed = threading.Condition()
+
+    def submit(self, item: pb.WorkItem) -> None:
+        """Queue ``item`` in its job's lane (waits while ``max_queued`` items wait)."""
+        job = job_of(item)
+        with self._changed:
+            self._changed.wait_for(lambda: self._closed or self._queued < self.max_queued)
+            if self._closed:
+                return
+            queue = self._queues.setdefault(job, deque())
+            queue.append(item)
+            self._queued += 1
+            if job not in self._running and job not in self._waiting:
+                self._waiting.append(job)
+            self._start_lanes()
+
+    def close(self) -> None:
+        """Drop the items not started and wait for those in hand to finish."""
+        with self._changed:
+            self._closed = True
+            self._queues.clear()
+            self._waiting.clear()
+            self._queued = 0
+            self._changed.notify_all()
+            self._changed.wait_for(lambda: not self._running)
+
+    def _start_lanes(self) -> None:
+        """Start waiting lanes while fewer than ``max_lanes`` run (lock held)."""
+        while self._waiting and len(self._running) < self.max_lanes:
+            job = self._waiting.popleft()
+            self._running.add(job)
+            threading.Thread(target=self._serve, args=(job,), name="job-lane",
+                             daemon=True).start()
+
+    def _serve(self, job: str) -> None:
+        while True:
+            with self._changed:
+                queue = self._queues.get(job)
+                if not queue:
+                    self._queues.pop(job, None)
+                    self._stop_lane(job)
+                    return
+                item = queue.popleft()
+                self._queued -= 1
+                self._changed.notify_all()
+            try:
+                self._handle(item)
+            except Exception:
+                logger.exception("work item %d of job %r failed", item.sequence, job)
+            with self._changed:
+                if self._queues.get(job) and self._waiting:
+                    # Others wait for a lane: step back behind them.
+                    self._waiting.append(job)
+                    self._stop_lane(job)
+                    return
+
+    def _stop_lane(self, job: str) -> None:
+        """End ``job``'s lane and let a waiting one start (lock held)."""
+        self._running.discard(job)
+        if not self._closed:
+            self._start_lanes()
+        self._changed.notify_all()

@@ -1,0 +1,174 @@
+"""The daemon's lanes (client/daemon/job_lanes.py): one job's items in order,
+different jobs at once, so a long query of one job never stalls the rounds
+of another at the same site. Ordered by events, never by timing: a wait's
+timeout only keeps a broken scheduler from hanging the suite."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from privadapt.client.daemon.job_lanes import JobLanes
+from privadapt.common.federation import Query
+from privadapt.common.mechanisms import Adjacency, GaussianMechanism
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.wire.messages import query_to_proto
+from tests.client.daemon.test_site_worker import (  # noqa: F401 -- pki is a fixture
+    DIM,
+    Calls,
+    make_worker,
+    pki,
+)
+
+# Only a failsafe: every wait below is released by an event of the test.
+FAILSAFE_S = 60.0
+
+
+def report_item(job: str, sequence: int) -> pb.WorkItem:
+    return pb.WorkItem(sequence=sequence,
+                       privacy_report_request=pb.PrivacyReportRequest(job_id=job))
+
+
+def test_the_items_of_one_job_run_one_at_a_time_in_the_order_they_came():
+    seen: list[int] = []
+    inside = threading.Semaphore(1)
+    finished = threading.Event()
+
+    def handle(item: pb.WorkItem) -> None:
+        assert inside.acquire(blocking=False), "two items of one job ran at once"
+        seen.append(item.sequence)
+        inside.release()
+        if item.sequence == 52:
+            finished.set()
+
+    lanes = JobLanes(handle)
+    for sequence in range(1, 51):
+        lanes.submit(report_item("job-a", sequence))
+    lanes.submit(pb.WorkItem(sequence=51, job_end=pb.JobEnd(job_id="job-a")))
+    lanes.submit(report_item("job-a", 52))
+    assert finished.wait(FAILSAFE_S)
+    lanes.close()
+    assert seen == list(range(1, 53))
+
+
+def test_a_second_job_runs_while_the_first_jobs_item_is_in_hand():
+    b_done, a_done, a_saw_b = threading.Event(), threading.Event(), []
+
+    def handle(item: pb.WorkItem) -> None:
+        if item.privacy_report_request.job_id == "job-a":
+            a_saw_b.append(b_done.wait(FAILSAFE_S))
+            a_done.set()
+        else:
+            b_done.set()
+
+    lanes = JobLanes(handle)
+    lanes.submit(report_item("job-a", 1))
+    lanes.submit(report_item("job-b", 2))
+    assert a_done.wait(2 * FAILSAFE_S)
+    lanes.close()
+    assert a_saw_b == [True]
+
+
+def test_jobs_beyond_the_lane_limit_wait_their_turn_in_arrival_order():
+    order: list[int] = []
+    release_first, all_ran = threading.Event(), threading.Event()
+
+    def handle(item: pb.WorkItem) -> None:
+        order.append(item.sequence)
+        if item.sequence == 1:
+            release_first.wait(FAILSAFE_S)
+        if len(order) == 4:
+            all_ran.set()
+
+    lanes = JobLanes(handle, max_lanes=1)
+    lanes.submit(report_item("job-a", 1))
+    lanes.submit(report_item("job-b", 2))
+    lanes.submit(report_item("job-c", 3))
+    lanes.submit(report_item("job-a", 4))
+    release_first.set()
+    assert all_ran.wait(FAILSAFE_S)
+    lanes.close()
+    # job-a's second item steps back behind the jobs that were waiting.
+    assert order == [1, 2, 3, 4]
+
+
+def test_close_drops_the_items_not_started_and_finishes_the_one_in_hand():
+    started, release, ran = threading.Event(), threading.Event(), []
+
+    def handle(item: pb.WorkItem) -> None:
+        ran.append(item.sequence)
+        started.set()
+        release.wait(FAILSAFE_S)
+
+    lanes = JobLanes(handle)
+    lanes.submit(report_item("job-a", 1))
+    lanes.submit(report_item("job-a", 2))
+    assert started.wait(FAILSAFE_S)
+    closing = threading.Thread(target=lanes.close)
+    closing.start()
+    release.set()
+    closing.join(FAILSAFE_S)
+    assert not closing.is_alive() and ran in ([1], [1, 2])
+
+
+class ThreadSafeCalls(Calls):
+    """The coordinator's side of the calls, from several lanes, with an event
+    per (kind, job)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: dict[tuple[str, str], object] = {}
+        self.events: dict[tuple[str, str], threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def event(self, kind: str, job: str) -> threading.Event:
+        with self._lock:
+            return self.events.setdefault((kind, job), threading.Event())
+
+    def _record(self, kind: str, request) -> pb.Ack:
+        with self._lock:
+            self.sent[(kind, request.job_id)] = request
+        self.event(kind, request.job_id).set()
+        return pb.Ack()
+
+
+def _announcement(job: str) -> pb.WorkItem:
+    mechanism = GaussianMechanism.single(2.0, 4.0, Adjacency.REPLACE_ONE)
+    params = {"weights": np.zeros(DIM), "loss": "logistic", "clip_norm": 1.0}
+    query = Query(job, "q1", "linear_gradient", params, mechanism)
+    return pb.WorkItem(round_announcement=pb.RoundAnnouncement(
+        job_id=job, round=1, query_id="q1", query=query_to_proto(query, 1),
+        fractional_bits=query.fractional_bits))
+
+
+def _round(lanes: JobLanes, calls: ThreadSafeCalls, job: str) -> None:
+    lanes.submit(_announcement(job))
+    assert calls.event("key", job).wait(FAILSAFE_S)
+    key = calls.sent[("key", job)]
+    lanes.submit(pb.WorkItem(roster=pb.Roster(job_id=job, round=1, query_id="q1", keys=[key])))
+
+
+def test_a_second_jobs_round_is_answered_while_a_long_query_of_the_first_runs(
+        make_site, pki, tmp_path):  # noqa: F811 -- pki is the fixture
+    worker = make_worker(make_site, pki, tmp_path, "site-a")
+    calls = ThreadSafeCalls()
+    a_running, b_answered_meanwhile = threading.Event(), []
+    answer = worker.site.answer
+
+    def long_answer(query, num_participants):
+        if query.job_id == "job-a":  # the long query: runs until job-b's share left
+            a_running.set()
+            b_answered_meanwhile.append(calls.event("share", "job-b").wait(FAILSAFE_S))
+        return answer(query, num_participants)
+
+    worker.site.answer = long_answer
+    lanes = JobLanes(lambda item: worker.handle(item, calls))
+    _round(lanes, calls, "job-a")
+    assert a_running.wait(FAILSAFE_S)
+    _round(lanes, calls, "job-b")
+    assert calls.event("share", "job-a").wait(FAILSAFE_S)
+    lanes.close()
+    assert b_answered_meanwhile == [True]
+    assert not any(kind == "refusal" for kind, _ in calls.sent)
+    assert {job for kind, job in calls.sent if kind == "share"} == {"job-a", "job-b"}
