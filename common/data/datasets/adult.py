@@ -181,7 +181,7 @@ DEFAULT_SPLIT = "sex"
 # experiments/results/adult_splits.csv), at most DEMO_RECORDS_PER_SITE private
 # records per site, a mid-size hospital.
 DEMO_SPLIT = "education-bachelors-plus"
-DEMO_RECORDS_PER_SITE = 1000
+DEMO_RECORDS_PER_SITE = 2000
 
 
 def adult_schema(split: str = DEFAULT_SPLIT) -> Schema:
