@@ -246,10 +246,16 @@ def sites(task: Task, private, seed: int, epsilon: float, name: str):
     return fed.new_job(name)
 
 
+SELECTION_OVERRIDES: dict = {}
+
+
 def run_selected(row: Row, private, test, epsilon: float, split: int, seed: int) -> dict:
     task = row.task
     settings = selection_settings(task, epsilon if math.isfinite(epsilon) else 1.0, seed)
-    settings.update(epsilon=epsilon, validation_fraction=VALIDATION_FRACTION)
+    # The library's default candidates and split, not the adapter study's grid.
+    del settings["candidates"]
+    settings.update(epsilon=epsilon, validation_fraction=VALIDATION_FRACTION,
+                    **SELECTION_OVERRIDES)
     name = job_id(task, split, epsilon, "selected")
     with sites(task, private, seed, epsilon, name) as fed:
         public = task.source if task.source_names is None else \
@@ -543,7 +549,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", type=Path, default=None,
                         help="the run log (default experiments/results/gain_study[_quick].csv)")
     parser.add_argument("--summary-only", action="store_true")
+    parser.add_argument("--selection-share", type=float, default=None,
+                        help="SelectedAdaptation's selection_share (default: its own)")
     args = parser.parse_args(argv)
+    if args.selection_share is not None:
+        SELECTION_OVERRIDES["selection_share"] = args.selection_share
     if RAM_DIRECTORY.is_dir():
         tempfile.tempdir = str(RAM_DIRECTORY)
     splits = 2 if args.quick else args.splits

@@ -12,7 +12,6 @@ from privadapt.common.proto import federation_pb2 as pb
 from privadapt.server.jobs.catalog import ALGORITHMS, estimator_for, validate_hyperparameters
 from privadapt.server.jobs.spec import hyperparameters, job_spec_from_toml
 from privadapt.simulation.simulate import (
-    DEMO_CANDIDATES,
     DEMO_JOBS,
     DEMO_KERNELS,
     JobOutcome,
@@ -35,8 +34,8 @@ def test_every_demo_job_file_passes_the_launch_checks(tmp_path):
     assert "selected_adaptation" in algorithms
 
 
-def test_the_demo_policy_allows_the_selection_kernel():
-    assert "validation_loss" in DEMO_KERNELS
+def test_the_demo_policy_allows_the_selection_kernels():
+    assert {"validation_loss", "loss_difference_histogram"} <= DEMO_KERNELS
 
 
 def test_the_demo_table_names_the_chosen_candidate_with_its_settings(capsys):
@@ -45,15 +44,16 @@ def test_the_demo_table_names_the_chosen_candidate_with_its_settings(capsys):
     domains = load_adult_domains(num_sites=1, seed=0, split=DEMO_SPLIT,
                                  max_records_per_site=10)
     dim = domains.source.dim
-    ids = np.array([0, 6, 1, 5, 5])  # source_only, public_constant, then the job's three
-    model = {"weights": np.zeros(dim), "candidates": np.zeros((5, dim)),
-             "candidate_ids": ids, "best_index": np.array(4),
-             "noisy_losses": np.array([0.7, 0.6, 0.2, 0.3, 0.1])}
+    # source_only, public_constant, then the default candidate's trained model
+    # and its free shrunk copy (both ball_gd)
+    ids = np.array([0, 6, 7, 7])
+    model = {"weights": np.zeros(dim), "candidates": np.zeros((4, dim)),
+             "candidate_ids": ids, "best_index": np.array(3),
+             "noisy_losses": np.array([0.0, 0.6, -0.2, -0.1])}
     outcome = JobOutcome("selected-eps1-x", "selected_adaptation", 1.0,
-                         pb.JOB_STATE_SUCCEEDED, "", model, {}, 1.0, [],
-                         {"candidates": DEMO_CANDIDATES})
+                         pb.JOB_STATE_SUCCEEDED, "", model, {}, 1.0, [], {})
     report(domains, [outcome], {})
     out = capsys.readouterr().out
-    assert "private selection: pncnvx_adap_smooth:alpha=0.1" in out
-    assert "public_constant 0.600" in out and "noisy mean clipped validation loss" in out
-    assert "pncnvx_adap" not in {algorithm for _, algorithm, _ in DEMO_JOBS}
+    assert "private selection: ball_gd:radius_factor=1:shrink=0.25" in out
+    assert "public_constant 0.600" in out
+    assert "noisy mean validation loss minus source-only's" in out

@@ -233,3 +233,19 @@ def test_every_split_round_trips_through_its_site_csvs(split_domains, tmp_path):
 def test_an_unknown_split_is_refused_with_the_known_names():
     with pytest.raises(ValueError, match="marital-not-married"):
         load_adult_domains(split="height")
+
+
+def test_the_rows_past_each_sites_cap_are_the_unheld_design_set():
+    capped = load_adult_domains(num_sites=3, seed=1, split="sex", max_records_per_site=500)
+    whole = load_adult_domains(num_sites=3, seed=1, split="sex")
+    assert whole.target_unheld is None
+    held = sum(site.num_records for site in capped.target_sites)
+    assert held == 1500
+    assert held + capped.target_unheld.num_records == sum(
+        site.num_records for site in whole.target_sites)
+    # The same shuffle: each site keeps the first 500 of its share, the rest is unheld.
+    for site, share in zip(capped.target_sites, whole.target_sites, strict=True):
+        np.testing.assert_array_equal(site.features, share.features[:500])
+    np.testing.assert_array_equal(
+        capped.target_unheld.features,
+        np.concatenate([share.features[500:] for share in whole.target_sites]))
