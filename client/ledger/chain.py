@@ -17,7 +17,9 @@ What each disagreement means, at open (:func:`check_head_file`):
 
 * head file equal to the database: the normal case;
 * head file exactly one charge behind, and equal to the chain over all rows
-  but the last: the site crashed between its commit and the head file write.
+  but the last (or at the same count, before the chain's last checkpoint
+  link, :mod:`privadapt.client.ledger.checkpoints`): the site crashed between
+  its commit and the head file write.
   That charge was never released (a release waits for the head file), but the
   database has it, so it stays charged and the head file is repaired;
 * head file ahead of the database, or naming another chain (a database
@@ -37,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,13 +166,14 @@ _RECOVER = (
 
 
 def check_head_file(
-    ledger_path: Path, stored: ChainHead | None, head: ChainHead, before: ChainHead
+    ledger_path: Path, stored: ChainHead | None, head: ChainHead, behind: Collection[ChainHead]
 ) -> bool:
     """Check the head file against the database's chain (``head`` over all
-    rows, ``before`` over all rows but the last; ``stored`` is what no
-    database may disagree with). Returns True when the head file must be
-    rewritten (missing on a ledger with no charges, or one charge behind
-    after a crash); raises ``ConfigError`` when the two disagree otherwise."""
+    rows; ``behind``: the heads one write earlier, before its last row or
+    its last checkpoint link; ``stored`` is what no database may disagree
+    with). Returns True when the head file must be rewritten (missing on a
+    ledger with no charges, or one write behind after a crash); raises
+    ``ConfigError`` when the two disagree otherwise."""
     path = head_file(ledger_path)
     if stored == head:
         return False
@@ -182,7 +185,7 @@ def check_head_file(
             f"{head.count} charges. The head file is what shows that the database was not "
             f"replaced or rolled back. {_RECOVER}"
         )
-    if stored.count == head.count - 1 and stored == before:
+    if stored.count in (head.count - 1, head.count) and stored in behind:
         return True  # crash between the commit and the head file write
     if stored.count > head.count:
         raise ConfigError(

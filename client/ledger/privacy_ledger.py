@@ -55,6 +55,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from privadapt.client.ledger import checkpoints as checkpoints
 from privadapt.client.ledger import latches as latches
 from privadapt.client.ledger import reservations as reservations
 from privadapt.client.ledger.accounting import mechanism_json
@@ -148,6 +149,10 @@ class PrivacyLedger(LedgerView):
             self.close()
             raise
         self._head, self._last_id = rebuilt.head, rebuilt.last_id
+        self._checkpointed = rebuilt.checkpointed
+        #: Rows this open re-derived (after the newest checkpoint): bounded
+        #: by CHECKPOINT_INTERVAL whatever the ledger's history.
+        self.rows_rederived = rebuilt.rows
         if rebuilt.last_epsilon is not None:
             self._last = (rebuilt.last_epsilon, AccountingMethod(rebuilt.last_method))
 
@@ -278,6 +283,11 @@ class PrivacyLedger(LedgerView):
                     reservations.consume(conn, job_id, query_id)
                     self._totals.add(text)
                     added = True
+                    checkpointed = self._checkpointed
+                    if head.count - checkpointed >= checkpoints.CHECKPOINT_INTERVAL:
+                        head = checkpoints.write(conn, checkpoints.Checkpoint(
+                            head, cursor.lastrowid, dict(self._totals.groups)))
+                        checkpointed = head.count
                     write_state(conn, self._totals, head, self.policy.adjacency.value)
                     if state is not None:
                         conn.execute(
@@ -294,6 +304,7 @@ class PrivacyLedger(LedgerView):
             if checked is not None and self._issued_checks.get(checked.token) is checked:
                 del self._issued_checks[checked.token]  # consumed: never reused again
             self._head, self._last_id, self._last = head, cursor.lastrowid, (epsilon, method)
+            self._checkpointed = checkpointed
             self._count_for_job(job_id, text)
             self._publish_head()
         return Charge(job_id, query_id, mechanism, epsilon, method, now,
