@@ -110,7 +110,10 @@ def _rebuild_and_verify(conn: sqlite3.Connection, path: Path, policy: SitePolicy
     it is as long as a charge lets the rows after a checkpoint grow.
     ``upgrading``: a schema-1 ledger, whose chain starts now."""
     adjacency = policy.adjacency.value
-    rebuilt = rebuild(conn, policy.site_name, totals, from_checkpoint=True)
+    try:
+        rebuilt = rebuild(conn, policy.site_name, totals, from_checkpoint=True)
+    except ValueError as err:  # a row's mechanism the groups table did not name
+        raise _altered(path, f"a charge cannot be accounted under its adjacency ({err})") from None
     stored_head = read_head_file(head_file(path))
     had_state = verify_derived(conn, path, rebuilt, adjacency)
     if not had_state and stored_head is None and (upgrading or rebuilt.head.count == 0):
@@ -145,7 +148,11 @@ def _check_existing(conn: sqlite3.Connection, path: Path, policy: SitePolicy) ->
             f"ledger {path} belongs to site {owner!r} but the policy is for site "
             f"{policy.site_name!r}; point each site at its own ledger database"
         )
-    for (text,) in conn.execute("SELECT DISTINCT mechanism_json FROM charges"):
+    # The groups table names every mechanism charged (the open checks it
+    # against the rows it re-derives); only a ledger without one is scanned.
+    texts = conn.execute("SELECT mechanism_json FROM groups").fetchall() or conn.execute(
+        "SELECT DISTINCT mechanism_json FROM charges").fetchall()
+    for (text,) in texts:
         try:
             parse_mechanism(text).in_adjacency(policy.adjacency)
         except ValueError as err:
