@@ -77,7 +77,7 @@ def refuse_missing(path: Path, create: bool) -> None:
 
 
 def open_tables(conn: sqlite3.Connection, path: Path, policy: SitePolicy,
-                totals: LedgerTotals, create: bool) -> Rebuilt:
+                totals: LedgerTotals, create: bool, durable: bool = True) -> Rebuilt:
     """Inside the opening write transaction: create or upgrade the tables,
     refuse a ledger of another site, schema or adjacency, or one that was
     altered; rebuild the chain and ``totals`` from the rows, repair only the
@@ -97,13 +97,13 @@ def open_tables(conn: sqlite3.Connection, path: Path, policy: SitePolicy,
             f"ledger {path}: it says it was written by schema 1 but holds "
             "tables schema 1 never had: it was altered; restore the site's "
             "ledger and its head file from backup")
-    rebuilt = _rebuild_and_verify(conn, path, policy, totals, upgrading=genuine_v1)
+    rebuilt = _rebuild_and_verify(conn, path, policy, totals, genuine_v1, durable)
     write_meta(conn, policy)
     return rebuilt
 
 
 def _rebuild_and_verify(conn: sqlite3.Connection, path: Path, policy: SitePolicy,
-                        totals: LedgerTotals, upgrading: bool) -> Rebuilt:
+                        totals: LedgerTotals, upgrading: bool, durable: bool) -> Rebuilt:
     """Re-derive chain and totals from the newest checkpoint and the rows
     after it, check every stored copy (derived tables, head file), repair
     only the legitimate crash case, and checkpoint what was re-derived if
@@ -129,7 +129,7 @@ def _rebuild_and_verify(conn: sqlite3.Connection, path: Path, policy: SitePolicy
     write_derived(conn, rebuilt, adjacency)
     if rewrite:
         # Under the write lock, with the committed head: no charge is added here.
-        write_head_file(head_file(path), rebuilt.head)
+        write_head_file(head_file(path), rebuilt.head, durable)
     return rebuilt
 
 

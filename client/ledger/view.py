@@ -63,6 +63,9 @@ class LedgerView:
     """A ledger database read under ``policy`` (its cap, adjacency and
     accountant); one SQLite connection per thread."""
 
+    #: Whether each commit is synced to disk (False: a simulation ledger).
+    durable = True
+
     def __init__(self, path: str | Path, policy: SitePolicy, read_only: bool) -> None:
         self.path = Path(path)
         self.policy = policy
@@ -101,8 +104,10 @@ class LedgerView:
                 )
                 conn.execute("PRAGMA journal_mode=WAL")
                 # A charge must survive a power cut once the answer is sent:
-                # FULL syncs the WAL at every commit (NORMAL would not).
-                conn.execute("PRAGMA synchronous=FULL")
+                # FULL syncs the WAL at every commit (NORMAL would not). A
+                # simulation ledger (not durable) never syncs.
+                conn.execute("PRAGMA synchronous=FULL" if self.durable
+                             else "PRAGMA synchronous=OFF")
         except sqlite3.Error as err:
             raise ConfigError(f"ledger {self.path}: not a usable ledger database: {err}") from None
         return conn
