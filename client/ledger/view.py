@@ -102,12 +102,13 @@ class LedgerView:
                     self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                     check_same_thread=False,
                 )
-                conn.execute("PRAGMA journal_mode=WAL")
                 # A charge must survive a power cut once the answer is sent:
                 # FULL syncs the WAL at every commit (NORMAL would not). A
-                # simulation ledger (not durable) never syncs.
+                # simulation ledger (not durable) never syncs, not even when
+                # it switches a new file to WAL.
                 conn.execute("PRAGMA synchronous=FULL" if self.durable
                              else "PRAGMA synchronous=OFF")
+                conn.execute("PRAGMA journal_mode=WAL")
         except sqlite3.Error as err:
             raise ConfigError(f"ledger {self.path}: not a usable ledger database: {err}") from None
         return conn
