@@ -197,6 +197,8 @@ class HeadFileWriter:
         self.durable = durable
         self._pending: concurrent.futures.Future[None] | None = None
         self._synced: ChainHead | None = None
+        #: The newest head this object knows the file holds (written or read).
+        self.known: ChainHead | None = None
         self._lock = threading.Lock()
 
     def write(self, head: ChainHead, stored: ChainHead | None) -> None:
@@ -212,6 +214,7 @@ class HeadFileWriter:
             except BaseException:
                 os.close(fd)
                 raise
+            self.known = head
             if not self.durable:
                 os.close(fd)
                 return

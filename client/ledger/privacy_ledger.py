@@ -167,6 +167,7 @@ class PrivacyLedger(LedgerView):
             raise
         self._head, self._last_id = rebuilt.head, rebuilt.last_id
         self._checkpointed = rebuilt.checkpointed
+        self._head_file.known = rebuilt.head  # checked or written by the open
         #: Rows this open re-derived (after the newest checkpoint): bounded
         #: by CHECKPOINT_INTERVAL whatever the ledger's history.
         self.rows_rederived = rebuilt.rows
@@ -184,6 +185,8 @@ class PrivacyLedger(LedgerView):
         """Under the write lock: bring the head file up to the database's head.
         Before each charge too, so that with several processes charging, a
         crash leaves the head file at most one charge behind, never more."""
+        if self._head_file.known == self._head:
+            return  # a head file only moves forward, and this object saw it here
         stored = read_head_file(self._head_file.path)
         if stored is None or stored.count < self._head.count:
             self._head_file.write(self._head, stored)
