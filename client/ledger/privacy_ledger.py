@@ -85,6 +85,7 @@ from privadapt.client.policy import SitePolicy
 from privadapt.common.accounting.accountant import AccountingMethod
 from privadapt.common.errors import ConfigError, QueryRefusedError, ReplayError
 from privadapt.common.mechanisms import Mechanism
+from privadapt.common.transactions import unsynced_transaction
 
 #: Issued, unconsumed budget checks one ledger object holds at once (one per
 #: query in flight); a further check is refused, before any data is read.
@@ -217,7 +218,7 @@ class PrivacyLedger(LedgerView):
                     f"site {self.policy.site_name!r}: {_MAX_ISSUED_CHECKS} queries are being "
                     f"answered on this ledger now; query {query_id!r} of job {job_id!r} is "
                     "refused before reading any record (send it again later)")
-            with reservations.unsynced_transaction(conn):
+            with unsynced_transaction(conn):
                 self._catch_up(conn)
                 self._refuse_replay(conn, job_id, query_id)
                 reservations.drop_dead(conn, self.path, self._owner.token)
@@ -242,7 +243,7 @@ class PrivacyLedger(LedgerView):
         with self._lock:
             if self._issued_checks.get(checked.token) is not checked:
                 return  # consumed by its charge, or not ours
-            with reservations.unsynced_transaction(self._connection()) as conn:
+            with unsynced_transaction(self._connection()) as conn:
                 reservations.delete(conn, checked.token, self._owner.token)
             del self._issued_checks[checked.token]
 
