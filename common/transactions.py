@@ -29,14 +29,15 @@ def transaction(conn: sqlite3.Connection, write: bool = True) -> Iterator[sqlite
 
 
 @contextlib.contextmanager
-def unsynced_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def unsynced_transaction(conn: sqlite3.Connection,
+                         syncs: bool = True) -> Iterator[sqlite3.Connection]:
     """A write transaction committed without its own fsync (WAL, NORMAL): for
     rows whose loss in a power cut is a state the reader already recovers
     from. The next ``FULL`` commit on the same database syncs them with it
-    (the WAL is one file, synced up to its end). A connection that never
-    syncs (``synchronous=OFF``) is left as it is."""
-    (level,) = conn.execute("PRAGMA synchronous").fetchone()
-    if level == 0:
+    (the WAL is one file, synced up to its end). ``conn`` commits with
+    ``synchronous=FULL``, and is left so; ``syncs=False``: a connection that
+    never syncs (``synchronous=OFF``), left as it is."""
+    if not syncs:
         with transaction(conn) as inside:
             yield inside
         return
@@ -45,7 +46,7 @@ def unsynced_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connectio
         with transaction(conn) as inside:
             yield inside
     finally:
-        conn.execute(f"PRAGMA synchronous={level}")
+        conn.execute("PRAGMA synchronous=FULL")
 
 
 class ThreadConnections:

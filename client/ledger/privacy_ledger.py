@@ -218,7 +218,7 @@ class PrivacyLedger(LedgerView):
                     f"site {self.policy.site_name!r}: {_MAX_ISSUED_CHECKS} queries are being "
                     f"answered on this ledger now; query {query_id!r} of job {job_id!r} is "
                     "refused before reading any record (send it again later)")
-            with unsynced_transaction(conn):
+            with unsynced_transaction(conn, self.durable):
                 self._catch_up(conn)
                 self._refuse_replay(conn, job_id, query_id)
                 reservations.drop_dead(conn, self.path, self._owner.token)
@@ -243,7 +243,7 @@ class PrivacyLedger(LedgerView):
         with self._lock:
             if self._issued_checks.get(checked.token) is not checked:
                 return  # consumed by its charge, or not ours
-            with unsynced_transaction(self._connection()) as conn:
+            with unsynced_transaction(self._connection(), self.durable) as conn:
                 reservations.delete(conn, checked.token, self._owner.token)
             del self._issued_checks[checked.token]
 
