@@ -169,9 +169,19 @@ def _sync_directory(directory: Path) -> None:
 
 
 # One thread syncs the head files of every ledger in the process, after the
-# charge that wrote each has returned; it is joined at interpreter exit.
-_SYNCER = concurrent.futures.ThreadPoolExecutor(max_workers=1,
-                                                thread_name_prefix="ledger-head-sync")
+# charge that wrote each has returned; it is joined at interpreter exit. Made
+# per process: a forked child has none of its parent's threads.
+_SYNCER: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+_SYNCER_LOCK = threading.Lock()
+
+
+def _syncer() -> concurrent.futures.ThreadPoolExecutor:
+    global _SYNCER
+    with _SYNCER_LOCK:
+        if _SYNCER is None or _SYNCER[0] != os.getpid():
+            _SYNCER = (os.getpid(), concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="ledger-head-sync"))
+        return _SYNCER[1]
 
 
 class HeadFileWriter:
@@ -220,7 +230,7 @@ class HeadFileWriter:
                 return
             if created:
                 _sync_directory(self.path.parent)
-            self._pending = _SYNCER.submit(self._sync, fd, head)
+            self._pending = _syncer().submit(self._sync, fd, head)
 
     def flush(self) -> None:
         """Wait until the last head written is durable."""
