@@ -15,8 +15,9 @@ another chain than the head file's and the ledger is refused, as for an
 edited row. An open starts from the newest checkpoint and re-derives only
 the rows after it (fewer than :data:`CHECKPOINT_INTERVAL`: a charge writes
 one at that many rows, and so does the first open of a longer ledger from
-before checkpoints); a full verification (``privadapt ledger verify``) re-derives
-every row and checks every checkpoint against them.
+before checkpoints); a full verification (``privadapt ledger show`` and
+``ledger report``) re-derives every row and checks every checkpoint
+against them.
 
 A checkpoint is written inside the transaction that charges its n-th row or
 that opens the ledger, with the ledger state it links; the head file then
@@ -24,7 +25,7 @@ follows as after any charge, so a crash leaves it at most one write behind
 (:func:`~privadapt.client.ledger.chain.check_head_file`). What an open does
 not see: an edit of a row *before* the newest checkpoint, which changes no
 figure the site composes (those come from the checkpoint) but would show in
-a job's listed charges; ``privadapt ledger verify`` refuses it.
+a job's listed charges; ``privadapt ledger show`` refuses it.
 """
 
 from __future__ import annotations
