@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,6 +186,9 @@ class Rebuilt:
     last_row: bytes | None = None
     #: Rows re-derived.
     rows: int = 0
+    #: The groups re-derived, when they are added to ``totals`` only at the
+    #: end (:func:`rebuild`); None: each row goes into ``totals`` as it comes.
+    groups: Counter[str] | None = None
 
     def advance(self, conn: sqlite3.Connection, columns: str,
                 on_row: Callable[[str, str], None] | None = None) -> None:
@@ -200,7 +204,10 @@ class Rebuilt:
             self.before, self.prelink, self.last_row = self.head, None, None
             self.head = extend(self.head, row_bytes(job, query, text, epsilon, method, created,
                                                     kernel))
-            self.totals.add(text)
+            if self.groups is None:
+                self.totals.add(text)
+            else:
+                self.groups[text] += 1
             self.last_id, self.last_epsilon, self.last_method = row_id, epsilon, method
             self.rows += 1
             if on_row is not None:
@@ -210,8 +217,9 @@ class Rebuilt:
                 self._link(checkpoint)
 
     def _link(self, checkpoint: checkpoints.Checkpoint) -> None:
+        groups = self.totals.groups if self.groups is None else self.groups
         if (checkpoint.head != self.head or checkpoint.last_id != self.last_id
-                or dict(checkpoint.groups) != dict(self.totals.groups)):
+                or dict(checkpoint.groups) != dict(groups)):
             raise ConfigError(
                 f"ledger checkpoint at {checkpoint.head.count} charges is not what its rows "
                 "say: the database was corrupted or edited. The site refuses to charge "
@@ -241,21 +249,24 @@ def rebuild(conn: sqlite3.Connection, site_name: str, totals: LedgerTotals,
     columns = row_columns(conn)
     start = checkpoints.latest(conn) if from_checkpoint else None
     if start is None:
-        rebuilt = Rebuilt(genesis(site_name), totals)
+        rebuilt = Rebuilt(genesis(site_name), totals, groups=Counter())
     else:
         row = conn.execute(f"SELECT {columns} FROM charges WHERE id = ?",
                            (start.last_id,)).fetchone()
         if row is None:
             raise _altered(conn_path(conn), f"the row its checkpoint at {start.head.count} "
                            "charges names is missing")
-        for text, count in sorted(start.groups.items()):
-            totals.add(text, count)
         job, query, text, epsilon, method, created, kernel = row
         rebuilt = Rebuilt(start.linked(), totals, start.last_id, epsilon, method,
                           start.head.count, prelink=start.head,
                           last_row=row_bytes(job, query, text, epsilon, method, created,
-                                             kernel))
+                                             kernel),
+                          groups=Counter(start.groups))
     rebuilt.advance(conn, columns)
+    # Each group once, in sorted order: the sums come out the same, to the
+    # last bit, from a checkpoint or from every row.
+    for text, count in sorted(rebuilt.groups.items()):
+        totals.add(text, count)
     beyond = checkpoints.latest(conn)
     if beyond is not None and beyond.head.count > rebuilt.checkpointed:
         raise _altered(conn_path(conn), f"it holds a checkpoint at {beyond.head.count} "
