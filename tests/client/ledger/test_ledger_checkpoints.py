@@ -9,10 +9,13 @@ import pytest
 from privadapt.client.ledger import checkpoints
 from privadapt.client.ledger.accounting import exact_report, mechanism_json
 from privadapt.client.ledger.chain import head_file
+from privadapt.client.ledger.opening import rebuild
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
+from privadapt.client.ledger.totals import LedgerTotals
 from privadapt.client.policy import SitePolicy
 from privadapt.common.errors import ConfigError
 from privadapt.common.mechanisms import GaussianMechanism, LaplaceMechanism
+from privadapt.common.transactions import transaction
 
 INTERVAL = 8
 GAUSS = GaussianMechanism.single(1.0, 200.0)
@@ -126,3 +129,15 @@ def test_a_checkpoint_written_by_another_ledger_object_is_caught_up(db):
     with PrivacyLedger(db, policy()) as ledger:
         assert ledger.rows_rederived < INTERVAL
         assert len(ledger.charges()) == 3 + 2 * INTERVAL
+
+
+def test_an_open_from_a_checkpoint_composes_the_same_bits_as_one_from_every_row(db):
+    charge(db, 0, 30, create=True)
+    with PrivacyLedger(db, policy()) as ledger:
+        assert 0 < ledger.rows_rederived < INTERVAL
+        pure, rdp = ledger._totals.stored_sums()
+        every = LedgerTotals(ledger.policy.adjacency, track_pld=False)
+        with transaction(ledger._connection(), write=False) as conn:
+            rebuild(conn, "st-mary", every, from_checkpoint=False)
+    assert pure == every.stored_sums()[0]
+    assert rdp.tobytes() == every.stored_sums()[1].tobytes()
