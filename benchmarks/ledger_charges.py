@@ -15,11 +15,13 @@ exists.
 
 How the big histories are built: the rows are written with SQLite
 ``executemany`` (their chain computed by the ledger's own
-:mod:`privadapt.client.ledger.chain`, their ``epsilon_after`` left at 0),
-then the derived state is written by the ledger's own
+:mod:`privadapt.client.ledger.chain`, their ``epsilon_after`` left at 0,
+with the checkpoints a site's charges would have linked into it,
+:mod:`privadapt.client.ledger.checkpoints`), then the derived state is written by the ledger's own
 :func:`privadapt.client.ledger.opening.write_derived` and the head file by
 ``write_head_file``. Opening the ledger then rebuilds everything from the
-rows and checks it, as every open does ("open" column).
+rows after its newest checkpoint and checks it, as every open does ("open"
+column).
 
 ``--history-ratio``: the one figure that says whether a charge's cost grows
 with the site's history: the site's ledger work for one round (budget check
@@ -46,6 +48,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from privadapt.client.ledger import checkpoints
 from privadapt.client.ledger.accounting import mechanism_json
 from privadapt.client.ledger.chain import extend, genesis, head_file, row_bytes, write_head_file
 from privadapt.client.ledger.opening import Rebuilt, write_derived
@@ -82,28 +85,48 @@ def _policy(name: str) -> SitePolicy:
 
 
 def build_history(path: Path, policy: SitePolicy, size: int, mechanisms) -> None:
-    """A ledger of ``size`` charges cycling through ``mechanisms`` (module docstring)."""
+    """A ledger of ``size`` charges cycling through ``mechanisms``, with the
+    checkpoints its charges would have written (module docstring)."""
     PrivacyLedger(path, policy, create=True).close()
     texts = [mechanism_json(m) for m in mechanisms]
-    head = before = genesis(policy.site_name)
+    head = genesis(policy.site_name)
     rows, groups, start = [], Counter(), time.time() - size
+    marks = []
     for i in range(size):
         row = (f"history-{i // 1000}", f"q{i}", texts[i % len(texts)], 0.0, "pld", start + i,
                "bench")
-        before, head = head, extend(head, row_bytes(*row))
+        head = extend(head, row_bytes(*row))
         rows.append(row)
         groups[row[2]] += 1
+        if (i + 1) % checkpoints.CHECKPOINT_INTERVAL == 0:
+            mark = checkpoints.Checkpoint(head, i + 1, dict(groups))
+            marks.append(mark)
+            head = mark.linked()
     totals = LedgerTotals.from_groups(groups, policy.adjacency, track_pld=False)
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany(f"INSERT INTO charges ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-        write_derived(conn, Rebuilt(head, before, totals, size, 0.0, "pld"),
-                      policy.adjacency.value)
+        for mark in marks:
+            checkpoints.write(conn, mark)
+        write_derived(conn, Rebuilt(head, totals, size, 0.0, "pld"), policy.adjacency.value)
         conn.execute("COMMIT")
     finally:
         conn.close()
     write_head_file(head_file(path), head)
+
+
+def open_seconds(directory: Path, size: int) -> tuple[float, int]:
+    """Seconds to open a ledger of ``size`` past charges, and the rows the
+    open re-derived (those after its newest checkpoint)."""
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        path = Path(tmp) / "site.db"
+        build_history(path, _policy("bench"), size, _HISTORY["pld"])
+        started = time.perf_counter()
+        ledger = PrivacyLedger(path, _policy("bench"))
+        seconds = time.perf_counter() - started
+        ledger.close()
+    return seconds, ledger.rows_rederived
 
 
 def measure(directory: Path, size: int, method: str, charges: int) -> dict[str, float]:

@@ -125,7 +125,9 @@ class LocalFederation:
 
         ``ledger_dir=None``: a new temporary directory, removed by ``close()``
         or when the federation (and every ``new_job`` view of it) is garbage
-        collected; give a directory to keep the ledgers. Noise comes from the
+        collected; give a directory to keep the ledgers (a simulation site's,
+        the default, is not synced to disk: durable against a crash of the
+        process, not of the machine). Noise comes from the
         operating system's CSPRNG; ``noise_seed`` gives every site its own
         seeded stream instead (reproducible experiments and tests only)."""
         names = [f"site-{k + 1}" for k in range(len(datasets))] if names is None else list(names)
@@ -142,7 +144,9 @@ class LocalFederation:
         sites = []
         for k, (name, data) in enumerate(zip(names, datasets, strict=True)):
             policy = SitePolicy(name, epsilon_cap, delta_cap, **policy_options)
-            ledger = PrivacyLedger(directory / f"{name}.ledger.db", policy, create=True)
+            # A simulation site's ledger makes every check but never waits on the disk.
+            ledger = PrivacyLedger(directory / f"{name}.ledger.db", policy, create=True,
+                                   durable=not policy.simulation)
             noise = (None if noise_seed is None
                      else SeededRandomBits(noise_seed * _NOISE_SEED_STRIDE + k))
             sites.append(Site(data, policy, ledger, noise))

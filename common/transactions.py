@@ -28,6 +28,27 @@ def transaction(conn: sqlite3.Connection, write: bool = True) -> Iterator[sqlite
         raise
 
 
+@contextlib.contextmanager
+def unsynced_transaction(conn: sqlite3.Connection,
+                         syncs: bool = True) -> Iterator[sqlite3.Connection]:
+    """A write transaction committed without its own fsync (WAL, NORMAL): for
+    rows whose loss in a power cut is a state the reader already recovers
+    from. The next ``FULL`` commit on the same database syncs them with it
+    (the WAL is one file, synced up to its end). ``conn`` commits with
+    ``synchronous=FULL``, and is left so; ``syncs=False``: a connection that
+    never syncs (``synchronous=OFF``), left as it is."""
+    if not syncs:
+        with transaction(conn) as inside:
+            yield inside
+        return
+    conn.execute("PRAGMA synchronous=NORMAL")
+    try:
+        with transaction(conn) as inside:
+            yield inside
+    finally:
+        conn.execute("PRAGMA synchronous=FULL")
+
+
 class ThreadConnections:
     """One SQLite connection per thread, made by ``connect`` on first use (gRPC
     handlers run on a thread pool, and a sqlite3 connection belongs to the

@@ -27,10 +27,12 @@ from collections import OrderedDict
 
 from privadapt.client.policy import SitePolicy
 from privadapt.common.accounting.accountant import (
+    AccountingMethod,
     EpsilonReport,
     PrivacyAccountant,
 )
 from privadapt.common.mechanisms import (
+    Adjacency,
     Mechanism,
     mechanism_from_dict,
     mechanism_to_dict,
@@ -68,9 +70,23 @@ def cheap_bounds(multiset: Multiset, policy: SitePolicy) -> tuple[float, float]:
     """What the ledger checks before :func:`exact_report`, with no PLD built:
     a lower bound on the multiset's epsilon at the cap's delta, and the size
     of the largest PLD the exact figure would build
-    (:meth:`PrivacyAccountant.epsilon_lower_bound`, ``pld_points``)."""
-    accountant = _accountant(multiset, policy)
-    return accountant.epsilon_lower_bound(policy.delta_cap), accountant.pld_points()
+    (:meth:`PrivacyAccountant.epsilon_lower_bound`, ``pld_points``). Cached
+    by the multiset, like :func:`exact_report`: the sites of one simulation
+    ask it for the same history."""
+    # Keyed in the multiset's own order: the bounds are composed in it.
+    return _cheap_bounds(json.dumps(list(multiset.items())), policy.adjacency.value,
+                         policy.accounting.value, policy.delta_cap)
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _cheap_bounds(items: str, adjacency: str, accounting: str,
+                  delta: float) -> tuple[float, float]:
+    accountant = _composed(items, adjacency, accounting)
+    return accountant.epsilon_lower_bound(delta), accountant.pld_points()
+
+
+def _canonical(multiset: Multiset) -> str:
+    return json.dumps(sorted(multiset.items()))
 
 
 def exact_report(
@@ -80,7 +96,7 @@ def exact_report(
     cap's): what :func:`epsilon_spent` returns for the same mechanisms. Cached
     by the multiset."""
     delta = policy.delta_cap if delta is None else delta
-    canonical = json.dumps(sorted(multiset.items())).encode()
+    canonical = _canonical(multiset).encode()
     key = (
         policy.adjacency.value,
         policy.accounting.value,
@@ -102,5 +118,19 @@ def exact_report(
 def pld_points(multiset: Multiset, policy: SitePolicy) -> float:
     """The size of the largest PLD :func:`exact_report` would build for
     ``multiset`` (:meth:`PrivacyAccountant.pld_points`), with no lower bound
-    computed: what a charge admitted without the exact figure still checks."""
-    return _accountant(multiset, policy).pld_points()
+    computed: what a charge admitted without the exact figure still checks.
+    Cached by the multiset, like :func:`cheap_bounds`."""
+    return _pld_points(json.dumps(list(multiset.items())), policy.adjacency.value,
+                       policy.accounting.value)
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _pld_points(items: str, adjacency: str, accounting: str) -> float:
+    return _composed(items, adjacency, accounting).pld_points()
+
+
+def _composed(items: str, adjacency: str, accounting: str) -> PrivacyAccountant:
+    accountant = PrivacyAccountant(Adjacency(adjacency), AccountingMethod(accounting))
+    for text, count in json.loads(items):
+        accountant.compose(parse_mechanism(text), count)
+    return accountant

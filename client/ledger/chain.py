@@ -7,17 +7,21 @@ that determines the charge, the mechanism's JSON included, and the kernel
 that made it where the row records one) and ``head_0``
 names the site. The ledger stores ``(n, head_n)`` in its database, in the
 charge's own transaction, and a small *head file* beside it
-(``site.db.head``) holds the same pair, synced after the transaction commits
-and before the charge is returned, so before anything is released. It has
-two checksummed slots written alternately (:func:`write_head_file`): one
-sync per charge where write-temp-rename-sync-directory costs three, and a
-torn write still leaves the previous head.
+(``site.db.head``) holds the same pair, written after the transaction
+commits and before the charge is returned, so before anything is released,
+and synced off the charge's critical path (:class:`HeadFileWriter`: the
+commit is a charge's one durable write; a power cut loses at most the
+newest head, the one-behind case below). It has two checksummed slots
+written alternately (:func:`write_head_file`): a torn write still leaves
+the previous head.
 
 What each disagreement means, at open (:func:`check_head_file`):
 
 * head file equal to the database: the normal case;
 * head file exactly one charge behind, and equal to the chain over all rows
-  but the last: the site crashed between its commit and the head file write.
+  but the last (or at the same count, before the chain's last checkpoint
+  link, :mod:`privadapt.client.ledger.checkpoints`): the site crashed between
+  its commit and the head file write.
   That charge was never released (a release waits for the head file), but the
   database has it, so it stays charged and the head file is repaired;
 * head file ahead of the database, or naming another chain (a database
@@ -34,10 +38,12 @@ separately (or mirror it) if that matters.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+import threading
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,25 +141,113 @@ def read_head_file(path: Path) -> ChainHead | None:
     return max(valid, key=lambda head: head.count)
 
 
-def write_head_file(path: Path, head: ChainHead) -> None:
+def write_head_file(path: Path, head: ChainHead, durable: bool = True) -> None:
     """Write ``head`` durably: into slot ``count % 2`` of the file, then
     fdatasync. The other slot keeps the previous head, so a write torn by a
     crash leaves that one (one charge behind: the legitimate crash case), and
     a charge costs one sync, not the three of write-temp-rename-sync-dir. The
-    directory is synced once, when the file is created."""
+    directory is synced once, when the file is created. ``durable=False``
+    (a simulation ledger): no sync at all."""
     created = not path.exists()
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         os.pwrite(fd, _slot_bytes(head), (head.count % 2) * _SLOT_BYTES)
-        os.fdatasync(fd)
+        if durable:
+            os.fdatasync(fd)
     finally:
         os.close(fd)
-    if created:
-        directory = os.open(path.parent, os.O_RDONLY)
+    if created and durable:
+        _sync_directory(path.parent)
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# One thread syncs the head files of every ledger in the process, after the
+# charge that wrote each has returned; it is joined at interpreter exit. Made
+# per process: a forked child has none of its parent's threads.
+_SYNCER: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+_SYNCER_LOCK = threading.Lock()
+
+
+def _syncer() -> concurrent.futures.ThreadPoolExecutor:
+    global _SYNCER
+    with _SYNCER_LOCK:
+        if _SYNCER is None or _SYNCER[0] != os.getpid():
+            _SYNCER = (os.getpid(), concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="ledger-head-sync"))
+        return _SYNCER[1]
+
+
+class HeadFileWriter:
+    """One ledger object's writes of its head file, synced off the charge's
+    critical path.
+
+    A charge commits (SQLite's one fsync), writes its head into the file's
+    slot and returns; the slot is fdatasync'd by a background thread. Before
+    the next write, the previous one's sync is waited for (normally long
+    done), and a head some other process wrote is synced first, so at most
+    the newest slot is ever unsynced. A process killed at any point leaves
+    the page cache, so the file is current; a power cut can lose only the
+    newest slot, leaving the previous head: one charge behind the database,
+    the crash case every open repairs (:func:`check_head_file`). What this
+    gives up against a sync before release: a charge released in the
+    milliseconds before a power cut, *and* then rolled back by restoring an
+    older database one charge behind, would go unnoticed. A failed
+    background sync is raised by the next write or :meth:`flush`.
+    ``durable=False`` (a simulation ledger): never synced."""
+
+    def __init__(self, path: Path, durable: bool = True) -> None:
+        self.path = path
+        self.durable = durable
+        self._pending: concurrent.futures.Future[None] | None = None
+        self._synced: ChainHead | None = None
+        #: The newest head this object knows the file holds (written or read).
+        self.known: ChainHead | None = None
+        self._lock = threading.Lock()
+
+    def write(self, head: ChainHead, stored: ChainHead | None) -> None:
+        """Write ``head`` over ``stored`` (what the file holds now)."""
+        with self._lock:
+            self._wait()
+            created = not self.path.exists()
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                if self.durable and stored is not None and stored != self._synced:
+                    os.fdatasync(fd)  # another writer's head: durable before it is overwritten
+                os.pwrite(fd, _slot_bytes(head), (head.count % 2) * _SLOT_BYTES)
+            except BaseException:
+                os.close(fd)
+                raise
+            self.known = head
+            if not self.durable:
+                os.close(fd)
+                return
+            if created:
+                _sync_directory(self.path.parent)
+            self._pending = _syncer().submit(self._sync, fd, head)
+
+    def flush(self) -> None:
+        """Wait until the last head written is durable."""
+        with self._lock:
+            self._wait()
+
+    def _wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _sync(self, fd: int, head: ChainHead) -> None:
         try:
-            os.fsync(directory)
+            os.fdatasync(fd)
+            self._synced = head
         finally:
-            os.close(directory)
+            os.close(fd)
 
 
 _RECOVER = (
@@ -164,13 +258,14 @@ _RECOVER = (
 
 
 def check_head_file(
-    ledger_path: Path, stored: ChainHead | None, head: ChainHead, before: ChainHead
+    ledger_path: Path, stored: ChainHead | None, head: ChainHead, behind: Collection[ChainHead]
 ) -> bool:
     """Check the head file against the database's chain (``head`` over all
-    rows, ``before`` over all rows but the last; ``stored`` is what no
-    database may disagree with). Returns True when the head file must be
-    rewritten (missing on a ledger with no charges, or one charge behind
-    after a crash); raises ``ConfigError`` when the two disagree otherwise."""
+    rows; ``behind``: the heads one write earlier, before its last row or
+    its last checkpoint link; ``stored`` is what no database may disagree
+    with). Returns True when the head file must be rewritten (missing on a
+    ledger with no charges, or one write behind after a crash); raises
+    ``ConfigError`` when the two disagree otherwise."""
     path = head_file(ledger_path)
     if stored == head:
         return False
@@ -182,7 +277,7 @@ def check_head_file(
             f"{head.count} charges. The head file is what shows that the database was not "
             f"replaced or rolled back. {_RECOVER}"
         )
-    if stored.count == head.count - 1 and stored == before:
+    if stored.count in (head.count - 1, head.count) and stored in behind:
         return True  # crash between the commit and the head file write
     if stored.count > head.count:
         raise ConfigError(

@@ -2,10 +2,12 @@
 rebuild what the ledger keeps about its history from its rows.
 
 The derived tables (``groups``, ``ledger_state``) are a cache written with
-every charge; the rows and their hash chain are the record. At open the
-ledger recomputes the chain, the groups and the sums from the rows and
-refuses to start when any stored copy disagrees (beyond float rounding for
-the sums): a corrupted or hand-edited database is never charged against.
+every charge; the rows, their hash chain and the checkpoints linked into it
+(:mod:`privadapt.client.ledger.checkpoints`) are the record. At open the
+ledger recomputes the chain, the groups and the sums from its newest
+checkpoint and the rows after it, and refuses to start when any stored copy
+disagrees (beyond float rounding for the sums): a corrupted or hand-edited
+database is never charged against.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from __future__ import annotations
 import math
 import sqlite3
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from privadapt.client.ledger import checkpoints as checkpoints
 from privadapt.client.ledger.accounting import parse_mechanism
 from privadapt.client.ledger.chain import (
     ChainHead,
@@ -74,7 +78,7 @@ def refuse_missing(path: Path, create: bool) -> None:
 
 
 def open_tables(conn: sqlite3.Connection, path: Path, policy: SitePolicy,
-                totals: LedgerTotals, create: bool) -> Rebuilt:
+                totals: LedgerTotals, create: bool, durable: bool = True) -> Rebuilt:
     """Inside the opening write transaction: create or upgrade the tables,
     refuse a ledger of another site, schema or adjacency, or one that was
     altered; rebuild the chain and ``totals`` from the rows, repair only the
@@ -94,28 +98,39 @@ def open_tables(conn: sqlite3.Connection, path: Path, policy: SitePolicy,
             f"ledger {path}: it says it was written by schema 1 but holds "
             "tables schema 1 never had: it was altered; restore the site's "
             "ledger and its head file from backup")
-    rebuilt = _rebuild_and_verify(conn, path, policy, totals, upgrading=genuine_v1)
+    rebuilt = _rebuild_and_verify(conn, path, policy, totals, genuine_v1, durable)
     write_meta(conn, policy)
     return rebuilt
 
 
 def _rebuild_and_verify(conn: sqlite3.Connection, path: Path, policy: SitePolicy,
-                        totals: LedgerTotals, upgrading: bool) -> Rebuilt:
-    """Recompute chain and totals from the rows, check every stored copy
-    (derived tables, head file), repair only the legitimate crash case.
+                        totals: LedgerTotals, upgrading: bool, durable: bool) -> Rebuilt:
+    """Re-derive chain and totals from the newest checkpoint and the rows
+    after it, check every stored copy (derived tables, head file), repair
+    only the legitimate crash case, and checkpoint what was re-derived if
+    it is as long as a charge lets the rows after a checkpoint grow.
     ``upgrading``: a schema-1 ledger, whose chain starts now."""
     adjacency = policy.adjacency.value
-    rebuilt = rebuild(conn, policy.site_name, totals)
+    try:
+        rebuilt = rebuild(conn, policy.site_name, totals, from_checkpoint=True)
+    except ValueError as err:  # a row's mechanism the groups table did not name
+        raise _altered(path, f"a charge cannot be accounted under its adjacency ({err})") from None
     stored_head = read_head_file(head_file(path))
     had_state = verify_derived(conn, path, rebuilt, adjacency)
     if not had_state and stored_head is None and (upgrading or rebuilt.head.count == 0):
         rewrite = True  # a new ledger, or a schema-1 one: its chain starts now
     else:
-        rewrite = check_head_file(path, stored_head, rebuilt.head, rebuilt.before)
+        rewrite = check_head_file(path, stored_head, rebuilt.head, rebuilt.behind(stored_head))
+    if rebuilt.head.count - rebuilt.checkpointed >= checkpoints.CHECKPOINT_INTERVAL:
+        # Only a ledger from before checkpoints gets here (a charge writes
+        # one at this many rows): its first.
+        rebuilt.head = checkpoints.write(conn, checkpoints.Checkpoint(
+            rebuilt.head, rebuilt.last_id, dict(rebuilt.totals.groups)))
+        rebuilt.checkpointed, rewrite = rebuilt.head.count, True
     write_derived(conn, rebuilt, adjacency)
     if rewrite:
         # Under the write lock, with the committed head: no charge is added here.
-        write_head_file(head_file(path), rebuilt.head)
+        write_head_file(head_file(path), rebuilt.head, durable)
     return rebuilt
 
 
@@ -134,7 +149,11 @@ def _check_existing(conn: sqlite3.Connection, path: Path, policy: SitePolicy) ->
             f"ledger {path} belongs to site {owner!r} but the policy is for site "
             f"{policy.site_name!r}; point each site at its own ledger database"
         )
-    for (text,) in conn.execute("SELECT DISTINCT mechanism_json FROM charges"):
+    # The groups table names every mechanism charged (the open checks it
+    # against the rows it re-derives); only a ledger without one is scanned.
+    texts = conn.execute("SELECT mechanism_json FROM groups").fetchall() or conn.execute(
+        "SELECT DISTINCT mechanism_json FROM charges").fetchall()
+    for (text,) in texts:
         try:
             parse_mechanism(text).in_adjacency(policy.adjacency)
         except ValueError as err:
@@ -148,30 +167,116 @@ def _check_existing(conn: sqlite3.Connection, path: Path, policy: SitePolicy) ->
 
 @dataclass
 class Rebuilt:
-    """What the rows of a ledger say, recomputed from them."""
+    """What the rows of a ledger say, re-derived from them (from its newest
+    checkpoint on, or from its first row), and kept up to date row by row."""
 
     head: ChainHead
-    before: ChainHead  # the head one charge earlier
     totals: LedgerTotals
-    last_id: int
-    last_epsilon: float | None
-    last_method: str | None
+    last_id: int = 0
+    last_epsilon: float | None = None
+    last_method: str | None = None
+    #: Charges at the newest checkpoint linked into ``head`` (0: none).
+    checkpointed: int = 0
+    #: The head one row earlier, when that row was re-derived.
+    before: ChainHead | None = None
+    #: The head before a checkpoint link at ``head.count``, if the chain ends in one.
+    prelink: ChainHead | None = None
+    #: The canonical bytes of the row at ``last_id``, when the open started
+    #: at a checkpoint and re-derived no row.
+    last_row: bytes | None = None
+    #: Rows re-derived.
+    rows: int = 0
+    #: The groups re-derived, when they are added to ``totals`` only at the
+    #: end (:func:`rebuild`); None: each row goes into ``totals`` as it comes.
+    groups: Counter[str] | None = None
 
-
-def rebuild(conn: sqlite3.Connection, site_name: str, totals: LedgerTotals) -> Rebuilt:
-    """Chain and totals over every row, oldest first (a full scan: at open only)."""
-    head = before = genesis(site_name)
-    groups: Counter[str] = Counter()
-    last_id, last_epsilon, last_method = 0, None, None
-    rows = conn.execute(f"SELECT id, {row_columns(conn)} FROM charges ORDER BY id")
-    for row_id, job, query, text, epsilon, method, created, kernel in rows:
-        before, head = head, extend(head, row_bytes(job, query, text, epsilon, method, created,
+    def advance(self, conn: sqlite3.Connection, columns: str,
+                on_row: Callable[[str, str], None] | None = None) -> None:
+        """Add the rows after ``last_id`` and link the checkpoints among them,
+        each checked against what the rows say; ``on_row(job, mechanism
+        JSON)`` for each row."""
+        rows = conn.execute(f"SELECT id, {columns} FROM charges WHERE id > ? ORDER BY id",
+                            (self.last_id,)).fetchall()
+        if not rows:
+            return
+        pending = {each.head.count: each for each in checkpoints.after(conn, self.checkpointed)}
+        for row_id, job, query, text, epsilon, method, created, kernel in rows:
+            self.before, self.prelink, self.last_row = self.head, None, None
+            self.head = extend(self.head, row_bytes(job, query, text, epsilon, method, created,
                                                     kernel))
-        groups[text] += 1
-        last_id, last_epsilon, last_method = row_id, epsilon, method
-    for text, count in sorted(groups.items()):
+            if self.groups is None:
+                self.totals.add(text)
+            else:
+                self.groups[text] += 1
+            self.last_id, self.last_epsilon, self.last_method = row_id, epsilon, method
+            self.rows += 1
+            if on_row is not None:
+                on_row(job, text)
+            checkpoint = pending.get(self.head.count)
+            if checkpoint is not None:
+                self._link(checkpoint)
+
+    def _link(self, checkpoint: checkpoints.Checkpoint) -> None:
+        groups = self.totals.groups if self.groups is None else self.groups
+        if (checkpoint.head != self.head or checkpoint.last_id != self.last_id
+                or dict(checkpoint.groups) != dict(groups)):
+            raise ConfigError(
+                f"ledger checkpoint at {checkpoint.head.count} charges is not what its rows "
+                "say: the database was corrupted or edited. The site refuses to charge "
+                "against it. Restore the ledger and its head file together from a backup.")
+        self.prelink, self.head = self.head, checkpoint.linked()
+        self.checkpointed = checkpoint.head.count
+
+    def behind(self, stored: ChainHead | None) -> tuple[ChainHead, ...]:
+        """The heads a head file may legitimately hold one write behind this
+        chain: before its last row, or before its last checkpoint link, or
+        (re-derived from a checkpoint) the head the checkpoint's row extends,
+        recognised by extending ``stored`` by that row."""
+        heads = tuple(each for each in (self.before, self.prelink) if each is not None)
+        if (self.last_row is not None and stored is not None and self.prelink is not None
+                and stored.count == self.prelink.count - 1
+                and extend(stored, self.last_row) == self.prelink):
+            heads += (stored,)
+        return heads
+
+
+def rebuild(conn: sqlite3.Connection, site_name: str, totals: LedgerTotals,
+            from_checkpoint: bool = False) -> Rebuilt:
+    """Chain and totals over the rows, oldest first: from the newest
+    checkpoint with ``from_checkpoint`` (at most CHECKPOINT_INTERVAL rows
+    after it, where a site opens a ledger), else from the first row,
+    checking every checkpoint on the way (a full verification)."""
+    columns = row_columns(conn)
+    start = checkpoints.latest(conn) if from_checkpoint else None
+    if start is None:
+        rebuilt = Rebuilt(genesis(site_name), totals, groups=Counter())
+    else:
+        row = conn.execute(f"SELECT {columns} FROM charges WHERE id = ?",
+                           (start.last_id,)).fetchone()
+        if row is None:
+            raise _altered(conn_path(conn), f"the row its checkpoint at {start.head.count} "
+                           "charges names is missing")
+        job, query, text, epsilon, method, created, kernel = row
+        rebuilt = Rebuilt(start.linked(), totals, start.last_id, epsilon, method,
+                          start.head.count, prelink=start.head,
+                          last_row=row_bytes(job, query, text, epsilon, method, created,
+                                             kernel),
+                          groups=Counter(start.groups))
+    rebuilt.advance(conn, columns)
+    # Each group once, in sorted order: the sums come out the same, to the
+    # last bit, from a checkpoint or from every row.
+    for text, count in sorted(rebuilt.groups.items()):
         totals.add(text, count)
-    return Rebuilt(head, before, totals, last_id, last_epsilon, last_method)
+    beyond = checkpoints.latest(conn)
+    if beyond is not None and beyond.head.count > rebuilt.checkpointed:
+        raise _altered(conn_path(conn), f"it holds a checkpoint at {beyond.head.count} "
+                       f"charges that its {rebuilt.head.count} rows never reach")
+    return rebuilt
+
+
+def conn_path(conn: sqlite3.Connection) -> Path:
+    """The main database file of ``conn`` (for messages)."""
+    return Path(conn.execute("PRAGMA database_list").fetchone()[2])
 
 
 def verify_derived(conn: sqlite3.Connection, path: Path, rebuilt: Rebuilt, adjacency: str) -> bool:

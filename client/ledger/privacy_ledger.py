@@ -41,10 +41,16 @@ So every decision is the one the exact figure would make.
 
 Fail closed: a ledger is created only on purpose (``create=True``,
 ``privadapt ledger init``); a missing, empty or unreadable one is a
-``ConfigError``. Every charge extends a hash chain whose head is also synced
-to a file beside the ledger before the charge returns
-(:mod:`privadapt.client.ledger.chain`); a ledger whose chain, head file or
-derived tables disagree is refused at open.
+``ConfigError``. Every charge extends a hash chain whose head is also written
+to a file beside the ledger before the charge returns, and synced in the
+background (:mod:`privadapt.client.ledger.chain`); a ledger whose chain, head
+file or derived tables disagree is refused at open; the open re-derives only
+the rows after the newest checkpoint linked into the chain
+(:mod:`privadapt.client.ledger.checkpoints`).
+
+A simulation ledger (``durable=False``, only under a policy that says
+``simulation = true``) makes every check and keeps the chain, but never
+syncs: ``synchronous=OFF``, head file unsynced.
 """
 from __future__ import annotations
 
@@ -55,16 +61,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from privadapt.client.ledger import checkpoints as checkpoints
 from privadapt.client.ledger import latches as latches
 from privadapt.client.ledger import reservations as reservations
 from privadapt.client.ledger.accounting import mechanism_json
 from privadapt.client.ledger.admission import CheckedCharge, admit
 from privadapt.client.ledger.chain import (
+    HeadFileWriter,
     extend,
     head_file,
     read_head_file,
     row_bytes,
-    write_head_file,
 )
 from privadapt.client.ledger.opening import open_tables, refuse_missing, write_state
 from privadapt.client.ledger.schema import (
@@ -78,6 +85,7 @@ from privadapt.client.policy import SitePolicy
 from privadapt.common.accounting.accountant import AccountingMethod
 from privadapt.common.errors import ConfigError, QueryRefusedError, ReplayError
 from privadapt.common.mechanisms import Mechanism
+from privadapt.common.transactions import unsynced_transaction
 
 #: Issued, unconsumed budget checks one ledger object holds at once (one per
 #: query in flight); a further check is refused, before any data is read.
@@ -96,11 +104,18 @@ class PrivacyLedger(LedgerView):
 
     def __init__(
         self, path: str | Path, policy: SitePolicy, *, create: bool = False,
-        read_only: bool = False,
+        read_only: bool = False, durable: bool = True,
     ) -> None:
+        if not durable and not policy.simulation:
+            raise ConfigError(
+                f"ledger {path}: a ledger that does not sync its charges to disk is for "
+                f"simulation sites only, and site {policy.site_name!r} is deployed (its "
+                "policy does not say simulation = true); open it durable")
         if not read_only:
             refuse_missing(Path(path), create)
+        self.durable = durable
         super().__init__(path, policy, read_only)
+        self._head_file = HeadFileWriter(head_file(self.path), durable)
         # The checks this ledger issued and has not consumed, by token; a
         # CheckedCharge is reused only if it is the very object issued (never
         # a copy or a forgery handed back by a caller).
@@ -133,14 +148,18 @@ class PrivacyLedger(LedgerView):
         object still holds is released (its owner lock is dropped)."""
         self._issued_checks.clear()
         self._owner.close()
-        super().close()
+        try:
+            self._head_file.flush()
+        finally:
+            super().close()
 
     # -- opening -------------------------------------------------------------
 
     def _initialise(self, create: bool) -> None:
         try:
             with self._lock, self._transaction() as conn:
-                rebuilt = open_tables(conn, self.path, self.policy, self._totals, create)
+                rebuilt = open_tables(conn, self.path, self.policy, self._totals, create,
+                                      self.durable)
         except sqlite3.DatabaseError as err:
             self.close()
             raise ConfigError(f"ledger {self.path}: not a usable ledger database: {err}") from None
@@ -148,6 +167,11 @@ class PrivacyLedger(LedgerView):
             self.close()
             raise
         self._head, self._last_id = rebuilt.head, rebuilt.last_id
+        self._checkpointed = rebuilt.checkpointed
+        self._head_file.known = rebuilt.head  # checked or written by the open
+        #: Rows this open re-derived (after the newest checkpoint): bounded
+        #: by CHECKPOINT_INTERVAL whatever the ledger's history.
+        self.rows_rederived = rebuilt.rows
         if rebuilt.last_epsilon is not None:
             self._last = (rebuilt.last_epsilon, AccountingMethod(rebuilt.last_method))
 
@@ -162,10 +186,11 @@ class PrivacyLedger(LedgerView):
         """Under the write lock: bring the head file up to the database's head.
         Before each charge too, so that with several processes charging, a
         crash leaves the head file at most one charge behind, never more."""
-        path = head_file(self.path)
-        stored = read_head_file(path)
+        if self._head_file.known == self._head:
+            return  # a head file only moves forward, and this object saw it here
+        stored = read_head_file(self._head_file.path)
         if stored is None or stored.count < self._head.count:
-            write_head_file(path, self._head)
+            self._head_file.write(self._head, stored)
 
     # -- charging ------------------------------------------------------------
 
@@ -193,7 +218,7 @@ class PrivacyLedger(LedgerView):
                     f"site {self.policy.site_name!r}: {_MAX_ISSUED_CHECKS} queries are being "
                     f"answered on this ledger now; query {query_id!r} of job {job_id!r} is "
                     "refused before reading any record (send it again later)")
-            with reservations.unsynced_transaction(conn):
+            with unsynced_transaction(conn, self.durable):
                 self._catch_up(conn)
                 self._refuse_replay(conn, job_id, query_id)
                 reservations.drop_dead(conn, self.path, self._owner.token)
@@ -218,7 +243,7 @@ class PrivacyLedger(LedgerView):
         with self._lock:
             if self._issued_checks.get(checked.token) is not checked:
                 return  # consumed by its charge, or not ours
-            with reservations.unsynced_transaction(self._connection()) as conn:
+            with unsynced_transaction(self._connection(), self.durable) as conn:
                 reservations.delete(conn, checked.token, self._owner.token)
             del self._issued_checks[checked.token]
 
@@ -244,7 +269,8 @@ class PrivacyLedger(LedgerView):
         checked: CheckedCharge | None = None, kernel: str | None = None,
     ) -> Charge:
         """Record one release, or refuse it. Returns only after the charge is
-        committed and the head file synced; raises ``ReplayError`` for a
+        committed and the head file written (synced in the background:
+        :class:`~privadapt.client.ledger.chain.HeadFileWriter`); raises ``ReplayError`` for a
         (job, query) already charged and ``BudgetExceededError`` when the
         composed epsilon would pass the cap, in which case nothing is stored.
         ``state`` (the job's site-side state after this release,
@@ -278,6 +304,11 @@ class PrivacyLedger(LedgerView):
                     reservations.consume(conn, job_id, query_id)
                     self._totals.add(text)
                     added = True
+                    checkpointed = self._checkpointed
+                    if head.count - checkpointed >= checkpoints.CHECKPOINT_INTERVAL:
+                        head = checkpoints.write(conn, checkpoints.Checkpoint(
+                            head, cursor.lastrowid, dict(self._totals.groups)))
+                        checkpointed = head.count
                     write_state(conn, self._totals, head, self.policy.adjacency.value)
                     if state is not None:
                         conn.execute(
@@ -294,6 +325,7 @@ class PrivacyLedger(LedgerView):
             if checked is not None and self._issued_checks.get(checked.token) is checked:
                 del self._issued_checks[checked.token]  # consumed: never reused again
             self._head, self._last_id, self._last = head, cursor.lastrowid, (epsilon, method)
+            self._checkpointed = checkpointed
             self._count_for_job(job_id, text)
             self._publish_head()
         return Charge(job_id, query_id, mechanism, epsilon, method, now,

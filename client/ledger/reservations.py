@@ -44,11 +44,9 @@ import os
 import secrets
 import sqlite3
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 from privadapt.client.ledger.accounting import Multiset
-from privadapt.common.transactions import transaction
 
 
 def owners_directory(ledger_path: Path) -> Path:
@@ -110,19 +108,6 @@ def owner_alive(ledger_path: Path, token: str) -> bool:
         return False
     finally:
         os.close(fd)
-
-
-@contextlib.contextmanager
-def unsynced_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """A write transaction committed without its own fsync (WAL, NORMAL): for
-    reservation rows, which a crash releases anyway. The next ``FULL``
-    commit syncs them with it."""
-    conn.execute("PRAGMA synchronous=NORMAL")
-    try:
-        with transaction(conn) as inside:
-            yield inside
-    finally:
-        conn.execute("PRAGMA synchronous=FULL")
 
 
 def drop_dead(conn: sqlite3.Connection, ledger_path: Path, own_token: str) -> None:

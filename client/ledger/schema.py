@@ -6,7 +6,10 @@ NULL for a charge from before version 3 or made without one, shown as
 "unknown") and holds the outstanding budget reservations
 (client/ledger/reservations.py); 4 holds the kernels the site latched off
 after a failed floating-point certificate (``kernel_latches``,
-client/ledger/latches.py). An older ledger is upgraded in place when a
+client/ledger/latches.py); 5 holds the checkpoints of the derived state
+bound into the chain (``checkpoints``, client/ledger/checkpoints.py): a
+ledger without any is re-derived from all its rows once, at its next open,
+which writes its first. An older ledger is upgraded in place when a
 site opens it for charging: each missing table is created empty, and the
 kernel column is added with NULL in every existing row, which leaves each
 row's chain bytes as they were
@@ -24,7 +27,7 @@ from pathlib import Path
 from privadapt.client.policy import SitePolicy
 from privadapt.common.errors import ConfigError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: What a charge row with no recorded kernel shows.
 UNKNOWN_KERNEL = "unknown"
 
@@ -76,6 +79,12 @@ CREATE TABLE IF NOT EXISTS kernel_latches (
     query_id TEXT NOT NULL,
     cleared_at REAL,
     outcome TEXT NOT NULL DEFAULT 'failed'
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    charges INTEGER PRIMARY KEY,
+    last_id INTEGER NOT NULL,
+    head TEXT NOT NULL,
+    groups_json TEXT NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS kernel_latches_active
     ON kernel_latches (kernel) WHERE cleared_at IS NULL;

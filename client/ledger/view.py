@@ -24,13 +24,11 @@ from privadapt.client.ledger import latches as latches
 from privadapt.client.ledger.accounting import Multiset, exact_report, parse_mechanism
 from privadapt.client.ledger.chain import (
     check_head_file,
-    extend,
     genesis,
     head_file,
     read_head_file,
-    row_bytes,
 )
-from privadapt.client.ledger.opening import rebuild, verify_derived
+from privadapt.client.ledger.opening import Rebuilt, rebuild, verify_derived
 from privadapt.client.ledger.schema import UNKNOWN_KERNEL, row_columns
 from privadapt.client.ledger.totals import LedgerTotals
 from privadapt.client.policy import SitePolicy
@@ -65,6 +63,9 @@ class LedgerView:
     """A ledger database read under ``policy`` (its cap, adjacency and
     accountant); one SQLite connection per thread."""
 
+    #: Whether each commit is synced to disk (False: a simulation ledger).
+    durable = True
+
     def __init__(self, path: str | Path, policy: SitePolicy, read_only: bool) -> None:
         self.path = Path(path)
         self.policy = policy
@@ -76,6 +77,7 @@ class LedgerView:
         self._head = genesis(policy.site_name)
         self._last_id = 0
         self._last: tuple[float, AccountingMethod] | None = None
+        self._checkpointed = 0  # charges at the newest checkpoint in _head
         # Per job asked about: mechanism JSON -> charges, kept up to _last_id.
         self._job_groups: dict[str, Counter[str]] = {}
         self._connections = ThreadConnections(self._connect, f"ledger {self.path}")
@@ -100,10 +102,13 @@ class LedgerView:
                     self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                     check_same_thread=False,
                 )
-                conn.execute("PRAGMA journal_mode=WAL")
                 # A charge must survive a power cut once the answer is sent:
-                # FULL syncs the WAL at every commit (NORMAL would not).
-                conn.execute("PRAGMA synchronous=FULL")
+                # FULL syncs the WAL at every commit (NORMAL would not). A
+                # simulation ledger (not durable) never syncs, not even when
+                # it switches a new file to WAL.
+                conn.execute("PRAGMA synchronous=FULL" if self.durable
+                             else "PRAGMA synchronous=OFF")
+                conn.execute("PRAGMA journal_mode=WAL")
         except sqlite3.Error as err:
             raise ConfigError(f"ledger {self.path}: not a usable ledger database: {err}") from None
         return conn
@@ -136,22 +141,22 @@ class LedgerView:
 
     def _catch_up(self, conn: sqlite3.Connection) -> None:
         """Add to the in-memory chain and totals the charges another ledger
-        object or process committed since; reads only those rows."""
-        rows = conn.execute(
-            f"SELECT id, {self._row_columns(conn)} FROM charges WHERE id > ? ORDER BY id",
-            (self._last_id,)).fetchall()
-        for row_id, job, query, text, epsilon, method, created, kernel in rows:
-            self._head = extend(self._head, row_bytes(job, query, text, epsilon, method, created,
-                                                      kernel))
-            self._totals.add(text)
-            self._count_for_job(job, text)
-            self._last_id, self._last = row_id, (epsilon, AccountingMethod(method))
+        object or process committed since; reads only those rows (and the
+        checkpoints linked among them)."""
+        state = Rebuilt(self._head, self._totals, self._last_id,
+                        checkpointed=self._checkpointed)
+        state.advance(conn, self._row_columns(conn), self._count_for_job)
+        if state.rows:
+            self._head, self._last_id = state.head, state.last_id
+            self._checkpointed = state.checkpointed
+            self._last = (state.last_epsilon, AccountingMethod(state.last_method))
 
     def _reload_totals(self) -> None:
         """Forget the in-memory totals; the next charge rebuilds them from the rows."""
         self._totals = LedgerTotals(self.policy.adjacency,
                                     self.policy.accounting == AccountingMethod.PLD)
         self._head, self._last_id, self._last = genesis(self.policy.site_name), 0, None
+        self._checkpointed = 0
         self._job_groups = {}
 
     def _count_for_job(self, job_id: str, text: str) -> None:
@@ -184,7 +189,7 @@ class LedgerView:
                 rebuilt = rebuild(conn, self.policy.site_name, scratch)
                 verify_derived(conn, self.path, rebuilt, self.policy.adjacency.value)
             stored = read_head_file(head_file(self.path))
-            behind = check_head_file(self.path, stored, rebuilt.head, rebuilt.before)
+            behind = check_head_file(self.path, stored, rebuilt.head, rebuilt.behind(stored))
         state = ("one charge behind the database (a crash before it was synced; the site "
                  "repairs it when it next opens the ledger)" if behind and stored is not None
                  else "missing (no charge yet)" if behind else "in agreement")

@@ -83,7 +83,6 @@ which random data rarely meets and exact ties always do.
 from __future__ import annotations
 
 import numpy as np
-from scipy.spatial import cKDTree
 
 from privadapt.common.numerics.geometry import row_norms
 
@@ -165,7 +164,7 @@ class TargetIndex:
         targets = targets[self.original]
         self.targets = targets
         self.dim = targets.shape[1]
-        self.tree = cKDTree(targets, leafsize=LEAF_TARGETS, balanced_tree=False)
+        self.tree = _kd_tree(targets, leafsize=LEAF_TARGETS, balanced_tree=False)
         # Leaf boxes over the tree's point order (consecutive points of a
         # subtree): leaf l holds sorted positions [l L, (l + 1) L).
         self.order = np.asarray(self.tree.indices, dtype=np.int64)
@@ -220,8 +219,8 @@ def _search(records: np.ndarray, index: TargetIndex) -> np.ndarray:
         return np.empty(0, dtype=np.int64)
     bound = (_largest_norm(records) + index.norm) ** 2
     prune_slack, filter_margin = _margins(dim, bound, index.filter_dtype)
-    order = np.asarray(cKDTree(records, leafsize=16, balanced_tree=False,
-                               compact_nodes=False).indices, dtype=np.int64)
+    order = np.asarray(_kd_tree(records, leafsize=16, balanced_tree=False,
+                                compact_nodes=False).indices, dtype=np.int64)
     ordered = records[order]
     starts = np.arange(0, n, BLOCK_RECORDS)
     low = np.minimum.reduceat(ordered, starts, axis=0)
@@ -314,3 +313,13 @@ def _upper_bounds(ordered: np.ndarray, starts: np.ndarray, low: np.ndarray,
             least[span] = (record_norms[span, None] + target_norms[near[full]][None]
                            - 2 * products).min(axis=1)
     return np.maximum.reduceat(least, starts)
+
+
+def _kd_tree(points: np.ndarray, **options: object) -> object:
+    """scipy's cKDTree over ``points``. Imported on first use: every site
+    daemon imports the kernel registry, and scipy.spatial (with the linalg
+    and sparse packages it loads) costs each one about 14 MiB and a fifth of
+    a second at start-up, for kernels most jobs never ask for."""
+    from scipy.spatial import cKDTree
+
+    return cKDTree(points, **options)

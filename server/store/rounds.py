@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from privadapt.common.transactions import unsynced_transaction
 from privadapt.common.validation import frozen_value
 from privadapt.server.store.arrays import read_arrays, write_arrays
 from privadapt.server.store.database import StoreDatabase, insert_row, select_rows
@@ -166,7 +167,16 @@ class RoundTable(StoreDatabase):
     def save_answer(self, answer: StoredAnswer, round_record: RoundRecord) -> None:
         """Store a step's aggregated answer together with the round that
         produced it, in one transaction; ``ValueError`` if the step already
-        has an answer or the two records disagree."""
+        has an answer or the two records disagree.
+
+        Committed without its own fsync, off the round's critical path: the
+        next round's ``start_round`` (or the job's end) commits with a sync,
+        which makes this one durable too (the WAL is synced up to its end),
+        and no site answers that round before it. A power cut in between
+        loses this commit whole: the round is left ``started``, so it is
+        marked interrupted on restart and the step is asked again in a new
+        round, as after a crash during the round (each site charged each
+        round it answered: the lost answer is paid for, never reused)."""
         for field in ("job_id", "round", "step", "query_id"):
             if getattr(answer, field) != getattr(round_record, field):
                 raise ValueError(
@@ -179,7 +189,7 @@ class RoundTable(StoreDatabase):
                 "an aborted round has no answer to store"
             )
         blocks = [("", np.asarray(block)) for block in answer.blocks]
-        with self._transaction() as conn:
+        with unsynced_transaction(self._connection()) as conn:
             require_job(conn, answer.job_id, self.path)
             if conn.execute(
                 "SELECT 1 FROM answers WHERE job_id = ? AND step = ?", (answer.job_id, answer.step)

@@ -286,7 +286,7 @@ def test_a_schema_3_ledger_is_read_and_upgraded_without_loss(tmp_path, monkeypat
     assert "2 charges" in reopened.ledger.verify()
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
-                            ).fetchone() == ("4",)
+                            ).fetchone() == ("5",)
     conn.close()
     reopened.ledger.close()
     latch(db, monkeypatch)

@@ -4,6 +4,7 @@ method returns, arrays come back bit for bit, and the audit log only grows."""
 from __future__ import annotations
 
 import math
+import shutil
 import sqlite3
 import tempfile
 import threading
@@ -306,6 +307,25 @@ def test_rounds_left_started_by_a_crash_are_reconciled_as_interrupted(
         assert resumed.rounds("job-1") == [a_round(rnd=1), interrupted]
         assert resumed.interrupt_rounds("job-1", "again") == []
         assert resumed.last_round("job-1") == 2
+
+
+def test_an_answer_lost_with_its_unsynced_commit_leaves_its_round_interrupted(
+    store: CoordinatorStore, db: Path, tmp_path: Path,
+) -> None:
+    store.create_job("job-1", "noisy_gd", "{}", seed=0)
+    store.start_round(a_started_round(rnd=1))
+    synced = tmp_path / "at-power-cut"
+    synced.mkdir()
+    for suffix in ("", "-wal"):
+        shutil.copy(db.with_name(db.name + suffix), synced / (db.name + suffix))
+    store.save_answer(an_answer((np.ones(2),)), a_round(rnd=1))
+    # The next commit syncs the answer with it: the connection syncs fully again.
+    assert store._connection().execute("PRAGMA synchronous").fetchone() == (2,)
+    # A power cut before the next round's start loses the answer's commit whole.
+    with CoordinatorStore(synced / db.name) as resumed:
+        assert resumed.answer("job-1", 1) is None
+        (interrupted,) = resumed.interrupt_rounds("job-1", "interrupted: power cut")
+        assert (interrupted.round, interrupted.step) == (1, 1)
 
 
 @pytest.mark.parametrize(("aborted", "state"), [(True, "answered"), (False, "interrupted"),
