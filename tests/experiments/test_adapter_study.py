@@ -11,14 +11,13 @@ import sys
 
 import pytest
 
+from tests.experiments.script_runs import run_script
 from tests.paths import REPO_ROOT
 
 
 @pytest.mark.slow
 def test_adapter_study_quick_writes_the_table(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "experiments.adapter_study", "--quick", "--out", str(tmp_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    result = run_script("experiments.adapter_study", "--quick", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "gap to non-private %" in result.stdout
     with open(tmp_path / "adapter_study_quick.csv", newline="") as handle:
@@ -48,10 +47,9 @@ def test_the_grid_runs_beside_the_default_selection_into_its_own_csv(tmp_path):
     """--grid: the selection job with the grid's private candidates (ADAPTER
     standing for the task's adapter) next to the one without it; the p90
     target holds for both and the oracle rows say they are non-private."""
-    result = subprocess.run(
-        [sys.executable, "-m", "experiments.adapter_study", "--quick", "--grid",
-         "noisy_gd, noisy_gd:iterations=25, ADAPTER, ADAPTER_smooth", "--out", str(tmp_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    result = run_script("experiments.adapter_study", "--quick", "--grid",
+                        "noisy_gd, noisy_gd:iterations=25, ADAPTER, ADAPTER_smooth", "--out",
+                        str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "adapter_study_quick.csv").exists()
     with open(tmp_path / "adapter_study_quick_grid.csv", newline="") as handle:
