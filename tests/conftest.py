@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Callable
 
 import pytest
@@ -14,6 +16,25 @@ from privadapt.common.noise.floating import SeededRandomBits
 from tests.synthetic_data import synthetic_dataset
 
 SiteFactory = Callable[..., Site]
+
+RAM_DIRECTORY = "/dev/shm"
+RAM_NEEDED = 2 << 30  # bytes free; a container's default /dev/shm (64 MiB) is too small
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Temporary files (tmp_path, the ledgers, the site daemons' folders) on a
+    RAM filesystem when there is a roomy one and TMPDIR is not chosen: a
+    ledger commits every charge synchronously, and on a busy disk the tests
+    waited on those commits, not on their own work. Workers and the processes
+    tests start inherit TMPDIR."""
+    if "TMPDIR" in os.environ or not os.path.isdir(RAM_DIRECTORY):
+        return
+    if not os.access(RAM_DIRECTORY, os.W_OK | os.X_OK):
+        return
+    free = os.statvfs(RAM_DIRECTORY)
+    if free.f_bavail * free.f_frsize >= RAM_NEEDED:
+        os.environ["TMPDIR"] = RAM_DIRECTORY
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import shutil
 import tempfile
 from dataclasses import dataclass
 
@@ -28,14 +29,19 @@ def run_script(module: str, *args: str) -> ScriptRun:
     """``main([*args])`` of ``module`` (e.g. "experiments.seed000.table1")."""
     main = importlib.import_module(module).main
     out, err = io.StringIO(), io.StringIO()
-    temporary = tempfile.tempdir  # a script may move its scratch files (to RAM)
+    temporary = tempfile.tempdir
+    # The scripts leave their scratch folders (ledgers, daemons' files) to the
+    # system; here they go with the run.
+    scratch = tempfile.mkdtemp(prefix="experiment-run-")
+    tempfile.tempdir = scratch
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             status = main(list(args))
         except SystemExit as stop:
             status = stop.code
         finally:
-            tempfile.tempdir = temporary
+            tempfile.tempdir = temporary  # a script may also move it (to RAM)
+            shutil.rmtree(scratch, ignore_errors=True)
     if isinstance(status, str):  # sys.exit("message"): printed, status 1
         err.write(status + "\n")
         status = 1
