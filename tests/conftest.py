@@ -59,3 +59,14 @@ def make_site(tmp_path) -> SiteFactory:
         return Site(synthetic_dataset(num_records, dim, seed), policy, ledger, source)
 
     return factory
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules with a test marked slow run first, each whole (its module
+    fixtures set up once), the rest in their usual order. pytest-xdist's
+    worksteal gives each worker a contiguous share of this list and later
+    steals from the end of a worker's queue, so a long test collected late
+    starts last and the whole run waits for it alone; started first, the
+    short tests fill in around it."""
+    slow_modules = {item.module for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module not in slow_modules)
