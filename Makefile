@@ -35,7 +35,7 @@ PYTEST := OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
 	$(BIN)/python -m pytest -n auto --dist worksteal
 
 test: $(STAMP)
-	@$(PYTEST) -q --durations=25
+	@$(PYTEST) -q --durations=30
 
 # The same without the tests marked slow (each over about 10 s on its own).
 test-fast: $(STAMP)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Callable
 
 import pytest
@@ -14,6 +16,25 @@ from privadapt.common.noise.floating import SeededRandomBits
 from tests.synthetic_data import synthetic_dataset
 
 SiteFactory = Callable[..., Site]
+
+RAM_DIRECTORY = "/dev/shm"
+RAM_NEEDED = 2 << 30  # bytes free; a container's default /dev/shm (64 MiB) is too small
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Temporary files (tmp_path, the ledgers, the site daemons' folders) on a
+    RAM filesystem when there is a roomy one and TMPDIR is not chosen: a
+    ledger commits every charge synchronously, and on a busy disk the tests
+    waited on those commits, not on their own work. Workers and the processes
+    tests start inherit TMPDIR."""
+    if "TMPDIR" in os.environ or not os.path.isdir(RAM_DIRECTORY):
+        return
+    if not os.access(RAM_DIRECTORY, os.W_OK | os.X_OK):
+        return
+    free = os.statvfs(RAM_DIRECTORY)
+    if free.f_bavail * free.f_frsize >= RAM_NEEDED:
+        os.environ["TMPDIR"] = RAM_DIRECTORY
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
 @pytest.fixture
@@ -38,3 +59,14 @@ def make_site(tmp_path) -> SiteFactory:
         return Site(synthetic_dataset(num_records, dim, seed), policy, ledger, source)
 
     return factory
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules with a test marked slow run first, each whole (its module
+    fixtures set up once), the rest in their usual order. pytest-xdist's
+    worksteal gives each worker a contiguous share of this list and later
+    steals from the end of a worker's queue, so a long test collected late
+    starts last and the whole run waits for it alone; started first, the
+    short tests fill in around it."""
+    slow_modules = {item.module for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module not in slow_modules)

@@ -19,7 +19,7 @@ start at the public source-only fit; noisy GD: eta = 1, clip 2, T = 200),
 chosen by hand, not tuned per epsilon.
 
 Run from the repository root:
-    .venv/bin/python -m experiments.seed000.figure1 [--runs 5] [--quick]
+    .venv/bin/python -m experiments.seed000.figure1 [--runs 5] [--quick] [--epsilons 0.5 1]
 """
 
 from __future__ import annotations
@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+",
                         default=[1000, 2000, 4000, 8000, 16000, 32000])
     parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--epsilons", type=float, nargs="+", default=list(EPSILONS),
+                        help="the private lines' epsilons (noisy SGD's calibration is the "
+                             "slow part, and slower the larger epsilon is)")
     parser.add_argument("--no-weight-noise", action="store_true",
                         help="PCnvxAdap without the paper's u-noise (cnvx_adap.py docstring)")
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="privadapt-figure1-"))
     lines = [("CnvxAdap", math.inf)] + [
         (method, e) for method in ("PCnvxAdap", "noisy GD (target only)",
-                                   "noisy SGD (target only)") for e in EPSILONS]
+                                   "noisy SGD (target only)") for e in args.epsilons]
     rows = []
     with Federations(workdir, networked=args.networked) as federations:
         print(f"sites: {federations.description}", flush=True)

@@ -140,12 +140,12 @@ def regression_sets(quick: bool) -> list[RegressionSet]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--splits", type=int, default=10)
+    parser.add_argument("--splits", type=int, default=None, help="default 10 (--quick: 2)")
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     parser.add_argument("--out", type=Path, default=Path("experiments/seed000/results"))
     add_networked_flag(parser)
     args = parser.parse_args(argv)
-    splits = 2 if args.quick else args.splits
+    splits = args.splits or (2 if args.quick else 10)
     iterations = 60 if args.quick else 300
     started = time.perf_counter()
     sets = regression_sets(args.quick)

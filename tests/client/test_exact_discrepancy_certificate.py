@@ -252,6 +252,7 @@ def small_site_cases(draw):
     return d, r, y, radius, kind, direction, adjacency, num, rows
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(small_site_cases())

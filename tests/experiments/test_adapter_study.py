@@ -11,14 +11,13 @@ import sys
 
 import pytest
 
+from tests.experiments.script_runs import run_script
 from tests.paths import REPO_ROOT
 
 
 @pytest.mark.slow
 def test_adapter_study_quick_writes_the_table(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "experiments.adapter_study", "--quick", "--out", str(tmp_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    result = run_script("experiments.adapter_study", "--quick", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "gap to non-private %" in result.stdout
     with open(tmp_path / "adapter_study_quick.csv", newline="") as handle:
@@ -43,15 +42,15 @@ def test_adapter_study_quick_writes_the_table(tmp_path):
             assert float(selected["p90_shortfall_percent"]) <= 1.0
 
 
-@pytest.mark.slow  # about 15 s of CPU
+@pytest.mark.slow  # about 10 s of CPU
 def test_the_grid_runs_beside_the_default_selection_into_its_own_csv(tmp_path):
     """--grid: the selection job with the grid's private candidates (ADAPTER
     standing for the task's adapter) next to the one without it; the p90
     target holds for both and the oracle rows say they are non-private."""
-    result = subprocess.run(
-        [sys.executable, "-m", "experiments.adapter_study", "--quick", "--grid",
-         "noisy_gd, noisy_gd:iterations=25, ADAPTER, ADAPTER_smooth", "--out", str(tmp_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    # One of the two tasks: the grid's code path is the same for both.
+    result = run_script("experiments.adapter_study", "--quick", "--grid",
+                        "noisy_gd, noisy_gd:iterations=25, ADAPTER, ADAPTER_smooth",
+                        "--tasks", "diabetes sex1->sex2@100", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "adapter_study_quick.csv").exists()
     with open(tmp_path / "adapter_study_quick_grid.csv", newline="") as handle:
@@ -59,7 +58,7 @@ def test_the_grid_runs_beside_the_default_selection_into_its_own_csv(tmp_path):
     methods = {r["method"] for r in rows}
     assert {"selected (private)", "selected, grid (private)",
             "oracle, grid (non-private)"} <= methods
-    assert len(rows) == 2 * 9 * 3
+    assert {r["dataset"] for r in rows} == {"diabetes sex1->sex2"} and len(rows) == 9 * 3
     for row in rows:
         if row["method"].startswith("selected"):
             assert float(row["p90_shortfall_percent"]) <= 1.0, row

@@ -2,13 +2,12 @@
 ``make demo`` runs is the one its rule picks from the committed full table."""
 
 import csv
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from privadapt.common.data.datasets.adult import DEMO_RECORDS_PER_SITE, DEMO_SPLIT, SPLITS
+from tests.experiments.script_runs import run_script
 from tests.paths import REPO_ROOT
 
 
@@ -19,9 +18,7 @@ def _rows(path: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_adult_splits_quick_writes_the_table(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "experiments.adult_splits", "--quick", "--out", str(tmp_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    result = run_script("experiments.adult_splits", "--quick", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert f"-> {DEMO_SPLIT}" in result.stdout
     rows = {r["split"]: r for r in _rows(tmp_path / "adult_splits_quick.csv")}

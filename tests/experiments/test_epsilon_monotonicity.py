@@ -4,20 +4,18 @@ written, and the scan flags a row that gets worse with epsilon by more
 than one standard error but not one within it."""
 
 import csv
-import subprocess
-import sys
 
 import pytest
 
 from experiments.epsilon_monotonicity import scan
+from tests.experiments.script_runs import run_script
 from tests.paths import REPO_ROOT
 
 
 @pytest.mark.slow
-def test_quick_writes_the_per_split_rows_and_the_scan(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "experiments.epsilon_monotonicity", "--quick", "--out",
-         str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+def test_quick_writes_the_per_split_rows_and_the_scan(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)  # the scan reads the committed study CSVs by relative path
+    result = run_script("experiments.epsilon_monotonicity", "--quick", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "paired change" in result.stdout
     with open(tmp_path / "boosting_by_epsilon_quick.csv", newline="") as handle:

@@ -2,27 +2,40 @@
 row per (dataset, method, privacy, coreset, sites, k), finite costs inside
 [0, 1] (every point is in the ball of radius 1/2), the non-private STC never
 worse than ClusterT, NNA over 3 sites present, a PNG and a printed table; and
-it resumes from its log of finished units without recomputing any."""
+it resumes from its log of finished units without recomputing any.
+
+One quick run serves every test here (module fixture): the restart and the
+networked check continue from copies of its output."""
 
 import csv
 import math
-import subprocess
-import sys
+import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.paths import REPO_ROOT
+from tests.experiments.script_runs import ScriptRun, run_script
+
+
+def _quick(out: Path, *options: str) -> ScriptRun:
+    result = run_script("experiments.seed001.cost_tables", "--quick", "--out", str(out),
+                        *options)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> tuple[ScriptRun, Path]:
+    """The quick tables from scratch (32 units: 2 datasets x 16 rows), and their folder."""
+    out = tmp_path_factory.mktemp("cost_tables") / "out"
+    return _quick(out), out
 
 
 @pytest.mark.slow
-def test_quick_cost_tables(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "experiments.seed001.cost_tables", "--quick", "--out",
-         str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, check=False)
-    assert result.returncode == 0, result.stderr
-    assert (tmp_path / "cost_tables_quick.png").stat().st_size > 1000
-    with open(tmp_path / "cost_tables_quick.csv", newline="") as handle:
+def test_quick_cost_tables(quick_run):
+    result, out = quick_run
+    assert (out / "cost_tables_quick.png").stat().st_size > 1000
+    with open(out / "cost_tables_quick.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert {r["dataset"] for r in rows} == {"synthetic_2", "digits_1to7"}
     assert {r["method"] for r in rows} == {"NNA", "NAS", "ClusterT", "PrivateKmeans (DP Lloyd)",
@@ -42,13 +55,13 @@ def test_quick_cost_tables(tmp_path):
 
 
 @pytest.mark.slow
-def test_quick_networked_nna_through_site_daemons_equals_in_process_without_noise(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "experiments.seed001.cost_tables", "--quick", "--networked",
-         "--datasets", "synthetic_2", "--out", str(tmp_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, check=False)
-    assert result.returncode == 0, result.stderr
-    with open(tmp_path / "cost_tables_quick_networked.csv", newline="") as handle:
+def test_quick_networked_nna_through_site_daemons_equals_in_process_without_noise(
+        quick_run, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(quick_run[1], out)  # every unit logged: only the daemons' check runs
+    result = _quick(out, "--networked", "--datasets", "synthetic_2")
+    assert "0 to do" in result.stdout
+    with open(out / "cost_tables_quick_networked.csv", newline="") as handle:
         (row,) = list(csv.DictReader(handle))
     assert row["dataset"] == "synthetic_2" and row["sites"] == "3"
     assert row["noise_free_equal"] == "True" and float(row["max_abs_difference"]) == 0.0
@@ -56,35 +69,28 @@ def test_quick_networked_nna_through_site_daemons_equals_in_process_without_nois
     assert "site daemons" in result.stdout
 
 
-def _quick(out: Path, *options: str) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, "-m", "experiments.seed001.cost_tables", "--quick", "--out", str(out),
-         *options], cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, check=False)
-    assert result.returncode == 0, result.stderr
-    return result
-
-
 @pytest.mark.slow
-def test_a_restart_does_no_work_and_a_resumed_table_equals_one_from_scratch(tmp_path):
+def test_a_restart_does_no_work_and_a_resumed_table_equals_one_from_scratch(quick_run,
+                                                                           tmp_path):
     """Each unit (one release of one row, costed at every k) is logged as it
     finishes; a second run recomputes nothing, and a run cut short (a torn
     last line) then restarted ends with the from-scratch table."""
+    first, scratch = quick_run
     out = tmp_path / "out"
-    first = _quick(out, "--datasets", "synthetic_2")
+    shutil.copytree(scratch, out)
     log, table = out / "cost_tables_quick_runs.csv", out / "cost_tables_quick.csv"
     whole_log, whole_table = log.read_bytes(), table.read_bytes()
     header, *units = whole_log.decode().splitlines()
-    assert len(units) == 16 and "[16/16]" in first.stdout
+    assert len(units) == 32 and "[32/32]" in first.stdout
 
-    second = _quick(out, "--datasets", "synthetic_2")
-    assert "16 units already done, 0 to do" in second.stdout and "[1/" not in second.stdout
+    second = _quick(out)
+    assert "32 units already done, 0 to do" in second.stdout and "[1/" not in second.stdout
     assert log.read_bytes() == whole_log and table.read_bytes() == whole_table
-    printed = _quick(out, "--datasets", "synthetic_2", "--tables-only")
+    printed = _quick(out, "--tables-only")
     assert "k=70" in printed.stdout and printed.stdout in second.stdout
 
-    log.write_text("\n".join([header, *units[:4]]) + "\n" + units[4][:25])
-    third = _quick(out, "--datasets", "synthetic_2")
-    assert "4 units already done, 12 to do" in third.stdout
+    log.write_text("\n".join([header, *units[:28]]) + "\n" + units[28][:25])
+    third = _quick(out)
+    assert "28 units already done, 4 to do" in third.stdout
     assert sorted(log.read_text().splitlines()) == sorted(whole_log.decode().splitlines())
     assert table.read_bytes() == whole_table
-

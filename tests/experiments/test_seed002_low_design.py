@@ -5,8 +5,6 @@ secure-sum route without noise) really is the selection route's fit."""
 
 import csv
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ import experiments.seed002  # noqa: F401  (single-threaded BLAS before numpy wor
 from experiments.run_log import RunLog
 from experiments.seed002 import designs, transfer
 from experiments.seed002.designs import LOW, LOW_CONTRAST, LOW_CONTRAST_L1, SPARSE, low_problem
-from tests.paths import REPO_ROOT
+from tests.experiments.script_runs import run_script
 
 
 def test_low_design_sources_are_migrated_uniform_designs():
@@ -47,10 +45,8 @@ def test_informative_contrasts_are_small_and_distractors_far(monkeypatch):
 
 @pytest.mark.slow
 def test_quick_low_design_writes_every_cell_within_its_epsilon(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "experiments.seed002.transfer", "--quick", "--design", "low",
-         "--out", str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-        check=False)
+    result = run_script("experiments.seed002.transfer", "--quick", "--design", "low",
+                        "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "== design low ==" in result.stdout and "== design sparse ==" not in result.stdout
     assert (tmp_path / "transfer_low_quick.png").stat().st_size > 1000

@@ -4,19 +4,15 @@ source-only (the usefulness target, 90th percentile over splits): with the free
 model a candidate and the baseline margin, small private samples keep it."""
 
 import csv
-import subprocess
-import sys
 
 import pytest
 
-from tests.paths import REPO_ROOT
+from tests.experiments.script_runs import run_script
 
 
 @pytest.mark.slow
 def test_boosting_quick_writes_the_table(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "experiments.seed004.boosting", "--quick", "--out",
-         str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=180, check=False)
+    result = run_script("experiments.seed004.boosting", "--quick", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "p90 shortfall %" in result.stdout
     with open(tmp_path / "boosting_quick.csv", newline="") as handle:

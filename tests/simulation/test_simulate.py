@@ -76,6 +76,7 @@ def test_the_closing_note_never_names_a_removed_directory(tmp_path):
     assert "--site-db" not in gone
 
 
+@pytest.mark.slow
 def test_without_workdir_the_temporary_directory_is_removed_unless_kept(tmp_path):
     job = tmp_path / "job.toml"
     job.write_text('[job]\nid = "tiny"\nalgorithm = "noisy_gd"\nepsilon = 1.0\n'

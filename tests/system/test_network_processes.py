@@ -146,6 +146,7 @@ def test_processes_noise_off_equal_local_federation(federation, tmp_path):
                                atol=1e-9)
 
 
+@pytest.mark.slow
 def test_coordinator_killed_mid_job_resumes_and_loses_no_round(federation, tmp_path):
     fed = federation()
     fed.start_coordinator()
@@ -192,6 +193,7 @@ def test_site_killed_mid_job_the_job_completes_with_the_rest(federation):
     assert sorted(report["sites"]) == ["site-a", "site-b"]
 
 
+@pytest.mark.slow
 def test_site_restarting_mid_job_rejoins(federation):
     fed = federation(epsilon_cap=20.0)
     fed.start_coordinator()

@@ -73,6 +73,7 @@ from privadapt.common.numerics.smoothed_spectral import (
     smoothed_spectral_norm_gradient,
     smoothed_spectrum,
 )
+from privadapt.common.validation import frozen_value
 from privadapt.server.algorithms.discrepancy_minimization.simplex_iterate import SimplexIterate
 
 VertexSelector = Callable[[np.ndarray], int]
@@ -109,7 +110,7 @@ def smoothed_spectral_norm(matrix: np.ndarray, mu: float) -> float:
     return smoothed_spectrum(matrix, mu)[0]
 
 
-@dataclass(frozen=True)
+@frozen_value
 class SmoothedDiscrepancy:
     """F~^lambda(q) = F~(M(q)) + (lambda/2) ||q||^2 over q in Delta_m (Alg. 2, line 4).
 
@@ -139,9 +140,9 @@ class SmoothedDiscrepancy:
         if not (math.isfinite(self.regularization) and self.regularization >= 0):
             raise ValueError(f"regularization must be finite and >= 0, "
                              f"got {self.regularization!r}")
-        object.__setattr__(self, "source_features", features)
+        self.source_features = features
         # Symmetrise: a noisy release of M_0 need not be symmetric, eigh assumes it.
-        object.__setattr__(self, "target_moment", 0.5 * (moment + moment.T))
+        self.target_moment = 0.5 * (moment + moment.T)
 
     @property
     def num_source(self) -> int:

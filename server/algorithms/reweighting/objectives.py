@@ -244,13 +244,17 @@ def reference_descent(
     radius: float,
     step_sizes: tuple[float, float, float],
     iterations: int,
-    num_classes: int = 2,
+    num_classes: int | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Non-private projected gradient descent on F (finite mu: F_mu) or J with
     all records in one place, from w_0 = 0 and u_0 = the bounds: the iterates
     (w_t, u_t), t = 1..T, that CnvxAdap / NCnvxAdap compute across sites.
     ``step_sizes`` = (eta_w, eta_{u^Pub}, eta_{u^Priv}); the softmax
-    cross-entropy's w is W of ``num_classes`` columns, flattened row-major."""
+    cross-entropy's w is W of ``num_classes`` columns, flattened row-major
+    (``num_classes`` is needed by the softmax cross-entropy only: the
+    estimators declare its default)."""
+    if loss == SOFTMAX_CROSS_ENTROPY and num_classes is None:
+        raise ValueError("num_classes is needed with the softmax cross-entropy")
     m = sample.num_public
     lower = weight_lower_bounds(m, sample.num_private, hyper.alpha)
     etas = np.concatenate([np.full(m, step_sizes[1]), np.full(sample.num_private, step_sizes[2])])

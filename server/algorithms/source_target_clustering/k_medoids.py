@@ -140,12 +140,14 @@ def accelerated_k_medoids(
     k: int,
     *,
     source: np.ndarray | None = None,
-    seed: int | None = 0,
+    seed: int | None,
     max_iter: int = 30,
     init_batch: int = INIT_BATCH,
 ) -> np.ndarray:
     """AkM (module docstring): the indices of k target points (in the order
-    chosen) with a small Cost(T, S, T_k); ``source=None`` is ClusterT."""
+    chosen) with a small Cost(T, S, T_k); ``source=None`` is ClusterT.
+    ``seed`` draws the initial batch and the medoid search's samples (NNA and
+    NAS pass their declared ``seed``)."""
     target, source_distances = _prepared(target, k, source)
     if k == 0:
         return np.zeros(0, dtype=np.int64)

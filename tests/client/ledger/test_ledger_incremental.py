@@ -65,6 +65,7 @@ def test_gaussian_fold_bound_holds_for_dp_accountings_discretised_pld(z):
 _histories = st.lists(st.sampled_from(POOL), min_size=1, max_size=12)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_histories, st.sampled_from([0.0, 1e-6, 1e-5, 1e-3]), st.sampled_from(["pld", "rdp"]))
 def test_upper_bound_is_never_below_the_exact_figure(history, delta, method):
@@ -79,6 +80,7 @@ def test_upper_bound_is_never_below_the_exact_figure(history, delta, method):
         assert bound >= exact
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_histories, st.floats(0.2, 6.0), st.sampled_from(["pld", "rdp"]))
 def test_ledger_decides_every_charge_as_the_exact_figure_would(history, cap, method):

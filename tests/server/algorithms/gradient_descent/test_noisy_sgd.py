@@ -101,6 +101,7 @@ def test_noise_off_reaches_the_constrained_optimum(make_site):
     assert np.linalg.norm(result.weights - optimum) < 0.05 * np.linalg.norm(optimum)
 
 
+@pytest.mark.slow
 def test_private_run_spends_exactly_epsilon_as_dp_accounting_composes_it(make_site):
     site_list = sites(make_site, epsilon_cap=3.0, delta_cap=DELTA)
     result = noisy_sgd(InProcessFederation(site_list), epsilon=3.0, delta=DELTA, iterations=40,
@@ -129,6 +130,7 @@ def test_public_num_records_spends_nothing_on_a_count(make_site):
         assert spent.job.epsilon == pytest.approx(3.0, rel=2e-3)
 
 
+@pytest.mark.slow
 def test_private_run_is_accurate_on_a_small_logistic_problem(make_site):
     site_list = sites(make_site, num_records=1000, epsilon_cap=3.0)
     result = noisy_sgd(InProcessFederation(site_list), epsilon=3.0, delta=DELTA, iterations=150,
