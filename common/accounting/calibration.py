@@ -202,6 +202,29 @@ def calibrate_noise_multiplier(
     adjacency = Adjacency(adjacency)
     method = AccountingMethod(method)
     _check_target(epsilon, delta, num_releases, relative_tolerance)
+    if make_mechanism is None and not already_spent:
+        # A pure function of these public numbers, and the searches cost
+        # seconds where a PLD is slow to build (a sampled Gaussian over many
+        # steps): every fit asking for the same plan gets the same answer.
+        return _default_multiplier(epsilon, delta, num_releases, method, adjacency,
+                                   relative_tolerance, sampling_rate)
+    return _calibrate(epsilon, delta, num_releases, make_mechanism, method, adjacency,
+                      already_spent, relative_tolerance, sampling_rate)
+
+
+@functools.lru_cache(maxsize=256)
+def _default_multiplier(epsilon: float, delta: float, num_releases: int,
+                        method: AccountingMethod, adjacency: Adjacency,
+                        relative_tolerance: float, sampling_rate: float) -> float:
+    return _calibrate(epsilon, delta, num_releases, None, method, adjacency, (),
+                      relative_tolerance, sampling_rate)
+
+
+def _calibrate(epsilon: float, delta: float, num_releases: int,
+               make_mechanism: Callable[[float], Mechanism] | None, method: AccountingMethod,
+               adjacency: Adjacency, already_spent: Sequence[Mechanism],
+               relative_tolerance: float, sampling_rate: float) -> float:
+    """calibrate_noise_multiplier's search, its arguments checked."""
     if make_mechanism is None:
         def make_mechanism(z: float) -> Mechanism:
             return GaussianMechanism.single(1.0, z, adjacency, sampling_rate)
