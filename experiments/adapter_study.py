@@ -180,10 +180,13 @@ def selected(task: Task, private: tuple[np.ndarray, np.ndarray], epsilon: float,
                   for data in site_datasets(*private, task.num_sites)]
     features = np.concatenate([part.features for part in validation])
     labels = np.concatenate([part.labels for part in validation])
-    # The oracle compares what the selection scores: clipped losses, or errors.
+    # The oracle compares what the selection scores: clipped losses, errors,
+    # or (paired) unclipped losses, whose differences the paired score clips
+    # only where the clips bite.
+    bound = np.inf if model.loss_bound_ is None else model.loss_bound_
     losses = [np.mean(np.where(features @ w >= 0, 1.0, -1.0) != labels)
               if model.selection_score_ == "error" else
-              np.minimum(loss_values(task.loss, features @ w, labels), model.loss_bound_).mean()
+              np.minimum(loss_values(task.loss, features @ w, labels), bound).mean()
               for w in model.candidates_]
     return model.coef_, model.candidates_[int(np.argmin(losses))]
 

@@ -33,12 +33,12 @@ def test_simulate_runs_a_networked_job_and_reports_each_sites_ledger(tmp_path):
                              "source only (public data, coordinator)",
                              "noisy GD, target only, networked"]
     assert "split education-bachelors-plus" in out and "site-1=2000, site-2=2000" in out
-    majority, source_only, job = figures.values()
+    majority, source_only, private = figures.values()
     # The majority label scores 0.5 balanced accuracy and 0.5 AUC whatever the mix.
     assert majority[1:] == (0.5, 0.5) and 0.45 < majority[0] < 0.6
     # The demo's split: source-only loses a third of the way to the target's
     # own model; even 20 noisy steps from zero beat the majority label.
-    assert 0.6 < source_only[1] < 0.7 and job[1] > 0.6
+    assert 0.6 < source_only[1] < 0.7 and private[1] > 0.6
     assert "Delivered private model against the free models" in out
     spent = re.findall(r"short site-\d: this job epsilon (\d(?:\.\d+)?) at delta 1e-06", out)
     assert len(spent) == 2 and all(0.99 <= float(e) <= 1.0 for e in spent)

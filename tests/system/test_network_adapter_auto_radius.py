@@ -39,7 +39,7 @@ TARGETS = [_logistic(300, np.array([1.0, -2.0, 0.5, 1.0]), seed) for seed in ran
 PUBLIC = _logistic(300, np.array([1.0, -1.0, 1.5, 1.0]), 9)
 
 
-def test_pncnvx_adap_with_an_auto_radius_runs_as_a_job_on_per_guess_chains(tmp_path):
+def test_pncnvx_adap_with_an_auto_radius_runs_as_a_job_on_its_trained_guess_chain(tmp_path):
     np.savez(tmp_path / "public.npz", features=PUBLIC.features, labels=PUBLIC.labels)
     spec = pb.JobSpec(algorithm="pncnvx_adap", epsilon=EPSILON, delta=DELTA, sites=SITES,
                       seed=5)
@@ -54,11 +54,15 @@ def test_pncnvx_adap_with_an_auto_radius_runs_as_a_job_on_per_guess_chains(tmp_p
                                        delta_cap=1e-5, noise_seed=1) as local:
         PNCnvxAdap(epsilon=EPSILON, delta=DELTA, **HYPER).fit(local, PUBLIC)
         charges_in_process = len(local.privacy_spent()["site-a"].mechanisms)
-    # K trainings of T steps, K + 1 noisy sums (the source-only candidate is scored too)
-    assert charges_in_process == 3 * 4 + 3 + 1
+    # With a public source one model of T steps in the largest ball around
+    # source-only (the other guesses its free projections), then the paired
+    # selection: the histogram that chooses the clips and the differences.
+    assert charges_in_process == 4 + 2
     for path in configs:
         with PrivacyLedger.open_readonly(SiteConfig.from_toml(path).database) as ledger:
             assert len(ledger.charges("auto-adapter")) == charges_in_process
             assert ledger.spent_by_job("auto-adapter", DELTA).epsilon <= EPSILON
             state = decode_state(ledger.job_state("auto-adapter"))
-            assert chain_names(state) == ["g1", "g2", "g3"]  # one chain per guess
+            # One chain, the trained guess's (the largest ball): the others
+            # are its projections and reweight nothing.
+            assert chain_names(state) == ["g3"]
