@@ -42,7 +42,7 @@ from privadapt.common.data.datasets.adult import (
 from privadapt.server.algorithms.gradient_descent.noisy_gd import IterationRecord
 from privadapt.server.algorithms.model_selection.selected_adaptation import SelectedAdaptation
 from privadapt.server.algorithms.public_erm import fit_linear
-from privadapt.simulation.simulate import DEMO_LEARNING
+from privadapt.simulation.simulate import DEMO_LEARNING, DEMO_SELECTION
 
 SITE_NAMES = ("site-a", "site-b", "site-c")
 DELTA = 1e-6
@@ -120,8 +120,7 @@ def run(workdir: Path, split: str = DEMO_SPLIT) -> int:
                      figures(model.coef_)))
 
     for epsilon in (1.0, 3.0):
-        selection = SelectedAdaptation(loss="logistic", epsilon=epsilon, delta=DELTA, seed=0,
-                                       **HYPERPARAMETERS)
+        selection = SelectedAdaptation(epsilon=epsilon, delta=DELTA, seed=0, **DEMO_SELECTION)
         selection.fit(private.new_job(f"selected-eps{epsilon:g}-{run_id}"),
                       public_source=domains.source)
         rows.append((f"private selection: {selection.chosen_}", f"{epsilon:g}",
