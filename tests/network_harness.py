@@ -8,6 +8,7 @@ import contextlib
 import math
 import subprocess
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,20 @@ def direct_federation(coordinator: Coordinator, job_id: str, sites: Sequence[str
                              coordinator.reports)
 
 
+def wait_for_sites(stub, sites: Sequence[str], timeout_s: float = 60.0) -> None:
+    """Until every one of ``sites`` is connected and has reported its budget:
+    a dry run before that plans without their sizes (a loaded machine starts
+    the daemons' threads late)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        listed = stub.ListSites(pb.ListSitesRequest(), timeout=10).sites
+        ready = {s.site_name for s in listed if s.connected and s.HasField("budget")}
+        if set(sites) <= ready:
+            return
+        assert time.monotonic() < deadline, f"sites not registered: {set(sites) - ready}"
+        time.sleep(0.05)
+
+
 def run_job(workdir: Path, spec: pb.JobSpec, job_id: str, sites: Sequence[str],
             datasets: Sequence[Dataset], public_source: Path | None = None,
             epsilon_cap: float = 10.0) -> tuple[str, pb.ResultResponse, list[Path]]:
@@ -150,6 +165,7 @@ def run_job(workdir: Path, spec: pb.JobSpec, job_id: str, sites: Sequence[str],
             for path in configs:
                 daemons.start(path)
             stub = operator_stub(pki, coordinator.port)
+            wait_for_sites(stub, sites)
             plan = stub.Launch(pb.LaunchRequest(spec=spec, dry_run=True), timeout=60).plan
             launched = stub.Launch(pb.LaunchRequest(spec=spec, job_id=job_id), timeout=60).job_id
             status = watch_until_done(stub, launched)
