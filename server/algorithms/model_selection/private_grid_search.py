@@ -258,11 +258,19 @@ def train_offsets(train_federation: Federation, learner: PrivateEstimator, grid:
     center = grid.center
     assert center is not None
     model = clone(learner)
-    model.set_params(radius=float(grid.norm_bounds()[-1]), epsilon=epsilon / 2,
-                     delta=delta / 2, **(guess_params or {}))
     options = dict(fit_options)
-    if options.get("initial_weights") is None:
-        options["initial_weights"] = center
+    if "center" in model.get_params():
+        # Noisy GD descends in the largest ball itself, around the public
+        # model, and delivers its tail average (ball GD, noisy_gd.py: the
+        # same releases and epsilon as from zero).
+        model.set_params(center=center, radius=float(grid.radii[grid.kept[-1]]),
+                         average="tail", epsilon=epsilon / 2, delta=delta / 2,
+                         **(guess_params or {}))
+    else:
+        model.set_params(radius=float(grid.norm_bounds()[-1]), epsilon=epsilon / 2,
+                         delta=delta / 2, **(guess_params or {}))
+        if options.get("initial_weights") is None:
+            options["initial_weights"] = center
     model.fit(train_federation, **options)
     offset = np.asarray(model.coef_, dtype=float) - center
     guesses = np.stack([center + project_to_ball(offset, float(grid.radii[j]))
