@@ -127,9 +127,9 @@ def run(workdir: Path, split: str = DEMO_SPLIT) -> int:
                      figures(selection.coef_)))
 
     print(f"\nTarget test figures ({target_label}, adult.test)")
-    print(f"  {'method':<52} {'epsilon':>8} {'accuracy':>9} {'balanced':>9} {'ROC AUC':>8}")
+    print(f"  {'method':<56} {'epsilon':>8} {'accuracy':>9} {'balanced':>9} {'ROC AUC':>8}")
     for method, epsilon_text, (acc, balanced, auc) in rows:
-        print(f"  {method:<52} {epsilon_text:>8} {acc:>9.4f} {balanced:>9.4f} {auc:>8.4f}")
+        print(f"  {method:<56} {epsilon_text:>8} {acc:>9.4f} {balanced:>9.4f} {auc:>8.4f}")
 
     print(f"\nPrivacy spent, read from each site's own ledger (cap epsilon={SITE_CAP_EPSILON:g}, "
           f"delta={SITE_CAP_DELTA:g})")

@@ -66,6 +66,7 @@ from privadapt.server.algorithms.model_selection.candidates import (
     DEFAULT_CANDIDATES,
     candidate_names,
 )
+from privadapt.server.algorithms.model_selection.selected_adaptation import MAX_RESOLUTION
 from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.jobs.progress import job_line
 from privadapt.server.jobs.spec import (
@@ -348,9 +349,9 @@ def report(domains, results: Sequence[JobOutcome], memory: dict[str, float]) -> 
             source_weights, test.features, test.labels, BINARY)}
     print(f"\nTarget test figures ({domains.split.target_label}, the split's rows of "
           f"adult.test; never used to choose anything)")
-    print(f"  {'method':<52} {'epsilon':>8} {'accuracy':>9} {'balanced':>9} {'ROC AUC':>8}")
+    print(f"  {'method':<56} {'epsilon':>8} {'accuracy':>9} {'balanced':>9} {'ROC AUC':>8}")
     for label, figures in free.items():
-        print(f"  {label:<52} {'-':>8} {_figures(figures)}")
+        print(f"  {label:<56} {'-':>8} {_figures(figures)}")
     delivered = []
     for r in results:
         figures = (model_metrics(r.model["weights"], test.features, test.labels, BINARY)
@@ -358,7 +359,7 @@ def report(domains, results: Sequence[JobOutcome], memory: dict[str, float]) -> 
         label = f"{_LABELS.get(r.algorithm, r.algorithm)}, networked"
         if "best_index" in r.model:  # which candidate the private selection chose
             label = f"{_LABELS[r.algorithm]}: {_chosen(r)}"
-        print(f"  {label:<52} {r.epsilon:>8g} "
+        print(f"  {label:<56} {r.epsilon:>8g} "
               f"{_figures(figures) if figures else format('failed', '>9')}")
         delivered.append((r, figures))
     majority_figure, source_figure = (f[HEADLINE] for f in free.values())
@@ -405,6 +406,12 @@ def _chosen(r: JobOutcome) -> str:
 def _report_selections_and_privacy(results: Sequence[JobOutcome],
                                    memory: dict[str, float]) -> None:
     for r in results:
+        if "selection_resolution" in r.model:
+            print(f"  {r.job_id} released nothing and delivered source-only: at this epsilon "
+                  f"and number of validation records its selection could certify only a "
+                  f"mean loss difference of {float(r.model['selection_resolution']):.3g} "
+                  f"clips per record (more than {MAX_RESOLUTION:g}); more records or a "
+                  f"larger epsilon lets it choose")
         if "best_index" in r.model and "noisy_losses" in r.model:
             names = candidate_names(r.model["candidate_ids"],
                                     r.hyperparameters.get("candidates", DEFAULT_CANDIDATES))

@@ -57,3 +57,19 @@ def test_the_demo_table_names_the_chosen_candidate_with_its_settings(capsys):
     assert "private selection: ball_gd:radius_factor=1:shrink=0.25" in out
     assert "public_constant 0.600" in out
     assert "noisy mean validation loss minus source-only's" in out
+
+
+def test_a_selection_that_released_nothing_says_so_and_names_source_only(capsys):
+    domains = load_adult_domains(num_sites=1, seed=0, split=DEMO_SPLIT,
+                                 max_records_per_site=10)
+    dim = domains.source.dim
+    model = {"weights": np.zeros(dim), "candidates": np.zeros((2, dim)),
+             "candidate_ids": np.array([0, 6]), "best_index": np.array(0),
+             "selection_resolution": np.array(0.287)}
+    outcome = JobOutcome("selected-eps1-x", "selected_adaptation", 1.0,
+                         pb.JOB_STATE_SUCCEEDED, "", model, {}, 1.0, [], {})
+    report(domains, [outcome], {})
+    out = capsys.readouterr().out
+    assert "private selection: source_only" in out
+    assert "selected-eps1-x released nothing and delivered source-only" in out
+    assert "0.287 clips per record" in out

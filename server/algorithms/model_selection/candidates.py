@@ -356,8 +356,11 @@ def candidate_names(candidate_ids: np.ndarray, candidates: str | None = None) ->
     names = [CANDIDATE_IDS[int(i)] for i in np.asarray(candidate_ids).ravel()]
     if candidates is None:
         return names
+    free = [name for name in names if name in FREE_CANDIDATES]
+    if len(free) == len(names):
+        return names  # a job that released nothing delivers from the free ones only
     private = [name for spec in parse_candidates(candidates) for name in spec.model_names]
-    return names[:len(names) - len(private)] + private
+    return free + private
 
 
 def auto_loss_bound(loss: str, source_only: np.ndarray, features: np.ndarray,

@@ -145,3 +145,12 @@ def test_the_shrunk_copy_is_the_model_projected_towards_source_only():
     np.testing.assert_array_equal(candidate_models(spec, near, center)[1], near)
     unshrunk, = parse_candidates("ball_gd", "squared")
     assert candidate_models(unshrunk, far, center) == [far]
+
+
+def test_a_job_that_released_nothing_names_only_its_free_models():
+    # SelectedAdaptation delivers source-only without training anything when
+    # its release could not certify a gain: its result lists the free models
+    # only, and the chosen index must not be read as a private candidate.
+    ids = [CANDIDATE_IDS.index(n) for n in ("source_only", "public_constant")]
+    assert candidate_names(np.array(ids), "ball_gd:radius_factor=1:shrink=0.25") == [
+        "source_only", "public_constant"]
