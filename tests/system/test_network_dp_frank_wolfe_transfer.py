@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +44,7 @@ from tests.network_harness import (
     in_process_coordinator,
     make_pki,
     operator_stub,
+    wait_for_sites,
     write_site,
 )
 
@@ -115,7 +115,7 @@ def _run_networked(tmp_path: Path, epsilon: float, num_sites: int, capsys) -> di
                 'cert = "pki/operator.crt"\nkey = "pki/operator.key"\nca = "pki/ca.crt"\n')
             options = ["--config", str(operator)]
             job = _job_file(tmp_path, names, epsilon)
-            _wait_connected(operator_stub(pki, coordinator.port), len(names))
+            wait_for_sites(operator_stub(pki, coordinator.port), names)
             capsys.readouterr()
             assert cli.main(["launch", job, "--dry-run", *options]) == 0
             plan = capsys.readouterr().out
@@ -128,17 +128,6 @@ def _run_networked(tmp_path: Path, epsilon: float, num_sites: int, capsys) -> di
     return {"plan": plan, "model": dict(np.load(out / "model.npz")),
             "report": json.loads((out / "privacy_report.json").read_text()),
             "sites": [SiteConfig.from_toml(p) for p in configs], "names": names}
-
-
-def _wait_connected(stub, count: int) -> None:
-    """Until every site has registered: the dry run plans over registered sites."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if sum(s.connected for s in stub.ListSites(pb.ListSitesRequest(), timeout=5).sites) \
-                == count:
-            return
-        time.sleep(0.05)
-    raise AssertionError("sites did not connect")
 
 
 @pytest.mark.parametrize("num_sites", [1, 3])

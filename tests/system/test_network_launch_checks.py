@@ -18,6 +18,7 @@ from tests.network_harness import (
     in_process_coordinator,
     make_pki,
     operator_stub,
+    wait_for_sites,
     watch_until_done,
     write_coordinator_config,
 )
@@ -58,23 +59,12 @@ def federation(tmp_path):
                 sites.start(deployment.write_site(policy, path, f"{LOCALHOST}:{coordinator.port}",
                                                   schema=schema))
             stub = operator_stub(pki, coordinator.port)
-            _wait_connected(stub)
+            wait_for_sites(stub, SITES)
             return stub
         try:
             yield start, tmp_path, coordinator.port
         finally:
             sites.stop()
-
-
-def _wait_connected(stub) -> None:
-    import time
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        listed = stub.ListSites(pb.ListSitesRequest(), timeout=5).sites
-        if sum(s.connected for s in listed) == len(SITES):
-            return
-        time.sleep(0.05)
-    raise AssertionError("sites did not connect")
 
 
 def _spec(delta: float = 1e-6, sites=SITES) -> pb.JobSpec:
