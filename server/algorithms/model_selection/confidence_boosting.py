@@ -20,13 +20,17 @@ federation the chunks are already there: the sites. Here
   source, ``server/algorithms/public_erm.py``; it reads no private record) is
   always a candidate, and candidate 0;
 * one private selection among w_0, w_1..w_K on the "validation" record parts
-  of every site (``server/algorithms/model_selection/private_selection.py``: a Gaussian
-  release of the K + 1 clipped validation-loss sums over all sites, secure
-  sum; with a single site and no baseline margin the site runs the
-  exponential mechanism itself). The paper's Laplace report-noisy-max on one
-  chunk becomes this release because a held-out "chunk" here is spread over
-  all sites, whose scores must be summed before an argmax; the Gaussian
-  release is the secure sum's form of the same selection.
+  of every site (``server/algorithms/model_selection/private_selection.py``: by
+  default the paired score, each w_k's validation loss minus w_0's, clipped
+  at clips a histogram release chooses, then one Gaussian release of the K
+  sums over all sites, secure sum, the two composing to one release at the
+  selection's budget; with ``selection_score="loss"`` seed 004's K + 1
+  clipped validation-loss sums, and with a single site and no baseline
+  margin the site runs the exponential mechanism itself). The paper's
+  Laplace report-noisy-max on one chunk becomes this release because a
+  held-out "chunk" here is spread over all sites, whose scores must be
+  summed before an argmax; the Gaussian release is the secure sum's form of
+  the same selection.
 
 Privacy, per site (replace-one, as each site's policy states; the record
 parts' own argument, common/data/record_parts.py, turns a release on a part into
