@@ -16,6 +16,8 @@ from tests.network_harness import (
     ThreadSites,
     in_process_coordinator,
     make_pki,
+    operator_stub,
+    wait_for_sites,
     write_coordinator_config,
     write_site,
 )
@@ -31,6 +33,8 @@ def test_follow_says_every_few_seconds_which_site_the_job_waits_for(tmp_path):
     with in_process_coordinator(coordinator_config) as coordinator:
         sites.start(write_site(tmp_path, pki, "site-a", synthetic_dataset(40, 3, seed=1),
                                coordinator.port))
+        # Connected before the launch: the only site the job waits for is the late one.
+        wait_for_sites(operator_stub(pki, coordinator.port), ["site-a"])
         operator = LocalDeployment(tmp_path, pki).write_operator(f"127.0.0.1:{coordinator.port}")
         job = tmp_path / "job.toml"
         job.write_text(
