@@ -39,7 +39,12 @@ from privadapt.common.data.datasets.adult import (
 )
 from privadapt.server.algorithms.gradient_descent.noisy_gd import IterationRecord
 from privadapt.server.algorithms.model_selection.selected_adaptation import SelectedAdaptation
-from privadapt.simulation.simulate import DEMO_LEARNING, DEMO_SELECTION, free_model_figures
+from privadapt.simulation.simulate import (
+    DEMO_EPSILONS,
+    DEMO_LEARNING,
+    DEMO_SELECTION,
+    free_model_figures,
+)
 
 SITE_NAMES = ("site-a", "site-b", "site-c")
 DELTA = 1e-6
@@ -104,14 +109,14 @@ def run(workdir: Path, split: str = DEMO_SPLIT) -> int:
     rows.append(("target only, non-private", "inf", figures(model.coef_)))
 
     private = make_federation(domains, workdir, private=True)
-    for epsilon in (1.0, 3.0):
+    for epsilon in DEMO_EPSILONS:
         model.set_params(epsilon=epsilon)
         model.fit(private.new_job(f"noisy-gd-eps{epsilon:g}-{run_id}"),
                   progress=progress_printer(f"epsilon={epsilon:g}"), progress_every=PROGRESS_EVERY)
         rows.append((f"noisy GD, target only (z={model.noise_multiplier_:.1f})", f"{epsilon:g}",
                      figures(model.coef_)))
 
-    for epsilon in (1.0, 3.0):
+    for epsilon in DEMO_EPSILONS:
         selection = SelectedAdaptation(epsilon=epsilon, delta=DELTA, seed=0, **DEMO_SELECTION)
         selection.fit(private.new_job(f"selected-eps{epsilon:g}-{run_id}"),
                       public_source=domains.source)

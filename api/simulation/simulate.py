@@ -110,6 +110,8 @@ DEMO_JOBS = (
 )
 _LABELS = {"noisy_gd": "noisy GD, target only", "pncnvx_adap": "PNCnvxAdap, source + target",
            "selected_adaptation": "private selection"}
+#: The demo runs each job at these epsilons (one, with ``--set epsilon=``).
+DEMO_EPSILONS = (1.0, 3.0)
 DEMO_KERNELS = frozenset({"linear_gradient", "reweighted_gradient", "second_moments",
                           "record_count", "validation_loss", "loss_difference_histogram"})
 COORDINATOR_SETTINGS = {"round_timeout_s": 30.0, "site_wait_timeout_s": 60.0, "min_sites": 2}
@@ -125,7 +127,7 @@ def site_policy(name: str, num_sites: int) -> SitePolicy:
 
 def write_demo_jobs(workdir: Path, site_names: Sequence[str],
                     jobs: Sequence[tuple[str, str, dict]] = DEMO_JOBS,
-                    epsilons: Sequence[float] = (1.0, 3.0), prefix: str = "job-") -> list[Path]:
+                    epsilons: Sequence[float] = DEMO_EPSILONS, prefix: str = "job-") -> list[Path]:
     """A job file per demo job and epsilon (``PREFIX{tag}-eps{epsilon}.toml``)."""
     run = os.urandom(3).hex()  # job ids unique per run: site ledgers refuse replays
     paths = []
@@ -141,12 +143,24 @@ def write_demo_jobs(workdir: Path, site_names: Sequence[str],
     return paths
 
 
-def write_own_files_job(workdir: Path, site_names: Sequence[str]) -> list[Path]:
+def write_own_files_job(workdir: Path, site_names: Sequence[str],
+                        epsilon: float = 1.0) -> list[Path]:
     """The one job run on the user's files without ``--job``: the demo's
-    private selection at epsilon 1, in ``jobs/selected-eps1.toml``."""
+    private selection at ``epsilon``, in ``jobs/selected-eps{epsilon}.toml``."""
     (workdir / "jobs").mkdir(exist_ok=True)
     selection = [job for job in DEMO_JOBS if job[1] == "selected_adaptation"]
-    return write_demo_jobs(workdir / "jobs", site_names, selection, (1.0,), prefix="")
+    return write_demo_jobs(workdir / "jobs", site_names, selection, (epsilon,), prefix="")
+
+
+def overridden_epsilon(overrides: Sequence[str]) -> float | None:
+    """The epsilon ``--set`` gives every job, if it does: the default jobs
+    are then written at it, so their ids and file names say the epsilon they
+    run at (and the demo's two epsilons do not become two equal jobs)."""
+    data: dict = {}
+    for override in overrides:
+        apply_override(data, override)
+    epsilon = data.get("job", {}).get("epsilon")
+    return float(epsilon) if isinstance(epsilon, int | float) else None
 
 
 def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path],
@@ -224,8 +238,10 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path],
         print(f"started the coordinator ({address}) and {num_sites} site daemons, "
               "mutual TLS, secure aggregation")
         stub = OperatorConfig.locate(deployment.write_operator(address)).stub()
-        jobs = list(job_files) or (write_demo_jobs(workdir, names) if own_files is None
-                                   else write_own_files_job(workdir, names))
+        epsilon = overridden_epsilon(overrides)
+        jobs = list(job_files) or (
+            write_own_files_job(workdir, names, epsilon or 1.0) if own_files is not None
+            else write_demo_jobs(workdir, names, epsilons=(epsilon,) if epsilon else DEMO_EPSILONS))
         # One job's privacy plan, as `privadapt launch --dry-run` shows it: what
         # each site will be charged and have left, before anything runs. The
         # second job's, since by then every site has registered and reported

@@ -15,8 +15,10 @@ from privadapt.simulation.simulate import (
     DEMO_JOBS,
     DEMO_KERNELS,
     JobOutcome,
+    overridden_epsilon,
     report,
     write_demo_jobs,
+    write_own_files_job,
 )
 
 
@@ -32,6 +34,16 @@ def test_every_demo_job_file_passes_the_launch_checks(tmp_path):
         algorithms.add(spec.algorithm)
     # The demo shows the privately selected adapter beside the rest
     assert "selected_adaptation" in algorithms
+
+
+def test_the_default_jobs_are_named_after_the_epsilon_set_runs_them_at(tmp_path):
+    assert overridden_epsilon(["iterations=5"]) is None
+    epsilon = overridden_epsilon(["epsilon=3", "iterations=5"])
+    assert epsilon == 3.0
+    [path] = write_own_files_job(tmp_path, ["site-1", "site-2"], epsilon)
+    spec, job_id = job_spec_from_toml(path, ["epsilon=3"])
+    assert path.name == "selected-eps3.toml"
+    assert job_id.startswith("selected-eps3-") and spec.epsilon == 3.0
 
 
 def test_the_demo_policy_allows_the_selection_kernels():
