@@ -30,6 +30,7 @@ import random
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -65,6 +66,9 @@ KEEPALIVE_OPTIONS = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeou
                      # that is starting up is found within 0.1 s instead.
                      ("grpc.initial_reconnect_backoff_ms", 100),
                      ("grpc.min_reconnect_backoff_ms", 100)]
+# A site usually starts beside or before its coordinator: until the first
+# registration, and for this long, "not up yet" is news, not a warning.
+STARTUP_GRACE_S = 30.0
 # Failures to reach the coordinator, explained by dialling it (dial_diagnosis).
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
@@ -127,6 +131,7 @@ class SiteDaemon:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._stream: grpc.Future | None = None
+        self._registered_once = False
 
     def stop(self) -> None:
         """Ask :meth:`run` to return (safe from a signal handler)."""
@@ -138,6 +143,7 @@ class SiteDaemon:
 
     def run(self) -> int:
         backoff = Backoff()
+        started = time.monotonic()
         while not self._stop.is_set():
             try:
                 self._session(backoff)
@@ -146,12 +152,19 @@ class SiteDaemon:
                     break
                 reason = (explain_unreachable(self.config.coordinator, self.config.ca)
                           if err.code() in _UNREACHABLE else None)
-                logger.warning(
-                    "site=%s coordinator %s: %s (%s); reconnecting. %s",
-                    self.site.name, self.config.coordinator, err.code().name,
-                    err.details(), reason or "If this persists, read the coordinator's log: a "
-                    "refused TLS handshake is explained only there.",
-                )
+                # Only "nothing listens there" is news at start-up: a TLS or
+                # address mistake is a warning at once.
+                if (not self._registered_once and time.monotonic() - started < STARTUP_GRACE_S
+                        and reason is not None and reason.startswith("connection refused")):
+                    logger.info("site=%s waiting for its coordinator to start (%s); retrying",
+                                self.site.name, reason)
+                else:
+                    logger.warning(
+                        "site=%s coordinator %s: %s (%s); reconnecting. %s",
+                        self.site.name, self.config.coordinator, err.code().name,
+                        err.details(), reason or "If this persists, read the coordinator's log: "
+                        "a refused TLS handshake is explained only there.",
+                    )
             except WireError as err:
                 logger.warning("site=%s coordinator %s sent an invalid reply (%s); "
                                "reconnecting", self.site.name, self.config.coordinator, err)
@@ -181,6 +194,7 @@ class SiteDaemon:
             # one still starting is found by the backoff's first short retries.
             registered = stub.Register(self._registration(), timeout=REGISTER_TIMEOUT_S)
             interval = check_register_response(registered)
+            self._registered_once = True
             backoff.reset()
             jobs = [pb.JobProgress(job_id=job, last_closed_round=last)
                     for job, last in self.progress.unfinished().items()]

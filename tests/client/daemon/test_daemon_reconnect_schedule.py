@@ -7,7 +7,9 @@ sleeping), and the jitter's window from random.uniform's arguments."""
 
 from __future__ import annotations
 
+import logging
 import random
+import socket
 import threading
 from concurrent import futures
 from types import SimpleNamespace
@@ -15,6 +17,7 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
+import privadapt.client.daemon.main as daemon_main
 from privadapt.client.daemon.main import SiteDaemon
 from privadapt.common.data.schema_digest import SchemaDigest
 from privadapt.common.proto import federation_pb2 as pb
@@ -63,6 +66,22 @@ class _Coordinator(rpc.FederationServiceServicer):
         return iter(())
 
 
+def _daemon(make_site, port: int, waits: int) -> SiteDaemon:
+    """A daemon dialling 127.0.0.1:``port`` that stops after ``waits`` waits."""
+    # Built without __init__: no certificates or configuration files.
+    daemon = SiteDaemon.__new__(SiteDaemon)
+    daemon.site = make_site(name="site-a", num_records=20, dim=3)
+    daemon.schema_digest = SchemaDigest.of(None, daemon.site.dim)
+    daemon.progress = SimpleNamespace(unfinished=dict, close=lambda: None)
+    daemon.worker = None
+    daemon.config = SimpleNamespace(coordinator=f"127.0.0.1:{port}", ca=None)
+    daemon._insecure, daemon._credentials = True, None
+    daemon._lock, daemon._stream = threading.Lock(), None
+    daemon._registered_once = False
+    daemon._stop = _Clock(waits)
+    return daemon
+
+
 def _windows(make_site, monkeypatch, accept: set[int], waits: int):
     """Run a daemon against a coordinator that accepts the sessions ``accept``
     for ``waits`` reconnect waits; the jitter windows, the waits and how many
@@ -78,16 +97,8 @@ def _windows(make_site, monkeypatch, accept: set[int], waits: int):
     rpc.add_FederationServiceServicer_to_server(coordinator, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    # Built without __init__: no certificates or configuration files.
-    daemon = SiteDaemon.__new__(SiteDaemon)
-    daemon.site = make_site(name="site-a", num_records=20, dim=3)
-    daemon.schema_digest = SchemaDigest.of(None, daemon.site.dim)
-    daemon.progress = SimpleNamespace(unfinished=dict, close=lambda: None)
-    daemon.worker = None
-    daemon.config = SimpleNamespace(coordinator=f"127.0.0.1:{port}")
-    daemon._insecure, daemon._credentials = True, None
-    daemon._lock, daemon._stream = threading.Lock(), None
-    daemon._stop = clock = _Clock(waits)
+    daemon = _daemon(make_site, port, waits)
+    clock = daemon._stop
     monkeypatch.setattr(random, "uniform", uniform)
     try:
         assert daemon.run() == 0
@@ -115,3 +126,32 @@ def test_the_daemon_never_gives_up_while_it_runs(make_site, monkeypatch):
     windows, waits, sessions = _windows(make_site, monkeypatch, accept=set(), waits=40)
     assert sessions == 40 and len(waits) == 40
     assert windows[-30:] == [(INITIAL, CAP)] * 30
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_coordinator_not_up_yet_is_news_at_start_and_a_warning_later(
+        make_site, monkeypatch, caplog):
+    """Sites often start before their coordinator: "connection refused"
+    before the first registration and within the start-up grace is logged
+    as waiting, at INFO; past the grace it is the warning with its diagnosis
+    (a TLS or address mistake is a warning at once:
+    tests/system/test_network_startup_checks.py)."""
+    port = _closed_port()
+    monkeypatch.setattr(daemon_main, "explain_unreachable",
+                        lambda *_: "connection refused by 127.0.0.1: nothing listens there")
+    caplog.set_level(logging.INFO, logger="privadapt.site")
+    assert _daemon(make_site, port, waits=2).run() == 0
+    waiting = [r for r in caplog.records if "waiting for its coordinator" in r.getMessage()]
+    assert len(waiting) == 2 and {r.levelno for r in waiting} == {logging.INFO}
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+    caplog.clear()
+    monkeypatch.setattr(daemon_main, "STARTUP_GRACE_S", 0.0)
+    assert _daemon(make_site, port, waits=1).run() == 0
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "UNAVAILABLE" in warning.getMessage() and "nothing listens there" in warning.getMessage()
