@@ -223,7 +223,8 @@ class LocalFederation:
             self.codec.decode(self.codec.add(s.blocks[b] for s in shares))
             for b in range(len(shares[0].blocks))
         )
-        return AggregateAnswer(query.query_id, blocks, tuple(s.site_name for s in shares))
+        return AggregateAnswer(query.query_id, blocks, tuple(s.site_name for s in shares),
+                               self.collusion_tolerance)
 
     def query_per_site(
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,

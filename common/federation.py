@@ -36,6 +36,7 @@ such as one model per site, charged to that site only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -46,6 +47,7 @@ import numpy as np
 from privadapt.common.accounting.accountant import EpsilonReport
 from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.mechanisms import Adjacency, Mechanism
+from privadapt.common.noise.floating import honest_share_count
 from privadapt.common.numerics.fixed_point import DEFAULT_FRACTIONAL_BITS
 
 
@@ -98,6 +100,21 @@ class AggregateAnswer:
     query_id: str
     blocks: tuple[np.ndarray, ...]
     participants: tuple[str, ...]
+    #: t of the job: each of the K participants added a share sized so that
+    #: K - t of them carry the mechanism's whole noise.
+    collusion_tolerance: int = 0
+
+    @property
+    def noise_std_factor(self) -> float:
+        """The sum's noise std over the mechanism's calibrated one:
+        sqrt(K / (K - t)), since K shares each carry a 1 / (K - t) part of
+        its variance (Gaussian, Laplace and discrete shares alike). A
+        decision that reads the noise's size (a certification margin) must
+        use the larger value; privacy is the calibrated one's."""
+        count = len(self.participants)
+        if count == 0 or self.collusion_tolerance == 0:
+            return 1.0
+        return math.sqrt(count / honest_share_count(count, self.collusion_tolerance))
 
     @property
     def value(self) -> np.ndarray:

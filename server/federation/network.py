@@ -192,7 +192,7 @@ class NetworkFederation:
     ) -> AggregateAnswer:
         query_id, blocks, participants = self._step(kernel, params, mechanism,
                                                     ReleaseForm.SECURE_SUM, records)
-        return AggregateAnswer(query_id, blocks, participants)
+        return AggregateAnswer(query_id, blocks, participants, self._job.collusion_tolerance)
 
     def query_per_site(
         self, kernel: str, params: Mapping[str, Any], mechanism: Mechanism,

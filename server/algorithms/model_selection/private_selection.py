@@ -40,7 +40,8 @@ it by the margin m = 2 sigma sqrt(2 log(K / beta)) on the noisy sums
 probability 1 - beta the delivered model is no worse than the baseline on
 validation, at the price of missing improvements smaller than m / n. With
 collusion tolerance t > 0 the sites' shares add up to K_sites / (K_sites - t)
-times the variance sigma^2, so read sigma as that larger value there.
+times the variance sigma^2, and every margin and certificate here reads sigma
+as that larger value (``AggregateAnswer.noise_std_factor``).
 
 A single data holder (``method="exponential"``, the default ``"auto"``'s
 choice when the federation has one site and no baseline margin is asked
@@ -359,7 +360,8 @@ def private_selection(
     mechanism = selection_mechanism(params, epsilon, delta, dim=dim)
     answer = federation.query(KERNEL.name, params.to_wire(), mechanism)
     noisy = np.asarray(answer.value, dtype=float)
-    noise_std = 0.0 if mechanism.is_non_private else float(mechanism.noise_scales[0])
+    noise_std = (0.0 if mechanism.is_non_private
+                 else float(mechanism.noise_scales[0]) * answer.noise_std_factor)
     margin = baseline_margin(noise_std, params.num_candidates, baseline_confidence)
     return SelectionResult(
         best_index=choose(noisy, margin),
@@ -419,15 +421,17 @@ def _paired_selection(
         histogram = LossDifferenceHistogramParams(candidates, reference, loss, edges)
         release = HISTOGRAM.mechanism(histogram, histogram_multiplier, Adjacency.REPLACE_ONE,
                                       dim=dim)
-        counts = np.asarray(federation.query(HISTOGRAM.name, histogram.to_wire(),
-                                             release).value, dtype=float)
-        counts_std = 0.0 if release.is_non_private else float(release.noise_scales[0])
+        answer = federation.query(HISTOGRAM.name, histogram.to_wire(), release)
+        counts = np.asarray(answer.value, dtype=float)
+        counts_std = (0.0 if release.is_non_private
+                      else float(release.noise_scales[0]) * answer.noise_std_factor)
         chosen = clips_from_histogram(counts, edges, counts_std, quantile * num_records)
     params = ValidationLossParams(candidates, loss, chosen, reference=reference)
     mechanism = KERNEL.mechanism(params, multiplier, Adjacency.REPLACE_ONE, dim=dim)
-    noisy = np.asarray(federation.query(KERNEL.name, params.to_wire(), mechanism).value,
-                       dtype=float)
-    sigma = 0.0 if mechanism.is_non_private else float(mechanism.noise_scales[0])
+    answer = federation.query(KERNEL.name, params.to_wire(), mechanism)
+    noisy = np.asarray(answer.value, dtype=float)
+    sigma = (0.0 if mechanism.is_non_private
+             else float(mechanism.noise_scales[0]) * answer.noise_std_factor)
     t = certifying_t(count, baseline_confidence)
     all_clips = np.concatenate([[0.0], chosen])
     estimates = np.concatenate([[0.0], chosen * noisy / num_records])

@@ -202,6 +202,21 @@ def test_private_clips_without_noise_are_the_histograms_exact_rule():
         assert result.clips[k + 1] == expected
 
 
+def test_margins_read_the_larger_noise_that_colluder_proof_shares_add_up_to():
+    """With t of K sites allowed to collude, each site's share carries
+    1 / (K - t) of the variance, so the sum's std is sqrt(K / (K - t))
+    times the calibrated one: a certificate that read the calibrated one
+    would claim more confidence than it has."""
+    clips = np.array([2.0, 2.0, 2.0])
+    margins = {}
+    for tolerance in (0, 1):
+        with federation(collusion_tolerance=tolerance) as sites:
+            result = select(sites, clips=clips)
+        margins[tolerance] = result.upper - result.estimates
+    assert margins[0][0] == margins[1][0] == 0.0  # the reference carries no noise
+    np.testing.assert_allclose(margins[1][1:], margins[0][1:] * math.sqrt(3 / 2))
+
+
 def test_the_resolution_is_what_the_release_can_certify():
     # rho = t 2 sqrt(K') z_paired / n: inversely proportional to n.
     one = paired_resolution(3, 1000, 1.0, DELTA)
