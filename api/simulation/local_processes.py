@@ -2,8 +2,11 @@
 the files :mod:`privadapt.simulation.local_deployment` writes, and stopped
 together (``privadapt simulate``, networked experiments, the tests).
 
-Every process runs ``python -m MODULE`` with this interpreter, unbuffered, with
-single-threaded BLAS (a machine runs many of them), and its stderr in a log.
+The coordinator runs ``python -m MODULE`` with this interpreter, unbuffered,
+with single-threaded BLAS (a machine runs many processes), and its stderr in a
+log; a site daemon is forked from a process that has already imported it
+(:mod:`privadapt.simulation.forked_sites`), or started the same way as the
+coordinator where the program itself is under test.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from pathlib import Path
 
 from privadapt.common.blas_threads import SINGLE_THREADED_BLAS
 from privadapt.common.errors import ConfigError
+from privadapt.simulation.forked_sites import SITE_MODULE, ForkedSite, fork_site
 
 STOP_TIMEOUT_S = 15.0
 COORDINATOR_MODULE = "privadapt.server.coordinator.main"
-SITE_MODULE = "privadapt.client.daemon.main"
+#: What the helpers below start and stop: a program or a forked site.
+RunningProcess = subprocess.Popen | ForkedSite
 
 
 def start_module(args: Sequence[str], log: Path, stdout: int | None = None) -> subprocess.Popen:
@@ -53,12 +58,16 @@ def await_coordinator(process: subprocess.Popen, log: Path) -> int:
     return int(line.rsplit(" ", 1)[1])
 
 
-def start_site(config: Path, log: Path, *extra_args: str) -> subprocess.Popen:
-    """A site daemon process for the site configuration ``config``."""
+def start_site(config: Path, log: Path, *extra_args: str, fork: bool = True) -> RunningProcess:
+    """A site daemon process for the site configuration ``config``: forked
+    from the fork server (a start in milliseconds), or with ``fork=False``
+    the program ``python -m privadapt.client.daemon.main`` itself."""
+    if fork:
+        return fork_site(config, log, *extra_args)
     return start_module([SITE_MODULE, "--config", str(config), *extra_args], log)
 
 
-def terminate(processes: Sequence[subprocess.Popen], timeout: float = STOP_TIMEOUT_S) -> None:
+def terminate(processes: Sequence[RunningProcess], timeout: float = STOP_TIMEOUT_S) -> None:
     """SIGTERM every process still running (a clean shutdown), then wait for
     all of them together for up to ``timeout`` and kill those still running."""
     for process in processes:
@@ -77,9 +86,9 @@ def terminate(processes: Sequence[subprocess.Popen], timeout: float = STOP_TIMEO
 class Processes:
     """Named processes started together and stopped together, last first."""
 
-    started: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
+    started: list[tuple[str, RunningProcess]] = field(default_factory=list)
 
-    def add(self, name: str, process: subprocess.Popen) -> subprocess.Popen:
+    def add(self, name: str, process: RunningProcess) -> RunningProcess:
         self.started.append((name, process))
         return process
 

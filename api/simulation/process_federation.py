@@ -25,6 +25,7 @@ from privadapt.common.data.dataset import Dataset
 from privadapt.common.mechanisms import Adjacency
 from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
 from privadapt.server.federation.network import NetworkFederation, NetworkJob
+from privadapt.simulation.forked_sites import fork_server
 from privadapt.simulation.local_deployment import LOCALHOST, LocalDeployment, free_port, write_pki
 from privadapt.simulation.local_processes import Processes, start_site
 
@@ -55,6 +56,7 @@ class SiteProcesses:
 
     def __init__(self, workdir: Path, *, round_timeout: float = 120.0) -> None:
         workdir = Path(workdir).resolve()
+        fork_server()  # its one import of the site daemon runs while the PKI is written
         self._deployment = LocalDeployment(workdir, write_pki(workdir / "pki"))
         self._round_timeout = round_timeout
         self._runs = itertools.count()

@@ -75,6 +75,7 @@ from privadapt.server.jobs.spec import (
     job_spec_from_toml,
     job_state_name,
 )
+from privadapt.simulation.forked_sites import fork_server
 from privadapt.simulation.local_deployment import LOCALHOST, LocalDeployment, free_port, write_pki
 from privadapt.simulation.local_processes import (
     Processes,
@@ -199,6 +200,7 @@ def simulate(num_sites: int, workdir: Path | None, job_files: Sequence[Path],
                           "certificates and ledgers there; pass a new or empty directory")
     logs = workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    fork_server()  # its one import of the site daemon runs while the files are written
     names = [f"site-{k}" for k in range(1, num_sites + 1)]
     deployment = LocalDeployment(workdir, write_pki(workdir / "pki"))
     if own_files is None:

@@ -1,0 +1,235 @@
+"""Site daemons forked from one process that has already imported them.
+
+Started as ``python -m privadapt.client.daemon.main``, every site pays a new
+interpreter and its imports (grpc, numpy, cryptography, scipy.special: about
+0.7 s of CPU each), so ten sites on two cores took about 10 s to come up.
+Instead a fork server (this module run as a program) imports the daemon once
+and forks each site from it: a site then starts in milliseconds, running the
+same ``main`` on the same configuration file, its output in its own log.
+
+The server has a single thread (a fork copies only the calling thread, so
+a lock another thread held would stay held in the child for ever) and reads
+requests on stdin, one JSON line each, answering ``started PID`` on stdout;
+it reaps its children itself and reports ``exit PID CODE`` (the code as
+``subprocess`` gives it: negative for a signal). When its stdin closes (this
+process ended, however), it stops every site still running: SIGTERM, then
+SIGKILL after :data:`STOP_TIMEOUT_S`.
+
+A fork is safe here because nothing a site must keep secret or unique exists
+at import time: noise draws a fresh ``os.urandom`` key on every call
+(:class:`~privadapt.common.noise.floating.SecureRandomBits`), round keys come
+from OpenSSL, whose generator reseeds in a forked child, and each site opens
+its own sockets, ledger and log after the fork (the tests draw from several
+forked sites and find no two draws alike). A test of the daemon's command
+line itself still starts the program (``local_processes.start_site(...,
+fork=False)``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from privadapt.common.blas_threads import SINGLE_THREADED_BLAS
+
+SITE_MODULE = "privadapt.client.daemon.main"
+STOP_TIMEOUT_S = 10.0
+#: How often the server looks for children that ended while no request came.
+_REAP_INTERVAL_S = 0.05
+
+
+class ForkServer:
+    """The client side: starts the server program, asks it for sites, and
+    keeps each site's exit code as the server reports it."""
+
+    def __init__(self) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **SINGLE_THREADED_BLAS})
+        self._lock = threading.Lock()  # one request and its answer at a time
+        self._changed = threading.Condition()
+        self._started: list[int] = []
+        self._exits: dict[int, int] = {}
+        self._reader = threading.Thread(target=self._read, name="fork-server", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            word, *numbers = line.decode().split()
+            with self._changed:
+                if word == "started":
+                    self._started.append(int(numbers[0]))
+                elif word == "exit":
+                    self._exits[int(numbers[0])] = int(numbers[1])
+                self._changed.notify_all()
+        with self._changed:  # the server is gone: no answer will come
+            self._changed.notify_all()
+
+    def fork(self, argv: Sequence[str], log: Path) -> int:
+        """The pid of a new site daemon running ``main(argv)``."""
+        request = json.dumps({"argv": list(argv), "log": str(log)}) + "\n"
+        with self._lock:
+            assert self._process.stdin is not None
+            self._process.stdin.write(request.encode())
+            self._process.stdin.flush()
+            with self._changed:
+                if not self._changed.wait_for(
+                        lambda: self._started or self._process.poll() is not None):
+                    raise RuntimeError("the site fork server did not answer")
+                if not self._started:
+                    raise RuntimeError("the site fork server ended "
+                                       f"(exit code {self._process.returncode})")
+                return self._started.pop(0)
+
+    def exit_code(self, pid: int) -> int | None:
+        with self._changed:
+            return self._exits.get(pid)
+
+    def wait(self, pid: int, timeout: float | None) -> int | None:
+        with self._changed:
+            self._changed.wait_for(lambda: pid in self._exits or not self._reader.is_alive(),
+                                   timeout)
+            return self._exits.get(pid)
+
+
+@functools.lru_cache(maxsize=1)
+def fork_server() -> ForkServer:
+    """This process's fork server, started on first use."""
+    return ForkServer()
+
+
+class ForkedSite:
+    """A forked site daemon, driven like the ``subprocess.Popen`` of the
+    program (poll, send_signal, wait, kill, pid, returncode), so code that
+    stops processes need not know how they were started."""
+
+    def __init__(self, pid: int, server: ForkServer) -> None:
+        self.pid = pid
+        self._server = server
+
+    @property
+    def returncode(self) -> int | None:
+        return self._server.exit_code(self.pid)
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def send_signal(self, signal_number: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):  # ended; its exit is on its way
+                os.kill(self.pid, signal_number)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._server.wait(self.pid, timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(f"site daemon {self.pid}", timeout or 0.0)
+        return code
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def fork_site(config: Path, log: Path, *extra_args: str) -> ForkedSite:
+    """A site daemon for ``config`` forked from the fork server, its stdout
+    and stderr appended to ``log`` (module docstring)."""
+    server = fork_server()
+    return ForkedSite(server.fork(["--config", str(config), *extra_args], log), server)
+
+
+# -- the server program ------------------------------------------------------------------
+
+
+def _child(argv: list[str], log: str) -> None:
+    """In the forked child: default signals, stdin from /dev/null, output to
+    ``log``, then the daemon's ``main``; never returns into the server loop."""
+    code = 1
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        output = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.close(null)
+        os.close(output)
+        from privadapt.client.daemon.main import main
+
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    except BaseException:  # reported in the site's log, as the program would
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # exiting anyway
+                stream.flush()
+        os._exit(code)
+
+
+def _reap(children: set[int]) -> None:
+    """Report every child that ended, without blocking."""
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        print(f"exit {pid} {os.waitstatus_to_exitcode(status)}", flush=True)
+
+
+def _stop_all(children: set[int]) -> None:
+    for pid in children:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while children and time.monotonic() < deadline:
+        _reap(children)
+        time.sleep(_REAP_INTERVAL_S)
+    for pid in children:
+        os.kill(pid, signal.SIGKILL)
+
+
+def serve() -> None:
+    """The server loop (module docstring)."""
+    import privadapt.client.daemon.main  # noqa: F401 -- the point: imported once, before forks
+
+    children: set[int] = set()
+    selector = selectors.DefaultSelector()
+    selector.register(0, selectors.EVENT_READ)
+    pending = b""
+    while True:
+        if selector.select(_REAP_INTERVAL_S):
+            chunk = os.read(0, 65536)  # raw reads: a buffered reader would hide lines from select
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    selector.close()
+                    _child(request["argv"], request["log"])
+                children.add(pid)
+                print(f"started {pid}", flush=True)
+        _reap(children)
+    _stop_all(children)
+
+
+if __name__ == "__main__":
+    serve()

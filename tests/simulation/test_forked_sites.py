@@ -1,0 +1,72 @@
+"""Site daemons forked from the fork server: three of them holding the same
+records and asked the same per-site release answer three different noisy
+values (no random state is shared through the fork), and they are stopped
+like the program's processes: SIGTERM is a clean shutdown whose log says so,
+a wait that times out says so the way subprocess does, and a site whose
+configuration is refused exits with the program's code and message."""
+
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+
+import numpy as np
+import pytest
+
+from privadapt.common.mechanisms import GaussianMechanism
+from privadapt.simulation.forked_sites import fork_site
+from privadapt.simulation.local_deployment import free_port
+from privadapt.simulation.local_processes import terminate
+from tests.network_harness import (
+    direct_federation,
+    in_process_coordinator,
+    make_pki,
+    write_coordinator_config,
+    write_site,
+)
+from tests.synthetic_data import synthetic_dataset
+
+SITES = ("site-a", "site-b", "site-c")
+SCORES = {"candidates": np.array([[1.0, -1.0, 0.5], [0.0, 0.0, 0.0]]), "loss": "logistic",
+          "loss_bound": 4.0}
+
+
+def test_forked_sites_with_the_same_records_draw_different_noise(tmp_path):
+    pki = make_pki(tmp_path / "pki", SITES)
+    same = synthetic_dataset(50, 3, seed=0)
+    with in_process_coordinator(write_coordinator_config(tmp_path, pki)) as coordinator:
+        sites = [fork_site(write_site(tmp_path, pki, name, same, coordinator.port,
+                                      epsilon_cap=1e6), tmp_path / f"{name}.log")
+                 for name in SITES]
+        try:
+            federation = direct_federation(coordinator, "forks", SITES)
+            federation.wait_for_sites()
+            mechanism = GaussianMechanism.single(math.sqrt(2) * 4.0, 1.0)
+            answers = federation.query_per_site("validation_loss", SCORES, mechanism).answers
+        finally:
+            terminate(sites)
+    values = [tuple(np.asarray(answers[name][0]).ravel()) for name in SITES]
+    assert len(set(values)) == len(SITES), values
+
+
+def test_a_forked_site_stops_cleanly_on_sigterm_and_times_out_like_popen(tmp_path):
+    pki = make_pki(tmp_path / "pki", ("site-a",))
+    # Nothing listens on the port: the daemon waits for its coordinator.
+    config = write_site(tmp_path, pki, "site-a", synthetic_dataset(20, 3, seed=1), free_port())
+    log = tmp_path / "site-a.log"
+    site = fork_site(config, log)
+    assert site.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        site.wait(timeout=0.2)
+    site.send_signal(signal.SIGTERM)
+    assert site.wait(timeout=60) == 0 and site.returncode == 0
+    assert "site=site-a stopped" in log.read_text()
+
+
+def test_a_refused_configuration_exits_with_the_programs_code_and_message(tmp_path):
+    config = tmp_path / "site.toml"
+    config.write_text("[site]\nname = 3\n")
+    log = tmp_path / "site.log"
+    assert fork_site(config, log).wait(timeout=60) == 2
+    assert log.read_text().startswith("privadapt-site: ")
