@@ -19,41 +19,21 @@ import grpc
 import pytest
 
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.proto import federation_pb2_grpc as rpc
-from privadapt.common.secure import tls
-from privadapt.common.wire.messages import channel_options
 from privadapt.server.coordinator.call_limits import PER_CALLER_LIMITS
 from privadapt.server.coordinator.federation_service import FederationServicer
 from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
+from tests.network_callers import Counter, site_stub
 from tests.network_harness import make_pki, operator_stub, write_coordinator_config
 
 MALLORY, EVE = "mallory", "eve"
 TIMEOUT = 20
 
 
-class Counter:
-    """A count that waiters can wait on (a Condition, no polling)."""
-
-    def __init__(self) -> None:
-        self._condition = threading.Condition()
-        self.value = 0
-
-    def add(self) -> None:
-        with self._condition:
-            self.value += 1
-            self._condition.notify_all()
-
-    def wait_for(self, value: int) -> None:
-        with self._condition:
-            assert self._condition.wait_for(lambda: self.value >= value, TIMEOUT), \
-                f"waited for {value}, got {self.value}"
-
-
 @pytest.fixture
 def slow_shares(monkeypatch):
     """SubmitShare made slow for the flooder: its handler, on a pool thread
     holding a slot, waits until the test releases it."""
-    entered, release = Counter(), threading.Event()
+    entered, release = Counter(TIMEOUT), threading.Event()
 
     def slow(self, request, context):
         entered.add()
@@ -63,13 +43,6 @@ def slow_shares(monkeypatch):
     monkeypatch.setattr(FederationServicer, "SubmitShare", slow)
     yield entered, release
     release.set()
-
-
-def site_stub(pki, port: int, name: str) -> tuple[grpc.Channel, rpc.FederationServiceStub]:
-    credentials = tls.channel_credentials(pki / f"{name}.crt", pki / f"{name}.key",
-                                          pki / "ca.crt")
-    channel = grpc.secure_channel(f"127.0.0.1:{port}", credentials, options=channel_options())
-    return channel, rpc.FederationServiceStub(channel)
 
 
 def test_slow_calls_by_a_certificate_holder_leave_the_reserve_to_operators(
@@ -89,7 +62,7 @@ def test_slow_calls_by_a_certificate_holder_leave_the_reserve_to_operators(
     try:
         channel, mallory = site_stub(pki, coordinator.port, MALLORY)
         channels.append(channel)
-        refused, outcomes = Counter(), []
+        refused, outcomes = Counter(TIMEOUT), []
 
         def finished(future) -> None:
             outcomes.append(future)
