@@ -5,6 +5,7 @@ wait on (a Condition, never a sleep-and-poll)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -12,10 +13,13 @@ from pathlib import Path
 
 import grpc
 
+from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.secure import tls
 from privadapt.common.wire.messages import channel_options
 from privadapt.server.coordinator.event_loop_thread import EventLoopThread
+from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
+from tests.network_harness import write_coordinator_config
 
 
 class Counter:
@@ -95,3 +99,49 @@ def site_stub(pki: Path, port: int, name: str) -> tuple[grpc.Channel, rpc.Federa
                                           pki / "ca.crt")
     channel = grpc.secure_channel(f"127.0.0.1:{port}", credentials, options=channel_options())
     return channel, rpc.FederationServiceStub(channel)
+
+
+def four_site_coordinator(workdir: Path, pki: Path, round_timeout_s: float) -> Coordinator:
+    """A started coordinator for at most 4 sites: 36 call slots, the last 16
+    kept for operators and registered sites (20 open to all)."""
+    path = write_coordinator_config(workdir, pki, round_timeout_s=round_timeout_s,
+                                    site_wait_timeout_s=round_timeout_s)
+    coordinator = Coordinator(dataclasses.replace(CoordinatorConfig.from_toml(path),
+                                                  max_sites=4))
+    coordinator.start()
+    return coordinator
+
+
+class ShareFlood:
+    """``count`` whole SubmitShare calls by ``name`` at once, and those that
+    ended (refused), as they end."""
+
+    def __init__(self, stub: rpc.FederationServiceStub, name: str, count: int,
+                 timeout: float) -> None:
+        self.ended = Counter(timeout)
+        self.outcomes: list[grpc.Future] = []
+        share = pb.MaskedShare(job_id="no-such-job", round=1, query_id="q", site_name=name)
+        self.calls = [stub.SubmitShare.future(share, timeout=3 * timeout) for _ in range(count)]
+        for call in self.calls:
+            call.add_done_callback(self._finished)
+
+    def _finished(self, call: grpc.Future) -> None:
+        self.outcomes.append(call)
+        self.ended.add()
+
+    def still_open(self) -> bool:
+        """Every call that was not refused is still open."""
+        return not any(call.done() for call in self.calls if call not in self.outcomes)
+
+
+def refused_outside_the_reserve(pki: Path, port: int, name: str) -> grpc.RpcError:
+    """The refusal of one call by ``name``, a certificate holder that may not
+    use the reserve, while every slot open to all is taken."""
+    channel, stub = site_stub(pki, port, name)
+    try:
+        stub.Heartbeat(pb.HeartbeatRequest(site_name=name, session_id="x"), timeout=20)
+    except grpc.RpcError as refusal:
+        return refusal
+    finally:
+        channel.close()
+    raise AssertionError(f"{name!r} was served from the reserve")

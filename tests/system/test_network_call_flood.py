@@ -9,7 +9,6 @@ ended at the arrival deadline and gives its slot back."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import grpc
@@ -20,14 +19,12 @@ from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.secure import tls
 from privadapt.common.wire.messages import params_to_proto
 from privadapt.server.coordinator.call_limits import PER_CALLER_LIMITS, method_group
-from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
-from tests.network_callers import HalfSentCalls, wait_until
+from tests.network_callers import HalfSentCalls, four_site_coordinator, wait_until
 from tests.network_harness import (
     ThreadSites,
     make_pki,
     operator_stub,
     watch_until_done,
-    write_coordinator_config,
     write_site,
 )
 from tests.synthetic_data import synthetic_dataset
@@ -48,15 +45,6 @@ def pki(tmp_path_factory):
     return make_pki(tmp_path_factory.mktemp("pki"), (*SITES, MALLORY))
 
 
-def _coordinator(tmp_path, pki, round_timeout_s: float) -> Coordinator:
-    path = write_coordinator_config(tmp_path, pki, round_timeout_s=round_timeout_s,
-                                    site_wait_timeout_s=TIMEOUT)
-    config = dataclasses.replace(CoordinatorConfig.from_toml(path), max_sites=4)
-    coordinator = Coordinator(config)
-    coordinator.start()
-    return coordinator
-
-
 def _health(pki, port: int) -> int:
     credentials = tls.channel_credentials(pki / "operator.crt", pki / "operator.key",
                                           pki / "ca.crt")
@@ -66,7 +54,7 @@ def _health(pki, port: int) -> int:
 
 
 def test_a_flood_of_half_sent_calls_leaves_operators_and_sites_served(tmp_path, pki):
-    coordinator = _coordinator(tmp_path, pki, round_timeout_s=TIMEOUT)
+    coordinator = four_site_coordinator(tmp_path, pki, round_timeout_s=TIMEOUT)
     flood = HalfSentCalls(pki, coordinator.port, MALLORY)
     sites = ThreadSites()
     try:
@@ -102,7 +90,7 @@ def test_a_flood_of_half_sent_calls_leaves_operators_and_sites_served(tmp_path, 
 
 
 def test_a_request_that_never_arrives_is_ended_at_the_deadline(tmp_path, pki):
-    coordinator = _coordinator(tmp_path, pki, round_timeout_s=1.0)
+    coordinator = four_site_coordinator(tmp_path, pki, round_timeout_s=1.0)
     flood = HalfSentCalls(pki, coordinator.port, MALLORY)
     try:
         flood.open("/privadapt.v1.FederationService/Register", 3)

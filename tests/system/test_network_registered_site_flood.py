@@ -16,7 +16,6 @@ that only guard against a hang."""
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 
 import grpc
@@ -26,15 +25,22 @@ from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire.messages import params_to_proto
 from privadapt.server.coordinator.call_limits import PER_CALLER_LIMITS, method_group
 from privadapt.server.coordinator.federation_service import FederationServicer
-from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
-from tests.network_callers import Counter, HalfSentCalls, site_stub, wait_until
+from privadapt.server.coordinator.main import Coordinator
+from tests.network_callers import (
+    Counter,
+    HalfSentCalls,
+    ShareFlood,
+    four_site_coordinator,
+    refused_outside_the_reserve,
+    site_stub,
+    wait_until,
+)
 from tests.network_harness import (
     ThreadSites,
     make_pki,
     operator_stub,
     wait_for_sites,
     watch_until_done,
-    write_coordinator_config,
     write_site,
 )
 from tests.synthetic_data import synthetic_dataset
@@ -92,11 +98,7 @@ def test_a_registered_sites_flood_leaves_operators_and_the_other_sites_served(
         tmp_path, slow_mallory_shares):
     entered, release = slow_mallory_shares
     pki = make_pki(tmp_path / "pki", (*SITES, MALLORY, EVE))
-    path = write_coordinator_config(tmp_path, pki, round_timeout_s=TIMEOUT,
-                                    site_wait_timeout_s=TIMEOUT)
-    coordinator = Coordinator(dataclasses.replace(CoordinatorConfig.from_toml(path),
-                                                  max_sites=4))
-    coordinator.start()
+    coordinator = four_site_coordinator(tmp_path, pki, round_timeout_s=TIMEOUT)
     limits = coordinator.limits
     open_to_all = limits.capacity - limits.reserve  # 20 of 36 here
     budget = PER_CALLER_LIMITS["round"]  # mallory's own budget for shares: 32
@@ -129,20 +131,11 @@ def test_a_registered_sites_flood_leaves_operators_and_the_other_sites_served(
         # Whole slow share calls: every slot one caller may hold, its Connect
         # stream counted; the rest refused naming that cap, not the reserve
         # (past the slots open to all, only a privileged caller gets this far).
-        outcomes, ended = [], Counter(TIMEOUT)
-
-        def finished(future) -> None:
-            outcomes.append(future)
-            ended.add()
-
-        share = pb.MaskedShare(job_id="no-such-job", round=1, query_id="q", site_name=MALLORY)
-        flood = [mallory.SubmitShare.future(share, timeout=3 * TIMEOUT) for _ in range(budget)]
-        for future in flood:
-            future.add_done_callback(finished)
+        flood = ShareFlood(mallory, MALLORY, budget, TIMEOUT)
         entered.wait_for(open_to_all - 1)
-        ended.wait_for(budget - (open_to_all - 1))
+        flood.ended.wait_for(budget - (open_to_all - 1))
         assert entered.value == open_to_all - 1
-        for future in outcomes:
+        for future in flood.outcomes:
             assert future.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert (f"{MALLORY!r} already holds {open_to_all} of the coordinator's "
                     f"{limits.capacity} call slots, the most one caller may") in future.details()
@@ -151,12 +144,9 @@ def test_a_registered_sites_flood_leaves_operators_and_the_other_sites_served(
         assert limits.busy_slots() == open_to_all + len(SITES)
 
         # A certificate holder that is not a registered site gets nothing.
-        channel, eve = site_stub(pki, coordinator.port, EVE)
-        channels.append(channel)
-        with pytest.raises(grpc.RpcError) as refusal:
-            eve.Heartbeat(pb.HeartbeatRequest(site_name=EVE, session_id="x"), timeout=TIMEOUT)
-        assert refusal.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "kept for operators and registered sites" in refusal.value.details()
+        refusal = refused_outside_the_reserve(pki, coordinator.port, EVE)
+        assert refusal.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "kept for operators and registered sites" in refusal.details()
 
         # The operator and the other sites are served while the flood holds.
         assert operator.Status(pb.StatusRequest(), timeout=TIMEOUT).jobs == []
@@ -170,7 +160,7 @@ def test_a_registered_sites_flood_leaves_operators_and_the_other_sites_served(
         assert len(status.rounds) == 3 and not any(r.aborted for r in status.rounds)
         # Mallory held its slow calls and its registration throughout.
         assert entered.value == open_to_all - 1
-        assert not any(f.done() for f in flood if f not in outcomes)
+        assert flood.still_open()
         assert coordinator.registry.session(MALLORY) is not None and not stream.done()
     finally:
         release.set()
