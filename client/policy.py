@@ -33,6 +33,7 @@ Operators write it as TOML::
     min_query_epsilon = 1e-3     # a query charged less is "unpaid" (its work counts below)
     max_unpaid_work = 1e10       # the unpaid queries' work over every job, per daemon run
     max_sampler_table_bytes = 100663296  # exact samplers' cached tables, over every job
+    max_certificates = 65535     # a self-certifying kernel's certificates between clearings
     [federation]
     peers = ["st-john", "st-luke"]   # optional: the only sites this site masks with
 
@@ -65,9 +66,12 @@ mechanism alone) would buy its work for free, and new jobs are free, so the
 work of such *unpaid* queries also counts against ``max_unpaid_work``, one
 pool over every job of this daemon's run. The exact noise samplers' cached
 tables (:mod:`privadapt.common.noise.table_inversion`) are bounded by
-``max_sampler_table_bytes`` over every job. Every one of these decisions reads
-public things only: the query, the policy, the public record count and the
-earlier queries.
+``max_sampler_table_bytes`` over every job. A kernel that certifies its own
+floating-point error runs at most ``max_certificates`` certificates between
+two clearings of its latch, which bounds what the latch lets out by
+log2(max_certificates + 1) bits (:mod:`privadapt.client.ledger.latches`).
+Every one of these decisions reads public things only: the query, the
+policy, the public record count and the earlier queries.
 
 Every problem is reported as a ``ConfigError`` naming the file, the key and
 what would be accepted, once, when the policy is loaded.
@@ -124,6 +128,10 @@ DEFAULT_MAX_UNPAID_WORK = 1e10
 #: The samplers' tables over every job: 96 MiB, the eight largest tables the
 #: samplers cached before this bound (12 MiB each).
 DEFAULT_MAX_SAMPLER_TABLE_BYTES = 96 * 2**20
+#: Certificates of one self-certifying kernel between two clearings of its
+#: latch: at most 16 bits of where the first failure fell; 65 discrepancy
+#: minimisation jobs of 1,000 iterations each.
+DEFAULT_MAX_CERTIFICATES = 2**16 - 1
 
 
 def _is_number(value: Any) -> bool:
@@ -181,6 +189,9 @@ class SitePolicy:
     max_unpaid_work: float | None = None
     #: The most bytes the exact samplers' tables may hold, over every job.
     max_sampler_table_bytes: int = DEFAULT_MAX_SAMPLER_TABLE_BYTES
+    #: The most certificates a self-certifying kernel runs between two
+    #: clearings of its latch (None: no bound, a simulation site's default).
+    max_certificates: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.site_name, str) or not self.site_name.strip():
@@ -335,6 +346,12 @@ class SitePolicy:
             raise self._fail(f"max_sampler_table_bytes must be a whole number of at least "
                              f"{LARGEST_TABLE_BYTES} (the largest table a sampler builds), "
                              f"got {table!r}")
+        if self.max_certificates is None:
+            if not self.simulation:
+                self.max_certificates = DEFAULT_MAX_CERTIFICATES
+        elif not _is_int(self.max_certificates) or self.max_certificates < 1:
+            raise self._fail(f"max_certificates must be a whole number >= 1, got "
+                             f"{self.max_certificates!r}")
         if not isinstance(self.allow_per_site_releases, bool):
             raise self._fail(f"allow_per_site_releases must be true or false, got "
                              f"{self.allow_per_site_releases!r}")
@@ -427,6 +444,7 @@ _LAYOUT: dict[str, dict[str, _Spec]] = {
         "max_sampler_table_bytes": (
             "max_sampler_table_bytes", _is_int, "a whole number of bytes", False
         ),
+        "max_certificates": ("max_certificates", _is_int, "a whole number", False),
     },
     "federation": {"peers": ("peers", _string_list, "a list of site names", False)},
 }

@@ -92,8 +92,11 @@ another process on the same ledger, even while the certificate runs -- is
 refused in the same words before anything is admitted, reserved, charged or
 read. Only the operator clears a latch (``privadapt ledger clear-latch``).
 What leaks is the position of the first failure among the kernel's
-certificates between clearings (ledger_latches.py: at most log2(Q + 1) bits
-over Q of them).
+certificates between clearings (client/ledger/latches.py: at most
+log2(Q + 1) bits over Q of them); the policy's ``max_certificates`` bounds Q
+by a public number: the certificate that reaches it latches the kernel as
+*exhausted*, refused from then on in other fixed words, which name that
+number, until the operator clears it.
 """
 
 from __future__ import annotations
@@ -111,6 +114,7 @@ import numpy as np
 from privadapt.client.compute_budget import ComputeBudget
 from privadapt.client.job_state import decode_state, encode_state
 from privadapt.client.ledger.admission import CheckedCharge
+from privadapt.client.ledger.latches import EXHAUSTED, KernelLatch
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.client.query_admission import AdmittedQuery, QueryAdmission, noise_split
@@ -132,6 +136,12 @@ DISABLED_KERNEL_REASON = (
     "this site has disabled the kernel: its floating-point error certificate failed on a "
     "query (a numerical library outside its documented accuracy); the site's operator must "
     "investigate and clear the kernel's latch in the site's ledger to enable it again")
+# The refusal once the kernel ran the policy's max_certificates since its
+# latch was last cleared: public words (the count follows from the queries).
+EXHAUSTED_KERNEL_REASON = (
+    "this site has run the most floating-point error certificates of the kernel its policy "
+    "allows between two clearings of its latch (max_certificates = {limit}); the site's "
+    "operator must clear the kernel's latch in the site's ledger to enable it again")
 
 logger = logging.getLogger(__name__)
 
@@ -196,8 +206,9 @@ class Site:
         sites, encoded on the fixed-point grid; raises ``QueryRefusedError`` (or
         ``BudgetExceededError``) when the policy forbids it, before anything is
         released."""
-        if self.ledger.active_latch(query.kernel) is not None:
-            raise self._refusal(query)
+        latch = self.ledger.active_latch(query.kernel)
+        if latch is not None:
+            raise self._refusal(query, latch)
         admitted = self._admission.admit(query, num_participants)
         # Every refusal the query and the job's state decide comes before any
         # private data is read (records split, kernel): a refusal is unpriced,
@@ -308,7 +319,7 @@ class Site:
         # refused); across processes the armed row refuses it.
         with self._certificate_lock:
             if not self.ledger.arm_certificate(query.kernel, query.job_id, query.query_id):
-                raise self._refusal(query)
+                raise self._refusal(query, self.ledger.active_latch(query.kernel))
             try:
                 blocks = admitted.kernel.compute(records, admitted.params, state)
             except UncertifiedComputationError as err:
@@ -332,7 +343,12 @@ class Site:
             "the ledger until the operator clears it",
             self.name, query.job_id, query.query_id, query.kernel, err)
 
-    def _refusal(self, query: Query) -> QueryRefusedError:
+    def _refusal(self, query: Query, latch: KernelLatch | None = None) -> QueryRefusedError:
+        """The refusal of a latched kernel: the failure's fixed words, or, for
+        a kernel that ran its policy's certificates, the words naming them."""
+        if latch is not None and latch.outcome == EXHAUSTED:
+            return self._admission.refusal(query, EXHAUSTED_KERNEL_REASON.format(
+                limit=self.policy.max_certificates))
         return self._admission.refusal(query, DISABLED_KERNEL_REASON)
 
     @property

@@ -19,8 +19,13 @@ Bounds, so that a coordinator cannot turn lanes into unbounded threads or
 memory: at most ``max_lanes`` lanes run at once, the others wait their turn,
 first come first served, and a running lane with items left steps back
 behind the waiting ones after each item (round robin); at most
-``max_queued`` items wait in all, beyond which the reading thread waits, so
-the stream's own flow control holds a flooding coordinator back.
+``max_queued`` items, and at most ``max_queued_bytes`` of them (their wire
+size), wait in all, beyond which the reading thread waits, so the stream's
+own flow control holds a flooding coordinator back. Counting items alone let
+1,024 items of up to 64 MiB each (the message limit) wait: 64 GiB. Now what
+a coordinator can make a site hold in work items is at most
+``max_queued_bytes`` waiting, plus one item in hand per running lane and one
+being read: 256 MiB + 9 x 64 MiB at the defaults, whatever the jobs.
 
 On :meth:`close` (the stream ended or the daemon stops) items not started are
 dropped, the items in hand finish: an announcement never started published no
@@ -44,6 +49,8 @@ logger = logging.getLogger(__name__)
 MAX_LANES = 8
 #: Items waiting in all lanes together before the reading thread waits.
 MAX_QUEUED = 1024
+#: Their wire size together: four of the largest messages.
+MAX_QUEUED_BYTES = 256 * 2**20
 
 
 def job_of(item: pb.WorkItem) -> str:
@@ -58,28 +65,50 @@ class JobLanes:
     that escapes it anyway is logged and the lane goes on."""
 
     def __init__(self, handle: Callable[[pb.WorkItem], None], max_lanes: int = MAX_LANES,
-                 max_queued: int = MAX_QUEUED) -> None:
-        if max_lanes < 1 or max_queued < 1:
+                 max_queued: int = MAX_QUEUED,
+                 max_queued_bytes: int = MAX_QUEUED_BYTES) -> None:
+        if max_lanes < 1 or max_queued < 1 or max_queued_bytes < 1:
             raise ValueError("a daemon needs at least one lane and one queued item")
         self._handle = handle
         self.max_lanes, self.max_queued = max_lanes, max_queued
-        self._queues: dict[str, deque[pb.WorkItem]] = {}
+        self.max_queued_bytes = max_queued_bytes
+        self._queues: dict[str, deque[tuple[pb.WorkItem, int]]] = {}
         self._waiting: deque[str] = deque()  # jobs with items and no running lane
         self._running: set[str] = set()
         self._queued = 0
+        self._queued_bytes = 0
+        #: Submits waiting for room (the reading thread held back).
+        self.held_back = 0
         self._closed = False
         self._changed = threading.Condition()
 
-    def submit(self, item: pb.WorkItem) -> None:
-        """Queue ``item`` in its job's lane (waits while ``max_queued`` items wait)."""
-        job = job_of(item)
+    @property
+    def queued_bytes(self) -> int:
+        """The wire size of the items waiting in all lanes."""
         with self._changed:
-            self._changed.wait_for(lambda: self._closed or self._queued < self.max_queued)
+            return self._queued_bytes
+
+    def _has_room(self, size: int) -> bool:
+        # An item alone always fits (it is within the message limit already).
+        return self._queued < self.max_queued and (
+            self._queued == 0 or self._queued_bytes + size <= self.max_queued_bytes)
+
+    def submit(self, item: pb.WorkItem) -> None:
+        """Queue ``item`` in its job's lane (waits while ``max_queued`` items,
+        or ``max_queued_bytes`` of them, wait)."""
+        job, size = job_of(item), item.ByteSize()
+        with self._changed:
+            if not (self._closed or self._has_room(size)):
+                self.held_back += 1
+                self._changed.notify_all()
+                self._changed.wait_for(lambda: self._closed or self._has_room(size))
+                self.held_back -= 1
             if self._closed:
                 return
             queue = self._queues.setdefault(job, deque())
-            queue.append(item)
+            queue.append((item, size))
             self._queued += 1
+            self._queued_bytes += size
             if job not in self._running and job not in self._waiting:
                 self._waiting.append(job)
             self._start_lanes()
@@ -90,7 +119,7 @@ class JobLanes:
             self._closed = True
             self._queues.clear()
             self._waiting.clear()
-            self._queued = 0
+            self._queued = self._queued_bytes = 0
             self._changed.notify_all()
             self._changed.wait_for(lambda: not self._running)
 
@@ -110,8 +139,9 @@ class JobLanes:
                     self._queues.pop(job, None)
                     self._stop_lane(job)
                     return
-                item = queue.popleft()
+                item, size = queue.popleft()
                 self._queued -= 1
+                self._queued_bytes -= size
                 self._changed.notify_all()
             try:
                 self._handle(item)

@@ -20,6 +20,14 @@ The site side of a secure-aggregation round (server/federation/rounds.py has the
   (``secagg.mask_integrity_check``, which tells the coordinator whether the
   masks cancelled) and submit;
 * ``RoundAbort``: forget the round's keys (the ledger keeps its charge);
+
+A round is *open* from its announcement until its roster, abort or job end,
+holding its decoded query. A coordinator announcing rounds and never sending
+their rosters, in job after job (new jobs are free), once made the site keep
+every one; now at most :data:`MAX_OPEN_ROUNDS` rounds with at most
+:data:`MAX_OPEN_ROUND_BYTES` of announcements are open at once, over every
+job, and an announcement beyond them is refused in words that read only the
+coordinator's own messages.
 * ``PrivacyReportRequest``: report this job's spend from the site's own ledger.
 
 A refusal (policy, budget, bad roster, replay) goes back as a ``Refusal`` with
@@ -62,6 +70,11 @@ logger = logging.getLogger(__name__)
 
 # Unary replies to the coordinator; a round never waits longer than its deadline.
 CALL_TIMEOUT_S = 30.0
+#: Rounds open at once over every job (module docstring): eight lanes' worth
+#: of jobs several times over.
+MAX_OPEN_ROUNDS = 64
+#: Their announcements' wire size together: four of the largest messages.
+MAX_OPEN_ROUND_BYTES = 256 * 2**20
 
 
 class CoordinatorCalls(Protocol):
@@ -89,6 +102,7 @@ class _OpenRound:
     round: int
     keys: RoundKeys
     query_digest: bytes
+    size: int = 0  # the announcement's wire size
 
 
 class SiteWorker:
@@ -201,8 +215,21 @@ class SiteWorker:
             signing_key=self.identity.signing_key,
             ca_certificate_pem=self.identity.ca_certificate_pem,
         )
+        size = message.ByteSize()
         with self._open_lock:
-            self._open[(job_id, round)] = _OpenRound(query, round, keys, digest)
+            count, held = len(self._open), sum(opened.size for opened in self._open.values())
+            full = (count >= MAX_OPEN_ROUNDS
+                    or held + size > MAX_OPEN_ROUND_BYTES)
+            if not full:
+                self._open[(job_id, round)] = _OpenRound(query, round, keys, digest, size)
+        if full:
+            self._refuse(calls, job_id, round, query_id, pb.Refusal.POLICY,
+                         f"site {self.site.name!r} holds {count} rounds open "
+                         f"({held} bytes of announcements) awaiting their rosters; with this "
+                         f"one ({size} bytes) that is over the most it keeps open, "
+                         f"{MAX_OPEN_ROUNDS} rounds and {MAX_OPEN_ROUND_BYTES} bytes over "
+                         "every job: send the open rounds' rosters or aborts first")
+            return
         calls.PublishKey(signed_key_to_proto(signed, query_id), timeout=CALL_TIMEOUT_S)
 
     def _on_roster(self, message: pb.Roster, calls: CoordinatorCalls) -> None:

@@ -23,8 +23,11 @@ the latches an operator cleared since.
 again: the latch is stamped cleared (never deleted, so ``show`` still lists
 it), and the site answers the kernel from its next query on. Whether a
 certificate fails can depend on the private data, so each clear lets a
-coordinator learn one more bit; clear only after investigating the numerical
-libraries.
+coordinator learn where the next failure falls, at most
+log2(max_certificates + 1) more bits; clear only after investigating the
+numerical libraries. Clearing also sets the kernel's count of certificates
+back to 0, which is how a kernel that ran its policy's ``max_certificates``
+is enabled again.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from typing import Any, TextIO
 
 from privadapt.client.ledger.accounting import exact_report, mechanism_json, parse_mechanism
 from privadapt.client.ledger.chain import head_file
-from privadapt.client.ledger.latches import KernelLatch
+from privadapt.client.ledger.latches import EXHAUSTED, KernelLatch
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.ledger.view import Charge
 from privadapt.client.policy import SitePolicy
@@ -103,21 +106,23 @@ def latch_lines(latches: list[KernelLatch]) -> list[str]:
     if not latches:
         return []
     held = [each for each in latches if each.active]
-    lines = ["latched kernels (refused since their floating-point certificate failed, or a "
-             "certificate was running when the site stopped, until an operator runs "
-             "`privadapt ledger clear-latch`):"]
+    lines = ["latched kernels (refused since their floating-point certificate failed, a "
+             "certificate was running when the site stopped, or they ran the policy's "
+             "max_certificates, until an operator runs `privadapt ledger clear-latch`):"]
     lines += [f"  {each.kernel}  latched {_when(each.latched_at)} by query {each.query_id!r} "
               f"of job {each.job_id!r}{_interrupted(each)}" for each in held] or ["  none"]
     cleared = [each for each in latches if not each.active]
     if cleared:
         lines.append("cleared latches (each ended a run of certificates with a failure, "
-                     "uncharged):")
+                     "uncharged, or with the policy's last certificate):")
         lines += [f"  {each.kernel}  latched {_when(each.latched_at)}, cleared "
                   f"{_when(each.cleared_at or 0.0)}" for each in cleared]
     return lines
 
 
 def _interrupted(latch: KernelLatch) -> str:
+    if latch.outcome == EXHAUSTED:
+        return " (it ran the policy's max_certificates; none failed)"
     return "" if latch.outcome == "failed" else (
         " (armed: its certificate was running -- or the site stopped during it)")
 

@@ -40,7 +40,20 @@ run of answers (each charged) and then refusals; the uncharged information is
 the position of the first failure among the kernel's certificates -- at most
 log2(Q + 1) bits over Q certificates between two clearings, and in practice
 none: a certificate fails only if a numerical library breaks its documented
-accuracy.
+accuracy. Q is bounded by a public number, the policy's ``max_certificates``:
+arming counts each certificate of a kernel since its latch was last cleared
+(``certificate_counts``, written in the arming transaction, so a certificate
+is counted whether it passes, fails or is interrupted); the certificate that
+reaches the count keeps its row as an ``exhausted`` latch when it passes, and
+the kernel is refused from then on, in words that name the policy's number,
+until the operator clears it, which sets the count back to 0. Whether a
+query reaches a certificate, and so the count, depends only on the queries
+and the refusals before it, which the coordinator saw: the channel is at most
+log2(max_certificates + 1) bits per clearing. The certificates' work is fixed
+by public things whatever the data (common/numerics/certified_quadratic.py,
+"Fixed work"; tests/client/test_certificate_fixed_work.py), so their timing
+adds no channel of its own beyond what the numerical libraries' own kernels
+vary (benchmarks/certificate_timing.py measures it).
 
 Not covered by the hash chain: deleting a row is the same act as clearing it,
 which the operator may do anyway; keep the ledger where only the site daemon
@@ -64,8 +77,9 @@ class KernelLatch:
     job_id: str
     query_id: str
     cleared_at: float | None = None
-    #: ``failed`` (its certificate failed) or ``running`` (armed: a certificate
-    #: in flight, or interrupted by a crash or an unexpected error).
+    #: ``failed`` (its certificate failed), ``running`` (armed: a certificate
+    #: in flight, or interrupted by a crash or an unexpected error) or
+    #: ``exhausted`` (the policy's ``max_certificates`` ran since the last clearing).
     outcome: str = "failed"
 
     @property
@@ -75,6 +89,9 @@ class KernelLatch:
 
 _COLUMNS = "kernel, latched_at, job_id, query_id, cleared_at, outcome"
 _NO_TABLE = "no such table: kernel_latches"
+_NO_COUNTS = "no such table: certificate_counts"
+#: The outcome of a latch set because the kernel ran its policy's certificates.
+EXHAUSTED = "exhausted"
 
 
 def active(conn: sqlite3.Connection, kernel: str) -> KernelLatch | None:
@@ -114,38 +131,68 @@ def insert(conn: sqlite3.Connection, kernel: str, job_id: str, query_id: str,
     return KernelLatch(kernel, now, job_id, query_id)
 
 
+def certificates_run(conn: sqlite3.Connection, kernel: str) -> int:
+    """How many certificates of ``kernel`` were armed since its latch was
+    last cleared (0 on a read-only ledger from before schema 6)."""
+    try:
+        row = conn.execute("SELECT since_clearing FROM certificate_counts WHERE kernel = ?",
+                           (kernel,)).fetchone()
+    except sqlite3.OperationalError as err:
+        if _NO_COUNTS not in str(err):
+            raise
+        return 0
+    return 0 if row is None else int(row[0])
+
+
 def arm(conn: sqlite3.Connection, kernel: str, job_id: str, query_id: str,
-        now: float) -> bool:
+        now: float, limit: int | None = None) -> bool:
     """Inside a write transaction: arm ``kernel`` for one certificate (a
-    ``running`` row); False, writing nothing, when it is latched already or
-    another certificate of it is in flight (module docstring)."""
+    ``running`` row) and count it; False, writing nothing, when it is latched
+    already or another certificate of it is in flight, and False with an
+    ``exhausted`` latch when ``limit`` certificates ran since the last
+    clearing (a policy lowered since; module docstring)."""
     if active(conn, kernel) is not None:
+        return False
+    count = certificates_run(conn, kernel)
+    if limit is not None and count >= limit:
+        conn.execute("INSERT INTO kernel_latches (kernel, latched_at, job_id, query_id, "
+                     "outcome) VALUES (?, ?, ?, ?, ?)", (kernel, now, job_id, query_id, EXHAUSTED))
         return False
     conn.execute("INSERT INTO kernel_latches (kernel, latched_at, job_id, query_id, outcome) "
                  "VALUES (?, ?, ?, ?, 'running')", (kernel, now, job_id, query_id))
+    conn.execute("INSERT INTO certificate_counts (kernel, since_clearing) VALUES (?, 1) "
+                 "ON CONFLICT (kernel) DO UPDATE SET since_clearing = since_clearing + 1",
+                 (kernel,))
     return True
 
 
 def end(conn: sqlite3.Connection, kernel: str, job_id: str, query_id: str,
-        failed: bool) -> None:
+        failed: bool, limit: int | None = None) -> None:
     """Inside a write transaction: the armed certificate of (``job_id``,
-    ``query_id``) ended: ``failed`` keeps its row as the latch, else the row goes."""
+    ``query_id``) ended: ``failed`` keeps its row as the latch; a pass that
+    reached ``limit`` certificates keeps it as an ``exhausted`` latch; else
+    the row goes."""
     where = ("WHERE kernel = ? AND job_id = ? AND query_id = ? AND cleared_at IS NULL "
              "AND outcome = 'running'")
     if failed:
         conn.execute(f"UPDATE kernel_latches SET outcome = 'failed' {where}",
+                     (kernel, job_id, query_id))
+    elif limit is not None and certificates_run(conn, kernel) >= limit:
+        conn.execute(f"UPDATE kernel_latches SET outcome = '{EXHAUSTED}' {where}",
                      (kernel, job_id, query_id))
     else:
         conn.execute(f"DELETE FROM kernel_latches {where}", (kernel, job_id, query_id))
 
 
 def clear(conn: sqlite3.Connection, kernel: str, now: float) -> KernelLatch | None:
-    """Inside a write transaction: stamp ``kernel``'s active latch cleared;
-    the cleared latch, or None when the kernel is not latched."""
+    """Inside a write transaction: stamp ``kernel``'s active latch cleared and
+    set its count of certificates back to 0; the cleared latch, or None (and
+    nothing changed) when the kernel is not latched."""
     existing = active(conn, kernel)
     if existing is None:
         return None
     conn.execute("UPDATE kernel_latches SET cleared_at = ? "
                  "WHERE kernel = ? AND cleared_at IS NULL", (now, kernel))
+    conn.execute("DELETE FROM certificate_counts WHERE kernel = ?", (kernel,))
     return KernelLatch(existing.kernel, existing.latched_at, existing.job_id,
                        existing.query_id, now, existing.outcome)

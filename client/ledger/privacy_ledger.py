@@ -343,17 +343,20 @@ class PrivacyLedger(LedgerView):
 
     def arm_certificate(self, kernel: str, job_id: str, query_id: str) -> bool:
         """Arm ``kernel`` for one certificate, committed before this returns
-        (client/ledger/latches.py); False when it is latched or another
-        certificate of it is in flight."""
+        (client/ledger/latches.py) and counted against the policy's
+        ``max_certificates``; False when it is latched, another certificate
+        of it is in flight, or the count is used up."""
         self._refuse_read_only()
         with self._lock, self._transaction() as conn:
-            return latches.arm(conn, kernel, job_id, query_id, time.time())
+            return latches.arm(conn, kernel, job_id, query_id, time.time(),
+                               self.policy.max_certificates)
 
     def end_certificate(self, kernel: str, job_id: str, query_id: str, failed: bool) -> None:
-        """The armed certificate ended: a failure stays latched, a pass unarms."""
+        """The armed certificate ended: a failure stays latched, a pass unarms
+        (or latches the kernel as exhausted if it was the policy's last)."""
         self._refuse_read_only()
         with self._lock, self._transaction() as conn:
-            latches.end(conn, kernel, job_id, query_id, failed)
+            latches.end(conn, kernel, job_id, query_id, failed, self.policy.max_certificates)
 
     def clear_latch(self, kernel: str) -> latches.KernelLatch:
         """The operator's decision to enable ``kernel`` again (its next failed

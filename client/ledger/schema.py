@@ -9,13 +9,16 @@ after a failed floating-point certificate (``kernel_latches``,
 client/ledger/latches.py); 5 holds the checkpoints of the derived state
 bound into the chain (``checkpoints``, client/ledger/checkpoints.py): a
 ledger without any is re-derived from all its rows once, at its next open,
-which writes its first. An older ledger is upgraded in place when a
+which writes its first; 6 counts the certificates each self-certifying kernel
+ran since its latch was last cleared (``certificate_counts``,
+client/ledger/latches.py). An older ledger is upgraded in place when a
 site opens it for charging: each missing table is created empty, and the
 kernel column is added with NULL in every existing row, which leaves each
 row's chain bytes as they were
 (:func:`~privadapt.client.ledger.chain.row_bytes`), so its chain still verifies.
 A read-only open (``ledger show``, ``ledger report``) upgrades nothing and
-reads an older ledger's kernels as unknown and its latches as none.
+reads an older ledger's kernels as unknown, its latches as none and its
+certificate counts as 0.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pathlib import Path
 from privadapt.client.policy import SitePolicy
 from privadapt.common.errors import ConfigError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: What a charge row with no recorded kernel shows.
 UNKNOWN_KERNEL = "unknown"
 
@@ -85,6 +88,10 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     last_id INTEGER NOT NULL,
     head TEXT NOT NULL,
     groups_json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS certificate_counts (
+    kernel TEXT PRIMARY KEY,
+    since_clearing INTEGER NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS kernel_latches_active
     ON kernel_latches (kernel) WHERE cleared_at IS NULL;

@@ -240,6 +240,11 @@ class LedgerView:
         with self._lock:
             return latches.active(self._connection(), kernel)
 
+    def certificates_run(self, kernel: str) -> int:
+        """Certificates of ``kernel`` armed since its latch was last cleared."""
+        with self._lock:
+            return latches.certificates_run(self._connection(), kernel)
+
     def latches(self) -> list[latches.KernelLatch]:
         """Every kernel latch the site ever set, active or cleared, oldest first."""
         with self._lock:

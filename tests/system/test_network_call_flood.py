@@ -9,8 +9,6 @@ ended at the arrival deadline and gives its slot back."""
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import time
 
 import grpc
@@ -19,16 +17,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.secure import tls
-from privadapt.common.wire.messages import channel_options, params_to_proto
+from privadapt.common.wire.messages import params_to_proto
 from privadapt.server.coordinator.call_limits import PER_CALLER_LIMITS, method_group
-from privadapt.server.coordinator.event_loop_thread import EventLoopThread
-from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
+from tests.network_callers import HalfSentCalls, four_site_coordinator, wait_until
 from tests.network_harness import (
     ThreadSites,
     make_pki,
     operator_stub,
     watch_until_done,
-    write_coordinator_config,
     write_site,
 )
 from tests.synthetic_data import synthetic_dataset
@@ -49,56 +45,6 @@ def pki(tmp_path_factory):
     return make_pki(tmp_path_factory.mktemp("pki"), (*SITES, MALLORY))
 
 
-def _coordinator(tmp_path, pki, round_timeout_s: float) -> Coordinator:
-    path = write_coordinator_config(tmp_path, pki, round_timeout_s=round_timeout_s,
-                                    site_wait_timeout_s=TIMEOUT)
-    config = dataclasses.replace(CoordinatorConfig.from_toml(path), max_sites=4)
-    coordinator = Coordinator(config)
-    coordinator.start()
-    return coordinator
-
-
-class HalfSentCalls:
-    """Calls by ``name`` whose request is never sent (grpc.aio, so that
-    holding them costs this test no thread either); one connection per
-    method, each under the server's 100 HTTP/2 streams per connection."""
-
-    def __init__(self, pki, port: int, name: str) -> None:
-        self._loop = EventLoopThread(f"{name}-calls")
-        self._target = f"127.0.0.1:{port}"
-        self._files = (pki / f"{name}.crt", pki / f"{name}.key", pki / "ca.crt")
-        self._channels: list = []
-        self.calls: list = []
-
-    def open(self, method: str, count: int) -> None:
-        async def start():
-            credentials = tls.channel_credentials(*self._files)
-            channel = grpc.aio.secure_channel(self._target, credentials,
-                                              options=channel_options())
-            self._channels.append(channel)
-            for _ in range(count):
-                # A request stream that is never written to nor closed.
-                self.calls.append(channel.stream_unary(method)())
-            await asyncio.sleep(0)
-
-        self._loop.run(start())
-
-    def refusals(self) -> list[tuple[grpc.StatusCode, str]]:
-        async def finished():
-            return [(await call.code(), await call.details()) for call in self.calls
-                    if call.done()]
-
-        return self._loop.run(finished())
-
-    def close(self) -> None:
-        async def close_all():
-            for channel in self._channels:
-                await channel.close()
-
-        self._loop.run(close_all())
-        self._loop.close()
-
-
 def _health(pki, port: int) -> int:
     credentials = tls.channel_credentials(pki / "operator.crt", pki / "operator.key",
                                           pki / "ca.crt")
@@ -107,22 +53,15 @@ def _health(pki, port: int) -> int:
         return health_pb2_grpc.HealthStub(channel).Check(request, timeout=TIMEOUT).status
 
 
-def _wait_for(predicate, timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_a_flood_of_half_sent_calls_leaves_operators_and_sites_served(tmp_path, pki):
-    coordinator = _coordinator(tmp_path, pki, round_timeout_s=TIMEOUT)
+    coordinator = four_site_coordinator(tmp_path, pki, round_timeout_s=TIMEOUT)
     flood = HalfSentCalls(pki, coordinator.port, MALLORY)
     sites = ThreadSites()
     try:
         for method, count in FLOOD.items():
             flood.open(method, count)
         budget = sum(PER_CALLER_LIMITS[method_group(m)] for m in FLOOD)
-        _wait_for(lambda: len(flood.refusals()) == sum(FLOOD.values()) - budget)
+        wait_until(lambda: len(flood.refusals()) == sum(FLOOD.values()) - budget, TIMEOUT)
         assert coordinator.limits.open_calls(MALLORY) == budget
         assert coordinator.limits.busy_slots() == 0  # waiting for a request takes no thread
         for code, details in flood.refusals():
@@ -151,18 +90,18 @@ def test_a_flood_of_half_sent_calls_leaves_operators_and_sites_served(tmp_path, 
 
 
 def test_a_request_that_never_arrives_is_ended_at_the_deadline(tmp_path, pki):
-    coordinator = _coordinator(tmp_path, pki, round_timeout_s=1.0)
+    coordinator = four_site_coordinator(tmp_path, pki, round_timeout_s=1.0)
     flood = HalfSentCalls(pki, coordinator.port, MALLORY)
     try:
         flood.open("/privadapt.v1.FederationService/Register", 3)
-        _wait_for(lambda: coordinator.limits.open_calls(MALLORY) == 3)
+        wait_until(lambda: coordinator.limits.open_calls(MALLORY) == 3, TIMEOUT)
         started = time.monotonic()
-        _wait_for(lambda: len(flood.refusals()) == 3)
+        wait_until(lambda: len(flood.refusals()) == 3, TIMEOUT)
         assert time.monotonic() - started < 5
         for code, details in flood.refusals():
             assert code == grpc.StatusCode.DEADLINE_EXCEEDED
             assert "did not arrive within 1 s" in details
-        _wait_for(lambda: coordinator.limits.open_calls(MALLORY) == 0)
+        wait_until(lambda: coordinator.limits.open_calls(MALLORY) == 0, TIMEOUT)
     finally:
         flood.close()
         coordinator.stop(grace=0.5)

@@ -12,48 +12,32 @@ calls; here the calls are whole, and the reserve is what is tested."""
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 
 import grpc
 import pytest
 
 from privadapt.common.proto import federation_pb2 as pb
-from privadapt.common.proto import federation_pb2_grpc as rpc
-from privadapt.common.secure import tls
-from privadapt.common.wire.messages import channel_options
 from privadapt.server.coordinator.call_limits import PER_CALLER_LIMITS
 from privadapt.server.coordinator.federation_service import FederationServicer
-from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
-from tests.network_harness import make_pki, operator_stub, write_coordinator_config
+from tests.network_callers import (
+    Counter,
+    ShareFlood,
+    four_site_coordinator,
+    refused_outside_the_reserve,
+    site_stub,
+)
+from tests.network_harness import make_pki, operator_stub
 
 MALLORY, EVE = "mallory", "eve"
 TIMEOUT = 20
-
-
-class Counter:
-    """A count that waiters can wait on (a Condition, no polling)."""
-
-    def __init__(self) -> None:
-        self._condition = threading.Condition()
-        self.value = 0
-
-    def add(self) -> None:
-        with self._condition:
-            self.value += 1
-            self._condition.notify_all()
-
-    def wait_for(self, value: int) -> None:
-        with self._condition:
-            assert self._condition.wait_for(lambda: self.value >= value, TIMEOUT), \
-                f"waited for {value}, got {self.value}"
 
 
 @pytest.fixture
 def slow_shares(monkeypatch):
     """SubmitShare made slow for the flooder: its handler, on a pool thread
     holding a slot, waits until the test releases it."""
-    entered, release = Counter(), threading.Event()
+    entered, release = Counter(TIMEOUT), threading.Event()
 
     def slow(self, request, context):
         entered.add()
@@ -65,22 +49,11 @@ def slow_shares(monkeypatch):
     release.set()
 
 
-def site_stub(pki, port: int, name: str) -> tuple[grpc.Channel, rpc.FederationServiceStub]:
-    credentials = tls.channel_credentials(pki / f"{name}.crt", pki / f"{name}.key",
-                                          pki / "ca.crt")
-    channel = grpc.secure_channel(f"127.0.0.1:{port}", credentials, options=channel_options())
-    return channel, rpc.FederationServiceStub(channel)
-
-
 def test_slow_calls_by_a_certificate_holder_leave_the_reserve_to_operators(
         tmp_path, slow_shares):
     entered, release = slow_shares
     pki = make_pki(tmp_path / "pki", (MALLORY, EVE))
-    path = write_coordinator_config(tmp_path, pki, round_timeout_s=TIMEOUT,
-                                    site_wait_timeout_s=TIMEOUT)
-    coordinator = Coordinator(dataclasses.replace(CoordinatorConfig.from_toml(path),
-                                                  max_sites=4))
-    coordinator.start()
+    coordinator = four_site_coordinator(tmp_path, pki, round_timeout_s=TIMEOUT)
     limits = coordinator.limits
     open_to_all = limits.capacity - limits.reserve  # 20 of 36 here
     budget = PER_CALLER_LIMITS["round"]  # mallory's own budget for shares: 32
@@ -89,33 +62,20 @@ def test_slow_calls_by_a_certificate_holder_leave_the_reserve_to_operators(
     try:
         channel, mallory = site_stub(pki, coordinator.port, MALLORY)
         channels.append(channel)
-        refused, outcomes = Counter(), []
-
-        def finished(future) -> None:
-            outcomes.append(future)
-            refused.add()
-
-        share = pb.MaskedShare(job_id="no-such-job", round=1, query_id="q",
-                               site_name=MALLORY)
-        flood = [mallory.SubmitShare.future(share, timeout=3 * TIMEOUT) for _ in range(budget)]
-        for future in flood:
-            future.add_done_callback(finished)
+        flood = ShareFlood(mallory, MALLORY, budget, TIMEOUT)
         # Every slot open to all is taken by a slow call; the rest are refused.
         entered.wait_for(open_to_all)
-        refused.wait_for(budget - open_to_all)
+        flood.ended.wait_for(budget - open_to_all)
         assert entered.value == open_to_all and limits.busy_slots() == open_to_all
-        for future in outcomes:
+        for future in flood.outcomes:
             assert future.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert f"the last {limits.reserve} of its {limits.capacity} slots are kept " \
                 "for operators and registered sites" in future.details()
 
         # Another certificate holder is refused too: the reserve is not for it.
-        channel, eve = site_stub(pki, coordinator.port, EVE)
-        channels.append(channel)
-        with pytest.raises(grpc.RpcError) as refusal:
-            eve.Heartbeat(pb.HeartbeatRequest(site_name=EVE, session_id="x"), timeout=TIMEOUT)
-        assert refusal.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "kept for operators and registered sites" in refusal.value.details()
+        refusal = refused_outside_the_reserve(pki, coordinator.port, EVE)
+        assert refusal.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "kept for operators and registered sites" in refusal.details()
 
         # The operator is served, from the reserve, while the flood holds.
         operator = operator_stub(pki, coordinator.port)
@@ -126,8 +86,7 @@ def test_slow_calls_by_a_certificate_holder_leave_the_reserve_to_operators(
         # The flood still holds (the operator's own slot may not be released
         # yet when its reply arrives, so at least, not exactly, open_to_all:
         # a full-suite run saw 21).
-        assert limits.busy_slots() >= open_to_all and not any(f.done() for f in flood
-                                                              if f not in outcomes)
+        assert limits.busy_slots() >= open_to_all and flood.still_open()
         assert entered.value == open_to_all  # no refused call ever reached the handler
     finally:
         release.set()
@@ -137,4 +96,4 @@ def test_slow_calls_by_a_certificate_holder_leave_the_reserve_to_operators(
     # Released, the slow calls end and give their slots back.
     assert all(f.code() in (grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED,
                             grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE)
-               for f in flood)
+               for f in flood.calls)

@@ -20,6 +20,7 @@ from tests.client.daemon.test_site_worker import (  # noqa: F401 -- pki is a fix
     make_worker,
     pki,
 )
+from tests.network_callers import wait_until
 
 # Only a failsafe: every wait below is released by an event of the test.
 FAILSAFE_S = 60.0
@@ -110,6 +111,42 @@ def test_close_drops_the_items_not_started_and_finishes_the_one_in_hand():
     release.set()
     closing.join(FAILSAFE_S)
     assert not closing.is_alive() and ran in ([1], [1, 2])
+
+
+def abort_item(job: str, sequence: int, padding: int = 1000) -> pb.WorkItem:
+    return pb.WorkItem(sequence=sequence,
+                       round_abort=pb.RoundAbort(job_id=job, round=1, reason="x" * padding))
+
+
+def test_waiting_items_are_bounded_by_their_wire_size_and_the_reader_is_held_back():
+    # Counting items alone let 1,024 of the largest messages wait (64 GiB).
+    entered, release, ran = threading.Event(), threading.Event(), []
+
+    def handle(item: pb.WorkItem) -> None:
+        ran.append(item.sequence)
+        entered.set()
+        release.wait(FAILSAFE_S)
+
+    size = abort_item("job-a", 2).ByteSize()
+    lanes = JobLanes(handle, max_queued_bytes=3 * size + size // 2)
+    lanes.submit(abort_item("job-a", 1))
+    assert entered.wait(FAILSAFE_S)  # item 1 in hand, no longer waiting
+    submitted: list[int] = []
+
+    def read_stream() -> None:
+        for sequence in range(2, 11):
+            lanes.submit(abort_item("job-a", sequence))
+            submitted.append(sequence)
+
+    reader = threading.Thread(target=read_stream)
+    reader.start()
+    wait_until(lambda: lanes.held_back == 1, FAILSAFE_S)
+    assert submitted == [2, 3, 4] and lanes.queued_bytes == 3 * size
+    release.set()
+    reader.join(FAILSAFE_S)
+    wait_until(lambda: len(ran) == 10, FAILSAFE_S)
+    lanes.close()
+    assert ran == list(range(1, 11)) and lanes.held_back == 0
 
 
 class ThreadSafeCalls(Calls):

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from privadapt.client.daemon import worker as worker_module
 from privadapt.client.daemon.round_progress import RoundProgress
 from privadapt.client.daemon.worker import SiteIdentity, SiteWorker
 from privadapt.common.federation import Query
@@ -294,3 +295,35 @@ def test_a_digest_swapped_into_another_sites_key_breaks_its_signature(make_site,
     refusal = calls[0].only("refusal")
     assert refusal.reason == pb.Refusal.ROSTER_INVALID and "signature" in refusal.message
     assert workers[0].site.ledger.charges() == []
+
+
+def test_open_rounds_are_bounded_over_every_job_and_the_excess_refused(
+        make_site, pki, tmp_path, monkeypatch):
+    # Announcements without rosters, round after round: the site keeps at
+    # most MAX_OPEN_ROUNDS of them (and their bytes), refusing the rest.
+    monkeypatch.setattr(worker_module, "MAX_OPEN_ROUNDS", 3)
+    worker, calls = make_worker(make_site, pki, tmp_path, "site-a"), Calls()
+    for round in range(1, 5):
+        worker.handle(announcement(round), calls)
+    kinds = [kind for kind, _ in calls.sent]
+    assert kinds == ["key", "key", "key", "refusal"]
+    refusal = calls.sent[-1][1]
+    assert refusal.reason == pb.Refusal.POLICY and refusal.round == 4
+    assert "holds 3 rounds open" in refusal.message and "the most it keeps open, 3 rounds" \
+        in refusal.message
+    # An abort closes one; the next announcement is served.
+    abort = pb.RoundAbort(job_id=JOB, round=1, query_id="s1-r1")
+    worker.handle(pb.WorkItem(round_abort=abort), calls)
+    worker.handle(announcement(5), calls)
+    assert calls.sent[-1][0] == "key"
+
+
+def test_open_rounds_are_bounded_by_their_announcements_bytes(make_site, pki, tmp_path,
+                                                               monkeypatch):
+    size = announcement(1).round_announcement.ByteSize()
+    monkeypatch.setattr(worker_module, "MAX_OPEN_ROUND_BYTES", 2 * size + size // 2)
+    worker, calls = make_worker(make_site, pki, tmp_path, "site-a"), Calls()
+    for round in range(1, 4):
+        worker.handle(announcement(round), calls)
+    assert [kind for kind, _ in calls.sent] == ["key", "key", "refusal"]
+    assert f"({2 * size} bytes of announcements)" in calls.sent[-1][1].message

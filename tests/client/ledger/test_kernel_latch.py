@@ -259,9 +259,10 @@ def test_the_lookup_reads_the_index_not_the_history(tmp_path, monkeypatch):
 
 
 def _as_schema_3(db) -> None:
-    """Turn a ledger into the file schema 3 wrote (no latch table)."""
+    """Turn a ledger into the file schema 3 wrote (no latch table, no counts)."""
     with sqlite3.connect(db) as conn:
         conn.execute("DROP TABLE kernel_latches")
+        conn.execute("DROP TABLE certificate_counts")
         conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
     conn.close()
 
@@ -280,14 +281,16 @@ def test_a_schema_3_ledger_is_read_and_upgraded_without_loss(tmp_path, monkeypat
     assert document["latched_kernels"] == [] and document["total"]["charges"] == 2
     with PrivacyLedger.open_readonly(db) as read_only:
         assert read_only.latches() == [] and read_only.active_latch(EXACT) is None
+        assert read_only.certificates_run(EXACT) == 0
     # A site opening it upgrades it: every charge kept, the chain still verifies.
     reopened = open_site(db)
     assert [c.query_id for c in reopened.ledger.charges()] == ["q-1", "q-2"]
     assert "2 charges" in reopened.ledger.verify()
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
-                            ).fetchone() == ("5",)
+                            ).fetchone() == ("6",)
     conn.close()
+    assert reopened.ledger.certificates_run(EXACT) == 0
     reopened.ledger.close()
     latch(db, monkeypatch)
     assert open_site(db).disabled_kernels == {EXACT}

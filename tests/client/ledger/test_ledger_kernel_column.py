@@ -74,7 +74,7 @@ def test_a_schema_2_ledger_verifies_shows_unknown_and_is_upgraded(tmp_path):
         assert "3 charges" in ledger.verify()
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
-                            ).fetchone() == ("5",)  # upgraded to the current schema
+                            ).fetchone() == ("6",)  # upgraded to the current schema
         assert conn.execute("SELECT COUNT(*) FROM kernel_latches").fetchone() == (0,)
     conn.close()
     with PrivacyLedger(db, _policy()) as reopened:  # the open check rebuilds the chain
