@@ -14,6 +14,9 @@ machines and loads):
   Python process that imports what a site cannot do without (grpc, numpy,
   cryptography);
 * memory per site daemon (peak resident), against that same process's;
+* the import of the ``privadapt-site`` entry point alone, CPU and peak
+  resident memory, against that same process's (how much of the launch is
+  Python loading the site's modules);
 * opening a site ledger of 100,000 charges, against opening one of 100
   (the ratio is 1 when opening is flat in history), with the rows the open
   re-derived;
@@ -34,9 +37,11 @@ import federation_processes  # noqa: F401 -- single-threaded BLAS, before numpy 
 # isort: on
 import argparse
 import concurrent.futures
+import importlib.util
 import os
 import resource
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,6 +55,7 @@ from ledger_charges import open_seconds
 from network_round import networked
 from timing import median_seconds
 
+import privadapt.client.site
 from privadapt import Dataset, LocalFederation, NoisyGD
 from privadapt.common.secure.certs import init_ca, issue_certificate
 from privadapt.common.secure.tls import channel_credentials, server_credentials
@@ -58,6 +64,7 @@ FLOATS = 100_000
 LOCAL_SITES, LOCAL_RECORDS, LOCAL_DIM = 1_000, 20, 100
 _ECHO = "/floor.Echo/Echo"
 _SITE_IMPORTS = "import grpc, numpy, cryptography.hazmat.primitives.ciphers"
+_SITE_ENTRY_POINT = "import privadapt.client.daemon.main"
 
 
 # -- the floor's primitives ----------------------------------------------------
@@ -171,14 +178,36 @@ def round_floor(server: EchoServer, directory: Path, sites: int, repeats: int) -
 def interpreter_floor() -> tuple[float, float]:
     """Seconds to start a Python process importing what a site needs, and
     its peak resident memory in MiB."""
-    started = time.perf_counter()
+    seconds, _, memory = python_process(_SITE_IMPORTS)
+    return seconds, memory
+
+
+def python_process(imports: str) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds and peak resident MiB of a Python process
+    that runs ``imports`` and exits."""
+    started, before = time.perf_counter(), os.times()
     result = subprocess.run(
-        [sys.executable, "-c", _SITE_IMPORTS + "; print(next(line.split()[1] for line in "
+        [sys.executable, "-c", imports + "; print(next(line.split()[1] for line in "
          "open('/proc/self/status') if line.startswith('VmHWM')))"],
         check=True, capture_output=True, text=True)
-    seconds = time.perf_counter() - started
+    seconds, after = time.perf_counter() - started, os.times()
+    cpu = (after.children_user - before.children_user
+           + after.children_system - before.children_system)
     # VmHWM, not ru_maxrss: Linux keeps a forked parent's peak across exec in the latter.
-    return seconds, int(result.stdout.strip()) / 1024
+    return seconds, cpu, int(result.stdout.strip()) / 1024
+
+
+def site_import() -> dict:
+    """The ``privadapt-site`` entry point's import (the launch's share that is
+    Python start-up) against the floor process, each the median of 5 runs,
+    CPU seconds and peak MiB; and whether this interpreter reads privadapt's
+    bytecode from a cache (PYTHONDONTWRITEBYTECODE with no cache written
+    makes every site compile privadapt's modules from source at start)."""
+    runs = {name: tuple(statistics.median(column) for column in
+                        zip(*(python_process(code) for _ in range(5)), strict=True))
+            for name, code in (("site", _SITE_ENTRY_POINT), ("floor", _SITE_IMPORTS))}
+    cached = importlib.util.cache_from_source(privadapt.client.site.__file__)
+    return {**runs, "bytecode_cached": Path(cached).exists()}
 
 
 # -- the measured rows ---------------------------------------------------------
@@ -249,6 +278,11 @@ def main(argv: list[str] | None = None) -> int:
              "<= 1 s", "(floor: one python importing grpc, numpy, cryptography)")
         _row("memory per site daemon (peak RSS, MiB)", memory, memory_floor, "", "<= 80 MiB",
              "(floor: that process's peak RSS)")
+        imported = site_import()
+        _row("privadapt-site import, CPU", imported["site"][1], imported["floor"][1], "s", "",
+             f"(floor: the same python; bytecode cached: {imported['bytecode_cached']})")
+        _row("privadapt-site import, peak RSS (MiB)", imported["site"][2],
+             imported["floor"][2], "", "", "(floor: that process's peak RSS)")
         opened, rederived = open_seconds(root, 100_000)
         small, _ = open_seconds(root, 100)
         _row("ledger open, 100,000 charges (disk)", opened, small, "s", "<= 0.2 s, flat",

@@ -9,7 +9,10 @@
 * ledger history: a site's ledger work for one round (check, charge, job
   spend) on a ledger of 10,000 past charges over the same on one of 10, in
   CPU time (``ledger_charges.py --history-ratio``): about 1 when no cost grows
-  with the site's history.
+  with the site's history;
+* CSV load: a site's data file of 50,000 rows and 15 columns (4 in the
+  schema) read, checked and encoded, over the csv module reading the same
+  file alone.
 
 Numbers are medians over repeats within one run; compare ratios across rows
 or against a baseline recorded in the same run, never absolute seconds across
@@ -18,6 +21,7 @@ machines.
 
 from __future__ import annotations
 
+import csv
 import sys
 import tempfile
 import time
@@ -30,7 +34,7 @@ from timing import median_seconds
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
 from privadapt.common.accounting.calibration import calibrate_noise_multiplier
-from privadapt.common.data.dataset import Dataset
+from privadapt.common.data.dataset import Dataset, Schema, load_dataset
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import GaussianMechanism
 
@@ -76,9 +80,37 @@ def ledger_history_ratio() -> tuple[str, float, str]:
             f"wall {r['wall_ratio']:.2f}x)")
 
 
+def csv_load_ratio(num_records: int = 50_000) -> tuple[str, float, str]:
+    schema = Schema(label="income", numeric=("age", "gain"),
+                    categorical={"color": ("red", "green", "blue")},
+                    label_map={">50K": 1.0, "<=50K": -1.0},
+                    numeric_scale={"age": (10.0, 90.0), "gain": (0.0, 999.0)},
+                    log1p_columns=("gain",), intercept=True)
+    rng = np.random.default_rng(0)
+    colors = np.array(["red", "green", "blue"])[rng.integers(0, 3, num_records)]
+    extra = ",".join(["1.5"] * 11)
+    lines = ["age,gain,color,income," + ",".join(f"extra{i}" for i in range(11))]
+    lines += [f"{a:.3f},{g},{c},>50K,{extra}" for a, g, c in zip(
+        rng.uniform(10, 90, num_records), rng.integers(0, 999, num_records), colors,
+        strict=True)]
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "site.csv"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+        def read_alone() -> None:
+            with open(path, newline="", encoding="utf-8") as handle:
+                list(csv.reader(handle))
+
+        floor = median_seconds(read_alone, 5, warm_up=True)
+        seconds = median_seconds(lambda: load_dataset(path, schema), 5, warm_up=True)
+    return (f"CSV load, {num_records:,} rows x 15 columns", seconds / floor,
+            f"x the csv module alone ({seconds * 1e3:.0f} vs {floor * 1e3:.0f} ms)")
+
+
 def main() -> int:
     rows = []
-    for bench in (gradient_throughput, calibration_time, ledger_rate, ledger_history_ratio):
+    for bench in (gradient_throughput, calibration_time, ledger_rate, ledger_history_ratio,
+                  csv_load_ratio):
         print(f"running {bench.__name__} ...", file=sys.stderr, flush=True)
         rows.append(bench())
     print(f"\n{'benchmark':<40} {'value':>14}  unit")

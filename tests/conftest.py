@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Callable
 
 import pytest
+from hypothesis import settings
 
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
 from privadapt.client.policy import SitePolicy
@@ -16,6 +17,12 @@ from privadapt.common.noise.floating import SeededRandomBits
 from tests.synthetic_data import synthetic_dataset
 
 SiteFactory = Callable[..., Site]
+
+# Hypothesis fails an example that takes over 200 ms by default: a timing
+# assertion that a loaded machine trips. No test here is about speed, so no
+# example has a deadline (a test's own settings inherit this profile).
+settings.register_profile("no-deadline", deadline=None)
+settings.load_profile("no-deadline")
 
 RAM_DIRECTORY = "/dev/shm"
 RAM_NEEDED = 2 << 30  # bytes free; a container's default /dev/shm (64 MiB) is too small

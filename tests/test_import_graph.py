@@ -8,6 +8,9 @@ import that only breaks a cycle hides a wrong cut), except those under
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from collections import defaultdict
 from functools import cache
 from pathlib import Path
@@ -143,3 +146,62 @@ def test_a_layer_imports_only_the_layers_below_it(layer, forbidden):
                       if name.startswith(layer + ".") for imported in imports
                       if any(imported == f or imported.startswith(f + ".") for f in forbidden))
     assert crossing == []
+
+
+# What a site daemon must never load: the coordinator and the researcher's
+# composition root (layers), dp-accounting with scipy's optimisers, statistics
+# and signal processing (a Gaussian round needs none; only a site accounting
+# another kind by PLD does, through dp-accounting), the experiment stack, and
+# what only reports and Parquet files need. Each costs start-up time and
+# resident memory in every site process.
+_NEVER_IN_A_SITE = ("privadapt.server", "privadapt.cli", "privadapt.simulation",
+                    "privadapt.provisioning", "dp_accounting", "scipy.optimize", "scipy.stats",
+                    "scipy.signal", "sklearn", "matplotlib", "mlxtend", "experiments", "ray",
+                    "pyarrow", "jinja2")
+
+_SITE_PROCESS = """
+import json, sys, tempfile
+from pathlib import Path
+
+import privadapt.client.daemon.main  # what the privadapt-site command imports
+imported = sorted(sys.modules)
+
+import numpy as np
+from privadapt.client.ledger.privacy_ledger import PrivacyLedger
+from privadapt.client.policy import SitePolicy
+from privadapt.client.site import Site
+from privadapt.common.data.dataset import Dataset
+from privadapt.common.federation import Query
+from privadapt.common.mechanisms import GaussianMechanism
+
+rng = np.random.default_rng(0)
+data = Dataset(rng.normal(size=(40, 4)) / 4, np.where(rng.random(40) < 0.5, -1.0, 1.0),
+               ("a", "b", "c", "d"))
+policy = SitePolicy("st-mary", 10.0, 1e-5)
+with tempfile.TemporaryDirectory() as directory:
+    ledger = PrivacyLedger(Path(directory) / "ledger.db", policy, create=True)
+    site = Site(data, policy, ledger)  # noise from the operating system's CSPRNG
+    params = {"weights": np.zeros(4), "loss": "logistic", "clip_norm": 1.0}
+    for round in range(2):  # a second round reads a ledger that holds a charge
+        site.answer(Query("job", f"q{round}", "linear_gradient", params,
+                          GaussianMechanism.single(2.0, 40.0)), 3)
+    ledger.close()
+print(json.dumps({"imported": imported, "after two rounds": sorted(sys.modules)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def site_process_modules() -> dict[str, list[str]]:
+    result = subprocess.run([sys.executable, "-c", _SITE_PROCESS], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("stage", ["imported", "after two rounds"])
+def test_a_site_daemon_loads_no_coordinator_optimiser_or_experiment_code(
+        site_process_modules, stage):
+    loaded = site_process_modules[stage]
+    assert "privadapt.client.site" in loaded  # the process is a site's
+    assert [m for m in loaded if any(m == never or m.startswith(never + ".")
+                                     for never in _NEVER_IN_A_SITE)] == []

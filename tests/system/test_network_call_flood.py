@@ -9,8 +9,6 @@ ended at the arrival deadline and gives its slot back."""
 
 from __future__ import annotations
 
-import time
-
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -95,9 +93,9 @@ def test_a_request_that_never_arrives_is_ended_at_the_deadline(tmp_path, pki):
     try:
         flood.open("/privadapt.v1.FederationService/Register", 3)
         wait_until(lambda: coordinator.limits.open_calls(MALLORY) == 3, TIMEOUT)
-        started = time.monotonic()
         wait_until(lambda: len(flood.refusals()) == 3, TIMEOUT)
-        assert time.monotonic() - started < 5
+        # The detail names the wait the server applied: the 1 s arrival
+        # deadline, not TIMEOUT (the sites' wait) nor the client's own end.
         for code, details in flood.refusals():
             assert code == grpc.StatusCode.DEADLINE_EXCEEDED
             assert "did not arrive within 1 s" in details

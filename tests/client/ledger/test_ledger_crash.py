@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from privadapt.client.policy import SitePolicy
 from privadapt.common.mechanisms import LaplaceMechanism
 
 TOTAL = 1000
+# Seconds a run of at most 150 charges may take before it counts as hung.
+HANG_GUARD_S = 300
 _SITE = textwrap.dedent("""
     import sys
     from privadapt.client.ledger.privacy_ledger import PrivacyLedger
@@ -56,25 +59,38 @@ def _kill_and_restart(db):
     PrivacyLedger(db, SitePolicy("st-mary", 1e6, 0.0), create=True).close()
     rng = random.Random(12)
     answered: list[str] = []
-    restarts, deadline = 0, time.monotonic() + 45
+    restarts = 0
     finished = False
-    while not finished and time.monotonic() < deadline:
+    # Every run but the last answers at least 20 queries before its kill, so
+    # the charges end within this many runs: the loop's bound is work, not time.
+    for _ in range(TOTAL // 20 + 1):
         start = int(answered[-1][1:]) + 1 if answered else 0
         child = subprocess.Popen([sys.executable, "-c", _SITE, str(db), str(start), str(TOTAL)],
                                  stdout=subprocess.PIPE, text=True)
-        assert child.stdout.readline().strip() == "ready", "the ledger must reopen after a kill"
-        for _ in range(rng.randint(20, 150)):
-            line = child.stdout.readline().strip()
-            if not line:
-                finished = True  # the child charged up to TOTAL and exited
-                break
-            answered.append(line)
-        if not finished:
-            time.sleep(rng.random() * 0.01)  # kill somewhere inside a later charge
-            os.kill(child.pid, signal.SIGKILL)
-            answered.extend(line.strip() for line in child.stdout if line.strip())
-            restarts += 1
-        child.wait()
+        # Only a hang guard (a child stuck in a charge would block the reads
+        # below for ever); it ends the run as a failure, never as a pass.
+        hang_guard = threading.Timer(HANG_GUARD_S, child.kill)
+        hang_guard.start()
+        try:
+            assert child.stdout.readline().strip() == "ready", \
+                "the ledger must reopen after a kill"
+            for _ in range(rng.randint(20, 150)):
+                line = child.stdout.readline().strip()
+                if not line:
+                    finished = True  # the child charged up to TOTAL and exited
+                    break
+                answered.append(line)
+            if not finished:
+                time.sleep(rng.random() * 0.01)  # kill somewhere inside a later charge
+                os.kill(child.pid, signal.SIGKILL)
+                answered.extend(line.strip() for line in child.stdout if line.strip())
+                restarts += 1
+            code = child.wait()
+        finally:
+            hang_guard.cancel()
+        if finished:
+            assert code == 0, f"the last run ended with {code}, not by charging up to {TOTAL}"
+            break
     assert finished and restarts >= 3
     with PrivacyLedger(db, SitePolicy("st-mary", 1e6, 0.0)) as ledger:
         charged = {c.query_id for c in ledger.charges()}

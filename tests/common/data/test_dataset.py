@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import math
 import re
-import time
 import tomllib
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import privadapt.common.data.dataset as dataset_module
 from privadapt.common.data.dataset import Dataset, Schema, encode_table, load_dataset
 from privadapt.common.errors import ConfigError, DataError
 
@@ -239,17 +239,31 @@ def test_encode_table_gives_what_load_dataset_gives(tmp_path):
                                   load_rows(tmp_path, GOOD_ROWS).features)
 
 
-def test_csv_of_50k_rows_and_15_columns_loads_in_under_two_seconds(tmp_path):
+def test_csv_of_50k_rows_and_15_columns_keeps_only_the_schemas_columns(tmp_path, monkeypatch):
+    # How fast this loads is a benchmark row (benchmarks/run.py, against the
+    # csv module reading the same file); here, the work it does: the eleven
+    # columns the schema does not name are never kept, and every record is
+    # encoded as the encoder encodes it.
     rng = np.random.default_rng(0)
     header = HEADER + "," + ",".join(f"extra{i}" for i in range(11))
     colors = np.array(["red", "green", "blue"])[rng.integers(0, 3, 50_000)]
-    lines = [header] + [f"{a:.3f},{g},{c},>50K,{','.join(['1.5'] * 11)}"
-                        for a, g, c in zip(rng.uniform(10, 90, 50_000),
-                                           rng.integers(0, 999, 50_000), colors, strict=True)]
-    path = write_csv(tmp_path, lines)
-    start = time.perf_counter()
+    rows = [f"{a:.3f},{g},{c},>50K" for a, g, c in zip(
+        rng.uniform(10, 90, 50_000), rng.integers(0, 999, 50_000), colors, strict=True)]
+    path = write_csv(tmp_path, [header] + [f"{r},{','.join(['1.5'] * 11)}" for r in rows])
+    tables = []
+    read = dataset_module.read_table
+
+    def recorded_read(*args):
+        tables.append(read(*args))
+        return tables[-1]
+
+    monkeypatch.setattr(dataset_module, "read_table", recorded_read)
     data = load_dataset(path, SCHEMA)
-    assert time.perf_counter() - start < 2.0
+    assert [len(t.header) for t in tables] == [15]
+    assert set(tables[0].columns) == set(SCHEMA.columns())
+    columns = dict(zip(HEADER.split(","), zip(*(r.split(",") for r in rows), strict=True),
+                       strict=True))
+    np.testing.assert_array_equal(data.features, encode_table(columns, SCHEMA).features)
     assert data.features.shape == (50_000, 6)
 
 

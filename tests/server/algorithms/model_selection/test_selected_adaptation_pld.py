@@ -74,17 +74,17 @@ def test_one_site_is_calibrated_too():
 
 
 @pytest.mark.slow
-def test_default_iterations_calibrate_quickly():
+def test_default_iterations_calibrate_in_a_few_stand_in_runs():
     """T = 100 noisy GD steps and the adapter's auto T: a plan of about 300
-    releases, calibrated in about 1.5 s (6 runs on stand-ins; the sites'
-    real run takes 9 s here)."""
+    releases, calibrated in at most 6 runs on stand-ins (about 1.5 s; the
+    sites' real run takes 9 s here)."""
     model = selector(epsilon=3.0, candidates="noisy_gd,pncnvx_adap_smooth", iterations=100)
     with LocalFederation.from_datasets(sites(2000, 4), noise_seed=4, epsilon_cap=20.0,
                                        delta_cap=1e-3) as federation:
         model.fit(federation, None, PUBLIC)
     calibration = model.joint_calibration_
     assert len(calibration.releases) >= 150
-    assert calibration.seconds < 30
+    assert calibration.evaluations <= 6
     assert_ledgers_hold_the_plan(model, model.privacy_, 3.0)
 
 
