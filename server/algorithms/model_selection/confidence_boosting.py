@@ -147,6 +147,7 @@ from privadapt.server.algorithms.base import (
 )
 from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
 from privadapt.server.algorithms.linear_model import LinearModelMixin
+from privadapt.server.algorithms.model_selection.candidates import error_scored
 from privadapt.server.algorithms.model_selection.private_selection import private_selection
 from privadapt.server.algorithms.model_selection.selected_adaptation import (
     HISTOGRAM_SHARE,
@@ -190,7 +191,9 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
     ("auto" = "paired": each per-site model's validation loss minus
     source-only's, clipped per model at clips a private histogram chooses,
     as :class:`SelectedAdaptation`'s default; "loss": the clipped loss,
-    seed 004's score); ``loss_bound`` L of the "loss" score (each validation
+    seed 004's score; "error", for classifiers: validation errors, L = 1,
+    so that the guarantee is on accuracy, not log loss); ``loss_bound`` L
+    of the "loss" score (each validation
     loss clipped to [0, L]; "auto": the 95th percentile of the source-only
     model's losses on the public source); ``baseline_confidence`` beta (None: plain
     argmin); ``validation_fraction`` (each site's validation part).
@@ -226,7 +229,8 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
     selection_share: float = hyperparameter([Interval(float, 0, 1, closed="neither")],
                                             default=0.25)
     loss_bound: float | str = hyperparameter([*POSITIVE, Options("auto")], default="auto")
-    selection_score: str = hyperparameter([Options("auto", "paired", "loss")], default="auto")
+    selection_score: str = hyperparameter([Options("auto", "paired", "loss", "error")],
+                                          default="auto")
     baseline_confidence: float | None = hyperparameter(
         [Interval(float, 0, 1, closed="neither"), None], default=0.1)
     validation_fraction: float = VALIDATION_FRACTION_PARAMETER
@@ -243,6 +247,12 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         share = self.selection_share
         return {"train": ((1 - share) * self.epsilon, (1 - share) * self.delta),
                 "selection": (share * self.epsilon, share * self.delta)}
+
+    def _check_together(self) -> None:
+        super()._check_together()
+        if self.selection_score == "error" and self.loss != "logistic":
+            raise InvalidParameterError(f"{type(self).__name__}: selection_score 'error' "
+                                        f"scores classifiers (loss 'logistic'); got {self.loss!r}")
 
     def _site_learner(self, epsilon: float, delta: float,
                       source_only: np.ndarray) -> NoisyGD | OutputPerturbation:
@@ -321,11 +331,15 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
                 reference=source_only, clips=PAIRED_CLIPS, histogram_share=HISTOGRAM_SHARE,
                 public_source=(features, labels))
         else:
-            loss_bound = self.loss_bound
-            if loss_bound == "auto":
+            loss_bound, scored = self.loss_bound, coefficients
+            if self.selection_score == "error":
+                # Each record scores its error (error_scored): the guarantee
+                # is then on accuracy, as SelectedAdaptation's "error".
+                loss_bound, scored = 1.0, error_scored(coefficients)
+            elif loss_bound == "auto":
                 loss_bound = auto_loss_bound(self.loss, source_only, features, labels)
             result = private_selection(
-                validation, candidates=coefficients, loss=self.loss, loss_bound=loss_bound,
+                validation, candidates=scored, loss=self.loss, loss_bound=loss_bound,
                 epsilon=epsilon, delta=delta, baseline_confidence=self.baseline_confidence,
                 method="auto")
         self.candidate_names_ = names
