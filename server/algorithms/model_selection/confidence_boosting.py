@@ -132,6 +132,7 @@ from privadapt.server.algorithms.base import (
     CALIBRATION_PARAMETER,
     DELTA,
     EPSILON,
+    FLAG,
     ITERATIONS,
     POSITIVE,
     VALIDATION_FRACTION_PARAMETER,
@@ -155,9 +156,10 @@ from privadapt.server.algorithms.model_selection.selected_adaptation import (
     auto_loss_bound,
 )
 from privadapt.server.algorithms.output_perturbation.estimators import OutputPerturbation
-from privadapt.server.algorithms.public_erm import fit_linear
+from privadapt.server.algorithms.public_erm import fit_linear, public_constant_model
 
 SOURCE_ONLY = "source_only"
+PUBLIC_CONSTANT = "public_constant"
 #: The free candidates "average" adds (module docstring, "Averaged").
 AVERAGE, AVERAGE_SHRUNK = "average", "average:shrink=0.25"
 #: The DP learners a site can train its model with (a job names one).
@@ -192,16 +194,22 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
     source-only's, clipped per model at clips a private histogram chooses,
     as :class:`SelectedAdaptation`'s default; "loss": the clipped loss,
     seed 004's score; "error", for classifiers: validation errors, L = 1,
-    so that the guarantee is on accuracy, not log loss); ``loss_bound`` L
+    so that the guarantee is on accuracy, not log loss);
+    ``constant_candidate`` (the free public constant, the public source's
+    majority class or mean label, as candidate 1 where the source has an
+    intercept column: a promise against the majority class needs it among
+    the candidates, GAIN_STUDY.md 11); ``loss_bound`` L
     of the "loss" score (each validation
     loss clipped to [0, L]; "auto": the 95th percentile of the source-only
     model's losses on the public source); ``baseline_confidence`` beta (None: plain
     argmin); ``validation_fraction`` (each site's validation part).
 
     Fitted: ``coef_`` (the delivered model), ``chosen_`` (``"source_only"``,
+    ``"public_constant"``,
     ``"average"``, ``"average:shrink=0.25"`` or, with "select", the name of
-    the site whose model won), ``candidate_names_`` (source_only, then the
-    average and its copy, or the sites in the federation's order),
+    the site whose model won), ``candidate_names_`` (source_only, the
+    public constant if asked for, then the average and its copy, or the
+    sites in the federation's order),
     ``candidates_`` (their coefficients, stacked), ``best_index_``,
     ``learners_`` (site -> its fitted learner), ``noisy_losses_``,
     ``margin_``, ``loss_bound_``, ``budget_plan_`` ("train" and "selection"
@@ -224,6 +232,7 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
     radius_factor: float | None = hyperparameter([*POSITIVE, None],
                                                  default=SITE_RADIUS_FACTOR)
     combine: str = hyperparameter([Options(*COMBINATIONS)], default="average")
+    constant_candidate: bool = hyperparameter(FLAG, default=False)
     regularization: float | str = hyperparameter([*POSITIVE, Options("auto")], default="auto")
     label_bound: float = hyperparameter(POSITIVE, default=1.0)
     selection_share: float = hyperparameter([Interval(float, 0, 1, closed="neither")],
@@ -319,6 +328,12 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
                 view, public_source)
             train_epsilon[site] = _own_epsilon(view.privacy_spent().get(site), delta)
         names, coefficients = self._candidates(source_only, learners, federation.site_sizes)
+        constant = (public_constant_model(features, labels, self.loss, self.radius,
+                                          getattr(public_source, "feature_names", None))
+                    if self.constant_candidate else None)
+        if constant is not None:  # free: public data only; right after source-only
+            names.insert(1, PUBLIC_CONSTANT)
+            coefficients = np.insert(coefficients, 1, constant, axis=0)
         epsilon, delta = plan["selection"]
         if self.selection_score in ("auto", "paired"):
             # Differences to source-only (candidate 0), as SelectedAdaptation's

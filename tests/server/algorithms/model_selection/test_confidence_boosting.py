@@ -20,6 +20,7 @@ from privadapt.server.algorithms.model_selection.confidence_boosting import (
     SOURCE_ONLY,
     ConfidenceBoosting,
 )
+from privadapt.server.algorithms.public_erm import public_constant_model
 from privadapt.server.jobs.dry_run import plan_releases
 from privadapt.server.jobs.privacy_plan import preview_site
 from privadapt.server.jobs.spec import hyperparameters
@@ -206,3 +207,15 @@ def test_the_error_score_is_for_classifiers_only():
         with pytest.raises(InvalidParameterError, match="selection_score 'error'"):
             booster(loss="squared", selection_score="error").fit(fed, PUBLIC)
         assert not fed.privacy_spent()["site-1"].mechanisms
+
+
+def test_the_public_constant_is_candidate_1_when_asked_for():
+    features, labels = PUBLIC
+    with_intercept = Dataset(np.hstack([features[:, :-1], np.ones((len(labels), 1))]), labels,
+                             (*NAMES[:-1], "intercept"))
+    with federation([200, 200], seed=2) as fed:
+        model = booster(constant_candidate=True, combine="average").fit(fed, with_intercept)
+    assert model.candidate_names_[:2] == [SOURCE_ONLY, "public_constant"]
+    np.testing.assert_allclose(model.candidates_[1], public_constant_model(
+        with_intercept.features, labels, "logistic", 10.0, with_intercept.feature_names))
+    assert np.count_nonzero(model.candidates_[1]) == 1

@@ -1,8 +1,9 @@
 """ConfidenceBoosting's default candidates: the sites' models averaged with
 weights n_k / n and that average's copy shrunk to a quarter of the ball,
 post-processing that charges the sites what selecting among their models
-charges; on a small heavy-tailed target the average is better than every
-per-site model of the big ball (its training noise is 1/sqrt(3) of each's)."""
+charges; on a small heavy-tailed target the average is better than the
+median per-site model of the big ball (its training noise is 1/sqrt(3) of
+each's)."""
 
 import numpy as np
 import pytest
@@ -46,12 +47,14 @@ def test_averaging_charges_the_sites_exactly_what_selecting_among_their_models_c
         assert len(spent.mechanisms) == len(selected[site].mechanisms)
 
 
-def test_on_a_heavy_tail_the_average_beats_every_site_model_of_the_big_ball():
+def test_on_a_heavy_tail_the_average_beats_the_median_site_model_of_the_big_ball():
     # Each site's model carries its own training noise; the average carries
-    # 1/sqrt(3) of it (module docstring, "Averaged").
+    # 1/sqrt(3) of it (module docstring, "Averaged"). Below the median, not
+    # only below the mean (which convexity gives on every record); the
+    # sites' noise is drawn afresh each run, so most seeds, not all.
     wins = 0
-    for seed in range(3):
+    for seed in range(6):
         model, _ = fit(seed, records=400)
         sites = [mse(m.coef_) for m in model.learners_.values()]
-        wins += mse(model.candidates_[1]) < min(sites)
-    assert wins >= 2
+        wins += mse(model.candidates_[1]) < np.median(sites)
+    assert wins >= 5
