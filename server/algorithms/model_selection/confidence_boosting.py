@@ -95,7 +95,7 @@ n_k of the n training records, so its noise (the gradient noise over a sum
 of n_k clipped terms) is n / n_k times a pooled model's at the same
 budget: on the heavy-tailed row of GAIN_STUDY.md (500 training records a
 site, epsilon 10) the best of the three per-site models in the 0.25 ball
-captured 0.04 / 0.57 / 0.47 of the gain in three splits even when chosen
+captured 0.05 / 0.56 / 0.48 of the gain in three splits even when chosen
 non-privately (**non-private oracle**), and the paired selection among the
 three certified none (each gain of about 0.0013 per record against a
 certified margin of about as much: three entries, t sigma sqrt(3)). The
