@@ -81,6 +81,7 @@ def boosting_runs(splits: int, quick: bool) -> list[list]:
                     learner="noisy_gd", clip_norm=task.noisy_gd["clip_norm"],
                     radius_factor=None,  # seed 004's learner, from zero
                     selection_score="loss",  # and its score
+                    combine="select",  # among the sites' models
                     learning_rate=task.noisy_gd["learning_rate"],
                     iterations=task.iterations).fit(sites, task.source,
                                                     source_only=source_only)

@@ -70,11 +70,13 @@ def run_methods(task: Task, private, test, epsilon: float, seed: int,
         model = NoisyGD(epsilon=epsilon, delta=DELTA, **gd).fit(sites)
     results["noisy GD"] = metric(task, model.coef_, test)
     for name, learner in (
-            # The paper's learner: noisy GD from zero (no ball around source-only).
+            # The paper's learner: noisy GD from zero (no ball around source-only),
+            # and its selection among the sites' models.
             ("boost: noisy GD", {"learner": "noisy_gd", "clip_norm": task.noisy_gd["clip_norm"],
-                                 "radius_factor": None, "selection_score": "loss"}),
+                                 "radius_factor": None, "selection_score": "loss",
+                                 "combine": "select"}),
             ("boost: output pert.", {"learner": "output_perturbation", "selection_score": "loss",
-                                     **op})):
+                                     "combine": "select", **op})):
         with federation(*private, task.num_sites, seed + 1, private=True) as sites:
             boosted = ConfidenceBoosting(
                 loss=task.loss, radius=task.radius, epsilon=epsilon, delta=DELTA,

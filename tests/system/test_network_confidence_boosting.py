@@ -1,6 +1,7 @@
 """Seed 004's confidence boosting as a networked job: each site trains its
 own model in rounds of itself alone (per-site releases asked of one site),
-then one selection over every site's validation part, through a real
+then one selection over every site's validation part (among source-only
+and the sites' models averaged, the default), through a real
 coordinator and three site daemons (threads, mutual-TLS gRPC on 127.0.0.1).
 The dry run plans it with each site's own model charged to it alone; the job
 succeeds; every site's ledger holds exactly its own T releases plus the
@@ -46,7 +47,8 @@ def test_confidence_boosting_runs_as_a_job_charging_each_site_its_own_model(tmp_
                                     public_source=tmp_path / "public.npz")
     assert "(only site-b)" in plan
     model = {name: param_from_proto(value) for name, value in result.model.items()}
-    assert np.asarray(model["candidates"]).shape == (len(SITES) + 1, DIM)
+    # Source-only, the sites' models averaged and the average's shrunk copy.
+    assert np.asarray(model["candidates"]).shape == (3, DIM)
     for path in configs:
         with PrivacyLedger.open_readonly(SiteConfig.from_toml(path).database) as ledger:
             # Its own T steps, then the paired selection's two releases (the

@@ -11,7 +11,7 @@ import pytest
 from privadapt import Dataset, LocalFederation
 from privadapt.common.accounting.accountant import epsilon_spent
 from privadapt.common.accounting.calibration import calibrate_noise_multiplier
-from privadapt.common.data.record_parts import RecordPart
+from privadapt.common.data.record_parts import RecordPart, RecordSplitter
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.wire.messages import params_to_proto
@@ -20,6 +20,7 @@ from privadapt.server.algorithms.model_selection.confidence_boosting import (
     SOURCE_ONLY,
     ConfidenceBoosting,
 )
+from privadapt.server.algorithms.public_erm import public_constant_model
 from privadapt.server.jobs.dry_run import plan_releases
 from privadapt.server.jobs.privacy_plan import preview_site
 from privadapt.server.jobs.spec import hyperparameters
@@ -52,11 +53,12 @@ def federation(sizes, seed, weights=None):
 
 
 def booster(**params):
-    # Seed 004's score (the clipped loss, one selection release): the
-    # paper's structure these tests check; the paired default has its own.
+    # Seed 004's score (the clipped loss, one selection release) among the
+    # per-site models: the paper's structure these tests check; the paired
+    # default and the average have their own.
     settings = {"loss": "logistic", "radius": 10.0, "epsilon": 2.0, "delta": DELTA,
                 "learning_rate": 4.0, "iterations": 15, "loss_bound": 2.0,
-                "selection_score": "loss"}
+                "selection_score": "loss", "combine": "select"}
     return ConfidenceBoosting(**{**settings, **params})
 
 
@@ -178,3 +180,42 @@ def test_a_source_only_model_already_fitted_is_candidate_0():
     with federation([200, 200], seed=5) as fed:
         model = booster().fit(fed, PUBLIC, source_only=given)
     np.testing.assert_array_equal(model.candidates_[0], given)
+
+
+def test_the_error_score_counts_each_candidates_validation_errors():
+    """selection_score="error": without noise each candidate's score is its
+    error count on the validation records, so the guarantee is on accuracy."""
+    datasets = [Dataset(*logistic(n, TARGET, 70 + k), NAMES) for k, n in enumerate((300, 300))]
+    with LocalFederation.from_datasets(datasets, noise_seed=7, epsilon_cap=math.inf,
+                                       delta_cap=0.5, allow_non_private=True) as fed:
+        model = booster(epsilon=math.inf, delta=0.0, selection_score="error",
+                        combine="average").fit(fed, PUBLIC)
+        part = RecordPart("validation", 0.25, fed.job_id)
+        planned = sum(fed.restricted_to(part).site_sizes.values())
+    validation = [RecordSplitter(data).records(part) for data in datasets]
+    features = np.concatenate([p.features for p in validation])
+    labels = np.concatenate([p.labels for p in validation])
+    errors = [np.sum(np.where(features @ w >= 0, 1.0, -1.0) != labels)
+              for w in model.candidates_]
+    np.testing.assert_allclose(model.noisy_losses_ * planned, errors, atol=0.5)
+    assert model.loss_bound_ == 1.0
+    assert model.best_index_ == int(np.argmin(errors))
+
+
+def test_the_error_score_is_for_classifiers_only():
+    with federation([100, 100], seed=0) as fed:
+        with pytest.raises(InvalidParameterError, match="selection_score 'error'"):
+            booster(loss="squared", selection_score="error").fit(fed, PUBLIC)
+        assert not fed.privacy_spent()["site-1"].mechanisms
+
+
+def test_the_public_constant_is_candidate_1_when_asked_for():
+    features, labels = PUBLIC
+    with_intercept = Dataset(np.hstack([features[:, :-1], np.ones((len(labels), 1))]), labels,
+                             (*NAMES[:-1], "intercept"))
+    with federation([200, 200], seed=2) as fed:
+        model = booster(constant_candidate=True, combine="average").fit(fed, with_intercept)
+    assert model.candidate_names_[:2] == [SOURCE_ONLY, "public_constant"]
+    np.testing.assert_allclose(model.candidates_[1], public_constant_model(
+        with_intercept.features, labels, "logistic", 10.0, with_intercept.feature_names))
+    assert np.count_nonzero(model.candidates_[1]) == 1
