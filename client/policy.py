@@ -91,15 +91,14 @@ unless it says otherwise. The site daemon reads only files.
 
 from __future__ import annotations
 
-import difflib
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from privadapt.common.accounting.accountant import AccountingMethod
 from privadapt.common.accounting.delta_guard import large_delta_refusal
-from privadapt.common.config import read_toml, render_toml
+from privadapt.common.config import Layout, read_sections, read_toml, render_toml, suggest
 from privadapt.common.errors import ConfigError
 from privadapt.common.kernels import registered_kernels
 from privadapt.common.mechanisms import Adjacency
@@ -310,7 +309,7 @@ class SitePolicy:
             for name in sorted(kernels, key=str):
                 if name not in known:
                     raise self._fail(
-                        f"allowed_kernels names unknown kernel {name!r}{_suggest(name, known)}; "
+                        f"allowed_kernels names unknown kernel {name!r}{suggest(name, known)}; "
                         f"registered kernels: {sorted(known)}"
                     )
             self.allowed_kernels = kernels
@@ -365,23 +364,12 @@ class SitePolicy:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "site policy") -> SitePolicy:
         """Build a policy from the TOML layout (sections ``site``, ``privacy``,
-        ``queries``); ``source`` prefixes every error message."""
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{source}: expected a table of sections, got {data!r}")
-        fields: dict[str, Any] = {}
-        for section, value in data.items():
-            if section not in _LAYOUT:
-                raise ConfigError(
-                    f"{source}: unknown section [{section}]{_suggest(section, _LAYOUT)}; "
-                    f"known sections: {', '.join(f'[{s}]' for s in _LAYOUT)}"
-                )
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"{source}: [{section}] must be a table of keys")
-            fields.update(_read_section(section, value, source))
-        for section, keys in _LAYOUT.items():
-            for key, (field, _, _, required) in keys.items():
-                if required and field not in fields:
-                    raise ConfigError(f"{source}: missing required key [{section}] {key}")
+        ``queries``, ``federation``); ``source`` prefixes every error message."""
+        fields = read_sections(data, _LAYOUT, source)
+        fields["site_name"] = fields.pop("name", None)
+        for key in ("allowed_kernels", "peers"):
+            if isinstance(fields.get(key), list):
+                fields[key] = frozenset(fields[key])
         # A file is a deployed site unless it says it is a simulation (or asks
         # for exact releases, which only a simulation site may).
         fields.setdefault("simulation", fields.get("allow_non_private", False) is True)
@@ -393,74 +381,30 @@ class SitePolicy:
     def to_toml(self) -> str:
         """This policy as TOML that :meth:`from_toml` reads back equal: every
         field in its section, those left None (no limit) left out."""
-        return render_toml({section: {key: getattr(self, spec[0]) for key, spec in keys.items()}
+        return render_toml({section: {key: getattr(self, "site_name" if key == "name" else key)
+                                      for key in keys}
                             for section, keys in _LAYOUT.items()})
 
 
-def _suggest(name: object, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(str(name), list(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _string_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
-# TOML key -> (SitePolicy field, type check, expected-type text, required).
-_Spec = tuple[str, Callable[[Any], bool], str, bool]
-_NUMBER: tuple[Callable[[Any], bool], str] = (_is_number, "a number")
-_LAYOUT: dict[str, dict[str, _Spec]] = {
-    "site": {
-        "name": ("site_name", lambda v: isinstance(v, str), "a string", True),
-        "simulation": ("simulation", lambda v: isinstance(v, bool), "true or false", False),
-    },
+_NUMBER = (int, float)
+#: The policy file: ``{section: {key: (accepted types, required)}}``; a key is
+#: its field's name, but for [site] name (``site_name``). What each value may
+#: be beyond its type is the class's own check.
+_LAYOUT: Layout = {
+    "site": {"name": (str, True), "simulation": (bool, False)},
     "privacy": {
-        "epsilon_cap": ("epsilon_cap", *_NUMBER, True),
-        "delta_cap": ("delta_cap", *_NUMBER, True),
-        "adjacency": ("adjacency", lambda v: isinstance(v, str), "a string", False),
-        "accounting": ("accounting", lambda v: isinstance(v, str), "a string", False),
-        "min_noise_multiplier": ("min_noise_multiplier", *_NUMBER, False),
-        "collusion_tolerance": ("collusion_tolerance", _is_int, "a whole number", False),
-        "min_participants": ("min_participants", _is_int, "a whole number", False),
-        "max_records": ("max_records", _is_int, "a whole number", False),
-        "allow_non_private": (
-            "allow_non_private", lambda v: isinstance(v, bool), "true or false", False
-        ),
-        "allow_large_delta": (
-            "allow_large_delta", lambda v: isinstance(v, bool), "true or false", False
-        ),
+        "epsilon_cap": (_NUMBER, True), "delta_cap": (_NUMBER, True),
+        "adjacency": (str, False), "accounting": (str, False),
+        "min_noise_multiplier": (_NUMBER, False), "collusion_tolerance": (int, False),
+        "min_participants": (int, False), "max_records": (int, False),
+        "allow_non_private": (bool, False), "allow_large_delta": (bool, False),
     },
     "queries": {
-        "allowed_kernels": ("allowed_kernels", _string_list, "a list of kernel names", False),
-        "max_clip_norm": ("max_clip_norm", *_NUMBER, False),
-        "max_label_bound": ("max_label_bound", *_NUMBER, False),
-        "allow_per_site_releases": (
-            "allow_per_site_releases", lambda v: isinstance(v, bool), "true or false", False
-        ),
-        "max_query_work": ("max_query_work", *_NUMBER, False),
-        "max_job_work": ("max_job_work", *_NUMBER, False),
-        "min_query_epsilon": ("min_query_epsilon", *_NUMBER, False),
-        "max_unpaid_work": ("max_unpaid_work", *_NUMBER, False),
-        "max_sampler_table_bytes": (
-            "max_sampler_table_bytes", _is_int, "a whole number of bytes", False
-        ),
-        "max_certificates": ("max_certificates", _is_int, "a whole number", False),
+        "allowed_kernels": (list, False), "max_clip_norm": (_NUMBER, False),
+        "max_label_bound": (_NUMBER, False), "allow_per_site_releases": (bool, False),
+        "max_query_work": (_NUMBER, False), "max_job_work": (_NUMBER, False),
+        "min_query_epsilon": (_NUMBER, False), "max_unpaid_work": (_NUMBER, False),
+        "max_sampler_table_bytes": (int, False), "max_certificates": (int, False),
     },
-    "federation": {"peers": ("peers", _string_list, "a list of site names", False)},
+    "federation": {"peers": (list, False)},
 }
-
-
-def _read_section(section: str, table: Mapping[str, Any], source: str) -> dict[str, Any]:
-    keys = _LAYOUT[section]
-    fields: dict[str, Any] = {}
-    for key, value in table.items():
-        if key not in keys:
-            raise ConfigError(
-                f"{source}: unknown key [{section}] {key}{_suggest(key, keys)}; "
-                f"known keys in [{section}]: {', '.join(keys)}"
-            )
-        field, check, expected, _ = keys[key]
-        if not check(value):
-            raise ConfigError(f"{source}: [{section}] {key} must be {expected}, got {value!r}")
-        fields[field] = frozenset(value) if field in ("allowed_kernels", "peers") else value
-    return fields

@@ -9,8 +9,9 @@ that set up a deployment write objects, not hand-made TOML.
 
 from __future__ import annotations
 
+import difflib
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -39,27 +40,49 @@ Layout = dict[str, dict[str, tuple[type | tuple[type, ...], bool]]]
 """``{section: {key: (accepted types, required)}}`` of a configuration file."""
 
 
-def read_sections(data: dict[str, Any], layout: Layout, source: str) -> dict[str, Any]:
+#: How an error names the types a key accepts.
+_TYPE_NAMES = {bool: "true or false", int: "a whole number", float: "a number",
+               str: "a string", list: "a list", dict: "a table"}
+
+
+def type_text(accepted: type | tuple[type, ...]) -> str:
+    """What a layout entry accepts, as its errors and the reference say it."""
+    kinds = accepted if isinstance(accepted, tuple) else (accepted,)
+    if set(kinds) == {int, float}:
+        return "a number"
+    return " or ".join(_TYPE_NAMES.get(kind, kind.__name__) for kind in kinds)
+
+
+def suggest(name: object, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to a mistyped one, or ""."""
+    close = difflib.get_close_matches(str(name), list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def read_sections(data: Mapping[str, Any], layout: Layout, source: str) -> dict[str, Any]:
     """Flatten ``[section] key = value`` tables into one dict, refusing unknown
-    sections and keys, values of the wrong type, and missing required keys,
-    each with a ``ConfigError`` naming ``source``, the section and the key."""
+    sections and keys (naming the closest known one), values of the wrong
+    type, and missing required keys, each with a ``ConfigError`` naming
+    ``source``, the section and the key."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a table of sections, got {data!r}")
     values: dict[str, Any] = {}
     for section, table in data.items():
         if section not in layout:
-            raise ConfigError(f"{source}: unknown section [{section}]; known sections: "
-                              f"{', '.join(f'[{s}]' for s in layout)}")
-        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: unknown section [{section}]{suggest(section, layout)}; "
+                              f"known sections: {', '.join(f'[{s}]' for s in layout)}")
+        if not isinstance(table, Mapping):
             raise ConfigError(f"{source}: [{section}] must be a table of keys")
         for key, value in table.items():
             if key not in layout[section]:
-                raise ConfigError(f"{source}: unknown key [{section}] {key}; known keys in "
+                raise ConfigError(f"{source}: unknown key [{section}] {key}"
+                                  f"{suggest(key, layout[section])}; known keys in "
                                   f"[{section}]: {', '.join(layout[section])}")
             accepted, _ = layout[section][key]
             kinds = accepted if isinstance(accepted, tuple) else (accepted,)
             # bool is an int: `timeout = true` is a typo, not a number.
             if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-                expected = " or ".join(k.__name__ for k in kinds)
-                raise ConfigError(f"{source}: [{section}] {key} must be {expected}, "
+                raise ConfigError(f"{source}: [{section}] {key} must be {type_text(kinds)}, "
                                   f"got {value!r}")
             if isinstance(value, str) and not value:
                 raise ConfigError(f"{source}: [{section}] {key} must not be empty")

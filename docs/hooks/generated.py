@@ -192,12 +192,6 @@ def _example_comments(example: Path) -> dict[tuple[str, str], str]:
     return comments
 
 
-def _type_name(accepted: Any) -> str:
-    kinds = accepted if isinstance(accepted, tuple) else (accepted,)
-    names = {int: "integer", float: "number", str: "string", bool: "boolean", list: "list"}
-    return " or ".join(names.get(kind, kind.__name__) for kind in kinds)
-
-
 def _default_text(cls: type | None, field: str) -> str:
     if cls is None:
         return ""
@@ -225,6 +219,8 @@ def _layout_rows(layout: dict, cls: type | None, example: str,
                  also: str | None = None) -> list[tuple[str, str, str, str, str]]:
     """``also``: a second example whose comment explains a key the first
     one leaves out (a federation file's coordinator keys are coordinator.toml's)."""
+    from privadapt.common.config import type_text
+
     comments = _example_comments(ROOT / "deploy" / example)
     if also is not None:
         for where, comment in _example_comments(ROOT / "deploy" / also).items():
@@ -237,24 +233,18 @@ def _layout_rows(layout: dict, cls: type | None, example: str,
             default = "required" if required else (_default_text(cls, field_of(section, key))
                                                    or "optional")
             meaning = _cell(comments.get((section, key), ""))
-            rows.append((section, key, _type_name(accepted), default, meaning))
+            rows.append((section, key, type_text(accepted), default, meaning))
     return rows
 
 
 def _policy_rows() -> list[tuple[str, str, str, str, str]]:
     from privadapt.client.policy import _LAYOUT, SitePolicy
 
-    comments = _example_comments(ROOT / "deploy" / "policy.toml")
-    rows = []
-    for section, keys in _LAYOUT.items():
-        for key, (field, _, expected, required) in keys.items():
-            default = "required" if required else (_default_text(SitePolicy, field)
-                                                   or "optional")
-            if key == "simulation":
-                default = "`false` in a file (`true` for a policy built in code)"
-            meaning = _cell(comments.get((section, key), ""))
-            rows.append((section, key, expected, default, meaning))
-    return rows
+    rows = _layout_rows(_LAYOUT, SitePolicy, "policy.toml",
+                        field_of=lambda _, key: "site_name" if key == "name" else key)
+    simulation = "`false` in a file (`true` for a policy built in code)"
+    return [(section, key, kind, simulation if key == "simulation" else default, meaning)
+            for section, key, kind, default, meaning in rows]
 
 
 def _config(name: str | None) -> str:

@@ -144,7 +144,8 @@ def test_missing_required_key_is_named():
         ("privacy", "max_records", 1e6, r"\[privacy\] max_records must be a whole number"),
         ("queries", "max_clip_norm", 0.0, "max_clip_norm must be a finite number > 0"),
         ("queries", "max_label_bound", float("inf"), "max_label_bound must be a finite"),
-        ("queries", "allowed_kernels", "record_count", "must be a list of kernel names"),
+        ("queries", "allowed_kernels", "record_count",
+         r"\[queries\] allowed_kernels must be a list, got 'record_count'"),
         ("queries", "allowed_kernels", ["linear_gradiant"], "did you mean 'linear_gradient'"),
     ],
 )
@@ -179,9 +180,11 @@ def test_peers_bound_the_roster_to_named_sites_and_the_site_itself(tmp_path):
     policy = SitePolicy.from_toml(path)
     assert policy.allowed_roster_names() == {"st-mary", "st-john", "st-luke"}
     assert SitePolicy("st-mary", 1.0, 1e-5).allowed_roster_names() is None
-    with pytest.raises(ConfigError, match="peers must be a list of site names"):
+    with pytest.raises(ConfigError, match=r"\[federation\] peers must be a list, got 'st-john'"):
         text = GOOD_TOML + '[federation]\npeers = "st-john"\n'
         SitePolicy.from_toml(write_policy(tmp_path, text))
+    with pytest.raises(ConfigError, match="peers must be a list of site names"):
+        SitePolicy.from_toml(write_policy(tmp_path, GOOD_TOML + "[federation]\npeers = [3]\n"))
 
 
 def _reads_back(policy: SitePolicy, tmp_path) -> SitePolicy:

@@ -96,7 +96,7 @@ def test_provision_refuses_to_overwrite_a_kit_unless_forced(tmp_path, capsys):
     ("", '[[site]]\nname = "st-mary"\ndata = "x.npz"\n', "repeated: st-mary"),
     ("epsilon_cap = 5.0", "epsilon_cap = 0.0", "policy of site 'st-mary'"),
     ("", '[[site]]\nname = "bad name"\ndata = "x.npz"\n', "[[site]] name"),
-    ("port = 50051", 'port = "50051"', "[coordinator] port must be int"),
+    ("port = 50051", 'port = "50051"', "[coordinator] port must be a whole number"),
 ])
 def test_a_bad_federation_file_is_refused_before_anything_is_written(tmp_path, capsys, old, new,
                                                                       message):

@@ -44,7 +44,7 @@ def test_file_id_is_kept_without_an_override(job_file):
     ("epsilon", r"--set 'epsilon': expected KEY=VALUE"),
     ("model.iterations=3", r"a dotted key starts with job. or hyperparameters."),
     ("delta=0.01", r"delta = 0.01 is 0.001 or more.*allow_large_delta"),
-    ("epsilon=true", r"\[job\] epsilon must be int or float, got True"),
+    ("epsilon=true", r"\[job\] epsilon must be a number, got True"),
 ])
 def test_bad_overrides_are_refused_naming_them(job_file, override, expected):
     with pytest.raises(ConfigError, match=expected):
