@@ -110,7 +110,10 @@ class AggregateAnswer:
         sqrt(K / (K - t)), since K shares each carry a 1 / (K - t) part of
         its variance (Gaussian, Laplace and discrete shares alike). A
         decision that reads the noise's size (a certification margin) must
-        use the larger value; privacy is the calibrated one's."""
+        use the larger value; privacy is the calibrated one's. Only the
+        variance scales so: the sum of Laplace shares is a difference of
+        Gamma(K / (K - t)) variables, not a wider Laplace, so a decision that
+        reads a Laplace tail needs that law (source_target_clustering/nna.py)."""
         count = len(self.participants)
         if count == 0 or self.collusion_tolerance == 0:
             return 1.0

@@ -46,6 +46,8 @@ SITE_MODULE = "privadapt.client.daemon.main"
 STOP_TIMEOUT_S = 10.0
 #: How often the server looks for children that ended while no request came.
 _REAP_INTERVAL_S = 0.05
+#: Whether the server's stdout (its parent) was found closed.
+_parent_gone = False
 
 
 class ForkServer:
@@ -190,7 +192,25 @@ def _reap(children: set[int]) -> None:
         if pid == 0:
             return
         children.discard(pid)
-        print(f"exit {pid} {os.waitstatus_to_exitcode(status)}", flush=True)
+        _report(f"exit {pid} {os.waitstatus_to_exitcode(status)}")
+
+
+def _report(line: str) -> None:
+    """Tell the parent ``line``; once the parent is gone (a closed pipe) the
+    report is dropped: the server still has its sites to stop, and an
+    exception here ended it after the first site it reaped, before the
+    SIGKILL that a site slow to stop needs."""
+    global _parent_gone
+    if _parent_gone:
+        return
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _parent_gone = True
+        # Nothing more reaches the parent; the interpreter's own flush at
+        # exit would raise again.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- kept open until exit
 
 
 def _stop_all(children: set[int]) -> None:
@@ -226,7 +246,7 @@ def serve() -> None:
                     selector.close()
                     _child(request["argv"], request["log"])
                 children.add(pid)
-                print(f"started {pid}", flush=True)
+                _report(f"started {pid}")
         _reap(children)
     _stop_all(children)
 

@@ -217,6 +217,7 @@ class SiteDaemon:
             finally:
                 # The items in hand finish on this channel before it closes.
                 lanes.close()
+                self.worker.session_ended()
                 done.set()
                 with self._lock:
                     self._stream = None

@@ -20,15 +20,17 @@ The site side of a secure-aggregation round (server/federation/rounds.py has the
   (``secagg.mask_integrity_check``, which tells the coordinator whether the
   masks cancelled) and submit;
 * ``RoundAbort``: forget the round's keys (the ledger keeps its charge);
+* ``PrivacyReportRequest``: report this job's spend from the site's own ledger.
 
 A round is *open* from its announcement until its roster, abort or job end,
-holding its decoded query. A coordinator announcing rounds and never sending
-their rosters, in job after job (new jobs are free), once made the site keep
-every one; now at most :data:`MAX_OPEN_ROUNDS` rounds with at most
-:data:`MAX_OPEN_ROUND_BYTES` of announcements are open at once, over every
-job, and an announcement beyond them is refused in words that read only the
-coordinator's own messages.
-* ``PrivacyReportRequest``: report this job's spend from the site's own ledger.
+or the end of the session it was announced on (the coordinator fails every
+round of a site whose session ended, and the abort goes to the dead
+stream), holding its decoded query. A coordinator announcing rounds and
+never sending their rosters, in job after job (new jobs are free), once
+made the site keep every one; now at most :data:`MAX_OPEN_ROUNDS` rounds
+with at most :data:`MAX_OPEN_ROUND_BYTES` of announcements are open at
+once, over every job, and an announcement beyond them is refused in words
+that read only the coordinator's own messages.
 
 A refusal (policy, budget, bad roster, replay) goes back as a ``Refusal`` with
 the site's own message, so the coordinator's operator reads what the site said.
@@ -154,6 +156,15 @@ class SiteWorker:
             self._refuse(calls, message.job_id, message.round, message.query_id,
                          pb.Refusal.INTERNAL, f"site {self.site.name!r}: internal error; see "
                          "the site daemon's log")
+
+    def session_ended(self) -> None:
+        """Forget every open round (and its keys): the coordinator fails each
+        round of a site whose session ended -- registering again closes the
+        old session -- and its abort went to the dead stream, so none of them
+        can get a roster, and kept they would hold the open-round bound for
+        ever."""
+        with self._open_lock:
+            self._open.clear()
 
     def _close_round(self, job_id: str, round: int) -> _OpenRound | None:
         with self._open_lock:

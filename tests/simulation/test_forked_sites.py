@@ -8,14 +8,17 @@ configuration is refused exits with the program's code and message."""
 from __future__ import annotations
 
 import math
+import os
 import signal
 import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 
 from privadapt.common.mechanisms import GaussianMechanism
-from privadapt.simulation.forked_sites import fork_site
+from privadapt.simulation.forked_sites import STOP_TIMEOUT_S, fork_site
 from privadapt.simulation.local_deployment import free_port
 from privadapt.simulation.local_processes import terminate
 from tests.network_harness import (
@@ -70,3 +73,52 @@ def test_a_refused_configuration_exits_with_the_programs_code_and_message(tmp_pa
     log = tmp_path / "site.log"
     assert fork_site(config, log).wait(timeout=60) == 2
     assert log.read_text().startswith("privadapt-site: ")
+
+
+# A parent that starts the fork server, forks a site per configuration and
+# then waits to be killed: the server learns of its death only from its stdin.
+_PARENT = """
+import sys, time
+from privadapt.simulation.forked_sites import ForkServer
+server = ForkServer()
+pids = [server.fork(["--config", config], config + ".log") for config in sys.argv[1:]]
+print(server._process.pid, *pids, flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_when_its_parent_dies_the_server_stops_every_site_and_exits_without_an_error(tmp_path):
+    # The parent is gone, so the server's report of a site's exit meets a
+    # closed pipe: that must not end the server before it has stopped (and,
+    # after STOP_TIMEOUT_S, killed) every site.
+    names = ("site-a", "site-b", "site-c")
+    pki = make_pki(tmp_path / "pki", names)
+    port = free_port()  # nothing listens: the daemons wait for their coordinator
+    configs = [str(write_site(tmp_path, pki, name, synthetic_dataset(20, 3, seed=i), port))
+               for i, name in enumerate(names)]
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, *configs],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    pids: list[int] = []
+    try:
+        assert parent.stdout is not None
+        pids = [int(word) for word in parent.stdout.readline().split()]
+        parent.kill()
+        parent.wait(timeout=60)
+        deadline = time.monotonic() + STOP_TIMEOUT_S + 30
+        while any(map(_alive, pids)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stranded = [pid for pid in pids if _alive(pid)]
+    finally:
+        for pid in filter(_alive, pids):
+            os.kill(pid, signal.SIGKILL)
+    assert len(pids) == 1 + len(names) and stranded == []
+    assert parent.stderr is not None
+    assert b"Traceback" not in parent.stderr.read()

@@ -32,7 +32,9 @@ scale 1/epsilon; the text's "|n^_x - n_x| >= ..." should also read "<=").
 ``calibration="paper"`` keeps the printed formula; the default uses the
 noise actually added: 1 + b log(1/(2 gamma)) (Laplace) or
 1 + sigma Phi^-1(1 - gamma) (Gaussian), so that an empty cell passes with
-probability at most gamma. The paper gives no threshold for the Gaussian
+probability at most gamma; with t of the K sites trusted to collude the sum
+carries K/(K - t) times the noise's variance, and the threshold reads that
+(:func:`nna_threshold`). The paper gives no threshold for the Gaussian
 variant; both calibrations use the Gaussian one. Either way the threshold is
 post-processing and costs nothing.
 """
@@ -104,17 +106,26 @@ def nna_mechanism(
 
 def nna_threshold(
     mechanism: KernelMechanism, dim: int, *, gamma: float, epsilon: float,
-    calibration: Calibration,
+    calibration: Calibration, variance_factor: float = 1.0,
 ) -> float:
-    """The noisy count a target must reach to keep its average (module docstring)."""
+    """The noisy count a target must reach to keep its average (module
+    docstring). ``variance_factor`` a = K / (K - t): the secure sum's noise
+    over the calibrated one's variance (``AggregateAnswer.noise_std_factor``
+    squared), with t of the K sites trusted to collude: the threshold reads
+    the noise the counts carry, not the calibrated noise."""
     (scale,) = mechanism.noise_scales
     if scale == 0:
         return 1.0  # no noise: every non-empty cell
     if isinstance(mechanism, LaplaceMechanism):
         if calibration == "paper":
             return 1.0 + math.log((math.sqrt(dim) + 1) / gamma) / epsilon
-        return 1.0 + scale * math.log(1.0 / (2.0 * gamma))
-    return 1.0 + scale * float(special.ndtri(1.0 - gamma))
+        if variance_factor == 1.0:
+            return 1.0 + scale * math.log(1.0 / (2.0 * gamma))
+        # K Gamma-difference shares of shape 1 / (K - t) add up to G1 - G2,
+        # G_i ~ Gamma(a, b), no longer Laplace(b); P(G1 - G2 >= x) <=
+        # P(G1 >= x), G2 being >= 0.
+        return 1.0 + scale * float(special.gammainccinv(variance_factor, gamma))
+    return 1.0 + scale * math.sqrt(variance_factor) * float(special.ndtri(1.0 - gamma))
 
 
 def nna_sanitize(
@@ -136,10 +147,11 @@ def nna_sanitize(
     dim = params.targets.shape[1]
     mechanism = nna_mechanism(params, dim, noise=noise, epsilon=epsilon, rho=rho,
                               calibration=calibration, adjacency=adjacency)
-    block = federation.query(KERNEL.name, params.to_wire(), mechanism).value
-    counts, sums = block[:, 0], block[:, 1:]
+    answer = federation.query(KERNEL.name, params.to_wire(), mechanism)
+    counts, sums = answer.value[:, 0], answer.value[:, 1:]
     threshold = nna_threshold(mechanism, dim, gamma=gamma, epsilon=epsilon,
-                              calibration=calibration)
+                              calibration=calibration,
+                              variance_factor=answer.noise_std_factor ** 2)
     kept = counts >= threshold
     pure_epsilon, planned_rho = planned_cost(mechanism)
     return SanitizedSource(sums[kept] / counts[kept][:, None], params.targets, mechanism,

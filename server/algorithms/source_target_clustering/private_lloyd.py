@@ -143,22 +143,25 @@ def column_weights(noise: NoiseKind, dim: int, clip_norm: float, count_share: fl
 @dataclass(frozen=True)
 class CellStatistics:
     """One release, read per centre: noisy counts (K,), sums (K, d), squared
-    sums (K, d) or None, the mechanism it was released under and the count
-    column's weight w (the count's noise is the block's divided by w)."""
+    sums (K, d) or None, the mechanism it was released under, the count
+    column's weight w (the count's noise is the block's divided by w) and the
+    release's noise std over the mechanism's (``AggregateAnswer.noise_std_factor``:
+    sqrt(K / (K - t)) with t of the K sites trusted to collude)."""
 
     counts: np.ndarray
     sums: np.ndarray
     moments: np.ndarray | None
     mechanism: Mechanism
     count_weight: float
+    noise_std_factor: float = 1.0
 
     @property
     def count_noise_std(self) -> float:
-        """The standard deviation of one count's noise (0 without noise)."""
+        """The standard deviation of one count's noise as released (0 without noise)."""
         (scale,) = self.mechanism.noise_scales or (0.0,)
         laplace = isinstance(self.mechanism, LaplaceMechanism | DiscreteLaplaceMechanism)
         std = math.sqrt(2.0) * scale if laplace else scale
-        return std / self.count_weight
+        return std * self.noise_std_factor / self.count_weight
 
 
 def noisy_cell_statistics(federation: Federation, centres: np.ndarray, *, clip_norm: float,
@@ -176,10 +179,11 @@ def noisy_cell_statistics(federation: Federation, centres: np.ndarray, *, clip_n
                 "honest_shares": federation_honest_shares(federation)}
     mechanism = KERNEL.mechanism(params, plan.noise_multiplier, ADJACENCY, dim=dim,
                                  noise=plan.noise, **grid)
-    block = federation.query(KERNEL.name, params.to_wire(), mechanism).value
+    answer = federation.query(KERNEL.name, params.to_wire(), mechanism)
+    block = answer.value
     moments = None if moment_weight is None else block[:, 1 + dim:] / moment_weight
     return CellStatistics(block[:, 0] / count_weight, block[:, 1:1 + dim], moments, mechanism,
-                          count_weight)
+                          count_weight, answer.noise_std_factor)
 
 
 def federation_grid_bits(federation: Federation) -> int:

@@ -18,10 +18,16 @@ import grpc
 import pytest
 
 import privadapt.client.daemon.main as daemon_main
+from privadapt.client.daemon import worker as worker_module
 from privadapt.client.daemon.main import SiteDaemon
 from privadapt.common.data.schema_digest import SchemaDigest
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
+from tests.client.daemon.test_site_worker import (  # noqa: F401 -- pki is a fixture
+    announcement,
+    make_worker,
+    pki,
+)
 
 INITIAL, CAP = 0.2, 30.0
 
@@ -73,7 +79,7 @@ def _daemon(make_site, port: int, waits: int) -> SiteDaemon:
     daemon.site = make_site(name="site-a", num_records=20, dim=3)
     daemon.schema_digest = SchemaDigest.of(None, daemon.site.dim)
     daemon.progress = SimpleNamespace(unfinished=dict, close=lambda: None)
-    daemon.worker = None
+    daemon.worker = SimpleNamespace(session_ended=lambda: None)
     daemon.config = SimpleNamespace(coordinator=f"127.0.0.1:{port}", ca=None)
     daemon._insecure, daemon._credentials = True, None
     daemon._lock, daemon._stream = threading.Lock(), None
@@ -155,3 +161,57 @@ def test_a_coordinator_not_up_yet_is_news_at_start_and_a_warning_later(
     assert _daemon(make_site, port, waits=1).run() == 0
     [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "UNAVAILABLE" in warning.getMessage() and "nothing listens there" in warning.getMessage()
+
+
+class _AnnouncingCoordinator(_Coordinator):
+    """Registers every session; its k-th Connect stream carries the k-th of
+    ``items`` and ends (the session drops); records the keys and refusals."""
+
+    def __init__(self, items: list[pb.WorkItem]) -> None:
+        super().__init__(accept=set(range(1, len(items) + 1)))
+        self.items, self.replies = items, []
+        self._streams = 0
+        self._answered = threading.Condition()
+
+    def Connect(self, request, context):  # noqa: N802
+        self._streams += 1
+        yield self.items[self._streams - 1]
+        # The stream ends once the item is answered (a lane's items not
+        # started when the stream ends are dropped); the wait is a hang guard.
+        with self._answered:
+            self._answered.wait_for(lambda: len(self.replies) >= self._streams, 60.0)
+
+    def _reply(self, kind: str, round: int) -> pb.Ack:
+        with self._answered:
+            self.replies.append((kind, round))
+            self._answered.notify_all()
+        return pb.Ack()
+
+    def PublishKey(self, request, context):  # noqa: N802
+        return self._reply("key", request.round)
+
+    def Refuse(self, request, context):  # noqa: N802
+        return self._reply("refusal", request.round)
+
+
+def test_rounds_open_when_a_session_dropped_do_not_hold_the_open_round_bound(
+        make_site, pki, tmp_path, monkeypatch):  # noqa: F811 -- pki is a fixture
+    # The coordinator fails every round of a site whose session ended (a new
+    # Register closes the old session), and the abort it sends goes to the
+    # dead stream: a round open then never gets a roster. Kept open, enough
+    # dropped sessions in rounds refused every announcement of every job
+    # until that job ended.
+    monkeypatch.setattr(worker_module, "MAX_OPEN_ROUNDS", 1)
+    coordinator = _AnnouncingCoordinator([announcement(1), announcement(2)])
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    rpc.add_FederationServiceServicer_to_server(coordinator, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    daemon = _daemon(make_site, port, waits=2)
+    daemon.worker = make_worker(make_site, pki, tmp_path, "site-a")
+    daemon.progress = daemon.worker.progress
+    try:
+        assert daemon.run() == 0
+    finally:
+        server.stop(0)
+    assert coordinator.replies == [("key", 1), ("key", 2)]

@@ -147,3 +147,29 @@ def test_a_deployed_policy_caps_certificates_by_default_and_checks_the_key():
          "privacy": {"epsilon_cap": 1.0, "delta_cap": 1e-5},
          "queries": {"max_certificates": 7}}, "policy.toml")
     assert toml.max_certificates == 7
+
+
+def test_a_certificate_interrupted_before_it_ends_is_counted_and_stays_counted(
+        tmp_path, monkeypatch):
+    # The count is written with the armed row, in one transaction: a site
+    # that dies inside the certificate (here: an unexpected error, which
+    # leaves the row armed) has counted it, across a restart too, so a
+    # coordinator cannot buy uncounted certificates with crashes.
+    kernel = type(get_kernel(EXACT))
+
+    def interrupted(self, data, params, state):
+        raise MemoryError("the site dies inside the certificate")
+
+    db = tmp_path / "site.db"
+    site = open_site(db)
+    with monkeypatch.context() as patch:
+        patch.setattr(kernel, "compute", interrupted)
+        with pytest.raises(MemoryError):
+            site.answer(query(EXACT, "q-1"), 1)
+    site.ledger.close()
+    site = open_site(db)
+    assert site.ledger.certificates_run(EXACT) == 1
+    assert site.ledger.active_latch(EXACT).outcome == "running"
+    assert transcript(site, 1, first=2) == [DISABLED_KERNEL_REASON]
+    site.ledger.clear_latch(EXACT)
+    assert transcript(site, LIMIT + 1, first=3) == ["answered"] * LIMIT + [EXHAUSTED_WORDS]

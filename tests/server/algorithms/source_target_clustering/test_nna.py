@@ -158,3 +158,22 @@ def test_nna_on_separated_data_beats_clustering_the_target_alone():
     nna_cost = stc_cost(target, source, target[model.indices_])
     cluster_t = stc_cost(target, source, target[accelerated_k_medoids(target, 6, seed=0)])
     assert nna_cost < cluster_t
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "laplace"])
+def test_an_empty_cell_passes_the_threshold_with_probability_gamma_under_collusion(noise):
+    # With t of K sites colluding every share carries 1/(K - t) of the noise,
+    # so the sum carries K/(K - t) times its variance: a threshold read off
+    # the calibrated scale lets about 12% of empty cells through at gamma =
+    # 0.05 (Gaussian, K = 2, t = 1). One target at the origin, among the
+    # points (norms below 1/2), the rest on the unit circle: their cells are empty.
+    angles = np.linspace(0.0, 2 * np.pi, 1999, endpoint=False)
+    far = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    targets = np.vstack([np.zeros((1, DIM)), far])
+    options = {**LAPLACE, "noise": noise, "rho": 0.005 if noise == "gaussian" else None}
+    with federation(SOURCE[:2], collusion_tolerance=1) as fed:
+        result = nna_sanitize(fed, targets, epsilon=0.05, **options)
+    assert np.linalg.norm(np.vstack(SOURCE[:2]), axis=1).max() < 0.5
+    passed = int(np.sum(result.noisy_counts[1:] >= result.threshold))
+    gamma, empty = options["gamma"], len(far)
+    assert passed <= gamma * empty + 4 * math.sqrt(gamma * empty), passed

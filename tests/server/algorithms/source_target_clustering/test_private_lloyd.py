@@ -18,6 +18,7 @@ from privadapt.server.algorithms.source_target_clustering.private_kmeans import 
 from privadapt.server.algorithms.source_target_clustering.private_lloyd import (
     PrivacyPlan,
     column_weights,
+    noisy_cell_statistics,
 )
 from privadapt.server.algorithms.source_target_clustering.private_mixture_sampler import (
     PrivateGaussianMixtureSampler,
@@ -161,3 +162,23 @@ def test_the_mixture_sampler_spends_its_plan_and_samples_near_the_data(budget):
         assert len(spent.mechanisms) == 4
     assert model.samples_.shape in {(100, 2), (0, 2)}
     assert "samples" in model.model_arrays()
+
+
+def test_the_count_noise_std_is_the_counts_real_noise_under_collusion():
+    # With t of K sites trusted to collude each share carries 1/(K - t) of
+    # the noise's variance, so the sum K/(K - t) times it (sqrt(2) times
+    # the std at K = 2, t = 1): the threshold of twice the std reads that.
+    # Centres on the unit circle, farther from every point (norms below 1/2)
+    # than the true centres are, so their counts are 0: what they show is noise.
+    angles = np.linspace(0.0, 2 * np.pi, 2000, endpoint=False)
+    centres = np.vstack([TRUE_CENTRES, np.stack([np.cos(angles), np.sin(angles)], axis=1)])
+    assert np.linalg.norm(POOLED, axis=1).max() < 0.5
+    assert np.min(np.linalg.norm(POOLED[:, None] - TRUE_CENTRES, axis=2), axis=1).max() < 0.5
+    plan = PrivacyPlan.split(None, 1.0, 1)
+    with LocalFederation.from_datasets(SITES[:2], epsilon_cap=20.0, delta_cap=1e-5,
+                                       adjacency="add_remove_one", noise_seed=7,
+                                       collusion_tolerance=1) as fed:
+        cells = noisy_cell_statistics(fed, centres, clip_norm=1.0, weights=(1.0, None),
+                                      plan=plan)
+    empirical = float(np.std(cells.counts[len(TRUE_CENTRES):]))
+    assert cells.count_noise_std == pytest.approx(empirical, rel=0.1)
