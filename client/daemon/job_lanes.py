@@ -26,8 +26,9 @@ own flow control holds a flooding coordinator back. Counting items alone let
 a coordinator can make a site hold in work items is at most
 ``max_queued_bytes`` waiting, plus one item in hand per running lane and one
 being read: 256 MiB + 9 x 64 MiB at the defaults, whatever the jobs, of wire
-size; parsed, an item of many tiny submessages (a roster of empty keys) holds
-50-80 times its wire size, which these bounds do not limit.
+size. Parsed, an item holds a few times its wire size at most: the daemon's
+stream refuses, before parsing, one of more submessages than its size pays
+for (common/wire/bounded_parse.py; a roster of empty keys held 50-80 times).
 
 On :meth:`close` (the stream ended or the daemon stops) items not started are
 dropped, the items in hand finish: an announcement never started published no

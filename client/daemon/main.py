@@ -52,6 +52,7 @@ from privadapt.common.secure import tls
 from privadapt.common.secure.certcheck import certificate_identity
 from privadapt.common.secure.certs import load_certificate, load_private_key
 from privadapt.common.secure.dial_diagnosis import explain_unreachable
+from privadapt.common.wire.bounded_parse import parse_bounded
 from privadapt.common.wire.messages import channel_options
 
 logger = logging.getLogger("privadapt.site")
@@ -69,8 +70,24 @@ KEEPALIVE_OPTIONS = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeou
 # A site usually starts beside or before its coordinator: until the first
 # registration, and for this long, "not up yet" is news, not a warning.
 STARTUP_GRACE_S = 30.0
+CONNECT_METHOD = "/privadapt.v1.FederationService/Connect"
 # Failures to reach the coordinator, explained by dialling it (dial_diagnosis).
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def read_work_item(data: bytes) -> pb.WorkItem:
+    """A work item parsed only if it cannot take many times its size in
+    memory (common/wire/bounded_parse.py); otherwise the stream fails and
+    the daemon reconnects, holding nothing of it."""
+    return parse_bounded(pb.WorkItem, data)
+
+
+def _connect(channel: grpc.Channel) -> grpc.UnaryStreamMultiCallable:
+    """The Connect call of the generated stub, with :func:`read_work_item` as
+    its reader instead of ``WorkItem.FromString``."""
+    return channel.unary_stream(CONNECT_METHOD,
+                                request_serializer=pb.ConnectRequest.SerializeToString,
+                                response_deserializer=read_work_item)
 
 
 class Backoff:
@@ -198,7 +215,7 @@ class SiteDaemon:
             backoff.reset()
             jobs = [pb.JobProgress(job_id=job, last_closed_round=last)
                     for job, last in self.progress.unfinished().items()]
-            stream = stub.Connect(pb.ConnectRequest(
+            stream = _connect(channel)(pb.ConnectRequest(
                 site_name=self.site.name, session_id=registered.session_id, jobs=jobs))
             with self._lock:
                 self._stream = stream

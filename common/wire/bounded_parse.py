@@ -1,0 +1,113 @@
+"""Parsing a message whose memory in hand stays a small multiple of its size.
+
+gRPC bounds a message's wire size (:data:`~privadapt.common.wire.messages.
+MAX_MESSAGE_BYTES`), but not what it becomes once parsed: every submessage is
+an object of its own, so a message of many empty submessages (two bytes each
+on the wire: a roster of empty keys, a mechanism of empty blocks) parses to
+50-80 times its size, and a 64 MiB one to several GB before anything could
+look at it. :func:`parse_bounded` first walks the raw bytes against the
+message's descriptor, counting submessages without building any, and refuses
+one that holds more than :func:`submessage_budget` of them: each must pay for
+itself with :data:`WIRE_BYTES_PER_SUBMESSAGE` bytes on the wire, beyond a
+small allowance every honest message fits in. What a refusal depends on is
+the message's own bytes only.
+
+The walk reads each field's tag and length and skips scalars and byte
+strings whole (a tensor's megabytes cost one step), so its work is bounded
+by the number of fields it visits, itself bounded by the budget plus the
+scalars between them. Packed repeated scalars are not submessages: they
+parse to at most 8 bytes per wire byte.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import DecodeError, Message
+
+from privadapt.common.errors import WireError
+
+#: Wire bytes each submessage must account for beyond the allowance: a parsed
+#: submessage holds about 100 bytes, so a message of them parses to at most a
+#: few times its size.
+WIRE_BYTES_PER_SUBMESSAGE = 64
+#: Submessages any message may hold whatever its size (an honest work item
+#: holds tens: a query's tensors and blocks, a roster's keys).
+SUBMESSAGE_ALLOWANCE = 4096
+#: Nesting deeper than any message of the protocol (protobuf's own limit is 100).
+MAX_DEPTH = 32
+
+MessageT = TypeVar("MessageT", bound=Message)
+
+
+def submessage_budget(wire_bytes: int) -> int:
+    """How many submessages a message of ``wire_bytes`` may hold."""
+    return SUBMESSAGE_ALLOWANCE + wire_bytes // WIRE_BYTES_PER_SUBMESSAGE
+
+
+def _varint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while pos < end:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            break
+    raise WireError("malformed message: a varint is truncated or too long")
+
+
+def _count(data: memoryview, start: int, end: int, descriptor: Descriptor | None,
+           budget: int, depth: int) -> int:
+    """The budget left after the submessages of ``data[start:end]``."""
+    if depth > MAX_DEPTH:
+        raise WireError(f"malformed message: nested deeper than {MAX_DEPTH}")
+    pos = start
+    while pos < end:
+        key, pos = _varint(data, pos, end)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            _, pos = _varint(data, pos, end)
+        elif wire_type == 1:
+            pos += 8
+        elif wire_type == 5:
+            pos += 4
+        elif wire_type == 2:
+            length, pos = _varint(data, pos, end)
+            if pos + length > end:
+                break
+            field = None if descriptor is None else descriptor.fields_by_number.get(number)
+            if field is not None and field.type == FieldDescriptor.TYPE_MESSAGE:
+                budget -= 1
+                if budget < 0:
+                    return budget
+                budget = _count(data, pos, pos + length, field.message_type, budget, depth + 1)
+                if budget < 0:
+                    return budget
+            pos += length
+        else:  # groups (3, 4) are not in proto3; 6 and 7 are not wire types
+            raise WireError(f"malformed message: wire type {wire_type}")
+    if pos != end:
+        raise WireError("malformed message: a field runs past its end")
+    return budget
+
+
+def parse_bounded(message_class: type[MessageT], data: bytes) -> MessageT:
+    """``message_class`` parsed from ``data``, or ``WireError`` if it holds
+    more submessages than :func:`submessage_budget` allows for its size or is
+    malformed (module docstring)."""
+    view = memoryview(data)
+    budget = submessage_budget(len(data))
+    if _count(view, 0, len(data), message_class.DESCRIPTOR, budget, 0) < 0:
+        raise WireError(
+            f"a {message_class.DESCRIPTOR.name} of {len(data)} bytes holds more than "
+            f"{budget} submessages ({SUBMESSAGE_ALLOWANCE} plus one per "
+            f"{WIRE_BYTES_PER_SUBMESSAGE} bytes): refused before parsing, since it would "
+            "take many times its size in memory")
+    try:
+        return message_class.FromString(data)
+    except DecodeError as err:
+        raise WireError(f"malformed {message_class.DESCRIPTOR.name}: {err}") from None

@@ -1,0 +1,104 @@
+"""A message is parsed only if it cannot take many times its wire size in
+memory: honest work items (a 1e5-float query, a roster of a thousand
+certified keys) parse exactly as FromString does; one holding more
+submessages than its size pays for (two million empty keys in 4 MB) is
+refused before parsing, as is malformed input; and the daemon's stream reads
+its work items this way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from privadapt.client.daemon.main import CONNECT_METHOD, read_work_item
+from privadapt.common.errors import WireError
+from privadapt.common.federation import Query
+from privadapt.common.mechanisms import Adjacency, GaussianMechanism
+from privadapt.common.proto import federation_pb2 as pb
+from privadapt.common.proto import federation_pb2_grpc as rpc
+from privadapt.common.wire.bounded_parse import (
+    SUBMESSAGE_ALLOWANCE,
+    WIRE_BYTES_PER_SUBMESSAGE,
+    parse_bounded,
+    submessage_budget,
+)
+from privadapt.common.wire.messages import query_to_proto
+
+
+def announcement(dim: int) -> pb.WorkItem:
+    mechanism = GaussianMechanism.single(2.0, 4.0, Adjacency.REPLACE_ONE)
+    params = {"weights": np.linspace(-1, 1, dim), "loss": "logistic", "clip_norm": 1.0}
+    query = Query("job", "q1", "linear_gradient", params, mechanism)
+    return pb.WorkItem(round_announcement=pb.RoundAnnouncement(
+        job_id="job", round=1, query_id="q1", query=query_to_proto(query, 1)))
+
+
+def roster(keys: int) -> pb.WorkItem:
+    key = pb.KeyAnnouncement(job_id="job", round=1, query_id="q1", site_name="site",
+                             public_key=bytes(32), signature=bytes(64),
+                             certificate_pem=b"-----BEGIN CERTIFICATE-----" + bytes(600))
+    return pb.WorkItem(roster=pb.Roster(job_id="job", round=1, query_id="q1",
+                                        keys=[key] * keys))
+
+
+def empty_keys(count: int) -> bytes:
+    """A roster of ``count`` empty keys: two bytes each on the wire."""
+    inner = pb.Roster(job_id="job", round=1, query_id="q").SerializeToString()
+    inner += b"\x22\x00" * count
+    return b"\x22" + _varint(len(inner)) + inner  # WorkItem.roster = 4
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes(out + bytes([value]))
+
+
+@pytest.mark.parametrize("item", [announcement(100_000), roster(1000), pb.WorkItem()],
+                         ids=["query-1e5-floats", "roster-1000-keys", "empty"])
+def test_honest_work_items_parse_as_from_string_does(item):
+    data = item.SerializeToString()
+    assert parse_bounded(pb.WorkItem, data) == pb.WorkItem.FromString(data)
+    assert read_work_item(data) == item
+
+
+def test_many_empty_submessages_are_refused_before_parsing():
+    data = empty_keys(2_000_000)
+    with pytest.raises(WireError, match=r"more than \d+ submessages"):
+        parse_bounded(pb.WorkItem, data)
+
+
+def test_the_budget_is_an_allowance_plus_one_submessage_per_wire_bytes():
+    # Just inside and just past the budget of a message of that size.
+    for count, accepted in ((SUBMESSAGE_ALLOWANCE - 2, True), (3 * SUBMESSAGE_ALLOWANCE, False)):
+        data = empty_keys(count)
+        assert submessage_budget(len(data)) == (SUBMESSAGE_ALLOWANCE
+                                                + len(data) // WIRE_BYTES_PER_SUBMESSAGE)
+        if accepted:
+            assert len(parse_bounded(pb.WorkItem, data).roster.keys) == count
+        else:
+            with pytest.raises(WireError):
+                parse_bounded(pb.WorkItem, data)
+
+
+@pytest.mark.parametrize("data", [b"\x22\x05\x0a", b"\x80", b"\x23", b"\x22" + b"\xff" * 11],
+                         ids=["past-the-end", "truncated-varint", "group", "long-varint"])
+def test_malformed_bytes_are_a_wire_error(data):
+    with pytest.raises(WireError, match="malformed"):
+        parse_bounded(pb.WorkItem, data)
+
+
+def test_the_daemon_reads_connect_with_the_bounded_reader():
+    """The path the daemon calls is the generated stub's own Connect."""
+    class Recorder:
+        def __init__(self) -> None:
+            self.paths: list[str] = []
+
+        def __getattr__(self, name):
+            return lambda path, **_: self.paths.append(path)
+
+    recorder = Recorder()
+    rpc.FederationServiceStub(recorder)
+    assert CONNECT_METHOD in recorder.paths
