@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
+
+from privadapt.common.wire.bounded_parse import parse_bounded
 
 logger = logging.getLogger(__name__)
 
@@ -41,12 +43,24 @@ class MalformedRequest:
 
 
 def tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
-    """``deserializer``, returning a :class:`MalformedRequest` where it would raise."""
-    message_type = getattr(getattr(deserializer, "__self__", None), "__name__", "request")
+    """``deserializer``, returning a :class:`MalformedRequest` where it would
+    raise. A generated ``Message.FromString`` parses through
+    :func:`~privadapt.common.wire.bounded_parse.parse_bounded`: a request of
+    more submessages than its size pays for (which would take many times its
+    size in memory) is malformed too."""
+    message_class = getattr(deserializer, "__self__", None)
+    message_type = getattr(message_class, "__name__", "request")
+    if isinstance(message_class, type) and issubclass(message_class, Message):
+        bounded = message_class
+
+        def parse(data: bytes) -> Any:
+            return parse_bounded(bounded, data)
+    else:
+        parse = deserializer
 
     def deserialize(data: bytes) -> Any:
         try:
-            return deserializer(data)
+            return parse(data)
         except (DecodeError, ValueError, TypeError) as err:  # whatever the parser says
             return MalformedRequest(message_type, str(err)[:MAX_DETAIL_CHARS])
 

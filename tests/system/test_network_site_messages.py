@@ -131,6 +131,19 @@ def test_malformed_protobuf_is_invalid_argument_without_a_traceback(pki, coordin
     assert _register(stub, num_records=10).session_id  # still serving
 
 
+def test_a_share_of_many_empty_blocks_is_refused_before_it_is_parsed(pki, coordinator, stub):
+    """Two million empty tensors are 4 MB on the wire and would parse to
+    hundreds of MB: the coordinator refuses them unparsed, as malformed."""
+    channel = _channel(pki, coordinator.port)
+    submit = channel.unary_unary("/privadapt.v1.FederationService/SubmitShare")
+    share = pb.MaskedShare(job_id="j", round=1, query_id="q", site_name="site-a")
+    data = share.SerializeToString() + b"\x2a\x00" * 2_000_000  # blocks = 5, empty
+    error = _refused(lambda: submit(data, timeout=TIMEOUT))
+    assert "MaskedShare" in error.details() and "submessages" in error.details()
+    channel.close()
+    assert _register(stub, num_records=10).session_id  # still serving
+
+
 def test_a_registration_loop_is_refused_per_identity(stub, coordinator):
     from privadapt.server.coordinator.federation_service import REGISTER_BURST
 
