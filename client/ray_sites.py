@@ -67,7 +67,12 @@ class SiteShard:
 
 class RaySites:
     """A federation's sites in ``actors`` Ray actors (default: one per CPU of
-    the cluster, at most one per site), asked in parallel."""
+    the cluster, at most one per site), asked in parallel.
+
+    One difference from in-process, when a site refuses: in-process, the
+    sites after it are not asked; here the other actors' sites answer (and
+    charge) as they would in a networked round, where every site decides on
+    its own. A query no site refuses is charged identically."""
 
     def __init__(self, specs: Sequence[SiteSpec], ledger_dir: Path | None, *,
                  actors: int | None, epsilon_cap: float, delta_cap: float,

@@ -616,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     if RAM_DIRECTORY.is_dir():
         tempfile.tempdir = str(RAM_DIRECTORY)
     splits = 2 if args.quick else args.splits
-    rows = study_rows(args.quick)  # loaded before the units start, which then share it
+    rows = study_rows(args.quick)
     names = list(rows) if args.tasks is None else args.tasks.split(",")
     methods = [*FREE, *REFERENCES, *DEFAULTS]
     proto = []

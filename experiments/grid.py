@@ -6,8 +6,8 @@ units can run anywhere and in any order. ``Runner.map`` computes them and
 yields their results **in the units' order**, whatever order they finish in:
 
 * one worker (``--workers 1``): in this process, one after the other;
-* several (the default, one per core): a process pool (forked where the
-  platform can, so a unit sees the data the grid loaded before it started);
+* several (the default, one per core): a process pool (each worker loads
+  what its units need once, and uses the grid's temporary directory);
 * ``--ray-address`` (``auto``, ``ray://head:10001``, or ``local`` for a new
   instance on this machine): one Ray task per unit, on every node of the
   cluster (needs the ray extra; docs/how-to/simulate.md). The ``experiments``
@@ -26,6 +26,7 @@ import argparse
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -146,13 +147,23 @@ def _derived_units(log: RunLog, todo: list[dict[str, Any]],
 
 def _pool_map(compute: Callable[[Unit], Result], units: Sequence[Unit], workers: int
               ) -> Iterator[Result]:
-    context = (multiprocessing.get_context("fork")
-               if "fork" in multiprocessing.get_all_start_methods() else None)
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    # Spawned, not forked: a grid's process may hold gRPC's threads and state
+    # (site daemons, a networked check), which a forked child inherits and can
+    # spin on; and not a fork server, whose socket lives in a temporary
+    # directory a script may remove. Each worker imports what its units need.
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                               initializer=_use_temporary_directory,
+                               initargs=(tempfile.gettempdir(),))
     try:
         yield from pool.map(compute, units)
     finally:  # on an error or an early stop, the units not yet started never start
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _use_temporary_directory(path: str) -> None:
+    """The grid's own temporary directory (a script may move it to RAM)."""
+    tempfile.tempdir = path
 
 
 def _ray_map(compute: Callable[[Unit], Result], units: Sequence[Unit], address: str
