@@ -15,10 +15,11 @@ in Ray actors, ``--actors`` of them, default one per CPU), the same sites of
 Wall seconds, one run each (the figures are seconds long; on a shared machine
 read them with its load average, printed first). Ray starts a local instance
 with every CPU of this machine unless ``--ray-address`` (or ``RAY_ADDRESS``)
-names a cluster (docs/how-to/simulate.md). Each simulated site holds three
-open files (its SQLite ledger and the ledger's WAL and shared-memory files):
-10,000 sites in one process need 30,000 file descriptors, so the script raises
-its own limit where it may and skips a case the limit cannot hold.
+names a cluster (docs/how-to/simulate.md). Each simulated site holds four
+open files (its SQLite ledger, the ledger's WAL and shared-memory files, and
+its head file): 10,000 sites in one process need 40,000 file descriptors, so
+the script raises its limit to the hard limit, gives Ray enough actors that
+each stays under it (at least one per CPU) and skips a case that cannot.
 
 Run: ``.venv/bin/python benchmarks/simulated_sites.py`` (about two minutes on
 2 cores; ``--sites 1000`` for the smaller case alone). Needs the ray extra
@@ -41,7 +42,10 @@ import numpy as np
 from privadapt import Dataset, LocalFederation, NoisyGD
 
 RECORDS, DIM = 20, 100
-FILES_PER_SITE = 3  # the ledger's database, WAL and shared-memory files
+# The ledger's database, its WAL and shared-memory files, and its head file
+# (held open once the site has charged a release).
+FILES_PER_SITE = 4
+SPARE_FILES = 1024  # the process's own (libraries, Ray's sockets)
 
 
 def site_datasets(count: int) -> list[Dataset]:
@@ -72,16 +76,18 @@ def measure(datasets: list[Dataset], backend: str, actors: int | None,
     return {"build": built, "one": one, "per": (more - one) / (iterations - 1)}
 
 
-def open_files_allowed(needed: int) -> bool:
-    """Raise this process's open-file limit to ``needed`` where it may."""
+def open_files_limit() -> int:
+    """This process's open-file limit, raised to the hard limit (Ray's workers
+    inherit it)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft >= needed:
-        return True
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, max(hard, needed)))
-    except (ValueError, OSError):
-        return False
-    return True
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    return soft
+
+
+def sites_one_process_holds(limit: int) -> int:
+    return (limit - SPARE_FILES) // FILES_PER_SITE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,28 +105,34 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.iterations < 2:
         parser.error("--iterations must be at least 2")
-    # Every site's files, plus room for Ray's own (its workers inherit the limit).
-    files_ok = open_files_allowed(FILES_PER_SITE * max(args.sites) + 4096)
+    limit = open_files_limit()
+    cpus = os.cpu_count() or 1
     if "ray" in args.backends:
         import ray
 
         ray.init(address=args.ray_address, include_dashboard=False, log_to_driver=False)
-        cpus = ray.cluster_resources().get("CPU", 1)
-        print(f"Ray: {cpus:g} CPUs on {len(ray.nodes())} node(s)", file=sys.stderr)
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        print(f"Ray: {cpus} CPUs on {len(ray.nodes())} node(s)", file=sys.stderr)
     print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}, "
-          f"{os.cpu_count()} cores; sites of {RECORDS} records, d = {DIM}, wall seconds")
-    print(f"{'sites':>7} {'backend':<11} {'build':>8} {'1 iteration':>12} "
+          f"{os.cpu_count()} cores, {limit} open files per process; sites of {RECORDS} "
+          f"records, d = {DIM}, wall seconds")
+    print(f"{'sites':>7} {'backend':<11} {'actors':>6} {'build':>8} {'1 iteration':>12} "
           f"{'per iteration':>14}")
     for count in args.sites:
         datasets = site_datasets(count)
         for backend in args.backends:
-            if backend == "in-process" and not files_ok:
-                print(f"{count:>7} {backend:<11} skipped: needs {FILES_PER_SITE * count} open "
-                      "files, over this process's hard limit")
+            actors = 1
+            if backend == "ray":  # enough actors that each can keep its sites' files open
+                actors = args.actors or max(cpus, -(-count // sites_one_process_holds(limit)))
+            if count > actors * sites_one_process_holds(limit):
+                print(f"{count:>7} {backend:<11} {actors:>6} skipped: "
+                      f"{FILES_PER_SITE * count // actors} open files per process, over "
+                      f"the limit of {limit}")
                 continue
-            figures = measure(datasets, backend, args.actors, args.iterations)
-            print(f"{count:>7} {backend:<11} {figures['build']:>8.2f} {figures['one']:>12.2f} "
-                  f"{figures['per']:>14.2f}", flush=True)
+            figures = measure(datasets, backend, actors if backend == "ray" else None,
+                              args.iterations)
+            print(f"{count:>7} {backend:<11} {actors:>6} {figures['build']:>8.2f} "
+                  f"{figures['one']:>12.2f} {figures['per']:>14.2f}", flush=True)
     return 0
 
 
