@@ -161,6 +161,9 @@ class LocalFederation:
         ``noise_seed``."""
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if actors is not None and backend != "ray":
+            raise ValueError(f"actors= places sites in Ray actors: it needs backend='ray', "
+                             f"got backend={backend!r}")
         names = [f"site-{k + 1}" for k in range(len(datasets))] if names is None else list(names)
         if len(names) != len(datasets):
             raise ValueError(f"{len(names)} names for {len(datasets)} datasets")
