@@ -31,7 +31,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from experiments.run_log import RunLog
@@ -39,7 +38,6 @@ from experiments.run_log import RunLog
 Unit = TypeVar("Unit")
 Result = TypeVar("Result")
 
-EXPERIMENTS = Path(__file__).resolve().parent
 # What a Ray task needs of the experiments package: its code, not its results.
 SHIPPED_EXCLUDES = ["results/", "*/results/", "__pycache__/"]
 
