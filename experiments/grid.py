@@ -23,6 +23,8 @@ point resumes from the log whichever runner it resumes with.
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import multiprocessing
 import os
 import sys
@@ -175,7 +177,7 @@ def _ray_map(compute: Callable[[Unit], Result], units: Sequence[Unit], address: 
                  include_dashboard=False, log_to_driver=False,
                  runtime_env={"py_modules": [experiments], "excludes": SHIPPED_EXCLUDES})
     task = ray.remote(_call)
-    shared = ray.put(compute)  # serialised once for every unit
+    shared = ray.put(_importable(compute))  # serialised once for every unit
     pending = [task.remote(shared, unit) for unit in units]
     try:
         for ref in pending:
@@ -183,6 +185,21 @@ def _ray_map(compute: Callable[[Unit], Result], units: Sequence[Unit], address: 
     finally:
         for ref in pending:
             ray.cancel(ref)
+
+
+def _importable(compute: Callable[[Unit], Result]) -> Callable[[Unit], Result]:
+    """``compute``, taken from its module's importable name when the grid runs
+    as ``python -m experiments...``: Ray pickles a ``__main__`` function by
+    value, with the module's globals by reference to a ``__main__`` a worker
+    does not have."""
+    function = getattr(compute, "func", compute)
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    if function.__module__ != "__main__" or spec is None:
+        return compute
+    same = getattr(importlib.import_module(spec.name), function.__name__)
+    if isinstance(compute, functools.partial):
+        return functools.partial(same, *compute.args, **compute.keywords)
+    return same
 
 
 def _call(compute: Callable[[Unit], Result], unit: Unit) -> Result:
