@@ -1,12 +1,16 @@
 """The grids' shared loop: a process pool or Ray logs what a serial run logs,
 in the same order, and any of them resumes a log another one started."""
 
+import functools
+import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from experiments import grid
 from experiments.grid import Runner, run_logged
 from experiments.run_log import RunLog
 from tests.experiments.script_runs import run_script
@@ -87,3 +91,18 @@ def test_a_grid_on_ray_resumes_a_serial_log_and_writes_its_csv(serial_transfer, 
     lines = log.decode().splitlines(keepends=True)
     tmp_path.joinpath("transfer_low_quick_runs.csv").write_text("".join(lines[:4]))
     assert transfer_files(tmp_path, "--ray-address", "local") == serial_transfer
+
+
+def test_a_grid_run_as_a_module_hands_ray_its_compute_by_the_modules_name(monkeypatch):
+    """Under ``python -m experiments...`` the compute function lives in
+    ``__main__``; Ray gets the same function from the module's real name."""
+    main = types.ModuleType("__main__")
+    main.__spec__ = types.SimpleNamespace(name=__name__)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+
+    def main_copy(unit: dict) -> dict:
+        raise AssertionError("the __main__ copy cannot be pickled by reference")
+
+    main_copy.__module__, main_copy.__name__ = "__main__", "noisy_square"
+    compute = grid._importable(functools.partial(main_copy, {"n": 2}))
+    assert compute.func is noisy_square and compute() == noisy_square({"n": 2})
