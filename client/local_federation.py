@@ -1,4 +1,10 @@
-"""A federation of in-process sites, for experiments, benchmarks and tests.
+"""A federation of simulated sites, for experiments, benchmarks and tests.
+
+The sites live in this process (the default) or, for simulations past one
+machine, in Ray actors (``from_datasets(..., backend="ray")``,
+:mod:`privadapt.client.ray_sites`); either way they are the same ``Site``
+objects, built the same way, behind one ``SiteGroup``
+(:mod:`privadapt.client.site_group`).
 
 Each query goes through the wire encoding and back before the sites see it,
 and sites return shares already encoded on the fixed-point grid; the federation
@@ -22,15 +28,20 @@ import shutil
 import tempfile
 import uuid
 import weakref
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from privadapt.client.ledger.privacy_ledger import PrivacyLedger
-from privadapt.client.policy import SitePolicy
+from privadapt.client.ray_sites import RaySites
 from privadapt.client.site import Site
-from privadapt.common.accounting.delta_guard import LARGE_DELTA
+from privadapt.client.site_group import (
+    NOISE_SEED_STRIDE,
+    InProcessSites,
+    SiteFacts,
+    SiteGroup,
+    SiteSpec,
+    build_sites,
+)
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.data.record_parts import RecordPart
 from privadapt.common.errors import DataError, QueryRefusedError
@@ -46,14 +57,10 @@ from privadapt.common.federation import (
     SiteShare,
 )
 from privadapt.common.mechanisms import Adjacency, Mechanism
-from privadapt.common.noise.floating import SeededRandomBits
 from privadapt.common.numerics.fixed_point import FixedPointCodec
 from privadapt.common.wire.messages import query_from_proto, query_to_proto
 
-# Site k of a federation seeded with s draws from SeededRandomBits(s * stride + k):
-# the streams the seed 000 results were produced with (experiments/seed000),
-# distinct for every (seed, site) as long as a federation has at most `stride` sites.
-_NOISE_SEED_STRIDE = 100
+BACKENDS = ("in-process", "ray")
 
 
 class _SharedSites:
@@ -63,19 +70,19 @@ class _SharedSites:
     federation using them."""
 
     def __init__(
-        self, sites: tuple[Site, ...], *, owned: bool, temporary_dir: Path | None = None
+        self, group: SiteGroup, *, owned: bool, temporary_dir: Path | None = None
     ) -> None:
-        self.sites = sites
-        ledgers = [site.ledger for site in sites] if owned else []
-        self._finalizer = weakref.finalize(self, _release, ledgers, temporary_dir)
+        self.group = group
+        self._finalizer = weakref.finalize(self, _release, group if owned else None,
+                                           temporary_dir)
 
     def close(self) -> None:
         self._finalizer()
 
 
-def _release(ledgers: list[PrivacyLedger], temporary_dir: Path | None) -> None:
-    for ledger in ledgers:
-        ledger.close()
+def _release(group: SiteGroup | None, temporary_dir: Path | None) -> None:
+    if group is not None:
+        group.close()
     if temporary_dir is not None:
         shutil.rmtree(temporary_dir, ignore_errors=True)
 
@@ -95,14 +102,26 @@ class LocalFederation:
         names = [site.name for site in sites]
         if len(set(names)) != len(names):
             raise ValueError(f"site names must be unique, got {names}")
-        self._sites = tuple(sites)
         # Sites given here belong to the caller; from_datasets replaces this
         # with sites the federation owns (and closes).
-        self._shared = _SharedSites(self._sites, owned=False)
+        self._start(_SharedSites(InProcessSites(sites), owned=False), job_id,
+                    collusion_tolerance, codec)
+
+    def _start(self, shared: _SharedSites, job_id: str | None, collusion_tolerance: int,
+               codec: FixedPointCodec | None) -> None:
+        self._shared = shared
+        self._facts: tuple[SiteFacts, ...] = shared.group.facts()
         self._job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
         self.collusion_tolerance = collusion_tolerance
         self.codec = codec or FixedPointCodec()
         self._query_numbers = itertools.count(1)
+
+    @classmethod
+    def _over(cls, shared: _SharedSites, job_id: str | None, collusion_tolerance: int,
+              codec: FixedPointCodec | None) -> LocalFederation:
+        federation = cls.__new__(cls)
+        federation._start(shared, job_id, collusion_tolerance, codec)
+        return federation
 
     @classmethod
     def from_datasets(
@@ -116,6 +135,8 @@ class LocalFederation:
         names: Sequence[str] | None = None,
         job_id: str | None = None,
         collusion_tolerance: int = 0,
+        backend: str = "in-process",
+        actors: int | None = None,
         **policy_options: Any,
     ) -> LocalFederation:
         """One site per dataset, named ``names`` (default site-1 .. site-K),
@@ -129,40 +150,53 @@ class LocalFederation:
         the default, is not synced to disk: durable against a crash of the
         process, not of the machine). Noise comes from the
         operating system's CSPRNG; ``noise_seed`` gives every site its own
-        seeded stream instead (reproducible experiments and tests only)."""
+        seeded stream instead (reproducible experiments and tests only).
+
+        ``backend="ray"`` places the sites in Ray actors (``actors`` of them,
+        default one per CPU of the Ray cluster, each holding a contiguous share
+        of the sites; :mod:`privadapt.client.ray_sites`), built there exactly
+        as here: each site's ledger lives on its actor's node, under
+        ``ledger_dir`` (a path on that node) or an actor's own temporary
+        directory. The answers equal the in-process ones at a fixed
+        ``noise_seed``."""
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if actors is not None and backend != "ray":
+            raise ValueError(f"actors= places sites in Ray actors: it needs backend='ray', "
+                             f"got backend={backend!r}")
         names = [f"site-{k + 1}" for k in range(len(datasets))] if names is None else list(names)
         if len(names) != len(datasets):
             raise ValueError(f"{len(names)} names for {len(datasets)} datasets")
-        if noise_seed is not None and len(datasets) > _NOISE_SEED_STRIDE:
-            raise ValueError(f"noise_seed supports at most {_NOISE_SEED_STRIDE} sites, "
+        if len(set(names)) != len(names):
+            raise ValueError(f"site names must be unique, got {names}")
+        if noise_seed is not None and len(datasets) > NOISE_SEED_STRIDE:
+            raise ValueError(f"noise_seed supports at most {NOISE_SEED_STRIDE} sites, "
                              f"got {len(datasets)}")
-        temporary = None
-        if ledger_dir is None:
-            temporary = Path(tempfile.mkdtemp(prefix="privadapt-ledgers-"))
-        directory = Path(ledger_dir) if ledger_dir is not None else temporary
-        directory.mkdir(parents=True, exist_ok=True)
-        sites = []
-        for k, (name, data) in enumerate(zip(names, datasets, strict=True)):
-            policy = SitePolicy(name, epsilon_cap, delta_cap, **policy_options)
-            # A simulation site's ledger makes every check but never waits on the disk.
-            ledger = PrivacyLedger(directory / f"{name}.ledger.db", policy, create=True,
-                                   durable=not policy.simulation)
-            noise = (None if noise_seed is None
-                     else SeededRandomBits(noise_seed * _NOISE_SEED_STRIDE + k))
-            sites.append(Site(data, policy, ledger, noise))
-        federation = cls(sites, job_id=job_id, collusion_tolerance=collusion_tolerance)
-        federation._shared = _SharedSites(federation.sites, owned=True, temporary_dir=temporary)
-        return federation
+        if not datasets:
+            raise ValueError("a federation needs at least one site")
+        specs = [SiteSpec(k, name, data) for k, (name, data) in
+                 enumerate(zip(names, datasets, strict=True))]
+        options = dict(epsilon_cap=epsilon_cap, delta_cap=delta_cap, noise_seed=noise_seed,
+                       policy_options=policy_options)
+        if backend == "ray":
+            group = RaySites(specs, None if ledger_dir is None else Path(ledger_dir),
+                             actors=actors, **options)
+            shared = _SharedSites(group, owned=True)
+        else:
+            temporary = None
+            if ledger_dir is None:
+                temporary = Path(tempfile.mkdtemp(prefix="privadapt-ledgers-"))
+            directory = Path(ledger_dir) if ledger_dir is not None else temporary
+            group = InProcessSites(build_sites(specs, directory, **options))
+            shared = _SharedSites(group, owned=True, temporary_dir=temporary)
+        return cls._over(shared, job_id, collusion_tolerance, None)
 
     def new_job(self, job_id: str | None = None) -> LocalFederation:
         """The same sites (policies, ledgers, noise) under a new job id, for
         the next fit: each job's spend is reported on its own and every
         ledger composes all of them against its cap."""
-        federation = LocalFederation(self._sites, job_id=job_id,
-                                     collusion_tolerance=self.collusion_tolerance,
-                                     codec=self.codec)
-        federation._shared = self._shared  # the sites live as long as any job over them
-        return federation
+        # The sites live as long as any job over them.
+        return LocalFederation._over(self._shared, job_id, self.collusion_tolerance, self.codec)
 
     def close(self) -> None:
         """Close the ledgers of sites this federation made (from_datasets) and
@@ -178,7 +212,12 @@ class LocalFederation:
 
     @property
     def sites(self) -> tuple[Site, ...]:
-        return self._sites
+        """The ``Site`` objects, when they live in this process."""
+        group = self._shared.group
+        if not isinstance(group, InProcessSites):
+            raise AttributeError("the sites live in Ray actors, not in this process: ask the "
+                                 "federation (site_budgets, privacy_spent) instead")
+        return group.sites
 
     @property
     def job_id(self) -> str:
@@ -188,25 +227,25 @@ class LocalFederation:
     def site_sizes(self) -> dict[str, int]:
         """Public only under replace-one adjacency (the trust model); a site
         accounting add/remove must be asked for a noisy ``record_count`` instead."""
-        private = [s.name for s in self._sites if s.policy.adjacency != Adjacency.REPLACE_ONE]
+        private = [s.name for s in self._facts if s.adjacency != Adjacency.REPLACE_ONE]
         if private:
             raise QueryRefusedError(
                 f"sites {private} account under add/remove adjacency, where their sizes are "
                 "private: query record_count with noise instead"
             )
-        return {site.name: site.num_records for site in self._sites}
+        return {site.name: site.num_records for site in self._facts}
 
     @property
     def num_sites(self) -> int:
-        return len(self._sites)
+        return len(self._facts)
 
     @property
     def dim(self) -> int:
         """The sites' common number of features (DataError if they differ)."""
-        dims = {site.dim for site in self._sites}
+        dims = {site.dim for site in self._facts}
         if len(dims) != 1:
             raise DataError(f"the sites hold records of different dimensions "
-                            f"{ {site.name: site.dim for site in self._sites} }; "
+                            f"{ {site.name: site.dim for site in self._facts} }; "
                             "they must share one schema")
         return dims.pop()
 
@@ -266,34 +305,24 @@ class LocalFederation:
         # Through the wire encoding and back, so a query that could not cross the
         # network (an unsupported parameter type, a non-finite value) fails here too.
         query, _ = query_from_proto(query_to_proto(query, round=0))
-        return query, [site.answer(query, len(asked)) for site in asked]
+        return query, self._shared.group.answer(query, asked)
 
-    def _sites_named(self, names: Sequence[str] | None) -> tuple[Site, ...]:
+    def _sites_named(self, names: Sequence[str] | None) -> tuple[str, ...]:
         """The sites a query goes to: every one, or those ``names`` (ValueError
         for an unknown or repeated name, or none), in the federation's order."""
+        known = [site.name for site in self._facts]
         if names is None:
-            return self._sites
-        known = [site.name for site in self._sites]
+            return tuple(known)
         unknown = sorted(set(names) - set(known))
         if not names or unknown or len(set(names)) != len(names):
             raise ValueError(f"sites must be distinct names among {known}, got {list(names)}")
-        return tuple(site for site in self._sites if site.name in names)
+        return tuple(name for name in known if name in names)
 
     def site_budgets(self) -> dict[str, SiteBudgetStatement]:
         """What each site states before a job, from its policy and its ledger
         (at the cap's delta): what an estimator's ``fit`` checks its plan
         against before the first release, as a networked launch does."""
-        return {site.name: SiteBudgetStatement(
-            adjacency=site.policy.adjacency, accounting=site.policy.accounting.value,
-            epsilon_cap=site.policy.epsilon_cap, delta_cap=site.policy.delta_cap,
-            epsilon_spent=site.ledger.spent().epsilon,
-            num_records=(site.num_records if site.policy.adjacency == Adjacency.REPLACE_ONE
-                         else None),
-            max_records=site.policy.max_records,
-            history=tuple(Counter(c.mechanism for c in site.ledger.charges()).items()),
-            large_delta_meant=(site.policy.allow_large_delta
-                               or site.policy.delta_cap >= LARGE_DELTA))
-            for site in self._sites}
+        return self._shared.group.budgets()
 
     def privacy_spent(self, delta: float | None = None) -> dict[str, SitePrivacy]:
-        return {site.name: site.privacy_spent(self._job_id, delta) for site in self._sites}
+        return self._shared.group.privacy_spent(self._job_id, delta)

@@ -63,6 +63,7 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import tempfile
@@ -72,6 +73,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.grid import add_runner_options, runner_from
 from experiments.seed000.diabetes import load_diabetes_domains
 from experiments.seed000.reporting import mean_std, print_table, write_csv
 from experiments.seed000.synthetic import make_shifted_regression
@@ -306,7 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default=None,
                         help="comma-separated task names to run (default: all)")
     parser.add_argument("--out", type=Path, default=Path("experiments/results"))
+    add_runner_options(parser)
     args = parser.parse_args(argv)
+    runner = runner_from(args)
     if RAM_DIRECTORY.is_dir():
         # The simulation's ledgers are temporary: on a RAM filesystem their
         # synchronous commits (one per release) do not wait for the disk, which
@@ -334,9 +338,10 @@ def main(argv: list[str] | None = None) -> int:
               f"T={task.iterations}", flush=True)
         task = replace(task, private_size=size)
         warm = fit_linear(*task.source, task.loss, task.radius)
-        runs = [one_split(task, size, split, warm, methods, args.selection_share,
-                          args.composition, args.selection_score, args.grid)
-                for split in range(splits)]
+        runs = list(runner.map(functools.partial(
+            one_split, task, size, warm=warm, methods=methods,
+            selection_share=args.selection_share, composition=args.composition,
+            selection_score=args.selection_score, grid=args.grid), range(splits)))
         rows.extend(summarise(task, size, runs, methods))
         print(f"  done ({time.perf_counter() - started:.0f} s)", flush=True)
     print("\nMetric: test accuracy (adult) or test MSE (regressions), mean +- std over splits;"

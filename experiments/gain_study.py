@@ -52,6 +52,7 @@ Run from the repository root (single-threaded BLAS, see common/blas_threads.py):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -77,6 +78,7 @@ from experiments.adapter_study import (  # noqa: E402
     federation,
     selection_settings,
 )
+from experiments.grid import add_runner_options, run_logged, runner_from  # noqa: E402
 from experiments.run_log import RunLog  # noqa: E402
 from experiments.seed000.diabetes import load_diabetes_domains  # noqa: E402
 from experiments.seed000.reporting import print_table  # noqa: E402
@@ -535,6 +537,62 @@ def summarise(log_rows: list[dict], rows: dict[str, Row], methods: list[str]) ->
     return table
 
 
+KEY = ("task", "split", "epsilon", "method")
+
+
+def study_units(names: list[str], splits: int, methods: list[str],
+                epsilons: tuple[float, ...]) -> list[dict]:
+    """Every (task, split, epsilon, method) of the study, row by row and
+    split by split; the free models and references once, at epsilon "all"."""
+    units = []
+    for name in names:
+        for split in range(splits):
+            for method in methods:
+                once = method in FREE or method in REFERENCES
+                for eps in (("all",) if once else epsilons):
+                    units.append({"task": name, "split": split, "method": method,
+                                  "epsilon": eps if once else f"{eps:g}"})
+    return units
+
+
+@functools.lru_cache(maxsize=2)
+def study_rows(quick: bool) -> dict[str, Row]:
+    """``make_rows(quick)``, once per process."""
+    return make_rows(quick)
+
+
+@functools.lru_cache(maxsize=16)
+def source_only_fit(quick: bool, name: str) -> np.ndarray:
+    task = study_rows(quick)[name].task
+    return fit_linear(*task.source, task.loss, task.radius)
+
+
+def compute_unit(unit: dict, quick: bool, selection_overrides: dict) -> dict:
+    """One unit's log row; an error is recorded in its status, not raised."""
+    SELECTION_OVERRIDES.clear()
+    SELECTION_OVERRIDES.update(selection_overrides)
+    once = unit["epsilon"] == "all"
+    begun = time.perf_counter()
+    try:
+        result = run_method(study_rows(quick)[unit["task"]], unit["method"], unit["split"],
+                            math.inf if once else float(unit["epsilon"]),
+                            source_only_fit(quick, unit["task"]))
+    except Exception as err:
+        traceback.print_exc()
+        result = {"status": f"error: {type(err).__name__}: {err}"[:300]}
+    return {**unit, "loss": result.get("loss", math.nan),
+            "accuracy": result.get("accuracy", math.nan),
+            "balanced_accuracy": result.get("balanced_accuracy", math.nan),
+            "status": result.get("status", "ok"),
+            "detail": json.dumps(result.get("detail", {})),
+            "seconds": round(time.perf_counter() - begun, 2)}
+
+
+def describe_unit(unit: dict, row: dict) -> str:
+    return (f"{unit['task']} split {unit['split']} eps {unit['epsilon']} {unit['method']}: "
+            f"L={row['loss']} acc={row['accuracy']} ({row['seconds']:.0f} s)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--splits", type=int, default=3)
@@ -551,13 +609,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--summary-only", action="store_true")
     parser.add_argument("--selection-share", type=float, default=None,
                         help="SelectedAdaptation's selection_share (default: its own)")
+    add_runner_options(parser)
     args = parser.parse_args(argv)
-    if args.selection_share is not None:
-        SELECTION_OVERRIDES["selection_share"] = args.selection_share
+    overrides = ({} if args.selection_share is None
+                 else {"selection_share": args.selection_share})
     if RAM_DIRECTORY.is_dir():
         tempfile.tempdir = str(RAM_DIRECTORY)
     splits = 2 if args.quick else args.splits
-    rows = make_rows(args.quick)
+    rows = study_rows(args.quick)
     names = list(rows) if args.tasks is None else args.tasks.split(",")
     methods = [*FREE, *REFERENCES, *DEFAULTS]
     proto = []
@@ -571,47 +630,21 @@ def main(argv: list[str] | None = None) -> int:
                                                             args.epsilons.split(","))
     path = args.log or RESULTS / ("gain_study_quick.csv" if args.quick else "gain_study.csv")
     setting = "quick" if args.quick else "full"
-    log = RunLog(path, HEADER, ("task", "split", "epsilon", "method"), setting,
-                 read_only=args.summary_only)
-    started = time.perf_counter()
+    log = RunLog(path, HEADER, KEY, setting, read_only=args.summary_only)
     try:
-        for name in ([] if args.summary_only else names):
-            row = rows[name]
-            task = row.task
-            source_only = fit_linear(*task.source, task.loss, task.radius)
-            print(f"{name}: m={len(task.source[1])} public, n={task.private_size} private over "
-                  f"{task.num_sites} sites, T={task.iterations}", flush=True)
-            for split in range(splits):
-                for method in methods:
-                    once = method in FREE or method in REFERENCES
-                    for eps in (("all",) if once else epsilons):
-                        e = eps if once else f"{eps:g}"
-                        if (name, split, e, method) in log:
-                            continue
-                        begun = time.perf_counter()
-                        try:
-                            result = run_method(row, method, split,
-                                                math.inf if once else eps, source_only)
-                        except Exception as err:
-                            traceback.print_exc()
-                            result = {"status": f"error: {type(err).__name__}: {err}"[:300]}
-                        seconds = time.perf_counter() - begun
-                        log.append({"task": name, "split": split, "epsilon": e,
-                                    "method": method, "loss": result.get("loss", math.nan),
-                                    "accuracy": result.get("accuracy", math.nan),
-                                    "balanced_accuracy": result.get("balanced_accuracy",
-                                                                    math.nan),
-                                    "status": result.get("status", "ok"),
-                                    "detail": json.dumps(result.get("detail", {})),
-                                    "seconds": round(seconds, 2)})
-                        print(f"  split {split} eps {e} {method}: L={result.get('loss', 'n/a')}"
-                              f" acc={result.get('accuracy', '')} ({seconds:.0f} s, "
-                              f"{time.perf_counter() - started:.0f} s in all)", flush=True)
+        if not args.summary_only:
+            for name in names:
+                task = rows[name].task
+                print(f"{name}: m={len(task.source[1])} public, n={task.private_size} private "
+                      f"over {task.num_sites} sites, T={task.iterations}", flush=True)
+            run_logged(log, study_units(names, splits, methods, epsilons),
+                       functools.partial(compute_unit, quick=args.quick,
+                                         selection_overrides=overrides),
+                       runner_from(args), describe=describe_unit)
     finally:
         log.close()
     shown = [*FREE, *REFERENCES, *DEFAULTS, *proto] if args.methods is None else methods
-    table = summarise(RunLog(path, HEADER, ("task", "split", "epsilon", "method"), setting,
-                             read_only=True).rows(), rows, shown)
+    table = summarise(RunLog(path, HEADER, KEY, setting, read_only=True).rows(), rows, shown)
     print("\nL: test MSE (regressions) or log loss (classifiers); gain: (L_src - L) / "
           "(L_src - L_oracle), L_oracle the best non-private reference or free model "
           "(non-private oracle); p90: 90th percentile over splits of (L - L_src) / L_src, %")

@@ -100,6 +100,10 @@ class RunLog:
     def __len__(self) -> int:
         return len(self._rows)
 
+    def row(self, key: tuple[object, ...]) -> dict[str, str]:
+        """The finished unit ``key``'s row (KeyError if it is not logged)."""
+        return self._rows[tuple(str(part) for part in key)]
+
     def rows(self) -> list[dict[str, str]]:
         """Every finished unit's row (strings, as read back from the CSV)."""
         return list(self._rows.values())

@@ -36,6 +36,7 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from collections.abc import Callable
@@ -168,6 +169,15 @@ def one_split(task: Task, split: int, warm: np.ndarray) -> dict[tuple[str, float
     return results
 
 
+# Module-level, so that a task (and a unit holding one) can go to another process.
+def logistic_adapter(settings: dict, **options) -> PNCnvxAdap:
+    return PNCnvxAdap(**settings, **options)
+
+
+def squared_adapter(bounds: dict, *, seed: int, **options) -> PCnvxAdap:
+    return PCnvxAdap(alpha=0.3, step_scale=3.0, **bounds, **options)
+
+
 def adult_task(quick: bool) -> Task:
     domains = load_adult_domains(num_sites=1, seed=0)
     pool, test = domains.target_sites[0], domains.target_test
@@ -179,7 +189,7 @@ def adult_task(quick: bool) -> Task:
         pool=(pool.features, pool.labels), test=(test.features, test.labels),
         private_size=2000, num_sites=3, radius=20.0, loss_bound=2.0,
         noisy_gd={"learning_rate": 16.0, "radius": 20.0, "clip_norm": 1.0},
-        adapter=lambda **kw: PNCnvxAdap(**settings, **kw),
+        adapter=functools.partial(logistic_adapter, settings),
         iterations=20 if quick else 100, source_names=domains.source.feature_names)
 
 
@@ -191,14 +201,12 @@ def regression_task(name, data, private_size, num_sites, test_size, quick) -> Ta
         test = (pool[0][-test_size:], pool[1][-test_size:])
         pool = (pool[0][:-test_size], pool[1][:-test_size])
 
-    def adapter(*, seed, **kw):
-        return PCnvxAdap(alpha=0.3, step_scale=3.0, **bounds, **kw)
-
     return Task(
         name=name, loss="squared", source=(data.source_features, data.source_labels),
         pool=pool, test=test, private_size=private_size, num_sites=num_sites, radius=5.0,
         loss_bound=1.0, noisy_gd={"learning_rate": 1.0, "radius": 5.0, "clip_norm": 2.0},
-        adapter=adapter, iterations=40 if quick else 200)
+        adapter=functools.partial(squared_adapter, bounds),
+        iterations=40 if quick else 200)
 
 
 def tasks(quick: bool) -> list[Task]:

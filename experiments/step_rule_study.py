@@ -33,6 +33,7 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import tempfile
@@ -51,6 +52,7 @@ from experiments.adapter_study import (
     federation,
     study_tasks,
 )
+from experiments.grid import add_runner_options, runner_from
 from experiments.seed000.reporting import mean_std, print_table, write_csv
 from experiments.selection import Task, metric, split_records
 from privadapt.server.algorithms.public_erm import fit_linear
@@ -127,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated name@n of the tasks to run (default: all)")
     parser.add_argument("--tag", default="", help="appended to the CSV name")
     parser.add_argument("--out", type=Path, default=Path("experiments/results"))
+    add_runner_options(parser)
     args = parser.parse_args(argv)
+    runner = runner_from(args)
     if RAM_DIRECTORY.is_dir():
         tempfile.tempdir = str(RAM_DIRECTORY)  # the ledgers' commits (adapter_study.py)
     splits = 2 if args.quick else args.splits
@@ -140,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{task.name}: n={size}, {splits} splits", flush=True)
         task = replace(task, private_size=size)
         warm = fit_linear(*task.source, task.loss, task.radius)
-        runs = [one_split(task, size, split, warm) for split in range(splits)]
+        runs = list(runner.map(functools.partial(one_split, task, size, warm=warm),
+                               range(splits)))
         rows.extend(summarise(task, size, runs))
         print(f"  done ({time.perf_counter() - started:.0f} s)", flush=True)
     header = ["dataset", "n", "rule", "epsilon", "rho", "mean", "std",

@@ -77,3 +77,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     short tests fill in around it."""
     slow_modules = {item.module for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.module not in slow_modules)
+
+
+@pytest.fixture(scope="session")
+def ray_instance():
+    """A local Ray instance for the tests that place work in it (two CPUs and
+    no dashboard: Ray's own start-up is not light), shut down at the end."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

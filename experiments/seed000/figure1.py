@@ -25,6 +25,7 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import tempfile
@@ -33,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.grid import Runner, add_runner_options, runner_from
 from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from experiments.seed000.synthetic import make_shifted_regression
@@ -57,6 +59,17 @@ def mse(weights, test):
 
 def ledger_epsilon(model) -> float:
     return max(spent.job.epsilon for spent in model.privacy_.values())
+
+
+def sampled_cell(cell: tuple, pool, source, test, federations, iterations, weight_noise):
+    """``run_cell`` of one (n, method, epsilon, run): its n target records drawn
+    with replacement from ``pool`` by ``run``, its noise seeded by ``run``."""
+    n, method, epsilon, run = cell
+    rng = np.random.default_rng(10_000 * run + n)
+    rows_drawn = rng.integers(0, len(pool[1]), size=n)
+    train = (pool[0][rows_drawn], pool[1][rows_drawn])
+    return run_cell(method, epsilon, train, source, test, federations, iterations,
+                    weight_noise, seed=run + 1)
 
 
 def run_cell(method, epsilon, train, source, test, federations, iterations, weight_noise, seed):
@@ -96,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     parser.add_argument("--out", type=Path, default=Path("experiments/seed000/results"))
     add_networked_flag(parser)
+    add_runner_options(parser)
     args = parser.parse_args(argv)
+    # Site daemons serve one unit at a time.
+    runner = Runner(workers=1) if args.networked else runner_from(args)
     runs, sizes, iterations = (1, [200, 800], 20) if args.quick else (
         args.runs, args.sizes, args.iterations)
     weight_noise = not args.no_weight_noise
@@ -117,15 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     with Federations(workdir, networked=args.networked) as federations:
         print(f"sites: {federations.description}", flush=True)
         for n in sizes:
+            cells = runner.map(functools.partial(
+                sampled_cell, pool=pool, source=source, test=test, federations=federations,
+                iterations=iterations, weight_noise=weight_noise),
+                [(n, method, epsilon, run) for method, epsilon in lines for run in range(runs)])
             for method, epsilon in lines:
                 errors, spent = [], []
-                for run in range(runs):
-                    rng = np.random.default_rng(10_000 * run + n)
-                    rows_drawn = rng.integers(0, len(pool[1]), size=n)
-                    train = (pool[0][rows_drawn], pool[1][rows_drawn])
-                    error, eps_spent = run_cell(method, epsilon, train, source, test,
-                                                federations, iterations, weight_noise,
-                                                seed=run + 1)
+                for _ in range(runs):
+                    error, eps_spent = next(cells)
                     errors.append(error)
                     spent.append(eps_spent)
                 mean, std = mean_std(errors)

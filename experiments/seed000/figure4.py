@@ -19,6 +19,7 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.grid import Runner, add_runner_options, runner_from
 from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from experiments.seed000.table4 import ALPHAS, RADIUS, adapt
@@ -71,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     parser.add_argument("--out", type=Path, default=Path("experiments/seed000/results"))
     add_networked_flag(parser)
+    add_runner_options(parser)
     args = parser.parse_args(argv)
+    # Site daemons serve one unit at a time.
+    runner = Runner(workers=1) if args.networked else runner_from(args)
     runs, sizes, iterations = (1, [300, 1200], 10) if args.quick else (
         args.runs, args.sizes, args.iterations)
     if runs < 1 or min(sizes) < 1 or iterations < 1:
@@ -87,9 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     with Federations(workdir, networked=args.networked) as federations:
         print(f"sites: {federations.description}", flush=True)
         for n in sizes:
-            for run in range(runs):
-                for (method, epsilon), value in one_run(domains, n, run, federations,
-                                                        iterations).items():
+            for results in runner.map(functools.partial(one_run, domains, n,
+                                                        federations=federations,
+                                                        iterations=iterations), range(runs)):
+                for (method, epsilon), value in results.items():
                     collected.setdefault((n, method, epsilon), []).append(value)
             print(f"  n={n} done ({time.perf_counter() - started:.0f} s)", flush=True)
     rows = []

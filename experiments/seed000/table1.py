@@ -20,6 +20,7 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import math
 import sys
@@ -32,6 +33,7 @@ import numpy as np
 
 from experiments.baselines.dm import DiscrepancyMinimization
 from experiments.baselines.kmm import KernelMeanMatching, weighted_least_squares
+from experiments.grid import Runner, add_runner_options, runner_from
 from experiments.seed000.diabetes import load_diabetes_domains
 from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
@@ -144,7 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     parser.add_argument("--out", type=Path, default=Path("experiments/seed000/results"))
     add_networked_flag(parser)
+    add_runner_options(parser)
     args = parser.parse_args(argv)
+    # Site daemons serve one unit at a time.
+    runner = Runner(workers=1) if args.networked else runner_from(args)
     splits = args.splits or (2 if args.quick else 10)
     iterations = 60 if args.quick else 300
     started = time.perf_counter()
@@ -163,8 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         for regression in sets:
             relative = {method: [] for method in METHODS}
             absolute = {method: [] for method in METHODS}
-            for split in range(splits):
-                errors = one_split(regression, split, federations, iterations)
+            each_split = runner.map(functools.partial(one_split, regression,
+                                                      federations=federations,
+                                                      iterations=iterations), range(splits))
+            for split, errors in enumerate(each_split):
                 for method in METHODS:
                     relative[method].append(errors[method] / errors["target-only"])
                     absolute[method].append(errors[method])

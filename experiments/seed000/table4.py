@@ -25,6 +25,7 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import tempfile
 import time
@@ -33,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.baselines.kmm import KernelMeanMatching, weighted_logistic
+from experiments.grid import Runner, add_runner_options, runner_from
 from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from privadapt import PNCnvxAdap, load_adult_domains
@@ -104,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     parser.add_argument("--out", type=Path, default=Path("experiments/seed000/results"))
     add_networked_flag(parser)
+    add_runner_options(parser)
     args = parser.parse_args(argv)
+    # Site daemons serve one unit at a time.
+    runner = Runner(workers=1) if args.networked else runner_from(args)
     splits, sizes, iterations = (1, (300, 300), 10) if args.quick else (
         args.splits, (args.train_size, 1000), 100)
     started = time.perf_counter()
@@ -119,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     collected: dict[str, list[tuple[float, float]]] = {}
     with Federations(workdir, networked=args.networked) as federations:
         print(f"sites: {federations.description}", flush=True)
-        for split in range(splits):
-            results, alpha = one_split(domains, split, sizes, federations, iterations)
+        each_split = runner.map(functools.partial(one_split, domains, sizes=sizes,
+                                                  federations=federations,
+                                                  iterations=iterations), range(splits))
+        for split, (results, alpha) in enumerate(each_split):
             for method, value in results.items():
                 collected.setdefault(method, []).append(value)
             print(f"  split {split + 1}/{splits} (alpha={alpha}): " + ", ".join(

@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from experiments.grid import Runner, add_runner_options, run_logged, runner_from
 from experiments.run_log import RunLog
 from experiments.seed000.federation import add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
@@ -175,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="print the table of the units logged so far; compute and write "
                              "nothing (safe while another process is writing the log)")
     add_networked_flag(parser)
+    add_runner_options(parser)
     args = parser.parse_args(argv)
     ks = QUICK_KS if args.quick else tuple(args.ks)
     runs = 1 if args.quick else args.runs
@@ -190,9 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.tables_only:
         print_table(*pivot(summary_rows(log, ks, names), ks))
         return 0
-    chosen = [make(0) for name, make in makers.items() if name in wanted]
+    # Each process (a pool's worker, a Ray task's) makes a dataset once.
+    chosen = [source_target(name) for name in makers if name in wanted]
     with contextlib.closing(log):  # the writer's lock goes with the run, not the process
-        rows = run_units(log, chosen, ks, runs, names, args.out / stem)
+        rows = run_units(log, chosen, ks, runs, names, args.out / stem, runner_from(args))
     print_table(*pivot(rows, ks))
     if args.networked:
         return networked_check(chosen[0], ks[0], args.out / f"{stem}_networked.csv")
@@ -200,23 +204,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_units(log: RunLog, chosen: list[ds.SourceTarget], ks: tuple[int, ...], runs: int,
-              names: list[str], stem: Path) -> list[tuple[object, ...]]:
+              names: list[str], stem: Path, runner: Runner) -> list[tuple[object, ...]]:
     """Every unit of ``chosen`` not yet in ``log``, run by run; the tables after
     each run and at the end (their rows returned)."""
-    todo = [(run, data, job) for run in range(runs) for data in chosen for job in jobs()
-            if (data.name, job[0], job[1], coreset_label(job[0], job[2]), job[3], run)
-            not in log]
-    print(f"{log.path}: {len(log)} units already done, {len(todo)} to do", flush=True)
-    start = time.perf_counter()
-    for number, (run, data, job) in enumerate(todo, 1):
-        log.append(unit_row(data, job, ks, run))
-        elapsed = time.perf_counter() - start
-        print(f"[{number}/{len(todo)}] {data.name} {' '.join(map(str, job))} run {run} done "
-              f"({elapsed:.0f} s, about {elapsed / number * (len(todo) - number):.0f} s left)",
-              flush=True)
-        if number < len(todo) and todo[number][0] != run:
+    units = [{"dataset": data.name, "method": name, "privacy": privacy,
+              "coreset": coreset_label(name, coreset), "sites": sites, "run": run}
+             for run in range(runs) for data in chosen
+             for name, privacy, coreset, sites in jobs()]
+
+    def between_runs(number: int, todo: list[dict]) -> None:
+        if number < len(todo) and todo[number]["run"] != todo[number - 1]["run"]:
             write_tables(log, ks, names, stem)
+
+    run_logged(log, units, functools.partial(compute_unit, ks=ks), runner,
+               describe=lambda unit, _: " ".join(str(unit[c]) for c in LOG_KEY[:-1])
+               + f" run {unit['run']}", after=between_runs)
     return write_tables(log, ks, names, stem)
+
+
+@functools.lru_cache(maxsize=32)
+def source_target(name: str) -> ds.SourceTarget:
+    """The dataset ``name`` (seed 0), made once per process."""
+    return ds.dataset_makers()[name](0)
+
+
+def compute_unit(unit: dict, ks: tuple[int, ...]) -> dict[str, object]:
+    """``unit_row`` of a unit named by its log key."""
+    job = (unit["method"], unit["privacy"], unit["coreset"] == "yes", unit["sites"])
+    return unit_row(source_target(unit["dataset"]), job, ks, unit["run"])
 
 
 def write_tables(log: RunLog, ks: tuple[int, ...], names: list[str], stem: Path

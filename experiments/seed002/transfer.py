@@ -74,6 +74,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.grid import Runner, add_runner_options, run_logged, runner_from
 from experiments.run_log import RunLog
 from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
@@ -170,31 +171,27 @@ def units(design: str, runs: int, epsilons: list[float], auxiliary: list[int]) -
                               *(("transfer", k) for k in auxiliary)]]
 
 
-def same_fit(unit: dict, log: RunLog | None) -> dict | None:
-    """The logged row of a unit whose fit is this one's (module docstring):
-    without noise both DP Frank-Wolfe routes are the same secure-sum fit."""
-    if log is None or unit["method"] != "dp_fw_sum" or not math.isinf(unit["epsilon"]):
+def twin(unit: dict) -> dict | None:
+    """The unit whose fit is this one's (module docstring): without noise both
+    DP Frank-Wolfe routes are the same secure-sum fit."""
+    if unit["method"] != "dp_fw_sum" or not math.isinf(unit["epsilon"]):
         return None
-    twin = {**unit, "method": "dp_fw"}
-    for row in log.rows():
-        if log.key(row) == log.key(twin):
-            return row
-    return None
+    return {**unit, "method": "dp_fw"}
 
 
-def compute(unit: dict, ledgers: Path, iterations: dict, daemons: Federations | None,
-            log: RunLog | None = None) -> dict:
+def from_twin(unit: dict, row: dict[str, str]) -> dict:
+    """``unit``'s row, copied from its twin's logged ``row``."""
+    return {**unit, "sse": float(row["sse"]), "ledger_epsilon": float(row["ledger_epsilon"]),
+            "informative_recall": math.nan, "distractors_kept": math.nan}
+
+
+def compute(unit: dict, ledgers: Path, iterations: dict, daemons: Federations | None
+            ) -> dict:
     """One unit's log row. Its randomness depends on its own key only: the
     data on ``run`` (``problem``), the noise on the seed ``run`` of a fresh
-    federation with a ledger of its own, whatever ran before. A row whose fit
-    equals a logged one's (``same_fit``) is copied from it."""
+    federation with a ledger of its own, whatever ran before."""
     method, k, epsilon, run = unit["method"], unit["k"], unit["epsilon"], unit["run"]
     design = DESIGNS[unit["design"]]
-    twin = same_fit(unit, log)
-    if twin is not None:
-        return {**unit, "sse": float(twin["sse"]), "ledger_epsilon":
-                float(twin["ledger_epsilon"]), "informative_recall": math.nan,
-                "distractors_kept": math.nan}
     ledger_dir = ledgers / f"{design.name}-{method}-k{k}-eps{epsilon:g}-run{run}"
     try:
         if method == "transfer":
@@ -254,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="print the tables of the runs logged so far; compute and write "
                              "nothing (safe while another process is writing the log)")
     add_networked_flag(parser)
+    add_runner_options(parser)
     args = parser.parse_args(argv)
     started = time.time()
     for name in (["low", "sparse"] if args.design == "both" else [args.design]):
@@ -276,25 +274,23 @@ def run_design(design: Design, args: argparse.Namespace) -> None:
     if args.tables_only:
         print_tables(design, summary_rows(log))
         return
-    todo = [u for u in units(design.name, runs, args.epsilons, args.auxiliary)
-            if (u["design"], u["method"], u["k"], u["epsilon"], u["run"]) not in log]
-    print(f"{log.path}: {len(log)} units already done, {len(todo)} to do", file=sys.stderr,
-          flush=True)
     started = time.time()
-    if todo:
-        with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) \
-                as scratch, Federations(Path(scratch), networked=args.networked) as daemons:
-            print(f"target site: {daemons.description}", file=sys.stderr)
-            for number, unit in enumerate(todo, 1):
-                log.append(compute(unit, Path(scratch), iterations, daemons, log))
-                elapsed = time.time() - started
-                print(f"[{number}/{len(todo)}] {unit['method']} k={unit['k']} "
-                      f"eps={unit['epsilon']:g} run {unit['run']} ({design.name}) done "
-                      f"({elapsed:.0f} s, about "
-                      f"{elapsed / number * (len(todo) - number):.0f} s left)", file=sys.stderr,
-                      flush=True)
-                if number < len(todo) and todo[number]["run"] != unit["run"]:
-                    write_tables(log, args.out, stem)
+    runner = Runner(workers=1) if args.networked else runner_from(args)
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) \
+            as scratch, Federations(Path(scratch), networked=args.networked) as daemons:
+        print(f"target site: {daemons.description}", file=sys.stderr)
+
+        def between_runs(number: int, todo: list[dict]) -> None:
+            if number < len(todo) and todo[number]["run"] != todo[number - 1]["run"]:
+                write_tables(log, args.out, stem)
+
+        run_logged(log, units(design.name, runs, args.epsilons, args.auxiliary),
+                   functools.partial(compute, ledgers=Path(scratch), iterations=iterations,
+                                     daemons=daemons if args.networked else None),
+                   runner, describe=lambda unit, _: (
+                       f"{unit['method']} k={unit['k']} eps={unit['epsilon']:g} run "
+                       f"{unit['run']} ({design.name})"),
+                   twin=twin, from_twin=from_twin, after=between_runs)
     write_tables(log, args.out, stem)
     log.close()
     print_tables(design, summary_rows(log))

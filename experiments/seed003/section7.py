@@ -32,6 +32,7 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import tempfile
 import time
@@ -39,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.grid import Runner, add_runner_options, runner_from
 from experiments.seed000.federation import Federations, add_networked_flag
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from privadapt.client.local_federation import LocalFederation
@@ -117,6 +119,11 @@ def target_sites(federations: Federations, target: np.ndarray, epsilon: float, s
 
 def test_error(coef: np.ndarray, test: tuple[np.ndarray, np.ndarray]) -> float:
     return float(np.mean((test[0] @ coef - test[1]) ** 2))
+
+
+def one_draw(draw: tuple[int, int], config: dict, federations: Federations) -> list[tuple]:
+    """``one_run`` of one (n, seed)."""
+    return one_run(*draw, config, federations)
 
 
 def one_run(n: int, seed: int, config: dict, federations: Federations) -> list[tuple]:
@@ -208,7 +215,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epsilons", type=float, nargs="+", help="default 1 3 10")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     add_networked_flag(parser)
+    add_runner_options(parser)
     args = parser.parse_args(argv)
+    # Site daemons serve one unit at a time.
+    runner = Runner(workers=1) if args.networked else runner_from(args)
     config, runs = (QUICK, 1) if args.quick else (FULL, args.runs)
     config = {**config, **{key: value for key, value in (
         ("sizes", args.sizes), ("iterations", args.iterations), ("epsilons", args.epsilons))
@@ -217,8 +227,9 @@ def main(argv: list[str] | None = None) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="privadapt-section7-"))
     with Federations(workdir, networked=args.networked) as federations:
         print(f"federated route: {federations.description}", flush=True)
-        rows = [row for n in config["sizes"] for seed in range(runs)
-                for row in one_run(n, seed, config, federations)]
+        draws = [(n, seed) for n in config["sizes"] for seed in range(runs)]
+        rows = [row for rows_of_one in runner.map(functools.partial(
+            one_draw, config=config, federations=federations), draws) for row in rows_of_one]
     header = ["method", "epsilon", "n", "mean", "std", "runs"]
     for figure, name, ylabel in ((1, "figure1", "||M(q)||_2"),
                                  (2, "figure2", "target test MSE")):

@@ -31,6 +31,7 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import tempfile
@@ -41,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.adapter_study import RAM_DIRECTORY, federation, study_tasks
+from experiments.grid import add_runner_options, runner_from
 from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
 from experiments.selection import Task, metric, split_records
 from privadapt import NoisyGD
@@ -142,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated name@n of the tasks to run (default: all)")
     parser.add_argument("--tag", default="", help="appended to the CSV/PNG names")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    add_runner_options(parser)
     args = parser.parse_args(argv)
+    runner = runner_from(args)
     if RAM_DIRECTORY.is_dir():
         tempfile.tempdir = str(RAM_DIRECTORY)  # the ledgers' commits (adapter_study.py)
     splits = 2 if args.quick else args.splits
@@ -156,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         task = replace(task, private_size=size)
         source_only = fit_linear(*task.source, task.loss, task.radius)
-        runs = [one_split(task, size, split, source_only) for split in range(splits)]
+        runs = list(runner.map(functools.partial(one_split, task, size,
+                                                 source_only=source_only), range(splits)))
         rows.extend(summarise(task, size, runs))
         print(f"  done ({time.perf_counter() - started:.0f} s)", flush=True)
     print("\nMetric: test accuracy (adult) or test MSE (regressions), mean +- std over "

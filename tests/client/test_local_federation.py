@@ -10,6 +10,7 @@ from privadapt.client.local_federation import LocalFederation
 from privadapt.common.errors import DataError
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism, NoNoise
+from tests.synthetic_data import synthetic_dataset
 
 DIM = 5
 PARAMS = {"weights": np.linspace(-1, 1, DIM), "loss": "logistic", "clip_norm": 1.0}
@@ -212,3 +213,11 @@ def test_sites_of_different_dimensions_have_no_common_dim(tmp_path):
                                                ledger_dir=tmp_path)
     with pytest.raises(DataError, match="different dimensions"):
         _ = federation.dim
+
+
+def test_an_unknown_backend_or_actors_without_ray_is_refused_before_any_site_is_built():
+    data = [synthetic_dataset(20, DIM, seed=0)]
+    with pytest.raises(ValueError, match="backend must be one of"):
+        LocalFederation.from_datasets(data, epsilon_cap=1.0, delta_cap=1e-5, backend="dask")
+    with pytest.raises(ValueError, match="needs backend='ray'"):
+        LocalFederation.from_datasets(data, epsilon_cap=1.0, delta_cap=1e-5, actors=2)

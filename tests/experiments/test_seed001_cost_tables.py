@@ -60,7 +60,7 @@ def test_quick_networked_nna_through_site_daemons_equals_in_process_without_nois
     out = tmp_path / "out"
     shutil.copytree(quick_run[1], out)  # every unit logged: only the daemons' check runs
     result = _quick(out, "--networked", "--datasets", "synthetic_2")
-    assert "0 to do" in result.stdout
+    assert "0 to do" in result.stderr
     with open(out / "cost_tables_quick_networked.csv", newline="") as handle:
         (row,) = list(csv.DictReader(handle))
     assert row["dataset"] == "synthetic_2" and row["sites"] == "3"
@@ -81,16 +81,16 @@ def test_a_restart_does_no_work_and_a_resumed_table_equals_one_from_scratch(quic
     log, table = out / "cost_tables_quick_runs.csv", out / "cost_tables_quick.csv"
     whole_log, whole_table = log.read_bytes(), table.read_bytes()
     header, *units = whole_log.decode().splitlines()
-    assert len(units) == 32 and "[32/32]" in first.stdout
+    assert len(units) == 32 and "[32/32]" in first.stderr
 
     second = _quick(out)
-    assert "32 units already done, 0 to do" in second.stdout and "[1/" not in second.stdout
+    assert "32 units already done, 0 to do" in second.stderr and "[1/" not in second.stderr
     assert log.read_bytes() == whole_log and table.read_bytes() == whole_table
     printed = _quick(out, "--tables-only")
     assert "k=70" in printed.stdout and printed.stdout in second.stdout
 
     log.write_text("\n".join([header, *units[:28]]) + "\n" + units[28][:25])
     third = _quick(out)
-    assert "28 units already done, 4 to do" in third.stdout
+    assert "28 units already done, 4 to do" in third.stderr
     assert sorted(log.read_text().splitlines()) == sorted(whole_log.decode().splitlines())
     assert table.read_bytes() == whole_table

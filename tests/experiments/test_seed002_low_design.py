@@ -4,12 +4,14 @@ says, and the one fit the script skips (target-only DP Frank-Wolfe's
 secure-sum route without noise) really is the selection route's fit."""
 
 import csv
+import functools
 import math
 
 import numpy as np
 import pytest
 
 import experiments.seed002  # noqa: F401  (single-threaded BLAS before numpy work)
+from experiments.grid import Runner, run_logged
 from experiments.run_log import RunLog
 from experiments.seed002 import designs, transfer
 from experiments.seed002.designs import LOW, LOW_CONTRAST, LOW_CONTRAST_L1, SPARSE, low_problem
@@ -101,10 +103,13 @@ def test_secure_sum_row_without_noise_is_copied_from_the_logged_fit(tmp_path, mo
         raise AssertionError("the noise-free secure-sum fit ran again")
 
     monkeypatch.setattr(transfer, "reference_run", no_fit)
-    row = transfer.compute({**unit, "method": "dp_fw_sum"}, tmp_path, LOW.quick_iterations,
-                           None, log)
-    assert row["sse"] == 0.125 and row["ledger_epsilon"] == math.inf
+    compute = functools.partial(transfer.compute, ledgers=tmp_path,
+                                iterations=LOW.quick_iterations, daemons=None)
+    options = {"twin": transfer.twin, "from_twin": transfer.from_twin}
+    run_logged(log, [{**unit, "method": "dp_fw_sum"}], compute, Runner(workers=1), **options)
+    row = log.row(log.key({**unit, "method": "dp_fw_sum"}))
+    assert float(row["sse"]) == 0.125 and float(row["ledger_epsilon"]) == math.inf
     with pytest.raises(AssertionError, match="ran again"):  # with noise: a fit of its own
-        transfer.compute({**unit, "method": "dp_fw_sum", "epsilon": 1.0}, tmp_path,
-                         LOW.quick_iterations, None, log)
+        run_logged(log, [{**unit, "method": "dp_fw_sum", "epsilon": 1.0}], compute,
+                   Runner(workers=1), **options)
     log.close()
