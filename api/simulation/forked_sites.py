@@ -119,10 +119,21 @@ class ForkedSite:
     def __init__(self, pid: int, server: ForkServer) -> None:
         self.pid = pid
         self._server = server
+        # A handle on this very process (not its number): once the server has
+        # reaped it, a signal through the handle cannot reach another process
+        # that reuses the pid; os.kill by number is the fallback.
+        try:
+            self._handle: int | None = os.pidfd_open(pid)
+        except OSError:
+            self._handle = None
 
     @property
     def returncode(self) -> int | None:
-        return self._server.exit_code(self.pid)
+        code = self._server.exit_code(self.pid)
+        if code is not None and self._handle is not None:
+            os.close(self._handle)
+            self._handle = None
+        return code
 
     def poll(self) -> int | None:
         return self.returncode
@@ -130,12 +141,16 @@ class ForkedSite:
     def send_signal(self, signal_number: int) -> None:
         if self.returncode is None:
             with contextlib.suppress(ProcessLookupError):  # ended; its exit is on its way
-                os.kill(self.pid, signal_number)
+                if self._handle is not None:
+                    signal.pidfd_send_signal(self._handle, signal_number)
+                else:
+                    os.kill(self.pid, signal_number)
 
     def wait(self, timeout: float | None = None) -> int:
-        code = self._server.wait(self.pid, timeout)
-        if code is None:
+        if self._server.wait(self.pid, timeout) is None:
             raise subprocess.TimeoutExpired(f"site daemon {self.pid}", timeout or 0.0)
+        code = self.returncode
+        assert code is not None
         return code
 
     def kill(self) -> None:
