@@ -22,6 +22,7 @@ from tests.client.daemon.test_site_worker import (  # noqa: F401 -- pki is a fix
     make_worker,
     pki,
 )
+from tests.common.wire.test_bounded_parse import empty_keys
 from tests.network_callers import wait_until
 
 # Only a failsafe: every wait below is released by an event of the test.
@@ -233,27 +234,11 @@ print(len(data), grown, refused)
 """
 
 
-def _empty_entries_roster(entries: int) -> bytes:
-    """A roster of ``entries`` empty key announcements, two bytes each on the
-    wire (field 4, length 0): what a coordinator certificate may send."""
-    roster = pb.Roster(job_id="job-a", round=1, query_id="q").SerializeToString()
-    roster += b"\x22\x00" * entries
-    return b"\x22" + _varint(len(roster)) + roster  # WorkItem.roster = 4
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    return bytes(out + bytes([value]))
-
-
 def test_a_work_item_in_memory_is_within_a_small_multiple_of_the_wire_size_counted():
     """A 4 MB roster of two million empty keys parsed to 200 MB and more (a
     64 MiB one to several GB) before any lane saw it; the daemon's reader
     refuses it before parsing, holding at most a few times its size."""
-    data = _empty_entries_roster(2_000_000)
+    data = empty_keys(2_000_000)
     measured = subprocess.run([sys.executable, "-c", _PARSE_AND_MEASURE], input=data,
                               capture_output=True, check=True, timeout=FAILSAFE_S)
     counted, grown, refused = (int(word) for word in measured.stdout.split())
