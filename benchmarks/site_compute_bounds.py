@@ -245,9 +245,12 @@ def print_table(policy: SitePolicy, worst: float, per_query: float, table_s: flo
          f"<= {policy.max_sampler_table_bytes / MIB:.0f} kept + {peak / MIB:.0f} building",
          f"<= {table_s / floor:.3g} s per unit of per-release epsilon"),
         ("work-item flood",
-         f"{announce_s * 1e3:.2f} ms an announcement, unpaid, no count bound",
+         f"{announce_s * 1e3:.2f} ms an announcement; <= {policy.max_unpaid_rounds} unpaid "
+         f"rounds a daemon run (max_unpaid_rounds): <= "
+         f"{policy.max_unpaid_rounds * announce_s:.1f} s",
          f"<= {held / MIB:.0f} held by queued items, open rounds and items in hand",
-         "0 charged"),
+         f"unpaid: the pool is its bound; paid: <= {announce_s / floor:.3g} s per unit of "
+         "per-release epsilon"),
         ("certificate latch",
          "fixed work: no operation spread (benchmarks/certificate_timing.py: wall clock)",
          "-", f"uncharged: <= {bits:.0f} bits per clearing (max_certificates "

@@ -131,6 +131,10 @@ DEFAULT_MAX_SAMPLER_TABLE_BYTES = 96 * 2**20
 #: latch: at most 16 bits of where the first failure fell; 65 discrepancy
 #: minimisation jobs of 1,000 iterations each.
 DEFAULT_MAX_CERTIFICATES = 2**16 - 1
+#: Rounds a site opens (a key made, signed and published: about 0.3 ms of
+#: CPU) that end without a paid answer, over every job of one daemon run: at
+#: most about 3 s of CPU.
+DEFAULT_MAX_UNPAID_ROUNDS = 10_000
 
 
 def _is_number(value: Any) -> bool:
@@ -191,6 +195,11 @@ class SitePolicy:
     #: The most certificates a self-certifying kernel runs between two
     #: clearings of its latch (None: no bound, a simulation site's default).
     max_certificates: int | None = None
+    #: The most rounds, over every job of one daemon run, that this site opens
+    #: and that end without a paid answer (refused, aborted, never closed, or
+    #: answered below ``min_query_epsilon``). None: no bound, a simulation
+    #: site's default.
+    max_unpaid_rounds: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.site_name, str) or not self.site_name.strip():
@@ -351,6 +360,12 @@ class SitePolicy:
         elif not _is_int(self.max_certificates) or self.max_certificates < 1:
             raise self._fail(f"max_certificates must be a whole number >= 1, got "
                              f"{self.max_certificates!r}")
+        if self.max_unpaid_rounds is None:
+            if not self.simulation:
+                self.max_unpaid_rounds = DEFAULT_MAX_UNPAID_ROUNDS
+        elif not _is_int(self.max_unpaid_rounds) or self.max_unpaid_rounds < 1:
+            raise self._fail(f"max_unpaid_rounds must be a whole number >= 1, got "
+                             f"{self.max_unpaid_rounds!r}")
         if not isinstance(self.allow_per_site_releases, bool):
             raise self._fail(f"allow_per_site_releases must be true or false, got "
                              f"{self.allow_per_site_releases!r}")
@@ -405,6 +420,7 @@ _LAYOUT: Layout = {
         "max_query_work": (_NUMBER, False), "max_job_work": (_NUMBER, False),
         "min_query_epsilon": (_NUMBER, False), "max_unpaid_work": (_NUMBER, False),
         "max_sampler_table_bytes": (int, False), "max_certificates": (int, False),
+        "max_unpaid_rounds": (int, False),
     },
     "federation": {"peers": (list, False)},
 }

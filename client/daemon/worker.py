@@ -125,6 +125,11 @@ class SiteWorker:
         self.progress = progress
         self._open: dict[tuple[str, int], _OpenRound] = {}
         self._open_lock = threading.Lock()
+        # Rounds opened and rounds answered at a price, over every job of this
+        # daemon run: their difference is bounded by max_unpaid_rounds.
+        self._rounds_opened = 0
+        self._rounds_paid = 0
+        self._unpaid_refused = False
 
     def handle(self, item: pb.WorkItem, calls: CoordinatorCalls) -> None:
         """Act on one work item. Never raises: the daemon keeps serving."""
@@ -201,6 +206,21 @@ class SiteWorker:
         with self._open_lock:
             if (job_id, round) in self._open:
                 return  # at-least-once delivery: the same announcement again
+            unpaid = self._rounds_opened - self._rounds_paid
+            limit = self.site.policy.max_unpaid_rounds
+            over = limit is not None and unpaid >= limit
+            say_so = over and not self._unpaid_refused
+            self._unpaid_refused = self._unpaid_refused or over
+        if over:
+            # Refused once in words; later announcements are ignored, so that
+            # refusing costs nothing either (restart the daemon to reset).
+            if say_so:
+                self._refuse(calls, job_id, round, query_id, pb.Refusal.POLICY,
+                             f"site {self.site.name!r} opened {unpaid} rounds that ended "
+                             f"without a paid answer, its policy's max_unpaid_rounds "
+                             f"({limit}); it ignores further rounds until its operator "
+                             "restarts it")
+            return
         try:
             query, query_round = query_from_proto(message.query)
         except WireError as err:
@@ -233,6 +253,7 @@ class SiteWorker:
                     or held + size > MAX_OPEN_ROUND_BYTES)
             if not full:
                 self._open[(job_id, round)] = _OpenRound(query, round, keys, digest, size)
+                self._rounds_opened += 1
         if full:
             self._refuse(calls, job_id, round, query_id, pb.Refusal.POLICY,
                          f"site {self.site.name!r} holds {count} rounds open "
@@ -294,6 +315,9 @@ class SiteWorker:
         for index, block in enumerate(masked):
             fill_tensor(submitted.blocks.add(), block, f"share block {index}")
         calls.SubmitShare(submitted, timeout=CALL_TIMEOUT_S)
+        if not self.site.compute.is_unpaid(opened.query.mechanism):
+            with self._open_lock:
+                self._rounds_paid += 1
 
     def _refuse(self, calls: CoordinatorCalls, job_id: str, round: int, query_id: str,
                 reason: int, message: str, last_round: int = 0) -> None:

@@ -327,3 +327,36 @@ def test_open_rounds_are_bounded_by_their_announcements_bytes(make_site, pki, tm
         worker.handle(announcement(round), calls)
     assert [kind for kind, _ in calls.sent] == ["key", "key", "refusal"]
     assert f"({2 * size} bytes of announcements)" in calls.sent[-1][1].message
+
+
+def test_rounds_without_a_paid_answer_are_bounded_then_refused_once_then_ignored(
+        make_site, pki, tmp_path):
+    # Keys made, signed and published for rounds the coordinator then aborts:
+    # CPU at no price. Past max_unpaid_rounds the site says so once, then
+    # ignores announcements, so that even refusing costs it nothing.
+    worker, calls = make_worker(make_site, pki, tmp_path, "site-a", max_unpaid_rounds=2), Calls()
+    for round in (1, 2):
+        worker.handle(announcement(round), calls)
+        abort = pb.RoundAbort(job_id=JOB, round=round, query_id=f"s1-r{round}")
+        worker.handle(pb.WorkItem(round_abort=abort), calls)
+    for round in (3, 4, 5):
+        worker.handle(announcement(round), calls)
+    assert [kind for kind, _ in calls.sent] == ["key", "key", "refusal"]
+    refusal = calls.sent[-1][1]
+    assert refusal.reason == pb.Refusal.POLICY and refusal.round == 3
+    assert "opened 2 rounds that ended without a paid answer" in refusal.message
+    assert "max_unpaid_rounds (2)" in refusal.message
+
+
+def test_paid_rounds_do_not_count_toward_the_unpaid_bound(make_site, pki, tmp_path):
+    workers = [make_worker(make_site, pki, tmp_path, n, epsilon_cap=100.0, max_unpaid_rounds=1)
+               for n in NAMES]
+    calls = [Calls() for _ in NAMES]
+    for round in (1, 2, 3):
+        for worker, call in zip(workers, calls, strict=True):
+            worker.handle(announcement(round), call)
+        keys = [call.sent[-1][1] for call in calls]
+        for worker, call in zip(workers, calls, strict=True):
+            worker.handle(roster_of(keys, round), call)
+    for call in calls:
+        assert [kind for kind, _ in call.sent] == ["key", "share"] * 3
