@@ -30,7 +30,12 @@ never sending their rosters, in job after job (new jobs are free), once
 made the site keep every one; now at most :data:`MAX_OPEN_ROUNDS` rounds
 with at most :data:`MAX_OPEN_ROUND_BYTES` of announcements are open at
 once, over every job, and an announcement beyond them is refused in words
-that read only the coordinator's own messages.
+that read only the coordinator's own messages. A round opened costs a key
+pair and a signature (about 0.3 ms): at most the policy's
+``max_unpaid_rounds`` rounds may end without a paid answer (one charged at
+``min_query_epsilon`` or more) in a daemon run; past it the site refuses
+once, saying so, and ignores later announcements, so that refusing costs it
+nothing either.
 
 A refusal (policy, budget, bad roster, replay) goes back as a ``Refusal`` with
 the site's own message, so the coordinator's operator reads what the site said.
