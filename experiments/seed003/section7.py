@@ -217,8 +217,13 @@ def main(argv: list[str] | None = None) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="privadapt-section7-"))
     with Federations(workdir, networked=args.networked) as federations:
         print(f"federated route: {federations.description}", flush=True)
-        rows = [row for n in config["sizes"] for seed in range(runs)
-                for row in one_run(n, seed, config, federations)]
+        rows = []
+        for n in config["sizes"]:
+            for seed in range(runs):
+                rows += one_run(n, seed, config, federations)
+                print(f"n={n} run {seed}: {time.perf_counter() - started:.0f} s", flush=True)
+    # Every run's value, so that a comparison can be paired by seed (same data draw).
+    write_csv(args.out / "runs.csv", ["figure", "method", "epsilon", "n", "seed", "value"], rows)
     header = ["method", "epsilon", "n", "mean", "std", "runs"]
     for figure, name, ylabel in ((1, "figure1", "||M(q)||_2"),
                                  (2, "figure2", "target test MSE")):

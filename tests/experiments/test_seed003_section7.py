@@ -33,6 +33,10 @@ def test_section7_quick_writes_both_figures(tmp_path):
         assert expected <= {row["method"] for row in rows}
         assert all(math.isfinite(float(row["mean"])) for row in rows)
         assert (tmp_path / f"{name}.png").stat().st_size > 1000
+    with open(tmp_path / "runs.csv", newline="") as handle:
+        runs = list(csv.DictReader(handle))
+    assert {row["n"] for row in runs} == {"400", "800"}
+    assert {row["seed"] for row in runs} == {"0"}
 
 
 @pytest.mark.slow
