@@ -28,7 +28,7 @@ which that noise must not swamp for a selection to find a good vertex.
 Run from the repository root:
     .venv/bin/python -m experiments.seed003.private_capture [--runs 3] [--quick]
         [--parts iterations mu noise_free single_stage] [--sizes 1000 8000]
-        [--epsilons 1 10] [--iterations 10 30 100 300 1000]
+        [--epsilons 1 10] [--iterations 3 10 30 100 300 1000]
         [--mu-iterations 1000] [--mu-factors 0.1 0.3 1 3]
         [--out experiments/results/seed003_private_capture.csv]
 """
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 8000])
     parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 10.0])
-    parser.add_argument("--iterations", type=int, nargs="+", default=[10, 30, 100, 300, 1000])
+    parser.add_argument("--iterations", type=int, nargs="+", default=[3, 10, 30, 100, 300, 1000])
     parser.add_argument("--mu-iterations", type=int, default=1000)
     parser.add_argument("--mu-factors", type=float, nargs="+", default=[0.1, 0.3, 1.0, 3.0])
     parser.add_argument("--test-size", type=int, default=5000)
