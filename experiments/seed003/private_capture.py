@@ -133,21 +133,21 @@ def released_moment(draw: Draw, epsilon: float) -> np.ndarray:
 
 def single_stage(draw: Draw, epsilon: float, iterations: list[int], factors: list[float]
                  ) -> list[tuple[object, ...]]:
-    """Alg. 1 on one release of M_0 and on the exact M_0, every K and mu factor."""
-    released = released_moment(draw, epsilon)
-    noise = spectral_norm(released - draw.exact)
+    """Alg. 1 on one release of M_0 (exact M_0 for epsilon = inf), every K and
+    mu factor; the noise column is the release's spectral error."""
+    moment = draw.exact if math.isinf(epsilon) else released_moment(draw, epsilon)
+    noise_norm = spectral_norm(moment - draw.exact)
     rows = []
-    for moment, label, noise_norm in ((released, epsilon, noise), (draw.exact, math.inf, 0.0)):
-        for count in iterations:
-            for factor in factors:
-                mu = draw.mu(count, factor)
-                weights, coef = adapt_on_moment(
-                    draw.points, draw.labels, moment, method="single_stage_fw", mu=mu,
-                    regularization=section7.LAMBDA, radius=section7.RADIUS,
-                    ridge=section7.RIDGE, iterations=count)
-                rows.append(draw.row("single_stage", "single_stage_fw", label, count, factor,
-                                     mu, section7.test_error(coef, draw.test),
-                                     draw.norm(weights), noise_norm))
+    for count in iterations:
+        for factor in factors:
+            mu = draw.mu(count, factor)
+            weights, coef = adapt_on_moment(
+                draw.points, draw.labels, moment, method="single_stage_fw", mu=mu,
+                regularization=section7.LAMBDA, radius=section7.RADIUS, ridge=section7.RIDGE,
+                iterations=count)
+            rows.append(draw.row("single_stage", "single_stage_fw", epsilon, count, factor, mu,
+                                 section7.test_error(coef, draw.test), draw.norm(weights),
+                                 noise_norm))
     return rows
 
 
@@ -162,6 +162,8 @@ def one_draw(draw: Draw, args: argparse.Namespace) -> list[tuple[object, ...]]:
                      for factor in args.mu_factors]
         if "single_stage" in args.parts:
             rows += single_stage(draw, epsilon, args.iterations, args.mu_factors)
+    if "single_stage" in args.parts:
+        rows += single_stage(draw, math.inf, args.iterations, args.mu_factors)
     if "noise_free" in args.parts:
         rows += [per_iteration(draw, "noise_free", "noisy_fw", math.inf, count, 1.0)
                  for count in args.iterations]

@@ -21,7 +21,10 @@ def test_private_capture_quick_writes_every_part(tmp_path):
         == {(method, count) for method in ("noisy_fw", "noisy_md") for count in ("5", "10")}
     assert {row["mu_factor"] for row in rows if row["part"] == "mu"} == {"0.3", "1.0"}
     # Alg. 1 runs on the released M_0 and on the exact one.
-    assert {row["epsilon"] for row in rows if row["part"] == "single_stage"} == {"10.0", "inf"}
+    stage = [row for row in rows if row["part"] == "single_stage"]
+    assert {row["epsilon"] for row in stage} == {"10.0", "inf"}
+    # Exact M_0 once per draw, whatever the number of epsilons: 2 K x 2 mu factors.
+    assert len([row for row in stage if row["epsilon"] == "inf"]) == 4
     for row in rows:
         assert all(math.isfinite(float(row[c])) for c in ("test_mse", "public_only", "oracle"))
     free = [row for row in rows if row["part"] == "noise_free"]
