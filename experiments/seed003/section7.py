@@ -190,6 +190,24 @@ def summarise(rows: list[tuple], figure: int) -> list[list]:
             for (method, epsilon, n), values in sorted(groups.items(), key=str)]
 
 
+def paired_with_public_only(rows: list[tuple]) -> list[list]:
+    """Figure 2 per (method, epsilon, n), each run against public-only and the
+    oracle on its own data draw: mean test MSE, the runs that beat public-only,
+    and the mean share of the oracle's gain over public-only captured,
+    (public_only - line) / (public_only - oracle)."""
+    references = {(method, n, seed): value for fig, method, _, n, seed, value in rows
+                  if fig == 2 and method in ("public_only", "oracle")}
+    groups: dict[tuple, list[tuple[float, float, float]]] = {}
+    for fig, method, epsilon, n, seed, value in rows:
+        if fig == 2 and method not in ("public_only", "oracle"):
+            public, oracle = references["public_only", n, seed], references["oracle", n, seed]
+            groups.setdefault((method, epsilon, n), []).append((value, public, oracle))
+    return [[method, epsilon, n, float(np.mean([v for v, _, _ in runs])),
+             sum(v < p for v, p, _ in runs), len(runs),
+             float(np.mean([(p - v) / (p - o) for v, p, o in runs]))]
+            for (method, epsilon, n), runs in sorted(groups.items(), key=str)]
+
+
 def draw(summary: list[list], ylabel: str):
     def plot(pyplot) -> None:
         for method, epsilon in sorted({(row[0], row[1]) for row in summary}, key=str):
@@ -230,6 +248,14 @@ def main(argv: list[str] | None = None) -> None:
         draws = [(n, seed) for n in config["sizes"] for seed in range(runs)]
         rows = [row for rows_of_one in runner.map(functools.partial(
             one_draw, config=config, federations=federations), draws) for row in rows_of_one]
+    # Every run's value, so that a comparison can be paired by seed (same data draw).
+    write_csv(args.out / "runs.csv", ["figure", "method", "epsilon", "n", "seed", "value"], rows)
+    paired_header = ["method", "epsilon", "n", "mean", "beats_public_only", "runs",
+                     "share_of_oracle_gain"]
+    paired = paired_with_public_only(rows)
+    print("\nFigure 2 against public-only on the same draw:")
+    print_table(paired_header, paired)
+    write_csv(args.out / "figure2_paired.csv", paired_header, paired)
     header = ["method", "epsilon", "n", "mean", "std", "runs"]
     for figure, name, ylabel in ((1, "figure1", "||M(q)||_2"),
                                  (2, "figure2", "target test MSE")):

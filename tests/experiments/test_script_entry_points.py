@@ -12,7 +12,9 @@ SCRIPTS = [
     "experiments.step_rule_study", "experiments.seed000.discrepancy",
     "experiments.seed000.figure1", "experiments.seed000.figure4", "experiments.seed000.table1",
     "experiments.seed000.table4", "experiments.seed001.cost_tables",
+    "experiments.seed001.nna_capture",
     "experiments.seed002.transfer", "experiments.seed003.section7",
+    "experiments.seed003.private_capture",
     "experiments.seed003.single_stage_steps", "experiments.seed004.boosting",
 ]
 

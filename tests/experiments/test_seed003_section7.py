@@ -33,6 +33,16 @@ def test_section7_quick_writes_both_figures(tmp_path):
         assert expected <= {row["method"] for row in rows}
         assert all(math.isfinite(float(row["mean"])) for row in rows)
         assert (tmp_path / f"{name}.png").stat().st_size > 1000
+    with open(tmp_path / "runs.csv", newline="") as handle:
+        runs = list(csv.DictReader(handle))
+    assert {row["n"] for row in runs} == {"400", "800"}
+    assert {row["seed"] for row in runs} == {"0"}
+    with open(tmp_path / "figure2_paired.csv", newline="") as handle:
+        paired = list(csv.DictReader(handle))
+    assert {row["method"] for row in paired} == {
+        "single_stage_fw", "two_stage_fw", "two_stage_md", "federated_two_stage_fw",
+        "two_stage_fw_nonprivate", "two_stage_md_nonprivate", "single_stage_fw_nonprivate"}
+    assert all(int(row["beats_public_only"]) <= int(row["runs"]) == 1 for row in paired)
 
 
 @pytest.mark.slow
