@@ -13,10 +13,15 @@ small allowance every honest message fits in. What a refusal depends on is
 the message's own bytes only.
 
 The walk reads each field's tag and length and skips scalars and byte
-strings whole (a tensor's megabytes cost one step), so its work is bounded
-by the number of fields it visits, itself bounded by the budget plus the
-scalars between them. Packed repeated scalars are not submessages: they
-parse to at most 8 bytes per wire byte.
+strings whole (a tensor's megabytes cost one step), so its work is the
+number of fields it visits: about half a microsecond each in Python, where
+protobuf's own parser takes a hundredth of that. A message of nothing but
+two-byte scalar or unknown fields would keep a walk of 64 MiB busy for
+seconds (on the coordinator, its whole event loop), so fields are budgeted
+too (:func:`field_budget`: one per :data:`WIRE_BYTES_PER_FIELD` bytes beyond
+:data:`FIELD_ALLOWANCE`); honest messages carry their bulk in byte strings
+and packed repeated scalars, one field each. Packed repeated scalars are not
+submessages: they parse to at most 8 bytes per wire byte.
 """
 
 from __future__ import annotations
@@ -35,6 +40,12 @@ WIRE_BYTES_PER_SUBMESSAGE = 64
 #: Submessages any message may hold whatever its size (an honest work item
 #: holds tens: a query's tensors and blocks, a roster's keys).
 SUBMESSAGE_ALLOWANCE = 4096
+#: Wire bytes each field visited must account for beyond its allowance:
+#: bounds the walk's work to about a second for the largest message.
+WIRE_BYTES_PER_FIELD = 64
+#: Fields any message may hold whatever its size (a roster of a thousand keys
+#: holds about 8000, a mechanism of 6000 blocks 18000).
+FIELD_ALLOWANCE = 65536
 #: Nesting deeper than any message of the protocol (protobuf's own limit is 100).
 MAX_DEPTH = 32
 
@@ -44,6 +55,19 @@ MessageT = TypeVar("MessageT", bound=Message)
 def submessage_budget(wire_bytes: int) -> int:
     """How many submessages a message of ``wire_bytes`` may hold."""
     return SUBMESSAGE_ALLOWANCE + wire_bytes // WIRE_BYTES_PER_SUBMESSAGE
+
+
+def field_budget(wire_bytes: int) -> int:
+    """How many fields (submessages included) a message of ``wire_bytes`` may hold."""
+    return FIELD_ALLOWANCE + wire_bytes // WIRE_BYTES_PER_FIELD
+
+
+class _Budget:
+    """What the walk may still visit: submessages and fields."""
+
+    def __init__(self, wire_bytes: int) -> None:
+        self.submessages = submessage_budget(wire_bytes)
+        self.fields = field_budget(wire_bytes)
 
 
 def _varint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
@@ -61,12 +85,16 @@ def _varint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
 
 
 def _count(data: memoryview, start: int, end: int, descriptor: Descriptor | None,
-           budget: int, depth: int) -> int:
-    """The budget left after the submessages of ``data[start:end]``."""
+           budget: _Budget, depth: int) -> bool:
+    """Whether the fields and submessages of ``data[start:end]`` fit in
+    ``budget``, which is spent on them."""
     if depth > MAX_DEPTH:
         raise WireError(f"malformed message: nested deeper than {MAX_DEPTH}")
     pos = start
     while pos < end:
+        budget.fields -= 1
+        if budget.fields < 0:
+            return False
         key, pos = _varint(data, pos, end)
         number, wire_type = key >> 3, key & 7
         if wire_type == 0:
@@ -81,32 +109,35 @@ def _count(data: memoryview, start: int, end: int, descriptor: Descriptor | None
                 break
             field = None if descriptor is None else descriptor.fields_by_number.get(number)
             if field is not None and field.type == FieldDescriptor.TYPE_MESSAGE:
-                budget -= 1
-                if budget < 0:
-                    return budget
-                budget = _count(data, pos, pos + length, field.message_type, budget, depth + 1)
-                if budget < 0:
-                    return budget
+                budget.submessages -= 1
+                if budget.submessages < 0 or not _count(
+                        data, pos, pos + length, field.message_type, budget, depth + 1):
+                    return False
             pos += length
         else:  # groups (3, 4) are not in proto3; 6 and 7 are not wire types
             raise WireError(f"malformed message: wire type {wire_type}")
     if pos != end:
         raise WireError("malformed message: a field runs past its end")
-    return budget
+    return True
 
 
 def parse_bounded(message_class: type[MessageT], data: bytes) -> MessageT:
     """``message_class`` parsed from ``data``, or ``WireError`` if it holds
-    more submessages than :func:`submessage_budget` allows for its size or is
-    malformed (module docstring)."""
-    view = memoryview(data)
-    budget = submessage_budget(len(data))
-    if _count(view, 0, len(data), message_class.DESCRIPTOR, budget, 0) < 0:
+    more submessages than :func:`submessage_budget` or more fields than
+    :func:`field_budget` allow for its size, or is malformed (module docstring)."""
+    budget = _Budget(len(data))
+    if not _count(memoryview(data), 0, len(data), message_class.DESCRIPTOR, budget, 0):
+        name, size = message_class.DESCRIPTOR.name, len(data)
+        if budget.submessages < 0:
+            raise WireError(
+                f"a {name} of {size} bytes holds more than {submessage_budget(size)} "
+                f"submessages ({SUBMESSAGE_ALLOWANCE} plus one per "
+                f"{WIRE_BYTES_PER_SUBMESSAGE} bytes): refused before parsing, since it would "
+                "take many times its size in memory")
         raise WireError(
-            f"a {message_class.DESCRIPTOR.name} of {len(data)} bytes holds more than "
-            f"{budget} submessages ({SUBMESSAGE_ALLOWANCE} plus one per "
-            f"{WIRE_BYTES_PER_SUBMESSAGE} bytes): refused before parsing, since it would "
-            "take many times its size in memory")
+            f"a {name} of {size} bytes holds more than {field_budget(size)} fields "
+            f"({FIELD_ALLOWANCE} plus one per {WIRE_BYTES_PER_FIELD} bytes): refused "
+            "before parsing, since reading them would take seconds")
     try:
         return message_class.FromString(data)
     except DecodeError as err:

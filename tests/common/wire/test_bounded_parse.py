@@ -2,13 +2,18 @@
 memory: honest work items (a 1e5-float query, a roster of a thousand
 certified keys) parse exactly as FromString does; one holding more
 submessages than its size pays for (two million empty keys in 4 MB) is
-refused before parsing, as is malformed input; and the daemon's stream reads
-its work items this way."""
+refused before parsing, as is one of more fields than its size pays for
+(whose walk alone would take seconds) and malformed input; and the daemon's
+stream reads its work items this way."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from privadapt.client.daemon.main import CONNECT_METHOD, read_work_item
 from privadapt.common.errors import WireError
@@ -17,6 +22,7 @@ from privadapt.common.mechanisms import Adjacency, GaussianMechanism
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as rpc
 from privadapt.common.wire.bounded_parse import (
+    FIELD_ALLOWANCE,
     SUBMESSAGE_ALLOWANCE,
     WIRE_BYTES_PER_SUBMESSAGE,
     parse_bounded,
@@ -41,6 +47,21 @@ def roster(keys: int) -> pb.WorkItem:
                                         keys=[key] * keys))
 
 
+def many_blocks(blocks: int) -> pb.WorkItem:
+    item = announcement(10)
+    mechanism = item.round_announcement.query.mechanism
+    mechanism.gaussian.Clear()
+    mechanism.gaussian.blocks.extend([pb.GaussianBlock(sensitivity=1.0, sigma=2.0)] * blocks)
+    return item
+
+
+def share_of_many_sites(sites: int) -> pb.MaskedShare:
+    share = pb.MaskedShare(job_id="job", round=1, query_id="q1", site_name="site-0000",
+                           roster_sites=[f"site-{i:04d}" for i in range(sites)])
+    share.blocks.add(dtype="uint64", shape=[1000], data=bytes(8000))
+    return share
+
+
 def empty_keys(count: int) -> bytes:
     """A roster of ``count`` empty keys: two bytes each on the wire."""
     inner = pb.Roster(job_id="job", round=1, query_id="q").SerializeToString()
@@ -56,12 +77,36 @@ def _varint(value: int) -> bytes:
     return bytes(out + bytes([value]))
 
 
-@pytest.mark.parametrize("item", [announcement(100_000), roster(1000), pb.WorkItem()],
-                         ids=["query-1e5-floats", "roster-1000-keys", "empty"])
+@pytest.mark.parametrize("item", [announcement(100_000), announcement(1_000_000), roster(1000),
+                                  many_blocks(5000), pb.WorkItem()],
+                         ids=["query-1e5-floats", "query-1e6-floats", "roster-1000-keys",
+                              "mechanism-5000-blocks", "empty"])
 def test_honest_work_items_parse_as_from_string_does(item):
     data = item.SerializeToString()
     assert parse_bounded(pb.WorkItem, data) == pb.WorkItem.FromString(data)
     assert read_work_item(data) == item
+
+
+def test_a_share_naming_a_thousand_sites_parses():
+    data = share_of_many_sites(1000).SerializeToString()
+    assert parse_bounded(pb.MaskedShare, data) == pb.MaskedShare.FromString(data)
+
+
+def test_many_scalar_fields_are_refused_before_walking_them():
+    # Unknown varint fields of two bytes each: protobuf skips 4 MB of them in
+    # milliseconds, a walk in Python would take most of a second (64 MiB: 12 s).
+    data = b"\x78\x00" * 2_000_000
+    with pytest.raises(WireError, match=r"more than \d+ fields"):
+        parse_bounded(pb.WorkItem, data)
+    within = b"\x78\x00" * (FIELD_ALLOWANCE // 2)
+    assert parse_bounded(pb.WorkItem, within).SerializeToString() == within
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64))
+def test_arbitrary_bytes_parse_or_are_a_wire_error(data):
+    with contextlib.suppress(WireError):
+        parse_bounded(pb.WorkItem, data)
 
 
 def test_many_empty_submessages_are_refused_before_parsing():
