@@ -31,6 +31,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -77,17 +79,44 @@ _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 def read_work_item(data: bytes) -> pb.WorkItem:
     """A work item parsed only if it cannot take many times its size in
-    memory (common/wire/bounded_parse.py); otherwise the stream fails and
-    the daemon reconnects, holding nothing of it."""
+    memory (common/wire/bounded_parse.py); otherwise ``WireError``: the
+    stream fails and the daemon reconnects, holding nothing of it."""
     return parse_bounded(pb.WorkItem, data)
+
+
+@dataclass(frozen=True)
+class UnreadWorkItem:
+    """Stands in for a work item :func:`read_work_item` refused. gRPC would
+    turn the reader's error into INTERNAL "Exception deserializing
+    response!" and a traceback, and the daemon's log would point at the
+    coordinator's; :func:`_work_items` ends the stream with the reason."""
+
+    reason: str
+
+
+def _read_or_mark(data: bytes) -> pb.WorkItem | UnreadWorkItem:
+    try:
+        return read_work_item(data)
+    except WireError as err:
+        return UnreadWorkItem(str(err))
 
 
 def _connect(channel: grpc.Channel) -> grpc.UnaryStreamMultiCallable:
     """The Connect call of the generated stub, with :func:`read_work_item` as
-    its reader instead of ``WorkItem.FromString``."""
+    its reader instead of ``WorkItem.FromString`` (read through
+    :func:`_work_items`)."""
     return channel.unary_stream(CONNECT_METHOD,
                                 request_serializer=pb.ConnectRequest.SerializeToString,
-                                response_deserializer=read_work_item)
+                                response_deserializer=_read_or_mark)
+
+
+def _work_items(stream: Iterable[pb.WorkItem | UnreadWorkItem]) -> Iterator[pb.WorkItem]:
+    """The work items of a :func:`_connect` stream, ending with ``WireError``
+    at the first one refused unread."""
+    for item in stream:
+        if isinstance(item, UnreadWorkItem):
+            raise WireError(f"a work item refused unread: {item.reason}")
+        yield item
 
 
 class Backoff:
@@ -229,7 +258,7 @@ class SiteDaemon:
             beat.start()
             lanes = JobLanes(lambda item: self.worker.handle(item, stub))
             try:
-                for item in stream:
+                for item in _work_items(stream):
                     lanes.submit(item)
             finally:
                 # The items in hand finish on this channel before it closes.

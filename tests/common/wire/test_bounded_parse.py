@@ -9,13 +9,15 @@ stream reads its work items this way."""
 from __future__ import annotations
 
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privadapt.client.daemon.main import CONNECT_METHOD, read_work_item
+from privadapt.client.daemon.main import CONNECT_METHOD, _connect, _work_items, read_work_item
 from privadapt.common.errors import WireError
 from privadapt.common.federation import Query
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
@@ -147,3 +149,26 @@ def test_the_daemon_reads_connect_with_the_bounded_reader():
     recorder = Recorder()
     rpc.FederationServiceStub(recorder)
     assert CONNECT_METHOD in recorder.paths
+
+
+def test_a_work_item_refused_unread_ends_the_daemons_stream_with_the_reason():
+    """Not gRPC's INTERNAL "Exception deserializing response!", which the
+    daemon's log would blame on the coordinator's TLS."""
+    sent = [pb.WorkItem(sequence=1).SerializeToString(), empty_keys(100_000),
+            pb.WorkItem(sequence=3).SerializeToString()]
+    handler = grpc.method_handlers_generic_handler("privadapt.v1.FederationService", {
+        "Connect": grpc.unary_stream_rpc_method_handler(
+            lambda request, context: iter(sent), request_deserializer=bytes,
+            response_serializer=bytes)})
+    server = grpc.server(ThreadPoolExecutor(1), handlers=[handler])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            received = []
+            with pytest.raises(WireError, match=r"refused unread: .* more than \d+ submessages"):
+                for item in _work_items(_connect(channel)(pb.ConnectRequest(), timeout=10)):
+                    received.append(item.sequence)
+            assert received == [1]
+    finally:
+        server.stop(None)
