@@ -258,7 +258,10 @@ class SiteWorker:
                     or held + size > MAX_OPEN_ROUND_BYTES)
             if not full:
                 self._open[(job_id, round)] = _OpenRound(query, round, keys, digest, size)
-                self._rounds_opened += 1
+            # The keys are made either way: a round refused for want of room
+            # counts as unpaid, or announcements past the open-round bound
+            # would make keys without end.
+            self._rounds_opened += 1
         if full:
             self._refuse(calls, job_id, round, query_id, pb.Refusal.POLICY,
                          f"site {self.site.name!r} holds {count} rounds open "
@@ -317,12 +320,14 @@ class SiteWorker:
             # Masked the check only: lets the coordinator verify this site's check.
             check_private_key=opened.keys.check_private_bytes(),
         )
-        for index, block in enumerate(masked):
-            fill_tensor(submitted.blocks.add(), block, f"share block {index}")
-        calls.SubmitShare(submitted, timeout=CALL_TIMEOUT_S)
+        # Paid once the ledger's charge is committed (by site.answer), whatever
+        # the coordinator replies to the share: a round aborted meanwhile was paid.
         if not self.site.compute.is_unpaid(opened.query.mechanism):
             with self._open_lock:
                 self._rounds_paid += 1
+        for index, block in enumerate(masked):
+            fill_tensor(submitted.blocks.add(), block, f"share block {index}")
+        calls.SubmitShare(submitted, timeout=CALL_TIMEOUT_S)
 
     def _refuse(self, calls: CoordinatorCalls, job_id: str, round: int, query_id: str,
                 reason: int, message: str, last_round: int = 0) -> None:

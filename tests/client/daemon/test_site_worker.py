@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 
@@ -346,6 +347,50 @@ def test_rounds_without_a_paid_answer_are_bounded_then_refused_once_then_ignored
     assert refusal.reason == pb.Refusal.POLICY and refusal.round == 3
     assert "opened 2 rounds that ended without a paid answer" in refusal.message
     assert "max_unpaid_rounds (2)" in refusal.message
+
+
+def test_rounds_refused_for_want_of_room_count_toward_the_unpaid_bound(
+        make_site, pki, tmp_path, monkeypatch):
+    # Keys are made before the open-round bound is checked: refused rounds
+    # that were not counted let a coordinator holding the open rounds full
+    # have keys made without end.
+    monkeypatch.setattr(worker_module, "MAX_OPEN_ROUNDS", 1)
+    worker, calls = make_worker(make_site, pki, tmp_path, "site-a", max_unpaid_rounds=3), Calls()
+    for round in range(1, 9):
+        worker.handle(announcement(round), calls)
+    assert [kind for kind, _ in calls.sent] == ["key", "refusal", "refusal", "refusal"]
+    assert "max_unpaid_rounds (3)" in calls.sent[-1][1].message
+
+
+class FailingSubmissions(Calls):
+    """A coordinator that answers every share with an error (the round was
+    aborted while the site computed it)."""
+
+    def SubmitShare(self, request, timeout):
+        self._record("share", request)
+        raise Aborted()
+
+
+class Aborted(grpc.RpcError):
+    def code(self):
+        return grpc.StatusCode.FAILED_PRECONDITION
+
+    def details(self):
+        return "the round was aborted"
+
+
+def test_a_charged_answer_is_paid_whatever_the_coordinator_replies(make_site, pki, tmp_path):
+    workers = [make_worker(make_site, pki, tmp_path, n, epsilon_cap=100.0, max_unpaid_rounds=1)
+               for n in NAMES]
+    calls = [FailingSubmissions() for _ in NAMES]
+    for round in (1, 2, 3):
+        for worker, call in zip(workers, calls, strict=True):
+            worker.handle(announcement(round), call)
+        keys = [call.sent[-1][1] for call in calls]
+        for worker, call in zip(workers, calls, strict=True):
+            worker.handle(roster_of(keys, round), call)
+    for call in calls:
+        assert [kind for kind, _ in call.sent] == ["key", "share"] * 3
 
 
 def test_paid_rounds_do_not_count_toward_the_unpaid_bound(make_site, pki, tmp_path):
