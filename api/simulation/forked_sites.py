@@ -126,20 +126,28 @@ class ForkedSite:
             self._handle: int | None = os.pidfd_open(pid)
         except OSError:
             self._handle = None
+        # Closing the handle and signalling through it exclude each other: a
+        # poll in one thread and a terminate in another closed it twice, or
+        # signalled a closed descriptor (or one the number was reused for).
+        self._handle_lock = threading.Lock()
 
     @property
     def returncode(self) -> int | None:
         code = self._server.exit_code(self.pid)
-        if code is not None and self._handle is not None:
-            os.close(self._handle)
-            self._handle = None
+        if code is not None:
+            with self._handle_lock:
+                if self._handle is not None:
+                    os.close(self._handle)
+                    self._handle = None
         return code
 
     def poll(self) -> int | None:
         return self.returncode
 
     def send_signal(self, signal_number: int) -> None:
-        if self.returncode is None:
+        with self._handle_lock:
+            if self._server.exit_code(self.pid) is not None:
+                return
             with contextlib.suppress(ProcessLookupError):  # ended; its exit is on its way
                 if self._handle is not None:
                     signal.pidfd_send_signal(self._handle, signal_number)
