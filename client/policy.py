@@ -382,8 +382,13 @@ class SitePolicy:
         ``queries``, ``federation``); ``source`` prefixes every error message."""
         fields = read_sections(data, _LAYOUT, source)
         fields["site_name"] = fields.pop("name", None)
-        for key in ("allowed_kernels", "peers"):
-            if isinstance(fields.get(key), list):
+        for section, key, names in (("queries", "allowed_kernels", "kernel names"),
+                                    ("federation", "peers", "site names")):
+            if key in fields:
+                # A list of lists or tables would not even make a set.
+                if not all(isinstance(name, str) for name in fields[key]):
+                    raise ConfigError(f"{source}: [{section}] {key} must be a list of "
+                                      f"{names}, got {fields[key]!r}")
                 fields[key] = frozenset(fields[key])
         # A file is a deployed site unless it says it is a simulation (or asks
         # for exact releases, which only a simulation site may).

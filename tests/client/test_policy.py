@@ -170,6 +170,16 @@ def test_empty_site_name_is_refused():
         SitePolicy(site_name=" ", epsilon_cap=1.0, delta_cap=1e-5)
 
 
+@pytest.mark.parametrize(("section", "key", "names"),
+                         [("queries", "allowed_kernels", "kernel names"),
+                          ("federation", "peers", "site names")])
+@pytest.mark.parametrize("value", [[["record_count"]], [{"name": "a"}], [1]],
+                         ids=["list-of-lists", "list-of-tables", "list-of-numbers"])
+def test_a_list_of_anything_but_names_is_refused_in_words(section, key, names, value):
+    with pytest.raises(ConfigError, match=rf"\[{section}\] {key} must be a list of {names}"):
+        SitePolicy.from_dict(with_key(section, key, value))
+
+
 def test_allowed_kernels_given_as_a_list_become_a_frozenset():
     policy = SitePolicy("a", 1.0, 1e-5, allowed_kernels=["record_count"])
     assert policy.allowed_kernels == frozenset({"record_count"})
