@@ -213,7 +213,9 @@ class SiteWorker:
                 return  # at-least-once delivery: the same announcement again
             unpaid = self._rounds_opened - self._rounds_paid
             limit = self.site.policy.max_unpaid_rounds
-            over = limit is not None and unpaid >= limit
+            # Once past, for the rest of the run, as the refusal says: rounds
+            # paid later (rosters of rounds opened before) do not reopen it.
+            over = self._unpaid_refused or (limit is not None and unpaid >= limit)
             say_so = over and not self._unpaid_refused
             self._unpaid_refused = self._unpaid_refused or over
         if over:

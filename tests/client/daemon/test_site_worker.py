@@ -362,6 +362,26 @@ def test_rounds_refused_for_want_of_room_count_toward_the_unpaid_bound(
     assert "max_unpaid_rounds (3)" in calls.sent[-1][1].message
 
 
+def test_past_the_unpaid_bound_announcements_stay_ignored_when_earlier_rounds_are_paid(
+        make_site, pki, tmp_path):
+    # The refusal says the site ignores further rounds until restarted; rosters
+    # of rounds opened before it, answered at a price, must not make it false.
+    workers = [make_worker(make_site, pki, tmp_path, n, epsilon_cap=100.0, max_unpaid_rounds=2)
+               for n in NAMES]
+    calls = [Calls() for _ in NAMES]
+    for round in (1, 2, 3):
+        for worker, call in zip(workers, calls, strict=True):
+            worker.handle(announcement(round), call)
+    for round in (1, 2):
+        keys = [call.sent[round - 1][1] for call in calls]
+        for worker, call in zip(workers, calls, strict=True):
+            worker.handle(roster_of(keys, round), call)
+    for worker, call in zip(workers, calls, strict=True):
+        worker.handle(announcement(4), call)
+    for call in calls:
+        assert [kind for kind, _ in call.sent] == ["key", "key", "refusal", "share", "share"]
+
+
 class FailingSubmissions(Calls):
     """A coordinator that answers every share with an error (the round was
     aborted while the site computed it)."""
