@@ -20,8 +20,9 @@ two-byte scalar or unknown fields would keep a walk of 64 MiB busy for
 seconds (on the coordinator, its whole event loop), so fields are budgeted
 too (:func:`field_budget`: one per :data:`WIRE_BYTES_PER_FIELD` bytes beyond
 :data:`FIELD_ALLOWANCE`); honest messages carry their bulk in byte strings
-and packed repeated scalars, one field each. Packed repeated scalars are not
-submessages: they parse to at most 8 bytes per wire byte.
+and packed repeated doubles, one field each. A packed repeated varint (a
+tensor's shape) costs a field per byte: each byte may be an element, parsed
+to 8 bytes and read in a step.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ FIELD_ALLOWANCE = 65536
 MAX_DEPTH = 32
 
 MessageT = TypeVar("MessageT", bound=Message)
+
+_VARINT_TYPES = frozenset({
+    FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT32,
+    FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_BOOL, FieldDescriptor.TYPE_ENUM})
 
 
 def submessage_budget(wire_bytes: int) -> int:
@@ -112,6 +118,12 @@ def _count(data: memoryview, start: int, end: int, descriptor: Descriptor | None
                 budget.submessages -= 1
                 if budget.submessages < 0 or not _count(
                         data, pos, pos + length, field.message_type, budget, depth + 1):
+                    return False
+            elif field is not None and field.type in _VARINT_TYPES:
+                # Packed: up to one 8-byte element per wire byte, which reading
+                # them (a tensor's shape into a tuple) costs a step each.
+                budget.fields -= length
+                if budget.fields < 0:
                     return False
             pos += length
         else:  # groups (3, 4) are not in proto3; 6 and 7 are not wire types

@@ -74,6 +74,10 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 #: counts and indices. Anything else (float32, bool, object) is refused rather
 #: than converted, so a round trip is always exact.
 ALLOWED_DTYPES = ("float64", "int64", "uint64")
+#: Dimensions a Tensor may have (the protocol's have at most 3): a shape of
+#: millions, one wire byte each, took seconds to read into a tuple and was
+#: echoed whole in the error.
+MAX_TENSOR_DIMS = 32
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -153,6 +157,9 @@ def tensor_from_proto(
         raise WireError(
             f"{field}: expected dtype {np.dtype(expected_dtype).name}, got {dtype_name}"
         )
+    if len(msg.shape) > MAX_TENSOR_DIMS:
+        raise WireError(f"{field}: {len(msg.shape)} dimensions, more than the "
+                        f"{MAX_TENSOR_DIMS} a tensor may have")
     shape = tuple(msg.shape)
     if any(dim < 0 for dim in shape):
         raise WireError(f"{field}: shape {shape} has a negative dimension")

@@ -172,3 +172,12 @@ def test_a_work_item_refused_unread_ends_the_daemons_stream_with_the_reason():
             assert received == [1]
     finally:
         server.stop(None)
+
+
+def test_a_packed_shape_of_millions_of_dimensions_is_refused_before_parsing():
+    # One wire byte per element, 8 bytes each once parsed and a step each to read.
+    data = pb.WorkItem(round_announcement=pb.RoundAnnouncement(query=pb.Query(params={
+        "weights": pb.ParamValue(tensor_value=pb.Tensor(
+            dtype="float64", shape=[1] * 4_000_000))}))).SerializeToString()
+    with pytest.raises(WireError, match=r"more than \d+ fields"):
+        parse_bounded(pb.WorkItem, data)
