@@ -101,16 +101,26 @@ def _count(data: memoryview, start: int, end: int, descriptor: Descriptor | None
         budget.fields -= 1
         if budget.fields < 0:
             return False
+        field_start = pos
         key, pos = _varint(data, pos, end)
         number, wire_type = key >> 3, key & 7
+        length = 0
         if wire_type == 0:
             _, pos = _varint(data, pos, end)
-        elif wire_type == 1:
+        elif wire_type == 2:
+            length, pos = _varint(data, pos, end)
+        elif wire_type not in (1, 5):  # groups (3, 4) are not in proto3; 6, 7 are not wire types
+            raise WireError(f"malformed message: wire type {wire_type}")
+        # Varints are read a byte a step: a field's beyond its first 4 bytes
+        # (padded keys and values, up to 20) cost a field per 4 more.
+        budget.fields -= (pos - field_start - 1) // 4
+        if budget.fields < 0:
+            return False
+        if wire_type == 1:
             pos += 8
         elif wire_type == 5:
             pos += 4
         elif wire_type == 2:
-            length, pos = _varint(data, pos, end)
             if pos + length > end:
                 break
             field = None if descriptor is None else descriptor.fields_by_number.get(number)
@@ -126,8 +136,6 @@ def _count(data: memoryview, start: int, end: int, descriptor: Descriptor | None
                 if budget.fields < 0:
                     return False
             pos += length
-        else:  # groups (3, 4) are not in proto3; 6 and 7 are not wire types
-            raise WireError(f"malformed message: wire type {wire_type}")
     if pos != end:
         raise WireError("malformed message: a field runs past its end")
     return True

@@ -181,3 +181,11 @@ def test_a_packed_shape_of_millions_of_dimensions_is_refused_before_parsing():
             dtype="float64", shape=[1] * 4_000_000))}))).SerializeToString()
     with pytest.raises(WireError, match=r"more than \d+ fields"):
         parse_bounded(pb.WorkItem, data)
+
+
+def test_fields_of_padded_varints_cost_a_field_per_four_bytes():
+    # Unknown fields of a 5-byte key and a 10-byte value: a step per byte.
+    padded = bytes([0xF8, *[0x80] * 3, 0x00]) + bytes([*[0x80] * 9, 0x00])
+    assert pb.WorkItem.FromString(padded * 50_000)  # protobuf reads them: valid, unknown
+    with pytest.raises(WireError, match=r"more than \d+ fields"):
+        parse_bounded(pb.WorkItem, padded * 50_000)
