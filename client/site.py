@@ -288,7 +288,11 @@ class Site:
         except ValueError as err:
             raise self._admission.refusal(query, str(err)) from None
         if spent.unpaid:
-            logger.warning(
+            # A site that bounds its unpaid pool wants to know what draws on
+            # it; a simulation site (no bound, often a large delta_cap at which
+            # every release costs epsilon 0) would log this for every query.
+            log = logger.debug if self.policy.max_unpaid_work is None else logger.warning
+            log(
                 "site=%s job=%s query=%s kernel=%s: unpaid query (release below epsilon %g): "
                 "%.3g multiply-adds from the unpaid pool", self.name, query.job_id,
                 query.query_id, query.kernel, self.policy.min_query_epsilon, spent.work)

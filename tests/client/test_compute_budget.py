@@ -5,6 +5,8 @@ price, and every refusal reads the same on neighbouring datasets."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -106,6 +108,20 @@ def test_worthless_queries_draw_on_one_pool_over_every_job(tmp_path):
     # A paid query (noise multiplier 2, epsilon about 2) still gets its work.
     assert outcome(site, gradient_query("job-3", "q", 2.0)) == "answered"
     assert site.compute.unpaid_spent == 2 * WORK
+
+
+def test_an_unpaid_query_is_a_warning_where_the_pool_is_bounded_and_debug_where_not(
+        tmp_path, caplog):
+    # A simulation site with no pool (often at a large delta_cap, where every
+    # release costs epsilon 0) logged a warning for each of its queries.
+    caplog.set_level(logging.DEBUG, logger="privadapt.client.site")
+    for tag, bound in (("bounded", 10 * WORK), ("unbounded", None)):
+        caplog.clear()
+        site = site_over(tmp_path, tag, synthetic_dataset(NUM, DIM, 0), max_unpaid_work=bound,
+                         max_query_work=WORK)
+        assert outcome(site, gradient_query("job", "q", WORTHLESS)) == "answered"
+        [record] = [r for r in caplog.records if "unpaid query" in r.getMessage()]
+        assert record.levelno == (logging.WARNING if bound else logging.DEBUG)
 
 
 def test_a_work_refusal_reads_no_record(tmp_path, monkeypatch):
