@@ -26,8 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from experiments.seed000.federation import Federations, add_networked_flag
-from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
+from experiments.seed000.reporting import maybe_png, mean_std, output_path, print_table, write_csv
 from privadapt import PrivateDiscrepancy, load_adult_domains
+
+RESULTS_DEFAULT = Path("experiments/seed000/results")
 
 EPSILONS = (0.1, 0.5, 1.0, 5.0)
 RADII = (1.0, 5.0)
@@ -52,9 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
-    parser.add_argument("--out", type=Path, default=Path("experiments/seed000/results"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
     add_networked_flag(parser)
     args = parser.parse_args(argv)
+    args.out = output_path(args.out, RESULTS_DEFAULT, args.quick)
     runs, radii, epsilons = (1, RADII[:1], (1.0,)) if args.quick else (args.runs, RADII,
                                                                          EPSILONS)
     if runs < 1:

@@ -36,11 +36,13 @@ import numpy as np
 
 from experiments.grid import Runner, add_runner_options, runner_from
 from experiments.seed000.federation import Federations, add_networked_flag
-from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
+from experiments.seed000.reporting import maybe_png, mean_std, output_path, print_table, write_csv
 from experiments.seed000.synthetic import make_shifted_regression
 from privadapt import NoisyGD, NoisySGD, PCnvxAdap
 from privadapt.common.mechanisms import Adjacency
 from privadapt.server.algorithms.public_erm import fit_linear
+
+RESULTS_DEFAULT = Path("experiments/seed000/results")
 
 EPSILONS = (0.5, 1.0, 5.0, 10.0, 15.0)
 DELTA = 0.01
@@ -107,10 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-weight-noise", action="store_true",
                         help="PCnvxAdap without the paper's u-noise (cnvx_adap.py docstring)")
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
-    parser.add_argument("--out", type=Path, default=Path("experiments/seed000/results"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
     add_networked_flag(parser)
     add_runner_options(parser)
     args = parser.parse_args(argv)
+    args.out = output_path(args.out, RESULTS_DEFAULT, args.quick)
     # Site daemons serve one unit at a time.
     runner = Runner(workers=1) if args.networked else runner_from(args)
     runs, sizes, iterations = (1, [200, 800], 20) if args.quick else (

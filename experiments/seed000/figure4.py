@@ -30,10 +30,12 @@ import numpy as np
 
 from experiments.grid import Runner, add_runner_options, runner_from
 from experiments.seed000.federation import Federations, add_networked_flag
-from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
+from experiments.seed000.reporting import maybe_png, mean_std, output_path, print_table, write_csv
 from experiments.seed000.table4 import ALPHAS, RADIUS, adapt
 from privadapt.common.data.datasets.adult import load_adult_domains
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
+
+RESULTS_DEFAULT = Path("experiments/seed000/results")
 
 EPSILONS = (1.0, 5.0, 10.0, 15.0)
 SIZES = (1000, 2000, 5000, 10000, 20000, 50000)
@@ -71,10 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
-    parser.add_argument("--out", type=Path, default=Path("experiments/seed000/results"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
     add_networked_flag(parser)
     add_runner_options(parser)
     args = parser.parse_args(argv)
+    args.out = output_path(args.out, RESULTS_DEFAULT, args.quick)
     # Site daemons serve one unit at a time.
     runner = Runner(workers=1) if args.networked else runner_from(args)
     runs, sizes, iterations = (1, [300, 1200], 10) if args.quick else (

@@ -11,6 +11,17 @@ from pathlib import Path
 import numpy as np
 
 
+def output_path(given: Path | None, default: Path, quick: bool) -> Path:
+    """Where a script writes: ``--out`` if given; else its committed results
+    for a full run, or a ``quick/`` folder beside them for ``--quick``, so a
+    smoke run never overwrites the results the papers' pages show."""
+    if given is not None:
+        return given
+    if not quick:
+        return default
+    return default.parent / "quick" / default.name if default.suffix else default / "quick"
+
+
 def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:

@@ -36,9 +36,11 @@ from experiments.baselines.kmm import KernelMeanMatching, weighted_least_squares
 from experiments.grid import Runner, add_runner_options, runner_from
 from experiments.seed000.diabetes import load_diabetes_domains
 from experiments.seed000.federation import Federations, add_networked_flag
-from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
+from experiments.seed000.reporting import maybe_png, mean_std, output_path, print_table, write_csv
 from experiments.seed000.synthetic import ShiftedRegression, make_shifted_regression
 from privadapt import PCnvxAdap
+
+RESULTS_DEFAULT = Path("experiments/seed000/results")
 
 RIDGES = (1e-6, 1e-3, 1e-2, 1e-1)
 KMM_BOUNDS = (2.0, 10.0, 100.0)
@@ -144,10 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--splits", type=int, default=None, help="default 10 (--quick: 2)")
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
-    parser.add_argument("--out", type=Path, default=Path("experiments/seed000/results"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
     add_networked_flag(parser)
     add_runner_options(parser)
     args = parser.parse_args(argv)
+    args.out = output_path(args.out, RESULTS_DEFAULT, args.quick)
     # Site daemons serve one unit at a time.
     runner = Runner(workers=1) if args.networked else runner_from(args)
     splits = args.splits or (2 if args.quick else 10)

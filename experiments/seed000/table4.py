@@ -36,9 +36,11 @@ import numpy as np
 from experiments.baselines.kmm import KernelMeanMatching, weighted_logistic
 from experiments.grid import Runner, add_runner_options, runner_from
 from experiments.seed000.federation import Federations, add_networked_flag
-from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
+from experiments.seed000.reporting import maybe_png, mean_std, output_path, print_table, write_csv
 from privadapt import PNCnvxAdap, load_adult_domains
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
+
+RESULTS_DEFAULT = Path("experiments/seed000/results")
 
 EPSILONS = (1.0, 3.0, 10.0)
 DELTA = 1e-5
@@ -104,10 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--splits", type=int, default=10)
     parser.add_argument("--train-size", type=int, default=2000)
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
-    parser.add_argument("--out", type=Path, default=Path("experiments/seed000/results"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
     add_networked_flag(parser)
     add_runner_options(parser)
     args = parser.parse_args(argv)
+    args.out = output_path(args.out, RESULTS_DEFAULT, args.quick)
     # Site daemons serve one unit at a time.
     runner = Runner(workers=1) if args.networked else runner_from(args)
     splits, sizes, iterations = (1, (300, 300), 10) if args.quick else (

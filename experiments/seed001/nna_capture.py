@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.seed000.reporting import mean_std, print_table, write_csv
+from experiments.seed000.reporting import mean_std, output_path, print_table, write_csv
 from experiments.seed001 import datasets as ds
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.kernels.nearest_target_sums import NearestTargetParams
@@ -62,6 +62,8 @@ from privadapt.server.algorithms.source_target_clustering.nna import (
     nna_sanitize,
     nna_threshold,
 )
+
+RESULTS_DEFAULT = Path("experiments/results/seed001_nna_capture.csv")
 
 HELD_OUT_PAIRS = ((3, 8), (8, 3), (4, 9), (9, 4), (0, 6), (6, 0))
 STAGES = ("exact", "exact_threshold", "private")
@@ -203,9 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-gap", type=float, default=0.01,
                         help="summarise cells whose STC gain over ClusterT is at least this")
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
-    parser.add_argument("--out", type=Path,
-                        default=Path("experiments/results/seed001_nna_capture.csv"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
     args = parser.parse_args(argv)
+    args.out = output_path(args.out, RESULTS_DEFAULT, args.quick)
     if args.quick:
         args.runs, args.ks, args.pairs, args.digits = 1, [10], [(1, 7)], True
     make = ds.digits_pair if args.digits else ds.mnist_pair

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.seed000.reporting import mean_std, print_table, write_csv
+from experiments.seed000.reporting import mean_std, output_path, print_table, write_csv
 from experiments.seed003 import section7
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.data.dataset import Dataset
@@ -60,6 +60,8 @@ from privadapt.server.algorithms.discrepancy_minimization.unlabeled_adaptation i
     release_target_moment,
     weighted_ridge,
 )
+
+RESULTS_DEFAULT = Path("experiments/results/seed003_private_capture.csv")
 
 PARTS = ("iterations", "mu", "noise_free", "single_stage")
 DELTA = 1 / 8000
@@ -198,9 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mu-factors", type=float, nargs="+", default=[0.1, 0.3, 1.0, 3.0])
     parser.add_argument("--test-size", type=int, default=5000)
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
-    parser.add_argument("--out", type=Path,
-                        default=Path("experiments/results/seed003_private_capture.csv"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
     args = parser.parse_args(argv)
+    args.out = output_path(args.out, RESULTS_DEFAULT, args.quick)
     if args.quick:
         args.runs, args.sizes, args.epsilons = 1, [400], [10.0]
         args.iterations, args.mu_iterations, args.mu_factors = [5, 10], 10, [0.3, 1.0]

@@ -42,7 +42,7 @@ import numpy as np
 
 from experiments.grid import Runner, add_runner_options, runner_from
 from experiments.seed000.federation import Federations, add_networked_flag
-from experiments.seed000.reporting import maybe_png, mean_std, print_table, write_csv
+from experiments.seed000.reporting import maybe_png, mean_std, output_path, print_table, write_csv
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.federation import Federation
@@ -60,6 +60,8 @@ from privadapt.server.algorithms.discrepancy_minimization.unlabeled_adaptation i
     federated_adaptation,
     weighted_ridge,
 )
+
+RESULTS_DEFAULT = Path(__file__).parent / "results"
 
 DIM = 10
 R, RADIUS, LAMBDA, RIDGE = 1.5, 1.0, 1e-3, 1e-3
@@ -231,10 +233,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", help="n values (default the paper's)")
     parser.add_argument("--iterations", type=int, help="K (default the paper's 1000)")
     parser.add_argument("--epsilons", type=float, nargs="+", help="default 1 3 10")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
     add_networked_flag(parser)
     add_runner_options(parser)
     args = parser.parse_args(argv)
+    args.out = output_path(args.out, RESULTS_DEFAULT, args.quick)
     # Site daemons serve one unit at a time.
     runner = Runner(workers=1) if args.networked else runner_from(args)
     config, runs = (QUICK, 1) if args.quick else (FULL, args.runs)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.seed000.reporting import mean_std, print_table, write_csv
+from experiments.seed000.reporting import mean_std, output_path, print_table, write_csv
 from experiments.seed003.section7 import (
     RADIUS,
     RIDGE,
@@ -44,6 +44,8 @@ from privadapt.server.algorithms.discrepancy_minimization.smoothed_discrepancy i
     second_moment,
 )
 from privadapt.server.algorithms.discrepancy_minimization.unlabeled_adaptation import weighted_ridge
+
+RESULTS_DEFAULT = Path(__file__).parent / "results"
 
 FULL = {"m": 1000, "sizes": (1000, 8000), "iterations": (1000, 4000), "test": 5000,
         "steps": ("corollary2", "1/sqrt(K)", 0.003, 0.01, 0.03)}
@@ -101,8 +103,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="tiny setting, a few seconds")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
     args = parser.parse_args(argv)
+    args.out = output_path(args.out, RESULTS_DEFAULT, args.quick)
     config, runs = (QUICK, 1) if args.quick else (FULL, args.runs)
     started = time.perf_counter()
     rows = [row for n in config["sizes"] for seed in range(runs)
