@@ -28,9 +28,11 @@ fork=False)``).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import json
 import os
+import select
 import selectors
 import signal
 import subprocess
@@ -43,7 +45,11 @@ from pathlib import Path
 from privadapt.common.blas_threads import SINGLE_THREADED_BLAS
 
 SITE_MODULE = "privadapt.client.daemon.main"
+#: The exit code a site reports when it ended after its fork server did, so
+#: that nobody was left to read its real one (as a shell's 255: unknown).
+UNREPORTED_EXIT = 255
 STOP_TIMEOUT_S = 10.0
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 #: How often the server looks for children that ended while no request came.
 _REAP_INTERVAL_S = 0.05
 #: Whether the server's stdout (its parent) was found closed.
@@ -94,6 +100,11 @@ class ForkServer:
                                        f"(exit code {self._process.returncode})")
                 return self._started.pop(0)
 
+    @property
+    def alive(self) -> bool:
+        """Whether the server can still report exits (its output is open)."""
+        return self._reader.is_alive()
+
     def exit_code(self, pid: int) -> int | None:
         with self._changed:
             return self._exits.get(pid)
@@ -130,10 +141,15 @@ class ForkedSite:
         # poll in one thread and a terminate in another closed it twice, or
         # signalled a closed descriptor (or one the number was reused for).
         self._handle_lock = threading.Lock()
+        self._unreported = False  # ended after its server: known once seen
 
     @property
     def returncode(self) -> int | None:
         code = self._server.exit_code(self.pid)
+        if (code is None and not self._server.alive
+                and (self._unreported or self._ended(0.0))):
+            self._unreported = True
+            code = UNREPORTED_EXIT
         if code is not None:
             with self._handle_lock:
                 if self._handle is not None:
@@ -155,11 +171,34 @@ class ForkedSite:
                     os.kill(self.pid, signal_number)
 
     def wait(self, timeout: float | None = None) -> int:
-        if self._server.wait(self.pid, timeout) is None:
-            raise subprocess.TimeoutExpired(f"site daemon {self.pid}", timeout or 0.0)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._server.wait(self.pid, timeout) is None and not self._server.alive:
+            # The server is gone: no exit will be reported, but the process's
+            # own handle still says when it ends.
+            self._ended(None if deadline is None else max(0.0, deadline - time.monotonic()))
         code = self.returncode
-        assert code is not None
+        if code is None:
+            raise subprocess.TimeoutExpired(f"site daemon {self.pid}", timeout or 0.0)
         return code
+
+    def _ended(self, timeout: float | None) -> bool:
+        """Whether the process has ended, waiting up to ``timeout`` (None: for
+        ever) on its handle; without one, by probing its pid."""
+        with self._handle_lock:
+            handle = self._handle
+        if handle is not None:
+            with contextlib.suppress(OSError, ValueError):  # closed meanwhile: it ended
+                return bool(select.select([handle], [], [], timeout)[0])
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(_REAP_INTERVAL_S)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
@@ -175,13 +214,16 @@ def fork_site(config: Path, log: Path, *extra_args: str) -> ForkedSite:
 # -- the server program ------------------------------------------------------------------
 
 
-def _child(argv: list[str], log: str) -> None:
+def _child(argv: list[str], log: str, parent: int) -> None:
     """In the forked child: default signals, stdin from /dev/null, output to
     ``log``, then the daemon's ``main``; never returns into the server loop."""
     code = 1
     try:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
+        _stop_with_parent()
+        if os.getppid() != parent:  # the server died before the request above took
+            return
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         output = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -203,6 +245,15 @@ def _child(argv: list[str], log: str) -> None:
             with contextlib.suppress(Exception):  # exiting anyway
                 stream.flush()
         os._exit(code)
+
+
+def _stop_with_parent() -> None:
+    """Ask Linux to send this process SIGTERM (a clean shutdown) when the
+    fork server dies, however it dies: a site never outlives the server that
+    would have stopped it. Elsewhere nothing is asked."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _reap(children: set[int]) -> None:
@@ -264,10 +315,11 @@ def serve() -> None:
             *lines, pending = pending.split(b"\n")
             for line in lines:
                 request = json.loads(line)
+                server = os.getpid()
                 pid = os.fork()
                 if pid == 0:
                     selector.close()
-                    _child(request["argv"], request["log"])
+                    _child(request["argv"], request["log"], server)
                 children.add(pid)
                 _report(f"started {pid}")
         _reap(children)

@@ -22,12 +22,14 @@ import pytest
 from privadapt.common.mechanisms import GaussianMechanism
 from privadapt.simulation.forked_sites import (
     STOP_TIMEOUT_S,
+    UNREPORTED_EXIT,
     ForkedSite,
     ForkServer,
     fork_site,
 )
 from privadapt.simulation.local_deployment import free_port
 from privadapt.simulation.local_processes import terminate
+from tests.network_callers import wait_until
 from tests.network_harness import (
     direct_federation,
     in_process_coordinator,
@@ -38,6 +40,7 @@ from tests.network_harness import (
 from tests.synthetic_data import synthetic_dataset
 
 SITES = ("site-a", "site-b", "site-c")
+FAILSAFE_S = 60.0  # only turns a hang into a failure
 SCORES = {"candidates": np.array([[1.0, -1.0, 0.5], [0.0, 0.0, 0.0]]), "loss": "logistic",
           "loss_bound": 4.0}
 
@@ -167,20 +170,21 @@ def test_a_forked_sites_handle_is_closed_once_when_two_threads_poll_it():
         process.wait()
 
 
-@pytest.mark.xfail(strict=True, reason="once the fork server is gone no exit is ever reported: "
-                   "wait() raises TimeoutExpired at once whatever its timeout, and poll() says "
-                   "running for ever (the site is not this process's child; its pidfd could "
-                   "tell that it ended, not its code)")
-def test_a_site_whose_fork_server_died_can_still_be_waited_for(tmp_path):
+def test_a_site_whose_fork_server_died_stops_and_can_still_be_waited_for(tmp_path):
+    """Nobody is left to report its exit code, but the site stops (SIGTERM
+    from Linux when its parent dies) and its own handle says when."""
     pki = make_pki(tmp_path / "pki", ("site-a",))
     config = write_site(tmp_path, pki, "site-a", synthetic_dataset(20, 3, seed=1), free_port())
+    log = tmp_path / "site.log"
     server = ForkServer()
-    site = ForkedSite(server.fork(["--config", str(config)], str(tmp_path / "site.log")), server)
+    site = ForkedSite(server.fork(["--config", str(config)], str(log)), server)
     try:
+        wait_until(lambda: log.exists() and "waiting for its coordinator" in log.read_text(),
+                   FAILSAFE_S)
         server._process.kill()
         server._process.wait(timeout=60)
-        site.send_signal(signal.SIGTERM)
-        site.wait(timeout=60)
+        assert site.wait(timeout=60) == UNREPORTED_EXIT and site.poll() == UNREPORTED_EXIT
+        assert "site=site-a stopped" in log.read_text()  # a clean shutdown, by SIGTERM
     finally:
         if _alive(site.pid):
             os.kill(site.pid, signal.SIGKILL)
