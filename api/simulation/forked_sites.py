@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import json
 import os
 import select
@@ -116,10 +115,18 @@ class ForkServer:
             return self._exits.get(pid)
 
 
-@functools.lru_cache(maxsize=1)
+_server: ForkServer | None = None
+_server_lock = threading.Lock()
+
+
 def fork_server() -> ForkServer:
-    """This process's fork server, started on first use."""
-    return ForkServer()
+    """This process's fork server, started on first use (once, whichever
+    threads ask first at the same moment)."""
+    global _server
+    with _server_lock:
+        if _server is None:
+            _server = ForkServer()
+        return _server
 
 
 class ForkedSite:
