@@ -45,14 +45,18 @@ def test_demo_prints_accuracies_and_ledger_epsilons(first_demo):
     assert len(balanced) == 7 and all(0.5 <= a < 1.0 for a in balanced.values())
     # The demo's split: the majority label scores 0.5 balanced accuracy, the
     # shift costs source-only about 14 points against the target's own model,
-    # and every private model, noisy GD and the private selection, at
-    # epsilon 1 and 3, is ahead of both free models.
+    # noisy GD at epsilon 1 and 3 is ahead of both free models, and the
+    # private selection never below them: it delivers a trained model only
+    # where its release certifies one better than source-only, and otherwise
+    # source-only itself (as at epsilon 1 in one CI run).
     majority = balanced["majority class (public source) @ -"]
     source_only = balanced["source only (public data) @ -"]
     assert majority == 0.5 < source_only < 0.7
     assert balanced["target only, non-private @ inf"] > source_only + 0.1
-    private = [a for m, a in balanced.items() if m.startswith(("noisy GD", "private selection"))]
-    assert len(private) == 4 and all(a > source_only for a in private)
+    noisy_gd = [a for m, a in balanced.items() if m.startswith("noisy GD")]
+    selection = [a for m, a in balanced.items() if m.startswith("private selection")]
+    assert len(noisy_gd) == 2 and all(a > source_only for a in noisy_gd)
+    assert len(selection) == 2 and all(a >= source_only for a in selection)
     per_job = re.findall(r"(?:noisy-gd|selected)-eps(\d)-\w+ (\d\.\d{3})", out)
     assert len(per_job) == 12
     for target, spent in per_job:
