@@ -354,18 +354,15 @@ class SitePolicy:
             raise self._fail(f"max_sampler_table_bytes must be a whole number of at least "
                              f"{LARGEST_TABLE_BYTES} (the largest table a sampler builds), "
                              f"got {table!r}")
-        if self.max_certificates is None:
-            if not self.simulation:
-                self.max_certificates = DEFAULT_MAX_CERTIFICATES
-        elif not _is_int(self.max_certificates) or self.max_certificates < 1:
-            raise self._fail(f"max_certificates must be a whole number >= 1, got "
-                             f"{self.max_certificates!r}")
-        if self.max_unpaid_rounds is None:
-            if not self.simulation:
-                self.max_unpaid_rounds = DEFAULT_MAX_UNPAID_ROUNDS
-        elif not _is_int(self.max_unpaid_rounds) or self.max_unpaid_rounds < 1:
-            raise self._fail(f"max_unpaid_rounds must be a whole number >= 1, got "
-                             f"{self.max_unpaid_rounds!r}")
+        # Counts a deployed site bounds by default and a simulation only if it says.
+        for name, default in (("max_certificates", DEFAULT_MAX_CERTIFICATES),
+                              ("max_unpaid_rounds", DEFAULT_MAX_UNPAID_ROUNDS)):
+            count = getattr(self, name)
+            if count is None:
+                if not self.simulation:
+                    setattr(self, name, default)
+            elif not _is_int(count) or count < 1:
+                raise self._fail(f"{name} must be a whole number >= 1, got {count!r}")
         if not isinstance(self.allow_per_site_releases, bool):
             raise self._fail(f"allow_per_site_releases must be true or false, got "
                              f"{self.allow_per_site_releases!r}")

@@ -26,7 +26,14 @@ from pathlib import Path
 import numpy as np
 
 from experiments.seed000.federation import Federations, add_networked_flag
-from experiments.seed000.reporting import maybe_png, mean_std, output_path, print_table, write_csv
+from experiments.seed000.reporting import (
+    add_output_option,
+    maybe_png,
+    mean_std,
+    output_path,
+    print_table,
+    write_csv,
+)
 from privadapt import PrivateDiscrepancy, load_adult_domains
 
 RESULTS_DEFAULT = Path("experiments/seed000/results")
@@ -54,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
+    add_output_option(parser, RESULTS_DEFAULT)
     add_networked_flag(parser)
     args = parser.parse_args(argv)
     args.out = output_path(args.out, RESULTS_DEFAULT, args.quick)

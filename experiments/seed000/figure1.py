@@ -36,7 +36,14 @@ import numpy as np
 
 from experiments.grid import Runner, add_runner_options, runner_from
 from experiments.seed000.federation import Federations, add_networked_flag
-from experiments.seed000.reporting import maybe_png, mean_std, output_path, print_table, write_csv
+from experiments.seed000.reporting import (
+    add_output_option,
+    maybe_png,
+    mean_std,
+    output_path,
+    print_table,
+    write_csv,
+)
 from experiments.seed000.synthetic import make_shifted_regression
 from privadapt import NoisyGD, NoisySGD, PCnvxAdap
 from privadapt.common.mechanisms import Adjacency
@@ -109,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-weight-noise", action="store_true",
                         help="PCnvxAdap without the paper's u-noise (cnvx_adap.py docstring)")
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
+    add_output_option(parser, RESULTS_DEFAULT)
     add_networked_flag(parser)
     add_runner_options(parser)
     args = parser.parse_args(argv)

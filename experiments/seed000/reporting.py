@@ -3,12 +3,19 @@ tables for the seed 000 experiment scripts."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+
+
+def add_output_option(parser: argparse.ArgumentParser, default: Path) -> None:
+    """``--out``, whose default :func:`output_path` resolves after parsing."""
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"default {default} (--quick: a quick/ folder beside it)")
 
 
 def output_path(given: Path | None, default: Path, quick: bool) -> Path:

@@ -36,7 +36,14 @@ from experiments.baselines.kmm import KernelMeanMatching, weighted_least_squares
 from experiments.grid import Runner, add_runner_options, runner_from
 from experiments.seed000.diabetes import load_diabetes_domains
 from experiments.seed000.federation import Federations, add_networked_flag
-from experiments.seed000.reporting import maybe_png, mean_std, output_path, print_table, write_csv
+from experiments.seed000.reporting import (
+    add_output_option,
+    maybe_png,
+    mean_std,
+    output_path,
+    print_table,
+    write_csv,
+)
 from experiments.seed000.synthetic import ShiftedRegression, make_shifted_regression
 from privadapt import PCnvxAdap
 
@@ -146,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--splits", type=int, default=None, help="default 10 (--quick: 2)")
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
+    add_output_option(parser, RESULTS_DEFAULT)
     add_networked_flag(parser)
     add_runner_options(parser)
     args = parser.parse_args(argv)

@@ -36,7 +36,14 @@ import numpy as np
 from experiments.baselines.kmm import KernelMeanMatching, weighted_logistic
 from experiments.grid import Runner, add_runner_options, runner_from
 from experiments.seed000.federation import Federations, add_networked_flag
-from experiments.seed000.reporting import maybe_png, mean_std, output_path, print_table, write_csv
+from experiments.seed000.reporting import (
+    add_output_option,
+    maybe_png,
+    mean_std,
+    output_path,
+    print_table,
+    write_csv,
+)
 from privadapt import PNCnvxAdap, load_adult_domains
 from privadapt.server.algorithms.public_erm import accuracy, fit_linear
 
@@ -106,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--splits", type=int, default=10)
     parser.add_argument("--train-size", type=int, default=2000)
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
+    add_output_option(parser, RESULTS_DEFAULT)
     add_networked_flag(parser)
     add_runner_options(parser)
     args = parser.parse_args(argv)

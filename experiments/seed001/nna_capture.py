@@ -47,7 +47,13 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.seed000.reporting import mean_std, output_path, print_table, write_csv
+from experiments.seed000.reporting import (
+    add_output_option,
+    mean_std,
+    output_path,
+    print_table,
+    write_csv,
+)
 from experiments.seed001 import datasets as ds
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.kernels.nearest_target_sums import NearestTargetParams
@@ -205,8 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-gap", type=float, default=0.01,
                         help="summarise cells whose STC gain over ClusterT is at least this")
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
+    add_output_option(parser, RESULTS_DEFAULT)
     args = parser.parse_args(argv)
     args.out = output_path(args.out, RESULTS_DEFAULT, args.quick)
     if args.quick:

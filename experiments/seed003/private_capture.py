@@ -42,7 +42,13 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.seed000.reporting import mean_std, output_path, print_table, write_csv
+from experiments.seed000.reporting import (
+    add_output_option,
+    mean_std,
+    output_path,
+    print_table,
+    write_csv,
+)
 from experiments.seed003 import section7
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.data.dataset import Dataset
@@ -200,8 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mu-factors", type=float, nargs="+", default=[0.1, 0.3, 1.0, 3.0])
     parser.add_argument("--test-size", type=int, default=5000)
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
+    add_output_option(parser, RESULTS_DEFAULT)
     args = parser.parse_args(argv)
     args.out = output_path(args.out, RESULTS_DEFAULT, args.quick)
     if args.quick:

@@ -42,7 +42,14 @@ import numpy as np
 
 from experiments.grid import Runner, add_runner_options, runner_from
 from experiments.seed000.federation import Federations, add_networked_flag
-from experiments.seed000.reporting import maybe_png, mean_std, output_path, print_table, write_csv
+from experiments.seed000.reporting import (
+    add_output_option,
+    maybe_png,
+    mean_std,
+    output_path,
+    print_table,
+    write_csv,
+)
 from privadapt.client.local_federation import LocalFederation
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.federation import Federation
@@ -233,8 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", help="n values (default the paper's)")
     parser.add_argument("--iterations", type=int, help="K (default the paper's 1000)")
     parser.add_argument("--epsilons", type=float, nargs="+", help="default 1 3 10")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
+    add_output_option(parser, RESULTS_DEFAULT)
     add_networked_flag(parser)
     add_runner_options(parser)
     args = parser.parse_args(argv)

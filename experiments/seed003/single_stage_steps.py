@@ -24,7 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.seed000.reporting import mean_std, output_path, print_table, write_csv
+from experiments.seed000.reporting import (
+    add_output_option,
+    mean_std,
+    output_path,
+    print_table,
+    write_csv,
+)
 from experiments.seed003.section7 import (
     RADIUS,
     RIDGE,
@@ -103,8 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="tiny setting, a few seconds")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"default {RESULTS_DEFAULT} (--quick: a quick/ folder beside it)")
+    add_output_option(parser, RESULTS_DEFAULT)
     args = parser.parse_args(argv)
     args.out = output_path(args.out, RESULTS_DEFAULT, args.quick)
     config, runs = (QUICK, 1) if args.quick else (FULL, args.runs)
