@@ -10,7 +10,8 @@ dials the coordinator over mutual TLS (the site is always the gRPC client: it
 sits behind a firewall that allows outbound connections only), registers, opens
 the Connect stream and answers every work item on it (client/daemon/worker.py).
 When the coordinator is unreachable or the stream breaks it reconnects with
-capped exponential backoff (0.2 s doubling to 30 s, with jitter), waiting on an
+capped exponential backoff (0.2 s doubling to 30 s, with jitter, starting
+again after a session that lasted 10 s), waiting on an
 event rather than sleeping, so SIGTERM or SIGINT stops it at once: the stream
 is cancelled, the round in hand (if any) is finished or refused, the databases
 are closed, and the daemon exits 0.
@@ -62,6 +63,8 @@ logger = logging.getLogger("privadapt.site")
 SOFTWARE_VERSION = "privadapt-site/0.1"
 REGISTER_TIMEOUT_S = 10.0
 BACKOFF_INITIAL_S, BACKOFF_CAP_S = 0.2, 30.0
+#: A session this long restarts the backoff schedule when it ends.
+STABLE_SESSION_S = 10.0
 # Keepalive pings notice a coordinator that vanished without closing the TCP
 # connection (a power cut) within about 30 s.
 KEEPALIVE_OPTIONS = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeout_ms", 10_000),
@@ -126,10 +129,10 @@ class Backoff:
 
     Hand-written rather than tenacity's ``wait_random_exponential`` (the same
     law): tenacity retries a call until it succeeds, while this loop never
-    stops, restarts its schedule in the middle of a session (at registration)
-    and must not dial again once stopped during a wait; tenacity needed its
-    attempt counter reset by hand and a guard for the attempt it starts after
-    its sleep, in as many lines."""
+    stops, restarts its schedule after a session that held
+    (:data:`STABLE_SESSION_S`) and must not dial again once stopped during a
+    wait; tenacity needed its attempt counter reset by hand and a guard for
+    the attempt it starts after its sleep, in as many lines."""
 
     def __init__(self, initial: float = BACKOFF_INITIAL_S, cap: float = BACKOFF_CAP_S) -> None:
         self.initial, self.cap = initial, cap
@@ -241,7 +244,7 @@ class SiteDaemon:
             registered = stub.Register(self._registration(), timeout=REGISTER_TIMEOUT_S)
             interval = check_register_response(registered)
             self._registered_once = True
-            backoff.reset()
+            registered_at = time.monotonic()
             jobs = [pb.JobProgress(job_id=job, last_closed_round=last)
                     for job, last in self.progress.unfinished().items()]
             stream = _connect(channel)(pb.ConnectRequest(
@@ -261,6 +264,11 @@ class SiteDaemon:
                 for item in _work_items(stream):
                     lanes.submit(item)
             finally:
+                # Only a session that held starts the schedule again: one the
+                # coordinator ends at once, session after session, would
+                # otherwise have the site dial it every 0.2 s.
+                if time.monotonic() - registered_at >= STABLE_SESSION_S:
+                    backoff.reset()
                 # The items in hand finish on this channel before it closes.
                 lanes.close()
                 self.worker.session_ended()

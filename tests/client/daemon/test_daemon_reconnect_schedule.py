@@ -1,6 +1,7 @@
 """The site daemon's reconnect schedule: after the k-th failed session in a
 row it waits a uniform time between 0.2 s and min(30 s, 0.2 s x 2^(k-1));
-a session that registered starts the schedule again; and it never gives up,
+a session that held (STABLE_SESSION_S) starts the schedule again, one the
+coordinator ends at once does not; and it never gives up,
 however long the coordinator refuses, until it is stopped. The waits are read
 from a fake clock (the daemon's stop event, which it waits on instead of
 sleeping), and the jitter's window from random.uniform's arguments."""
@@ -121,11 +122,23 @@ def test_the_window_doubles_from_the_initial_wait_to_the_cap(make_site, monkeypa
     assert waits == highs and sessions == 11
 
 
-def test_a_registered_session_starts_the_schedule_again(make_site, monkeypatch):
+def test_a_session_that_held_starts_the_schedule_again(make_site, monkeypatch):
+    # Every session "held": the fake coordinator's end at once counts as long.
+    monkeypatch.setattr(daemon_main, "STABLE_SESSION_S", 0.0)
     windows, _, _ = _windows(make_site, monkeypatch, accept={3, 4}, waits=6)
     assert [high for _, high in windows] == pytest.approx(
         [INITIAL, 2 * INITIAL, INITIAL, INITIAL, 2 * INITIAL, 4 * INITIAL])
     assert all(low == INITIAL for low, _ in windows)
+
+
+def test_a_session_the_coordinator_ends_at_once_does_not_restart_the_schedule(
+        make_site, monkeypatch):
+    # A coordinator that registers the site and ends its stream at once,
+    # session after session, would otherwise have it dial every 0.2 s.
+    windows, _, sessions = _windows(make_site, monkeypatch, accept={3, 4, 5, 6}, waits=6)
+    assert sessions == 6
+    assert [high for _, high in windows] == pytest.approx(
+        [min(CAP, INITIAL * 2**k) for k in range(6)])
 
 
 def test_the_daemon_never_gives_up_while_it_runs(make_site, monkeypatch):
