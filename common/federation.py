@@ -119,6 +119,14 @@ class AggregateAnswer:
             return 1.0
         return math.sqrt(count / honest_share_count(count, self.collusion_tolerance))
 
+    def noise_std(self, mechanism: Mechanism) -> float:
+        """The std of the noise this answer's first block carries, released
+        under ``mechanism``: 0 without noise, else its calibrated scale times
+        :attr:`noise_std_factor`."""
+        if mechanism.is_non_private:
+            return 0.0
+        return float(mechanism.noise_scales[0]) * self.noise_std_factor
+
     @property
     def value(self) -> np.ndarray:
         """The single block of a one-block answer."""

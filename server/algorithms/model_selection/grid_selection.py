@@ -98,8 +98,7 @@ def select_on_noisy_sums(federation: Federation, candidates: np.ndarray, bounds:
         mechanism = KERNEL.mechanism(params, multiplier, Adjacency.REPLACE_ONE, dim=dim)
         answer = federation.query(KERNEL.name, params.to_wire(), mechanism)
         sums[row] = float(np.asarray(answer.value, dtype=float)[0])
-        stds[row] = (0.0 if mechanism.is_non_private
-                     else float(mechanism.noise_scales[0]) * answer.noise_std_factor)
+        stds[row] = answer.noise_std(mechanism)
     confidence = math.sqrt(2 * math.log(8 * len(noisy_rows) / beta))
     scores = np.where(np.isnan(sums), 0.0, sums) + penalties + confidence * stds
     return GridChoice(int(np.argmin(scores)), "secure_sum", sums, stds,

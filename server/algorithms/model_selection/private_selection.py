@@ -360,8 +360,7 @@ def private_selection(
     mechanism = selection_mechanism(params, epsilon, delta, dim=dim)
     answer = federation.query(KERNEL.name, params.to_wire(), mechanism)
     noisy = np.asarray(answer.value, dtype=float)
-    noise_std = (0.0 if mechanism.is_non_private
-                 else float(mechanism.noise_scales[0]) * answer.noise_std_factor)
+    noise_std = answer.noise_std(mechanism)
     margin = baseline_margin(noise_std, params.num_candidates, baseline_confidence)
     return SelectionResult(
         best_index=choose(noisy, margin),
@@ -423,15 +422,13 @@ def _paired_selection(
                                       dim=dim)
         answer = federation.query(HISTOGRAM.name, histogram.to_wire(), release)
         counts = np.asarray(answer.value, dtype=float)
-        counts_std = (0.0 if release.is_non_private
-                      else float(release.noise_scales[0]) * answer.noise_std_factor)
+        counts_std = answer.noise_std(release)
         chosen = clips_from_histogram(counts, edges, counts_std, quantile * num_records)
     params = ValidationLossParams(candidates, loss, chosen, reference=reference)
     mechanism = KERNEL.mechanism(params, multiplier, Adjacency.REPLACE_ONE, dim=dim)
     answer = federation.query(KERNEL.name, params.to_wire(), mechanism)
     noisy = np.asarray(answer.value, dtype=float)
-    sigma = (0.0 if mechanism.is_non_private
-             else float(mechanism.noise_scales[0]) * answer.noise_std_factor)
+    sigma = answer.noise_std(mechanism)
     t = certifying_t(count, baseline_confidence)
     all_clips = np.concatenate([[0.0], chosen])
     estimates = np.concatenate([[0.0], chosen * noisy / num_records])
