@@ -52,7 +52,6 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 #: How often the server looks for children that ended while no request came.
 _REAP_INTERVAL_S = 0.05
 #: Whether the server's stdout (its parent) was found closed.
-_parent_gone = False
 
 
 class ForkServer:
@@ -281,16 +280,12 @@ def _report(line: str) -> None:
     report is dropped: the server still has its sites to stop, and an
     exception here ended it after the first site it reaped, before the
     SIGKILL that a site slow to stop needs."""
-    global _parent_gone
-    if _parent_gone:
-        return
     try:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
-        _parent_gone = True
-        # Nothing more reaches the parent; the interpreter's own flush at
-        # exit would raise again.
+        # Nothing more reaches the parent: later reports, and the
+        # interpreter's own flush at exit, go to /dev/null instead of raising.
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- kept open until exit
 
 
