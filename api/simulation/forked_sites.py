@@ -51,7 +51,6 @@ STOP_TIMEOUT_S = 10.0
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 #: How often the server looks for children that ended while no request came.
 _REAP_INTERVAL_S = 0.05
-#: Whether the server's stdout (its parent) was found closed.
 
 
 class ForkServer:
