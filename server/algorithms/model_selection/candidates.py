@@ -341,9 +341,14 @@ def candidate_models(spec: CandidateSpec, weights: np.ndarray,
     of public data: it costs no budget)."""
     if spec.shrink is None:
         return [weights]
-    center = ball_center(spec, center)
-    radius = spec.shrink * float(np.linalg.norm(center))
-    return [weights, project_to_ball(weights, radius, center)]
+    return [weights, shrunk_copy(weights, ball_center(spec, center), spec.shrink)]
+
+
+def shrunk_copy(model: np.ndarray, center: np.ndarray, shrink: float) -> np.ndarray:
+    """``center`` + the offset (model - center) projected on the ball of
+    radius shrink x ||center||: the free shrunk copy of a model trained
+    around the source-only model ``center``."""
+    return project_to_ball(model, shrink * float(np.linalg.norm(center)), center)
 
 
 def candidate_names(candidate_ids: np.ndarray, candidates: str | None = None) -> list[str]:

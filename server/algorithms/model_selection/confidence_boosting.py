@@ -127,7 +127,6 @@ import numpy as np
 from privadapt.common.accounting.accountant import epsilon_spent
 from privadapt.common.data.record_parts import TRAIN, RecordPart
 from privadapt.common.federation import Federation, OneSiteView, SitePrivacy
-from privadapt.common.numerics.geometry import project_to_ball
 from privadapt.server.algorithms.base import (
     CALIBRATION_PARAMETER,
     DELTA,
@@ -148,7 +147,7 @@ from privadapt.server.algorithms.base import (
 )
 from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
 from privadapt.server.algorithms.linear_model import LinearModelMixin
-from privadapt.server.algorithms.model_selection.candidates import error_scored
+from privadapt.server.algorithms.model_selection.candidates import error_scored, shrunk_copy
 from privadapt.server.algorithms.model_selection.private_selection import private_selection
 from privadapt.server.algorithms.model_selection.selected_adaptation import (
     HISTOGRAM_SHARE,
@@ -160,8 +159,6 @@ from privadapt.server.algorithms.public_erm import fit_linear, public_constant_m
 
 SOURCE_ONLY = "source_only"
 PUBLIC_CONSTANT = "public_constant"
-#: The free candidates "average" adds (module docstring, "Averaged").
-AVERAGE, AVERAGE_SHRUNK = "average", "average:shrink=0.25"
 #: The DP learners a site can train its model with (a job names one).
 LEARNERS = ("noisy_gd", "output_perturbation")
 #: What the selection chooses among besides source-only (module docstring).
@@ -171,6 +168,8 @@ SITE_RADIUS_FACTOR = 1.0
 # The average's free shrunk copy: its offset to source-only projected on this
 # times ||w_src||, as SelectedAdaptation's default candidate's copy.
 AVERAGE_SHRINK = 0.25
+#: The free candidates "average" adds (module docstring, "Averaged").
+AVERAGE, AVERAGE_SHRUNK = "average", f"average:shrink={AVERAGE_SHRINK:g}"
 
 
 class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
@@ -298,8 +297,7 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         average = np.tensordot(weights / weights.sum(), np.stack(list(models.values())), 1)
         if self.radius_factor is None or self.learner != "noisy_gd":
             return [SOURCE_ONLY, AVERAGE], np.stack([source_only, average])
-        shrunk = project_to_ball(average, AVERAGE_SHRINK * float(np.linalg.norm(source_only)),
-                                 source_only)
+        shrunk = shrunk_copy(average, source_only, AVERAGE_SHRINK)
         return [SOURCE_ONLY, AVERAGE, AVERAGE_SHRUNK], np.stack([source_only, average, shrunk])
 
     @fit_context(prefer_skip_nested_validation=True)
