@@ -9,6 +9,7 @@ import pytest
 
 SCRIPTS = [
     "experiments.adapter_study", "experiments.adult_splits", "experiments.epsilon_monotonicity",
+    "experiments.diabetes_cross_fitting",
     "experiments.step_rule_study", "experiments.seed000.discrepancy",
     "experiments.seed000.figure1", "experiments.seed000.figure4", "experiments.seed000.table1",
     "experiments.seed000.table4", "experiments.seed001.cost_tables",
