@@ -273,17 +273,15 @@ def paired_selection(diffs, public, multiplier, rng) -> dict:
     sums += sigma * rng.normal(size=entries)
     estimates = np.concatenate([[0.0], clips * sums / count])
     stds = np.concatenate([[0.0], clips * sigma / count])
-    index = safe_argmin(estimates, stds, certifying_t(entries, BETA))
-    return {"index": index, "clips": clips.tolist(), "estimates": estimates[1:].tolist(),
-            "upper": (estimates + certifying_t(entries, BETA) * stds)[1:].tolist(),
+    return {**certified(estimates, stds, certifying_t(entries, BETA)), "clips": clips.tolist(),
             "bite": np.mean(np.abs(diffs) > clips, axis=0).tolist()}
 
 
 def stats_certificate(pairs, stats, center) -> dict:
     """(b)(iii): pair k = (m_A, m_B) scored on the other fold's statistics,
     union bound over the 2 K' one-sided events (module docstring)."""
-    t = certifying_t(2 * len(pairs), BETA)
-    estimates, upper = [0.0], [0.0]
+    size = sum(s[3] for s in stats)
+    estimates, stds = [0.0], [0.0]
     for model_a, model_b in pairs:
         total, spread = 0.0, 0.0
         for model, (gram, moments, sigma, _) in ((model_a, stats[1]), (model_b, stats[0])):
@@ -291,14 +289,16 @@ def stats_certificate(pairs, stats, center) -> dict:
                 - 2.0 * (model - center) @ moments
             offset = np.outer(model, model) - np.outer(center, center)
             spread += sigma * math.sqrt(np.sum(offset**2) + 4.0 * np.sum((model - center)**2))
-        size = sum(s[3] for s in stats)
         estimates.append(total / size)
-        upper.append((total + t * spread) / size)
-    upper_array = np.asarray(upper)
-    certified = np.flatnonzero(upper_array[1:] < 0) + 1
-    index = 0 if len(certified) == 0 else int(certified[np.argmin(
-        np.asarray(estimates)[certified])])
-    return {"index": index, "estimates": estimates[1:], "upper": upper[1:]}
+        stds.append(spread / size)
+    return certified(estimates, stds, certifying_t(2 * len(pairs), BETA))
+
+
+def certified(estimates, stds, t) -> dict:
+    """The package's safe argmin on (reference first) estimates and stds."""
+    estimates, stds = np.asarray(estimates), np.asarray(stds)
+    return {"index": safe_argmin(estimates, stds, t), "estimates": estimates[1:].tolist(),
+            "upper": (estimates + t * stds)[1:].tolist()}
 
 
 def residual_sum(records, center, multiplier, rng):
@@ -326,15 +326,13 @@ def shift_certificate(fitted) -> dict:
     n_B delta_A^2 - 2 delta_A R~_B (the exact paired difference sum of a
     shift), error -2 delta_A e_B, and delta_B on A; union bound over the two
     one-sided events (module docstring)."""
-    t = certifying_t(2, BETA)
     total, spread = 0.0, 0.0
     for own, other in ((fitted[0], fitted[1]), (fitted[1], fitted[0])):
         shift = own["shift"]
         total += other["size"] * shift**2 - 2.0 * shift * other["residual"]
         spread += 2.0 * abs(shift) * other["sigma"]
     size = fitted[0]["size"] + fitted[1]["size"]
-    upper = (total + t * spread) / size
-    return {"index": 1 if upper < 0 else 0, "estimates": [total / size], "upper": [upper]}
+    return certified([0.0, total / size], [0.0, spread / size], certifying_t(2, BETA))
 
 
 # ------------------------------------------------------------------- designs
