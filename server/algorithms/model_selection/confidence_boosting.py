@@ -147,7 +147,11 @@ from privadapt.server.algorithms.base import (
 )
 from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
 from privadapt.server.algorithms.linear_model import LinearModelMixin
-from privadapt.server.algorithms.model_selection.candidates import error_scored, shrunk_copy
+from privadapt.server.algorithms.model_selection.candidates import shrunk_copy
+from privadapt.server.algorithms.model_selection.error_selection import (
+    error_selection,
+    resolve_score,
+)
 from privadapt.server.algorithms.model_selection.private_selection import private_selection
 from privadapt.server.algorithms.model_selection.selected_adaptation import (
     HISTOGRAM_SHARE,
@@ -231,7 +235,7 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
     radius_factor: float | None = hyperparameter([*POSITIVE, None],
                                                  default=SITE_RADIUS_FACTOR)
     combine: str = hyperparameter([Options(*COMBINATIONS)], default="average")
-    constant_candidate: bool = hyperparameter(FLAG, default=False)
+    constant_candidate: bool | str = hyperparameter([*FLAG, Options("auto")], default="auto")
     regularization: float | str = hyperparameter([*POSITIVE, Options("auto")], default="auto")
     label_bound: float = hyperparameter(POSITIVE, default=1.0)
     selection_share: float = hyperparameter([Interval(float, 0, 1, closed="neither")],
@@ -261,6 +265,15 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         if self.selection_score == "error" and self.loss != "logistic":
             raise InvalidParameterError(f"{type(self).__name__}: selection_score 'error' "
                                         f"scores classifiers (loss 'logistic'); got {self.loss!r}")
+
+    def _with_constant(self) -> bool:
+        """``constant_candidate`` with "auto" resolved: a classifier's
+        candidates hold the majority label (the error score certifies
+        against it, error_selection.py), a regression's do not (module
+        docstring, "Averaged")."""
+        if self.constant_candidate == "auto":
+            return self.loss == "logistic"
+        return bool(self.constant_candidate)
 
     def _site_learner(self, epsilon: float, delta: float,
                       source_only: np.ndarray) -> NoisyGD | OutputPerturbation:
@@ -328,31 +341,35 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         names, coefficients = self._candidates(source_only, learners, federation.site_sizes)
         constant = (public_constant_model(features, labels, self.loss, self.radius,
                                           getattr(public_source, "feature_names", None))
-                    if self.constant_candidate else None)
+                    if self._with_constant() else None)
         if constant is not None:  # free: public data only; right after source-only
             names.insert(1, PUBLIC_CONSTANT)
             coefficients = np.insert(coefficients, 1, constant, axis=0)
         epsilon, delta = plan["selection"]
-        if self.selection_score in ("auto", "paired"):
+        score = resolve_score(self.selection_score, self.loss)
+        loss_bound = None
+        if score == "error":
+            # Each record scores its error, certified against every free
+            # model (error_selection.py): the guarantee is on accuracy.
+            loss_bound = 1.0
+            result = error_selection(
+                validation, candidates=coefficients, num_free=2 if constant is not None else 1,
+                epsilon=epsilon, delta=delta, baseline_confidence=self.baseline_confidence)
+        elif score == "paired":
             # Differences to source-only (candidate 0), as SelectedAdaptation's
             # default: the clipped loss's order can differ from the true one
             # on a heavy-tailed target even without noise.
-            loss_bound = None
             result = private_selection(
                 validation, candidates=coefficients[1:], loss=self.loss, epsilon=epsilon,
                 delta=delta, baseline_confidence=self.baseline_confidence, method="auto",
                 reference=source_only, clips=PAIRED_CLIPS, histogram_share=HISTOGRAM_SHARE,
                 public_source=(features, labels))
         else:
-            loss_bound, scored = self.loss_bound, coefficients
-            if self.selection_score == "error":
-                # Each record scores its error (error_scored): the guarantee
-                # is then on accuracy, as SelectedAdaptation's "error".
-                loss_bound, scored = 1.0, error_scored(coefficients)
-            elif loss_bound == "auto":
+            loss_bound = self.loss_bound
+            if loss_bound == "auto":
                 loss_bound = auto_loss_bound(self.loss, source_only, features, labels)
             result = private_selection(
-                validation, candidates=scored, loss=self.loss, loss_bound=loss_bound,
+                validation, candidates=coefficients, loss=self.loss, loss_bound=loss_bound,
                 epsilon=epsilon, delta=delta, baseline_confidence=self.baseline_confidence,
                 method="auto")
         self.candidate_names_ = names

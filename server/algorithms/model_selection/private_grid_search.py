@@ -158,6 +158,7 @@ from privadapt.server.algorithms.model_selection.grid_plan import (
 )
 from privadapt.server.algorithms.model_selection.grid_selection import (
     select_at_the_site,
+    select_errors,
     select_on_noisy_sums,
     select_paired,
 )
@@ -213,7 +214,7 @@ class SearchSettings:
     free: Mapping[str, np.ndarray]  # name -> public model, in candidate order
     fit_options: Mapping[str, Any]
     guess_params: Sequence[Mapping[str, Any]] | None
-    score: str  # "paired" or "penalised" (module docstring)
+    score: str  # "paired", "error" or "penalised" (module docstring)
     public_arrays: tuple[np.ndarray, np.ndarray] | None  # the public source's (X, y)
 
 
@@ -382,7 +383,10 @@ def run_search(train_federation: Federation, validation_federation: Federation,
         names=[*free, *(f"guess {j + 1}" for j in kept)], loss_bounds=bounds,
         penalties=penalties, learners=learners, num_validation_records=n, method=method,
         dropped=tuple(j + 1 for j in range(len(grid.radii)) if j not in grid.kept))
-    if settings.score == "paired":
+    if settings.score == "error":
+        choice = select_errors(validation_federation, candidates, len(free), epsilon, delta,
+                               settings.beta, settings.method)
+    elif settings.score == "paired":
         choice = select_paired(validation_federation, candidates, bounds, settings.loss,
                                epsilon, delta, settings.beta, settings.method,
                                settings.public_arrays)

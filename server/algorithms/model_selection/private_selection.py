@@ -114,6 +114,39 @@ validation records is negative: it is no worse than the reference there.
 whose C_k is small; GAIN_STUDY.md 4.1.) Everything after the releases is
 post-processing.
 
+Choice against every free model (:func:`safe_argmin` with ``num_free`` F
+> 1: the error score of error_selection.py, where source-only and the
+public constant are both scored in the release). The first F entries are
+the free models (public, trained on no private record), the other L the
+learned candidates; entry k has estimate e_k (its noisy mean score) and
+noise std s_k, the noises independent (one Gaussian release of a vector
+has independent coordinates; the reference of the paired score is exact,
+s_0 = 0). The rule: a learned k is certified when its upper confidence
+bound beats every free model,
+
+    e_k - e_f + t sqrt(s_k^2 + s_f^2) < 0   for every free f
+
+(the difference of two independent noisy scores has std sqrt(s_k^2 +
+s_f^2), sqrt(2) s for equal noises); among the certified the least
+estimate is delivered, and without one the free model of least estimate
+(the better free model as the release sees it). Union bound over the P = L
+F + F (F - 1) ordered pairs (k, f) and (f, f') with f != f', each one-sided
+Gaussian tail P(N(0, 1) > t) <= exp(-t^2 / 2) at t = sqrt(2 log(max(P, 2)
+/ beta)) (:func:`certifying_t` of P: :func:`free_certifying_t`): with
+probability >= 1 - beta no pair's noise difference exceeds t times its
+std, and then (S_j the true mean score on the validation records)
+
+* a delivered learned model is better than every free model: S_j < min_f S_f;
+* a delivered free model f* is within the resolution of the better one:
+  S_f* - min_f S_f <= t sqrt(s_f*^2 + s_fb^2) (e_f* <= e_fb for the truly
+  better f_b).
+
+So with probability >= 1 - beta the delivered model is never worse than
+the better free model by more than t sqrt(2) s (equal noises), and never
+worse at all when a learned model is delivered. With F = 1 (the reference,
+exact) the rule and t are the paired rule above, P = L = K'. Post-processing
+of the one release.
+
 One data holder with a reference (``method="exponential"``): the site runs
 the exponential mechanism on the normalised paired sums with the reference
 among the candidates (its own difference is identically 0), per-entry
@@ -267,17 +300,30 @@ def certifying_t(num_candidates: int, confidence: float | None) -> float:
     return math.sqrt(2.0 * math.log(max(num_candidates, 2) / confidence))
 
 
-def safe_argmin(estimates: np.ndarray, stds: np.ndarray, t: float) -> int:
-    """Index 0 (the reference: estimate 0, no noise) unless some candidate's
-    upper bound ``estimates[k] + t stds[k]`` is below 0; then, among those,
-    the one of least estimate (module docstring)."""
+def free_certifying_t(num_learned: int, num_free: int, confidence: float | None) -> float:
+    """t of :func:`safe_argmin` with ``num_free`` free models: the union
+    bound over the L F + F (F - 1) pairs it compares (module docstring,
+    "Choice against every free model"); with one free model the paired
+    rule's t."""
+    pairs = num_learned * num_free + num_free * (num_free - 1)
+    return certifying_t(pairs, confidence)
+
+
+def safe_argmin(estimates: np.ndarray, stds: np.ndarray, t: float, num_free: int = 1) -> int:
+    """The first ``num_free`` entries are the free models (with one, the
+    reference: estimate 0, no noise). A learned entry k is certified when
+    ``estimates[k] - estimates[f] + t hypot(stds[k], stds[f])`` is below 0
+    for every free f; the certified one of least estimate is delivered,
+    else the free one of least estimate (module docstring)."""
     estimates = np.asarray(estimates, dtype=float)
-    upper = estimates + t * np.asarray(stds, dtype=float)
-    certified = upper < 0
-    certified[0] = False
+    stds = np.asarray(stds, dtype=float)
+    free, learned = estimates[:num_free], estimates[num_free:]
+    gaps = learned[:, None] - free[None, :] + t * np.hypot(stds[num_free:, None],
+                                                           stds[None, :num_free])
+    certified = np.all(gaps < 0, axis=1)
     if not np.any(certified):
-        return 0
-    return int(np.argmin(np.where(certified, estimates, np.inf)))
+        return int(np.argmin(free))
+    return num_free + int(np.argmin(np.where(certified, learned, np.inf)))
 
 
 def paired_multipliers(epsilon: float, delta: float, clips: object,
@@ -429,7 +475,7 @@ def _paired_selection(
     answer = federation.query(KERNEL.name, params.to_wire(), mechanism)
     noisy = np.asarray(answer.value, dtype=float)
     sigma = answer.noise_std(mechanism)
-    t = certifying_t(count, baseline_confidence)
+    t = free_certifying_t(count, 1, baseline_confidence)
     all_clips = np.concatenate([[0.0], chosen])
     estimates = np.concatenate([[0.0], chosen * noisy / num_records])
     stds = all_clips * sigma / num_records

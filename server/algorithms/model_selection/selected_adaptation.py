@@ -191,9 +191,13 @@ from privadapt.server.algorithms.model_selection.candidates import (
     ball_center,
     candidate_learner,
     candidate_models,
-    error_scored,
     parse_candidates,
     public_constant_model,
+)
+from privadapt.server.algorithms.model_selection.error_selection import (
+    error_resolution,
+    error_selection,
+    resolve_score,
 )
 from privadapt.server.algorithms.model_selection.private_selection import (
     SelectionResult,
@@ -332,7 +336,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         public values only, is coarser than WIDE_RESOLUTION."""
         if self.selection_share != "auto":
             return float(self.selection_share)
-        if self.selection_score_ != "paired" or math.isinf(self.epsilon):
+        if self.selection_score_ == "loss" or math.isinf(self.epsilon):
             return SELECTION_SHARES[0]
         first = SELECTION_SHARES[0]
         resolution = self._resolution(validation_federation, context,
@@ -396,7 +400,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         self.n_features_in_ = features.shape[1]
         self.selection_resolution_ = self._resolution(validation_federation, context, plan)
         self.warning_ = None
-        if self.selection_resolution_ > MAX_RESOLUTION:
+        if self.selection_score_ == "paired" and self.selection_resolution_ > MAX_RESOLUTION:
             return self._deliver_source_only(validation_federation, free)
         run = self._train_and_select(train_federation, validation_federation, context, plan)
         self.candidate_names_ = [*free, *(name for spec in specs for name in spec.model_names)]
@@ -420,15 +424,20 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
 
     def _resolution(self, validation_federation: Federation, context: _Context,
                     plan: Mapping[str, tuple[float, float]]) -> float:
-        """rho_sel of the paired release (module docstring, "Too small to
-        certify"), from public values only; 0 for the other scores."""
-        if self.selection_score_ != "paired":
+        """The selection release's resolution from public values only:
+        rho_sel of the paired release (module docstring, "Too small to
+        certify"), the error-rate resolution of the error score
+        (error_selection.py); 0 for the clipped loss."""
+        if self.selection_score_ == "loss":
             return 0.0
         epsilon, delta = plan["selection"]
+        records = sum(validation_federation.site_sizes.values())
         # Every scored entry: a ball candidate's shrunk copy is one more.
         others = len(context.free) - 1 + sum(len(spec.model_names) for spec in context.specs)
-        return paired_resolution(others, sum(validation_federation.site_sizes.values()),
-                                 epsilon, delta, clips=PAIRED_CLIPS,
+        if self.selection_score_ == "error":
+            return error_resolution(others + 1, len(context.free), records, epsilon, delta,
+                                    self.baseline_confidence)
+        return paired_resolution(others, records, epsilon, delta, clips=PAIRED_CLIPS,
                                  histogram_share=HISTOGRAM_SHARE,
                                  confidence=self.baseline_confidence)
 
@@ -475,8 +484,8 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
 
     def _score(self) -> str:
         """What the selection release scores: ``selection_score`` with
-        "auto" resolved ("paired", for either loss)."""
-        return "paired" if self.selection_score == "auto" else self.selection_score
+        "auto" resolved (module docstring, "The score")."""
+        return resolve_score(self.selection_score, self.loss)
 
     def _calibrate(self, train_federation: Federation, validation_federation: Federation,
                    context: _Context) -> JointCalibration:
@@ -527,10 +536,13 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
                 epsilon=epsilon, delta=delta, baseline_confidence=self.baseline_confidence,
                 method="auto", reference=coefficients[0], clips=PAIRED_CLIPS,
                 histogram_share=HISTOGRAM_SHARE, public_source=context.public)
+        elif self._score() == "error":
+            result = error_selection(
+                validation_federation, candidates=coefficients, num_free=len(context.free),
+                epsilon=epsilon, delta=delta, baseline_confidence=self.baseline_confidence)
         else:
-            scored = coefficients if self._score() == "loss" else error_scored(coefficients)
             result = private_selection(
-                validation_federation, candidates=scored, loss=self.loss,
+                validation_federation, candidates=coefficients, loss=self.loss,
                 loss_bound=context.loss_bound, epsilon=epsilon, delta=delta,
                 baseline_confidence=self.baseline_confidence, method="auto")
         privacy["selection"] = step_epsilon(validation_federation, before, delta)
