@@ -24,14 +24,20 @@ federation the chunks are already there: the sites. Here
   w_avg = sum_k (n_k / n) w_k (the sites' public sizes) and, for ball GD,
   its copy shrunk to the ball of radius 1/4 ||w_0|| around w_0 (section
   "Averaged" below);
-* one private selection among w_0 and those candidates on the "validation" record parts
-  of every site (``server/algorithms/model_selection/private_selection.py``: by
-  default the paired score, each w_k's validation loss minus w_0's, clipped
-  at clips a histogram release chooses, then one Gaussian release of the K
-  sums over all sites, secure sum, the two composing to one release at the
-  selection's budget; with ``selection_score="loss"`` seed 004's K + 1
-  clipped validation-loss sums, and with a single site and no baseline
-  margin the site runs the exponential mechanism itself). The paper's
+* for a classifier, the public constant (the source's majority label;
+  ``constant_candidate`` "auto") as candidate 1, free like w_0;
+* one private selection among the free models and those candidates on the
+  "validation" record parts of every site: by default for a classifier the
+  error score (``server/algorithms/model_selection/error_selection.py``:
+  one Gaussian release of every candidate's validation error count, a
+  learned candidate delivered only when certified better than both free
+  models, else the free one of fewer noisy errors), for a regression the
+  paired score (``private_selection.py``: each w_k's validation loss minus
+  w_0's, clipped at clips a histogram release chooses, then one Gaussian
+  release of the K sums over all sites, secure sum, the two composing to
+  one release at the selection's budget); with ``selection_score="loss"``
+  seed 004's K + 1 clipped validation-loss sums, and with a single site and
+  no baseline margin the site runs the exponential mechanism itself. The paper's
   Laplace report-noisy-max on one chunk becomes this release because a
   held-out "chunk" here is spread over all sites, whose scores must be
   summed before an argmax; the Gaussian release is the secure sum's form of
@@ -73,9 +79,12 @@ What this buys (Appendix E, Theorem E.1, sketched): the chosen model's risk
 is within the selection's noise of the best per-site model's and of the
 source-only model's; the paper's point is a high-probability bound from
 learners whose guarantee holds in expectation. With ``baseline_confidence``
-beta, the margin of private_selection.py keeps w_0 unless a per-site model
-beats it clearly, so with probability 1 - beta the delivered model's clipped
-validation loss is no larger than source-only's. The price: each model sees
+beta the selection keeps a free model unless a learned one beats it
+clearly, so with probability 1 - beta the delivered model's validation
+score (errors for a classifier, the paired loss difference for a
+regression) is no worse than source-only's, and a classifier's no worse
+than the better of source-only and the majority label by more than the
+release's resolution (error_selection.py). The price: each model sees
 one site's records only, so with many small sites each candidate is noisy;
 it pays where one site is large, or where the sites' distributions differ
 and one of them resembles the target.
@@ -193,15 +202,17 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
     perturbation's ``regularization`` lambda and ``label_bound``, its
     iterations sized by the site's public n); ``epsilon``, ``delta`` (each site's
     whole budget for the job); ``selection_share`` s; ``selection_score``
-    ("auto" = "paired": each per-site model's validation loss minus
-    source-only's, clipped per model at clips a private histogram chooses,
-    as :class:`SelectedAdaptation`'s default; "loss": the clipped loss,
-    seed 004's score; "error", for classifiers: validation errors, L = 1,
-    so that the guarantee is on accuracy, not log loss);
+    ("auto" (default): "error" for the logistic loss, "paired" for the
+    squared one; "error": validation errors, certified against every free
+    model, so that the guarantee is on accuracy, not log loss
+    (error_selection.py); "paired": each per-site model's validation loss
+    minus source-only's, clipped per model at clips a private histogram
+    chooses; "loss": the clipped loss, seed 004's score);
     ``constant_candidate`` (the free public constant, the public source's
     majority class or mean label, as candidate 1 where the source has an
-    intercept column: a promise against the majority class needs it among
-    the candidates, GAIN_STUDY.md 11); ``loss_bound`` L
+    intercept column; "auto" (default): for the logistic loss only, where
+    the error score certifies against it; a regression's was tried and not
+    taken, GAIN_STUDY.md 11.2); ``loss_bound`` L
     of the "loss" score (each validation
     loss clipped to [0, L]; "auto": the 95th percentile of the source-only
     model's losses on the public source); ``baseline_confidence`` beta (None: plain

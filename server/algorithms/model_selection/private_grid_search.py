@@ -76,12 +76,14 @@ the penalised clipped losses below. Its clipped loss orders the candidates
 as their true loss only where the clip never bites, and it keeps no
 baseline: on a heavy-tailed target it delivered the public constant, 4.4x
 source-only's error (GAIN_STUDY.md, 3a). ``score="paired"`` (the estimator's
-default) scores each candidate by its clipped loss difference to candidate 0
-(the source-only model, or the zero model without a public source) and
-keeps candidate 0 unless another is certified better at confidence beta
-(private_selection.py's paired score and ``safe_argmin``), at the same
-(epsilon / 2, delta / 2) on S2; the rest of this docstring is the paper's
-score.
+default for the squared loss) scores each candidate by its clipped loss
+difference to candidate 0 (the source-only model, or the zero model without
+a public source) and keeps candidate 0 unless another is certified better
+at confidence beta (private_selection.py's paired score and
+``safe_argmin``); ``score="error"`` (the default for the logistic loss)
+scores validation errors and delivers a guess only when certified better
+than every free model (error_selection.py); both at the same (epsilon / 2,
+delta / 2) on S2. The rest of this docstring is the paper's score.
 
 Privacy. Training: K runs at (epsilon / 2K, delta / 2K) on S1, (epsilon / 2,
 delta / 2) by basic composition (the sites' accountant composes them, usually
