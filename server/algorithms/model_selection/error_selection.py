@@ -18,8 +18,8 @@ learned candidate only when its upper confidence bound beats every free
 model, e_k - e_f + t sqrt(2) sigma / n < 0 (the difference of two
 independent noisy counts has std sqrt(2) sigma), else the free model of
 fewer noisy errors. With t = sqrt(2 log(max(P, 2) / beta)) over the P = L F
-+ F (F - 1) compared pairs (L learned, F free; private_selection.py,
-"Choice against every free model", derives it): with probability >= 1 -
++ F (F - 1) compared pairs (L learned, F free; certified_choice.py
+derives it): with probability >= 1 -
 beta over the noise the delivered model makes fewer validation errors
 than every free model when it is learned, and at most t sqrt(2) sigma
 (the resolution, :func:`error_resolution` in error-rate units) more than
@@ -51,11 +51,13 @@ import numpy as np
 
 from privadapt.common.accounting.calibration import ReleasePlan, noise_multiplier
 from privadapt.common.federation import Federation
+from privadapt.server.algorithms.model_selection.certified_choice import (
+    free_certifying_t,
+    safe_argmin,
+)
 from privadapt.server.algorithms.model_selection.private_selection import (
     SelectionResult,
-    free_certifying_t,
     private_selection,
-    safe_argmin,
 )
 
 #: The norm each candidate is scaled to (:func:`error_scored`).

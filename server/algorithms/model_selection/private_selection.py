@@ -100,52 +100,19 @@ sqrt(K')) and whose mechanism do not depend on them: the release sequence
 (kernels, count, mechanisms) is data-independent, so a planning federation
 answering zeros makes the same releases (joint_calibration.py needs this).
 
-Choice with a reference (:func:`safe_argmin`). Index 0 is the reference
-(estimate 0, no noise); candidate k >= 1 has the estimate e_k = C_k s~_k / n
-(its clipped mean difference to the reference) and the noise std C_k sigma /
-n. With t = sqrt(2 log(max(K', 2) / beta)) (beta = ``baseline_confidence``;
-t = 0 without it) the rule keeps the reference unless some candidate's upper
-bound e_k + t C_k sigma / n is below 0, and then delivers, among those, the
-one of least estimate. With probability >= 1 - beta every one of the K'
-noises is below t sigma (one-sided Gaussian tails, union bound), and then the
+Choice with a reference (certified_choice.py's ``safe_argmin`` with the
+reference the one free model). Index 0 is the reference (estimate 0, no
+noise); candidate k >= 1 has the estimate e_k = C_k s~_k / n (its clipped
+mean difference to the reference) and the noise std C_k sigma / n. The
+rule keeps the reference unless some candidate's upper bound e_k + t C_k
+sigma / n is below 0 (t = sqrt(2 log(max(K', 2) / beta)), beta =
+``baseline_confidence``; t = 0 without it), and then delivers, among
+those, the one of least estimate: with probability >= 1 - beta the
 delivered model's clipped mean paired difference to the reference on the
-validation records is negative: it is no worse than the reference there.
-(The least upper bound instead prefers candidates close to the reference,
-whose C_k is small; GAIN_STUDY.md 4.1.) Everything after the releases is
-post-processing.
-
-Choice against every free model (:func:`safe_argmin` with ``num_free`` F
-> 1: the error score of error_selection.py, where source-only and the
-public constant are both scored in the release). The first F entries are
-the free models (public, trained on no private record), the other L the
-learned candidates; entry k has estimate e_k (its noisy mean score) and
-noise std s_k, the noises independent (one Gaussian release of a vector
-has independent coordinates; the reference of the paired score is exact,
-s_0 = 0). The rule: a learned k is certified when its upper confidence
-bound beats every free model,
-
-    e_k - e_f + t sqrt(s_k^2 + s_f^2) < 0   for every free f
-
-(the difference of two independent noisy scores has std sqrt(s_k^2 +
-s_f^2), sqrt(2) s for equal noises); among the certified the least
-estimate is delivered, and without one the free model of least estimate
-(the better free model as the release sees it). Union bound over the P = L
-F + F (F - 1) ordered pairs (k, f) and (f, f') with f != f', each one-sided
-Gaussian tail P(N(0, 1) > t) <= exp(-t^2 / 2) at t = sqrt(2 log(max(P, 2)
-/ beta)) (:func:`certifying_t` of P: :func:`free_certifying_t`): with
-probability >= 1 - beta no pair's noise difference exceeds t times its
-std, and then (S_j the true mean score on the validation records)
-
-* a delivered learned model is better than every free model: S_j < min_f S_f;
-* a delivered free model f* is within the resolution of the better one:
-  S_f* - min_f S_f <= t sqrt(s_f*^2 + s_fb^2) (e_f* <= e_fb for the truly
-  better f_b).
-
-So with probability >= 1 - beta the delivered model is never worse than
-the better free model by more than t sqrt(2) s (equal noises), and never
-worse at all when a learned model is delivered. With F = 1 (the reference,
-exact) the rule and t are the paired rule above, P = L = K'. Post-processing
-of the one release.
+validation records is negative, no worse than the reference there
+(certified_choice.py derives it). (The least upper bound instead prefers
+candidates close to the reference, whose C_k is small; GAIN_STUDY.md 4.1.)
+Everything after the releases is post-processing.
 
 One data holder with a reference (``method="exponential"``): the site runs
 the exponential mechanism on the normalised paired sums with the reference
@@ -177,6 +144,10 @@ from privadapt.common.kernels.validation_loss import (
 from privadapt.common.losses import Loss
 from privadapt.common.mechanisms import Adjacency, ExponentialMechanism, Mechanism
 from privadapt.common.validation import check_positive
+from privadapt.server.algorithms.model_selection.certified_choice import (
+    free_certifying_t,
+    safe_argmin,
+)
 
 KERNEL = ValidationLoss()
 HISTOGRAM = LossDifferenceHistogram()
@@ -292,40 +263,6 @@ def clips_from_histogram(counts: np.ndarray, edges: np.ndarray, noise_std: float
     return np.maximum(np.asarray(clips, dtype=float), MIN_DIFFERENCE_CLIP)
 
 
-def certifying_t(num_candidates: int, confidence: float | None) -> float:
-    """t = sqrt(2 log(max(K', 2) / beta)) of the safe argmin (module
-    docstring), 0 without a confidence."""
-    if confidence is None:
-        return 0.0
-    return math.sqrt(2.0 * math.log(max(num_candidates, 2) / confidence))
-
-
-def free_certifying_t(num_learned: int, num_free: int, confidence: float | None) -> float:
-    """t of :func:`safe_argmin` with ``num_free`` free models: the union
-    bound over the L F + F (F - 1) pairs it compares (module docstring,
-    "Choice against every free model"); with one free model the paired
-    rule's t."""
-    pairs = num_learned * num_free + num_free * (num_free - 1)
-    return certifying_t(pairs, confidence)
-
-
-def safe_argmin(estimates: np.ndarray, stds: np.ndarray, t: float, num_free: int = 1) -> int:
-    """The first ``num_free`` entries are the free models (with one, the
-    reference: estimate 0, no noise). A learned entry k is certified when
-    ``estimates[k] - estimates[f] + t hypot(stds[k], stds[f])`` is below 0
-    for every free f; the certified one of least estimate is delivered,
-    else the free one of least estimate (module docstring)."""
-    estimates = np.asarray(estimates, dtype=float)
-    stds = np.asarray(stds, dtype=float)
-    free, learned = estimates[:num_free], estimates[num_free:]
-    gaps = learned[:, None] - free[None, :] + t * np.hypot(stds[num_free:, None],
-                                                           stds[None, :num_free])
-    certified = np.all(gaps < 0, axis=1)
-    if not np.any(certified):
-        return int(np.argmin(free))
-    return num_free + int(np.argmin(np.where(certified, learned, np.inf)))
-
-
 def paired_multipliers(epsilon: float, delta: float, clips: object,
                        histogram_share: float) -> tuple[float, float]:
     """(histogram's, paired release's) noise multipliers with a reference:
@@ -349,7 +286,7 @@ def paired_resolution(num_candidates: int, num_records: int, epsilon: float, del
     _, multiplier = paired_multipliers(epsilon, delta, clips, histogram_share)
     if math.isinf(multiplier):
         return 0.0
-    t = certifying_t(num_candidates, confidence)
+    t = free_certifying_t(num_candidates, 1, confidence)
     return t * 2.0 * math.sqrt(num_candidates) * multiplier / max(num_records, 1)
 
 

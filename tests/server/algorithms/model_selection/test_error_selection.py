@@ -6,9 +6,8 @@
   validation_loss kernel at L = 1 each record's score is in [0, 1] whatever it
   holds (norm 1e300 features, labels off +-1), so a neighbour moves each
   candidate's sum by at most L and nothing refuses on the data.
-* The choice certifies a learned candidate against every free model, and
-  without one delivers the free model of fewer noisy errors; its promise
-  holds at the stated probability.
+* One release of the error counts is all a selection charges, and without
+  noise a learned model of fewer errors than both free ones is delivered.
 """
 
 from __future__ import annotations
@@ -20,16 +19,13 @@ import numpy as np
 from privadapt import LocalFederation
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels import get_kernel
+from privadapt.server.algorithms.model_selection.certified_choice import free_certifying_t
 from privadapt.server.algorithms.model_selection.error_selection import (
     ERROR_SCALE,
     error_resolution,
     error_scored,
     error_selection,
     resolve_score,
-)
-from privadapt.server.algorithms.model_selection.private_selection import (
-    free_certifying_t,
-    safe_argmin,
 )
 
 
@@ -61,55 +57,6 @@ def test_each_record_scores_within_the_clip_through_the_kernel():
                         base.feature_names)
         moved = kernel.compute(added, params, {})[0] - base_sums
         assert np.all(np.isfinite(moved)) and np.all((moved >= -1e-9) & (moved <= 1.0 + 1e-9))
-
-
-# --- the choice against every free model ------------------------------------------------
-
-
-def test_a_learned_candidate_certified_against_source_only_but_not_the_constant_is_not_delivered():
-    # Free: source-only (0.40 errors), the constant (0.10); the learned one
-    # (0.12) is far below source-only and above the constant.
-    estimates, stds = [0.40, 0.10, 0.12], [0.01, 0.01, 0.01]
-    assert safe_argmin(estimates, stds, t=2.0, num_free=2) == 1
-
-
-def test_a_learned_candidate_certified_against_both_free_models_is_delivered():
-    estimates, stds = [0.40, 0.10, 0.02], [0.01, 0.01, 0.01]
-    assert safe_argmin(estimates, stds, t=2.0, num_free=2) == 2
-
-
-def test_without_a_certified_candidate_the_free_model_of_fewer_noisy_errors_is_delivered():
-    assert safe_argmin([0.30, 0.35, 0.33], [0.01] * 3, t=2.0, num_free=2) == 0
-    assert safe_argmin([0.35, 0.30, 0.33], [0.01] * 3, t=2.0, num_free=2) == 1
-
-
-def test_a_pair_is_certified_on_the_std_of_the_difference_of_its_two_noises():
-    # gap -0.13 against t sqrt(0.05^2 + 0.05^2) = 0.1414 at t = 2: not
-    # certified; against t 0.05 (one noise only) it would be.
-    assert safe_argmin([0.40, 0.27], [0.05, 0.05], t=2.0, num_free=1) == 0
-    assert safe_argmin([0.40, 0.25], [0.05, 0.05], t=2.0, num_free=1) == 1
-
-
-def test_the_union_bound_counts_every_learned_free_pair_and_both_free_orders():
-    # 2 learned, 2 free: 2 x 2 + 2 x 1 = 6 pairs; one free: the paired rule's K'.
-    assert free_certifying_t(2, 2, 0.1) == math.sqrt(2 * math.log(6 / 0.1))
-    assert free_certifying_t(3, 1, 0.1) == math.sqrt(2 * math.log(3 / 0.1))
-
-
-def test_the_promise_holds_at_least_one_minus_beta_of_the_time():
-    # True error rates: source-only 0.30, the constant 0.10 (the better free
-    # model), two learned ones 0.10 and 0.11 (none truly better). Broken
-    # promise: a learned one delivered, or a free one worse than 0.10 by
-    # more than the resolution t sqrt(2) s.
-    rng = np.random.default_rng(0)
-    beta, std = 0.1, 0.02
-    truth = np.array([0.30, 0.10, 0.10, 0.11])
-    t = free_certifying_t(2, 2, beta)
-    broken = 0
-    for _ in range(4000):
-        chosen = safe_argmin(truth + std * rng.normal(size=4), np.full(4, std), t, 2)
-        broken += chosen >= 2 or truth[chosen] - 0.10 > t * math.sqrt(2) * std
-    assert broken / 4000 <= beta
 
 
 def test_auto_is_the_error_score_for_classifiers_and_the_paired_score_for_regressions():
