@@ -357,15 +357,19 @@ def run_boosting(row: Row, private, test, epsilon: float, split: int, seed: int,
                  source_only: np.ndarray) -> dict:
     task = row.task
     name = job_id(task, split, epsilon, "boost")
+    # The source's column names, as a job's public source carries them (the
+    # public constant needs its intercept column).
+    public = task.source if task.source_names is None else \
+        Dataset(*task.source, task.source_names)
     with sites(task, private, seed, epsilon, name) as fed:
         model = ConfidenceBoosting(
             loss=task.loss, radius=task.radius, epsilon=epsilon,
             delta=DELTA if math.isfinite(epsilon) else 0.0,
             learning_rate=task.noisy_gd["learning_rate"], iterations=task.iterations,
-            clip_norm=task.noisy_gd["clip_norm"]).fit(fed, task.source, source_only=source_only)
+            clip_norm=task.noisy_gd["clip_norm"]).fit(fed, public, source_only=source_only)
         spent = _max_epsilon(fed, epsilon)
     bound = math.nan if model.loss_bound_ is None else float(model.loss_bound_)  # paired: clips
-    detail = {"chosen": model.chosen_, "loss_bound": bound,
+    detail = {"chosen": model.chosen_, "names": model.candidate_names_, "loss_bound": bound,
               "test_loss": [model_scores(task, w, test)["loss"] for w in model.candidates_],
               "epsilon_spent": spent}
     return {**model_scores(task, model.coef_, test), "detail": detail}
@@ -520,21 +524,49 @@ def summarise(log_rows: list[dict], rows: dict[str, Row], methods: list[str]) ->
                 gain = (np.nanmean(src) - np.nanmean(losses)) / (np.nanmean(src)
                                                                  - np.nanmean(oracle))
                 shortfall = [(v - s0) / s0 for v, s0 in zip(losses, src, strict=True)]
+                # Never above the better free model's loss: the worst split's margin.
+                above_free = max(v - min(value(m, s, e) for m in FREE)
+                                 for v, s in zip(losses, splits, strict=True))
                 cells = [name, method, e, float(np.nanmean(losses)),
                          float(np.nanstd(losses, ddof=1)) if len(losses) > 1 else math.nan,
                          float(gain), 100 * float(np.nanpercentile(shortfall, 90)),
-                         sum(not math.isnan(v) for v in losses)]
+                         sum(not math.isnan(v) for v in losses), float(above_free)]
                 if task.loss == "logistic":
-                    acc = [value(method, s, e, "accuracy") for s in splits]
-                    bacc = [value(method, s, e, "balanced_accuracy") for s in splits]
-                    src_acc = [value("source-only", s, e, "accuracy") for s in splits]
-                    best_acc = [max(value(m, s, e, "accuracy") for m in (*FREE, *REFERENCES))
-                                for s in splits]
-                    gain_acc = (np.nanmean(acc) - np.nanmean(src_acc)) / (
-                        np.nanmean(best_acc) - np.nanmean(src_acc))
-                    cells += [float(np.nanmean(acc)), float(np.nanmean(bacc)), float(gain_acc)]
+                    cells += accuracy_cells(value, method, splits, e)
+                else:
+                    cells += [math.nan] * 4
+                cells.append(choices(by_key, name, method, splits, e))
                 table.append(cells)
     return table
+
+
+def accuracy_cells(value, method: str, splits: list[int], e: str) -> list[float]:
+    """A classifier's mean accuracy and balanced accuracy, the gain captured
+    in accuracy, (acc - acc_src) / (acc_best - acc_src) with acc_best the
+    best non-private reference or free model (non-private oracle, split
+    means), and "never below": the worst split's accuracy minus the better
+    of source-only's and the majority label's (the constant's)."""
+    acc = [value(method, s, e, "accuracy") for s in splits]
+    bacc = [value(method, s, e, "balanced_accuracy") for s in splits]
+    src_acc = [value("source-only", s, e, "accuracy") for s in splits]
+    best_acc = [max(value(m, s, e, "accuracy") for m in (*FREE, *REFERENCES)) for s in splits]
+    gain_acc = (np.nanmean(acc) - np.nanmean(src_acc)) / (np.nanmean(best_acc)
+                                                          - np.nanmean(src_acc))
+    below_free = min(a - max(value(m, s, e, "accuracy") for m in FREE)
+                     for a, s in zip(acc, splits, strict=True))
+    return [float(np.nanmean(acc)), float(np.nanmean(bacc)), float(gain_acc), float(below_free)]
+
+
+def choices(by_key: dict, name: str, method: str, splits: list[int], e: str) -> str:
+    """How often each model was delivered over the splits ("chosen" of the
+    jobs' details), e.g. "public_constant 2, ball_gd:radius_factor=1 1"."""
+    chosen = []
+    for s in splits:
+        row = by_key.get((name, s, e, method))
+        detail = json.loads(row["detail"]) if row and row.get("detail") else {}
+        if "chosen" in detail:
+            chosen.append(str(detail["chosen"]))
+    return ", ".join(f"{c} {chosen.count(c)}" for c in sorted(set(chosen)))
 
 
 KEY = ("task", "split", "epsilon", "method")
@@ -647,9 +679,14 @@ def main(argv: list[str] | None = None) -> int:
     table = summarise(RunLog(path, HEADER, KEY, setting, read_only=True).rows(), rows, shown)
     print("\nL: test MSE (regressions) or log loss (classifiers); gain: (L_src - L) / "
           "(L_src - L_oracle), L_oracle the best non-private reference or free model "
-          "(non-private oracle); p90: 90th percentile over splits of (L - L_src) / L_src, %")
-    print_table(["task", "method", "eps", "L mean", "L std", "gain", "p90 %", "runs",
-                 "acc", "bal acc", "gain acc"], [r + [""] * (11 - len(r)) for r in table])
+          "(non-private oracle); p90: 90th percentile over splits of (L - L_src) / L_src, %; "
+          "L-free: the worst split's L minus the smaller of source-only's and the "
+          "constant's (<= 0: never above); acc-free: the worst split's accuracy minus the "
+          "larger of source-only's and the majority label's (>= 0: never below); "
+          "gain acc: the gain captured in accuracy")
+    columns = ["task", "method", "eps", "L mean", "L std", "gain", "p90 %", "runs", "L-free",
+               "acc", "bal acc", "gain acc", "acc-free", "choices"]
+    print_table(columns, [r + [""] * (len(columns) - len(r)) for r in table])
     return 0
 
 

@@ -66,6 +66,7 @@ from privadapt.server.algorithms.model_selection.candidates import (
     DEFAULT_CANDIDATES,
     candidate_names,
 )
+from privadapt.server.algorithms.model_selection.error_selection import resolve_score
 from privadapt.server.algorithms.model_selection.selected_adaptation import MAX_RESOLUTION
 from privadapt.server.algorithms.public_erm import fit_linear
 from privadapt.server.jobs.progress import job_line
@@ -104,9 +105,10 @@ DEMO_JOBS = (
     ("noisy-gd", "noisy_gd", DEMO_LEARNING),
     # No hand-picked method: the selection's defaults (one ball-GD model
     # around the free source-only model and its free shrunk copy, trained on
-    # each site's "train" record part; one private release of their paired
-    # loss differences to source-only on the "validation" part delivers one
-    # of them or a free model: source-only, or the public majority label).
+    # each site's "train" record part; one private release of their
+    # validation error counts on the "validation" part delivers one of them
+    # when certified more accurate than both free models, source-only and
+    # the public majority label, else the free one of fewer noisy errors).
     ("selected", "selected_adaptation", DEMO_SELECTION),
 )
 _LABELS = {"noisy_gd": "noisy GD, target only", "pncnvx_adap": "PNCnvxAdap, source + target",
@@ -444,7 +446,8 @@ def _report_selections_and_privacy(results: Sequence[JobOutcome],
             scores = ", ".join(f"{n} {v:.3f}" for n, v in zip(names, r.model["noisy_losses"],
                                                               strict=True))
             score = {"error": "validation error", "loss": "clipped validation loss"}.get(
-                r.hyperparameters.get("selection_score", "auto"),
+                resolve_score(r.hyperparameters.get("selection_score", "auto"),
+                              r.hyperparameters.get("loss", "logistic")),
                 "validation loss minus source-only's")
             print(f"  {r.job_id} chose among (noisy mean {score}): {scores}")
     print("\nPrivacy spent, as each site's own ledger reports it")

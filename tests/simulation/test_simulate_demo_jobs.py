@@ -61,14 +61,15 @@ def test_the_demo_table_names_the_chosen_candidate_with_its_settings(capsys):
     ids = np.array([0, 6, 7, 7])
     model = {"weights": np.zeros(dim), "candidates": np.zeros((4, dim)),
              "candidate_ids": ids, "best_index": np.array(3),
-             "noisy_losses": np.array([0.0, 0.6, -0.2, -0.1])}
+             "noisy_losses": np.array([0.34, 0.48, 0.21, 0.25])}
     outcome = JobOutcome("selected-eps1-x", "selected_adaptation", 1.0,
                          pb.JOB_STATE_SUCCEEDED, "", model, {}, 1.0, [], {})
     report(domains, [outcome], {})
     out = capsys.readouterr().out
     assert "private selection: ball_gd:radius_factor=1:shrink=0.25" in out
-    assert "public_constant 0.600" in out
-    assert "noisy mean validation loss minus source-only's" in out
+    assert "public_constant 0.480" in out
+    # A classifier's default score: its validation errors.
+    assert "noisy mean validation error" in out
 
 
 def test_a_selection_that_released_nothing_says_so_and_names_source_only(capsys):

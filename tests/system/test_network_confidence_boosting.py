@@ -47,11 +47,12 @@ def test_confidence_boosting_runs_as_a_job_charging_each_site_its_own_model(tmp_
                                     public_source=tmp_path / "public.npz")
     assert "(only site-b)" in plan
     model = {name: param_from_proto(value) for name, value in result.model.items()}
-    # Source-only, the sites' models averaged and the average's shrunk copy.
+    # Source-only, the sites' models averaged and the average's shrunk copy
+    # (no public constant: the public source has no intercept column).
     assert np.asarray(model["candidates"]).shape == (3, DIM)
     for path in configs:
         with PrivacyLedger.open_readonly(SiteConfig.from_toml(path).database) as ledger:
-            # Its own T steps, then the paired selection's two releases (the
-            # histogram that chooses the clips, then the differences).
-            assert len(ledger.charges("boost")) == ITERATIONS + 2
+            # Its own T steps, then the classifier's selection: one release
+            # of the candidates' validation error counts.
+            assert len(ledger.charges("boost")) == ITERATIONS + 1
             assert ledger.spent_by_job("boost", DELTA).epsilon <= EPSILON

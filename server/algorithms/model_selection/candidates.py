@@ -121,8 +121,6 @@ MAX_PRIVATE_CANDIDATES = 8
 # loss_bound="auto" (auto_loss_bound): a quantile of the free model's public losses.
 AUTO_LOSS_QUANTILE = 0.95
 MIN_AUTO_LOSS_BOUND = 1e-6
-# selection_score="error" (error_scored): the norm each candidate is scaled to.
-ERROR_SCALE = 1e6
 # PCnvxAdap minimises the squared loss only.
 _SQUARED_ONLY = frozenset({"pcnvx_adap", "pcnvx_adap_smooth"})
 _ADAPTER_SETTINGS = {"alpha": "alpha", "iterations": "adapter_iterations",
@@ -377,35 +375,3 @@ def auto_loss_bound(loss: str, source_only: np.ndarray, features: np.ndarray,
     losses = loss_values(loss, np.asarray(features, float) @ source_only,
                          np.asarray(labels, float))
     return max(float(np.quantile(losses, AUTO_LOSS_QUANTILE)), MIN_AUTO_LOSS_BOUND)
-
-
-def error_scored(candidates: np.ndarray) -> np.ndarray:
-    """The candidates as the release scores them for ``selection_score =
-    "error"``: each scaled to norm :data:`ERROR_SCALE` (same sign of x.w, so
-    the same predictions). With the clip L = 1 the kernel's min(log(1 +
-    exp(-y x.w')), 1) is then 1 for a record the candidate misclassifies
-    (y x.w < 0) and about exp(-ERROR_SCALE |x.w| / ||w||), nearly 0, for
-    one it gets right: the sums are the validation error counts, up to the
-    records within about 1e-5 / ||x|| of the decision boundary (which score
-    in between, log 2 exactly on it) and a zero candidate (log 2 on every
-    record). Public post-processing of the candidates: the release's
-    sensitivity (sqrt(K) L) does not depend on them.
-
-    Why it is the default for a logistic classifier (``selection_score =
-    "auto"``): the clipped logistic loss prefers a calibrated model to a
-    more accurate one (on the demo split it takes noisy GD at 0.90-0.91 over
-    the majority label's 0.934); errors differ less between good models than
-    losses do, so at the same noise the margin lets fewer small improvements
-    through, but on every Adult row of the study the error score delivered
-    at least the loss score's accuracy (README).
-
-    Each candidate is divided by its largest entry before its norm is taken,
-    so no norm overflows or underflows (a candidate of norm 1e160
-    was scaled by 0 and scored log 2 on every record)."""
-    flat = candidates.reshape(len(candidates), -1)
-    largest = np.abs(flat).max(axis=1)
-    safe = np.where(largest > 0, largest, 1.0)
-    unit = flat / safe[:, None]  # largest entry 1 in size (or all 0)
-    norms = np.linalg.norm(unit, axis=1)  # in [1, sqrt(size)], or 0
-    scale = np.where(largest > 0, ERROR_SCALE / np.where(norms > 0, norms, 1.0), 0.0)
-    return (unit * scale[:, None]).reshape(candidates.shape)

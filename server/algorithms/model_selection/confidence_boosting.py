@@ -24,14 +24,20 @@ federation the chunks are already there: the sites. Here
   w_avg = sum_k (n_k / n) w_k (the sites' public sizes) and, for ball GD,
   its copy shrunk to the ball of radius 1/4 ||w_0|| around w_0 (section
   "Averaged" below);
-* one private selection among w_0 and those candidates on the "validation" record parts
-  of every site (``server/algorithms/model_selection/private_selection.py``: by
-  default the paired score, each w_k's validation loss minus w_0's, clipped
-  at clips a histogram release chooses, then one Gaussian release of the K
-  sums over all sites, secure sum, the two composing to one release at the
-  selection's budget; with ``selection_score="loss"`` seed 004's K + 1
-  clipped validation-loss sums, and with a single site and no baseline
-  margin the site runs the exponential mechanism itself). The paper's
+* for a classifier, the public constant (the source's majority label;
+  ``constant_candidate`` "auto") as candidate 1, free like w_0;
+* one private selection among the free models and those candidates on the
+  "validation" record parts of every site: by default for a classifier the
+  error score (``server/algorithms/model_selection/error_selection.py``:
+  one Gaussian release of every candidate's validation error count, a
+  learned candidate delivered only when certified better than both free
+  models, else the free one of fewer noisy errors), for a regression the
+  paired score (``private_selection.py``: each w_k's validation loss minus
+  w_0's, clipped at clips a histogram release chooses, then one Gaussian
+  release of the K sums over all sites, secure sum, the two composing to
+  one release at the selection's budget); with ``selection_score="loss"``
+  seed 004's K + 1 clipped validation-loss sums, and with a single site and
+  no baseline margin the site runs the exponential mechanism itself. The paper's
   Laplace report-noisy-max on one chunk becomes this release because a
   held-out "chunk" here is spread over all sites, whose scores must be
   summed before an argmax; the Gaussian release is the secure sum's form of
@@ -73,9 +79,12 @@ What this buys (Appendix E, Theorem E.1, sketched): the chosen model's risk
 is within the selection's noise of the best per-site model's and of the
 source-only model's; the paper's point is a high-probability bound from
 learners whose guarantee holds in expectation. With ``baseline_confidence``
-beta, the margin of private_selection.py keeps w_0 unless a per-site model
-beats it clearly, so with probability 1 - beta the delivered model's clipped
-validation loss is no larger than source-only's. The price: each model sees
+beta the selection keeps a free model unless a learned one beats it
+clearly, so with probability 1 - beta the delivered model's validation
+score (errors for a classifier, the paired loss difference for a
+regression) is no worse than source-only's, and a classifier's no worse
+than the better of source-only and the majority label by more than the
+release's resolution (error_selection.py). The price: each model sees
 one site's records only, so with many small sites each candidate is noisy;
 it pays where one site is large, or where the sites' distributions differ
 and one of them resembles the target.
@@ -147,7 +156,11 @@ from privadapt.server.algorithms.base import (
 )
 from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
 from privadapt.server.algorithms.linear_model import LinearModelMixin
-from privadapt.server.algorithms.model_selection.candidates import error_scored, shrunk_copy
+from privadapt.server.algorithms.model_selection.candidates import shrunk_copy
+from privadapt.server.algorithms.model_selection.error_selection import (
+    error_selection,
+    resolve_score,
+)
 from privadapt.server.algorithms.model_selection.private_selection import private_selection
 from privadapt.server.algorithms.model_selection.selected_adaptation import (
     HISTOGRAM_SHARE,
@@ -189,15 +202,17 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
     perturbation's ``regularization`` lambda and ``label_bound``, its
     iterations sized by the site's public n); ``epsilon``, ``delta`` (each site's
     whole budget for the job); ``selection_share`` s; ``selection_score``
-    ("auto" = "paired": each per-site model's validation loss minus
-    source-only's, clipped per model at clips a private histogram chooses,
-    as :class:`SelectedAdaptation`'s default; "loss": the clipped loss,
-    seed 004's score; "error", for classifiers: validation errors, L = 1,
-    so that the guarantee is on accuracy, not log loss);
+    ("auto" (default): "error" for the logistic loss, "paired" for the
+    squared one; "error": validation errors, certified against every free
+    model, so that the guarantee is on accuracy, not log loss
+    (error_selection.py); "paired": each per-site model's validation loss
+    minus source-only's, clipped per model at clips a private histogram
+    chooses; "loss": the clipped loss, seed 004's score);
     ``constant_candidate`` (the free public constant, the public source's
     majority class or mean label, as candidate 1 where the source has an
-    intercept column: a promise against the majority class needs it among
-    the candidates, GAIN_STUDY.md 11); ``loss_bound`` L
+    intercept column; "auto" (default): for the logistic loss only, where
+    the error score certifies against it; a regression's was tried and not
+    taken, GAIN_STUDY.md 11.2); ``loss_bound`` L
     of the "loss" score (each validation
     loss clipped to [0, L]; "auto": the 95th percentile of the source-only
     model's losses on the public source); ``baseline_confidence`` beta (None: plain
@@ -231,7 +246,7 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
     radius_factor: float | None = hyperparameter([*POSITIVE, None],
                                                  default=SITE_RADIUS_FACTOR)
     combine: str = hyperparameter([Options(*COMBINATIONS)], default="average")
-    constant_candidate: bool = hyperparameter(FLAG, default=False)
+    constant_candidate: bool | str = hyperparameter([*FLAG, Options("auto")], default="auto")
     regularization: float | str = hyperparameter([*POSITIVE, Options("auto")], default="auto")
     label_bound: float = hyperparameter(POSITIVE, default=1.0)
     selection_share: float = hyperparameter([Interval(float, 0, 1, closed="neither")],
@@ -261,6 +276,15 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         if self.selection_score == "error" and self.loss != "logistic":
             raise InvalidParameterError(f"{type(self).__name__}: selection_score 'error' "
                                         f"scores classifiers (loss 'logistic'); got {self.loss!r}")
+
+    def _with_constant(self) -> bool:
+        """``constant_candidate`` with "auto" resolved: a classifier's
+        candidates hold the majority label (the error score certifies
+        against it, error_selection.py), a regression's do not (module
+        docstring, "Averaged")."""
+        if self.constant_candidate == "auto":
+            return self.loss == "logistic"
+        return bool(self.constant_candidate)
 
     def _site_learner(self, epsilon: float, delta: float,
                       source_only: np.ndarray) -> NoisyGD | OutputPerturbation:
@@ -328,31 +352,35 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         names, coefficients = self._candidates(source_only, learners, federation.site_sizes)
         constant = (public_constant_model(features, labels, self.loss, self.radius,
                                           getattr(public_source, "feature_names", None))
-                    if self.constant_candidate else None)
+                    if self._with_constant() else None)
         if constant is not None:  # free: public data only; right after source-only
             names.insert(1, PUBLIC_CONSTANT)
             coefficients = np.insert(coefficients, 1, constant, axis=0)
         epsilon, delta = plan["selection"]
-        if self.selection_score in ("auto", "paired"):
+        score = resolve_score(self.selection_score, self.loss)
+        loss_bound = None
+        if score == "error":
+            # Each record scores its error, certified against every free
+            # model (error_selection.py): the guarantee is on accuracy.
+            loss_bound = 1.0
+            result = error_selection(
+                validation, candidates=coefficients, num_free=2 if constant is not None else 1,
+                epsilon=epsilon, delta=delta, baseline_confidence=self.baseline_confidence)
+        elif score == "paired":
             # Differences to source-only (candidate 0), as SelectedAdaptation's
             # default: the clipped loss's order can differ from the true one
             # on a heavy-tailed target even without noise.
-            loss_bound = None
             result = private_selection(
                 validation, candidates=coefficients[1:], loss=self.loss, epsilon=epsilon,
                 delta=delta, baseline_confidence=self.baseline_confidence, method="auto",
                 reference=source_only, clips=PAIRED_CLIPS, histogram_share=HISTOGRAM_SHARE,
                 public_source=(features, labels))
         else:
-            loss_bound, scored = self.loss_bound, coefficients
-            if self.selection_score == "error":
-                # Each record scores its error (error_scored): the guarantee
-                # is then on accuracy, as SelectedAdaptation's "error".
-                loss_bound, scored = 1.0, error_scored(coefficients)
-            elif loss_bound == "auto":
+            loss_bound = self.loss_bound
+            if loss_bound == "auto":
                 loss_bound = auto_loss_bound(self.loss, source_only, features, labels)
             result = private_selection(
-                validation, candidates=scored, loss=self.loss, loss_bound=loss_bound,
+                validation, candidates=coefficients, loss=self.loss, loss_bound=loss_bound,
                 epsilon=epsilon, delta=delta, baseline_confidence=self.baseline_confidence,
                 method="auto")
         self.candidate_names_ = names

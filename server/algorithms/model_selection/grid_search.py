@@ -46,6 +46,7 @@ from privadapt.server.algorithms.base import (
     require_public_arrays,
 )
 from privadapt.server.algorithms.linear_model import LinearModelMixin
+from privadapt.server.algorithms.model_selection.error_selection import resolve_score
 from privadapt.server.algorithms.model_selection.grid_selection import SCORES
 from privadapt.server.algorithms.model_selection.private_grid_search import (
     GRID_LOSSES,
@@ -73,11 +74,14 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     the source-only model, module docstring; the zero model leads only
     without them), ``composition`` ("pld" default, "rdp": the training and
     selection budgets scaled jointly so that the sites' accountant composes
-    the search to epsilon; "basic": the paper's split), ``selection_score`` ("paired",
-    default: each candidate's clipped loss difference to candidate 0, the
-    delivered model certified no worse than it; "penalised": the paper's GEM
-    on penalised clipped losses, the one for sites whose sizes are private;
-    grid_selection.py) and ``method`` (as
+    the search to epsilon; "basic": the paper's split), ``selection_score``
+    ("auto", default: "error" for the logistic loss, "paired" for the
+    squared one; "error": validation errors, a guess delivered only when
+    certified better than every free model; "paired": each candidate's
+    clipped loss difference to candidate 0, the delivered model certified
+    no worse than it; "penalised": the paper's GEM on penalised clipped
+    losses, the one for sites whose sizes are private; grid_selection.py)
+    and ``method`` (as
     :class:`PrivateSelection`: ``"auto"`` runs GEM at a single site, the
     secure sum across several), ``num_validation_records`` (a public size
     of S2 where the sites keep theirs private, add/remove adjacency).
@@ -109,7 +113,7 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     beta: float = hyperparameter([Interval(float, 0, 1, closed="neither")], default=0.1)
     include_source_only: bool = hyperparameter(FLAG, default=True)
     composition: str = hyperparameter([Options("pld", "rdp", "basic")], default="pld")
-    selection_score: str = hyperparameter([Options(*SCORES)], default="paired")
+    selection_score: str = hyperparameter([Options(*SCORES)], default="auto")
     method: str = hyperparameter([Options(*METHODS)], default="auto")
     num_validation_records: int | None = hyperparameter(
         [Interval(int, 1, math.inf, closed="left"), None], default=None)
@@ -163,9 +167,13 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
                 f"{name}: fit needs a validation_federation over records disjoint from the "
                 "train_federation's (the paper's S2; the coordinator cannot split the sites' "
                 "records itself)")
-        if self.selection_score == "paired" and self.num_validation_records is not None:
+        score = resolve_score(self.selection_score, self.loss)
+        if score == "error" and self.loss != "logistic":
+            raise InvalidParameterError(f"{name}: selection_score 'error' scores classifiers "
+                                        f"(loss 'logistic'); got {self.loss!r}")
+        if score in ("paired", "error") and self.num_validation_records is not None:
             raise InvalidParameterError(
-                f"{name}: selection_score='paired' reads the sites' public sizes, and "
+                f"{name}: selection_score={score!r} reads the sites' public sizes, and "
                 "num_validation_records says they are private (add/remove sites): use "
                 "selection_score='penalised'")
         guess_params = self._guess_params()
@@ -183,7 +191,7 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
             learner=self.learner, loss=self.loss, label_bound=self.label_bound,
             feature_bound=self.feature_bound, epsilon=self.epsilon, delta=self.delta,
             beta=self.beta, source_model=source, constant_model=constant,
-            offsets=source is not None, composition=self.composition, score=self.selection_score,
+            offsets=source is not None, composition=self.composition, score=score,
             public_arrays=arrays, method=self.method,
             num_validation_records=self.num_validation_records, guess_params=guess_params,
             fit_options=fit_options if public_source is None

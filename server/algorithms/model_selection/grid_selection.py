@@ -1,8 +1,16 @@
 """The private grid search's selection among its candidates (free models
 first, then the guesses; private_grid_search.py), on the validation part S2
-at (epsilon / 2, delta / 2):
+at (epsilon / 2, delta / 2). ``"auto"`` (default) is ``"error"`` for the
+logistic loss and ``"paired"`` for the squared one (error_selection.py's
+``resolve_score``):
 
-* ``"paired"`` (default): the paired score of
+* ``"error"`` (classifiers): the validation error counts of every
+  candidate in one release, and a guess delivered only when certified
+  better than every free model (the source-only model and the public
+  constant, or the zero model without a public source), else the free
+  model of fewer noisy errors (error_selection.py: the rule, its union
+  bound and what it promises).
+* ``"paired"``: the paired score of
   :func:`~.private_selection.private_selection` with candidate 0 as the
   reference (the source-only model, or the zero model without a public
   source): each other candidate's clipped loss difference to it,
@@ -33,11 +41,12 @@ from privadapt.common.accounting.calibration import ReleasePlan, noise_multiplie
 from privadapt.common.federation import Federation, SitePrivacy
 from privadapt.common.kernels.validation_loss import ValidationLoss, ValidationLossParams
 from privadapt.common.mechanisms import Adjacency, GeneralizedExponentialMechanism
+from privadapt.server.algorithms.model_selection.error_selection import error_selection
 from privadapt.server.algorithms.model_selection.private_selection import private_selection
 from privadapt.server.algorithms.step_privacy import report_delta
 
 KERNEL = ValidationLoss()
-SCORES = ("paired", "penalised")
+SCORES = ("auto", "paired", "penalised", "error")
 
 
 @dataclass
@@ -66,6 +75,19 @@ def select_paired(federation: Federation, candidates: np.ndarray, bounds: np.nda
         delta=delta / 2, baseline_confidence=beta, method=method, reference=candidates[0],
         clips=clips, public_source=public_arrays)
     stds = None if result.clips is None else result.clips * result.noise_std
+    return GridChoice(result.best_index, result.method, result.noisy_loss_sums, stds,
+                      result.estimates, _spent(federation, epsilon, delta / 2))
+
+
+def select_errors(federation: Federation, candidates: np.ndarray, num_free: int,
+                  epsilon: float, delta: float, beta: float, method: str) -> GridChoice:
+    """The error score, certified against the ``num_free`` free models
+    leading ``candidates`` (module docstring)."""
+    result = error_selection(federation, candidates=candidates, num_free=num_free,
+                             epsilon=epsilon / 2, delta=delta / 2, baseline_confidence=beta,
+                             method=method)
+    stds = (None if result.noisy_loss_sums is None
+            else np.full(len(candidates), result.noise_std))
     return GridChoice(result.best_index, result.method, result.noisy_loss_sums, stds,
                       result.estimates, _spent(federation, epsilon, delta / 2))
 

@@ -76,12 +76,14 @@ the penalised clipped losses below. Its clipped loss orders the candidates
 as their true loss only where the clip never bites, and it keeps no
 baseline: on a heavy-tailed target it delivered the public constant, 4.4x
 source-only's error (GAIN_STUDY.md, 3a). ``score="paired"`` (the estimator's
-default) scores each candidate by its clipped loss difference to candidate 0
-(the source-only model, or the zero model without a public source) and
-keeps candidate 0 unless another is certified better at confidence beta
-(private_selection.py's paired score and ``safe_argmin``), at the same
-(epsilon / 2, delta / 2) on S2; the rest of this docstring is the paper's
-score.
+default for the squared loss) scores each candidate by its clipped loss
+difference to candidate 0 (the source-only model, or the zero model without
+a public source) and keeps candidate 0 unless another is certified better
+at confidence beta (private_selection.py's paired score and
+``safe_argmin``); ``score="error"`` (the default for the logistic loss)
+scores validation errors and delivers a guess only when certified better
+than every free model (error_selection.py); both at the same (epsilon / 2,
+delta / 2) on S2. The rest of this docstring is the paper's score.
 
 Privacy. Training: K runs at (epsilon / 2K, delta / 2K) on S1, (epsilon / 2,
 delta / 2) by basic composition (the sites' accountant composes them, usually
@@ -158,6 +160,7 @@ from privadapt.server.algorithms.model_selection.grid_plan import (
 )
 from privadapt.server.algorithms.model_selection.grid_selection import (
     select_at_the_site,
+    select_errors,
     select_on_noisy_sums,
     select_paired,
 )
@@ -213,7 +216,7 @@ class SearchSettings:
     free: Mapping[str, np.ndarray]  # name -> public model, in candidate order
     fit_options: Mapping[str, Any]
     guess_params: Sequence[Mapping[str, Any]] | None
-    score: str  # "paired" or "penalised" (module docstring)
+    score: str  # "paired", "error" or "penalised" (module docstring)
     public_arrays: tuple[np.ndarray, np.ndarray] | None  # the public source's (X, y)
 
 
@@ -382,7 +385,10 @@ def run_search(train_federation: Federation, validation_federation: Federation,
         names=[*free, *(f"guess {j + 1}" for j in kept)], loss_bounds=bounds,
         penalties=penalties, learners=learners, num_validation_records=n, method=method,
         dropped=tuple(j + 1 for j in range(len(grid.radii)) if j not in grid.kept))
-    if settings.score == "paired":
+    if settings.score == "error":
+        choice = select_errors(validation_federation, candidates, len(free), epsilon, delta,
+                               settings.beta, settings.method)
+    elif settings.score == "paired":
         choice = select_paired(validation_federation, candidates, bounds, settings.loss,
                                epsilon, delta, settings.beta, settings.method,
                                settings.public_arrays)

@@ -100,19 +100,19 @@ sqrt(K')) and whose mechanism do not depend on them: the release sequence
 (kernels, count, mechanisms) is data-independent, so a planning federation
 answering zeros makes the same releases (joint_calibration.py needs this).
 
-Choice with a reference (:func:`safe_argmin`). Index 0 is the reference
-(estimate 0, no noise); candidate k >= 1 has the estimate e_k = C_k s~_k / n
-(its clipped mean difference to the reference) and the noise std C_k sigma /
-n. With t = sqrt(2 log(max(K', 2) / beta)) (beta = ``baseline_confidence``;
-t = 0 without it) the rule keeps the reference unless some candidate's upper
-bound e_k + t C_k sigma / n is below 0, and then delivers, among those, the
-one of least estimate. With probability >= 1 - beta every one of the K'
-noises is below t sigma (one-sided Gaussian tails, union bound), and then the
+Choice with a reference (certified_choice.py's ``safe_argmin`` with the
+reference the one free model). Index 0 is the reference (estimate 0, no
+noise); candidate k >= 1 has the estimate e_k = C_k s~_k / n (its clipped
+mean difference to the reference) and the noise std C_k sigma / n. The
+rule keeps the reference unless some candidate's upper bound e_k + t C_k
+sigma / n is below 0 (t = sqrt(2 log(max(K', 2) / beta)), beta =
+``baseline_confidence``; t = 0 without it), and then delivers, among
+those, the one of least estimate: with probability >= 1 - beta the
 delivered model's clipped mean paired difference to the reference on the
-validation records is negative: it is no worse than the reference there.
-(The least upper bound instead prefers candidates close to the reference,
-whose C_k is small; GAIN_STUDY.md 4.1.) Everything after the releases is
-post-processing.
+validation records is negative, no worse than the reference there
+(certified_choice.py derives it). (The least upper bound instead prefers
+candidates close to the reference, whose C_k is small; GAIN_STUDY.md 4.1.)
+Everything after the releases is post-processing.
 
 One data holder with a reference (``method="exponential"``): the site runs
 the exponential mechanism on the normalised paired sums with the reference
@@ -144,6 +144,10 @@ from privadapt.common.kernels.validation_loss import (
 from privadapt.common.losses import Loss
 from privadapt.common.mechanisms import Adjacency, ExponentialMechanism, Mechanism
 from privadapt.common.validation import check_positive
+from privadapt.server.algorithms.model_selection.certified_choice import (
+    free_certifying_t,
+    safe_argmin,
+)
 
 KERNEL = ValidationLoss()
 HISTOGRAM = LossDifferenceHistogram()
@@ -259,27 +263,6 @@ def clips_from_histogram(counts: np.ndarray, edges: np.ndarray, noise_std: float
     return np.maximum(np.asarray(clips, dtype=float), MIN_DIFFERENCE_CLIP)
 
 
-def certifying_t(num_candidates: int, confidence: float | None) -> float:
-    """t = sqrt(2 log(max(K', 2) / beta)) of the safe argmin (module
-    docstring), 0 without a confidence."""
-    if confidence is None:
-        return 0.0
-    return math.sqrt(2.0 * math.log(max(num_candidates, 2) / confidence))
-
-
-def safe_argmin(estimates: np.ndarray, stds: np.ndarray, t: float) -> int:
-    """Index 0 (the reference: estimate 0, no noise) unless some candidate's
-    upper bound ``estimates[k] + t stds[k]`` is below 0; then, among those,
-    the one of least estimate (module docstring)."""
-    estimates = np.asarray(estimates, dtype=float)
-    upper = estimates + t * np.asarray(stds, dtype=float)
-    certified = upper < 0
-    certified[0] = False
-    if not np.any(certified):
-        return 0
-    return int(np.argmin(np.where(certified, estimates, np.inf)))
-
-
 def paired_multipliers(epsilon: float, delta: float, clips: object,
                        histogram_share: float) -> tuple[float, float]:
     """(histogram's, paired release's) noise multipliers with a reference:
@@ -303,7 +286,7 @@ def paired_resolution(num_candidates: int, num_records: int, epsilon: float, del
     _, multiplier = paired_multipliers(epsilon, delta, clips, histogram_share)
     if math.isinf(multiplier):
         return 0.0
-    t = certifying_t(num_candidates, confidence)
+    t = free_certifying_t(num_candidates, 1, confidence)
     return t * 2.0 * math.sqrt(num_candidates) * multiplier / max(num_records, 1)
 
 
@@ -429,7 +412,7 @@ def _paired_selection(
     answer = federation.query(KERNEL.name, params.to_wire(), mechanism)
     noisy = np.asarray(answer.value, dtype=float)
     sigma = answer.noise_std(mechanism)
-    t = certifying_t(count, baseline_confidence)
+    t = free_certifying_t(count, 1, baseline_confidence)
     all_clips = np.concatenate([[0.0], chosen])
     estimates = np.concatenate([[0.0], chosen * noisy / num_records])
     stds = all_clips * sigma / num_records

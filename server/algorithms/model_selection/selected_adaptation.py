@@ -18,11 +18,11 @@ scale c (below):
 * the free candidates, (0, 0): they read only public data. Candidate 0 is
   the source-only model; candidate 1, with ``constant_candidate`` (default)
   and whenever the public source has an intercept column, the public
-  constant (selection_candidates.py: the public source's majority label,
+  constant (candidates.py: the public source's majority label,
   resp. mean label, predicted everywhere).
 
 A candidate may carry settings (``"pncnvx_adap_smooth:alpha=0.2"``,
-selection_candidates.py): a grid of the job's other hyperparameters is M such
+candidates.py): a grid of the job's other hyperparameters is M such
 candidates, each with its share and its own privacy line (``candidate_privacy_``).
 
 ``composition="basic"`` (c = 1, the plan before joint calibration, kept
@@ -52,14 +52,28 @@ composition (max instead of sum); it is not used, so the plan is sound even
 if a site's parts overlap. The index chosen, ``coef_`` and every fitted
 attribute are post-processing of these releases and of public data.
 
-The score (``selection_score``, default "auto" = "paired" for either loss).
-"paired": the release scores each other candidate's per-record loss
+The score (``selection_score``, default "auto": "error" for the logistic
+loss, "paired" for the squared one).
+
+"error" (a classifier's default; error_selection.py derives it and says
+why): one release of the candidates' validation error counts at the whole
+selection budget; a learned candidate is delivered only when certified
+fewer errors than every free model (source-only and the public constant,
+the majority label), else the free model of fewer noisy errors. With
+probability >= 1 - beta the delivered model is then never worse on the
+validation records than the better of source-only and the majority label
+by more than the release's resolution (``selection_resolution_``), and
+never worse at all when it is learned: the promise a user who judges a
+classifier by accuracy needs (experiments/results/GAIN_STUDY.md 11.4, 12).
+
+"paired" (a regression's default): the release scores each other
+candidate's per-record loss
 difference to the source-only model (the reference), clipped to its own
 C_k and divided by it; C_k is chosen privately on the validation records by
 a histogram release at 30% of the selection's noise budget, the paired
 release takes the other 70%, and the two compose to exactly the one Gaussian
 release at the selection's (epsilon, delta) (private_selection.py derives
-both). Why the default: the clipped loss min(l, L) scores L for every
+both). Why: the clipped loss min(l, L) scores L for every
 candidate on a record whose loss exceeds L, so on a heavy-tailed target it
 ranks by the bulk of the records and, even without noise, delivered the
 public constant at 4.4x source-only's MSE where the paired score delivers
@@ -69,8 +83,8 @@ on its clipped mean difference to it is below 0, then the least estimate
 among those (``safe_argmin``): with probability >= 1 - beta over the noise
 the delivered model's clipped mean loss difference to source-only on the
 validation records is <= 0, the promise below in paired form. The public
-constant stays a candidate like any other. "loss" and "error" (below) stay
-selectable; the paragraphs on the margin m describe them.
+constant stays a candidate like any other there. "loss" stays selectable;
+the paragraphs on the margin m describe it.
 
 Too small to certify (paired score). The paired release resolves a mean
 difference of rho_sel C_k per record, rho_sel = t 2 sqrt(K') z_sel / n_val
@@ -102,28 +116,25 @@ and its Eq. for tau_j; the plain bound suffices here. The price is that an
 improvement smaller than m / n_val on the validation mean is not taken: at
 small n or epsilon the job delivers the source-only model, as it should.
 
-Two free candidates. K counts every candidate, so the above holds as stated
-with the public constant among them; it gets a weaker promise of its own:
-when all K noises are within m / 2 (probability >= 1 - 2 beta), the
-delivered model's clipped validation mean is within 2 m / n_val of the
-constant's (s~_j <= s~_k for the one delivered, or s~_0 <= s~_best + m).
-It is on by default because it costs no privacy and changes the guarantee
-only through K; its price is utility, sigma ~ sqrt(K) L growing by
-sqrt(K / (K - 1)) (selection_candidates.py says why its confidence is the
-public log-odds).
-
-``selection_score = "error"`` (logistic loss only): the release scores validation
-errors (``error_scored`` in selection_candidates.py,
-which says why it is an option), and the guarantees above hold with the 0-1
-loss for the clipped loss and L = 1: they bound the accuracy lost.
+Two free candidates (clipped loss). K counts every candidate, so the above
+holds as stated with the public constant among them; it gets a weaker
+promise of its own: when all K noises are within m / 2 (probability >= 1 -
+2 beta), the delivered model's clipped validation mean is within 2 m / n_val
+of the constant's (s~_j <= s~_k for the one delivered, or s~_0 <= s~_best +
+m). The error score certifies against both instead (above). The constant
+is on by default because it costs no privacy; its price is utility, one
+more noisy entry (candidates.py says why its confidence is the public
+log-odds).
 
 The clip L (``loss_bound``, "auto" by default: a quantile of the free
-model's public losses, so public) is derived in selection_candidates.py.
+model's public losses, so public) is derived in candidates.py.
 
 ``selection_share`` "auto" (default) spends the budget where it pays:
-s = 0.25, or s = 0.5 where at 0.25 the paired release could only certify a
-mean difference coarser than 0.05 clips per record (rho_sel, "Too small to
-certify" above, from the public validation size, K', epsilon and delta).
+s = 0.25, or s = 0.5 where at 0.25 the release could only certify a
+difference coarser than 0.05 per record: 0.05 clips for the paired score
+(rho_sel, "Too small to certify" above), 0.05 in error rate (5 points of
+accuracy) for the error score (error_selection.error_resolution), from
+the public validation size, the number of candidates, epsilon and delta.
 Why: the default candidate (ball GD started at source-only) moves from a
 good place and gains little from a larger training share, while the
 selection's resolution is what keeps a real gain from being certified at
@@ -191,9 +202,13 @@ from privadapt.server.algorithms.model_selection.candidates import (
     ball_center,
     candidate_learner,
     candidate_models,
-    error_scored,
     parse_candidates,
     public_constant_model,
+)
+from privadapt.server.algorithms.model_selection.error_selection import (
+    error_resolution,
+    error_selection,
+    resolve_score,
 )
 from privadapt.server.algorithms.model_selection.private_selection import (
     SelectionResult,
@@ -239,12 +254,13 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
     ``composition`` ("pld", "rdp" or "basic": how the sub-budgets are
     sized, module docstring), ``constant_candidate`` (the free public
     constant as candidate 1 when the public source has an intercept),
-    ``selection_score`` ("paired": clipped loss differences to source-only
-    with private clips; "loss": clipped validation losses; "error", for
-    classifiers: validation errors, L = 1; "auto" (default): "paired" for
-    either loss; module docstring). With "paired" ``loss_bound`` is unused
-    and the guarantee is on the loss; a classifier judged by accuracy can
-    ask for "error" (its guarantee is then on the 0-1 loss).
+    ``selection_score`` ("error", for classifiers: validation errors,
+    certified against every free model; "paired": clipped loss differences
+    to source-only with private clips; "loss": clipped validation losses;
+    "auto" (default): "error" for the logistic loss, "paired" for the
+    squared one; module docstring). With "paired" or "error"
+    ``loss_bound`` is unused; the guarantee is on the 0-1 loss for "error",
+    on the loss otherwise.
 
     Fitted: ``selection_score_`` (what the release scored), ``coef_`` (the
     delivered model), ``chosen_`` (its name, with
@@ -256,7 +272,9 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
     losses; for "paired" the noisy mean clipped differences to source-only,
     0 for it; None if the site selected itself or nothing was released),
     ``selection_clips_`` ("paired": the clips C_k, 0 for source-only, else
-    None), ``selection_resolution_`` (rho_sel, 0 but for "paired"),
+    None), ``selection_resolution_`` (the least difference the release
+    certifies: rho_sel for "paired", an error rate for "error", 0 for
+    "loss"),
     ``warning_`` (None, or why nothing was released), ``margin_`` (for
     "paired": t sigma on the normalised sums), ``budget_plan_``
     (name -> planned (epsilon, delta), "selection" included, at the scale
@@ -332,7 +350,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         public values only, is coarser than WIDE_RESOLUTION."""
         if self.selection_share != "auto":
             return float(self.selection_share)
-        if self.selection_score_ != "paired" or math.isinf(self.epsilon):
+        if self.selection_score_ == "loss" or math.isinf(self.epsilon):
             return SELECTION_SHARES[0]
         first = SELECTION_SHARES[0]
         resolution = self._resolution(validation_federation, context,
@@ -396,7 +414,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         self.n_features_in_ = features.shape[1]
         self.selection_resolution_ = self._resolution(validation_federation, context, plan)
         self.warning_ = None
-        if self.selection_resolution_ > MAX_RESOLUTION:
+        if self.selection_score_ == "paired" and self.selection_resolution_ > MAX_RESOLUTION:
             return self._deliver_source_only(validation_federation, free)
         run = self._train_and_select(train_federation, validation_federation, context, plan)
         self.candidate_names_ = [*free, *(name for spec in specs for name in spec.model_names)]
@@ -420,15 +438,20 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
 
     def _resolution(self, validation_federation: Federation, context: _Context,
                     plan: Mapping[str, tuple[float, float]]) -> float:
-        """rho_sel of the paired release (module docstring, "Too small to
-        certify"), from public values only; 0 for the other scores."""
-        if self.selection_score_ != "paired":
+        """The selection release's resolution from public values only:
+        rho_sel of the paired release (module docstring, "Too small to
+        certify"), the error-rate resolution of the error score
+        (error_selection.py); 0 for the clipped loss."""
+        if self.selection_score_ == "loss":
             return 0.0
         epsilon, delta = plan["selection"]
+        records = sum(validation_federation.site_sizes.values())
         # Every scored entry: a ball candidate's shrunk copy is one more.
         others = len(context.free) - 1 + sum(len(spec.model_names) for spec in context.specs)
-        return paired_resolution(others, sum(validation_federation.site_sizes.values()),
-                                 epsilon, delta, clips=PAIRED_CLIPS,
+        if self.selection_score_ == "error":
+            return error_resolution(others + 1, len(context.free), records, epsilon, delta,
+                                    self.baseline_confidence)
+        return paired_resolution(others, records, epsilon, delta, clips=PAIRED_CLIPS,
                                  histogram_share=HISTOGRAM_SHARE,
                                  confidence=self.baseline_confidence)
 
@@ -475,8 +498,8 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
 
     def _score(self) -> str:
         """What the selection release scores: ``selection_score`` with
-        "auto" resolved ("paired", for either loss)."""
-        return "paired" if self.selection_score == "auto" else self.selection_score
+        "auto" resolved (module docstring, "The score")."""
+        return resolve_score(self.selection_score, self.loss)
 
     def _calibrate(self, train_federation: Federation, validation_federation: Federation,
                    context: _Context) -> JointCalibration:
@@ -527,10 +550,13 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
                 epsilon=epsilon, delta=delta, baseline_confidence=self.baseline_confidence,
                 method="auto", reference=coefficients[0], clips=PAIRED_CLIPS,
                 histogram_share=HISTOGRAM_SHARE, public_source=context.public)
+        elif self._score() == "error":
+            result = error_selection(
+                validation_federation, candidates=coefficients, num_free=len(context.free),
+                epsilon=epsilon, delta=delta, baseline_confidence=self.baseline_confidence)
         else:
-            scored = coefficients if self._score() == "loss" else error_scored(coefficients)
             result = private_selection(
-                validation_federation, candidates=scored, loss=self.loss,
+                validation_federation, candidates=coefficients, loss=self.loss,
                 loss_bound=context.loss_bound, epsilon=epsilon, delta=delta,
                 baseline_confidence=self.baseline_confidence, method="auto")
         privacy["selection"] = step_epsilon(validation_federation, before, delta)

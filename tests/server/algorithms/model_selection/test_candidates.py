@@ -4,12 +4,6 @@
   settings, needs 8 chains, each a valid chain name, so it never reaches the
   16 a site keeps for one job; names differing only in how a number is
   written are one candidate and refused.
-* ``error_scored`` is public post-processing: norm 1e6 whatever the
-  candidate's norm (1e-200 to 1e200: the radius and learning rates are
-  unbounded hyperparameters), the same predictions, and through the site's
-  validation_loss kernel at L = 1 each record's score is in [0, 1] whatever it
-  holds (norm 1e300 features, labels off +-1), so a neighbour moves each
-  candidate's sum by at most L and nothing refuses on the data.
 * ``ball_gd`` only adds a wire id at the end, builds noisy GD around the
   source-only model, and its ``shrink`` setting a free projected copy; bad
   settings are refused with the rule they break.
@@ -20,18 +14,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privadapt.common.data.dataset import Dataset
-from privadapt.common.kernels import get_kernel
 from privadapt.common.kernels.reweighted_chains import MAX_CHAINS, check_chain
 from privadapt.server.algorithms.base import InvalidParameterError
 from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
 from privadapt.server.algorithms.model_selection.candidates import (
     CANDIDATE_IDS,
-    ERROR_SCALE,
     candidate_learner,
     candidate_models,
     candidate_names,
-    error_scored,
     parse_candidates,
 )
 
@@ -55,36 +45,6 @@ def test_the_largest_grid_needs_at_most_eight_valid_distinct_chains():
 def test_one_setting_written_two_ways_is_refused_as_a_duplicate(pair):
     with pytest.raises(InvalidParameterError, match="twice"):
         parse_candidates(",".join(pair), "logistic")
-
-
-def test_error_scored_candidates_keep_their_predictions_at_norm_1e6():
-    rng = np.random.default_rng(1)
-    candidates = np.vstack([rng.normal(size=(5, 4)) * 10.0 ** rng.integers(-200, 200, (5, 1)),
-                            np.zeros((1, 4))])
-    scored = error_scored(candidates)
-    norms = np.linalg.norm(scored, axis=1)
-    np.testing.assert_allclose(norms[:5], ERROR_SCALE, rtol=1e-12)
-    assert norms[5] == 0.0
-    x = rng.normal(size=(50, 4))
-    assert np.array_equal(np.sign(x @ candidates[:5].T), np.sign(x @ scored[:5].T))
-
-
-def test_each_record_scores_within_the_clip_through_the_kernel():
-    kernel = get_kernel("validation_loss")
-    rng = np.random.default_rng(2)
-    scored = error_scored(rng.normal(size=(6, 3)))
-    params = kernel.Params.from_wire({"candidates": scored, "loss": "logistic",
-                                      "loss_bound": 1.0}, 3)
-    base = Dataset(rng.normal(size=(30, 3)), np.sign(rng.normal(size=30)), ("a", "b", "c"))
-    base_sums = kernel.compute(base, params, {})[0]
-    extremes = [(np.full(3, 1e300), 1.0), (np.full(3, -1e300), 1.0), (np.zeros(3), -1.0),
-                (np.array([1e-300, 0.0, 0.0]), 1.0), (np.full(3, 1e300), 7.0),
-                (np.full(3, 1.0), -1e300)]
-    for features, label in extremes:
-        added = Dataset(np.vstack([base.features, features]), np.append(base.labels, label),
-                        base.feature_names)
-        moved = kernel.compute(added, params, {})[0] - base_sums
-        assert np.all(np.isfinite(moved)) and np.all((moved >= -1e-9) & (moved <= 1.0 + 1e-9))
 
 
 def test_ball_gd_is_a_new_wire_id_after_every_existing_one():

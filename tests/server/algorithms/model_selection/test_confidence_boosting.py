@@ -24,6 +24,9 @@ from privadapt.server.algorithms.public_erm import public_constant_model
 from privadapt.server.jobs.dry_run import plan_releases
 from privadapt.server.jobs.privacy_plan import preview_site
 from privadapt.server.jobs.spec import hyperparameters
+from tests.server.algorithms.model_selection.test_selected_adaptation_grid import (
+    majority_over_source_only,
+)
 from tests.synthetic_data import synthetic_dataset
 
 DIM = 5
@@ -159,11 +162,10 @@ def test_the_job_plan_charges_each_site_its_own_model_and_the_selection():
     params_to_proto({"loss": "logistic", "radius": 5.0, "iterations": 4}, spec.hyperparameters)
     public = synthetic_dataset(40, 3, seed=1)
     releases = plan_releases(spec, hyperparameters(spec), {"a": 100, "b": 200}, 3, public)
-    # Each site's own model, then the paired selection: the histogram that
-    # chooses its clips and the release of the differences, both of every site.
-    assert [r.sites for r in releases] == [("a",)] * 4 + [("b",)] * 4 + [None, None]
-    assert [r.kernel for r in releases[-2:]] == ["loss_difference_histogram",
-                                                  "validation_loss"]
+    # Each site's own model, then the classifier's error score: one release
+    # of the candidates' validation error counts, of every site.
+    assert [r.sites for r in releases] == [("a",)] * 4 + [("b",)] * 4 + [None]
+    assert releases[-1].kernel == "validation_loss"
     budget = pb.SiteBudget(epsilon_cap=5.0, delta_cap=1e-6, accounting="pld")
     for site in ("a", "b"):
         preview = preview_site(site, Adjacency.REPLACE_ONE, budget, releases, 3)
@@ -207,6 +209,30 @@ def test_the_error_score_is_for_classifiers_only():
         with pytest.raises(InvalidParameterError, match="selection_score 'error'"):
             booster(loss="squared", selection_score="error").fit(fed, PUBLIC)
         assert not fed.privacy_spent()["site-1"].mechanisms
+
+
+def test_a_classifier_has_the_public_constant_among_its_candidates_by_default():
+    features, labels = PUBLIC
+    with_intercept = Dataset(np.hstack([features[:, :-1], np.ones((len(labels), 1))]), labels,
+                             (*NAMES[:-1], "intercept"))
+    with federation([200, 200], seed=2) as fed:
+        model = ConfidenceBoosting(loss="logistic", radius=10.0, epsilon=2.0, delta=DELTA,
+                                   iterations=5).fit(fed, with_intercept)
+    assert model.candidate_names_ == [SOURCE_ONLY, "public_constant", "average",
+                                      "average:shrink=0.25"]
+    assert model.loss_bound_ == 1.0  # the error score
+
+
+def test_a_classifier_is_not_less_accurate_than_the_majority_label_where_it_beats_source_only():
+    public, datasets, (features, labels) = majority_over_source_only(seed=3)
+    with LocalFederation.from_datasets(datasets, noise_seed=3, epsilon_cap=20.0,
+                                       delta_cap=1e-3) as fed:
+        model = ConfidenceBoosting(loss="logistic", radius=10.0, epsilon=1.0, delta=DELTA,
+                                   iterations=20).fit(fed, public)
+    accuracy = [np.mean(np.where(features @ w >= 0, 1.0, -1.0) == labels)
+                for w in [*model.candidates_, model.coef_]]
+    assert accuracy[1] > accuracy[0] + 0.5  # the majority label beats source-only
+    assert accuracy[-1] >= accuracy[1] - 0.01, (model.chosen_, accuracy)
 
 
 def test_the_public_constant_is_candidate_1_when_asked_for():

@@ -87,6 +87,28 @@ def test_the_joint_calibration_spends_the_whole_epsilon_and_no_more():
     assert all(value < 1.6 for value in spent_basic), spent_basic
 
 
+def test_a_classifiers_error_scored_search_spends_the_whole_epsilon_and_no_more():
+    # The classifier's default: one release of the error counts after training.
+    features, labels = records(600, 2)
+    signs = np.where(labels >= 0, 1.0, -1.0)
+
+    def federation(rows, noise_seed):
+        parts = [Dataset(features[r], signs[r], NAMES) for r in np.array_split(rows, 3)]
+        return LocalFederation.from_datasets(parts, epsilon_cap=20.0, delta_cap=1e-3,
+                                             noise_seed=noise_seed)
+
+    learner = NoisyGD(loss="logistic", epsilon=1.0, delta=1e-6, iterations=10, radius=1.0,
+                      learning_rate=1.0,
+                      clip_norm=2.0)
+    train, validation = federation(np.arange(300), 2), federation(np.arange(300, 600), 502)
+    with train, validation:
+        model = search(epsilon=2.0, learner=learner, loss="logistic").fit(train, validation)
+        spent = composed_epsilons(train, validation)
+        selection = validation.privacy_spent(DELTA)["site-1"].mechanisms
+    assert model.candidate_names_[0] == "zero" and len(selection) == 1
+    assert all(1.9 <= value <= 2.0 for value in spent), spent
+
+
 def test_a_training_release_the_grid_cannot_carry_is_refused_before_any_charge():
     train, validation = federations(2)
     train.codec = FixedPointCodec(50)  # grid-safe noise 2^2 / 100: no Gaussian step fits

@@ -1,7 +1,6 @@
-"""The selection on paired differences to a reference: the safe argmin keeps
-the reference unless a candidate is certified better (and then takes the
-least estimate), the private clips' histogram and the paired release
-together spend exactly one Gaussian release's epsilon on every ledger, the
+"""The selection on paired differences to a reference: the private clips'
+histogram and the paired release together spend exactly one Gaussian
+release's epsilon on every ledger, the
 releases are the same mechanisms whatever the data (a planning federation
 answering zeros plans exactly what the sites are charged), and without noise
 the estimates are the clipped mean differences."""
@@ -18,13 +17,11 @@ from privadapt.common.mechanisms import Adjacency
 from privadapt.server.algorithms.joint_calibration import stand_in
 from privadapt.server.algorithms.model_selection.private_selection import (
     EDGE_FACTORS,
-    certifying_t,
     clips_from_histogram,
     paired_multipliers,
     paired_resolution,
     private_selection,
     public_difference_clips,
-    safe_argmin,
 )
 from privadapt.server.federation.planning import charged_at_site
 
@@ -58,40 +55,6 @@ def select(sites, epsilon=1.0, **options):
                 "delta": DELTA, "baseline_confidence": 0.1, "method": "auto",
                 "reference": REFERENCE, "public_source": PUBLIC, **options}
     return private_selection(sites, **settings)
-
-
-# --- the choice -------------------------------------------------------------------------
-
-
-def test_the_reference_is_kept_unless_some_upper_bound_is_below_zero():
-    assert safe_argmin([0.0, -1.0, -2.0], [0.0, 1.0, 2.0], t=1.0) == 0  # uppers 0, 0
-    assert safe_argmin([0.0, 0.5, 3.0], [0.0, 0.0, 0.0], t=0.0) == 0  # none below 0
-
-
-def test_among_certified_candidates_the_least_estimate_wins_not_the_least_upper_bound():
-    # Uppers -3 and -2: both certified; the second has the lower estimate.
-    assert safe_argmin([0.0, -5.0, -8.0], [0.0, 1.0, 3.0], t=2.0) == 2
-
-
-def test_an_uncertified_candidate_is_not_taken_however_low_its_estimate():
-    assert safe_argmin([0.0, -1.0, -10.0], [0.0, 0.1, 6.0], t=2.0) == 1
-
-
-def test_without_a_confidence_the_least_negative_estimate_wins():
-    assert certifying_t(3, None) == 0.0
-    assert safe_argmin([0.0, -0.1, -0.3, 0.2], [0.0, 5.0, 5.0, 5.0], t=0.0) == 2
-
-
-def test_candidates_no_better_than_the_reference_are_taken_at_most_beta_of_the_time():
-    # The guarantee: when every true difference is >= 0, a candidate is
-    # delivered only if some noise falls below -t std: probability <= beta.
-    rng = np.random.default_rng(0)
-    beta, stds = 0.1, np.array([0.0, 1.0, 2.0, 0.5])
-    t = certifying_t(3, beta)
-    truth = np.array([0.0, 0.0, 0.3, 0.0])
-    taken = [safe_argmin(truth + stds * rng.normal(size=4), stds, t) != 0
-             for _ in range(4000)]
-    assert np.mean(taken) <= beta
 
 
 # --- the clips --------------------------------------------------------------------------

@@ -124,8 +124,9 @@ def test_a_job_too_small_to_certify_releases_nothing_and_says_so():
 
 
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
-def test_the_paired_score_is_the_default_for_either_loss_and_the_others_stay(loss):
-    for score, resolved in [("auto", "paired"), ("paired", "paired"), ("loss", "loss")]:
+def test_auto_scores_errors_for_a_classifier_and_paired_differences_for_a_regression(loss):
+    default = "error" if loss == "logistic" else "paired"
+    for score, resolved in [("auto", default), ("paired", "paired"), ("loss", "loss")]:
         model = SelectedAdaptation(loss=loss, radius=5.0, epsilon=1.0, delta=1e-5,
                                    selection_score=score)
         assert model._score() == resolved

@@ -129,11 +129,16 @@ def test_the_dry_run_plans_the_calibrated_job():
                     spec.hyperparameters)
     public = Dataset(*PUBLIC, tuple(f"x{i}" for i in range(DIM)))
     releases = plan_releases(spec, hyperparameters(spec), {"a": 400, "b": 300}, DIM, public)
-    # Noisy GD's 6, the adapter's 4, the paired selection's histogram and sums.
-    assert len(releases) == 6 + 4 + 2
-    assert [r.kernel for r in releases[-2:]] == ["loss_difference_histogram", "validation_loss"]
+    # Noisy GD's 6, the adapter's 4, the error score's one release of the counts.
+    assert len(releases) == 6 + 4 + 1
+    assert releases[-1].kernel == "validation_loss"
     assert {r.records.part for r in releases} == {"train", "validation"}
     assert 0.99 * 2.0 <= composed_epsilon(releases, 1e-6, DIM) <= 2.0
-    # Too few validation records to certify a gain: the plan releases nothing.
+    # The paired score: its histogram and sums; with too few validation
+    # records to certify a gain, the plan releases nothing.
+    params_to_proto({"selection_score": "paired"}, spec.hyperparameters)
+    releases = plan_releases(spec, hyperparameters(spec), {"a": 400, "b": 300}, DIM, public)
+    assert [r.kernel for r in releases[-2:]] == ["loss_difference_histogram", "validation_loss"]
+    assert 0.99 * 2.0 <= composed_epsilon(releases, 1e-6, DIM) <= 2.0
     with pytest.warns(UserWarning, match="nothing was released"):
         assert plan_releases(spec, hyperparameters(spec), {"a": 40, "b": 30}, DIM, public) == []
