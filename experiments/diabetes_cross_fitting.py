@@ -22,7 +22,7 @@ gains. Two ways to validate on all 100 records:
     normalised by its clip C_k exactly as the package's kernel (sensitivity
     2 sqrt(K') replace-one: one record moves one term of each entry by at
     most 2), clips from the package's private histogram rule, the package's
-    safe argmin (private_selection.safe_argmin), and delivers the average
+    safe argmin (certified_choice.safe_argmin), and delivers the average
     (m_A^k + m_B^k) / 2 of the certified pair. Why the certificate transfers
     (population risk R, records i.i.d.): given A (so m_A), B is a fresh
     sample, so E[sum_B d_i(m_A) | A] = |B| (R(m_A) - R(w_0)), and the same
@@ -120,7 +120,12 @@ import numpy as np  # noqa: E402
 
 from experiments.gain_study import Row, run_method  # noqa: E402
 from experiments.seed000.diabetes import load_diabetes_domains  # noqa: E402
-from experiments.seed000.reporting import print_table, write_csv  # noqa: E402
+from experiments.seed000.reporting import (  # noqa: E402
+    add_output_option,
+    output_path,
+    print_table,
+    write_csv,
+)
 from experiments.selection import regression_task, split_records  # noqa: E402
 from privadapt import Dataset  # noqa: E402
 from privadapt.common.accounting.accountant import epsilon_spent  # noqa: E402
@@ -137,12 +142,14 @@ from privadapt.server.algorithms.model_selection.candidates import (  # noqa: E4
     public_constant_model,
     shrunk_copy,
 )
+from privadapt.server.algorithms.model_selection.certified_choice import (  # noqa: E402
+    certifying_t,
+    safe_argmin,
+)
 from privadapt.server.algorithms.model_selection.private_selection import (  # noqa: E402
     EDGE_FACTORS,
-    certifying_t,
     clips_from_histogram,
     public_difference_clips,
-    safe_argmin,
 )
 from privadapt.server.algorithms.public_erm import fit_linear  # noqa: E402
 
@@ -533,15 +540,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="2 splits, 1 draw, epsilon 10 and inf, the task's quick T")
     parser.add_argument("--epsilons", default=None, help="comma-separated, e.g. 10,inf")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    add_output_option(parser, RESULTS / "diabetes_cross_fitting.csv")
     args = parser.parse_args(argv)
     splits, draws = (2, 1) if args.quick else (args.splits, args.draws)
     epsilons = (10.0, math.inf) if args.quick else EPSILONS
     if args.epsilons is not None:
         epsilons = tuple(float(e) for e in args.epsilons.split(","))
     rows = run(splits, draws, args.quick, epsilons)
-    name = "diabetes_cross_fitting_quick.csv" if args.quick else "diabetes_cross_fitting.csv"
-    write_csv(args.out / name, HEADER, rows)
+    write_csv(output_path(args.out, RESULTS / "diabetes_cross_fitting.csv", args.quick),
+              HEADER, rows)
     print("\ngain: (L_src - L) / (L_src - L_best), means over splits and draws; oracle: "
           "the non-private choice among the same candidates; candidate: the best one "
           "delivered without a selection (uncertified); learned: units delivering a "
