@@ -63,11 +63,12 @@ def job_of(item: pb.WorkItem) -> str:
 
 
 class JobLanes:
-    """Runs ``handle`` on work items, one lane per job (module docstring).
-    ``handle`` must not raise (``SiteWorker.handle`` never does); an exception
-    that escapes it anyway is logged and the lane goes on."""
+    """Runs ``handle(item, wire size)`` on work items, one lane per job
+    (module docstring). ``handle`` must not raise (``SiteWorker.handle``
+    never does); an exception that escapes it anyway is logged and the lane
+    goes on."""
 
-    def __init__(self, handle: Callable[[pb.WorkItem], None], max_lanes: int = MAX_LANES,
+    def __init__(self, handle: Callable[[pb.WorkItem, int], None], max_lanes: int = MAX_LANES,
                  max_queued: int = MAX_QUEUED,
                  max_queued_bytes: int = MAX_QUEUED_BYTES) -> None:
         if max_lanes < 1 or max_queued < 1 or max_queued_bytes < 1:
@@ -96,10 +97,12 @@ class JobLanes:
         return self._queued < self.max_queued and (
             self._queued == 0 or self._queued_bytes + size <= self.max_queued_bytes)
 
-    def submit(self, item: pb.WorkItem) -> None:
+    def submit(self, item: pb.WorkItem, wire_size: int | None = None) -> None:
         """Queue ``item`` in its job's lane (waits while ``max_queued`` items,
-        or ``max_queued_bytes`` of them, wait)."""
-        job, size = job_of(item), item.ByteSize()
+        or ``max_queued_bytes`` of them, wait). ``wire_size``: the bytes it
+        was read from, if the caller has them (else its serialised size)."""
+        job = job_of(item)
+        size = item.ByteSize() if wire_size is None else wire_size
         with self._changed:
             if not (self._closed or self._has_room(size)):
                 self.held_back += 1
@@ -147,7 +150,7 @@ class JobLanes:
                 self._queued_bytes -= size
                 self._changed.notify_all()
             try:
-                self._handle(item)
+                self._handle(item, size)
             except Exception:
                 logger.exception("work item %d of job %r failed", item.sequence, job)
             with self._changed:
