@@ -97,6 +97,30 @@ def test_jobs_beyond_the_lane_limit_wait_their_turn_in_arrival_order():
     assert order == [1, 2, 3, 4]
 
 
+def test_lane_threads_stay_for_later_items_and_are_never_more_than_max_lanes():
+    # A site's ledger keeps a connection per thread: a thread per item made a
+    # connection and its statements again every round.
+    threads: list[int] = []  # the number of the thread that ran each item
+    ran, local = threading.Semaphore(0), threading.local()
+
+    def handle(item: pb.WorkItem, wire_size: int) -> None:
+        if not hasattr(local, "number"):  # a thread's first item
+            local.number = len(set(threads))
+        threads.append(local.number)
+        ran.release()
+
+    lanes = JobLanes(handle, max_lanes=2)
+    for sequence in range(1, 21):  # one at a time, of two jobs in turn
+        lanes.submit(report_item(f"job-{sequence % 2}", sequence))
+        assert ran.acquire(timeout=FAILSAFE_S)
+    for sequence in range(21, 41):  # many at once, of four jobs
+        lanes.submit(report_item(f"job-{sequence % 4}", sequence))
+    for _ in range(21, 41):
+        assert ran.acquire(timeout=FAILSAFE_S)
+    lanes.close()
+    assert len(set(threads[:20])) == 1 and len(set(threads)) <= 2
+
+
 def test_close_drops_the_items_not_started_and_finishes_the_one_in_hand():
     started, release, ran = threading.Event(), threading.Event(), []
 
