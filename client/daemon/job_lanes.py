@@ -149,20 +149,18 @@ class JobLanes:
     def _lane_thread(self) -> None:
         """Serve waiting lanes, one at a time, until the lanes are closed."""
         with self._changed:
-            try:
-                while True:
-                    self._changed.wait_for(lambda: self._closed or (
-                        self._waiting and len(self._running) < self.max_lanes))
-                    if self._closed:
-                        return
-                    job = self._waiting.popleft()
-                    self._running.add(job)
-                    self._idle -= 1
-                    self._serve(job)  # idle again once it returns (_stop_lane)
-            finally:
-                self._threads -= 1
+            self._changed.wait_for(self._may_start)
+            while not self._closed:
+                job = self._waiting.popleft()
+                self._running.add(job)
                 self._idle -= 1
-                self._changed.notify_all()
+                self._serve(job)  # idle again once it returns (_stop_lane)
+                self._changed.wait_for(self._may_start)
+            self._threads -= 1
+            self._idle -= 1
+
+    def _may_start(self) -> bool:
+        return self._closed or bool(self._waiting and len(self._running) < self.max_lanes)
 
     def _serve(self, job: str) -> None:
         """Run ``job``'s items (lock held, released while each runs) until its
