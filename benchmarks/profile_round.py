@@ -83,6 +83,8 @@ TIMED_COORDINATOR_STEPS = [
     ("privadapt.server.federation.rounds", "RoundHub.deliver_share"),
 ]
 TIMED_SITE_STEPS = [
+    ("privadapt.client.daemon.main", "_read_or_mark"),
+    ("privadapt.client.daemon.job_lanes", "JobLanes.submit"),
     ("privadapt.client.daemon.worker", "SiteWorker.handle"),
     ("privadapt.client.daemon.worker", "SiteWorker._on_announcement"),
     ("privadapt.common.wire.messages", "query_from_proto"),

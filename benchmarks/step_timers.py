@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from thread_profiles import dump_when_site_daemon_returns
+
 DIRECTORY_VARIABLE = "PRIVADAPT_STEP_TIMERS"
 STEPS_VARIABLE = "PRIVADAPT_STEP_TIMER_STEPS"
 _SITECUSTOMIZE = (
@@ -88,7 +90,8 @@ def install(directory: Path, steps: Sequence[Step]) -> Callable[[], None]:
     written: list[bool] = []
 
     def dump() -> None:
-        if not written:
+        # A process that ran none of the steps (a site fork server) writes nothing.
+        if not written and any(entry[1] for entry in totals.values()):
             written.append(True)
             (Path(directory) / f"{os.getpid()}.json").write_text(json.dumps(totals))
 
@@ -101,7 +104,8 @@ def install_from_environment() -> None:
     directory = os.environ.get(DIRECTORY_VARIABLE)
     if directory:
         steps = [tuple(step) for step in json.loads(os.environ[STEPS_VARIABLE])]
-        install(Path(directory), steps)  # type: ignore[arg-type]
+        dump = install(Path(directory), steps)  # type: ignore[arg-type]
+        dump_when_site_daemon_returns(dump)
 
 
 def child_environment(directory: Path, steps: Sequence[Step]) -> dict[str, str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import cProfile
+import functools
 import os
 import pstats
 import sys
@@ -76,7 +77,29 @@ def install_from_environment() -> None:
     """:func:`install` if the environment names a directory (child processes)."""
     directory = os.environ.get(DIRECTORY_VARIABLE)
     if directory:
-        install(Path(directory))
+        dump_when_site_daemon_returns(install(Path(directory)))
+
+
+def dump_when_site_daemon_returns(dump: Callable[[], None]) -> None:
+    """In the site fork server (api/simulation/forked_sites.py): its forked
+    sites end with ``os._exit`` once their daemon's ``main`` returns, so no
+    atexit hook runs there, and the server itself runs no site: ``dump`` runs
+    on that return instead of at the server's exit."""
+    if "privadapt.simulation.forked_sites" not in sys.orig_argv:
+        return
+    atexit.unregister(dump)
+    import privadapt.client.daemon.main as daemon
+
+    original = daemon.main
+
+    @functools.wraps(original)
+    def main(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        finally:
+            dump()
+
+    daemon.main = main
 
 
 def child_environment(directory: Path) -> dict[str, str]:

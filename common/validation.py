@@ -193,16 +193,31 @@ def check_bool(name: str, value: Any) -> bool:
 def check_finite_array(name: str, value: Any, shape: tuple[int | None, ...]) -> np.ndarray:
     """A float64 copy of ``value`` of ``shape`` (``None``: a dimension of any
     length) with finite entries."""
+    array = _float_array(name, value, shape, copy=True)
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} holds NaN or infinite values")
+    return array
+
+
+def check_array_shape(name: str, value: Any, shape: tuple[int | None, ...]) -> np.ndarray:
+    """``value`` as a float64 array of ``shape``, refused in the words of
+    :func:`check_finite_array`, but neither copied (when it is one already)
+    nor checked finite: for a check that a constructor calling
+    :func:`check_finite_array` follows (a kernel's ``from_wire`` and its
+    ``Params``), so that a 1e5-float parameter is copied and scanned once."""
+    return _float_array(name, value, shape, copy=None)
+
+
+def _float_array(name: str, value: Any, shape: tuple[int | None, ...],
+                 copy: bool | None) -> np.ndarray:
     shown = "(" + ", ".join("*" if n is None else str(n) for n in shape) \
         + ("," if len(shape) == 1 else "") + ")"
     try:
-        array = np.array(value, dtype=np.float64)
+        array = np.array(value, dtype=np.float64, copy=copy)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be an array of shape {shown}, got {value!r}") from None
     if array.ndim != len(shape) or any(
         want is not None and want != got for want, got in zip(shape, array.shape, strict=True)
     ):
         raise ValueError(f"{name} must have shape {shown}, got {array.shape}")
-    if not np.all(np.isfinite(array)):
-        raise ValueError(f"{name} holds NaN or infinite values")
     return array

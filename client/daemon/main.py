@@ -97,9 +97,12 @@ class UnreadWorkItem:
     reason: str
 
 
-def _read_or_mark(data: bytes) -> pb.WorkItem | UnreadWorkItem:
+def _read_or_mark(data: bytes) -> tuple[pb.WorkItem, int] | UnreadWorkItem:
+    """The work item and its wire size (what the lanes and the open rounds
+    are bounded by: counted here, where the bytes are in hand, rather than
+    by serialising the parsed item again, 0.2 ms for a 1e5-float query)."""
     try:
-        return read_work_item(data)
+        return read_work_item(data), len(data)
     except WireError as err:
         return UnreadWorkItem(str(err))
 
@@ -113,9 +116,11 @@ def _connect(channel: grpc.Channel) -> grpc.UnaryStreamMultiCallable:
                                 response_deserializer=_read_or_mark)
 
 
-def _work_items(stream: Iterable[pb.WorkItem | UnreadWorkItem]) -> Iterator[pb.WorkItem]:
-    """The work items of a :func:`_connect` stream, ending with ``WireError``
-    at the first one refused unread."""
+def _work_items(
+    stream: Iterable[tuple[pb.WorkItem, int] | UnreadWorkItem],
+) -> Iterator[tuple[pb.WorkItem, int]]:
+    """The work items of a :func:`_connect` stream with their wire sizes,
+    ending with ``WireError`` at the first one refused unread."""
     for item in stream:
         if isinstance(item, UnreadWorkItem):
             raise WireError(f"a work item refused unread: {item.reason}")
@@ -259,10 +264,10 @@ class SiteDaemon:
             beat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True,
                                     args=(stub, registered.session_id, interval, stream, done))
             beat.start()
-            lanes = JobLanes(lambda item: self.worker.handle(item, stub))
+            lanes = JobLanes(lambda item, size: self.worker.handle(item, stub, size))
             try:
-                for item in _work_items(stream):
-                    lanes.submit(item)
+                for item, size in _work_items(stream):
+                    lanes.submit(item, size)
             finally:
                 # Only a session that held starts the schedule again: one the
                 # coordinator ends at once, session after session, would

@@ -80,7 +80,8 @@ CALL_TIMEOUT_S = 30.0
 #: Rounds open at once over every job (module docstring): eight lanes' worth
 #: of jobs several times over.
 MAX_OPEN_ROUNDS = 64
-#: Their announcements' wire size together: four of the largest messages.
+#: Their announcements' wire size together (the work items that carried them):
+#: four of the largest messages.
 MAX_OPEN_ROUND_BYTES = 256 * 2**20
 
 
@@ -109,7 +110,7 @@ class _OpenRound:
     round: int
     keys: RoundKeys
     query_digest: bytes
-    size: int = 0  # the announcement's wire size
+    size: int = 0  # the wire size of the work item that announced it
 
 
 class SiteWorker:
@@ -136,8 +137,11 @@ class SiteWorker:
         self._rounds_paid = 0
         self._unpaid_refused = False
 
-    def handle(self, item: pb.WorkItem, calls: CoordinatorCalls) -> None:
-        """Act on one work item. Never raises: the daemon keeps serving."""
+    def handle(self, item: pb.WorkItem, calls: CoordinatorCalls,
+               wire_size: int | None = None) -> None:
+        """Act on one work item. Never raises: the daemon keeps serving.
+        ``wire_size``: the bytes the item was read from, if known (else its
+        serialised size is taken where a bound needs it)."""
         try:
             check_work_item(item)
         except WireError as err:
@@ -146,7 +150,7 @@ class SiteWorker:
             logger.warning("site=%s: work item %d ignored: %s", self.site.name, item.sequence, err)
             return
         try:
-            self._dispatch(item, calls)
+            self._dispatch(item, calls, wire_size)
         except grpc.RpcError as err:
             # E.g. the round was aborted while this site computed its share.
             logger.warning("site=%s: the coordinator answered %s: %s", self.site.name,
@@ -180,10 +184,12 @@ class SiteWorker:
         with self._open_lock:
             return self._open.pop((job_id, round), None)
 
-    def _dispatch(self, item: pb.WorkItem, calls: CoordinatorCalls) -> None:
+    def _dispatch(self, item: pb.WorkItem, calls: CoordinatorCalls,
+                  wire_size: int | None) -> None:
         kind = item.WhichOneof("item")
         if kind == "round_announcement":
-            self._on_announcement(item.round_announcement, calls)
+            size = item.ByteSize() if wire_size is None else wire_size
+            self._on_announcement(item.round_announcement, calls, size)
         elif kind == "roster":
             self._on_roster(item.roster, calls)
         elif kind == "round_abort":
@@ -206,7 +212,9 @@ class SiteWorker:
 
     # -- rounds ---------------------------------------------------------------
 
-    def _on_announcement(self, message: pb.RoundAnnouncement, calls: CoordinatorCalls) -> None:
+    def _on_announcement(self, message: pb.RoundAnnouncement, calls: CoordinatorCalls,
+                         size: int) -> None:
+        """``size``: the wire size of the work item that carried ``message``."""
         job_id, round, query_id = message.job_id, message.round, message.query_id
         with self._open_lock:
             if (job_id, round) in self._open:
@@ -229,7 +237,8 @@ class SiteWorker:
                              "restarts it")
             return
         try:
-            query, query_round = query_from_proto(message.query)
+            # Read-only arrays: digested here, then copied by the admission.
+            query, query_round = query_from_proto(message.query, writeable=False)
         except WireError as err:
             self._refuse(calls, job_id, round, query_id, pb.Refusal.POLICY, str(err))
             return
@@ -253,7 +262,6 @@ class SiteWorker:
             signing_key=self.identity.signing_key,
             ca_certificate_pem=self.identity.ca_certificate_pem,
         )
-        size = message.ByteSize()
         with self._open_lock:
             count, held = len(self._open), sum(opened.size for opened in self._open.values())
             full = (count >= MAX_OPEN_ROUNDS

@@ -60,7 +60,12 @@ from privadapt.common.kernels.linf_gradient import (
 )
 from privadapt.common.losses import BINARY_LOSSES, BinaryLoss
 from privadapt.common.mechanisms import Adjacency
-from privadapt.common.validation import check_finite_array, check_one_of, frozen_value
+from privadapt.common.validation import (
+    check_array_shape,
+    check_finite_array,
+    check_one_of,
+    frozen_value,
+)
 
 #: The rounding a coordinator's convex combination may leave on ||offset||_1.
 BALL_SLACK = 1e-12
@@ -96,7 +101,8 @@ class L1VertexScoresParams(KernelParams):
     @classmethod
     def from_wire(cls, params: Mapping[str, Any], dim: int) -> L1VertexScoresParams:
         values = wire_values(params, ("offset", "radius", "clip_norm", "loss"))
-        offset = check_finite_array("parameter 'offset'", values["offset"], (dim,))
+        # Copied and checked finite once, by the constructor.
+        offset = check_array_shape("parameter 'offset'", values["offset"], (dim,))
         return cls(offset, values["radius"], values["clip_norm"], values["loss"],
                    params.get("center"))
 

@@ -40,7 +40,12 @@ from privadapt.common.kernels.exact_sum import clip_slack
 from privadapt.common.losses import BINARY_LOSSES, BinaryLoss, record_loss_derivatives
 from privadapt.common.mechanisms import Adjacency
 from privadapt.common.numerics.geometry import clip_coefficients
-from privadapt.common.validation import check_finite_array, check_one_of, frozen_value
+from privadapt.common.validation import (
+    check_array_shape,
+    check_finite_array,
+    check_one_of,
+    frozen_value,
+)
 
 
 @frozen_value(eq=False)
@@ -60,7 +65,8 @@ class LinearGradientParams(KernelParams):
     @classmethod
     def from_wire(cls, params: Mapping[str, Any], dim: int) -> LinearGradientParams:
         values = wire_values(params, ("weights", "loss", "clip_norm"))
-        weights = check_finite_array("parameter 'weights'", values["weights"], (dim,))
+        # Copied and checked finite once, by the constructor.
+        weights = check_array_shape("parameter 'weights'", values["weights"], (dim,))
         return cls(weights, values["loss"], values["clip_norm"])
 
     def to_wire(self) -> dict[str, Any]:

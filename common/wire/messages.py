@@ -139,6 +139,7 @@ def tensor_from_proto(
     expected_dtype: str | np.dtype | type | None = None,
     expected_shape: Sequence[int | None] | None = None,
     field: str = "tensor",
+    writeable: bool = True,
 ) -> np.ndarray:
     """Decode a Tensor into a new, writeable, native-endian array.
 
@@ -146,6 +147,11 @@ def tensor_from_proto(
     :class:`WireError` naming ``field`` for a dtype outside the allow-list or
     other than ``expected_dtype``, a shape that does not match the data length
     or ``expected_shape``, or NaN/infinite floats.
+
+    ``writeable=False``: a read-only array over the one copy of the tensor's
+    bytes that reading the field makes (no second copy on a little-endian
+    machine), for a reader that only reads it (a digest, a sum, a check that
+    copies what it keeps): 0.8 MB less copied per 1e5 floats.
     """
     dtype_name = msg.dtype
     if dtype_name not in ALLOWED_DTYPES:
@@ -178,8 +184,12 @@ def tensor_from_proto(
         ):
             shown = ", ".join("*" if d is None else str(d) for d in expected)
             raise WireError(f"{field}: expected shape ({shown}), got {shape}")
-    # astype copies: frombuffer's view is read-only and tied to the message.
-    arr = np.frombuffer(data, dtype=dtype).astype(dtype.newbyteorder("="))
+    # The field's bytes are this reader's own copy, never changed (immutable):
+    # a view of them is a snapshot. astype copies it into a writeable array.
+    arr = np.frombuffer(data, dtype=dtype)
+    if writeable or not arr.dtype.isnative:
+        arr = arr.astype(dtype.newbyteorder("="))
+        arr.setflags(write=writeable)
     try:
         arr = arr.reshape(shape)
     except ValueError as err:  # e.g. (2^62, 2^62, 0): no bytes, but too many dimensions
@@ -240,13 +250,14 @@ def _fill_param(target: pb.ParamValue, value: Any, field: str) -> None:
     )
 
 
-def param_from_proto(msg: pb.ParamValue, field: str = "param") -> Any:
-    """Decode one parameter to bool, int, float, str or numpy array."""
+def param_from_proto(msg: pb.ParamValue, field: str = "param", writeable: bool = True) -> Any:
+    """Decode one parameter to bool, int, float, str or numpy array (read-only
+    unless ``writeable``: :func:`tensor_from_proto`)."""
     kind = msg.WhichOneof("value")
     if kind is None:
         raise WireError(f"{field}: no value set")
     if kind == "tensor_value":
-        return tensor_from_proto(msg.tensor_value, field=field)
+        return tensor_from_proto(msg.tensor_value, field=field, writeable=writeable)
     value = getattr(msg, kind)
     if kind == "double_value" and not math.isfinite(value):
         raise WireError(f"{field}: {value} is not finite; parameters must be finite")
@@ -265,9 +276,11 @@ def params_to_proto(
         _fill_param(target[key], value, f"{field}[{key!r}]")
 
 
-def params_from_proto(source: Mapping[str, pb.ParamValue], field: str = "params") -> dict[str, Any]:
+def params_from_proto(source: Mapping[str, pb.ParamValue], field: str = "params",
+                      writeable: bool = True) -> dict[str, Any]:
     """A plain dict from a message's ``map<string, ParamValue>`` field."""
-    return {key: param_from_proto(source[key], f"{field}[{key!r}]") for key in sorted(source)}
+    return {key: param_from_proto(source[key], f"{field}[{key!r}]", writeable)
+            for key in sorted(source)}
 
 
 # --------------------------------------------------------------------------- mechanisms
@@ -422,9 +435,12 @@ def query_to_proto(query: Query, round: int) -> pb.Query:
     return msg
 
 
-def query_from_proto(msg: pb.Query) -> tuple[Query, int]:
+def query_from_proto(msg: pb.Query, writeable: bool = True) -> tuple[Query, int]:
     """Decode a query and its round; raises :class:`WireError` for a missing
-    id, kernel or mechanism, or any malformed parameter."""
+    id, kernel or mechanism, or any malformed parameter. ``writeable=False``:
+    its array parameters are read-only (:func:`tensor_from_proto`), for a
+    reader that digests them or copies them before any use (a site's
+    admission takes its own copy of every parameter)."""
     where = f"query {msg.query_id!r} of job {msg.job_id!r}"
     for name in ("job_id", "query_id", "kernel"):
         if not getattr(msg, name):
@@ -441,7 +457,7 @@ def query_from_proto(msg: pb.Query) -> tuple[Query, int]:
         job_id=msg.job_id,
         query_id=msg.query_id,
         kernel=msg.kernel,
-        params=params_from_proto(msg.params, f"{where} params"),
+        params=params_from_proto(msg.params, f"{where} params", writeable),
         mechanism=mechanism_from_proto(msg.mechanism, f"{where} mechanism"),
         collusion_tolerance=msg.collusion_tolerance,
         fractional_bits=msg.fractional_bits,

@@ -206,7 +206,7 @@ class RoundHub:
         # which is of the query as the sites decode it from exactly these bytes.
         if encoded is None:
             encoded = query_to_proto(query, round)
-        decoded, decoded_round = query_from_proto(encoded)
+        decoded, decoded_round = query_from_proto(encoded, writeable=False)  # only digested
         _check_announced(query, round, decoded, decoded_round)
         active.query_digest = query_digest(decoded, decoded_round)
         key = (query.job_id, round)
@@ -443,7 +443,9 @@ class RoundHub:
                                 "its integrity check")
         try:
             blocks = tuple(
-                tensor_from_proto(t, expected_dtype=np.uint64, field=f"share block {i}")
+                # Read-only: only summed, checked and blamed, never changed.
+                tensor_from_proto(t, expected_dtype=np.uint64, field=f"share block {i}",
+                                  writeable=False)
                 for i, t in enumerate(message.blocks)
             )
         except WireError as err:

@@ -39,7 +39,7 @@ def test_the_items_of_one_job_run_one_at_a_time_in_the_order_they_came():
     inside = threading.Semaphore(1)
     finished = threading.Event()
 
-    def handle(item: pb.WorkItem) -> None:
+    def handle(item: pb.WorkItem, wire_size: int) -> None:
         assert inside.acquire(blocking=False), "two items of one job ran at once"
         seen.append(item.sequence)
         inside.release()
@@ -59,7 +59,7 @@ def test_the_items_of_one_job_run_one_at_a_time_in_the_order_they_came():
 def test_a_second_job_runs_while_the_first_jobs_item_is_in_hand():
     b_done, a_done, a_saw_b = threading.Event(), threading.Event(), []
 
-    def handle(item: pb.WorkItem) -> None:
+    def handle(item: pb.WorkItem, wire_size: int) -> None:
         if item.privacy_report_request.job_id == "job-a":
             a_saw_b.append(b_done.wait(FAILSAFE_S))
             a_done.set()
@@ -78,7 +78,7 @@ def test_jobs_beyond_the_lane_limit_wait_their_turn_in_arrival_order():
     order: list[int] = []
     release_first, all_ran = threading.Event(), threading.Event()
 
-    def handle(item: pb.WorkItem) -> None:
+    def handle(item: pb.WorkItem, wire_size: int) -> None:
         order.append(item.sequence)
         if item.sequence == 1:
             release_first.wait(FAILSAFE_S)
@@ -97,10 +97,34 @@ def test_jobs_beyond_the_lane_limit_wait_their_turn_in_arrival_order():
     assert order == [1, 2, 3, 4]
 
 
+def test_lane_threads_stay_for_later_items_and_are_never_more_than_max_lanes():
+    # A site's ledger keeps a connection per thread: a thread per item made a
+    # connection and its statements again every round.
+    threads: list[int] = []  # the number of the thread that ran each item
+    ran, local = threading.Semaphore(0), threading.local()
+
+    def handle(item: pb.WorkItem, wire_size: int) -> None:
+        if not hasattr(local, "number"):  # a thread's first item
+            local.number = len(set(threads))
+        threads.append(local.number)
+        ran.release()
+
+    lanes = JobLanes(handle, max_lanes=2)
+    for sequence in range(1, 21):  # one at a time, of two jobs in turn
+        lanes.submit(report_item(f"job-{sequence % 2}", sequence))
+        assert ran.acquire(timeout=FAILSAFE_S)
+    for sequence in range(21, 41):  # many at once, of four jobs
+        lanes.submit(report_item(f"job-{sequence % 4}", sequence))
+    for _ in range(21, 41):
+        assert ran.acquire(timeout=FAILSAFE_S)
+    lanes.close()
+    assert len(set(threads[:20])) == 1 and len(set(threads)) <= 2
+
+
 def test_close_drops_the_items_not_started_and_finishes_the_one_in_hand():
     started, release, ran = threading.Event(), threading.Event(), []
 
-    def handle(item: pb.WorkItem) -> None:
+    def handle(item: pb.WorkItem, wire_size: int) -> None:
         ran.append(item.sequence)
         started.set()
         release.wait(FAILSAFE_S)
@@ -125,7 +149,7 @@ def test_waiting_items_are_bounded_by_their_wire_size_and_the_reader_is_held_bac
     # Counting items alone let 1,024 of the largest messages wait (64 GiB).
     entered, release, ran = threading.Event(), threading.Event(), []
 
-    def handle(item: pb.WorkItem) -> None:
+    def handle(item: pb.WorkItem, wire_size: int) -> None:
         ran.append(item.sequence)
         entered.set()
         release.wait(FAILSAFE_S)
@@ -203,7 +227,7 @@ def test_a_second_jobs_round_is_answered_while_a_long_query_of_the_first_runs(
         return answer(query, num_participants)
 
     worker.site.answer = long_answer
-    lanes = JobLanes(lambda item: worker.handle(item, calls))
+    lanes = JobLanes(lambda item, size: worker.handle(item, calls, size))
     _round(lanes, calls, "job-a")
     assert a_running.wait(FAILSAFE_S)
     _round(lanes, calls, "job-b")

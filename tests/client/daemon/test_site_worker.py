@@ -321,7 +321,7 @@ def test_open_rounds_are_bounded_over_every_job_and_the_excess_refused(
 
 def test_open_rounds_are_bounded_by_their_announcements_bytes(make_site, pki, tmp_path,
                                                                monkeypatch):
-    size = announcement(1).round_announcement.ByteSize()
+    size = announcement(1).ByteSize()  # the work item's: what the site received
     monkeypatch.setattr(worker_module, "MAX_OPEN_ROUND_BYTES", 2 * size + size // 2)
     worker, calls = make_worker(make_site, pki, tmp_path, "site-a"), Calls()
     for round in range(1, 4):

@@ -121,6 +121,16 @@ def test_malformed_input_is_refused_naming_the_parameter(case, key, value):
         kernel_of(case).Params.from_wire({**WIRE[case], key: value}, DIM)
 
 
+@pytest.mark.parametrize(("case", "key"), [("linear_gradient", "weights"),
+                                         ("l1_vertex_scores", "offset")])
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_non_finite_vector_from_the_wire_is_refused_in_the_constructors_words(case, key, bad):
+    sent = np.array(WIRE[case][key], dtype=np.float64)
+    sent[1] = bad
+    with pytest.raises(ValueError, match=rf"parameter '{key}' holds NaN or infinite values"):
+        kernel_of(case).Params.from_wire({**WIRE[case], key: sent}, DIM)
+
+
 def test_params_built_directly_validate_themselves():
     with pytest.raises(ValueError, match="loss"):
         LinearGradientParams(np.ones(DIM), "hinge", 1.0)

@@ -17,7 +17,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privadapt.client.daemon.main import CONNECT_METHOD, _connect, _work_items, read_work_item
+from privadapt.client.daemon.main import (
+    CONNECT_METHOD,
+    _connect,
+    _read_or_mark,
+    _work_items,
+    read_work_item,
+)
 from privadapt.common.errors import WireError
 from privadapt.common.federation import Query
 from privadapt.common.mechanisms import Adjacency, GaussianMechanism
@@ -167,7 +173,8 @@ def test_a_work_item_refused_unread_ends_the_daemons_stream_with_the_reason():
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             received = []
             with pytest.raises(WireError, match=r"refused unread: .* more than \d+ submessages"):
-                for item in _work_items(_connect(channel)(pb.ConnectRequest(), timeout=10)):
+                for item, _ in _work_items(_connect(channel)(pb.ConnectRequest(),
+                                                             timeout=10)):
                     received.append(item.sequence)
             assert received == [1]
     finally:
@@ -189,3 +196,12 @@ def test_fields_of_padded_varints_cost_a_field_per_four_bytes():
     assert pb.WorkItem.FromString(padded * 50_000)  # protobuf reads them: valid, unknown
     with pytest.raises(WireError, match=r"more than \d+ fields"):
         parse_bounded(pb.WorkItem, padded * 50_000)
+
+
+def test_a_work_item_is_read_with_the_size_of_the_bytes_it_came_in():
+    # The lanes and the open rounds are bounded by it (no second serialisation).
+    data = pb.WorkItem(sequence=7, round_announcement=pb.RoundAnnouncement(
+        job_id="j", query=pb.Query(params={"weights": pb.ParamValue(tensor_value=pb.Tensor(
+            dtype="float64", shape=[4], data=bytes(32)))}))).SerializeToString()
+    item, size = _read_or_mark(data)
+    assert item == pb.WorkItem.FromString(data) and size == len(data)

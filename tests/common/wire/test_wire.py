@@ -27,6 +27,7 @@ from privadapt.common.mechanisms import (
 )
 from privadapt.common.proto import federation_pb2 as pb
 from privadapt.common.proto import federation_pb2_grpc as pb_grpc
+from privadapt.common.secure.query_digest import query_digest
 from privadapt.common.wire.messages import (
     MAX_MESSAGE_BYTES,
     WireError,
@@ -105,6 +106,31 @@ def test_decoded_tensor_is_writeable() -> None:
     decoded = tensor_from_proto(tensor_to_proto(np.ones(3)))
     decoded[0] = 5.0  # frombuffer alone would be read-only
     assert decoded[0] == 5.0
+
+
+def test_a_tensor_decoded_for_reading_only_has_the_same_values_and_cannot_be_changed() -> None:
+    values = np.arange(12, dtype=np.float64).reshape(3, 4)
+    decoded = tensor_from_proto(tensor_to_proto(values), writeable=False)
+    assert decoded.dtype == np.float64 and np.array_equal(decoded, values)
+    with pytest.raises(ValueError, match="read-only"):
+        decoded[0, 0] = 5.0
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_tensor_decoded_for_reading_only_is_checked_as_any_other(bad: float) -> None:
+    msg = pb.Tensor(dtype="float64", shape=[2], data=np.array([1.0, bad]).tobytes())
+    with pytest.raises(WireError, match="NaN or infinite"):
+        tensor_from_proto(msg, field="share", writeable=False)
+
+
+def test_a_query_decoded_for_reading_only_digests_as_the_writeable_one() -> None:
+    query = Query("job", "q", "linear_gradient", {"weights": np.linspace(-1, 1, 7), "n": 3},
+                  MECHANISMS[0])
+    encoded = query_to_proto(query, 4)
+    read_only, round_ = query_from_proto(encoded, writeable=False)
+    writeable, _ = query_from_proto(encoded)
+    assert not read_only.params["weights"].flags.writeable
+    assert query_digest(read_only, round_) == query_digest(writeable, 4)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.bool_, np.int32, object])
