@@ -25,6 +25,7 @@ from tests.network_harness import (
     in_process_coordinator,
     make_pki,
     operator_stub,
+    wait_for_sites,
     watch_until_done,
     write_coordinator_config,
     write_site,
@@ -153,6 +154,8 @@ def test_budget_exhausted_at_one_site_fails_the_job_naming_the_site_and_cap(pki,
                                                                            sites, monkeypatch):
     sites(caps={"site-b": 0.5})
     operator = operator_stub(pki, coordinator.port)
+    # The preview reads only the budgets of sites that have reported one.
+    wait_for_sites(operator, SITES)
     spec = pb.JobSpec(algorithm="noisy_gd", epsilon=2.0, delta=1e-6, sites=SITES)
     params_to_proto({"loss": "logistic", "iterations": 20, "learning_rate": 1.0, "radius": 5.0,
                      "clip_norm": 1.0}, spec.hyperparameters)
