@@ -123,6 +123,7 @@ class PrivacyLedger(LedgerView):
         self._owner = reservations.ReservationOwner(self.path)
         if not read_only:
             self._initialise(create)
+            reservations.make_owners_directory(self.path)
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> PrivacyLedger:

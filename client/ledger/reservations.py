@@ -54,6 +54,13 @@ def owners_directory(ledger_path: Path) -> Path:
     return ledger_path.with_name(ledger_path.name + ".owners")
 
 
+def make_owners_directory(ledger_path: Path) -> None:
+    """Make the ledger's owners directory if it is missing: done when a
+    ledger opens for writing, so that a site's first query does not pay a
+    directory creation (a mkdir is the costliest step of its first check)."""
+    owners_directory(ledger_path).mkdir(mode=0o700, exist_ok=True)
+
+
 class ReservationOwner:
     """One ledger object's claim to its reservations: an exclusive ``flock``
     on its own owner file, taken before its first reservation is written and
@@ -69,8 +76,11 @@ class ReservationOwner:
         so a prober that sees such a row always finds the lock held."""
         if self._fd is not None:
             return
-        self._path.parent.mkdir(mode=0o700, exist_ok=True)
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:  # the directory went after the ledger opened
+            self._path.parent.mkdir(mode=0o700, exist_ok=True)
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
         except BaseException:

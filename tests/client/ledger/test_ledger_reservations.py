@@ -209,3 +209,25 @@ def test_a_live_process_reservation_blocks_and_a_crashed_one_is_released(tmp_pat
         child.kill()
         child.wait()
     assert list(owners_directory(db).iterdir()) == []
+
+
+def test_a_ledger_opened_for_writing_has_its_owners_directory_before_its_first_check(tmp_path):
+    db = tmp_path / "ledger.db"
+    with PrivacyLedger(db, _policy(), create=True):
+        assert owners_directory(db).is_dir()
+    owners_directory(db).rmdir()
+    PrivacyLedger.open_readonly(db).close()  # a reader reserves nothing: nothing made
+    assert not owners_directory(db).exists()
+    PrivacyLedger(db, _policy()).close()
+    assert owners_directory(db).is_dir()
+
+
+def test_a_check_remakes_an_owners_directory_removed_after_the_open(tmp_path):
+    db = tmp_path / "ledger.db"
+    with PrivacyLedger(db, _policy(), create=True) as ledger:
+        owners_directory(db).rmdir()
+        with ledger.reservation("job", "q1", COSTLY) as checked:
+            assert _reserved_rows(ledger) == 1
+            assert len(list(owners_directory(db).iterdir())) == 1
+            ledger.charge("job", "q1", COSTLY, checked=checked)
+    assert list(owners_directory(db).iterdir()) == []
