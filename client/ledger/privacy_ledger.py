@@ -123,7 +123,11 @@ class PrivacyLedger(LedgerView):
         self._owner = reservations.ReservationOwner(self.path)
         if not read_only:
             self._initialise(create)
-            reservations.make_owners_directory(self.path)
+            try:
+                self._owner.hold()
+            except OSError:
+                self.close()
+                raise
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> PrivacyLedger:
@@ -210,7 +214,7 @@ class PrivacyLedger(LedgerView):
         checked here is never refused later for want of budget."""
         text = self._checked_text(job_id, query_id, mechanism)
         with self._lock:
-            self._owner.hold()  # before any row names this owner; once per object
+            self._owner.hold()  # taken at the open; again only after a close
             conn = self._connection()
             if len(self._issued_checks) >= _MAX_ISSUED_CHECKS:
                 # Never evict: an outstanding check's query may be running its

@@ -54,17 +54,11 @@ def owners_directory(ledger_path: Path) -> Path:
     return ledger_path.with_name(ledger_path.name + ".owners")
 
 
-def make_owners_directory(ledger_path: Path) -> None:
-    """Make the ledger's owners directory if it is missing: done when a
-    ledger opens for writing, so that a site's first query does not pay a
-    directory creation (a mkdir is the costliest step of its first check)."""
-    owners_directory(ledger_path).mkdir(mode=0o700, exist_ok=True)
-
-
 class ReservationOwner:
     """One ledger object's claim to its reservations: an exclusive ``flock``
-    on its own owner file, taken before its first reservation is written and
-    held until :meth:`close` (or the process's death)."""
+    on its own owner file, taken when the ledger opens for writing (so that
+    a site's first query pays no file creation) and held until :meth:`close`
+    (or the process's death)."""
 
     def __init__(self, ledger_path: Path) -> None:
         self.token = secrets.token_hex(16)
@@ -78,7 +72,7 @@ class ReservationOwner:
             return
         try:
             fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
-        except FileNotFoundError:  # the directory went after the ledger opened
+        except FileNotFoundError:  # a new ledger's (or one whose directory went)
             self._path.parent.mkdir(mode=0o700, exist_ok=True)
             fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
