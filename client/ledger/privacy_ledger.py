@@ -173,6 +173,9 @@ class PrivacyLedger(LedgerView):
             raise
         self._head, self._last_id = rebuilt.head, rebuilt.last_id
         self._checkpointed = rebuilt.checkpointed
+        # The open upgraded the table: its rows have every column, so the
+        # first read or charge need not ask the schema again.
+        self._columns = ROW_COLUMNS
         self._head_file.known = rebuilt.head  # checked or written by the open
         #: Rows this open re-derived (after the newest checkpoint): bounded
         #: by CHECKPOINT_INTERVAL whatever the ledger's history.
