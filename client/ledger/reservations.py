@@ -25,15 +25,16 @@ lock go. The commit deletes it in the charge's own transaction; any other exit
 Nothing is ever released before the charge commits; a reservation only ever
 makes a decision more conservative.
 
-A crash releases them. Each ledger object that reserves holds an exclusive
-``flock`` on its own owner file (``<ledger>.owners/<token>``) for as long as it
-lives; the kernel drops it when the process dies. Before deciding, a check
-probes the owners of the reservations it sees: a reservation whose owner's
-lock can be taken belongs to a dead process (or a closed ledger) and is
-deleted. So a crash, a ``kill -9`` or a power cut never leaves budget blocked.
-The reservation rows need no durability (a crash releases them anyway), so
-their transactions commit with ``synchronous=NORMAL`` (one fsync fewer per
-query); a charge's own ``FULL`` commit syncs them along with it.
+A crash releases them. Each ledger object opened for writing holds an
+exclusive ``flock`` on its own owner file (``<ledger>.owners/<token>``) from
+its open for as long as it lives; the kernel drops it when the process dies.
+Before deciding, a check probes the owners of the reservations it sees: a
+reservation whose owner's lock can be taken belongs to a dead process (or a
+closed ledger) and is deleted. So a crash, a ``kill -9`` or a power cut never
+leaves budget blocked. The reservation rows need no durability (a crash
+releases them anyway), so their transactions commit with ``synchronous=NORMAL``
+(one fsync fewer per query); a charge's own ``FULL`` commit syncs them along
+with it.
 """
 
 from __future__ import annotations
