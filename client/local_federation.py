@@ -326,3 +326,9 @@ class LocalFederation:
 
     def privacy_spent(self, delta: float | None = None) -> dict[str, SitePrivacy]:
         return self._shared.group.privacy_spent(self._job_id, delta)
+
+    def releases_charged(self) -> dict[str, int]:
+        """How many releases of this federation's job each site's ledger
+        holds (what a fit checks, before its first release, to refuse a job
+        that was already charged)."""
+        return self._shared.group.releases_charged(self._job_id)

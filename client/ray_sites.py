@@ -59,6 +59,9 @@ class SiteShard:
     def privacy_spent(self, job_id: str, delta: float | None) -> dict[str, SitePrivacy]:
         return self._sites.privacy_spent(job_id, delta)
 
+    def releases_charged(self, job_id: str) -> dict[str, int]:
+        return self._sites.releases_charged(job_id)
+
     def close(self) -> None:
         self._sites.close()
         if self._temporary is not None:
@@ -117,6 +120,10 @@ class RaySites:
     def privacy_spent(self, job_id: str, delta: float | None) -> dict[str, SitePrivacy]:
         return {name: spent for part in self._gather("privacy_spent", job_id, delta)
                 for name, spent in part.items()}
+
+    def releases_charged(self, job_id: str) -> dict[str, int]:
+        return {name: count for part in self._gather("releases_charged", job_id)
+                for name, count in part.items()}
 
     def close(self) -> None:
         """Close every shard's ledgers, then end its actor."""

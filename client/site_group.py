@@ -60,6 +60,10 @@ class SiteGroup(Protocol):
 
     def privacy_spent(self, job_id: str, delta: float | None) -> dict[str, SitePrivacy]: ...
 
+    def releases_charged(self, job_id: str) -> dict[str, int]:
+        """How many releases of ``job_id`` each site's ledger holds."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -132,6 +136,10 @@ class InProcessSites:
 
     def privacy_spent(self, job_id: str, delta: float | None) -> dict[str, SitePrivacy]:
         return {site.name: site.privacy_spent(job_id, delta) for site in self.sites}
+
+    def releases_charged(self, job_id: str) -> dict[str, int]:
+        # The rows alone: no figure is composed (privacy_spent composes two).
+        return {site.name: len(site.ledger.charges(job_id)) for site in self.sites}
 
     def close(self) -> None:
         """Close every site's ledger."""

@@ -40,6 +40,7 @@ import grpc
 
 from privadapt.client.daemon.config import SiteConfig
 from privadapt.client.daemon.coordinator_replies import check_register_response
+from privadapt.client.daemon.heap import use_one_malloc_arena
 from privadapt.client.daemon.job_lanes import JobLanes
 from privadapt.client.daemon.round_progress import RoundProgress
 from privadapt.client.daemon.worker import SiteIdentity, SiteWorker
@@ -338,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         "from local data under the site's own privacy policy and ledger.",
     )
     args = daemon_arguments(parser, "site configuration (TOML)", argv)
+    use_one_malloc_arena()  # before the daemon's threads start
     try:
         daemon = SiteDaemon(SiteConfig.from_toml(args.config), insecure=args.insecure)
     except PrivadaptError as err:

@@ -123,6 +123,11 @@ class PrivacyLedger(LedgerView):
         self._owner = reservations.ReservationOwner(self.path)
         if not read_only:
             self._initialise(create)
+            try:
+                self._owner.hold()
+            except OSError:
+                self.close()
+                raise
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> PrivacyLedger:
@@ -168,6 +173,9 @@ class PrivacyLedger(LedgerView):
             raise
         self._head, self._last_id = rebuilt.head, rebuilt.last_id
         self._checkpointed = rebuilt.checkpointed
+        # The open upgraded the table: its rows have every column, so the
+        # first read or charge need not ask the schema again.
+        self._columns = ROW_COLUMNS
         self._head_file.known = rebuilt.head  # checked or written by the open
         #: Rows this open re-derived (after the newest checkpoint): bounded
         #: by CHECKPOINT_INTERVAL whatever the ledger's history.
@@ -209,7 +217,7 @@ class PrivacyLedger(LedgerView):
         checked here is never refused later for want of budget."""
         text = self._checked_text(job_id, query_id, mechanism)
         with self._lock:
-            self._owner.hold()  # before any row names this owner; once per object
+            self._owner.hold()  # taken at the open; again only after a close
             conn = self._connection()
             if len(self._issued_checks) >= _MAX_ISSUED_CHECKS:
                 # Never evict: an outstanding check's query may be running its

@@ -25,15 +25,16 @@ lock go. The commit deletes it in the charge's own transaction; any other exit
 Nothing is ever released before the charge commits; a reservation only ever
 makes a decision more conservative.
 
-A crash releases them. Each ledger object that reserves holds an exclusive
-``flock`` on its own owner file (``<ledger>.owners/<token>``) for as long as it
-lives; the kernel drops it when the process dies. Before deciding, a check
-probes the owners of the reservations it sees: a reservation whose owner's
-lock can be taken belongs to a dead process (or a closed ledger) and is
-deleted. So a crash, a ``kill -9`` or a power cut never leaves budget blocked.
-The reservation rows need no durability (a crash releases them anyway), so
-their transactions commit with ``synchronous=NORMAL`` (one fsync fewer per
-query); a charge's own ``FULL`` commit syncs them along with it.
+A crash releases them. Each ledger object opened for writing holds an
+exclusive ``flock`` on its own owner file (``<ledger>.owners/<token>``) from
+its open for as long as it lives; the kernel drops it when the process dies.
+Before deciding, a check probes the owners of the reservations it sees: a
+reservation whose owner's lock can be taken belongs to a dead process (or a
+closed ledger) and is deleted. So a crash, a ``kill -9`` or a power cut never
+leaves budget blocked. The reservation rows need no durability (a crash
+releases them anyway), so their transactions commit with ``synchronous=NORMAL``
+(one fsync fewer per query); a charge's own ``FULL`` commit syncs them along
+with it.
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ def owners_directory(ledger_path: Path) -> Path:
 
 class ReservationOwner:
     """One ledger object's claim to its reservations: an exclusive ``flock``
-    on its own owner file, taken before its first reservation is written and
-    held until :meth:`close` (or the process's death)."""
+    on its own owner file, taken when the ledger opens for writing (so that
+    a site's first query pays no file creation) and held until :meth:`close`
+    (or the process's death)."""
 
     def __init__(self, ledger_path: Path) -> None:
         self.token = secrets.token_hex(16)
@@ -69,8 +71,11 @@ class ReservationOwner:
         so a prober that sees such a row always finds the lock held."""
         if self._fd is not None:
             return
-        self._path.parent.mkdir(mode=0o700, exist_ok=True)
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:  # a new ledger's (or one whose directory went)
+            self._path.parent.mkdir(mode=0o700, exist_ok=True)
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
         except BaseException:

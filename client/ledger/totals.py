@@ -162,7 +162,7 @@ class Sums:
         if delta == 0:
             return self.pure_epsilon * (1 + _ROUNDING)
         if self.method(policy_method) == AccountingMethod.RDP:
-            return epsilon_from_log_mgf(self.rdp * LAMBDAS * (1 + _ROUNDING), LAMBDAS, delta)
+            return _epsilon_at(self.rdp * LAMBDAS * (1 + _ROUNDING), delta)
         if self.pld_remove is None:
             return math.inf
         fold = _ZEROS
@@ -173,13 +173,26 @@ class Sums:
         if not delta > mass:
             return math.inf
         return max(
-            epsilon_from_log_mgf(_rounded_up(curve + fold), LAMBDAS, delta - mass)
+            _epsilon_at(_rounded_up(curve + fold), delta - mass)
             for curve in (self.pld_remove, self.pld_add)
         )
 
 
 def _rounded_up(curve: np.ndarray) -> np.ndarray:
     return curve + np.abs(curve) * _ROUNDING
+
+
+def _epsilon_at(log_mgf: np.ndarray, delta: float) -> float:
+    """``epsilon_from_log_mgf`` at the ledger's orders, kept per curve."""
+    return _epsilon_of_curve(np.ascontiguousarray(log_mgf, dtype=float).tobytes(), delta)
+
+
+# Kept by the curve's exact bytes: the sites of a federation in one process
+# hold the same history and check the same release, so each asks for the
+# same curves (a dozen numpy calls each, twice per budget check).
+@functools.lru_cache(maxsize=1024)
+def _epsilon_of_curve(curve: bytes, delta: float) -> float:
+    return epsilon_from_log_mgf(np.frombuffer(curve), LAMBDAS, delta)
 
 
 class LedgerTotals:

@@ -11,6 +11,7 @@ says why that import is avoided).
 
 from __future__ import annotations
 
+import functools
 import math
 
 from scipy import special
@@ -18,6 +19,11 @@ from scipy import special
 _ROOT_TOLERANCE = 1e-10
 
 
+# Kept: every site of a federation in one process asks for the same few
+# (multiplier, delta) pairs on every check and charge (the policy's cap delta
+# and the job's Gaussians), and the bisection is 40-odd evaluations of
+# delta(epsilon); the answer is a pure function of the two floats.
+@functools.lru_cache(maxsize=1024)
 def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     """Exact epsilon at ``delta`` of one Gaussian release with this noise
     multiplier (Balle and Wang 2018, Thm. 8), rounded up by the root tolerance.

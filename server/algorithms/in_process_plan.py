@@ -63,6 +63,8 @@ class BudgetedFederation(Protocol):
 
     def privacy_spent(self, delta: float | None = None) -> dict[str, SitePrivacy]: ...
 
+    def releases_charged(self) -> dict[str, int]: ...
+
 
 def check_before_first_release(federation: BudgetedFederation, name: str,
                                params: Mapping[str, Any],
@@ -164,8 +166,7 @@ def _check_delta(name: str, params: Mapping[str, Any],
 
 
 def _check_new_job(name: str, federation: BudgetedFederation) -> None:
-    charged = {site: len(p.mechanisms) for site, p in federation.privacy_spent().items()
-               if p.mechanisms}
+    charged = {site: count for site, count in federation.releases_charged().items() if count}
     if charged:
         raise ConfigError(
             f"{name}.fit: job {federation.job_id!r} of this federation was already charged "

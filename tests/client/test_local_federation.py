@@ -181,6 +181,16 @@ def test_new_job_shares_sites_and_ledgers_under_a_new_job_id(tmp_path):
     assert federation.sites[0].ledger.jobs() == ["first", "second"]
 
 
+def test_releases_charged_counts_each_sites_releases_of_its_own_job_only(tmp_path):
+    federation = LocalFederation.from_datasets(datasets(2), epsilon_cap=10.0, delta_cap=1e-5,
+                                               ledger_dir=tmp_path, job_id="first")
+    assert federation.releases_charged() == {"site-1": 0, "site-2": 0}
+    federation.query("linear_gradient", PARAMS, MECHANISM)
+    federation.query_per_site("linear_gradient", PARAMS, MECHANISM, sites=["site-2"])
+    assert federation.releases_charged() == {"site-1": 1, "site-2": 2}
+    assert federation.new_job("second").releases_charged() == {"site-1": 0, "site-2": 0}
+
+
 def test_a_temporary_ledger_directory_goes_with_the_federation():
     federation = LocalFederation.from_datasets(datasets(2), epsilon_cap=1.0, delta_cap=1e-5)
     directory = federation.sites[0].ledger.path.parent

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from privadapt.client.ledger.privacy_ledger import PrivacyLedger
-from privadapt.client.ledger.reservations import owners_directory
+from privadapt.client.ledger.reservations import owner_alive, owners_directory
 from privadapt.client.policy import SitePolicy
 from privadapt.common.data import record_parts
 from privadapt.common.data.record_parts import RecordPart, RecordSplitter
@@ -209,3 +209,27 @@ def test_a_live_process_reservation_blocks_and_a_crashed_one_is_released(tmp_pat
         child.kill()
         child.wait()
     assert list(owners_directory(db).iterdir()) == []
+
+
+def test_a_ledger_opened_for_writing_holds_its_owner_lock_before_its_first_check(tmp_path):
+    db = tmp_path / "ledger.db"
+    with PrivacyLedger(db, _policy(), create=True) as ledger:
+        (owner,) = owners_directory(db).iterdir()
+        assert owner_alive(db, owner.name)  # held by the open ledger, no query yet
+        with ledger.reservation("job", "q1", COSTLY) as checked:
+            assert list(owners_directory(db).iterdir()) == [owner]
+            ledger.charge("job", "q1", COSTLY, checked=checked)
+    assert list(owners_directory(db).iterdir()) == []
+
+
+def test_an_open_for_writing_remakes_a_missing_owners_directory_and_a_reader_makes_none(
+        tmp_path):
+    db = tmp_path / "ledger.db"
+    PrivacyLedger(db, _policy(), create=True).close()
+    owners_directory(db).rmdir()
+    PrivacyLedger.open_readonly(db).close()
+    assert not owners_directory(db).exists()
+    with PrivacyLedger(db, _policy()) as ledger:
+        assert len(list(owners_directory(db).iterdir())) == 1
+        with ledger.reservation("job", "q1", COSTLY) as checked:
+            ledger.charge("job", "q1", COSTLY, checked=checked)
