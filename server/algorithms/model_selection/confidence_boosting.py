@@ -158,6 +158,7 @@ from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
 from privadapt.server.algorithms.linear_model import LinearModelMixin
 from privadapt.server.algorithms.model_selection.candidates import shrunk_copy
 from privadapt.server.algorithms.model_selection.error_selection import (
+    counts_errors,
     error_selection,
     resolve_score,
 )
@@ -341,6 +342,11 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         plan = self.budget_plan()
         if source_only is None:  # free: public data only
             source_only = fit_linear(features, labels, self.loss, self.radius)
+        score = resolve_score(self.selection_score, self.loss)
+        if score == "error" and not counts_errors(source_only):
+            raise InvalidParameterError(
+                f"{name}: the source-only model is 0 here, and the error score cannot count "
+                "its errors (error_selection.counts_errors): use selection_score='paired'")
         learners: dict[str, NoisyGD | OutputPerturbation] = {}
         train_epsilon: dict[str, float] = {}
         epsilon, delta = plan["train"]
@@ -353,11 +359,12 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         constant = (public_constant_model(features, labels, self.loss, self.radius,
                                           getattr(public_source, "feature_names", None))
                     if self._with_constant() else None)
+        if score == "error" and constant is not None and not counts_errors(constant):
+            constant = None  # no majority label: the release cannot count its errors
         if constant is not None:  # free: public data only; right after source-only
             names.insert(1, PUBLIC_CONSTANT)
             coefficients = np.insert(coefficients, 1, constant, axis=0)
         epsilon, delta = plan["selection"]
-        score = resolve_score(self.selection_score, self.loss)
         loss_bound = None
         if score == "error":
             # Each record scores its error, certified against every free

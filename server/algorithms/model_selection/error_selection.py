@@ -26,7 +26,9 @@ than every free model when it is learned, and at most t sqrt(2) sigma
 the better free model when it is free. Post-processing of the one release.
 A single site with no ``baseline_confidence`` runs the exponential
 mechanism instead (private_selection.py): only the index leaves it, and
-nothing is certified.
+nothing is certified. No free model may be 0 (:func:`counts_errors`): the
+release cannot count a zero model's errors, so the callers drop a zero
+public constant and score a zero source-only model otherwise.
 
 Why it is the default for a classifier. Users judge a classifier by its
 accuracy, and a certificate on the log loss says nothing about it: on
@@ -97,6 +99,18 @@ def error_scored(candidates: np.ndarray) -> np.ndarray:
     return (unit * scale[:, None]).reshape(candidates.shape)
 
 
+def counts_errors(model: np.ndarray) -> bool:
+    """Whether the release counts ``model``'s validation errors: not the zero
+    model's. It predicts +1 on every record (a tie counts as +1,
+    linear_model.py), yet every record scores log 2 in the release whatever
+    its label, so a certificate against it would compare with 0.69 per
+    record, not with its errors (on 90% positive labels a learned model at
+    44% errors was "certified" better than its 10%). The grid search's zero
+    model is 0, and so is the public constant of a public source whose two
+    labels are equally frequent (it has no majority label)."""
+    return bool(np.any(np.asarray(model) != 0))
+
+
 def error_selection(federation: Federation, *, candidates: np.ndarray, num_free: int,
                     epsilon: float, delta: float, baseline_confidence: float | None,
                     method: str = "auto") -> SelectionResult:
@@ -104,9 +118,15 @@ def error_selection(federation: Federation, *, candidates: np.ndarray, num_free:
     first ``num_free`` free) at (``epsilon``, ``delta``) and the choice
     certified against every free model (module docstring). The result's
     ``estimates`` are the noisy error rates, ``margin`` t sqrt(2) sigma on
-    the counts."""
+    the counts. ``ValueError`` before any release when a free model is 0
+    (:func:`counts_errors`: nothing could be certified against it)."""
+    candidates = np.asarray(candidates, dtype=float)
+    if not all(counts_errors(model) for model in candidates[:num_free]):
+        raise ValueError("a free model of the error score is 0: the release cannot count its "
+                         "errors (it scores log 2 on every record), so nothing can be "
+                         "certified against it")
     result = private_selection(
-        federation, candidates=error_scored(np.asarray(candidates, dtype=float)),
+        federation, candidates=error_scored(candidates),
         loss="logistic", loss_bound=1.0, epsilon=epsilon, delta=delta,
         baseline_confidence=baseline_confidence, method=method)
     if result.noisy_loss_sums is None:  # the site chose itself: only the index left it

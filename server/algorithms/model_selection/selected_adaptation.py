@@ -206,6 +206,7 @@ from privadapt.server.algorithms.model_selection.candidates import (
     public_constant_model,
 )
 from privadapt.server.algorithms.model_selection.error_selection import (
+    counts_errors,
     error_resolution,
     error_selection,
     resolve_score,
@@ -383,13 +384,20 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         features, labels = require_public_arrays(public_source, name)
         # The free candidates: public data only.
         free = {SOURCE_ONLY: fit_linear(features, labels, self.loss, self.radius)}
+        self.selection_score_ = self._score()
         if self.constant_candidate:
             constant = public_constant_model(features, labels, self.loss, self.radius,
                                              getattr(public_source, "feature_names", None))
-            if constant is not None:
+            # The error score cannot count a zero constant's errors (no
+            # majority label: counts_errors).
+            if constant is not None and (self.selection_score_ != "error"
+                                         or counts_errors(constant)):
                 free[PUBLIC_CONSTANT] = constant
+        if self.selection_score_ == "error" and not counts_errors(free[SOURCE_ONLY]):
+            raise InvalidParameterError(
+                f"{name}: the source-only model is 0 here, and the error score cannot count "
+                "its errors (error_selection.counts_errors): use selection_score='paired'")
         loss_bound = self.loss_bound
-        self.selection_score_ = self._score()
         if self.selection_score_ == "error":
             loss_bound = 1.0  # each record scores its error, in [0, 1] (error_scored)
         elif self.selection_score_ == "paired":
