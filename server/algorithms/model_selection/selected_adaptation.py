@@ -274,8 +274,9 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
     0 for it; None if the site selected itself or nothing was released),
     ``selection_clips_`` ("paired": the clips C_k, 0 for source-only, else
     None), ``selection_resolution_`` (the least difference the release
-    certifies: rho_sel for "paired", an error rate for "error", 0 for
-    "loss"),
+    certifies: rho_sel for "paired", planned; for "error" the error rate
+    t sqrt(2) sigma / n from the noise std sigma the release carried
+    (``margin_`` / n); 0 for "loss"),
     ``warning_`` (None, or why nothing was released), ``margin_`` (for
     "paired": t sigma on the normalised sums), ``budget_plan_``
     (name -> planned (epsilon, delta), "selection" included, at the scale
@@ -437,6 +438,10 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
                               else run.result.noisy_loss_sums / run.result.num_records)
         self.selection_clips_ = run.result.clips
         self.margin_ = run.result.margin
+        if self.selection_score_ == "error" and run.result.noisy_loss_sums is not None:
+            # The noise the release carried, not the calibrated one: collusion
+            # tolerance widens it by AggregateAnswer.noise_std_factor.
+            self.selection_resolution_ = run.result.margin / max(run.result.num_records, 1)
         self.num_validation_records_ = run.result.num_records
         self.selection_method_ = run.result.method
         self.candidate_privacy_ = run.privacy

@@ -259,3 +259,13 @@ def test_a_public_source_without_a_majority_label_gives_the_error_score_no_const
         loss = selector(selection_score="loss").fit(train, validation, public)
     assert loss.candidate_names_ == [SOURCE_ONLY, PUBLIC_CONSTANT, "noisy_gd"]
 
+
+def test_the_error_scores_resolution_reads_the_noise_its_release_carried():
+    # With collusion tolerance the secure sum carries sqrt(K / (K - t)) times
+    # the calibrated noise; the promise "within the resolution" must read it.
+    with LocalFederation.from_datasets(sites(600, 4), noise_seed=4, epsilon_cap=20.0,
+                                       delta_cap=1e-3, collusion_tolerance=1) as federation:
+        model = selector(epsilon=2.0, selection_score="error").fit(
+            federation, None, with_intercept(*PUBLIC))
+    assert model.selection_resolution_ * model.num_validation_records_ == pytest.approx(
+        model.margin_)
