@@ -211,7 +211,9 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
     chooses; "loss": the clipped loss, seed 004's score);
     ``constant_candidate`` (the free public constant, the public source's
     majority class or mean label, as candidate 1 where the source has an
-    intercept column; "auto" (default): for the logistic loss only, where
+    intercept column and, under the error score, it is not 0 (a public
+    source with no majority label: error_selection.counts_errors); "auto"
+    (default): for the logistic loss only, where
     the error score certifies against it; a regression's was tried and not
     taken, GAIN_STUDY.md 11.2); ``loss_bound`` L
     of the "loss" score (each validation

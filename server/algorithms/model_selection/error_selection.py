@@ -28,7 +28,9 @@ A single site with no ``baseline_confidence`` runs the exponential
 mechanism instead (private_selection.py): only the index leaves it, and
 nothing is certified. No free model may be 0 (:func:`counts_errors`): the
 release cannot count a zero model's errors, so the callers drop a zero
-public constant and score a zero source-only model otherwise.
+public constant and refuse a zero source-only model before any release;
+the grid search whose only free model is its zero model scores the paired
+difference to it instead (grid_search.py).
 
 Why it is the default for a classifier. Users judge a classifier by its
 accuracy, and a certificate on the log loss says nothing about it: on

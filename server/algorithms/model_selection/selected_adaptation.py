@@ -19,7 +19,9 @@ scale c (below):
   the source-only model; candidate 1, with ``constant_candidate`` (default)
   and whenever the public source has an intercept column, the public
   constant (candidates.py: the public source's majority label,
-  resp. mean label, predicted everywhere).
+  resp. mean label, predicted everywhere; under the error score not where
+  it is 0, a public source with no majority label, whose errors the
+  release cannot count: error_selection.counts_errors).
 
 A candidate may carry settings (``"pncnvx_adap_smooth:alpha=0.2"``,
 candidates.py): a grid of the job's other hyperparameters is M such
@@ -58,10 +60,10 @@ loss, "paired" for the squared one).
 "error" (a classifier's default; error_selection.py derives it and says
 why): one release of the candidates' validation error counts at the whole
 selection budget; a learned candidate is delivered only when certified
-fewer errors than every free model (source-only and the public constant,
-the majority label), else the free model of fewer noisy errors. With
-probability >= 1 - beta the delivered model is then never worse on the
-validation records than the better of source-only and the majority label
+fewer errors than every free model (source-only and, where it is a
+candidate, the public constant, the majority label), else the free model
+of fewer noisy errors. With probability >= 1 - beta the delivered model
+is then never worse on the validation records than the better free model
 by more than the release's resolution (``selection_resolution_``), and
 never worse at all when it is learned: the promise a user who judges a
 classifier by accuracy needs (experiments/results/GAIN_STUDY.md 11.4, 12).
