@@ -80,11 +80,13 @@ is within the selection's noise of the best per-site model's and of the
 source-only model's; the paper's point is a high-probability bound from
 learners whose guarantee holds in expectation. With ``baseline_confidence``
 beta the selection keeps a free model unless a learned one beats it
-clearly, so with probability 1 - beta the delivered model's validation
-score (errors for a classifier, the paired loss difference for a
-regression) is no worse than source-only's, and a classifier's no worse
-than the better of source-only and the majority label by more than the
-release's resolution (error_selection.py). The price: each model sees
+clearly, so with probability 1 - beta a regression's delivered model has
+a paired loss difference to source-only of at most 0 on the validation
+records, and a classifier's makes fewer validation errors than every free
+model when it is learned, and otherwise at most the release's resolution
+more than the better of source-only and the majority label
+(error_selection.py): the majority label may be delivered with up to
+that many more errors than source-only. The price: each model sees
 one site's records only, so with many small sites each candidate is noisy;
 it pays where one site is large, or where the sites' distributions differ
 and one of them resembles the target.
