@@ -83,9 +83,11 @@ def error_scored(candidates: np.ndarray) -> np.ndarray:
     the clip L = 1 the kernel's min(log(1 + exp(-y x.w')), 1) is then 1 for
     a record the candidate misclassifies (y x.w < 0) and about
     exp(-ERROR_SCALE |x.w| / ||w||), nearly 0, for one it gets right: the
-    sums are the validation error counts, up to the records within about
-    1e-5 / ||x|| of the decision boundary (which score in between, log 2
-    exactly on it) and a zero candidate (log 2 on every record). Public
+    sums are the validation error counts, up to the records within a
+    distance |x.w| / ||w|| of about 1e-5 of the decision boundary, in the
+    features' own units (which score in between, log 2 exactly on it, where
+    the candidate predicts +1), and a zero candidate (log 2 on every record:
+    :func:`counts_errors`). Public
     post-processing of the candidates: the release's sensitivity (sqrt(K)
     L) does not depend on them.
 
