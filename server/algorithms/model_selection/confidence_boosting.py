@@ -80,11 +80,13 @@ is within the selection's noise of the best per-site model's and of the
 source-only model's; the paper's point is a high-probability bound from
 learners whose guarantee holds in expectation. With ``baseline_confidence``
 beta the selection keeps a free model unless a learned one beats it
-clearly, so with probability 1 - beta the delivered model's validation
-score (errors for a classifier, the paired loss difference for a
-regression) is no worse than source-only's, and a classifier's no worse
-than the better of source-only and the majority label by more than the
-release's resolution (error_selection.py). The price: each model sees
+clearly, so with probability 1 - beta a regression's delivered model has
+a paired loss difference to source-only of at most 0 on the validation
+records, and a classifier's makes fewer validation errors than every free
+model when it is learned, and otherwise at most the release's resolution
+more than the better of source-only and the majority label
+(error_selection.py): the majority label may be delivered with up to
+that many more errors than source-only. The price: each model sees
 one site's records only, so with many small sites each candidate is noisy;
 it pays where one site is large, or where the sites' distributions differ
 and one of them resembles the target.
@@ -158,6 +160,7 @@ from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
 from privadapt.server.algorithms.linear_model import LinearModelMixin
 from privadapt.server.algorithms.model_selection.candidates import shrunk_copy
 from privadapt.server.algorithms.model_selection.error_selection import (
+    counts_errors,
     error_selection,
     resolve_score,
 )
@@ -210,7 +213,9 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
     chooses; "loss": the clipped loss, seed 004's score);
     ``constant_candidate`` (the free public constant, the public source's
     majority class or mean label, as candidate 1 where the source has an
-    intercept column; "auto" (default): for the logistic loss only, where
+    intercept column and, under the error score, it is not 0 (a public
+    source with no majority label: error_selection.counts_errors); "auto"
+    (default): for the logistic loss only, where
     the error score certifies against it; a regression's was tried and not
     taken, GAIN_STUDY.md 11.2); ``loss_bound`` L
     of the "loss" score (each validation
@@ -341,6 +346,11 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         plan = self.budget_plan()
         if source_only is None:  # free: public data only
             source_only = fit_linear(features, labels, self.loss, self.radius)
+        score = resolve_score(self.selection_score, self.loss)
+        if score == "error" and not counts_errors(source_only):
+            raise InvalidParameterError(
+                f"{name}: the source-only model is 0 here, and the error score cannot count "
+                "its errors (error_selection.counts_errors): use selection_score='paired'")
         learners: dict[str, NoisyGD | OutputPerturbation] = {}
         train_epsilon: dict[str, float] = {}
         epsilon, delta = plan["train"]
@@ -353,11 +363,12 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         constant = (public_constant_model(features, labels, self.loss, self.radius,
                                           getattr(public_source, "feature_names", None))
                     if self._with_constant() else None)
+        if score == "error" and constant is not None and not counts_errors(constant):
+            constant = None  # no majority label: the release cannot count its errors
         if constant is not None:  # free: public data only; right after source-only
             names.insert(1, PUBLIC_CONSTANT)
             coefficients = np.insert(coefficients, 1, constant, axis=0)
         epsilon, delta = plan["selection"]
-        score = resolve_score(self.selection_score, self.loss)
         loss_bound = None
         if score == "error":
             # Each record scores its error, certified against every free

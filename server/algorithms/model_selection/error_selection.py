@@ -26,7 +26,11 @@ than every free model when it is learned, and at most t sqrt(2) sigma
 the better free model when it is free. Post-processing of the one release.
 A single site with no ``baseline_confidence`` runs the exponential
 mechanism instead (private_selection.py): only the index leaves it, and
-nothing is certified.
+nothing is certified. No free model may be 0 (:func:`counts_errors`): the
+release cannot count a zero model's errors, so the callers drop a zero
+public constant and refuse a zero source-only model before any release;
+the grid search whose only free model is its zero model scores the paired
+difference to it instead (grid_search.py).
 
 Why it is the default for a classifier. Users judge a classifier by its
 accuracy, and a certificate on the log loss says nothing about it: on
@@ -79,9 +83,11 @@ def error_scored(candidates: np.ndarray) -> np.ndarray:
     the clip L = 1 the kernel's min(log(1 + exp(-y x.w')), 1) is then 1 for
     a record the candidate misclassifies (y x.w < 0) and about
     exp(-ERROR_SCALE |x.w| / ||w||), nearly 0, for one it gets right: the
-    sums are the validation error counts, up to the records within about
-    1e-5 / ||x|| of the decision boundary (which score in between, log 2
-    exactly on it) and a zero candidate (log 2 on every record). Public
+    sums are the validation error counts, up to the records within a
+    distance |x.w| / ||w|| of about 1e-5 of the decision boundary, in the
+    features' own units (which score in between, log 2 exactly on it, where
+    the candidate predicts +1), and a zero candidate (log 2 on every record:
+    :func:`counts_errors`). Public
     post-processing of the candidates: the release's sensitivity (sqrt(K)
     L) does not depend on them.
 
@@ -97,6 +103,18 @@ def error_scored(candidates: np.ndarray) -> np.ndarray:
     return (unit * scale[:, None]).reshape(candidates.shape)
 
 
+def counts_errors(model: np.ndarray) -> bool:
+    """Whether the release counts ``model``'s validation errors: not the zero
+    model's. It predicts +1 on every record (a tie counts as +1,
+    linear_model.py), yet every record scores log 2 in the release whatever
+    its label, so a certificate against it would compare with 0.69 per
+    record, not with its errors (on 90% positive labels a learned model at
+    44% errors was "certified" better than its 10%). The grid search's zero
+    model is 0, and so is the public constant of a public source whose two
+    labels are equally frequent (it has no majority label)."""
+    return bool(np.any(np.asarray(model) != 0))
+
+
 def error_selection(federation: Federation, *, candidates: np.ndarray, num_free: int,
                     epsilon: float, delta: float, baseline_confidence: float | None,
                     method: str = "auto") -> SelectionResult:
@@ -104,9 +122,15 @@ def error_selection(federation: Federation, *, candidates: np.ndarray, num_free:
     first ``num_free`` free) at (``epsilon``, ``delta``) and the choice
     certified against every free model (module docstring). The result's
     ``estimates`` are the noisy error rates, ``margin`` t sqrt(2) sigma on
-    the counts."""
+    the counts. ``ValueError`` before any release when a free model is 0
+    (:func:`counts_errors`: nothing could be certified against it)."""
+    candidates = np.asarray(candidates, dtype=float)
+    if not all(counts_errors(model) for model in candidates[:num_free]):
+        raise ValueError("a free model of the error score is 0: the release cannot count its "
+                         "errors (it scores log 2 on every record), so nothing can be "
+                         "certified against it")
     result = private_selection(
-        federation, candidates=error_scored(np.asarray(candidates, dtype=float)),
+        federation, candidates=error_scored(candidates),
         loss="logistic", loss_bound=1.0, epsilon=epsilon, delta=delta,
         baseline_confidence=baseline_confidence, method=method)
     if result.noisy_loss_sums is None:  # the site chose itself: only the index left it

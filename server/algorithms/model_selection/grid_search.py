@@ -46,7 +46,10 @@ from privadapt.server.algorithms.base import (
     require_public_arrays,
 )
 from privadapt.server.algorithms.linear_model import LinearModelMixin
-from privadapt.server.algorithms.model_selection.error_selection import resolve_score
+from privadapt.server.algorithms.model_selection.error_selection import (
+    counts_errors,
+    resolve_score,
+)
 from privadapt.server.algorithms.model_selection.grid_selection import SCORES
 from privadapt.server.algorithms.model_selection.private_grid_search import (
     GRID_LOSSES,
@@ -76,8 +79,12 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     selection budgets scaled jointly so that the sites' accountant composes
     the search to epsilon; "basic": the paper's split), ``selection_score``
     ("auto", default: "error" for the logistic loss, "paired" for the
-    squared one; "error": validation errors, a guess delivered only when
-    certified better than every free model; "paired": each candidate's
+    squared one and for a classifier whose only free model is the zero
+    model; "error": validation errors, a guess delivered only when
+    certified better than every free model, none of them 0 (the release
+    cannot count a zero model's errors: error_selection.counts_errors; a
+    zero public constant is dropped, and "error" is refused where the zero
+    model is the only free one); "paired": each candidate's
     clipped loss difference to candidate 0, the delivered model certified
     no worse than it; "penalised": the paper's GEM on penalised clipped
     losses, the one for sites whose sizes are private; grid_selection.py)
@@ -89,7 +96,8 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
     state at the sites) trains guess j on its own chain ``guess_chain(chain,
     j)``, so the K descents share the job without sharing weights.
 
-    Fitted: ``coef_`` (the chosen model), ``best_index_`` (into
+    Fitted: ``selection_score_`` (what the release scored, "auto"
+    resolved), ``coef_`` (the chosen model), ``best_index_`` (into
     ``candidates_``: the free models first, named in ``candidate_names_``,
     then the guesses the grid carries), ``radius_`` (the chosen guess's
     radius, 2^j or rho_j around the source-only model; 0.0 for a free
@@ -171,11 +179,6 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
         if score == "error" and self.loss != "logistic":
             raise InvalidParameterError(f"{name}: selection_score 'error' scores classifiers "
                                         f"(loss 'logistic'); got {self.loss!r}")
-        if score in ("paired", "error") and self.num_validation_records is not None:
-            raise InvalidParameterError(
-                f"{name}: selection_score={score!r} reads the sites' public sizes, and "
-                "num_validation_records says they are private (add/remove sites): use "
-                "selection_score='penalised'")
         guess_params = self._guess_params()
         source = constant = arrays = None
         if public_source is not None:
@@ -186,6 +189,25 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
             constant = public_constant_model(features, labels, self.loss,
                                              2.0**self.num_guesses,
                                              getattr(public_source, "feature_names", None))
+        if score == "error":
+            # The release cannot count a zero model's errors (counts_errors):
+            # a zero constant (no majority label) is no candidate, and the
+            # zero model (no public free model) is certified against in log
+            # loss, the paired score, or refused when "error" was asked for.
+            constant = constant if constant is not None and counts_errors(constant) else None
+            if source is None or not counts_errors(source):
+                if self.selection_score != "auto":
+                    raise InvalidParameterError(
+                        f"{name}: selection_score 'error' certifies against the free models, "
+                        "and the only one here is 0 (no public source, include_source_only "
+                        "off, or a source-only fit of 0), whose errors the release cannot "
+                        "count: use selection_score='paired'")
+                score = "paired"
+        if score in ("paired", "error") and self.num_validation_records is not None:
+            raise InvalidParameterError(
+                f"{name}: selection_score={score!r} reads the sites' public sizes, and "
+                "num_validation_records says they are private (add/remove sites): use "
+                "selection_score='penalised'")
         result = private_grid_search(
             train_federation, validation_federation, num_guesses=self.num_guesses,
             learner=self.learner, loss=self.loss, label_bound=self.label_bound,
@@ -196,6 +218,7 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
             num_validation_records=self.num_validation_records, guess_params=guess_params,
             fit_options=fit_options if public_source is None
             else {"public_source": public_source, **fit_options}, name=name)
+        self.selection_score_ = score
         self.coef_ = result.weights
         self.best_index_ = result.best_index
         self.candidate_names_ = result.names

@@ -2,14 +2,16 @@
 first, then the guesses; private_grid_search.py), on the validation part S2
 at (epsilon / 2, delta / 2). ``"auto"`` (default) is ``"error"`` for the
 logistic loss and ``"paired"`` for the squared one (error_selection.py's
-``resolve_score``):
+``resolve_score``), and ``"paired"`` for a classifier whose only free
+model is the zero model (PrivateGridSearch):
 
 * ``"error"`` (classifiers): the validation error counts of every
   candidate in one release, and a guess delivered only when certified
   better than every free model (the source-only model and the public
-  constant, or the zero model without a public source), else the free
-  model of fewer noisy errors (error_selection.py: the rule, its union
-  bound and what it promises).
+  constant; never the zero model, whose errors the release cannot count:
+  PrivateGridSearch scores the paired difference to it instead), else the
+  free model of fewer noisy errors (error_selection.py: the rule, its
+  union bound and what it promises).
 * ``"paired"``: the paired score of
   :func:`~.private_selection.private_selection` with candidate 0 as the
   reference (the source-only model, or the zero model without a public

@@ -80,9 +80,10 @@ default for the squared loss) scores each candidate by its clipped loss
 difference to candidate 0 (the source-only model, or the zero model without
 a public source) and keeps candidate 0 unless another is certified better
 at confidence beta (private_selection.py's paired score and
-``safe_argmin``); ``score="error"`` (the default for the logistic loss)
-scores validation errors and delivers a guess only when certified better
-than every free model (error_selection.py); both at the same (epsilon / 2,
+``safe_argmin``); ``score="error"`` (the default for the logistic loss
+where a public source gives a free model other than 0) scores validation
+errors and delivers a guess only when certified better than every free
+model (error_selection.py); both at the same (epsilon / 2,
 delta / 2) on S2. The rest of this docstring is the paper's score.
 
 Privacy. Training: K runs at (epsilon / 2K, delta / 2K) on S1, (epsilon / 2,

@@ -19,7 +19,9 @@ scale c (below):
   the source-only model; candidate 1, with ``constant_candidate`` (default)
   and whenever the public source has an intercept column, the public
   constant (candidates.py: the public source's majority label,
-  resp. mean label, predicted everywhere).
+  resp. mean label, predicted everywhere; under the error score not where
+  it is 0, a public source with no majority label, whose errors the
+  release cannot count: error_selection.counts_errors).
 
 A candidate may carry settings (``"pncnvx_adap_smooth:alpha=0.2"``,
 candidates.py): a grid of the job's other hyperparameters is M such
@@ -58,10 +60,10 @@ loss, "paired" for the squared one).
 "error" (a classifier's default; error_selection.py derives it and says
 why): one release of the candidates' validation error counts at the whole
 selection budget; a learned candidate is delivered only when certified
-fewer errors than every free model (source-only and the public constant,
-the majority label), else the free model of fewer noisy errors. With
-probability >= 1 - beta the delivered model is then never worse on the
-validation records than the better of source-only and the majority label
+fewer errors than every free model (source-only and, where it is a
+candidate, the public constant, the majority label), else the free model
+of fewer noisy errors. With probability >= 1 - beta the delivered model
+is then never worse on the validation records than the better free model
 by more than the release's resolution (``selection_resolution_``), and
 never worse at all when it is learned: the promise a user who judges a
 classifier by accuracy needs (experiments/results/GAIN_STUDY.md 11.4, 12).
@@ -206,6 +208,7 @@ from privadapt.server.algorithms.model_selection.candidates import (
     public_constant_model,
 )
 from privadapt.server.algorithms.model_selection.error_selection import (
+    counts_errors,
     error_resolution,
     error_selection,
     resolve_score,
@@ -273,8 +276,9 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
     0 for it; None if the site selected itself or nothing was released),
     ``selection_clips_`` ("paired": the clips C_k, 0 for source-only, else
     None), ``selection_resolution_`` (the least difference the release
-    certifies: rho_sel for "paired", an error rate for "error", 0 for
-    "loss"),
+    certifies: rho_sel for "paired", planned; for "error" the error rate
+    t sqrt(2) sigma / n from the noise std sigma the release carried
+    (``margin_`` / n); 0 for "loss"),
     ``warning_`` (None, or why nothing was released), ``margin_`` (for
     "paired": t sigma on the normalised sums), ``budget_plan_``
     (name -> planned (epsilon, delta), "selection" included, at the scale
@@ -383,13 +387,20 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         features, labels = require_public_arrays(public_source, name)
         # The free candidates: public data only.
         free = {SOURCE_ONLY: fit_linear(features, labels, self.loss, self.radius)}
+        self.selection_score_ = self._score()
         if self.constant_candidate:
             constant = public_constant_model(features, labels, self.loss, self.radius,
                                              getattr(public_source, "feature_names", None))
-            if constant is not None:
+            # The error score cannot count a zero constant's errors (no
+            # majority label: counts_errors).
+            if constant is not None and (self.selection_score_ != "error"
+                                         or counts_errors(constant)):
                 free[PUBLIC_CONSTANT] = constant
+        if self.selection_score_ == "error" and not counts_errors(free[SOURCE_ONLY]):
+            raise InvalidParameterError(
+                f"{name}: the source-only model is 0 here, and the error score cannot count "
+                "its errors (error_selection.counts_errors): use selection_score='paired'")
         loss_bound = self.loss_bound
-        self.selection_score_ = self._score()
         if self.selection_score_ == "error":
             loss_bound = 1.0  # each record scores its error, in [0, 1] (error_scored)
         elif self.selection_score_ == "paired":
@@ -429,6 +440,10 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
                               else run.result.noisy_loss_sums / run.result.num_records)
         self.selection_clips_ = run.result.clips
         self.margin_ = run.result.margin
+        if self.selection_score_ == "error" and run.result.noisy_loss_sums is not None:
+            # The noise the release carried, not the calibrated one: collusion
+            # tolerance widens it by AggregateAnswer.noise_std_factor.
+            self.selection_resolution_ = run.result.margin / max(run.result.num_records, 1)
         self.num_validation_records_ = run.result.num_records
         self.selection_method_ = run.result.method
         self.candidate_privacy_ = run.privacy

@@ -245,3 +245,16 @@ def test_the_public_constant_is_candidate_1_when_asked_for():
     np.testing.assert_allclose(model.candidates_[1], public_constant_model(
         with_intercept.features, labels, "logistic", 10.0, with_intercept.feature_names))
     assert np.count_nonzero(model.candidates_[1]) == 1
+
+
+def test_a_public_source_without_a_majority_label_gives_the_error_score_no_constant():
+    # Both labels equally frequent: the constant fits to exactly 0, whose
+    # errors the error score cannot count (every record scores log 2).
+    features, _ = PUBLIC
+    labels = np.where(np.arange(len(features)) % 2 == 0, 1.0, -1.0)
+    balanced = Dataset(np.hstack([features[:, :-1], np.ones((len(labels), 1))]), labels,
+                       (*NAMES[:-1], "intercept"))
+    with federation([200, 200], seed=2) as fed:
+        model = ConfidenceBoosting(loss="logistic", radius=10.0, epsilon=2.0, delta=DELTA,
+                                   iterations=5).fit(fed, balanced)
+    assert model.candidate_names_ == [SOURCE_ONLY, "average", "average:shrink=0.25"]

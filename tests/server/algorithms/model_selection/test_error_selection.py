@@ -8,6 +8,7 @@
   candidate's sum by at most L and nothing refuses on the data.
 * One release of the error counts is all a selection charges, and without
   noise a learned model of fewer errors than both free ones is delivered.
+* A zero free model is refused: the release cannot count its errors.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from privadapt import LocalFederation
 from privadapt.common.data.dataset import Dataset
@@ -22,6 +24,7 @@ from privadapt.common.kernels import get_kernel
 from privadapt.server.algorithms.model_selection.certified_choice import free_certifying_t
 from privadapt.server.algorithms.model_selection.error_selection import (
     ERROR_SCALE,
+    counts_errors,
     error_resolution,
     error_scored,
     error_selection,
@@ -105,3 +108,23 @@ def test_the_resolution_shrinks_with_epsilon_and_the_number_of_records():
     assert error_resolution(4, 2, 750, 1.0, 1e-5, 0.1) < coarse
     assert error_resolution(4, 2, 3000, 0.25, 1e-5, 0.1) == coarse / 4
     assert error_resolution(4, 2, 750, math.inf, 0.0, 0.1) == 0.0
+
+
+def test_a_zero_free_model_is_refused_before_any_release():
+    # The zero model predicts +1 on every record (a tie counts as +1), but
+    # every record scores log 2 in the release whatever its label: on 90%
+    # positive labels its errors are about 10% and its score 69%, so a
+    # learned model at about 44% errors would be "certified" better than it.
+    rng = np.random.default_rng(3)
+    features = np.column_stack([rng.normal(size=(400, 2)), np.ones(400)])
+    labels = np.where(rng.random(400) < 0.9, 1.0, -1.0)
+    datasets = [Dataset(features[rows], labels[rows], ("a", "b", "one"))
+                for rows in np.array_split(np.arange(400), 2)]
+    candidates = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.3]])
+    with LocalFederation.from_datasets(datasets, epsilon_cap=5.0, delta_cap=1e-4,
+                                       noise_seed=0) as federation:
+        with pytest.raises(ValueError, match="cannot count"):
+            error_selection(federation, candidates=candidates, num_free=1, epsilon=1.0,
+                            delta=1e-5, baseline_confidence=0.1)
+        assert not any(spent.mechanisms for spent in federation.privacy_spent(1e-5).values())
+    assert counts_errors(candidates[1]) and not counts_errors(candidates[0])

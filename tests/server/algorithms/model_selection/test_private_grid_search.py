@@ -240,3 +240,28 @@ def test_bad_hyperparameters_are_refused_at_fit(params, message):
     train, validation = federations(10)
     with train, validation, pytest.raises(InvalidParameterError, match=message):
         grid_search(**params).fit(train, validation)
+
+
+def test_a_classifier_whose_only_free_model_is_zero_is_scored_against_it_in_log_loss():
+    # The release cannot count the zero model's errors (each record scores
+    # log 2 whatever its label), so "auto" certifies against it in log loss
+    # and "error" is refused before any query.
+    features, labels = records(800, seed=14)
+    labels = np.where(labels >= 0, 1.0, -1.0)
+
+    def federation(rows, noise_seed):
+        return LocalFederation.from_datasets(
+            [Dataset(features[r], labels[r], NAMES) for r in np.array_split(rows, 2)],
+            epsilon_cap=20.0, delta_cap=1e-3, noise_seed=noise_seed)
+
+    learner = NoisyGD(loss="logistic", epsilon=1.0, delta=1e-6, iterations=5,
+                      learning_rate=0.5, radius=1.0, clip_norm=1.0)
+    settings = {"learner": learner, "loss": "logistic", "label_bound": 1.0, "num_guesses": 2}
+    train, validation = federation(np.arange(400), 14), federation(np.arange(400, 800), 15)
+    with train, validation:
+        with pytest.raises(InvalidParameterError, match="cannot count"):
+            grid_search(selection_score="error", **settings).fit(train, validation)
+        for ledgers in (train.privacy_spent(), validation.privacy_spent()):
+            assert not any(spent.mechanisms for spent in ledgers.values())
+        model = grid_search(**settings).fit(train, validation)
+    assert model.selection_score_ == "paired" and model.candidate_names_[0] == "zero"

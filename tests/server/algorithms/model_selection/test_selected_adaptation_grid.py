@@ -242,3 +242,30 @@ def test_a_classifier_is_not_less_accurate_than_the_majority_label_where_it_beat
     assert model.selection_score_ == "error"
     assert accuracy[PUBLIC_CONSTANT] > accuracy[SOURCE_ONLY] + 0.5
     assert delivered >= accuracy[PUBLIC_CONSTANT] - 0.01, (model.chosen_, accuracy)
+
+
+def test_a_public_source_without_a_majority_label_gives_the_error_score_no_constant():
+    # Both labels equally frequent: the constant fits to exactly 0, which
+    # predicts +1 everywhere but scores log 2 on every record whatever its
+    # label; the error score cannot count its errors, the loss score keeps it.
+    labels = np.where(np.arange(len(PUBLIC[1])) % 2 == 0, 1.0, -1.0)
+    public = with_intercept(PUBLIC[0], labels)
+    assert not np.any(public_constant_model(public.features, labels, "logistic", 10.0, NAMES))
+    with parts(600, seed=5) as (train, validation):
+        model = selector(epsilon=2.0).fit(train, validation, public)
+        assert model.candidate_names_ == [SOURCE_ONLY, "noisy_gd"]
+        assert_ledgers_hold_the_plan(model, model.privacy_, 2.0)
+    with parts(300, seed=5) as (train, validation):
+        loss = selector(selection_score="loss").fit(train, validation, public)
+    assert loss.candidate_names_ == [SOURCE_ONLY, PUBLIC_CONSTANT, "noisy_gd"]
+
+
+def test_the_error_scores_resolution_reads_the_noise_its_release_carried():
+    # With collusion tolerance the secure sum carries sqrt(K / (K - t)) times
+    # the calibrated noise; the promise "within the resolution" must read it.
+    with LocalFederation.from_datasets(sites(600, 4), noise_seed=4, epsilon_cap=20.0,
+                                       delta_cap=1e-3, collusion_tolerance=1) as federation:
+        model = selector(epsilon=2.0, selection_score="error").fit(
+            federation, None, with_intercept(*PUBLIC))
+    assert model.selection_resolution_ * model.num_validation_records_ == pytest.approx(
+        model.margin_)
