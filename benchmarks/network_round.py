@@ -13,7 +13,9 @@ network, TLS or masks; the ratio is what the network costs.
 
 Also printed: the CPU time one round costs, summed over the site processes
 and in the coordinator's process, and the time from starting the site
-processes to their first finished round, and the sites' peak resident memory.
+processes to their first finished round, and the sites' peak resident memory
+(each site's own) and proportional set size (PSS: the sites and their fork
+server together, each shared page counted once).
 The CPU column is what to read on a shared machine: the sites and the
 coordinator run at once, so with C cores a round cannot take less than
 (sites + coordinator CPU) / C, and a machine busy with other work stretches
@@ -94,7 +96,8 @@ def networked(workdir: Path, num_sites: int, dim: int, rounds: int = ROUNDS) -> 
         times, site_cpu, coordinator_cpu = _time_rounds(
             federation, dim, rounds, lambda: sum(pool.cpu_seconds().values()))
         memory = sum(pool.peak_memory_mib().values())
-    return {"times": times, "first_round": first_round, "memory": memory,
+        shared = sum(pool.proportional_memory_mib().values())
+    return {"times": times, "first_round": first_round, "memory": memory, "shared": shared,
             "site_cpu": site_cpu, "coordinator_cpu": coordinator_cpu}
 
 
@@ -119,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     print(__doc__.split("\n\n")[0])
     print(f"\n{'sites':>5} {'floats':>8} | {'network median':>14} {'p90':>8} | "
           f"{'in-process median':>17} {'p90':>8} | {'ratio':>6} | "
-          f"{'CPU/round sites + coord.':>24} | {'first round':>11} {'site memory':>11}")
+          f"{'CPU/round sites + coord.':>24} | {'first round':>11} {'site memory':>11} "
+          f"{'PSS':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for num_sites in arguments.sites:
@@ -135,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{net_median / local_median:>6.2f} | "
                       f"{1e3 * net['site_cpu']:>10.1f} + {1e3 * net['coordinator_cpu']:>5.1f} ms | "
                       f"{net['first_round']:>9.2f} s "
-                      f"{net['memory']:>7.0f} MiB", flush=True)
+                      f"{net['memory']:>7.0f} MiB {net['shared']:>4.0f} MiB", flush=True)
     print("\nTargets: a round of 1e5 floats under 27 ms at 3 sites on a quiet 2-core machine "
           "(aim: 15 ms) and under 200 ms at 10; first round within 2 s of launch; under "
           "400 MiB for 3 sites.")

@@ -98,6 +98,11 @@ class ForkServer:
                 return self._started.pop(0)
 
     @property
+    def pid(self) -> int:
+        """The server program's pid."""
+        return self._process.pid
+
+    @property
     def alive(self) -> bool:
         """Whether the server can still report exits (its output is open)."""
         return self._reader.is_alive()

@@ -82,6 +82,23 @@ def terminate(processes: Sequence[RunningProcess], timeout: float = STOP_TIMEOUT
             process.wait()
 
 
+def proportional_memory_mib(pid: int) -> float | None:
+    """The proportional set size of live process ``pid`` in MiB (Linux; None
+    where it cannot be read): its private pages plus each page it shares
+    divided by the number of processes sharing it. Sites forked from the fork
+    server share the pages of everything it imported, which their peak
+    resident memory counts once per site; summed over the sites and the
+    server, these sizes are the memory they take together."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) / 1024
+    return None
+
+
 @dataclass
 class Processes:
     """Named processes started together and stopped together, last first."""
@@ -102,6 +119,17 @@ class Processes:
                     if line.startswith("VmHWM:"):
                         peaks[name] = int(line.split()[1]) / 1024
         return peaks
+
+    def proportional_memory_mib(self) -> dict[str, float]:
+        """Proportional set size (:func:`proportional_memory_mib`) of each live
+        process, in MiB (Linux)."""
+        sizes = {}
+        for name, process in self.started:
+            if process.poll() is None:
+                size = proportional_memory_mib(process.pid)
+                if size is not None:
+                    sizes[name] = size
+        return sizes
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU time (user + system) each live process has used so far (Linux)."""

@@ -27,7 +27,7 @@ from privadapt.server.coordinator.main import Coordinator, CoordinatorConfig
 from privadapt.server.federation.network import NetworkFederation, NetworkJob
 from privadapt.simulation.forked_sites import fork_server
 from privadapt.simulation.local_deployment import LOCALHOST, LocalDeployment, free_port, write_pki
-from privadapt.simulation.local_processes import Processes, start_site
+from privadapt.simulation.local_processes import Processes, proportional_memory_mib, start_site
 
 SITE_STOP_GRACE_S = 0.5
 
@@ -98,6 +98,16 @@ class SiteProcesses:
     def peak_memory_mib(self) -> dict[str, float]:
         """Peak resident memory of the current site daemons, in MiB."""
         return self._sites.peak_memory_mib()
+
+    def proportional_memory_mib(self) -> dict[str, float]:
+        """Proportional set size of the current site daemons and of the fork
+        server they share pages with ("fork server"), in MiB: their sum is
+        the memory the sites take together (local_processes.py)."""
+        sizes = self._sites.proportional_memory_mib()
+        server = proportional_memory_mib(fork_server().pid)
+        if server is not None:
+            sizes["fork server"] = server
+        return sizes
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU time the current site daemons have used so far, in seconds."""
