@@ -422,7 +422,16 @@ def run_boosting(row: Row, private, test, epsilon: float, split: int, seed: int,
     bound = math.nan if model.loss_bound_ is None else float(model.loss_bound_)  # paired: clips
     detail = {"chosen": model.chosen_, "names": model.candidate_names_, "loss_bound": bound,
               "test_loss": [model_scores(task, w, test)["loss"] for w in model.candidates_],
-              "epsilon_spent": spent}
+              "test_accuracy": [model_scores(task, w, test)["accuracy"]
+                                for w in model.candidates_],
+              "noisy_scores": None if model.noisy_losses_ is None
+              else list(map(float, model.noisy_losses_)),
+              "margin": float(model.margin_), "epsilon_spent": spent}
+    if task.loss == "logistic":  # noise-free, on the validation records the release read
+        features, labels = validation_records_of(task, private, name, model.validation_fraction)
+        detail["validation_errors"] = [
+            float(np.mean(np.where(features @ w >= 0, 1.0, -1.0) != labels))
+            for w in model.candidates_]
     return {**model_scores(task, model.coef_, test), "detail": detail}
 
 
