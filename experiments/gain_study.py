@@ -128,6 +128,19 @@ class Row:
     constant_value: float  # the constant's prediction (regression) or log-odds
 
 
+def scaled_with_intercept(features: np.ndarray, labels: np.ndarray,
+                          feature_clip: float = 8.0, label_clip: float = 10.0
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """The heavy-tailed rows' public scaling: ||x|| clipped to ``feature_clip``
+    then divided by it, |y| clipped to ``label_clip`` then divided by it, an
+    intercept column appended and the features divided by sqrt 2, so that
+    ||x|| <= 1 and |y| <= 1."""
+    norms = np.linalg.norm(features, axis=1)
+    features = features / np.maximum(1.0, norms / feature_clip)[:, None] / feature_clip
+    with_intercept = np.hstack([features, np.ones((len(features), 1))]) / np.sqrt(2.0)
+    return with_intercept, np.clip(labels, -label_clip, label_clip) / label_clip
+
+
 def heavy_tailed_regression(num_source: int = 1000, num_target: int = 6000, dim: int = 5,
                             tail: float = 0.12, tail_scale: float = 2.5,
                             bulk_scale: float = 0.35, attenuate: float = 0.35,
@@ -149,7 +162,6 @@ def heavy_tailed_regression(num_source: int = 1000, num_target: int = 6000, dim:
     source-only's while its MSE is 4-5 times higher, and the target-only
     model's clipped loss is above source-only's while its MSE is a third
     lower (GAIN_STUDY.md)."""
-    feature_clip, label_clip = 8.0, 10.0
     rng = np.random.default_rng(seed)
     w_star = np.linspace(1.0, -1.0, dim) + 0.5
     shift = np.zeros(dim)
@@ -161,14 +173,8 @@ def heavy_tailed_regression(num_source: int = 1000, num_target: int = 6000, dim:
     slopes = np.where(in_tail[:, None], w_star + concept_shift * shift, attenuate * w_star)
     y_target = np.sum(target * slopes, axis=1) + target_noise * rng.standard_t(dof, num_target)
 
-    def scale(features, labels):
-        norms = np.linalg.norm(features, axis=1)
-        features = features / np.maximum(1.0, norms / feature_clip)[:, None] / feature_clip
-        with_intercept = np.hstack([features, np.ones((len(features), 1))]) / np.sqrt(2.0)
-        return with_intercept, np.clip(labels, -label_clip, label_clip) / label_clip
-
-    xs, ys = scale(source, y_source)
-    xt, yt = scale(target, y_target)
+    xs, ys = scaled_with_intercept(source, y_source)
+    xt, yt = scaled_with_intercept(target, y_target)
     return ShiftedRegression(xs, ys, xt, yt, np.full(dim + 1, np.nan))
 
 
@@ -189,7 +195,6 @@ def lognormal_scale_regression(num_source: int = 1000, num_target: int = 6000, d
     moment, so the squared loss has infinite variance. Scaled with public
     constants as ``heavy_tailed_regression`` (||x|| <= 8 then / 8, |y| <= 10
     then / 10, an intercept column, everything divided by sqrt 2)."""
-    feature_clip, label_clip = 8.0, 10.0
     rng = np.random.default_rng(seed)
     w_star = np.linspace(1.0, -1.0, dim) + 0.5
     shift = np.zeros(dim)
@@ -202,14 +207,8 @@ def lognormal_scale_regression(num_source: int = 1000, num_target: int = 6000, d
     y_target = (target @ (w_star + concept_shift * shift)
                 + target_noise * rng.standard_t(dof, num_target))
 
-    def scale(features, labels):
-        norms = np.linalg.norm(features, axis=1)
-        features = features / np.maximum(1.0, norms / feature_clip)[:, None] / feature_clip
-        with_intercept = np.hstack([features, np.ones((len(features), 1))]) / np.sqrt(2.0)
-        return with_intercept, np.clip(labels, -label_clip, label_clip) / label_clip
-
-    xs, ys = scale(source, y_source)
-    xt, yt = scale(target, y_target)
+    xs, ys = scaled_with_intercept(source, y_source)
+    xt, yt = scaled_with_intercept(target, y_target)
     return ShiftedRegression(xs, ys, xt, yt, np.full(dim + 1, np.nan))
 
 
