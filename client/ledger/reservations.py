@@ -65,10 +65,14 @@ class ReservationOwner:
         self.token = secrets.token_hex(16)
         self._path = owners_directory(ledger_path) / self.token
         self._fd: int | None = None
+        self._closed = False
 
     def hold(self) -> None:
         """Take the lock (once): before any reservation row names this owner,
-        so a prober that sees such a row always finds the lock held."""
+        so a prober that sees such a row always finds the lock held. Never
+        after :meth:`close`: the rows a closed owner left would live again."""
+        if self._closed:
+            raise RuntimeError(f"reservation owner {self._path} is closed")
         if self._fd is not None:
             return
         try:
@@ -85,6 +89,7 @@ class ReservationOwner:
 
     def close(self) -> None:
         """Drop the lock: every reservation still naming this owner is dead."""
+        self._closed = True
         if self._fd is None:
             return
         with contextlib.suppress(FileNotFoundError):
