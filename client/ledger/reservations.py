@@ -51,8 +51,12 @@ from privadapt.client.ledger.accounting import Multiset
 
 
 def owners_directory(ledger_path: Path) -> Path:
-    """Where the owner files of a ledger's reservations live: beside it."""
-    return ledger_path.with_name(ledger_path.name + ".owners")
+    """Where the owner files of a ledger's reservations live: beside the
+    database file itself, whatever path (a symlink to it, relative to a
+    working directory) a process opened it by, so that every process probes
+    the owners every other one holds."""
+    real = ledger_path.resolve()
+    return real.with_name(real.name + ".owners")
 
 
 class ReservationOwner:

@@ -249,3 +249,18 @@ def test_a_closed_ledger_asked_to_check_does_not_bring_its_reservations_back(tmp
         with pytest.raises(RuntimeError, match="closed"):
             first.check_charge("job", "q2", COSTLY)
         other.charge("job", "q3", COSTLY)
+
+
+def test_a_reservation_holds_for_a_ledger_opened_by_another_path_to_the_same_file(tmp_path):
+    """Two processes may name the site's ledger differently (one through a
+    symlink): the reservation of one is live for the other, not taken for a
+    dead owner's and dropped, which let a second query through its check to
+    be refused only at its charge, after its kernel ran."""
+    db = tmp_path / "real" / "ledger.db"
+    db.parent.mkdir()
+    PrivacyLedger(db, _policy(), create=True).close()
+    (tmp_path / "site.db").symlink_to(db)
+    first, other = PrivacyLedger(tmp_path / "site.db", _policy()), PrivacyLedger(db, _policy())
+    with first, other, first.reservation("job", "q1", COSTLY), \
+            pytest.raises(BudgetExceededError, match="reserved"):
+        other.check_charge("job", "q2", COSTLY)
