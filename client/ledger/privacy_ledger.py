@@ -217,7 +217,8 @@ class PrivacyLedger(LedgerView):
         checked here is never refused later for want of budget."""
         text = self._checked_text(job_id, query_id, mechanism)
         with self._lock:
-            self._owner.hold()  # taken at the open; again only after a close
+            # The owner lock was taken at the open and is never taken again:
+            # a closed ledger is refused here, and its reservations stay dead.
             conn = self._connection()
             if len(self._issued_checks) >= _MAX_ISSUED_CHECKS:
                 # Never evict: an outstanding check's query may be running its

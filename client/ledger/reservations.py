@@ -51,8 +51,12 @@ from privadapt.client.ledger.accounting import Multiset
 
 
 def owners_directory(ledger_path: Path) -> Path:
-    """Where the owner files of a ledger's reservations live: beside it."""
-    return ledger_path.with_name(ledger_path.name + ".owners")
+    """Where the owner files of a ledger's reservations live: beside the
+    database file itself, whatever path (a symlink to it, relative to a
+    working directory) a process opened it by, so that every process probes
+    the owners every other one holds."""
+    real = ledger_path.resolve()
+    return real.with_name(real.name + ".owners")
 
 
 class ReservationOwner:
@@ -65,10 +69,14 @@ class ReservationOwner:
         self.token = secrets.token_hex(16)
         self._path = owners_directory(ledger_path) / self.token
         self._fd: int | None = None
+        self._closed = False
 
     def hold(self) -> None:
         """Take the lock (once): before any reservation row names this owner,
-        so a prober that sees such a row always finds the lock held."""
+        so a prober that sees such a row always finds the lock held. Never
+        after :meth:`close`: the rows a closed owner left would live again."""
+        if self._closed:
+            raise RuntimeError(f"reservation owner {self._path} is closed")
         if self._fd is not None:
             return
         try:
@@ -85,6 +93,7 @@ class ReservationOwner:
 
     def close(self) -> None:
         """Drop the lock: every reservation still naming this owner is dead."""
+        self._closed = True
         if self._fd is None:
             return
         with contextlib.suppress(FileNotFoundError):

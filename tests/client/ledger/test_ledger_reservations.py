@@ -233,3 +233,34 @@ def test_an_open_for_writing_remakes_a_missing_owners_directory_and_a_reader_mak
         assert len(list(owners_directory(db).iterdir())) == 1
         with ledger.reservation("job", "q1", COSTLY) as checked:
             ledger.charge("job", "q1", COSTLY, checked=checked)
+
+
+def test_a_closed_ledger_asked_to_check_does_not_bring_its_reservations_back(tmp_path):
+    """A ledger closed with a reservation outstanding (its query's thread
+    still running) has released it; a check on it afterwards is refused, and
+    must not take its owner lock again, which would make the reservation it
+    left live once more, blocking every other ledger's budget until the
+    process ends."""
+    db = tmp_path / "ledger.db"
+    with PrivacyLedger(db, _policy(), create=True) as other:
+        first = PrivacyLedger(db, _policy())
+        first.check_charge("job", "q1", COSTLY)  # its query still runs as it closes
+        first.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            first.check_charge("job", "q2", COSTLY)
+        other.charge("job", "q3", COSTLY)
+
+
+def test_a_reservation_holds_for_a_ledger_opened_by_another_path_to_the_same_file(tmp_path):
+    """Two processes may name the site's ledger differently (one through a
+    symlink): the reservation of one is live for the other, not taken for a
+    dead owner's and dropped, which let a second query through its check to
+    be refused only at its charge, after its kernel ran."""
+    db = tmp_path / "real" / "ledger.db"
+    db.parent.mkdir()
+    PrivacyLedger(db, _policy(), create=True).close()
+    (tmp_path / "site.db").symlink_to(db)
+    first, other = PrivacyLedger(tmp_path / "site.db", _policy()), PrivacyLedger(db, _policy())
+    with first, other, first.reservation("job", "q1", COSTLY), \
+            pytest.raises(BudgetExceededError, match="reserved"):
+        other.check_charge("job", "q2", COSTLY)
