@@ -108,8 +108,7 @@ DEMO_JOBS = (
     # each site's "train" record part; one private release of their
     # validation error counts on the "validation" part delivers one of them
     # when certified more accurate than both free models, source-only and
-    # the public majority label, else the majority label unless source-only
-    # is certified better than it).
+    # the public majority label, else the free one of fewer noisy errors).
     ("selected", "selected_adaptation", DEMO_SELECTION),
 )
 _LABELS = {"noisy_gd": "noisy GD, target only", "pncnvx_adap": "PNCnvxAdap, source + target",

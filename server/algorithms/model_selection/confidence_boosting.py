@@ -31,8 +31,7 @@ federation the chunks are already there: the sites. Here
   error score (``server/algorithms/model_selection/error_selection.py``:
   one Gaussian release of every candidate's validation error count, a
   learned candidate delivered only when certified better than both free
-  models, else the majority label unless source-only is certified better
-  than it), for a regression the
+  models, else the free one of fewer noisy errors), for a regression the
   paired score (``private_selection.py``: each w_k's validation loss minus
   w_0's, clipped at clips a histogram release chooses, then one Gaussian
   release of the K sums over all sites, secure sum, the two composing to
@@ -84,8 +83,8 @@ beta the selection keeps a free model unless a learned one beats it
 clearly, so with probability 1 - beta a regression's delivered model has
 a paired loss difference to source-only of at most 0 on the validation
 records, and a classifier's makes fewer validation errors than every free
-model when it is learned, and otherwise never more than the majority
-label and at most the release's resolution more than source-only
+model when it is learned, and otherwise at most the release's resolution
+more than the better of source-only and the majority label
 (error_selection.py): the majority label may be delivered with up to
 that many more errors than source-only. The price: each model sees
 one site's records only, so with many small sites each candidate is noisy;

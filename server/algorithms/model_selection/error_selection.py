@@ -16,15 +16,14 @@ the public constant, the majority label, where the caller has it) lead
 the candidates; ``safe_argmin`` with them as the free entries delivers a
 learned candidate only when its upper confidence bound beats every free
 model, e_k - e_f + t sqrt(2) sigma / n < 0 (the difference of two
-independent noisy counts has std sqrt(2) sigma); else the majority
-label (the null: certified_choice.py says why), unless source-only is
-certified more accurate than it the same way. With t = sqrt(2 log(max(P,
-2) / beta)) over the P = L F + F (F - 1) compared pairs (L learned, F free;
-certified_choice.py derives it): with probability >= 1 - beta over the
-noise the delivered model makes fewer validation errors than every free
-model when it is learned, never more than the majority label, and at most
-t sqrt(2) sigma (the resolution, :func:`error_resolution` in error-rate
-units) more than source-only. Post-processing of the one release.
+independent noisy counts has std sqrt(2) sigma), else the free model of
+fewer noisy errors. With t = sqrt(2 log(max(P, 2) / beta)) over the P = L F
++ F (F - 1) compared pairs (L learned, F free; certified_choice.py
+derives it): with probability >= 1 -
+beta over the noise the delivered model makes fewer validation errors
+than every free model when it is learned, and at most t sqrt(2) sigma
+(the resolution, :func:`error_resolution` in error-rate units) more than
+the better free model when it is free. Post-processing of the one release.
 A single site with no ``baseline_confidence`` runs the exponential
 mechanism instead (private_selection.py): only the index leaves it, and
 nothing is certified. No free model may be 0 (:func:`counts_errors`): the
@@ -40,8 +39,8 @@ accuracy at epsilon 1, below the majority label's 0.934, while certified
 better than it in log loss (experiments/results/GAIN_STUDY.md 11.4). The 0-1
 loss ranks candidates exactly as their true validation error does (no clip
 bites: every record's score is in [0, 1]), and with the majority label a
-free candidate the promise above is "never below the majority label, and
-never below source-only by more than the resolution". Its price: errors
+free candidate the promise above is "never below the better of source-only
+and the majority label by more than the resolution". Its price: errors
 differ less between good models than losses do, so at the same noise a
 small gain in accuracy is certified less often than the same model's gain
 in log loss (GAIN_STUDY.md 12 measures both).
@@ -120,10 +119,8 @@ def error_selection(federation: Federation, *, candidates: np.ndarray, num_free:
                     epsilon: float, delta: float, baseline_confidence: float | None,
                     method: str = "auto") -> SelectionResult:
     """One release of the validation error counts of ``candidates`` (the
-    first ``num_free`` free: source-only, then the majority label where
-    the caller has it, the null kept unless beaten) at (``epsilon``,
-    ``delta``) and the choice certified against every free model (module
-    docstring). The result's
+    first ``num_free`` free) at (``epsilon``, ``delta``) and the choice
+    certified against every free model (module docstring). The result's
     ``estimates`` are the noisy error rates, ``margin`` t sqrt(2) sigma on
     the counts. ``ValueError`` before any release when a free model is 0
     (:func:`counts_errors`: nothing could be certified against it)."""
@@ -143,7 +140,7 @@ def error_selection(federation: Federation, *, candidates: np.ndarray, num_free:
     stds = np.full(len(estimates), result.noise_std / records)
     t = free_certifying_t(len(estimates) - num_free, num_free, baseline_confidence)
     return dataclasses.replace(
-        result, best_index=safe_argmin(estimates, stds, t, num_free, null=num_free - 1),
+        result, best_index=safe_argmin(estimates, stds, t, num_free),
         margin=t * math.sqrt(2.0) * result.noise_std, estimates=estimates)
 
 

@@ -10,8 +10,8 @@ model is the zero model (PrivateGridSearch):
   better than every free model (the source-only model and the public
   constant; never the zero model, whose errors the release cannot count:
   PrivateGridSearch scores the paired difference to it instead), else the
-  majority label unless source-only is certified better than it
-  (error_selection.py: the rule, its union bound and what it promises).
+  free model of fewer noisy errors (error_selection.py: the rule, its
+  union bound and what it promises).
 * ``"paired"``: the paired score of
   :func:`~.private_selection.private_selection` with candidate 0 as the
   reference (the source-only model, or the zero model without a public

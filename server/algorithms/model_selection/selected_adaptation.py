@@ -61,14 +61,12 @@ loss, "paired" for the squared one).
 why): one release of the candidates' validation error counts at the whole
 selection budget; a learned candidate is delivered only when certified
 fewer errors than every free model (source-only and, where it is a
-candidate, the public constant, the majority label), else the majority
-label unless source-only is certified more accurate than it. With
-probability >= 1 - beta the delivered model is then never worse on the
-validation records than the majority label, never worse than source-only
+candidate, the public constant, the majority label), else the free model
+of fewer noisy errors. With probability >= 1 - beta the delivered model
+is then never worse on the validation records than the better free model
 by more than the release's resolution (``selection_resolution_``), and
-never worse than either when it is learned: the promise a user who judges
-a classifier by accuracy needs (experiments/results/GAIN_STUDY.md 11.4,
-12, 14; certified_choice.py derives it).
+never worse at all when it is learned: the promise a user who judges a
+classifier by accuracy needs (experiments/results/GAIN_STUDY.md 11.4, 12).
 
 "paired" (a regression's default): the release scores each other
 candidate's per-record loss
