@@ -125,9 +125,12 @@ class PrivacyLedger(LedgerView):
             self._initialise(create)
             try:
                 self._owner.hold()
-            except OSError:
+            except OSError as err:
                 self.close()
-                raise
+                raise ConfigError(
+                    f"ledger {self.path}: cannot hold its reservations' owner file in "
+                    f"{reservations.owners_directory(self.path)} ({err.strerror}); the "
+                    "site needs to write beside its ledger") from err
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> PrivacyLedger:

@@ -21,7 +21,12 @@ from privadapt.client.ledger.reservations import owner_alive, owners_directory
 from privadapt.client.policy import SitePolicy
 from privadapt.common.data import record_parts
 from privadapt.common.data.record_parts import RecordPart, RecordSplitter
-from privadapt.common.errors import BudgetExceededError, QueryRefusedError, ReplayError
+from privadapt.common.errors import (
+    BudgetExceededError,
+    ConfigError,
+    QueryRefusedError,
+    ReplayError,
+)
 from privadapt.common.federation import Query
 from privadapt.common.kernels import get_kernel
 from privadapt.common.mechanisms import Adjacency, LaplaceMechanism
@@ -233,6 +238,15 @@ def test_an_open_for_writing_remakes_a_missing_owners_directory_and_a_reader_mak
         assert len(list(owners_directory(db).iterdir())) == 1
         with ledger.reservation("job", "q1", COSTLY) as checked:
             ledger.charge("job", "q1", COSTLY, checked=checked)
+
+
+def test_an_owners_directory_that_cannot_be_made_is_a_config_error_naming_it(tmp_path):
+    db = tmp_path / "ledger.db"
+    PrivacyLedger(db, _policy(), create=True).close()
+    owners_directory(db).rmdir()
+    owners_directory(db).write_text("not a directory")
+    with pytest.raises(ConfigError, match=r"owner file in .*ledger\.db\.owners"):
+        PrivacyLedger(db, _policy())
 
 
 def test_a_closed_ledger_asked_to_check_does_not_bring_its_reservations_back(tmp_path):
