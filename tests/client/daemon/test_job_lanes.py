@@ -118,7 +118,9 @@ def test_lane_threads_stay_for_later_items_and_are_never_more_than_max_lanes():
     for _ in range(21, 41):
         assert ran.acquire(timeout=FAILSAFE_S)
     lanes.close()
-    assert len(set(threads[:20])) == 1 and len(set(threads)) <= 2
+    # A thread per lane run would number 20 or more; whether the first 20 took
+    # one thread or two depends on how soon a lane goes idle, not on the rule.
+    assert len(set(threads)) <= 2, threads
 
 
 def test_close_drops_the_items_not_started_and_finishes_the_one_in_hand():
