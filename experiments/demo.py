@@ -8,11 +8,11 @@ and SQLite privacy ledger; held-out target = the target's rows of adult.test.
 Prints the accuracy, balanced accuracy and ROC AUC on the held-out target of
 the majority label, source-only (non-private), target-only non-private, noisy
 projected gradient descent at epsilon = 1 and 3, and the private selection
-(``SelectedAdaptation`` with its defaults: a ball-GD model around source-only
-and its free shrunk copy on each site's training records, the free
-source-only model and public majority label, one private release of paired
-validation-loss differences choosing) at epsilon = 1 and 3, then each site's
-epsilon as read from its own ledger.
+(``SelectedAdaptation`` with ``make demo``'s ``DEMO_SELECTION``: a ball-GD
+model around source-only and its free shrunk copy on each site's training
+records, the free source-only model and public majority label, one private
+release of their validation error counts choosing) at epsilon = 1 and 3,
+then each site's epsilon as read from its own ledger.
 
 The sites run in this process (``LocalFederation``, which aggregates through
 the same fixed-point path as the networked federation of ``make demo``); each
