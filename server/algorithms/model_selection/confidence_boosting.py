@@ -160,6 +160,7 @@ from privadapt.server.algorithms.gradient_descent.estimators import NoisyGD
 from privadapt.server.algorithms.linear_model import LinearModelMixin
 from privadapt.server.algorithms.model_selection.candidates import shrunk_copy
 from privadapt.server.algorithms.model_selection.error_selection import (
+    check_error_score,
     counts_errors,
     error_selection,
     resolve_score,
@@ -278,9 +279,7 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
 
     def _check_together(self) -> None:
         super()._check_together()
-        if self.selection_score == "error" and self.loss != "logistic":
-            raise InvalidParameterError(f"{type(self).__name__}: selection_score 'error' "
-                                        f"scores classifiers (loss 'logistic'); got {self.loss!r}")
+        check_error_score(type(self).__name__, self.selection_score, self.loss)
 
     def _with_constant(self) -> bool:
         """``constant_candidate`` with "auto" resolved: a classifier's

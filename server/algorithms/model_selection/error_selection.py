@@ -55,6 +55,7 @@ import numpy as np
 
 from privadapt.common.accounting.calibration import ReleasePlan, noise_multiplier
 from privadapt.common.federation import Federation
+from privadapt.server.algorithms.base import InvalidParameterError
 from privadapt.server.algorithms.model_selection.certified_choice import (
     free_certifying_t,
     safe_argmin,
@@ -75,6 +76,14 @@ def resolve_score(score: str, loss: str) -> str:
     """A selection's ``selection_score`` with "auto" resolved by ``loss``
     (:data:`AUTO_SCORES`)."""
     return AUTO_SCORES[loss] if score == "auto" else score
+
+
+def check_error_score(owner: str, score: str, loss: str) -> None:
+    """Refuse the error score for anything but a classifier: it counts the
+    records a logistic model misclassifies (:func:`error_scored`)."""
+    if score == "error" and loss != "logistic":
+        raise InvalidParameterError(f"{owner}: selection_score 'error' scores classifiers "
+                                    f"(loss 'logistic'); got {loss!r}")
 
 
 def error_scored(candidates: np.ndarray) -> np.ndarray:

@@ -47,6 +47,7 @@ from privadapt.server.algorithms.base import (
 )
 from privadapt.server.algorithms.linear_model import LinearModelMixin
 from privadapt.server.algorithms.model_selection.error_selection import (
+    check_error_score,
     counts_errors,
     resolve_score,
 )
@@ -176,9 +177,7 @@ class PrivateGridSearch(LinearModelMixin, PrivateEstimator):
                 "train_federation's (the paper's S2; the coordinator cannot split the sites' "
                 "records itself)")
         score = resolve_score(self.selection_score, self.loss)
-        if score == "error" and self.loss != "logistic":
-            raise InvalidParameterError(f"{name}: selection_score 'error' scores classifiers "
-                                        f"(loss 'logistic'); got {self.loss!r}")
+        check_error_score(name, score, self.loss)
         guess_params = self._guess_params()
         source = constant = arrays = None
         if public_source is not None:

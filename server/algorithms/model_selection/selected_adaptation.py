@@ -208,6 +208,7 @@ from privadapt.server.algorithms.model_selection.candidates import (
     public_constant_model,
 )
 from privadapt.server.algorithms.model_selection.error_selection import (
+    check_error_score,
     counts_errors,
     error_resolution,
     error_selection,
@@ -507,9 +508,7 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
 
     def _check_together(self) -> None:
         super()._check_together()
-        if self.selection_score == "error" and self.loss != "logistic":
-            raise InvalidParameterError(f"{type(self).__name__}: selection_score 'error' "
-                                        f"scores classifiers (loss 'logistic'); got {self.loss!r}")
+        check_error_score(type(self).__name__, self.selection_score, self.loss)
 
     def _score(self) -> str:
         """What the selection release scores: ``selection_score`` with

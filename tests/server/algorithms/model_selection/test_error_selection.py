@@ -21,9 +21,11 @@ import pytest
 from privadapt import LocalFederation
 from privadapt.common.data.dataset import Dataset
 from privadapt.common.kernels import get_kernel
+from privadapt.server.algorithms.base import InvalidParameterError
 from privadapt.server.algorithms.model_selection.certified_choice import free_certifying_t
 from privadapt.server.algorithms.model_selection.error_selection import (
     ERROR_SCALE,
+    check_error_score,
     counts_errors,
     error_resolution,
     error_scored,
@@ -60,6 +62,14 @@ def test_each_record_scores_within_the_clip_through_the_kernel():
                         base.feature_names)
         moved = kernel.compute(added, params, {})[0] - base_sums
         assert np.all(np.isfinite(moved)) and np.all((moved >= -1e-9) & (moved <= 1.0 + 1e-9))
+
+
+def test_the_error_score_is_refused_for_a_regression_naming_its_owner():
+    check_error_score("Search", "error", "logistic")
+    check_error_score("Search", "paired", "squared")
+    with pytest.raises(InvalidParameterError, match=r"Search: selection_score 'error' scores "
+                       r"classifiers .*got 'squared'"):
+        check_error_score("Search", "error", "squared")
 
 
 def test_auto_is_the_error_score_for_classifiers_and_the_paired_score_for_regressions():
