@@ -23,6 +23,7 @@ point resumes from the log whichever runner it resumes with.
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import importlib
 import multiprocessing
@@ -178,11 +179,12 @@ def _ray_map(compute: Callable[[Unit], Result], units: Sequence[Unit], address: 
                  runtime_env={"py_modules": [experiments], "excludes": SHIPPED_EXCLUDES})
     task = ray.remote(_call)
     shared = ray.put(_importable(compute))  # serialised once for every unit
-    pending = [task.remote(shared, unit) for unit in units]
+    pending = collections.deque(task.remote(shared, unit) for unit in units)
     try:
-        for ref in pending:
-            yield ray.get(ref)
-    finally:
+        while pending:
+            yield ray.get(pending[0])
+            pending.popleft()
+    finally:  # on an error or an early stop, only the units not yet read are cancelled
         for ref in pending:
             ray.cancel(ref)
 
