@@ -182,8 +182,9 @@ def _ray_map(compute: Callable[[Unit], Result], units: Sequence[Unit], address: 
     pending = collections.deque(task.remote(shared, unit) for unit in units)
     try:
         while pending:
-            yield ray.get(pending[0])
-            pending.popleft()
+            result = ray.get(pending[0])
+            pending.popleft()  # read: no longer to cancel, even if the caller stops here
+            yield result
     finally:  # on an error or an early stop, only the units not yet read are cancelled
         for ref in pending:
             ray.cancel(ref)

@@ -106,3 +106,39 @@ def test_a_grid_run_as_a_module_hands_ray_its_compute_by_the_modules_name(monkey
     main_copy.__module__, main_copy.__name__ = "__main__", "noisy_square"
     compute = grid._importable(functools.partial(main_copy, {"n": 2}))
     assert compute.func is noisy_square and compute() == noisy_square({"n": 2})
+
+
+class StandInRay(types.ModuleType):
+    """The calls ``_ray_map`` makes of Ray, recorded; a task's reference is
+    its unit, and reading it computes the unit here."""
+
+    def __init__(self) -> None:
+        super().__init__("ray")
+        self.cancelled: list[dict] = []
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def remote(self, function):
+        return types.SimpleNamespace(remote=lambda shared, unit: (shared, unit))
+
+    def put(self, value):
+        return value
+
+    def get(self, ref):
+        shared, unit = ref
+        return shared(unit)
+
+    def cancel(self, ref) -> None:
+        self.cancelled.append(ref[1])
+
+
+def test_a_grid_on_ray_cancels_only_the_units_it_has_not_read(monkeypatch):
+    ray = StandInRay()
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    assert [row["n"] for row in grid._ray_map(noisy_square, UNITS[:3], "auto")] == [0, 1, 2]
+    assert ray.cancelled == []  # a run read to its end cancels nothing
+    results = grid._ray_map(noisy_square, UNITS, "auto")
+    next(results), next(results)
+    results.close()  # an early stop
+    assert ray.cancelled == UNITS[2:]
