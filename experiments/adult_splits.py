@@ -44,17 +44,15 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
-from privadapt.common.blas_threads import SINGLE_THREADED_BLAS
+from privadapt.common.blas_threads import default_to_single_threaded_blas
 
 # Before numpy loads: on a shared machine OpenBLAS's busy-waiting threads made
 # one source fit take 40 s instead of 1.5 s (common/blas_threads.py).
-for _name, _value in SINGLE_THREADED_BLAS.items():
-    os.environ.setdefault(_name, _value)
+default_to_single_threaded_blas()
 
 import numpy as np  # noqa: E402
 

@@ -106,15 +106,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from privadapt.common.blas_threads import SINGLE_THREADED_BLAS
+from privadapt.common.blas_threads import default_to_single_threaded_blas
 
-for _name, _value in SINGLE_THREADED_BLAS.items():
-    os.environ.setdefault(_name, _value)
+default_to_single_threaded_blas()
 
 import numpy as np  # noqa: E402
 

@@ -55,7 +55,6 @@ import argparse
 import functools
 import json
 import math
-import os
 import sys
 import tempfile
 import time
@@ -63,10 +62,9 @@ import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from privadapt.common.blas_threads import SINGLE_THREADED_BLAS
+from privadapt.common.blas_threads import default_to_single_threaded_blas
 
-for _name, _value in SINGLE_THREADED_BLAS.items():
-    os.environ.setdefault(_name, _value)
+default_to_single_threaded_blas()
 
 import numpy as np  # noqa: E402
 

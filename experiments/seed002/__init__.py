@@ -4,9 +4,7 @@ BLAS is made single-threaded before numpy loads (common/blas_threads.py): the
 d = 200 products here gain nothing from threads, and OpenBLAS's busy-waiting
 threads made each 200 x 200 solve take 0.2 s on a shared 2-core machine."""
 
-import os
 
-from privadapt.common.blas_threads import SINGLE_THREADED_BLAS
+from privadapt.common.blas_threads import default_to_single_threaded_blas
 
-for _name, _value in SINGLE_THREADED_BLAS.items():
-    os.environ.setdefault(_name, _value)
+default_to_single_threaded_blas()
