@@ -161,7 +161,7 @@ from privadapt.server.algorithms.linear_model import LinearModelMixin
 from privadapt.server.algorithms.model_selection.candidates import shrunk_copy
 from privadapt.server.algorithms.model_selection.error_selection import (
     check_error_score,
-    counts_errors,
+    error_scored_constant,
     error_selection,
     resolve_score,
 )
@@ -346,10 +346,11 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
         if source_only is None:  # free: public data only
             source_only = fit_linear(features, labels, self.loss, self.radius)
         score = resolve_score(self.selection_score, self.loss)
-        if score == "error" and not counts_errors(source_only):
-            raise InvalidParameterError(
-                f"{name}: the source-only model is 0 here, and the error score cannot count "
-                "its errors (error_selection.counts_errors): use selection_score='paired'")
+        constant = (public_constant_model(features, labels, self.loss, self.radius,
+                                          getattr(public_source, "feature_names", None))
+                    if self._with_constant() else None)
+        if score == "error":
+            constant = error_scored_constant(name, source_only, constant)
         learners: dict[str, NoisyGD | OutputPerturbation] = {}
         train_epsilon: dict[str, float] = {}
         epsilon, delta = plan["train"]
@@ -359,11 +360,6 @@ class ConfidenceBoosting(LinearModelMixin, PrivateEstimator):
                 view, public_source)
             train_epsilon[site] = _own_epsilon(view.privacy_spent().get(site), delta)
         names, coefficients = self._candidates(source_only, learners, federation.site_sizes)
-        constant = (public_constant_model(features, labels, self.loss, self.radius,
-                                          getattr(public_source, "feature_names", None))
-                    if self._with_constant() else None)
-        if score == "error" and constant is not None and not counts_errors(constant):
-            constant = None  # no majority label: the release cannot count its errors
         if constant is not None:  # free: public data only; right after source-only
             names.insert(1, PUBLIC_CONSTANT)
             coefficients = np.insert(coefficients, 1, constant, axis=0)

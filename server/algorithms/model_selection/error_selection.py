@@ -124,6 +124,20 @@ def counts_errors(model: np.ndarray) -> bool:
     return bool(np.any(np.asarray(model) != 0))
 
 
+def error_scored_constant(owner: str, source_only: np.ndarray,
+                          constant: np.ndarray | None) -> np.ndarray | None:
+    """The public constant as a free candidate of the error score: itself,
+    or None where it is 0 (a public source with no majority label), whose
+    errors the release cannot count (:func:`counts_errors`). A zero
+    source-only model, the free model every learned one is certified
+    against, is refused, naming ``owner``, before any release."""
+    if not counts_errors(source_only):
+        raise InvalidParameterError(
+            f"{owner}: the source-only model is 0 here, and the error score cannot count "
+            "its errors (error_selection.counts_errors): use selection_score='paired'")
+    return constant if constant is not None and counts_errors(constant) else None
+
+
 def error_selection(federation: Federation, *, candidates: np.ndarray, num_free: int,
                     epsilon: float, delta: float, baseline_confidence: float | None,
                     method: str = "auto") -> SelectionResult:

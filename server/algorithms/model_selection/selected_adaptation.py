@@ -176,7 +176,6 @@ from privadapt.server.algorithms.base import (
     VALIDATION_FRACTION_PARAMETER,
     Constraints,
     Interval,
-    InvalidParameterError,
     Options,
     PrivateEstimator,
     PublicSource,
@@ -209,8 +208,8 @@ from privadapt.server.algorithms.model_selection.candidates import (
 )
 from privadapt.server.algorithms.model_selection.error_selection import (
     check_error_score,
-    counts_errors,
     error_resolution,
+    error_scored_constant,
     error_selection,
     resolve_score,
 )
@@ -389,18 +388,13 @@ class SelectedAdaptation(LinearModelMixin, PrivateEstimator):
         # The free candidates: public data only.
         free = {SOURCE_ONLY: fit_linear(features, labels, self.loss, self.radius)}
         self.selection_score_ = self._score()
-        if self.constant_candidate:
-            constant = public_constant_model(features, labels, self.loss, self.radius,
-                                             getattr(public_source, "feature_names", None))
-            # The error score cannot count a zero constant's errors (no
-            # majority label: counts_errors).
-            if constant is not None and (self.selection_score_ != "error"
-                                         or counts_errors(constant)):
-                free[PUBLIC_CONSTANT] = constant
-        if self.selection_score_ == "error" and not counts_errors(free[SOURCE_ONLY]):
-            raise InvalidParameterError(
-                f"{name}: the source-only model is 0 here, and the error score cannot count "
-                "its errors (error_selection.counts_errors): use selection_score='paired'")
+        constant = (public_constant_model(features, labels, self.loss, self.radius,
+                                          getattr(public_source, "feature_names", None))
+                    if self.constant_candidate else None)
+        if self.selection_score_ == "error":
+            constant = error_scored_constant(name, free[SOURCE_ONLY], constant)
+        if constant is not None:
+            free[PUBLIC_CONSTANT] = constant
         loss_bound = self.loss_bound
         if self.selection_score_ == "error":
             loss_bound = 1.0  # each record scores its error, in [0, 1] (error_scored)

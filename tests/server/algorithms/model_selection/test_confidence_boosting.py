@@ -247,6 +247,17 @@ def test_the_public_constant_is_candidate_1_when_asked_for():
     assert np.count_nonzero(model.candidates_[1]) == 1
 
 
+def test_a_zero_source_only_model_is_refused_under_the_error_score_before_any_release():
+    # Its errors cannot be counted (every record scores log 2), and every
+    # learned model is certified against it.
+    with federation([200, 200], seed=2) as fed:
+        with pytest.raises(InvalidParameterError, match="source-only model is 0 here"):
+            ConfidenceBoosting(loss="logistic", radius=10.0, epsilon=2.0, delta=DELTA,
+                               iterations=5).fit(fed, Dataset(*PUBLIC, NAMES),
+                                                 source_only=np.zeros(DIM))
+        assert not any(spent.mechanisms for spent in fed.privacy_spent(DELTA).values())
+
+
 def test_a_public_source_without_a_majority_label_gives_the_error_score_no_constant():
     # Both labels equally frequent: the constant fits to exactly 0, whose
     # errors the error score cannot count (every record scores log 2).

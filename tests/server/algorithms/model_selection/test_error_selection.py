@@ -29,6 +29,7 @@ from privadapt.server.algorithms.model_selection.error_selection import (
     counts_errors,
     error_resolution,
     error_scored,
+    error_scored_constant,
     error_selection,
     resolve_score,
 )
@@ -138,3 +139,12 @@ def test_a_zero_free_model_is_refused_before_any_release():
                             delta=1e-5, baseline_confidence=0.1)
         assert not any(spent.mechanisms for spent in federation.privacy_spent(1e-5).values())
     assert counts_errors(candidates[1]) and not counts_errors(candidates[0])
+
+
+def test_the_error_score_keeps_a_constant_it_can_count_and_refuses_a_zero_source_only():
+    source_only, constant = np.array([1.0, -0.5, 0.2]), np.array([0.0, 0.0, 0.7])
+    assert error_scored_constant("Job", source_only, constant) is constant
+    assert error_scored_constant("Job", source_only, np.zeros(3)) is None  # no majority label
+    assert error_scored_constant("Job", source_only, None) is None
+    with pytest.raises(InvalidParameterError, match="Job: the source-only model is 0 here"):
+        error_scored_constant("Job", np.zeros(3), constant)
